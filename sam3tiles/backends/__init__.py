@@ -1,0 +1,110 @@
+"""Backends behind the `ModelRuntime` protocol, and the per-process cache that loads each model once.
+
+`RuntimeSpec` is a small picklable value naming a backend and its options; workers turn it into a
+runtime with `get_runtime`, which loads the model at most once per process (the worker-local cache that
+keeps a GPU worker's model alive across tasks).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..runtime import ModelRuntime
+
+BACKENDS = ("reference", "onnx", "simulated")
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """Which backend to build and how; hashable and picklable, so it travels to Dask workers."""
+
+    backend: str = "onnx"
+    model_dir: str | None = None
+    device: str = "auto"  # auto | cpu | cuda
+    intra_op_threads: int = 0  # 0 = onnxruntime's default
+    inter_op_threads: int = 0
+    # simulated backend: seconds slept per encode / decode (releases the GIL as a GPU call does)
+    encode_seconds: float = 0.1
+    decode_seconds: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise UsageError(f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise UsageError(f"unknown device {self.device!r}: choose auto, cpu or cuda")
+
+
+_lock = threading.Lock()
+_cache: dict[RuntimeSpec, ModelRuntime] = {}
+#: How many times each spec was loaded in this process (tests assert one load per worker).
+load_counts: dict[RuntimeSpec, int] = {}
+
+
+def build_runtime(spec: RuntimeSpec) -> ModelRuntime:
+    """A new runtime for `spec` (loads the model). Prefer `get_runtime`, which caches."""
+    if spec.backend == "reference":
+        from .reference import ReferenceRuntime
+
+        return ReferenceRuntime()
+    if spec.backend == "simulated":
+        from .simulated import SimulatedGpuRuntime
+
+        return SimulatedGpuRuntime(spec.encode_seconds, spec.decode_seconds)
+    from .onnx import OnnxRuntime
+
+    model_dir = Path(spec.model_dir) if spec.model_dir else None
+    return OnnxRuntime(model_dir, device=spec.device, intra_op_threads=spec.intra_op_threads,
+                       inter_op_threads=spec.inter_op_threads)
+
+
+def get_runtime(spec: RuntimeSpec) -> ModelRuntime:
+    """The process-wide runtime for `spec`, loaded on first use and kept for every later task."""
+    rt = _cache.get(spec)
+    if rt is not None:
+        return rt
+    with _lock:
+        rt = _cache.get(spec)
+        if rt is None:
+            rt = build_runtime(spec)
+            _cache[spec] = rt
+            load_counts[spec] = load_counts.get(spec, 0) + 1
+    return rt
+
+
+def runtime_stats() -> dict[str, Any]:
+    """Per-process counters, for tests and reports: loads per spec and the runtime's own counters."""
+    out: dict[str, Any] = {}
+    for spec, rt in _cache.items():
+        out[spec.backend] = {"loads": load_counts.get(spec, 0), **getattr(rt, "counters", {})}
+    return out
+
+
+def clear_cache() -> None:
+    """Drop every cached runtime in this process (tests)."""
+    with _lock:
+        _cache.clear()
+        load_counts.clear()
+
+
+def spec_identity(spec: RuntimeSpec) -> str:
+    """The runtime's identity without loading it: backend, code or model-file hashes (checkpoint key)."""
+    if spec.backend in ("reference", "simulated"):
+        rt = build_runtime(spec)
+        return rt.identity
+    import hashlib
+
+    d = Path(spec.model_dir) if spec.model_dir else None
+    if d is None or not d.is_dir():
+        return "onnx:unknown"
+    h = hashlib.sha256()
+    for f in sorted(d.glob("*.onnx")):
+        h.update(f.name.encode())
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+        data = f.with_name(f.name + ".data")
+        if data.exists():
+            h.update(str(data.stat().st_size).encode())
+    return "onnx:" + h.hexdigest()[:16]

@@ -1,0 +1,132 @@
+"""The reference backend: a deterministic stand-in with SAM 3's geometry (no weights, no GPU).
+
+It lets the demo, the tests and the benchmarks run the whole pipeline exactly as the real model would
+shape its outputs:
+
+* a text prompt is a colour name that `PIL.ImageColor.getrgb` accepts (case-insensitive); other text
+  finds nothing;
+* on the 1008x1008 input a pixel matches when its Euclidean RGB distance to the colour is <= 60
+  (padding never matches); the match map is area-averaged (PIL BOX) to the 288x288 mask grid;
+* instances are the 8-connected components of (grid > 0.5); an instance's mask is the grid values inside
+  its component, 0 elsewhere; its score their mean; its box the component's extent; at most 200, largest
+  first;
+* a positive example box replaces the colour by the median colour inside the box(es); a negative example
+  box drops instances that overlap it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+import numpy as np
+from PIL import Image, ImageColor
+from scipy import ndimage
+
+from ..runtime import (MASK_SIZE, MAX_QUERIES, MODEL_SIZE, Detections, ExampleBox, PreparedPrompt, TileImage,
+                       VISUAL_PROMPT)
+
+MATCH_DISTANCE = 60.0
+_EIGHT = np.ones((3, 3), bool)
+
+
+def colour_of(text: str) -> tuple[int, int, int] | None:
+    """The RGB of a colour name PIL knows, or None."""
+    try:
+        rgb = ImageColor.getrgb(text.strip().lower())
+    except (ValueError, AttributeError):
+        return None
+    return tuple(int(v) for v in rgb[:3])  # type: ignore[return-value]
+
+
+class ReferenceRuntime:
+    """Colour matching with SAM 3's inputs and outputs. Thread-safe (no state but counters)."""
+
+    name = "reference"
+    box_slots = 16
+
+    def __init__(self) -> None:
+        self.counters = {"encodes": 0, "prompts": 0, "decodes": 0}
+
+    @property
+    def identity(self) -> str:
+        src = open(__file__, "rb").read()
+        return "reference:" + hashlib.sha256(src).hexdigest()[:12]
+
+    def encode(self, image: TileImage) -> TileImage:
+        self.counters["encodes"] += 1
+        return image
+
+    def prepare_prompt(self, text: str) -> PreparedPrompt:
+        self.counters["prompts"] += 1
+        if text == VISUAL_PROMPT:
+            return PreparedPrompt(text, payload=None, usable=True)
+        rgb = colour_of(text)
+        if rgb is None:
+            return PreparedPrompt(text, None, usable=False,
+                                  note=f"the reference backend knows colour names only; {text!r} is not one, "
+                                       "so it finds nothing (use a colour such as 'red', or --backend onnx)")
+        return PreparedPrompt(text, payload=rgb)
+
+    def decode(self, embedding: TileImage, prompt: PreparedPrompt,
+               boxes: Sequence[ExampleBox] = ()) -> Detections:
+        self.counters["decodes"] += 1
+        image = embedding
+        colour = prompt.payload
+        positives = [b for b in boxes if b.positive]
+        if positives:
+            colour = _median_colour(image, positives)
+        if colour is None:
+            return Detections.empty()
+        rgb = image.rgb.astype(np.float32)
+        dist2 = sum((rgb[c] - colour[c]) ** 2 for c in range(3))
+        match = ((dist2 <= MATCH_DISTANCE**2) & image.valid).astype(np.float32)
+        grid = np.asarray(Image.fromarray(match, mode="F").resize((MASK_SIZE, MASK_SIZE), Image.BOX))
+        labels, n = ndimage.label(grid > 0.5, structure=_EIGHT)
+        if n == 0:
+            return Detections.empty()
+        slices = ndimage.find_objects(labels)
+        sizes = np.bincount(labels.ravel())[1:]
+        negatives = [_cell_box(b) for b in boxes if not b.positive]
+        order = sorted(range(n), key=lambda i: (-sizes[i], slices[i][0].start, slices[i][1].start))
+        out_boxes, scores, masks = [], [], []
+        for i in order:
+            sl = slices[i]
+            r0, r1, c0, c1 = sl[0].start, sl[0].stop, sl[1].start, sl[1].stop
+            if any(r0 < nr1 and nr0 < r1 and c0 < nc1 and nc0 < c1 for nr0, nr1, nc0, nc1 in negatives):
+                continue
+            inside = labels == i + 1
+            mask = np.where(inside, grid, 0.0).astype(np.float32)
+            out_boxes.append([c0 / MASK_SIZE, r0 / MASK_SIZE, c1 / MASK_SIZE, r1 / MASK_SIZE])
+            scores.append(float(grid[inside].mean()))
+            masks.append(mask[None])
+            if len(scores) == MAX_QUERIES:
+                break
+        if not scores:
+            return Detections.empty()
+        return Detections(np.asarray(out_boxes, np.float32), np.asarray(scores, np.float32),
+                          np.stack(masks).astype(np.float32))
+
+
+def _median_colour(image: TileImage, boxes: Sequence[ExampleBox]) -> tuple[int, int, int] | None:
+    pixels = []
+    for b in boxes:
+        x0, y0, x1, y1 = (int(round(v)) for v in b.xyxy_px)
+        x0, y0 = max(x0, 0), max(y0, 0)
+        x1, y1 = min(x1, MODEL_SIZE), min(y1, MODEL_SIZE)
+        if x1 <= x0 or y1 <= y0:
+            continue
+        sel = image.valid[y0:y1, x0:x1]
+        pixels.append(image.rgb[:, y0:y1, x0:x1][:, sel])
+    if not pixels:
+        return None
+    allpx = np.concatenate(pixels, axis=1)
+    if allpx.shape[1] == 0:
+        return None
+    return tuple(int(v) for v in np.median(allpx, axis=1))  # type: ignore[return-value]
+
+
+def _cell_box(b: ExampleBox) -> tuple[int, int, int, int]:
+    """A box's extent on the 288 mask grid: (r0, r1, c0, c1), end exclusive."""
+    x0, y0, x1, y1 = (v * MASK_SIZE / MODEL_SIZE for v in b.xyxy_px)
+    return (int(np.floor(y0)), int(np.ceil(y1)), int(np.floor(x0)), int(np.ceil(x1)))

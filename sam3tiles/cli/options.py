@@ -1,0 +1,83 @@
+"""Reusable click options and the error handling every command shares."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+
+import click
+
+from ..errors import EXIT_INTERNAL, Sam3TilesError
+from ..grid import DEFAULT_OVERLAP, TILE_SIZE
+
+
+def configure_logging(verbose: int, quiet: int) -> None:
+    import warnings
+
+    from rasterio.errors import NotGeoreferencedWarning
+
+    # plain images (PNG, microscopy) are used in pixel space on purpose: not worth a warning
+    warnings.filterwarnings("ignore", category=NotGeoreferencedWarning)
+    level = logging.WARNING - 10 * verbose + 10 * quiet
+    logging.basicConfig(level=max(logging.DEBUG, level), format="%(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    for noisy in ("distributed", "rasterio", "fiona", "pyogrio", "tornado", "asyncio"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, level) if verbose < 2 else logging.DEBUG)
+
+
+def handle_errors(fn):
+    """Sam3TilesError -> 'Error: message', its exit code, no traceback. Anything else -> exit 1, with the
+    traceback only under -vv."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        ctx = click.get_current_context()
+        try:
+            return fn(*args, **kwargs)
+        except Sam3TilesError as e:
+            click.echo(f"Error: {e}", err=True)
+            ctx.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("Interrupted: rerun the same command to resume from the finished tiles.", err=True)
+            ctx.exit(130)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except MemoryError:
+            click.echo("Error: out of memory: lower --workers, or run on a machine with more memory", err=True)
+            ctx.exit(EXIT_INTERNAL)
+        except Exception as e:  # noqa: BLE001 - the last line of defence for a clean exit
+            if (ctx.find_root().params.get("verbose") or 0) >= 2 or ctx.obj and ctx.obj.get("verbose", 0) >= 2:
+                raise
+            click.echo(f"Error: internal error ({type(e).__name__}: {e}). This is a bug in sam3tiles: rerun "
+                       "with -vv for the traceback and report it.", err=True)
+            ctx.exit(EXIT_INTERNAL)
+
+    return wrapper
+
+
+verbose_opt = click.option("-v", "--verbose", count=True, help="More logging (-vv: debug and tracebacks).")
+quiet_opt = click.option("-q", "--quiet", count=True, help="Less output: no progress bar, no report.")
+overwrite_opt = click.option("--overwrite", is_flag=True, help="Replace an existing output.")
+
+
+def tiling_options(fn):
+    """--tile-size, --overlap, --scale, --gsd, --bands, --squash."""
+    opts = [
+        click.option("--tile-size", type=click.IntRange(64, 4096), default=TILE_SIZE, show_default=True,
+                     help="Tile side in pixels; SAM 3 takes 1008."),
+        click.option("--overlap", type=click.IntRange(0, 2047), default=DEFAULT_OVERLAP, show_default=True,
+                     help="Overlap between tiles in (scaled) pixels. Objects up to this size are kept once by "
+                          "ownership; larger ones are stitched across seams."),
+        click.option("--scale", type=float, default=1.0, show_default=True,
+                     help="Uniform zoom: 2 for tiny objects, 0.5 for big ones (resampled on read)."),
+        click.option("--gsd", type=float, default=None,
+                     help="Target ground sampling distance in CRS units per pixel (overrides --scale)."),
+        click.option("--bands", default=None, help="Bands as R,G,B (e.g. 4,3,2) or one band for grey."),
+        click.option("--squash", is_flag=True,
+                     help="Baseline: the whole image stretched to one 1008x1008 input, as the published "
+                          "callers do."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn

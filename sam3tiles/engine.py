@@ -1,0 +1,95 @@
+"""Where the Dask graph runs: this process (default) or a dask.distributed cluster (`--scheduler`).
+
+Both are a `distributed.Client`; the pipeline's code is the same. Locally the client drives an in-process
+cluster (threads, no worker processes) whose single worker has the resource `GPU=1`, so model tasks
+run one at a time while reads and vectorizing run beside them, and the model is loaded once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+log = logging.getLogger(__name__)
+
+SCHEDULER_ENV = "SAM3TILES_SCHEDULER"
+
+
+@dataclass
+class Engine:
+    client: object  # distributed.Client
+    distributed: bool
+    gpu_resource: bool  # whether some worker advertises the GPU resource
+    threads: int
+
+    @property
+    def dashboard_link(self) -> str | None:
+        return getattr(self.client, "dashboard_link", None) if self.distributed else None
+
+    def model_resources(self) -> dict | None:
+        return {"GPU": 1} if self.gpu_resource else None
+
+
+def _count(client) -> tuple[int, bool]:
+    info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info()
+    workers = info.get("workers", {})
+    threads = sum(w.get("nthreads", 1) for w in workers.values())
+    gpu = any((w.get("resources") or {}).get("GPU", 0) > 0 for w in workers.values())
+    return max(threads, 1), gpu
+
+
+def _accepts_n_workers(client) -> bool:
+    import inspect
+
+    try:
+        return "n_workers" in inspect.signature(client.scheduler_info).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+@contextmanager
+def open_engine(client=None, scheduler: str | None = None, workers: int | None = None):
+    """Yield an Engine. `client` (an existing distributed.Client) wins, then `scheduler` (an address, or
+    the SAM3TILES_SCHEDULER variable), else an in-process cluster with `workers` CPU threads."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    if client is not None:
+        threads, gpu = _count(client)
+        yield Engine(client, distributed=True, gpu_resource=gpu, threads=threads)
+        return
+    scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
+    if scheduler:
+        try:
+            c = Client(scheduler, timeout="20s")
+        except (OSError, TimeoutError) as e:
+            raise UsageError(f"--scheduler {scheduler}: no Dask scheduler answers there ({e}): start one with "
+                             "`dask scheduler`, or leave --scheduler out to run in this process") from None
+        try:
+            threads, gpu = _count(c)
+            if not gpu:
+                log.warning("no worker of %s advertises the GPU resource: model tasks run on any worker "
+                            "(start GPU workers with `dask worker ADDRESS --resources GPU=1`)", scheduler)
+            log.info("Dask dashboard: %s", c.dashboard_link)
+            yield Engine(c, distributed=True, gpu_resource=gpu, threads=threads)
+        finally:
+            c.close()
+        return
+    n = workers or max(1, min(4, os.cpu_count() or 1))
+    dlog = logging.getLogger("distributed")
+    if dlog.level == logging.NOTSET or dlog.level < logging.WARNING:
+        dlog.setLevel(logging.WARNING)
+    with dask.config.set({"distributed.worker.daemon": False, "distributed.admin.tick.limit": "60s",
+                          "distributed.logging.distributed": "error"}):
+        cluster = LocalCluster(n_workers=1, threads_per_worker=n + 1, processes=False, dashboard_address=None,
+                               resources={"GPU": 1}, silence_logs=logging.ERROR)
+        c = Client(cluster, set_as_default=False)
+        try:
+            yield Engine(c, distributed=False, gpu_resource=True, threads=n + 1)
+        finally:
+            c.close()
+            cluster.close()

@@ -1,0 +1,81 @@
+"""One flat error hierarchy; each error knows the exit code the CLI returns for it.
+
+Exit codes (documented in the README):
+0 done, 1 internal error, 2 usage or job-file error, 3 input data error, 4 model error,
+5 finished with failed tiles.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+EXIT_MODEL = 4
+EXIT_FAILED_TILES = 5
+
+
+class Sam3TilesError(Exception):
+    """Root of every error sam3tiles raises on purpose. The message names the problem and the fix."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class UsageError(Sam3TilesError, ValueError):
+    """Bad options, prompts or job files."""
+
+    exit_code = EXIT_USAGE
+
+
+class JobFileError(UsageError):
+    """A job file that does not validate."""
+
+
+class OutputExistsError(UsageError, FileExistsError):
+    """The output exists and --overwrite was not given."""
+
+
+class OutputError(UsageError, OSError):
+    """The output cannot be written (directory missing or not writable, locked by another run)."""
+
+
+class InputDataError(Sam3TilesError, ValueError):
+    """An input raster or vector that cannot be used as it is."""
+
+    exit_code = EXIT_INPUT
+
+
+class RasterReadError(InputDataError, OSError):
+    """A file that GDAL cannot open or read."""
+
+
+class BandError(InputDataError):
+    """Band selection that does not fit the raster."""
+
+
+class CRSError(InputDataError):
+    """Missing or incompatible coordinate reference systems."""
+
+
+class ModelError(Sam3TilesError, RuntimeError):
+    """Missing, corrupt or incompatible model files, or a model that fails to run."""
+
+    exit_code = EXIT_MODEL
+
+
+class ModelNotFoundError(ModelError, FileNotFoundError):
+    """The model directory lacks a file."""
+
+
+class ContractError(ModelError):
+    """A graph whose inputs or outputs do not match the SAM 3 ONNX contract."""
+
+
+class PromptError(UsageError):
+    """A prompt the model cannot take (empty, too long, unknown to the backend)."""
+
+
+class TilesFailedError(Sam3TilesError):
+    """The run finished, but some tiles failed (raised only with --strict, or used for the exit code)."""
+
+    exit_code = EXIT_FAILED_TILES

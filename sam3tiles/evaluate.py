@@ -1,0 +1,84 @@
+"""Object-level evaluation: predictions against truth, per class, at IoU >= 0.5."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import shapely
+
+IOU_MATCH = 0.5
+
+
+def _match(pred: np.ndarray, truth: np.ndarray, iou_min: float):
+    """Greedy one-to-one matching by IoU. Returns (pairs [(p, t, iou)], iou of every candidate pair)."""
+    if len(pred) == 0 or len(truth) == 0:
+        return [], (np.zeros(0, int), np.zeros(0, int), np.zeros(0))
+    tree = shapely.STRtree(truth)
+    p, t = tree.query(pred, predicate="intersects")
+    inter = shapely.area(shapely.intersection(pred[p], truth[t]))
+    union = shapely.area(pred[p]) + shapely.area(truth[t]) - inter
+    iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    order = np.argsort(-iou, kind="stable")
+    used_p, used_t, pairs = set(), set(), []
+    for k in order:
+        if iou[k] < iou_min:
+            break
+        if p[k] in used_p or t[k] in used_t:
+            continue
+        used_p.add(p[k])
+        used_t.add(t[k])
+        pairs.append((int(p[k]), int(t[k]), float(iou[k])))
+    return pairs, (p, t, iou, inter)
+
+
+def evaluate_class(pred_geoms, truth_geoms, iou_min: float = IOU_MATCH) -> dict:
+    pred = np.asarray([g for g in pred_geoms if g is not None and not g.is_empty], dtype=object)
+    truth = np.asarray([g for g in truth_geoms if g is not None and not g.is_empty], dtype=object)
+    pairs, cand = _match(pred, truth, iou_min)
+    tp = len(pairs)
+    fp, fn = len(pred) - tp, len(truth) - tp
+    matched_p = {a for a, _, _ in pairs}
+    duplicates = fragments = 0
+    if len(cand[0]):
+        p, t, iou, inter = cand
+        dup = {int(a) for a, v in zip(p, iou) if v >= iou_min and int(a) not in matched_p}
+        duplicates = len(dup)
+        pred_area = shapely.area(pred[p])
+        inside = np.divide(inter, pred_area, out=np.zeros_like(inter), where=pred_area > 0) >= 0.5
+        counts = np.bincount(t[inside], minlength=len(truth))
+        fragments = int((counts >= 2).sum())
+    precision = tp / len(pred) if len(pred) else (1.0 if not len(truth) else 0.0)
+    recall = tp / len(truth) if len(truth) else 1.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"truth": len(truth), "pred": len(pred), "tp": tp, "fp": fp, "fn": fn, "precision": precision,
+            "recall": recall, "f1": f1, "mean_iou": float(np.mean([v for _, _, v in pairs])) if pairs else 0.0,
+            "duplicates": duplicates, "fragments": fragments}
+
+
+def evaluate(pred, truth, class_col: str = "class", pred_class_col: str = "prompt",
+             iou_min: float = IOU_MATCH) -> pd.DataFrame:
+    """Per-class precision, recall, F1 at IoU >= iou_min, mean IoU of matches, duplicates, fragments.
+
+    `pred` and `truth` are GeoDataFrames; truth is reprojected to pred's CRS. Classes are compared
+    case-insensitively; a frame without its class column is one class.
+    """
+    if truth.crs is not None and pred.crs is not None and truth.crs != pred.crs:
+        truth = truth.to_crs(pred.crs)
+    pc = pred[pred_class_col].astype(str).str.lower() if pred_class_col in pred.columns else pd.Series(
+        ["all"] * len(pred), index=pred.index)
+    tc = truth[class_col].astype(str).str.lower() if class_col in truth.columns else pd.Series(
+        ["all"] * len(truth), index=truth.index)
+    if class_col not in truth.columns or pred_class_col not in pred.columns:
+        pc = pd.Series(["all"] * len(pred), index=pred.index)
+        tc = pd.Series(["all"] * len(truth), index=truth.index)
+    rows = []
+    for cls in sorted(set(tc) | set(pc)):
+        r = evaluate_class(pred.geometry[pc == cls].values, truth.geometry[tc == cls].values, iou_min)
+        rows.append({"class": cls, **r})
+    return pd.DataFrame(rows)
+
+
+def format_table(df: pd.DataFrame) -> str:
+    cols = ["class", "truth", "pred", "tp", "fp", "fn", "precision", "recall", "f1", "mean_iou", "duplicates",
+            "fragments"]
+    return df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")

@@ -1,0 +1,137 @@
+"""Writing results: GeoPackage, GeoParquet, FlatGeobuf or GeoJSON by extension, atomically.
+
+Every write goes to a temporary name beside the target and is renamed into place, so a reader never
+sees half a file. A lock file stops two runs from writing one output at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import geopandas as gpd
+
+from .errors import OutputError, OutputExistsError, UsageError
+
+DRIVERS = {".gpkg": "GPKG", ".parquet": "Parquet", ".geoparquet": "Parquet", ".fgb": "FlatGeobuf",
+           ".geojson": "GeoJSON", ".json": "GeoJSON"}
+#: Written into files without a CRS so that no reader mistakes pixel coordinates for degrees.
+NO_CRS_NOTE = "no CRS: coordinates are source-image pixels (x right, y down), not a map projection"
+
+
+def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
+    """Validate an output path before any work: known extension, writable folder, no clash."""
+    p = Path(path)
+    if p.suffix.lower() not in DRIVERS:
+        raise UsageError(f"--out {p}: unknown format {p.suffix or '(no extension)'}: end the name with "
+                         f"{', '.join(sorted(set(DRIVERS)))}")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"--out {p}: the folder {parent} does not exist: create it first")
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"--out {p}: the folder {parent} is not writable: choose another --out")
+    if p.exists() and not overwrite:
+        raise OutputExistsError(f"--out {p} exists: pass --overwrite to replace it, or choose another name")
+    return p
+
+
+def _tmp_name(p: Path) -> Path:
+    return p.with_name(f".{p.stem}.{uuid.uuid4().hex[:8]}.tmp{p.suffix}")
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yield a temporary path beside `path`; rename it into place when the block succeeds."""
+    p = Path(path)
+    tmp = _tmp_name(p)
+    try:
+        yield tmp
+        os.replace(tmp, p)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+@contextmanager
+def output_lock(path: str | os.PathLike):
+    """Hold `<out>.lock` for the run; a live lock from another run is an error naming its owner."""
+    p = Path(path)
+    lock = p.with_name(p.name + ".lock")
+    me = {"pid": os.getpid(), "host": socket.gethostname()}
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                owner = json.loads(lock.read_text() or "{}")
+            except (OSError, ValueError):
+                owner = {}
+            if owner.get("host") == me["host"] and not _alive(owner.get("pid")):
+                lock.unlink(missing_ok=True)  # stale lock of a killed run on this host
+                continue
+            raise OutputError(f"--out {p} is being written by another run (pid {owner.get('pid')} on "
+                              f"{owner.get('host')}): wait for it, or delete {lock} if that run is gone") from None
+        except OSError as e:
+            raise OutputError(f"--out {p}: cannot create a lock file beside it ({e.strerror}): "
+                              "choose a writable folder") from None
+        with os.fdopen(fd, "w") as f:
+            json.dump(me, f)
+        break
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _alive(pid) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, layer: str = "objects",
+                 metadata: dict | None = None) -> Path:
+    """Write `gdf` by extension, atomically. A GeoDataFrame without a CRS is written as 'no CRS'."""
+    p = Path(path)
+    driver = DRIVERS[p.suffix.lower()]
+    with atomic_path(p) as tmp:
+        if driver == "Parquet":
+            meta = {"sam3tiles": json.dumps(metadata or {})}
+            gdf.to_parquet(tmp, index=False, schema_version="1.1.0", write_covering_bbox=False)
+            if gdf.crs is None or metadata:
+                _patch_parquet(tmp, meta, no_crs=gdf.crs is None)
+        elif driver == "GPKG":
+            kw = {}
+            if metadata:
+                kw["metadata"] = {"sam3tiles": json.dumps(metadata)}
+            gdf.to_file(tmp, driver=driver, layer=layer, engine="pyogrio", layer_options={"DESCRIPTION": (
+                NO_CRS_NOTE if gdf.crs is None else "sam3tiles objects")}, **kw)
+        else:
+            gdf.to_file(tmp, driver=driver, engine="pyogrio")
+    return p
+
+
+def _patch_parquet(path: Path, extra: dict, no_crs: bool) -> None:
+    """GeoParquet: `"crs": null` says 'unknown CRS' (an omitted crs would mean WGS84)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    meta = dict(table.schema.metadata or {})
+    geo = json.loads(meta[b"geo"])
+    if no_crs:
+        for col in geo["columns"].values():
+            col["crs"] = None
+    meta[b"geo"] = json.dumps(geo).encode()
+    for k, v in extra.items():
+        meta[k.encode()] = v.encode()
+    pq.write_table(table.replace_schema_metadata(meta), path)

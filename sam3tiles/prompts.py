@@ -1,0 +1,177 @@
+"""Prompts: text and example boxes for a job, and the boxes each tile receives in its own model frame."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from affine import Affine
+
+from .errors import PromptError, UsageError
+from .grid import Tile
+from .runtime import MODEL_SIZE, VISUAL_PROMPT, ExampleBox
+
+#: A box cut by a tile edge is given to that tile when at least this share of it lies inside, or when
+#: the part inside is at least MIN_CLIPPED_PX on both sides (boxes larger than a tile).
+MIN_BOX_SHARE = 0.5
+MIN_CLIPPED_PX = 64
+
+
+@dataclass(frozen=True)
+class GeoBox:
+    """An example box in the raster's CRS (or source pixels when the raster has none)."""
+
+    minx: float
+    miny: float
+    maxx: float
+    maxy: float
+    positive: bool = True
+
+    @classmethod
+    def parse(cls, text: str) -> "GeoBox":
+        """'MINX,MINY,MAXX,MAXY[,neg]' as given to --box."""
+        parts = [p.strip() for p in text.split(",")]
+        label = True
+        if len(parts) == 5:
+            tag = parts.pop().lower()
+            if tag in ("neg", "negative", "0", "-"):
+                label = False
+            elif tag not in ("pos", "positive", "1", "+"):
+                raise UsageError(f"--box {text!r}: the fifth value must be 'neg' or 'pos'")
+        if len(parts) != 4:
+            raise UsageError(f"--box {text!r}: give MINX,MINY,MAXX,MAXY[,neg] in the raster's CRS")
+        try:
+            x0, y0, x1, y1 = (float(p) for p in parts)
+        except ValueError:
+            raise UsageError(f"--box {text!r}: the coordinates must be numbers") from None
+        if not all(math.isfinite(v) for v in (x0, y0, x1, y1)) or x1 <= x0 or y1 <= y0:
+            raise UsageError(f"--box {text!r}: needs MINX < MAXX and MINY < MAXY")
+        return cls(x0, y0, x1, y1, label)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One thing to find: a text, example boxes, or both. Box-only prompts send SAM 3 the text 'visual'."""
+
+    text: str | None
+    boxes: tuple[GeoBox, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.text is not None:
+            t = " ".join(self.text.split())
+            if not t:
+                raise PromptError("a --text prompt is empty: give words such as --text building")
+            if len(t) > 300:
+                raise PromptError(f"a --text prompt is {len(t)} characters long: SAM 3 reads at most 30 word "
+                                  "tokens; shorten it")
+            object.__setattr__(self, "text", t)
+        elif not self.boxes:
+            raise PromptError("a prompt needs a text or at least one example box")
+
+    @property
+    def model_text(self) -> str:
+        return self.text if self.text is not None else VISUAL_PROMPT
+
+    @property
+    def label(self) -> str:
+        """The value of the output's `prompt` column."""
+        if self.text is None:
+            return "visual"
+        return self.text
+
+
+def build_prompts(texts: Sequence[str], boxes: Sequence[GeoBox]) -> list[Prompt]:
+    """Boxes go with every text prompt; without texts they form one box-only prompt."""
+    if not texts and not boxes:
+        raise PromptError("nothing to find: give --text (e.g. --text building) or example boxes (--box/--box-file)")
+    seen: dict[str, Prompt] = {}
+    for t in texts:
+        p = Prompt(t, tuple(boxes))
+        seen.setdefault(p.text.lower(), p)  # type: ignore[union-attr]
+    if not texts:
+        return [Prompt(None, tuple(boxes))]
+    return list(seen.values())
+
+
+def tile_boxes(boxes: Sequence[GeoBox], tile: Tile) -> list[ExampleBox]:
+    """The boxes that lie in `tile`, clipped to its content, as normalised (cx, cy, w, h) of its 1008 input."""
+    inv = ~tile.transform
+    vw, vh = tile.valid_wh
+    out = []
+    for b in boxes:
+        xs, ys = zip(*(inv * (x, y) for x, y in ((b.minx, b.miny), (b.maxx, b.maxy), (b.minx, b.maxy), (b.maxx, b.miny))))
+        x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+        cx0, cy0, cx1, cy1 = max(x0, 0.0), max(y0, 0.0), min(x1, float(vw)), min(y1, float(vh))
+        if cx1 <= cx0 or cy1 <= cy0:
+            continue
+        share = (cx1 - cx0) * (cy1 - cy0) / max((x1 - x0) * (y1 - y0), 1e-12)
+        if share < MIN_BOX_SHARE and min(cx1 - cx0, cy1 - cy0) < MIN_CLIPPED_PX:
+            continue
+        out.append(ExampleBox(((cx0 + cx1) / 2 / MODEL_SIZE, (cy0 + cy1) / 2 / MODEL_SIZE,
+                               (cx1 - cx0) / MODEL_SIZE, (cy1 - cy0) / MODEL_SIZE), b.positive))
+    return out
+
+
+def box_passes(boxes: Sequence[ExampleBox], slots: int) -> list[list[ExampleBox]]:
+    """Split a tile's boxes into decoder passes of at most `slots`; negatives go into every pass."""
+    pos = [b for b in boxes if b.positive]
+    neg = [b for b in boxes if not b.positive]
+    if len(boxes) <= slots:
+        return [list(boxes)]
+    room = slots - len(neg) if len(neg) < slots else slots
+    if len(neg) >= slots or room <= 0:
+        chunks = [list(boxes[i:i + slots]) for i in range(0, len(boxes), slots)]
+        return chunks
+    return [pos[i:i + room] + neg for i in range(0, len(pos), room)]
+
+
+def boxes_outside(boxes: Sequence[GeoBox], bounds: tuple[float, float, float, float]) -> list[GeoBox]:
+    """Boxes that miss the raster's bounds entirely."""
+    minx, miny, maxx, maxy = bounds
+    return [b for b in boxes if b.maxx <= minx or b.minx >= maxx or b.maxy <= miny or b.miny >= maxy]
+
+
+def raster_bounds(transform: Affine, width: int, height: int) -> tuple[float, float, float, float]:
+    xs, ys = zip(*(transform * (x, y) for x, y in ((0, 0), (width, 0), (0, height), (width, height))))
+    return (min(xs), min(ys), max(xs), max(ys))
+
+
+def read_box_file(path: str, raster_crs) -> list[GeoBox]:
+    """Example boxes from any vector file GDAL reads, reprojected to the raster's CRS.
+
+    Each feature's bounding box is one example; a `label` column (1/0, positive/negative, pos/neg) marks
+    negatives, default positive.
+    """
+    import os
+
+    import geopandas as gpd
+    import pyogrio.errors
+
+    from .errors import CRSError, InputDataError
+
+    if not os.path.exists(path):
+        raise InputDataError(f"--box-file {path}: no such file: check the path")
+    try:
+        gdf = gpd.read_file(path)
+    except (pyogrio.errors.DataSourceError, pyogrio.errors.DataLayerError, ValueError) as e:
+        raise InputDataError(f"--box-file {path} is not a vector file GDAL can read ({str(e).splitlines()[0]}): "
+                             "give a GeoPackage, GeoJSON, Shapefile or similar") from None
+    if gdf.empty:
+        raise InputDataError(f"--box-file {path} has no features: draw at least one example box")
+    if raster_crs is not None:
+        if gdf.crs is None:
+            raise CRSError(f"--box-file {path} has no CRS but the raster has one ({raster_crs.to_string()}): "
+                           "set the file's CRS (e.g. ogr2ogr -a_srs) so the boxes can be placed")
+        gdf = gdf.to_crs(raster_crs.to_wkt())
+    labels = gdf["label"] if "label" in gdf.columns else [1] * len(gdf)
+    out = []
+    for geom, lab in zip(gdf.geometry, labels):
+        if geom is None or geom.is_empty:
+            continue
+        positive = str(lab).strip().lower() not in ("0", "neg", "negative", "false", "-")
+        x0, y0, x1, y1 = geom.bounds
+        if x1 <= x0 or y1 <= y0:
+            raise InputDataError(f"--box-file {path}: a feature has no area (a point or line): draw boxes")
+        out.append(GeoBox(x0, y0, x1, y1, positive))
+    return out

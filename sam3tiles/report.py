@@ -1,0 +1,83 @@
+"""The end-of-run report: tiles done / resumed / skipped / failed / saturated, objects, seconds per stage."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import __version__
+
+STAGES = ("read", "prompt", "encode", "decode", "vectorize", "merge", "write")
+
+
+@dataclass
+class RunReport:
+    version: str = __version__
+    inputs: list = field(default_factory=list)
+    output: str | None = None
+    backend: str = ""
+    model: str = ""
+    parameters: dict = field(default_factory=dict)
+    tiles: int = 0
+    done: int = 0
+    resumed: int = 0
+    skipped: int = 0
+    failed: int = 0
+    saturated: int = 0
+    failed_tiles: list = field(default_factory=list)  # [{"source", "tile", "row", "col", "error"}]
+    saturated_tiles: list = field(default_factory=list)
+    objects: int = 0
+    objects_by_prompt: dict = field(default_factory=dict)
+    unusable_prompts: list = field(default_factory=list)
+    boxes_outside: int = 0
+    merge: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=lambda: {s: 0.0 for s in STAGES})
+    wall_seconds: float = 0.0
+    runtime_counters: dict = field(default_factory=dict)
+    dashboard: str | None = None
+
+    @property
+    def tiles_per_second(self) -> float:
+        return (self.done + self.skipped) / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["tiles_per_second"] = round(self.tiles_per_second, 3)
+        d["seconds"] = {k: round(v, 3) for k, v in self.seconds.items()}
+        d["wall_seconds"] = round(self.wall_seconds, 3)
+        return d
+
+    def write_json(self, path: str | os.PathLike) -> Path:
+        from .output import atomic_path
+
+        p = Path(path)
+        with atomic_path(p) as tmp:
+            tmp.write_text(json.dumps(self.as_dict(), indent=2, default=str))
+        return p
+
+    def summary(self) -> str:
+        """A few lines for the terminal."""
+        m = self.merge
+        lines = [
+            f"tiles: {self.tiles} total, {self.done} done, {self.resumed} resumed, {self.skipped} skipped (nodata), "
+            f"{self.failed} failed, {self.saturated} saturated",
+            "objects: " + str(self.objects) + (" (" + ", ".join(f"{k}: {v}" for k, v in self.objects_by_prompt.items())
+                                               + ")" if self.objects_by_prompt else ""),
+        ]
+        if m:
+            lines.append(f"merge: {m.get('pieces', 0)} pieces -> {m.get('objects', 0)} objects; "
+                         f"{m.get('links', 0)} links, {m.get('stitched', 0)} stitched, "
+                         f"{m.get('duplicates_dropped', 0)} duplicates dropped, largest group "
+                         f"{m.get('largest_group', 0)}, rule violations {m.get('rule_violations', 0)}")
+        secs = ", ".join(f"{k} {v:.2f}" for k, v in self.seconds.items() if v > 0)
+        lines.append(f"seconds: {secs or '-'}; wall {self.wall_seconds:.2f} ({self.tiles_per_second:.2f} tiles/s)"
+                     + ("; read/encode/decode/vectorize are summed over tiles" if self.tiles > 1 else ""))
+        for t in self.failed_tiles[:10]:
+            lines.append(f"failed tile {t.get('tile')} of {t.get('source')}: {t.get('error')}")
+        for p in self.unusable_prompts:
+            lines.append(f"prompt finds nothing: {p}")
+        if self.boxes_outside:
+            lines.append(f"{self.boxes_outside} example box(es) lie outside every tile and were not used")
+        return "\n".join(lines)

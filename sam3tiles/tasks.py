@@ -1,0 +1,158 @@
+"""The per-tile tasks of the Dask graph: read -> infer (encode once, decode every prompt) -> vectorize.
+
+Module-level functions with small picklable arguments, so they run in this process or on any
+dask.distributed worker. The image embedding never leaves `infer_task`: it is computed, used for every
+prompt and dropped there; what travels on is a few kilobytes of cropped masks per object.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .backends import RuntimeSpec, get_runtime
+from .grid import Tile
+from .runtime import MAX_QUERIES, ExampleBox, PreparedPrompt, TileImage
+from .source import RasterSource, Stretch
+from .vectorize import EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, pieces_from_crops
+
+#: A tile whose decoder pass returns at least this many objects is reported as saturated (SAM 3 keeps
+#: at most 200 queries per input).
+SATURATION = int(0.95 * MAX_QUERIES)
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """How to open one input on any worker."""
+
+    path: str
+    bands: tuple[int, ...]
+    stretch: Stretch | None
+
+
+@dataclass(frozen=True)
+class TilePrompt:
+    """One prompt as one tile sees it: the model text, and the decoder passes' boxes (tile frame)."""
+
+    index: int
+    text: str
+    passes: tuple[tuple[ExampleBox, ...], ...] = ((),)
+
+
+@dataclass
+class InferResult:
+    crops: list[InstanceCrop] = field(default_factory=list)
+    skipped: bool = False
+    saturated: bool = False
+    seconds: dict = field(default_factory=dict)
+    unusable_prompts: tuple[str, ...] = ()
+
+
+@dataclass
+class TileResult:
+    """What a tile contributes to the merge, plus its bookkeeping. Small: polygons and numbers."""
+
+    tile_index: int
+    pieces: Pieces
+    skipped: bool = False
+    saturated: bool = False
+    seconds: dict = field(default_factory=dict)
+    unusable_prompts: tuple[str, ...] = ()
+
+
+_local = threading.local()
+
+
+def _open_source(spec: SourceSpec) -> RasterSource:
+    # one open dataset per thread: GDAL handles must not be shared across threads
+    cache = getattr(_local, "sources", None)
+    if cache is None:
+        cache = _local.sources = {}
+    src = cache.get(spec)
+    if src is None:
+        src = cache[spec] = RasterSource(spec.path, bands=spec.bands, stretch=spec.stretch)
+    return src
+
+
+def read_task(spec: SourceSpec, tile: Tile) -> tuple[TileImage | None, float]:
+    """The tile's model input, or None when every pixel is nodata (the tile is skipped)."""
+    t0 = time.perf_counter()
+    image = _open_source(spec).read_tile(tile)
+    if not image.valid.any():
+        return None, time.perf_counter() - t0
+    return image, time.perf_counter() - t0
+
+
+_prep_lock = threading.Lock()
+_prepared: dict[tuple[RuntimeSpec, str], PreparedPrompt] = {}
+
+
+def prepared_prompt(spec: RuntimeSpec, text: str) -> tuple[PreparedPrompt, float]:
+    """The prompt's encoding, computed once per process and reused for every tile."""
+    key = (spec, text)
+    p = _prepared.get(key)
+    if p is not None:
+        return p, 0.0
+    with _prep_lock:
+        p = _prepared.get(key)
+        if p is not None:
+            return p, 0.0
+        t0 = time.perf_counter()
+        p = get_runtime(spec).prepare_prompt(text)
+        _prepared[key] = p
+        return p, time.perf_counter() - t0
+
+
+def infer_task(spec: RuntimeSpec, read: tuple[TileImage | None, float], prompts: Sequence[TilePrompt],
+               valid_wh: tuple[int, int]) -> InferResult:
+    """Encode the tile once, decode every prompt (and box pass) on that embedding, crop the masks."""
+    image, read_s = read
+    res = InferResult(seconds={"read": read_s, "encode": 0.0, "prompt": 0.0, "decode": 0.0})
+    if image is None:
+        res.skipped = True
+        return res
+    runtime = get_runtime(spec)
+    unusable = []
+    todo = []
+    for tp in prompts:
+        prep, s = prepared_prompt(spec, tp.text)
+        res.seconds["prompt"] += s
+        if not prep.usable:
+            unusable.append(tp.text)
+            continue
+        todo.append((tp, prep))
+    res.unusable_prompts = tuple(unusable)
+    if not todo:
+        return res
+    t0 = time.perf_counter()
+    emb = runtime.encode(image)
+    res.seconds["encode"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    holes = None if image.valid[: valid_wh[1], : valid_wh[0]].all() else image.valid
+    for tp, prep in todo:
+        for pi, boxes in enumerate(tp.passes):
+            det = runtime.decode(emb, prep, boxes)
+            if len(det) >= SATURATION:
+                res.saturated = True
+            res.crops.extend(crop_detections(det, tp.index, pi, valid_wh, holes))
+    res.seconds["decode"] = time.perf_counter() - t0
+    del emb
+    return res
+
+
+def vectorize_task(infer: InferResult, tile: Tile, edge_margin: int = EDGE_MARGIN) -> TileResult:
+    """Polygons in the source CRS for one tile's crops."""
+    t0 = time.perf_counter()
+    pieces = pieces_from_crops(infer.crops, tile, edge_margin) if infer.crops else Pieces()
+    seconds = dict(infer.seconds)
+    seconds["vectorize"] = time.perf_counter() - t0
+    return TileResult(tile.index, pieces, infer.skipped, infer.saturated, seconds, infer.unusable_prompts)
+
+
+def run_tile_inline(src: SourceSpec, spec: RuntimeSpec, tile: Tile, prompts: Sequence[TilePrompt],
+                    edge_margin: int = EDGE_MARGIN) -> TileResult:
+    """All three tasks in a row, no Dask (used by tests and by the plain-loop benchmark)."""
+    return vectorize_task(infer_task(spec, read_task(src, tile), prompts, tile.valid_wh), tile, edge_margin)
+
