@@ -28,7 +28,7 @@ from .merge import MergeStats, merge_pieces, tile_frame
 from .output import NO_CRS_NOTE, check_output, output_lock, write_vector
 from .prompts import GeoBox, Prompt, box_passes, boxes_outside, build_prompts, raster_bounds, read_box_file, tile_boxes
 from .report import RunReport
-from .source import RasterSource, parse_bands
+from .source import RasterSource, open_source, parse_bands
 from .tasks import SourceSpec, TilePrompt, TileResult, infer_task, read_task, vectorize_task
 from .vectorize import EDGE_MARGIN, Pieces
 
@@ -140,7 +140,7 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
               store: TileStore | None, progress_bar=None) -> InputResult:
     """Segment one raster through `engine`; returns its merged objects (not yet written)."""
     spec = opts.runtime_spec()
-    with RasterSource(path, bands=opts.bands) as src:
+    with open_source(path, bands=opts.bands) as src:
         source = SourceSpec(src.path, src.bands, src.stretch)
         tiles, overlap = tiles_of(src, opts)
         crs = src.crs
@@ -320,7 +320,7 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     # open every input once before any work: bad files fail fast with their own message
     crs0 = None
     for i, path in enumerate(paths):
-        with RasterSource(path, bands=opts.bands) as src:
+        with open_source(path, bands=opts.bands) as src:
             if i == 0:
                 crs0 = src.crs
     if box_file:

@@ -6,14 +6,14 @@ import geopandas as gpd
 
 from .merge import tile_frame
 from .pipeline import Options, tiles_of
-from .source import RasterSource
+from .source import open_source
 
 
 def plan(path: str, opts: Options | None = None, check_nodata: bool = True) -> gpd.GeoDataFrame:
     """One row per tile: index, row, col, offsets, valid size, has_data; geometry = the tile's window in
     the CRS (column `core` holds the part the tile owns, as WKT)."""
     opts = opts or Options()
-    with RasterSource(path, bands=opts.bands) as src:
+    with open_source(path, bands=opts.bands) as src:
         tiles, overlap = tiles_of(src, opts)
         rows = []
         for t in tiles:

@@ -15,7 +15,7 @@ from typing import Sequence
 from .backends import RuntimeSpec, get_runtime
 from .grid import Tile
 from .runtime import MAX_QUERIES, ExampleBox, PreparedPrompt, TileImage
-from .source import RasterSource, Stretch
+from .source import RasterSource, Stretch, open_source
 from .vectorize import EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, pieces_from_crops
 
 #: A tile whose decoder pass returns at least this many objects is reported as saturated (SAM 3 keeps
@@ -72,7 +72,7 @@ def _open_source(spec: SourceSpec) -> RasterSource:
         cache = _local.sources = {}
     src = cache.get(spec)
     if src is None:
-        src = cache[spec] = RasterSource(spec.path, bands=spec.bands, stretch=spec.stretch)
+        src = cache[spec] = open_source(spec.path, bands=spec.bands, stretch=spec.stretch)
     return src
 
 

@@ -20,14 +20,14 @@ def plan(input, tile_size, overlap, scale, gsd, bands, squash, out, prompts, ove
     from ..output import check_output, write_vector
     from ..pipeline import Options
     from ..plan import plan as make_plan
-    from ..source import RasterSource, parse_bands
+    from ..source import open_source, parse_bands
 
     opts = Options(tile_size=tile_size, overlap=overlap, scale=scale, gsd=gsd, bands=parse_bands(bands),
                    squash=squash)
     if out:
         check_output(out, overwrite)
     grid = make_plan(input, opts)
-    with RasterSource(input, bands=opts.bands) as src:
+    with open_source(input, bands=opts.bands) as src:
         click.echo(f"{input}: {src.width} x {src.height} px, {src.dataset.count} band(s) {src.dtype}, "
                    f"CRS {src.crs.to_string() if src.crs else 'none (pixel coordinates)'}")
         click.echo(f"bands used: {','.join(map(str, src.bands))}; stretch: "
