@@ -1,0 +1,715 @@
+"""SAM 3 ONNX model files: where they live, how to download and check them, and the graph contract.
+
+The model directory defaults to ``<user cache>/sam3tiles/sam3-onnx-v0.3.0`` and is overridden by the
+environment variable ``SAM3TILES_MODEL_DIR`` or an explicit directory. Files are downloaded only by
+``sam3tiles model fetch`` (`fetch`); a run never downloads anything.
+
+Pinned release (the one osam 0.4.0 to 0.8.1 runs): Hugging Face ``wkentaro/sam3-onnx-models-v0.3.0`` at
+revision ``895f3980b24a88249898cbe5a44571b15dec2a7f``, about 3.4 GB. The weights are under Meta's SAM
+License; ``fetch`` writes a notice (``LICENSE-SAM.txt``) beside them. The CLIP vocabulary is OpenAI's
+(MIT). ``SAM3TILES_MODEL_URL`` (or ``base_url=``) replaces every file's URL by ``<base>/<file name>``,
+for mirrors and tests.
+
+The contract (`CONTRACT`, `check_graph`) is what `backends.onnx.OnnxRuntime` checks at load and what
+``sam3tiles model info`` reports; `read_graph_io` reads a graph's inputs and outputs straight from the
+``.onnx`` protobuf (no ``onnx`` package, weights never loaded).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import shlex
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .errors import ContractError, ModelError, ModelNotFoundError
+
+MODEL_VERSION = "v0.3.0"
+MODEL_DIR_ENV = "SAM3TILES_MODEL_DIR"
+MODEL_URL_ENV = "SAM3TILES_MODEL_URL"
+HF_REPO = "wkentaro/sam3-onnx-models-v0.3.0"
+HF_REVISION = "895f3980b24a88249898cbe5a44571b15dec2a7f"
+HF_BASE_URL = f"https://huggingface.co/{HF_REPO}/resolve/{HF_REVISION}"
+
+IMAGE_ENCODER = "sam3_image_encoder.onnx"
+LANGUAGE_ENCODER = "sam3_language_encoder.onnx"
+DECODER = "sam3_decoder.onnx"
+POINT_DECODER = "sam3_point_decoder.onnx"
+VOCAB_NAME = "bpe_simple_vocab_16e6.txt.gz"
+LICENSE_NOTICE = "LICENSE-SAM.txt"
+
+SAM_LICENSE_NAME = "SAM License"
+SAM_LICENSE_URL = "https://github.com/facebookresearch/sam3/blob/main/LICENSE"
+CLIP_LICENSE_URL = "https://github.com/openai/CLIP/blob/main/LICENSE"
+# OpenAI CLIP's vocabulary, the very file osam ships as osam/_models/yoloworld/clip/ (MIT). "main" is a
+# branch, not a revision: the pinned sha256 below catches any change.
+VOCAB_URL = "https://github.com/openai/CLIP/raw/main/clip/bpe_simple_vocab_16e6.txt.gz"
+VOCAB_SHA256 = "924691ac288e54409236115652ad4aa250f48203de50a9e4722a6ecd48d6804a"
+
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One file of the model directory: name, where to get it, its pinned sha256, its licence."""
+
+    name: str
+    url: str
+    sha256: str
+    licence: str = SAM_LICENSE_NAME
+
+
+def _hf(name: str, sha256: str) -> ModelFile:
+    return ModelFile(name, f"{HF_BASE_URL}/{name}", sha256)
+
+
+#: Every file of the pinned v0.3.0 model directory (sha256 from the release, see the contract).
+MANIFEST: tuple[ModelFile, ...] = (
+    _hf(IMAGE_ENCODER, "c6f3769e9d42573806c34b663d6100b3827a4c0ecba6f45dbf39b8f3906be725"),
+    _hf(IMAGE_ENCODER + ".data", "03bd50b0703e2b04e2193ca831b7f9d5ecf40bc5287cc59b1970f56ab800c995"),
+    _hf(LANGUAGE_ENCODER, "b3b465935c9bf4cf5efd950589741f3da5eec9e9bfe459576989cbe565331b53"),
+    _hf(LANGUAGE_ENCODER + ".data", "1b03dabc657c1f2887d1b8ce2a3537467d4c033ea1f8c8be141fbca55e4b95f7"),
+    _hf(DECODER, "bbc216dbf3de4742f692c2a0a0fd215ea8957956002a05f28150040a88b5dc1a"),
+    ModelFile(VOCAB_NAME, VOCAB_URL, VOCAB_SHA256, licence="MIT (OpenAI CLIP)"),
+)
+#: Files a runtime cannot start without (the vocabulary may also come from elsewhere, see tokenizer).
+REQUIRED_GRAPH_FILES = (IMAGE_ENCODER, IMAGE_ENCODER + ".data", LANGUAGE_ENCODER, LANGUAGE_ENCODER + ".data",
+                        DECODER)
+
+
+# --------------------------------------------------------------------------------------------------
+# directories
+
+
+def default_model_dir() -> Path:
+    """``<user cache dir>/sam3tiles/sam3-onnx-v0.3.0``."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("sam3tiles")) / f"sam3-onnx-{MODEL_VERSION}"
+
+
+def resolve_model_dir(directory: str | os.PathLike[str] | None = None) -> Path:
+    """The model directory: `directory` if given, else ``$SAM3TILES_MODEL_DIR``, else the default."""
+    if directory is not None and str(directory) != "":
+        return Path(directory).expanduser()
+    env = os.environ.get(MODEL_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    return default_model_dir()
+
+
+def fetch_command(directory: str | os.PathLike[str]) -> str:
+    """The exact command that downloads the model into `directory`."""
+    return f"sam3tiles model fetch --dir {shlex.quote(str(directory))}"
+
+
+def require_model(directory: str | os.PathLike[str] | None = None) -> Path:
+    """The model directory, after checking every file a run needs is there (never downloads).
+
+    Raises ModelNotFoundError naming each missing file and the fetch command.
+    """
+    d = resolve_model_dir(directory)
+    missing = [name for name in REQUIRED_GRAPH_FILES if not (d / name).is_file()]
+    from .tokenizer import find_vocab
+
+    try:
+        find_vocab(d)
+    except ModelNotFoundError:
+        missing.append(VOCAB_NAME)
+    if missing:
+        where = "does not exist" if not d.exists() else f"lacks {', '.join(missing)}"
+        raise ModelNotFoundError(
+            f"the SAM 3 model directory {d} {where}. sam3tiles never downloads during a run; download "
+            f"the model once (about 3.4 GB) with:\n    {fetch_command(d)}\n"
+            f"or point --model-dir / ${MODEL_DIR_ENV} at a directory that holds it")
+    return d
+
+
+def manifest(base_url: str | None = None, files: Sequence[ModelFile] | None = None) -> tuple[ModelFile, ...]:
+    """The files to fetch; with `base_url` (or ``$SAM3TILES_MODEL_URL``) each URL is ``<base>/<name>``."""
+    entries = tuple(files) if files is not None else MANIFEST
+    base = base_url or os.environ.get(MODEL_URL_ENV)
+    if base:
+        base = base.rstrip("/")
+        entries = tuple(replace(f, url=f"{base}/{f.name}") for f in entries)
+    return entries
+
+
+# --------------------------------------------------------------------------------------------------
+# download
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+LICENSE_TEXT = f"""\
+SAM 3 model weights: licence notice (written by sam3tiles model fetch)
+
+The files sam3_image_encoder.onnx(.data), sam3_language_encoder.onnx(.data) and sam3_decoder.onnx in this
+directory are an ONNX export of Meta's SAM 3 weights (Hugging Face {HF_REPO},
+revision {HF_REVISION}). The weights are licensed under Meta's {SAM_LICENSE_NAME}:
+
+    {SAM_LICENSE_URL}
+
+You must read and accept the {SAM_LICENSE_NAME} before using these files. Whoever redistributes them must
+ship that licence with them. sam3tiles itself is MIT licensed and does not include the weights.
+
+{VOCAB_NAME} is OpenAI CLIP's BPE vocabulary, MIT License, Copyright (c) 2021 OpenAI:
+    {CLIP_LICENSE_URL}
+"""
+
+
+def _default_echo(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class _Retryable(Exception):
+    """A download attempt that failed in a way worth another try (the .part may be kept)."""
+
+
+def _stream(f: ModelFile, part: Path, progress: bool, timeout: float) -> str:
+    """Download `f.url` into `part` (resuming from its current size); returns the sha256 of the part."""
+    from tqdm import tqdm
+
+    have = part.stat().st_size if part.exists() else 0
+    request = urllib.request.Request(f.url, headers={"User-Agent": "sam3tiles-model-fetch"})
+    if have:
+        request.add_header("Range", f"bytes={have}-")
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        if exc.code == 416 and have:  # asked beyond the end: the part is already whole (or too long)
+            return sha256_file(part)
+        raise
+    with response:
+        h = hashlib.sha256()
+        content_range = response.headers.get("Content-Range", "")
+        if have and response.status == 206 and content_range.startswith(f"bytes {have}-"):
+            mode = "ab"
+            with open(part, "rb") as fh:  # hash what is already there, then keep hashing as we append
+                while chunk := fh.read(_CHUNK):
+                    h.update(chunk)
+        else:  # no partial file, or a server that ignored the Range header: start over
+            have = 0
+            mode = "wb"
+        length = response.headers.get("Content-Length")
+        expected = have + int(length) if length is not None and length.isdigit() else None
+        written = have
+        with open(part, mode) as out, tqdm(total=expected, initial=have, unit="B", unit_scale=True,
+                                           unit_divisor=1024, desc=f.name, disable=not progress,
+                                           leave=True, file=sys.stderr) as bar:
+            while chunk := response.read(_CHUNK):
+                out.write(chunk)
+                h.update(chunk)
+                written += len(chunk)
+                bar.update(len(chunk))
+        if expected is not None and written < expected:
+            raise _Retryable(f"the connection closed after {written} of {expected} bytes")
+    return h.hexdigest()
+
+
+def _download(f: ModelFile, dest: Path, *, progress: bool, retries: int, backoff: float, timeout: float,
+              echo: Callable[[str], None]) -> None:
+    part = dest.with_name(dest.name + ".part")
+    attempts = 1 + max(0, retries)
+    last = ""
+    for attempt in range(attempts):
+        if attempt:
+            delay = backoff * 2 ** (attempt - 1)
+            echo(f"retrying {f.name} in {delay:.1f} s ({last})")
+            time.sleep(delay)
+        try:
+            digest = _stream(f, part, progress, timeout)
+        except urllib.error.HTTPError as exc:
+            last = f"HTTP {exc.code} {exc.reason}"
+            if exc.code in (401, 403, 404, 410):  # the URL is wrong: more tries will not help
+                break
+            continue
+        except (_Retryable, urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+            last = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
+            continue
+        if digest == f.sha256:
+            os.replace(part, dest)
+            return
+        last = (f"sha256 mismatch: got {digest[:16]}..., expected {f.sha256[:16]}... (an error page or a "
+                f"corrupt transfer)")
+        part.unlink(missing_ok=True)
+    raise ModelError(
+        f"could not download {f.name} from {f.url} after {attempt + 1} attempt(s): {last}. Check the "
+        f"network or the URL (${MODEL_URL_ENV}), then run `{fetch_command(dest.parent)}` again; "
+        f"finished files are kept and a partial download resumes")
+
+
+def fetch(directory: str | os.PathLike[str] | None = None, progress: bool = True, retries: int = 3, *,
+          base_url: str | None = None, files: Sequence[ModelFile] | None = None, backoff: float = 2.0,
+          timeout: float = 60.0, echo: Callable[[str], None] | None = None) -> Path:
+    """Download every model file into the model directory, verified by sha256; returns the directory.
+
+    Files already present with the right hash are kept. A download goes to ``<name>.part``, resumes
+    with an HTTP Range request, is retried `retries` times with exponential backoff, is checked
+    against the pinned sha256 (a mismatch deletes the part and retries) and is renamed into place
+    only when whole. Writes ``LICENSE-SAM.txt`` and prints the SAM License notice.
+    """
+    echo = echo or _default_echo
+    d = resolve_model_dir(directory)
+    entries = manifest(base_url, files)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        (d / LICENSE_NOTICE).write_text(LICENSE_TEXT, encoding="utf-8")
+    except OSError as exc:
+        raise ModelError(f"cannot write to the model directory {d}: {exc}. Choose a writable directory "
+                         f"with --dir or ${MODEL_DIR_ENV}") from exc
+    echo(f"NOTICE: the SAM 3 weights are licensed under Meta's {SAM_LICENSE_NAME} ({SAM_LICENSE_URL}); "
+         f"by downloading and using them you accept it. See {d / LICENSE_NOTICE}.")
+    for f in entries:
+        dest = d / f.name
+        if dest.is_file():
+            if sha256_file(dest) == f.sha256:
+                echo(f"{f.name}: present, sha256 ok")
+                continue
+            echo(f"{f.name}: present but its sha256 does not match, downloading it again")
+            dest.unlink()
+        echo(f"{f.name}: downloading from {f.url}")
+        _download(f, dest, progress=progress, retries=retries, backoff=backoff, timeout=timeout, echo=echo)
+        echo(f"{f.name}: done, sha256 ok")
+    echo(f"model ready in {d}")
+    return d
+
+
+# --------------------------------------------------------------------------------------------------
+# verify
+
+
+@dataclass
+class FileCheck:
+    name: str
+    expected_sha256: str
+    size: int | None = None
+    sha256: str | None = None
+    partial_bytes: int | None = None  # size of a leftover <name>.part
+
+    @property
+    def status(self) -> str:
+        if self.sha256 is None:
+            return "missing"
+        return "ok" if self.sha256 == self.expected_sha256 else "mismatch"
+
+
+@dataclass
+class VerifyReport:
+    directory: Path
+    files: list[FileCheck] = field(default_factory=list)
+
+    @property
+    def missing(self) -> list[str]:
+        return [f.name for f in self.files if f.status == "missing"]
+
+    @property
+    def mismatched(self) -> list[str]:
+        return [f.name for f in self.files if f.status == "mismatch"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing and not self.mismatched
+
+    def format(self) -> str:
+        lines = [f"model directory: {self.directory}"]
+        for f in self.files:
+            size = "-" if f.size is None else f"{f.size:,} B"
+            extra = f" (partial download: {f.partial_bytes:,} B)" if f.partial_bytes else ""
+            sha = f.sha256 or "-"
+            lines.append(f"  {f.status:8s} {f.name:36s} {size:>18s}  sha256 {sha}{extra}")
+            if f.status == "mismatch":
+                lines.append(f"  {'':8s} {'':36s} {'':>18s}  expected {f.expected_sha256}")
+        if self.ok:
+            lines.append("all files present, sha256 ok")
+        else:
+            if self.missing:
+                lines.append(f"missing: {', '.join(self.missing)}")
+            if self.mismatched:
+                lines.append(f"sha256 mismatch: {', '.join(self.mismatched)}")
+            lines.append(f"fix: {fetch_command(self.directory)}")
+        return "\n".join(lines)
+
+
+def verify(directory: str | os.PathLike[str] | None = None,
+           files: Sequence[ModelFile] | None = None) -> VerifyReport:
+    """Size and sha256 of every manifest file in the model directory (hashes the whole 3.4 GB)."""
+    d = resolve_model_dir(directory)
+    report = VerifyReport(d)
+    for f in files if files is not None else MANIFEST:
+        check = FileCheck(f.name, f.sha256)
+        path = d / f.name
+        if path.is_file():
+            check.size = path.stat().st_size
+            check.sha256 = sha256_file(path)
+        part = path.with_name(path.name + ".part")
+        if part.is_file():
+            check.partial_bytes = part.stat().st_size
+        report.files.append(check)
+    return report
+
+
+# --------------------------------------------------------------------------------------------------
+# the contract
+
+#: A dimension: an int is fixed, "B" is the box slot count (one value per graph), other strings are free.
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # numpy-style: float32, uint8, int64, bool, ...
+    shape: tuple[Dim, ...]
+
+    def describe(self) -> str:
+        dims = ",".join("?" if d is None else str(d) for d in self.shape)
+        return f"{self.name} {self.dtype} [{dims}]"
+
+
+def _spec(name: str, dtype: str, *shape: Dim) -> TensorSpec:
+    return TensorSpec(name, dtype, tuple(shape))
+
+
+_F = "float32"
+#: Graph key -> (file name, inputs, outputs in the published order), as in the SAM 3 ONNX contract.
+CONTRACT: dict[str, tuple[str, tuple[TensorSpec, ...], tuple[TensorSpec, ...]]] = {
+    "image_encoder": (IMAGE_ENCODER, (
+        _spec("image", "uint8", 3, 1008, 1008),
+    ), (
+        _spec("vision_pos_enc_0", _F, 1, 256, 288, 288),
+        _spec("vision_pos_enc_1", _F, 1, 256, 144, 144),
+        _spec("vision_pos_enc_2", _F, 1, 256, 72, 72),
+        _spec("backbone_fpn_0", _F, 1, 256, 288, 288),
+        _spec("backbone_fpn_1", _F, 1, 256, 144, 144),
+        _spec("backbone_fpn_2", _F, 1, 256, 72, 72),
+    )),
+    "language_encoder": (LANGUAGE_ENCODER, (
+        _spec("tokens", "int64", 1, 32),
+    ), (
+        _spec("text_attention_mask", "bool", 1, 32),
+        _spec("text_memory", _F, 32, 1, 256),
+        _spec("text_embeds", _F, 32, 1, 1024),
+    )),
+    "decoder": (DECODER, (
+        _spec("vision_pos_enc_2", _F, 1, 256, 72, 72),
+        _spec("backbone_fpn_0", _F, 1, 256, 288, 288),
+        _spec("backbone_fpn_1", _F, 1, 256, 144, 144),
+        _spec("backbone_fpn_2", _F, 1, 256, 72, 72),
+        _spec("language_mask", "bool", 1, 32),
+        _spec("language_features", _F, 32, 1, 256),
+        _spec("box_coords", _F, "B", 1, 4),
+        _spec("box_labels", "int64", "B", 1),
+        _spec("box_masks", "bool", 1, "B"),
+    ), (
+        _spec("boxes", _F, "N", 4),
+        _spec("scores", _F, "N"),
+        _spec("masks", _F, "N", 1, 288, 288),
+    )),
+}
+#: The encoder outputs the decoder reads (the only ones `encode` asks for).
+EMBEDDING_OUTPUTS = ("vision_pos_enc_2", "backbone_fpn_0", "backbone_fpn_1", "backbone_fpn_2")
+#: Extra image-encoder outputs of the later 16-slot layout (for the point decoder; unused here).
+LATER_ENCODER_OUTPUTS = ("image_embeddings", "high_res_features1", "high_res_features2")
+
+_ORT_DTYPES = {"float": "float32", "double": "float64", "float16": "float16", "bfloat16": "bfloat16"}
+
+
+def normalise_dtype(dtype: str) -> str:
+    """numpy-style name for an onnxruntime type string ("tensor(float)" -> "float32")."""
+    if dtype.startswith("tensor(") and dtype.endswith(")"):
+        inner = dtype[7:-1]
+        return _ORT_DTYPES.get(inner, inner)
+    return dtype
+
+
+@dataclass
+class ContractCheck:
+    """The result of checking one graph: every difference, and the box slot count it implies."""
+
+    graph: str
+    differences: list[str]
+    box_slots: int | None = None
+
+
+def check_graph(graph: str, inputs: Iterable[TensorSpec], outputs: Iterable[TensorSpec]) -> ContractCheck:
+    """Compare a graph's inputs and outputs with `CONTRACT[graph]`; list every difference.
+
+    Inputs must match exactly by name (an extra input would go unfed); outputs must include the
+    contract's (extra outputs are allowed). Dtypes and ranks must match; fixed sizes must match where
+    the graph states a number (a symbolic dimension is accepted). "B" must be one number in the graph.
+    """
+    file_name, want_in, want_out = CONTRACT[graph]
+    got_in = {t.name: t for t in inputs}
+    got_out = {t.name: t for t in outputs}
+    diffs: list[str] = []
+    slots: dict[str, int] = {}
+
+    def compare(kind: str, want: TensorSpec, got: TensorSpec) -> None:
+        where = f"{file_name}: {kind} {want.name!r}"
+        if normalise_dtype(got.dtype) != want.dtype:
+            diffs.append(f"{where} is {normalise_dtype(got.dtype)}, the contract says {want.dtype}")
+        if len(got.shape) != len(want.shape):
+            diffs.append(f"{where} has rank {len(got.shape)} {list(got.shape)}, the contract says rank "
+                         f"{len(want.shape)} {list(want.shape)}")
+            return
+        for axis, (w, g) in enumerate(zip(want.shape, got.shape)):
+            if isinstance(w, int) and isinstance(g, int) and w != g:
+                diffs.append(f"{where} has size {g} on axis {axis}, the contract says {w}")
+            elif w == "B" and isinstance(g, int):
+                slots[f"{want.name}[{axis}]"] = g
+
+    for want in want_in:
+        if want.name in got_in:
+            compare("input", want, got_in[want.name])
+        else:
+            diffs.append(f"{file_name}: input {want.name!r} is missing (the graph's inputs are "
+                         f"{', '.join(got_in) or 'none'})")
+    expected_names = {w.name for w in want_in}
+    for name in got_in:
+        if name not in expected_names:
+            diffs.append(f"{file_name}: unexpected input {name!r}, which the contract does not have")
+    for want in want_out:
+        if want.name in got_out:
+            compare("output", want, got_out[want.name])
+        else:
+            diffs.append(f"{file_name}: output {want.name!r} is missing (the graph's outputs are "
+                         f"{', '.join(got_out) or 'none'})")
+    box_slots = None
+    if slots:
+        values = set(slots.values())
+        if len(values) > 1:
+            diffs.append(f"{file_name}: the box slot count differs between inputs: "
+                         + ", ".join(f"{k}={v}" for k, v in slots.items()))
+        elif min(values) < 1:
+            diffs.append(f"{file_name}: the box slot count is {min(values)}, it must be at least 1")
+        else:
+            box_slots = values.pop()
+    return ContractCheck(graph, diffs, box_slots)
+
+
+def raise_for_differences(checks: Sequence[ContractCheck], directory: Path) -> None:
+    """One ContractError listing every difference of every graph, if there is any."""
+    diffs = [d for c in checks for d in c.differences]
+    if diffs:
+        raise ContractError(
+            f"the model in {directory} does not fit the SAM 3 ONNX contract ({len(diffs)} "
+            f"difference{'s' if len(diffs) != 1 else ''}):\n  - " + "\n  - ".join(diffs) +
+            f"\nsam3tiles runs the published sam3-onnx files unchanged: check them with `sam3tiles model "
+            f"verify {shlex.quote(str(directory))}` and download them again with `{fetch_command(directory)}`")
+
+
+# --------------------------------------------------------------------------------------------------
+# reading a graph's interface from the protobuf (no onnx package, external weights untouched)
+
+_ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
+                8: "string", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64",
+                14: "complex64", 15: "complex128", 16: "bfloat16"}
+
+
+@dataclass
+class GraphIO:
+    path: Path
+    ir_version: int | None
+    opsets: dict[str, int]
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+
+def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 70:
+            raise ValueError("bad varint")
+
+
+def _fields(buf: memoryview):
+    """(field number, wire type, value) of one protobuf message; length-delimited values as views."""
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 1:
+            value, pos = bytes(buf[pos:pos + 8]), pos + 8
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            if pos + length > n:
+                raise ValueError("truncated field")
+            value, pos = buf[pos:pos + length], pos + length
+        elif wire == 5:
+            value, pos = bytes(buf[pos:pos + 4]), pos + 4
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        if pos > n:
+            raise ValueError("truncated message")
+        yield number, wire, value
+
+
+def _value_info(buf: memoryview) -> TensorSpec:
+    name, dtype, shape = "", "undefined", []
+    for number, _, value in _fields(buf):
+        if number == 1:
+            name = bytes(value).decode("utf-8")
+        elif number == 2:  # TypeProto
+            for tn, _, tv in _fields(value):
+                if tn != 1:  # only tensor types
+                    continue
+                for fn, _, fv in _fields(tv):
+                    if fn == 1:
+                        dtype = _ONNX_DTYPES.get(fv, f"onnx-type-{fv}")
+                    elif fn == 2:  # TensorShapeProto
+                        for sn, _, sv in _fields(fv):
+                            if sn != 1:
+                                continue
+                            dim: Dim = None
+                            for dn, _, dv in _fields(sv):
+                                if dn == 1:
+                                    dim = dv
+                                elif dn == 2:
+                                    dim = bytes(dv).decode("utf-8")
+                            shape.append(dim)
+    return TensorSpec(name, dtype, tuple(shape))
+
+
+def read_graph_io(path: str | os.PathLike[str]) -> GraphIO:
+    """A graph's inputs (initializers excluded), outputs, IR version and opsets, from the .onnx file."""
+    path = Path(path)
+    try:
+        # Graphs with external weights are small (the published ones are a few MB), so read it whole.
+        return _parse_model(path, memoryview(path.read_bytes()))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise ModelError(f"cannot read {path}: {exc}. The file is missing, truncated or not an ONNX "
+                         f"graph: check it with `sam3tiles model verify` and download it again with "
+                         f"`{fetch_command(path.parent)}`") from exc
+
+
+def _parse_model(path: Path, buf: memoryview) -> GraphIO:
+    ir_version = None
+    opsets: dict[str, int] = {}
+    inputs: list[TensorSpec] = []
+    outputs: list[TensorSpec] = []
+    initializers: set[str] = set()
+    seen_graph = False
+    for number, wire, value in _fields(buf):
+        if number == 1 and wire == 0:
+            ir_version = value
+        elif number == 8 and wire == 2:
+            domain, version = "", 0
+            for on, _, ov in _fields(value):
+                if on == 1:
+                    domain = bytes(ov).decode("utf-8")
+                elif on == 2:
+                    version = ov
+            opsets[domain or "ai.onnx"] = version
+        elif number == 7 and wire == 2:
+            seen_graph = True
+            for gn, gw, gv in _fields(value):
+                if gn == 11 and gw == 2:
+                    inputs.append(_value_info(gv))
+                elif gn == 12 and gw == 2:
+                    outputs.append(_value_info(gv))
+                elif gn == 5 and gw == 2:  # TensorProto: name is field 8
+                    for tn, _, tv in _fields(gv):
+                        if tn == 8:
+                            initializers.add(bytes(tv).decode("utf-8"))
+    if not seen_graph:
+        raise ValueError("no graph in the file")
+    inputs = [t for t in inputs if t.name not in initializers]
+    return GraphIO(path, ir_version, opsets, inputs, outputs)
+
+
+# --------------------------------------------------------------------------------------------------
+# info
+
+
+@dataclass
+class ModelInfo:
+    directory: Path
+    graphs: dict[str, GraphIO]
+    checks: list[ContractCheck]
+    box_slots: int | None
+    point_decoder: bool
+    missing: list[str]
+
+    @property
+    def layout(self) -> str:
+        if self.box_slots is None:
+            return "unknown (no readable decoder)"
+        if self.box_slots == 1:
+            kind = "v0.3.0 layout: 1 box slot"
+        elif self.box_slots == 16:
+            kind = "16-slot layout (as in sam3-onnx v0.6.0)"
+        else:
+            kind = f"{self.box_slots} box slots"
+        return kind + (", point decoder present (unused)" if self.point_decoder else "")
+
+    @property
+    def differences(self) -> list[str]:
+        return [d for c in self.checks for d in c.differences]
+
+    def format(self) -> str:
+        lines = [f"model directory: {self.directory}", f"layout: {self.layout}"]
+        for name, io in self.graphs.items():
+            opsets = ", ".join(f"{k} {v}" for k, v in io.opsets.items())
+            lines.append(f"{name}  (IR {io.ir_version}, opset {opsets})")
+            for t in io.inputs:
+                lines.append(f"  input  {t.describe()}")
+            for t in io.outputs:
+                lines.append(f"  output {t.describe()}")
+        for name in self.missing:
+            lines.append(f"{name}: missing")
+        if self.differences:
+            lines.append("contract differences:")
+            lines.extend(f"  - {d}" for d in self.differences)
+        elif not self.missing:
+            lines.append("contract: every graph fits")
+        return "\n".join(lines)
+
+
+def info(directory: str | os.PathLike[str] | None = None) -> ModelInfo:
+    """Each graph's inputs and outputs (dtype, shape), the contract check, and the layout."""
+    d = resolve_model_dir(directory)
+    graphs: dict[str, GraphIO] = {}
+    checks: list[ContractCheck] = []
+    missing: list[str] = []
+    box_slots = None
+    for key, (file_name, _, _) in CONTRACT.items():
+        path = d / file_name
+        if not path.is_file():
+            missing.append(file_name)
+            continue
+        io = read_graph_io(path)
+        graphs[file_name] = io
+        check = check_graph(key, io.inputs, io.outputs)
+        checks.append(check)
+        if key == "decoder":
+            box_slots = check.box_slots
+    point = d / POINT_DECODER
+    if point.is_file():
+        graphs[POINT_DECODER] = read_graph_io(point)
+    return ModelInfo(d, graphs, checks, box_slots, point.is_file(), missing)
