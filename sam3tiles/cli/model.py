@@ -1,0 +1,98 @@
+"""``sam3tiles model``: download, check and describe the SAM 3 ONNX model files.
+
+The main CLI adds this group with ``cli.add_command(model)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import modelfiles
+from ..errors import ContractError, ModelError, ModelNotFoundError, Sam3TilesError
+
+
+def _errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Print a sam3tiles error as ``Error: <message>`` on stderr and exit with its code (no traceback)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except Sam3TilesError as err:
+            click.echo(f"Error: {err}", err=True)
+            sys.exit(err.exit_code)
+
+    return wrapper
+
+
+_DIR_HELP = (f"model directory (default: ${modelfiles.MODEL_DIR_ENV}, else "
+             f"<user cache>/sam3tiles/sam3-onnx-{modelfiles.MODEL_VERSION})")
+
+
+@click.group()
+def model() -> None:
+    """Download, check and describe the SAM 3 ONNX model files (runs never download)."""
+
+
+@model.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help=_DIR_HELP)
+@click.option("--url", "base_url", default=None, metavar="URL",
+              help=f"download every file from URL/<file name> instead (a mirror; also ${modelfiles.MODEL_URL_ENV})")
+@click.option("--retries", type=click.IntRange(0, 20), default=3, show_default=True,
+              help="extra tries per file after a failed or corrupt download")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="show progress bars")
+@_errors
+def fetch(directory: Path | None, base_url: str | None, retries: int, progress: bool) -> None:
+    """Download the pinned SAM 3 ONNX files (v0.3.0, about 3.4 GB) and verify their sha256.
+
+    Finished files are kept and partial downloads resume, so running it again is cheap. The weights are
+    under Meta's SAM License: a notice is written beside them.
+    """
+    d = modelfiles.fetch(directory, progress=progress, retries=retries, base_url=base_url,
+                         echo=lambda m: click.echo(m, err=True))
+    click.echo(str(d))
+
+
+@model.command()
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@_errors
+def verify(directory: Path | None) -> None:
+    """Check the size and sha256 of every model file in DIRECTORY (exit 4 when any is missing or wrong)."""
+    report = modelfiles.verify(directory)
+    click.echo(report.format())
+    if not report.ok:
+        problems = []
+        if report.missing:
+            problems.append(f"missing {', '.join(report.missing)}")
+        if report.mismatched:
+            problems.append(f"sha256 mismatch for {', '.join(report.mismatched)}")
+        error = ModelError if report.mismatched else ModelNotFoundError
+        raise error(f"the model in {report.directory} is not usable: {'; '.join(problems)}. Fix it "
+                             f"with `{modelfiles.fetch_command(report.directory)}`")
+
+
+@model.command()
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@_errors
+def info(directory: Path | None) -> None:
+    """Show each graph's inputs and outputs (dtype, shape), the contract check and the layout."""
+    result = modelfiles.info(directory)
+    click.echo(result.format())
+    if not result.graphs:
+        raise ModelNotFoundError(f"no SAM 3 graph in {result.directory}: download the model with "
+                             f"`{modelfiles.fetch_command(result.directory)}`")
+    if result.missing:
+        raise ModelNotFoundError(f"{result.directory} lacks {', '.join(result.missing)}: download the model "
+                                 f"with `{modelfiles.fetch_command(result.directory)}`")
+    if result.differences:
+        raise ContractError(f"{len(result.differences)} contract difference(s) in {result.directory} (listed "
+                             f"above): download the published files again with "
+                             f"`{modelfiles.fetch_command(result.directory)}`")
+

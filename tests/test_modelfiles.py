@@ -1,0 +1,433 @@
+"""Model file management: fetch from a local HTTP server (127.0.0.1 only), verify, info, and the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+from onnx_graphs import build_contract_models
+
+from sam3tiles import modelfiles as mf
+from sam3tiles.cli.model import model as model_cli
+from sam3tiles.errors import EXIT_MODEL, ModelError, ModelNotFoundError
+
+# ------------------------------------------------------------------------------------------------
+# a fake model hub
+
+
+class FakeHub:
+    """Serves `files` on 127.0.0.1 with HTTP Range support and scripted faults per file name.
+
+    Faults (consumed one per request): "503" (an error status), "html" (an error page with status 200),
+    "cut" (half the body, then the connection closes).
+    """
+
+    def __init__(self, files: dict[str, bytes]):
+        self.files = files
+        self.faults: dict[str, list[str]] = {}
+        self.log: list[tuple[str, str | None, int]] = []  # (name, Range header, status)
+        self.ignore_range = False
+        hub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep the test output clean
+                pass
+
+            def do_GET(self):
+                name = self.path.lstrip("/")
+                rng = self.headers.get("Range")
+                queue = hub.faults.get(name) or []
+                fault = queue.pop(0) if queue else None
+                body = hub.files.get(name)
+                if fault == "503":
+                    return self._reply(name, rng, 503, b"busy", "text/plain")
+                if fault == "html":
+                    return self._reply(name, rng, 200, b"<html><body>We're sorry, an error occurred.</body></html>",
+                                       "text/html")
+                if body is None:
+                    return self._reply(name, rng, 404, b"not found", "text/plain")
+                start = 0
+                if rng and not hub.ignore_range:
+                    start = int(rng.removeprefix("bytes=").split("-")[0])
+                    if start >= len(body):
+                        return self._reply(name, rng, 416, b"", "text/plain")
+                status = 206 if start else 200
+                extra = {"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"} if start else {}
+                part = body[start:]
+                if fault == "cut":
+                    return self._reply(name, rng, status, part[: len(part) // 2], "application/octet-stream",
+                                       extra, length=len(part))
+                return self._reply(name, rng, status, part, "application/octet-stream", extra)
+
+            def _reply(self, name, rng, status, body, ctype, extra=None, length=None):
+                hub.log.append((name, rng, status))
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body) if length is None else length))
+                for k, v in (extra or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+                self.wfile.flush()
+                self.close_connection = True
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/files"
+        # the files live under /files/<name>
+        self.files = {f"files/{k}": v for k, v in files.items()}
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def requests(self, name: str) -> list[tuple[str | None, int]]:
+        return [(r, s) for n, r, s in self.log if n == f"files/{name}"]
+
+    def fault(self, name: str, *faults: str) -> None:
+        self.faults[f"files/{name}"] = list(faults)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _content(name: str, size: int) -> bytes:
+    return np.random.default_rng(len(name) * 7919 + size).integers(0, 256, size, dtype=np.uint8).tobytes()
+
+
+FAKE_SIZES = {f.name: 40_000 + 17_000 * i for i, f in enumerate(mf.MANIFEST)}
+FAKE = {name: _content(name, size) for name, size in FAKE_SIZES.items()}
+FAKE_MANIFEST = tuple(mf.ModelFile(f.name, f"http://invalid.example/{f.name}", hashlib.sha256(FAKE[f.name]).hexdigest(),
+                                   f.licence) for f in mf.MANIFEST)
+BIG = mf.IMAGE_ENCODER + ".data"
+
+
+@pytest.fixture
+def hub():
+    h = FakeHub(FAKE)
+    yield h
+    h.close()
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for var in (mf.MODEL_DIR_ENV, mf.MODEL_URL_ENV, "SAM3TILES_VOCAB"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def _fetch(d, hub, **kw):
+    kw.setdefault("progress", False)
+    kw.setdefault("backoff", 0.0)
+    kw.setdefault("timeout", 10.0)
+    messages: list[str] = []
+    out = mf.fetch(d, files=FAKE_MANIFEST, base_url=hub.url, echo=messages.append, **kw)
+    return out, messages
+
+
+def _all_there(d: Path) -> None:
+    for name, body in FAKE.items():
+        assert (d / name).read_bytes() == body
+        assert not (d / (name + ".part")).exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# fetch
+
+
+def test_fetch_downloads_verifies_and_writes_the_licence_notice(tmp_path, hub, capsys):
+    d = tmp_path / "model dir"
+    out, messages = _fetch(d, hub, progress=True)
+    assert out == d
+    _all_there(d)
+    notice = (d / mf.LICENSE_NOTICE).read_text()
+    assert mf.SAM_LICENSE_URL in notice and "SAM License" in notice and "accept" in notice
+    assert "Copyright (c) 2021 OpenAI" in notice
+    assert messages[0].startswith("NOTICE") and mf.SAM_LICENSE_URL in messages[0]
+    err = capsys.readouterr().err  # tqdm's progress bars
+    assert mf.DECODER in err and "100%" in err
+    assert mf.verify(d, FAKE_MANIFEST).ok
+    assert all(status == 200 for _, _, status in hub.log) and len(hub.log) == len(FAKE)
+
+
+def test_second_fetch_downloads_nothing(tmp_path, hub):
+    _fetch(tmp_path, hub)
+    hub.log.clear()
+    _, messages = _fetch(tmp_path, hub)
+    assert hub.log == []
+    assert sum("present, sha256 ok" in m for m in messages) == len(FAKE)
+
+
+def test_present_file_with_wrong_hash_is_downloaded_again(tmp_path, hub):
+    _fetch(tmp_path, hub)
+    (tmp_path / mf.DECODER).write_bytes(b"corrupt")
+    hub.log.clear()
+    _fetch(tmp_path, hub)
+    _all_there(tmp_path)
+    assert [n for n, _, _ in hub.log] == [f"files/{mf.DECODER}"]
+
+
+def test_partial_download_resumes_with_range(tmp_path, hub):
+    body = FAKE[BIG]
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / (BIG + ".part")).write_bytes(body[:30_000])
+    _fetch(tmp_path, hub)
+    _all_there(tmp_path)
+    assert hub.requests(BIG) == [("bytes=30000-", 206)]
+
+
+def test_server_that_ignores_range_restarts_cleanly(tmp_path, hub):
+    hub.ignore_range = True
+    (tmp_path / (BIG + ".part")).write_bytes(b"x" * 1000)  # not even a prefix of the file
+    _fetch(tmp_path, hub)
+    _all_there(tmp_path)
+    assert hub.requests(BIG) == [("bytes=1000-", 200)]
+
+
+def test_complete_part_file_is_accepted_after_416(tmp_path, hub):
+    (tmp_path / (BIG + ".part")).write_bytes(FAKE[BIG])
+    _fetch(tmp_path, hub)
+    _all_there(tmp_path)
+    assert hub.requests(BIG) == [(f"bytes={len(FAKE[BIG])}-", 416)]
+
+
+def test_error_page_is_caught_by_the_hash_and_retried(tmp_path, hub):
+    hub.fault(mf.DECODER, "html")
+    _, messages = _fetch(tmp_path, hub)
+    _all_there(tmp_path)
+    assert hub.requests(mf.DECODER) == [(None, 200), (None, 200)]
+    assert any("retrying" in m and "sha256 mismatch" in m for m in messages)
+
+
+def test_server_error_is_retried_and_keeps_the_part(tmp_path, hub):
+    hub.fault(BIG, "cut", "503", "503")
+    _, messages = _fetch(tmp_path, hub, retries=3)
+    _all_there(tmp_path)
+    cut = len(FAKE[BIG]) // 2
+    assert hub.requests(BIG) == [(None, 200), (f"bytes={cut}-", 503), (f"bytes={cut}-", 503),
+                                 (f"bytes={cut}-", 206)]
+    assert any("HTTP 503" in m for m in messages)
+
+
+def test_persistent_hash_mismatch_is_a_model_error(tmp_path, hub):
+    bad = tuple(mf.ModelFile(f.name, f.url, "0" * 64 if f.name == mf.DECODER else f.sha256, f.licence)
+                for f in FAKE_MANIFEST)
+    with pytest.raises(ModelError) as info:
+        mf.fetch(tmp_path, progress=False, retries=2, base_url=hub.url, files=bad, backoff=0.0,
+                 echo=lambda m: None)
+    message = str(info.value)
+    assert "sam3_decoder.onnx" in message and "sha256 mismatch" in message and "3 attempt" in message
+    assert f"sam3tiles model fetch --dir {tmp_path}" in message
+    assert len(hub.requests(mf.DECODER)) == 3
+    assert not (tmp_path / mf.DECODER).exists() and not (tmp_path / (mf.DECODER + ".part")).exists()
+
+
+def test_missing_file_on_the_server_fails_fast(tmp_path, hub):
+    del hub.files[f"files/{mf.DECODER}"]
+    with pytest.raises(ModelError, match="HTTP 404"):
+        _fetch(tmp_path, hub, retries=5)
+    assert hub.requests(mf.DECODER) == [(None, 404)]
+
+
+def test_base_url_from_the_environment(tmp_path, hub, monkeypatch):
+    monkeypatch.setenv(mf.MODEL_URL_ENV, hub.url + "/")
+    mf.fetch(tmp_path, progress=False, files=FAKE_MANIFEST, echo=lambda m: None)
+    _all_there(tmp_path)
+    assert {f.url for f in mf.manifest()} == {f"{hub.url}/{f.name}" for f in mf.MANIFEST}
+
+
+def test_unwritable_directory_is_a_model_error(tmp_path, hub):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ModelError, match="cannot write to the model directory"):
+        _fetch(blocker / "model", hub)
+
+
+# ------------------------------------------------------------------------------------------------
+# the pinned manifest, directories
+
+
+def test_manifest_is_the_release_osam_pins():
+    sam3 = pytest.importorskip("osam._models.sam3._models")
+    blobs = []
+    for blob in sam3.Sam3._blobs.values():
+        blobs.append(blob)
+        blobs.extend(blob.attachments or [])
+    pinned = {b.url.rsplit("/", 1)[1]: (b.url, b.hash.removeprefix("sha256:")) for b in blobs}
+    ours = {f.name: (f.url, f.sha256) for f in mf.MANIFEST if f.name != mf.VOCAB_NAME}
+    assert ours == pinned
+
+
+def test_vocab_hash_is_the_one_osam_ships():
+    from sam3tiles.tokenizer import _osam_vocab
+
+    assert mf.sha256_file(_osam_vocab()) == mf.VOCAB_SHA256
+    vocab = next(f for f in mf.MANIFEST if f.name == mf.VOCAB_NAME)
+    assert vocab.url == "https://github.com/openai/CLIP/raw/main/clip/bpe_simple_vocab_16e6.txt.gz"
+
+
+def test_model_dir_resolution(tmp_path, monkeypatch):
+    default = mf.default_model_dir()
+    assert default.parts[-2:] == ("sam3tiles", "sam3-onnx-v0.3.0")
+    assert mf.resolve_model_dir() == default
+    monkeypatch.setenv(mf.MODEL_DIR_ENV, str(tmp_path / "env"))
+    assert mf.resolve_model_dir() == tmp_path / "env"
+    assert mf.resolve_model_dir(tmp_path / "explicit") == tmp_path / "explicit"
+
+
+def test_require_model_lists_missing_files_and_the_command(tmp_path):
+    d = tmp_path / "my models"
+    with pytest.raises(ModelNotFoundError) as info:
+        mf.require_model(d)
+    assert f"sam3tiles model fetch --dir '{d}'" in str(info.value) and "does not exist" in str(info.value)
+    build_contract_models(d)
+    (d / mf.DECODER).unlink()
+    with pytest.raises(ModelNotFoundError, match="lacks sam3_decoder.onnx") as info:
+        mf.require_model(d)
+    assert info.value.exit_code == EXIT_MODEL
+    build_contract_models(d)
+    assert mf.require_model(d) == d
+
+
+# ------------------------------------------------------------------------------------------------
+# verify and info
+
+
+def test_verify_reports_missing_mismatched_and_partial(tmp_path, hub):
+    _fetch(tmp_path, hub)
+    report = mf.verify(tmp_path, FAKE_MANIFEST)
+    assert report.ok and [f.size for f in report.files] == [len(FAKE[f.name]) for f in FAKE_MANIFEST]
+    assert "all files present, sha256 ok" in report.format()
+    (tmp_path / mf.DECODER).write_bytes(b"oops")
+    (tmp_path / BIG).unlink()
+    (tmp_path / (BIG + ".part")).write_bytes(b"12345")
+    report = mf.verify(tmp_path, FAKE_MANIFEST)
+    assert not report.ok
+    assert report.missing == [BIG] and report.mismatched == [mf.DECODER]
+    text = report.format()
+    assert "partial download: 5 B" in text and f"fix: sam3tiles model fetch --dir {tmp_path}" in text
+    assert hashlib.sha256(b"oops").hexdigest() in text
+
+
+@pytest.mark.parametrize("slots", [1, 16])
+def test_info_describes_each_graph_and_the_layout(tmp_path, slots):
+    d = build_contract_models(tmp_path, box_slots=slots, with_point_decoder=slots == 16)
+    result = mf.info(d)
+    assert result.box_slots == slots and not result.differences and not result.missing
+    text = result.format()
+    assert f"box_coords float32 [{slots},1,4]" in text and f"box_masks bool [1,{slots}]" in text
+    assert "image uint8 [3,1008,1008]" in text and "masks float32 [N,1,288,288]" in text
+    assert "text_attention_mask bool [1,32]" in text and "opset ai.onnx 21" in text
+    assert "contract: every graph fits" in text
+    if slots == 1:
+        assert result.layout == "v0.3.0 layout: 1 box slot"
+    else:
+        assert result.layout.startswith("16-slot layout") and "point decoder present" in result.layout
+
+
+def test_read_graph_io_agrees_with_onnx(tmp_path):
+    d = build_contract_models(tmp_path, box_slots=16)
+    for name in (mf.IMAGE_ENCODER, mf.LANGUAGE_ENCODER, mf.DECODER):
+        ours = mf.read_graph_io(d / name)
+        proto = onnx.load(str(d / name), load_external_data=False)
+
+        def spec(vi):
+            t = vi.type.tensor_type
+            dims = tuple(x.dim_value if x.HasField("dim_value") else x.dim_param for x in t.shape.dim)
+            return mf.TensorSpec(vi.name, onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name
+                                 if t.elem_type != TensorProto.BOOL else "bool", dims)
+
+        assert ours.inputs == [spec(v) for v in proto.graph.input]
+        assert ours.outputs == [spec(v) for v in proto.graph.output]
+        assert ours.opsets == {"ai.onnx": 21} and ours.ir_version == proto.ir_version
+
+
+def test_read_graph_io_skips_initializers_listed_as_inputs(tmp_path):
+    w = onnx.numpy_helper.from_array(np.ones(3, np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+                               helper.make_tensor_value_info("w", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])], initializer=[w])
+    onnx.save(helper.make_model(graph), str(tmp_path / "g.onnx"))
+    io = mf.read_graph_io(tmp_path / "g.onnx")
+    assert [t.name for t in io.inputs] == ["x"] and io.outputs == [mf.TensorSpec("y", "float32", ("n",))]
+
+
+def test_read_graph_io_on_a_truncated_file(tmp_path):
+    d = build_contract_models(tmp_path)
+    data = (d / mf.DECODER).read_bytes()
+    (d / mf.DECODER).write_bytes(data[: len(data) // 3])
+    with pytest.raises(ModelError, match="sam3tiles model fetch"):
+        mf.read_graph_io(d / mf.DECODER)
+
+
+# ------------------------------------------------------------------------------------------------
+# the CLI
+
+
+@pytest.fixture
+def fake_manifest(monkeypatch):
+    monkeypatch.setattr(mf, "MANIFEST", FAKE_MANIFEST)
+
+
+def test_cli_fetch_verify(tmp_path, hub, fake_manifest):
+    runner = CliRunner()
+    d = tmp_path / "m"
+    result = runner.invoke(model_cli, ["fetch", "--dir", str(d), "--url", hub.url, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == str(d)
+    assert "NOTICE" in result.stderr and mf.SAM_LICENSE_URL in result.stderr
+    _all_there(d)
+    result = runner.invoke(model_cli, ["verify", str(d)])
+    assert result.exit_code == 0 and "all files present, sha256 ok" in result.stdout
+
+    (d / mf.DECODER).write_bytes(b"bad")
+    result = runner.invoke(model_cli, ["verify", str(d)])
+    assert result.exit_code == EXIT_MODEL
+    assert result.stderr.startswith("Error: ") and f"sam3tiles model fetch --dir {d}" in result.stderr
+    assert "Traceback" not in result.output
+
+    result = runner.invoke(model_cli, ["verify", str(tmp_path / "empty")])
+    assert result.exit_code == EXIT_MODEL and "missing" in result.stderr
+
+
+def test_cli_verify_uses_the_environment_directory(tmp_path, hub, fake_manifest, monkeypatch):
+    _fetch(tmp_path, hub)
+    monkeypatch.setenv(mf.MODEL_DIR_ENV, str(tmp_path))
+    result = CliRunner().invoke(model_cli, ["verify"])
+    assert result.exit_code == 0 and str(tmp_path) in result.stdout
+
+
+def test_cli_fetch_failure_exit_code(tmp_path, hub, fake_manifest):
+    del hub.files[f"files/{mf.DECODER}"]
+    result = CliRunner().invoke(model_cli, ["fetch", "--dir", str(tmp_path), "--url", hub.url, "--no-progress",
+                                            "--retries", "0"])
+    assert result.exit_code == EXIT_MODEL
+    assert "Error: could not download sam3_decoder.onnx" in result.stderr and "Traceback" not in result.output
+
+
+def test_cli_info(tmp_path):
+    runner = CliRunner()
+    d = build_contract_models(tmp_path / "m", box_slots=16)
+    result = runner.invoke(model_cli, ["info", str(d)])
+    assert result.exit_code == 0, result.output
+    assert "16-slot layout" in result.stdout and "box_coords float32 [16,1,4]" in result.stdout
+    result = runner.invoke(model_cli, ["info", str(tmp_path / "nothing")])
+    assert result.exit_code == EXIT_MODEL and result.stderr.startswith("Error: no SAM 3 graph")
+    os.remove(d / mf.DECODER)
+    result = runner.invoke(model_cli, ["info", str(d)])
+    assert result.exit_code == EXIT_MODEL and "sam3_decoder.onnx: missing" in result.stdout
+    assert "Error: " in result.stderr and "sam3tiles model fetch --dir" in result.stderr
+
+
+def test_cli_help_lists_the_commands():
+    result = CliRunner().invoke(model_cli, ["--help"])
+    assert result.exit_code == 0
+    for command in ("fetch", "verify", "info"):
+        assert command in result.stdout
