@@ -300,6 +300,7 @@ class FileCheck:
     size: int | None = None
     sha256: str | None = None
     partial_bytes: int | None = None  # size of a leftover <name>.part
+    location: Path | None = None  # set when the file checked lies outside the model directory
 
     @property
     def status(self) -> str:
@@ -331,6 +332,8 @@ class VerifyReport:
             size = "-" if f.size is None else f"{f.size:,} B"
             extra = f" (partial download: {f.partial_bytes:,} B)" if f.partial_bytes else ""
             sha = f.sha256 or "-"
+            if f.location is not None:
+                extra += f" (not in the directory; runs use {f.location})"
             lines.append(f"  {f.status:8s} {f.name:36s} {size:>18s}  sha256 {sha}{extra}")
             if f.status == "mismatch":
                 lines.append(f"  {'':8s} {'':36s} {'':>18s}  expected {f.expected_sha256}")
@@ -353,9 +356,17 @@ def verify(directory: str | os.PathLike[str] | None = None,
     for f in files if files is not None else MANIFEST:
         check = FileCheck(f.name, f.sha256)
         path = d / f.name
-        if path.is_file():
-            check.size = path.stat().st_size
-            check.sha256 = sha256_file(path)
+        if not path.is_file() and f.name == VOCAB_NAME:  # the tokenizer may find it elsewhere
+            from .tokenizer import find_vocab
+
+            try:
+                check.location = find_vocab(d)
+            except ModelNotFoundError:
+                pass
+        source = check.location or path
+        if source.is_file():
+            check.size = source.stat().st_size
+            check.sha256 = sha256_file(source)
         part = path.with_name(path.name + ".part")
         if part.is_file():
             check.partial_bytes = part.stat().st_size

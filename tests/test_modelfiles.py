@@ -315,6 +315,18 @@ def test_verify_reports_missing_mismatched_and_partial(tmp_path, hub):
     assert hashlib.sha256(b"oops").hexdigest() in text
 
 
+def test_verify_accepts_the_vocabulary_from_osam(tmp_path, hub):
+    _fetch(tmp_path, hub)
+    (tmp_path / mf.VOCAB_NAME).unlink()
+    files = tuple(mf.ModelFile(f.name, f.url, mf.VOCAB_SHA256 if f.name == mf.VOCAB_NAME else f.sha256)
+                  for f in FAKE_MANIFEST)
+    report = mf.verify(tmp_path, files)
+    assert report.ok
+    vocab = next(f for f in report.files if f.name == mf.VOCAB_NAME)
+    assert vocab.location is not None and "osam" in str(vocab.location)
+    assert "not in the directory; runs use" in report.format()
+
+
 @pytest.mark.parametrize("slots", [1, 16])
 def test_info_describes_each_graph_and_the_layout(tmp_path, slots):
     d = build_contract_models(tmp_path, box_slots=slots, with_point_decoder=slots == 16)
