@@ -167,7 +167,7 @@ def overlay_png(raster: str | Path, layers: list[tuple[gpd.GeoDataFrame, tuple[i
         f = max(src.width, src.height) / max_side
         w, h = max(1, round(src.width / max(f, 1))), max(1, round(src.height / max(f, 1)))
         data = src.read([1, 2, 3], out_shape=(3, h, w), resampling=rasterio.enums.Resampling.average)
-        inv = ~(src.transform * Affine.scale(src.width / w, src.height / h))
+        inv = ~(src.transform @ Affine.scale(src.width / w, src.height / h))
     if data.dtype != np.uint8:
         lo, hi = np.nanpercentile(data, (2, 98))
         data = np.clip((data - lo) * 255.0 / max(hi - lo, 1e-9), 0, 255).astype(np.uint8)
@@ -178,7 +178,7 @@ def overlay_png(raster: str | Path, layers: list[tuple[gpd.GeoDataFrame, tuple[i
             for poly in getattr(geom, "geoms", [geom]):
                 if poly.is_empty:
                     continue
-                pts = [inv * xy for xy in poly.exterior.coords]
+                pts = [inv @ xy for xy in poly.exterior.coords]
                 draw.line(pts, fill=colour, width=2 if math.isfinite(pts[0][0]) else 1)
     out = Path(out)
     img.save(out)

@@ -58,7 +58,7 @@ class Tile:
     def transform(self) -> Affine:
         """Tile pixel -> CRS (or source pixel, for rasters without georeferencing)."""
         sx, sy = self.scale_xy
-        return self.src_transform * Affine.translation(self.x0 / sx, self.y0 / sy) * Affine.scale(1 / sx, 1 / sy)
+        return self.src_transform @ Affine.translation(self.x0 / sx, self.y0 / sy) @ Affine.scale(1 / sx, 1 / sy)
 
     @property
     def core_tile_px(self) -> tuple[float, float, float, float]:

@@ -48,7 +48,7 @@ class TileFrame:
 
 
 def _poly(transform, x0, y0, x1, y1) -> Polygon:
-    pts = [transform * (x, y) for x, y in ((x0, y0), (x1, y0), (x1, y1), (x0, y1))]
+    pts = [transform @ (x, y) for x, y in ((x0, y0), (x1, y0), (x1, y1), (x0, y1))]
     return Polygon(pts)
 
 

@@ -6,10 +6,12 @@ sees half a file. A lock file stops two runs from writing one output at once.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import socket
 import uuid
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,11 +34,36 @@ def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise OutputError(f"--out {p}: the folder {parent} does not exist: create it first")
-    if not os.access(parent, os.W_OK):
+    if not os.access(parent, os.W_OK) or not _can_create_in(parent):
         raise OutputError(f"--out {p}: the folder {parent} is not writable: choose another --out")
     if p.exists() and not overwrite:
         raise OutputExistsError(f"--out {p} exists: pass --overwrite to replace it, or choose another name")
     return p
+
+
+def _can_create_in(folder: Path) -> bool:
+    """os.access is not enough (root, read-only mounts, ACLs): create and remove a probe file."""
+    probe = folder / f".sam3tiles-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except OSError:
+        return False
+    os.close(fd)
+    probe.unlink(missing_ok=True)
+    return True
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Temporary files a killed run left beside `path` (call only while holding its lock)."""
+    p = Path(path)
+    gone = []
+    for q in p.parent.glob(f".{glob.escape(p.stem)}.????????.tmp{glob.escape(p.suffix)}*"):
+        try:
+            q.unlink()
+            gone.append(q)
+        except OSError:
+            pass
+    return gone
 
 
 def _tmp_name(p: Path) -> Path:
@@ -81,6 +108,7 @@ def output_lock(path: str | os.PathLike):
         with os.fdopen(fd, "w") as f:
             json.dump(me, f)
         break
+    remove_stale_temps(p)  # left by a run killed while writing
     try:
         yield
     finally:
@@ -114,10 +142,14 @@ def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, layer: str = "o
             kw = {}
             if metadata:
                 kw["metadata"] = {"sam3tiles": json.dumps(metadata)}
-            gdf.to_file(tmp, driver=driver, layer=layer, engine="pyogrio", layer_options={"DESCRIPTION": (
-                NO_CRS_NOTE if gdf.crs is None else "sam3tiles objects")}, **kw)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*crs.*was not provided", category=UserWarning)
+                gdf.to_file(tmp, driver=driver, layer=layer, engine="pyogrio", layer_options={"DESCRIPTION": (
+                    NO_CRS_NOTE if gdf.crs is None else "sam3tiles objects")}, **kw)
         else:
-            gdf.to_file(tmp, driver=driver, engine="pyogrio")
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*crs.*was not provided", category=UserWarning)
+                gdf.to_file(tmp, driver=driver, engine="pyogrio")
     return p
 
 

@@ -20,9 +20,9 @@ import geopandas as gpd
 import numpy as np
 
 from .backends import RuntimeSpec, spec_identity
-from .checkpoint import TileStore, tile_key
+from .checkpoint import TileStore, join_parts, prompt_part, tile_key
 from .engine import Engine, open_engine
-from .errors import ModelError, Sam3TilesError, TilesFailedError, UsageError
+from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, UsageError
 from .grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid, scale_for_gsd, squash_tile
 from .merge import MergeStats, merge_pieces, tile_frame
 from .output import NO_CRS_NOTE, check_output, output_lock, write_vector
@@ -119,21 +119,32 @@ def _prompts_for_tile(prompts: Sequence[Prompt], tile, slots: int) -> list[TileP
     return out
 
 
-def _box_slots_task(spec: RuntimeSpec) -> int:
+def _model_info_task(spec: RuntimeSpec, texts: tuple[str, ...]) -> tuple[int, list[tuple[str, bool, str]]]:
     from .backends import get_runtime
+    from .tasks import prepared_prompt
 
-    return int(get_runtime(spec).box_slots)
+    rt = get_runtime(spec)
+    checks = []
+    for t in texts:
+        p, _ = prepared_prompt(spec, t)
+        checks.append((t, p.usable, p.note))
+    return int(rt.box_slots), checks
 
 
-def box_slots(engine: Engine, spec: RuntimeSpec) -> int:
-    """Box slots per decoder pass, asked of a model worker (loads the model there, where it stays)."""
-    fut = engine.client.submit(_box_slots_task, spec, pure=False, resources=engine.model_resources())
+def model_info(engine: Engine, spec: RuntimeSpec, prompts: Sequence[Prompt]) -> int:
+    """Load the model on a model worker (where it stays), encode every prompt once there, and return the
+    box slots per decoder pass. A prompt the backend can never find is an error before any tile runs."""
+    texts = tuple(dict.fromkeys(p.model_text for p in prompts))
+    fut = engine.client.submit(_model_info_task, spec, texts, pure=False, resources=engine.model_resources())
     try:
-        return fut.result()
-    except Sam3TilesError:
-        raise
+        slots, checks = fut.result()
     finally:
         fut.release()
+    bad = [(t, note) for t, ok, note in checks if not ok]
+    if bad:
+        raise PromptError("; ".join(note or f"{t!r} cannot be found by the {spec.backend} backend"
+                                    for t, note in bad))
+    return slots
 
 
 def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Options, report: RunReport,
@@ -148,7 +159,7 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         identity = src.identity
         all_boxes = [b for p in prompts for b in p.boxes]
         report.boxes_outside += len(boxes_outside(all_boxes, raster_bounds(src.transform, src.width, src.height)))
-    slots = box_slots(engine, spec)
+    slots = model_info(engine, spec, prompts)
     model_identity = report.model
     report.tiles += len(tiles)
     if progress_bar is not None:
@@ -156,27 +167,41 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         progress_bar.refresh()
 
     results: dict[int, TileResult] = {}
-    keys: dict[int, str] = {}
+    # checkpoints hold one result per (tile, prompt): a changed or added prompt recomputes only its own part
+    keys: dict[int, list] = {}  # tile index -> [(prompt index or None, text, key)] still to compute and store
+    found: dict[int, list] = {}  # tile index -> [(prompt index or None, stored part)] reused from the store
     queue: deque = deque()
     for tile in tiles:
         tps = _prompts_for_tile(prompts, tile, slots)
-        key = tile_key({"source": identity, "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy,
-                                                     list(tile.src_transform)[:6], tile.interior],
-                        "prompts": [[tp.text, [[(b.cxcywh, b.positive) for b in ps] for ps in tp.passes]]
-                                    for tp in tps],
-                        "model": model_identity, "edge_margin": opts.edge_margin, "stretch": str(source.stretch),
-                        "bands": source.bands})
-        keys[tile.index] = key
-        cached = store.get(key) if store is not None else None
-        if cached is not None:
-            results[tile.index] = cached
-            report.resumed += 1
+        base = {"source": identity, "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy,
+                                             list(tile.src_transform)[:6], tile.interior],
+                "model": model_identity, "edge_margin": opts.edge_margin, "stretch": str(source.stretch),
+                "bands": source.bands}
+        entries = [(tp.index, tp.text, tile_key({**base, "prompt": [tp.text, [[(b.cxcywh, b.positive) for b in ps]
+                                                                             for ps in tp.passes]]}))
+                   for tp in tps] or [(None, None, tile_key({**base, "prompt": None}))]
+        hits = {e[2]: store.get(e[2]) for e in entries} if store is not None else {}
+        found[tile.index] = [(i, hits[k]) for i, _, k in entries if hits.get(k) is not None]
+        keys[tile.index] = [e for e in entries if hits.get(e[2]) is None]
+        report.checkpoint["reused"] = report.checkpoint.get("reused", 0) + len(found[tile.index])
+        if not keys[tile.index]:
+            results[tile.index] = join_parts(tile.index, found[tile.index])
+            if not results[tile.index].skipped:
+                report.resumed += 1
             if progress_bar is not None:
                 progress_bar.update(1)
             continue
-        queue.append((tile, tps))
+        if found[tile.index]:
+            report.checkpoint["partial_tiles"] = report.checkpoint.get("partial_tiles", 0) + 1
+        todo = {i for i, _, _ in keys[tile.index]}
+        queue.append((tile, [tp for tp in tps if tp.index in todo]))
 
     _run_tiles(engine, source, spec, queue, opts, report, store, keys, results, progress_bar)
+    for index, parts in found.items():
+        if parts and keys[index] and index in results:  # a tile computed for some prompts only
+            fresh = results[index]
+            parts = parts + [(i, prompt_part(fresh, i, text)) for i, text, _ in keys[index]]
+            results[index] = join_parts(index, sorted(parts, key=lambda e: -1 if e[0] is None else e[0]))
 
     pieces = Pieces.concat([results[t.index].pieces for t in tiles if t.index in results])
     for r in results.values():
@@ -249,7 +274,7 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
                 if not res.skipped:
                     report.done += 1
                 if store is not None:
-                    store.put(keys[tile.index], res)
+                    store.put_many([(k, prompt_part(res, i, text)) for i, text, k in keys[tile.index]])
             else:
                 exc = fut.exception()
                 if isinstance(exc, ModelError):
@@ -319,12 +344,16 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     geo_boxes = [GeoBox.parse(b) if isinstance(b, str) else b for b in boxes]
     # open every input once before any work: bad files fail fast with their own message
     crs0 = None
+    bounds = []
     for i, path in enumerate(paths):
         with open_source(path, bands=opts.bands) as src:
             if i == 0:
                 crs0 = src.crs
+            bounds.append(raster_bounds(src.transform, src.width, src.height))
+    n_given = len(geo_boxes)
     if box_file:
         geo_boxes += read_box_file(box_file, crs0)
+    _check_boxes_inside(geo_boxes, n_given, bounds, crs0, box_file)
     prompts = build_prompts(list(text), geo_boxes)
     report = RunReport(inputs=paths, output=str(combined or out) if out else None, backend=spec.backend,
                        model=spec_identity(spec),
@@ -335,12 +364,14 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     if work_dir is None and checkpoint and out is not None:
         work_dir = Path(str(combined or out).rstrip("/") + ".sam3tiles-work")
     store = TileStore(work_dir, fresh=fresh) if (checkpoint and work_dir is not None) else None
+    if store is not None:
+        report.checkpoint["work_dir"] = str(work_dir)
 
     bar = None
     if opts.progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=0, unit="tile", desc="tiles", dynamic_ncols=True)
+        bar = tqdm(total=0, unit="tile", desc="tiles", dynamic_ncols=True, delay=1.0)
     frames: list[gpd.GeoDataFrame] = []
     merge_total = MergeStats()
     locks = [p for p in [combined, *per_input] if p is not None]
@@ -349,14 +380,17 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
             report.dashboard = engine.dashboard_link
             if engine.dashboard_link:
                 log.info("Dask dashboard: %s", engine.dashboard_link)
-            for path, dest in zip(paths, per_input):
+            for path in paths:
                 res = run_input(engine, path, prompts, opts, report, store, bar)
                 merge_total.add(res.merge)
+                frames.append(res.gdf)
+            # per-input outputs are written together at the end: a run killed before then leaves none of
+            # them, so its rerun resumes instead of stopping at an output that already exists
+            for frame, dest in zip(frames, per_input):
                 if dest is not None:
                     t0 = time.perf_counter()
-                    write_vector(_finish(res.gdf), dest, metadata=_meta(report, res.gdf))
+                    write_vector(_finish(frame), dest, metadata=_meta(report, frame))
                     report.seconds["write"] += time.perf_counter() - t0
-                frames.append(res.gdf)
             report.runtime_counters = _counters(engine)
             gdf = _combine(frames)
             report.objects = len(gdf)
@@ -370,6 +404,7 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
         if bar is not None:
             bar.close()
         if store is not None:
+            report.checkpoint["stored"] = store.puts
             store.close()
     report.wall_seconds = time.perf_counter() - t_start
     if report_path is None and (combined or out) is not None:
@@ -380,6 +415,27 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     if opts.strict and report.failed:
         raise TilesFailedError(f"{report.failed} tile(s) failed (see the report); rerun to retry them")
     return gdf, report
+
+
+def _check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, box_file: str | None) -> None:
+    """An example box that misses every input is an error (usually coordinates in another CRS)."""
+    lost = [i for i, b in enumerate(boxes) if all(boxes_outside([b], bd) for bd in bounds)]
+    if not lost:
+        return
+    where = (f"the raster's CRS ({crs.to_string()})" if crs is not None
+             else "pixel coordinates (the raster has no CRS)")
+    extent = ", ".join(f"{bd[0]:.6g},{bd[1]:.6g},{bd[2]:.6g},{bd[3]:.6g}" for bd in bounds[:3])
+    given = [i for i in lost if i < n_given]
+    if given:
+        b = boxes[given[0]]
+        raise PromptError(f"--box {b.minx:g},{b.miny:g},{b.maxx:g},{b.maxy:g} lies outside every input (bounds "
+                          f"{extent}): give MINX,MINY,MAXX,MAXY in {where}")
+    if len(lost) < len(boxes) - n_given:
+        return  # some of the file's boxes are used; the others are counted in the report
+    from .errors import InputDataError
+
+    raise InputDataError(f"--box-file {box_file}: all its {len(lost)} box(es) lie outside every input (bounds "
+                         f"{extent}): draw the boxes over the raster")
 
 
 def segment(inputs, text: Sequence[str] = (), **kwargs) -> gpd.GeoDataFrame:

@@ -100,7 +100,7 @@ def tile_boxes(boxes: Sequence[GeoBox], tile: Tile) -> list[ExampleBox]:
     vw, vh = tile.valid_wh
     out = []
     for b in boxes:
-        xs, ys = zip(*(inv * (x, y) for x, y in ((b.minx, b.miny), (b.maxx, b.maxy), (b.minx, b.maxy), (b.maxx, b.miny))))
+        xs, ys = zip(*(inv @ (x, y) for x, y in ((b.minx, b.miny), (b.maxx, b.maxy), (b.minx, b.maxy), (b.maxx, b.miny))))
         x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
         cx0, cy0, cx1, cy1 = max(x0, 0.0), max(y0, 0.0), min(x1, float(vw)), min(y1, float(vh))
         if cx1 <= cx0 or cy1 <= cy0:
@@ -133,7 +133,7 @@ def boxes_outside(boxes: Sequence[GeoBox], bounds: tuple[float, float, float, fl
 
 
 def raster_bounds(transform: Affine, width: int, height: int) -> tuple[float, float, float, float]:
-    xs, ys = zip(*(transform * (x, y) for x, y in ((0, 0), (width, 0), (0, height), (width, height))))
+    xs, ys = zip(*(transform @ (x, y) for x, y in ((0, 0), (width, 0), (0, height), (width, height))))
     return (min(xs), min(ys), max(xs), max(ys))
 
 

@@ -166,7 +166,7 @@ def pieces_from_crops(crops: Sequence[InstanceCrop], tile: Tile, edge_margin: in
         if bottom:
             dists.append(vh - my1)
         edge_dist = float(min(dists)) if dists else float("inf")
-        geom = mask_to_geometry(mask, base * Affine.translation(x0, y0))
+        geom = mask_to_geometry(mask, base @ Affine.translation(x0, y0))
         if geom is None or geom.is_empty:
             continue
         out.geometry.append(geom)

@@ -1,0 +1,4 @@
+from .main import cli
+
+if __name__ == "__main__":
+    cli(prog_name="sam3tiles")

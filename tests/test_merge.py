@@ -1,0 +1,135 @@
+"""The seam merge: one copy of small objects, stitched large ones, touching neighbours kept apart."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import shapely
+from affine import Affine
+from shapely.geometry import box
+
+from sam3tiles.grid import TileGrid
+from sam3tiles.merge import merge_pieces, tile_frame
+from sam3tiles.pipeline import segment_job
+from sam3tiles.vectorize import Pieces, tile_key
+
+from conftest import write_raster
+
+BG = (92, 112, 84)
+
+
+def _image(w, h, rects, colour=(20, 20, 235)):
+    img = np.empty((3, h, w), np.uint8)
+    img[:] = np.asarray(BG, np.uint8)[:, None, None]
+    for x0, y0, x1, y1 in rects:
+        img[:, y0:y1, x0:x1] = np.asarray(colour, np.uint8)[:, None, None]
+    return img
+
+
+def _segment(tmp_path, img, **kw):
+    path = write_raster(tmp_path / "img.tif", img, transform=Affine(1, 0, 0, 0, -1, img.shape[1]))
+    gdf, rep = segment_job(str(path), ["blue"], backend="reference", checkpoint=False, **kw)
+    return gdf, rep
+
+
+def _px(geom, h):
+    x0, y0, x1, y1 = geom.bounds
+    return (round(x0), round(h - y1), round(x1), round(h - y0))
+
+
+def test_touching_neighbours_across_a_seam_stay_apart(tmp_path):
+    # seam between tiles 0 and 1 at x = 752 + 128 = 880; the overlap band is 752..1008
+    rects = [(700, 300, 876, 420), (884, 300, 1100, 420),  # 8 px apart, both larger than the overlap? no
+             (600, 600, 950, 700), (958, 600, 1300, 700)]  # larger than the overlap, 8 px apart, cut
+    img = _image(1700, 1000, rects)
+    gdf, rep = _segment(tmp_path, img)
+    assert len(gdf) == 4, rep.merge
+    got = sorted(_px(g, 1000) for g in gdf.geometry)
+    for (x0, y0, x1, y1), (gx0, gy0, gx1, gy1) in zip(sorted(rects), got):
+        assert abs(gx0 - x0) <= 4 and abs(gx1 - x1) <= 4 and abs(gy0 - y0) <= 4 and abs(gy1 - y1) <= 4
+
+
+def test_object_spanning_many_tiles_is_one_polygon(tmp_path):
+    img = _image(3200, 2600, [(100, 150, 3000, 2450)])
+    gdf, rep = _segment(tmp_path, img)
+    assert len(gdf) == 1
+    geom = gdf.geometry.iloc[0]
+    assert geom.geom_type == "Polygon" and geom.is_valid
+    truth = box(100, 2600 - 2450, 3000, 2600 - 150)
+    assert geom.intersection(truth).area / geom.union(truth).area > 0.99
+    assert len(TileGrid(3200, 2600)) == 16
+    assert gdf["n_tiles"].iloc[0] == 16
+    assert rep.merge["stitched"] == 1 and rep.merge["largest_group"] == 16
+
+
+def test_object_with_a_hole_across_seams_keeps_its_hole(tmp_path):
+    img = _image(2000, 1200, [(500, 200, 1500, 1000)])
+    img[:, 450:750, 800:1200] = np.asarray(BG, np.uint8)[:, None, None]  # a courtyard across the seam
+    gdf, _ = _segment(tmp_path, img)
+    (geom,) = gdf.geometry
+    assert geom.geom_type == "Polygon" and len(geom.interiors) == 1
+
+
+def test_small_object_in_the_overlap_is_kept_once(tmp_path):
+    rects = [(760 + 30 * i, 100 + 60 * i, 780 + 30 * i, 140 + 60 * i) for i in range(8)]  # all in the band
+    gdf, rep = _segment(tmp_path, _image(1700, 1000, rects))
+    assert len(gdf) == 8
+    assert rep.merge["duplicates_dropped"] == 8
+
+
+def _frames_and_pieces(grid, placed):
+    """placed: [(tile (row, col), geometry in CRS, complete)]"""
+    frames = {t.index: tile_frame(t, grid.overlap) for t in grid}
+    p = Pieces()
+    for (r, c), geom, complete in placed:
+        t = grid.tile(r, c)
+        p.geometry.append(geom)
+        p.score.append(0.9)
+        p.prompt.append(0)
+        p.tile_key.append(tile_key(t))
+        p.complete.append(complete)
+        p.edge_dist.append(10.0 if complete else 0.0)
+    return frames, p
+
+
+def test_a_link_that_would_fuse_two_objects_of_one_tile_is_refused():
+    grid = TileGrid(1760, 1008, transform=Affine(1, 0, 0, 0, 1, 0))
+    # tile 0 sees two objects A and B side by side in the band; tile 1 sees one blob over both
+    a, b = box(800, 100, 850, 300), box(860, 100, 1008, 300)
+    blob = box(800, 100, 1100, 300)
+    frames, pieces = _frames_and_pieces(grid, [((0, 0), a, True), ((0, 0), b, False), ((0, 1), blob, False)])
+    merged, stats = merge_pieces(pieces, frames)
+    assert stats.refused_links == 1
+    assert stats.rule_violations >= 1
+    # A is never fused with B
+    for g in merged.geometry:
+        assert not (g.intersects(a.buffer(-1)) and g.intersects(b.buffer(-1)))
+
+
+def test_merge_is_independent_of_piece_order():
+    grid = TileGrid(3000, 2500, transform=Affine(1, 0, 0, 0, 1, 0))
+    rng = np.random.default_rng(0)
+    placed = []
+    for t in grid:
+        x0, y0 = t.x0, t.y0
+        for _ in range(30):
+            x, y = rng.uniform(x0, x0 + 980), rng.uniform(y0, y0 + 980)
+            g = box(x, y, x + 20, y + 20).intersection(box(x0, y0, x0 + t.valid_wh[0], y0 + t.valid_wh[1]))
+            if not g.is_empty:
+                placed.append(((t.row, t.col), g, True))
+    frames, pieces = _frames_and_pieces(grid, placed)
+    m1, _ = merge_pieces(pieces, frames)
+    order = rng.permutation(len(placed))
+    frames, shuffled = _frames_and_pieces(grid, [placed[i] for i in order])
+    m2, _ = merge_pieces(shuffled, frames)
+    k1 = sorted(shapely.to_wkb(g, hex=True) for g in m1.geometry)
+    k2 = sorted(shapely.to_wkb(g, hex=True) for g in m2.geometry)
+    assert k1 == k2
+
+
+@pytest.mark.parametrize("n_tiles", [1, 4])
+def test_empty_input(n_tiles):
+    grid = TileGrid(1008 * n_tiles // 2 + 10, 1008)
+    frames = {t.index: tile_frame(t, grid.overlap) for t in grid}
+    merged, stats = merge_pieces(Pieces(), frames)
+    assert merged.geometry == [] and stats.objects == 0
