@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -85,8 +86,11 @@ def open_engine(client=None, scheduler: str | None = None, workers: int | None =
         dlog.setLevel(logging.WARNING)
     with dask.config.set({"distributed.worker.daemon": False, "distributed.admin.tick.limit": "60s",
                           "distributed.logging.distributed": "error"}):
-        cluster = LocalCluster(n_workers=1, threads_per_worker=n + 1, processes=False, dashboard_address=None,
-                               resources={"GPU": 1}, silence_logs=logging.ERROR)
+        with warnings.catch_warnings():
+            # an in-process cluster still serves /health over HTTP; another one on 8787 is no concern
+            warnings.filterwarnings("ignore", message="Port .* is already in use")
+            cluster = LocalCluster(n_workers=1, threads_per_worker=n + 1, processes=False,
+                                   dashboard_address=None, resources={"GPU": 1}, silence_logs=logging.ERROR)
         c = Client(cluster, set_as_default=False)
         try:
             yield Engine(c, distributed=False, gpu_resource=True, threads=n + 1)
