@@ -146,6 +146,10 @@ def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, layer: str = "o
                 warnings.filterwarnings("ignore", message=".*crs.*was not provided", category=UserWarning)
                 gdf.to_file(tmp, driver=driver, layer=layer, engine="pyogrio", layer_options={"DESCRIPTION": (
                     NO_CRS_NOTE if gdf.crs is None else "sam3tiles objects")}, **kw)
+        elif driver == "GeoJSON" and gdf.crs is None:
+            from .qupath import write_qupath_geojson
+
+            write_qupath_geojson(gdf, tmp, metadata)  # pixel space: detections QuPath imports as they are
         else:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*crs.*was not provided", category=UserWarning)

@@ -320,8 +320,10 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
                 box_file: str | None = None, out: str | os.PathLike | None = None, overwrite: bool = False,
                 options: Options | None = None, client=None, work_dir: str | os.PathLike | None = None,
                 fresh: bool = False, checkpoint: bool = True, report_path: str | os.PathLike | None = None,
+                labels: str | os.PathLike | None = None,
                 **kwargs) -> tuple[gpd.GeoDataFrame, RunReport]:
-    """`segment` plus its RunReport. Keyword arguments not named here set `Options` fields."""
+    """`segment` plus its RunReport. Keyword arguments not named here set `Options` fields. `labels`: also
+    write a uint32 instance label image (ids = the output's `id`) aligned with the (single) input."""
     opts = options or Options()
     for k, v in kwargs.items():
         if not hasattr(opts, k):
@@ -335,6 +337,13 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     for p in [combined, *per_input]:
         if p is not None:
             check_output(p, overwrite)
+    if labels is not None:
+        from .labels import check_labels
+
+        if len(paths) != 1:
+            raise UsageError(f"--labels writes the label image of one input, but {len(paths)} were given: "
+                             "segment one image per run to get its labels")
+        check_labels(labels, overwrite)
     spec = opts.runtime_spec()
     if spec.backend == "onnx":
         from .modelfiles import require_model
@@ -349,6 +358,7 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
         with open_source(path, bands=opts.bands) as src:
             if i == 0:
                 crs0 = src.crs
+                label_grid = (src.width, src.height, src.transform, src.crs)
             bounds.append(raster_bounds(src.transform, src.width, src.height))
     n_given = len(geo_boxes)
     if box_file:
@@ -399,6 +409,12 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
             if combined is not None:
                 t0 = time.perf_counter()
                 write_vector(gdf, combined, metadata=_meta(report, gdf))
+                report.seconds["write"] += time.perf_counter() - t0
+            if labels is not None:
+                from .labels import write_labels
+
+                t0 = time.perf_counter()
+                write_labels(gdf, labels, *label_grid)
                 report.seconds["write"] += time.perf_counter() - t0
     finally:
         if bar is not None:

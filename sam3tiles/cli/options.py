@@ -73,7 +73,8 @@ def tiling_options(fn):
                      help="Uniform zoom: 2 for tiny objects, 0.5 for big ones (resampled on read)."),
         click.option("--gsd", type=float, default=None,
                      help="Target ground sampling distance in CRS units per pixel (overrides --scale)."),
-        click.option("--bands", default=None, help="Bands as R,G,B (e.g. 4,3,2) or one band for grey."),
+        click.option("--bands", "--channels", "bands", default=None,
+                     help="Bands as R,G,B (e.g. 4,3,2) or one band for grey; --channels for slides (1-based)."),
         click.option("--squash", is_flag=True,
                      help="Baseline: the whole image stretched to one 1008x1008 input, as the published "
                           "callers do."),

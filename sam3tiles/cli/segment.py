@@ -41,6 +41,9 @@ def runtime_options(fn):
 @tiling_options
 @click.option("--min-area", type=float, default=0.0, help="Drop objects smaller than this (CRS units).")
 @click.option("--simplify", type=float, default=0.0, help="Simplify polygons with this tolerance (CRS units).")
+@click.option("--labels", default=None, metavar="OUT.tif",
+              help="Also write an instance label image (uint32 TIFF aligned with the input, values = the "
+                   "output's id column; one input only).")
 @click.option("--work-dir", default=None, help="Checkpoint folder (default: beside the output).")
 @click.option("--fresh", is_flag=True, help="Ignore checkpoints and start over.")
 @click.option("--strict", is_flag=True, help="Exit with an error when any tile failed.")
@@ -51,7 +54,7 @@ def runtime_options(fn):
 @handle_errors
 def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, threads, workers, scheduler,
             tile_size, overlap, scale, gsd, bands, squash, min_area, simplify, work_dir, fresh, strict,
-            overwrite, verbose, quiet):
+            overwrite, verbose, quiet, labels=None):
     """Segment INPUTS (rasters or globs) with SAM 3, tile by tile, and write merged polygons to --out.
 
     \b
@@ -69,7 +72,7 @@ def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, th
                    simplify=simplify, workers=workers, scheduler=scheduler, strict=strict,
                    progress=not quiet, threads=threads)
     gdf, report = segment_job(list(inputs), list(texts), boxes=list(boxes), box_file=box_file, out=out,
-                              overwrite=overwrite, options=opts, work_dir=work_dir, fresh=fresh)
+                              overwrite=overwrite, options=opts, work_dir=work_dir, fresh=fresh, labels=labels)
     if not quiet:
         click.echo(report.summary(), err=True)
         click.echo(f"wrote {len(gdf)} objects to {out}", err=True)

@@ -1,0 +1,153 @@
+"""GeoJSON that QuPath imports as it is: one detection object per segmented object.
+
+QuPath (v0.4 and later) reads a GeoJSON FeatureCollection feature by feature (File > Import objects, or
+drag and drop). Per feature it reads:
+
+* `id`: a UUID string (other ids are ignored), so we write a UUID derived from the source and the id;
+* `geometry`: Polygon or MultiPolygon in full-resolution pixel coordinates, origin top-left, y down;
+* `properties.objectType`: "detection" (else it makes annotations);
+* `properties.classification`: `{"name": ..., "color": [r, g, b]}`, here the prompt;
+* `properties.name`, `properties.color`;
+* `properties.measurements`: an object of name -> number (QuPath >= 0.4; older versions wrote a list of
+  {name, value}); here score, area_px, n_tiles and the label id;
+* `properties.metadata`: an object of name -> string.
+
+Other properties are kept beside these (QuPath ignores them; other readers see the usual columns).
+The file is streamed feature by feature, so a million nuclei do not need a second copy in memory.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import hashlib
+import json
+import math
+import os
+import uuid
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import shapely
+
+#: Numeric columns written as QuPath measurements (when present).
+MEASUREMENTS = ("score", "area_px", "n_tiles")
+#: Columns written as QuPath metadata (strings).
+METADATA = ("source", "backend", "model")
+_NAMESPACE = uuid.UUID("5d1c1f6e-6a8f-4b8e-9a55-3a2b7f0c9e11")
+
+
+def class_colour(name: str) -> list[int]:
+    """The classification colour: the prompt's own colour when it names one (e.g. 'red'), else a stable
+    bright colour from a hash of the name."""
+    from PIL import ImageColor
+
+    try:
+        return [int(v) for v in ImageColor.getrgb(str(name).strip().lower())[:3]]
+    except (ValueError, AttributeError):
+        pass
+    h = int(hashlib.sha256(str(name).encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return [int(round(255 * v)) for v in colorsys.hsv_to_rgb(h, 0.75, 0.95)]
+
+
+def _number(v):
+    """A JSON-safe number, or None for NaN/inf/missing."""
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(f):
+        return None
+    return int(f) if isinstance(v, (int, np.integer)) else f
+
+
+def _plain(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        return float(v) if math.isfinite(float(v)) else None
+    if isinstance(v, (np.bool_,)):
+        return bool(v)
+    if v is None or isinstance(v, (str, int, bool)):
+        return v
+    return str(v)
+
+
+def _polygonal(geom):
+    """Polygon/MultiPolygon only (QuPath ROIs): drop points and lines a make_valid may have left."""
+    if geom is None or geom.is_empty:
+        return None
+    if geom.geom_type in ("Polygon", "MultiPolygon"):
+        return geom
+    polys = [g for g in getattr(geom, "geoms", []) if g.geom_type in ("Polygon", "MultiPolygon")]
+    if not polys:
+        return None
+    return shapely.union_all(polys)
+
+
+def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None):
+    """The file's text in pieces: header, one feature per piece, footer."""
+    cols = [c for c in gdf.columns if c != gdf.geometry.name]
+    ids = gdf["id"].to_numpy() if "id" in gdf.columns else np.arange(1, len(gdf) + 1)
+    geoms = [_polygonal(g) for g in gdf.geometry.values]
+    texts = shapely.to_geojson(np.asarray([g if g is not None else shapely.Polygon() for g in geoms],
+                                          dtype=object))
+    prompts = gdf["prompt"].astype(str).to_numpy() if "prompt" in gdf.columns else None
+    colours: dict[str, list[int]] = {}
+    head = {"type": "FeatureCollection"}
+    if metadata:
+        head["sam3tiles"] = metadata
+    yield json.dumps(head)[:-1] + ', "features": [\n'
+    records = gdf[cols].to_dict("records") if cols else [{}] * len(gdf)
+    first = True
+    for i, rec in enumerate(records):
+        if geoms[i] is None:
+            continue
+        oid = int(ids[i])
+        props: dict = {"objectType": "detection"}
+        if prompts is not None:
+            name = prompts[i]
+            colour = colours.setdefault(name, class_colour(name))
+            props["name"] = f"{name} {oid}"
+            props["classification"] = {"name": name, "color": colour}
+        meas = {"id": oid}
+        for k in MEASUREMENTS:
+            if k in rec:
+                v = _number(rec[k])
+                if v is not None:
+                    meas[k] = v
+        props["measurements"] = meas
+        meta = {k: str(rec[k]) for k in METADATA if k in rec and rec[k] is not None}
+        if meta:
+            props["metadata"] = meta
+        for k, v in rec.items():
+            if k not in props:
+                props[k] = _plain(v)
+        src = str(rec.get("source", ""))
+        fid = str(uuid.uuid5(_NAMESPACE, f"{src}|{oid}"))
+        text = ('{"type": "Feature", "id": "' + fid + '", "geometry": ' + texts[i] + ', "properties": '
+                + json.dumps(props, allow_nan=False) + "}")
+        yield ("" if first else ",\n") + text
+        first = False
+    yield "\n]}\n"
+
+
+def write_qupath_geojson(gdf: gpd.GeoDataFrame, path: str | os.PathLike, metadata: dict | None = None) -> Path:
+    """Write `gdf` (pixel coordinates, no CRS) to `path` as QuPath detections. Not atomic by itself:
+    `output.write_vector` calls it on a temporary name and renames the file into place."""
+    p = Path(path)
+    with open(p, "w", encoding="utf-8") as f:
+        for piece in feature_collection_lines(gdf, metadata):
+            f.write(piece)
+    return p
+
+
+def write_qupath(gdf: gpd.GeoDataFrame, path: str | os.PathLike, metadata: dict | None = None) -> Path:
+    """Atomic `write_qupath_geojson` (temporary name beside `path`, renamed into place)."""
+    from .output import atomic_path
+
+    with atomic_path(path) as tmp:
+        write_qupath_geojson(gdf, tmp, metadata)
+    return Path(path)

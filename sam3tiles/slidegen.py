@@ -1,0 +1,280 @@
+"""Synthetic whole-slide images with objects of known extent, for tests, examples and benchmarks.
+
+A slide is a pyramidal OME-TIFF (BigTIFF, tiled, zlib) written tile by tile with tifffile: every tile of
+every pyramid level is rendered on demand from the object list, so a 40000x40000 slide never exists in
+memory. Objects sit one per cell of a jittered grid (never overlapping, a gap of >= 8 px between them):
+
+* `brightfield`: RGB uint8, an eosin-pink background, nuclei in `indigo` (ellipses) and red blood cells
+  in `crimson`, colours the reference backend finds by name;
+* `fluorescence`: uint16, one or more channels; channel 1 is a nuclear stain (bright `white` nuclei on
+  a dark background), further channels hold dim unrelated signal.
+
+`shape="rect"` makes axis-aligned rectangles with integer corners instead of ellipses (their edges fall
+on pixel edges, so a segmentation can be checked to the half pixel). Truth polygons are in full-resolution
+pixel coordinates (origin top-left, y down), without a CRS. A pixel belongs to an object when its centre
+lies inside the object's outline, at every level.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import geopandas as gpd
+import numpy as np
+import shapely
+
+BRIGHTFIELD = {"indigo": (80, 12, 128), "crimson": (214, 30, 64)}
+BRIGHTFIELD_BACKGROUND = (236, 196, 214)
+FLUORESCENCE = {"white": 20000}
+FLUORESCENCE_BACKGROUND = 600
+GAP = 8  # pixels kept free between objects (two cells of SAM 3's 288 mask grid)
+PIXEL_UM = 0.25  # physical pixel size written into the OME metadata (40x)
+
+
+@dataclass
+class Objects:
+    """Object parameters, one entry per object, in full-resolution pixels.
+
+    kind 0: ellipse (cx, cy, a, b, theta); kind 1: rectangle [x0, x1) x [y0, y1).
+    `bbox` (x0, y0, x1, y1) bounds every kind.
+    """
+
+    kind: np.ndarray
+    cls: np.ndarray  # index into `names`
+    cx: np.ndarray
+    cy: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    theta: np.ndarray
+    bbox: np.ndarray  # float [n, 4]
+    names: tuple[str, ...]
+    cell: int
+    grid: np.ndarray  # int [rows, cols]: object index per grid cell, -1 when empty
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
+@dataclass
+class Slide:
+    path: Path
+    truth: gpd.GeoDataFrame  # class, geometry (pixel coordinates, no CRS)
+    width: int
+    height: int
+    levels: list[tuple[int, int]]  # (width, height) per level
+    seconds: float = 0.0
+
+
+def layout(width: int, height: int, seed: int = 0, *, names: tuple[str, ...] = ("indigo", "crimson"),
+           weights: tuple[float, ...] | None = None, shape: str = "ellipse", cell: int = 48, fill: float = 0.7,
+           size: tuple[float, float] = (12.0, 36.0)) -> Objects:
+    """At most one object per `cell` x `cell` grid cell, inside the slide, with a gap of GAP px."""
+    if size[1] + GAP > cell:
+        raise ValueError(f"objects up to {size[1]} px need cells of at least {size[1] + GAP} px")
+    rng = np.random.default_rng(seed)
+    cols, rows = width // cell, height // cell
+    n_cells = rows * cols
+    present = rng.random(n_cells) < fill
+    idx = np.flatnonzero(present)
+    n = len(idx)
+    r, c = idx // cols, idx % cols
+    weights = np.asarray(weights if weights is not None else [1.0] * len(names), float)
+    cls = rng.choice(len(names), size=n, p=weights / weights.sum()).astype(np.int16)
+    d = rng.uniform(size[0], size[1], n)
+    if shape == "rect":
+        w = np.floor(d).astype(int)
+        h = np.floor(d * rng.uniform(0.6, 1.0, n)).astype(int)
+        swap = rng.random(n) < 0.5
+        w, h = np.where(swap, h, w), np.where(swap, w, h)
+        room_x, room_y = cell - GAP - w, cell - GAP - h
+        x0 = c * cell + GAP // 2 + np.floor(rng.random(n) * (room_x + 1)).astype(int)
+        y0 = r * cell + GAP // 2 + np.floor(rng.random(n) * (room_y + 1)).astype(int)
+        bbox = np.stack([x0, y0, x0 + w, y0 + h], axis=1).astype(float)
+        kind = np.ones(n, np.int8)
+        cx, cy = (x0 + w / 2).astype(float), (y0 + h / 2).astype(float)
+        a, b, theta = w / 2.0, h / 2.0, np.zeros(n)
+    elif shape == "ellipse":
+        a = d / 2
+        b = a * rng.uniform(0.6, 1.0, n)
+        theta = rng.uniform(0, math.pi, n)
+        ex = np.sqrt((a * np.cos(theta)) ** 2 + (b * np.sin(theta)) ** 2)
+        ey = np.sqrt((a * np.sin(theta)) ** 2 + (b * np.cos(theta)) ** 2)
+        cx = c * cell + GAP / 2 + ex + rng.random(n) * (cell - GAP - 2 * ex)
+        cy = r * cell + GAP / 2 + ey + rng.random(n) * (cell - GAP - 2 * ey)
+        bbox = np.stack([cx - ex, cy - ey, cx + ex, cy + ey], axis=1)
+        kind = np.zeros(n, np.int8)
+    else:
+        raise ValueError(f"shape must be 'ellipse' or 'rect', got {shape!r}")
+    grid = np.full((rows, cols), -1, np.int64)
+    grid[r, c] = np.arange(n)
+    return Objects(kind, cls, cx, cy, a, b, theta, bbox, tuple(names), cell, grid)
+
+
+def truth_frame(objs: Objects, vertices: int = 64) -> gpd.GeoDataFrame:
+    """The objects as polygons (ellipses with `vertices` vertices), pixel coordinates, no CRS."""
+    n = len(objs)
+    t = np.linspace(0, 2 * math.pi, vertices, endpoint=False)
+    ct, st = np.cos(objs.theta)[:, None], np.sin(objs.theta)[:, None]
+    ex, ey = objs.a[:, None] * np.cos(t)[None], objs.b[:, None] * np.sin(t)[None]
+    xs = objs.cx[:, None] + ex * ct - ey * st
+    ys = objs.cy[:, None] + ex * st + ey * ct
+    rect = objs.kind == 1
+    if rect.any():
+        x0, y0, x1, y1 = (objs.bbox[rect, i][:, None] for i in range(4))
+        k = vertices // 4
+        # rectangles as `vertices` points too (corners repeated), so one array holds every shape
+        rx = np.concatenate([np.repeat(x0, k, 1), np.repeat(x1, k, 1), np.repeat(x1, k, 1), np.repeat(x0, k, 1)], 1)
+        ry = np.concatenate([np.repeat(y0, k, 1), np.repeat(y0, k, 1), np.repeat(y1, k, 1), np.repeat(y1, k, 1)], 1)
+        xs[rect], ys[rect] = rx[:, :vertices], ry[:, :vertices]
+    coords = np.stack([xs, ys], axis=2)
+    coords = np.concatenate([coords, coords[:, :1]], axis=1)
+    polys = shapely.polygons(coords) if n else np.asarray([], dtype=object)
+    if rect.any():
+        polys[rect] = shapely.normalize(shapely.simplify(polys[rect], 0))
+    names = np.asarray(objs.names, dtype=object)
+    return gpd.GeoDataFrame({"class": names[objs.cls] if n else []}, geometry=list(polys), crs=None)
+
+
+def _inside(objs: Objects, i: int, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """bool [len(ys), len(xs)]: which of these pixel centres (full-resolution coordinates) lie inside i."""
+    if objs.kind[i] == 1:
+        x0, y0, x1, y1 = objs.bbox[i]
+        return ((ys >= y0) & (ys < y1))[:, None] & ((xs >= x0) & (xs < x1))[None, :]
+    dx = xs[None, :] - objs.cx[i]
+    dy = ys[:, None] - objs.cy[i]
+    ct, st = math.cos(objs.theta[i]), math.sin(objs.theta[i])
+    u = (dx * ct + dy * st) / objs.a[i]
+    v = (-dx * st + dy * ct) / objs.b[i]
+    return u * u + v * v <= 1.0
+
+
+def render_classes(objs: Objects, x0: int, y0: int, x1: int, y1: int, fx: float = 1.0, fy: float = 1.0) -> np.ndarray:
+    """Class map uint8 [y1-y0, x1-x0] (0 background, k+1 class k) of a level window; the level's pixel
+    (i, j) has its centre at ((j + 0.5) * fx, (i + 0.5) * fy) in full-resolution pixels."""
+    out = np.zeros((y1 - y0, x1 - x0), np.uint8)
+    X0, Y0, X1, Y1 = x0 * fx, y0 * fy, x1 * fx, y1 * fy
+    rows, cols = objs.grid.shape
+    c0, c1 = max(0, int(X0 // objs.cell) - 1), min(cols, int(X1 // objs.cell) + 2)
+    r0, r1 = max(0, int(Y0 // objs.cell) - 1), min(rows, int(Y1 // objs.cell) + 2)
+    ids = objs.grid[r0:r1, c0:c1].ravel()
+    for i in ids[ids >= 0]:
+        bx0, by0, bx1, by1 = objs.bbox[i]
+        j0, j1 = max(x0, int(math.floor(bx0 / fx - 0.5))), min(x1, int(math.ceil(bx1 / fx + 0.5)))
+        i0, i1 = max(y0, int(math.floor(by0 / fy - 0.5))), min(y1, int(math.ceil(by1 / fy + 0.5)))
+        if j1 <= j0 or i1 <= i0:
+            continue
+        xs = (np.arange(j0, j1) + 0.5) * fx
+        ys = (np.arange(i0, i1) + 0.5) * fy
+        m = _inside(objs, int(i), xs, ys)
+        out[i0 - y0:i1 - y0, j0 - x0:j1 - x0][m] = objs.cls[i] + 1
+    return out
+
+
+class _Noise:
+    """A bank of noise, cut at pseudo-random offsets: cheap, deterministic, different per tile."""
+
+    def __init__(self, seed: int, tile: int, amplitude: float, channels: int):
+        rng = np.random.default_rng(seed + 7919)
+        self.side = tile + 64
+        self.bank = rng.uniform(-amplitude, amplitude, (4, channels, self.side, self.side)).astype(np.float32)
+
+    def cut(self, key: tuple, h: int, w: int) -> np.ndarray:
+        rng = np.random.default_rng(key)
+        k, oy, ox = rng.integers(0, 4), rng.integers(0, self.side - h + 1), rng.integers(0, self.side - w + 1)
+        return self.bank[k, :, oy:oy + h, ox:ox + w]
+
+
+def _level_shapes(width: int, height: int, levels: int | None, min_side: int) -> list[tuple[int, int]]:
+    out = [(width, height)]
+    while (levels is None and max(out[-1]) > min_side) or (levels is not None and len(out) < levels):
+        w, h = out[-1]
+        if w < 2 or h < 2:
+            break
+        out.append(((w + 1) // 2, (h + 1) // 2))
+    return out
+
+
+def write_slide(path: str | Path, width: int = 3000, height: int = 2500, seed: int = 0, *,
+                mode: str = "brightfield", channels: int = 1, shape: str = "ellipse", levels: int | None = None,
+                min_side: int = 1024, tile: int = 512, objects: Objects | None = None, compression: str = "zlib",
+                compression_level: int = 1, maxworkers: int | None = None, truth: bool = True,
+                **layout_kwargs) -> Slide:
+    """Write a pyramidal OME-TIFF slide tile by tile; returns it with its truth polygons.
+
+    `levels` counts the full resolution too (None: halve until the longer side is <= min_side).
+    """
+    import tifffile
+
+    t_start = time.perf_counter()
+    path = Path(path)
+    if mode == "brightfield":
+        names, palette = tuple(BRIGHTFIELD), BRIGHTFIELD
+        axes, samples = "YXS", 3
+    elif mode == "fluorescence":
+        names, palette = tuple(FLUORESCENCE), FLUORESCENCE
+        axes, samples = ("CYX" if channels > 1 else "YX"), 1
+    else:
+        raise ValueError(f"mode must be 'brightfield' or 'fluorescence', got {mode!r}")
+    if objects is None:
+        layout_kwargs.setdefault("names", names)
+        objects = layout(width, height, seed, shape=shape, **layout_kwargs)
+    shapes = _level_shapes(width, height, levels, min_side)
+    nch = channels if mode == "fluorescence" else 1
+    noise = _Noise(seed, tile, 8.0 if mode == "brightfield" else 40.0, samples)
+    if mode == "brightfield":
+        lut = np.asarray([BRIGHTFIELD_BACKGROUND] + [palette.get(nm, (0, 0, 0)) for nm in objects.names],
+                         np.float32)
+    else:
+        lut = np.asarray([FLUORESCENCE_BACKGROUND] + [palette.get(nm, 10000) for nm in objects.names],
+                         np.float32)
+
+    def tiles(level: int) -> Iterator[np.ndarray]:
+        lw, lh = shapes[level]
+        fx, fy = width / lw, height / lh
+        for ch in range(nch):
+            for ty, y in enumerate(range(0, lh, tile)):
+                for tx, x in enumerate(range(0, lw, tile)):
+                    w, h = min(tile, lw - x), min(tile, lh - y)
+                    classes = render_classes(objects, x, y, x + w, y + h, fx, fy)
+                    nz = noise.cut((seed, level, ch, ty, tx), h, w)
+                    if mode == "brightfield":
+                        rgb = np.moveaxis(lut[classes], -1, 0) + nz
+                        yield np.moveaxis(np.clip(rgb, 0, 255).round().astype(np.uint8), 0, -1)
+                    else:
+                        if ch == 0:
+                            val = lut[classes] + nz[0]
+                        else:  # other channels: dim, unrelated to the nuclei
+                            val = FLUORESCENCE_BACKGROUND * (1 + ch) + 3 * nz[0]
+                        yield np.clip(val, 0, 65535).round().astype(np.uint16)
+
+    def level_shape(level: int) -> tuple[int, ...]:
+        lw, lh = shapes[level]
+        if mode == "brightfield":
+            return (lh, lw, 3)
+        return (nch, lh, lw) if nch > 1 else (lh, lw)
+
+    dtype = np.uint8 if mode == "brightfield" else np.uint16
+    photometric = "rgb" if mode == "brightfield" else "minisblack"
+    opts = dict(dtype=dtype, tile=(tile, tile), photometric=photometric, compression=compression,
+                maxworkers=maxworkers)
+    if compression == "zlib":
+        opts["compressionargs"] = {"level": compression_level}
+    meta = {"axes": axes, "PhysicalSizeX": PIXEL_UM, "PhysicalSizeXUnit": "µm", "PhysicalSizeY": PIXEL_UM,
+            "PhysicalSizeYUnit": "µm"}
+    if mode == "fluorescence":
+        meta["Channel"] = {"Name": ["DAPI"] + [f"marker {i}" for i in range(1, nch)]}
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tifffile.TiffWriter(tmp, bigtiff=True, ome=True) as tw:
+            tw.write(tiles(0), shape=level_shape(0), subifds=len(shapes) - 1, metadata=meta, **opts)
+            for level in range(1, len(shapes)):
+                tw.write(tiles(level), shape=level_shape(level), subfiletype=1, metadata=None, **opts)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    gdf = truth_frame(objects) if truth else gpd.GeoDataFrame({"class": []}, geometry=[], crs=None)
+    return Slide(path, gdf, width, height, shapes, time.perf_counter() - t_start)
