@@ -87,50 +87,50 @@ def _polygonal(geom):
     return shapely.union_all(polys)
 
 
-def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None):
-    """The file's text in pieces: header, one feature per piece, footer."""
+def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None, chunk: int = 5000):
+    """The file's text in pieces: header, one feature per piece, footer (rows converted `chunk` at a time)."""
     cols = [c for c in gdf.columns if c != gdf.geometry.name]
     ids = gdf["id"].to_numpy() if "id" in gdf.columns else np.arange(1, len(gdf) + 1)
-    geoms = [_polygonal(g) for g in gdf.geometry.values]
-    texts = shapely.to_geojson(np.asarray([g if g is not None else shapely.Polygon() for g in geoms],
-                                          dtype=object))
-    prompts = gdf["prompt"].astype(str).to_numpy() if "prompt" in gdf.columns else None
     colours: dict[str, list[int]] = {}
     head = {"type": "FeatureCollection"}
     if metadata:
         head["sam3tiles"] = metadata
-    yield json.dumps(head)[:-1] + ', "features": [\n'
-    records = gdf[cols].to_dict("records") if cols else [{}] * len(gdf)
+    yield json.dumps(head, default=str)[:-1] + ', "features": [\n'
     first = True
-    for i, rec in enumerate(records):
-        if geoms[i] is None:
-            continue
-        oid = int(ids[i])
-        props: dict = {"objectType": "detection"}
-        if prompts is not None:
-            name = prompts[i]
-            colour = colours.setdefault(name, class_colour(name))
-            props["name"] = f"{name} {oid}"
-            props["classification"] = {"name": name, "color": colour}
-        meas = {"id": oid}
-        for k in MEASUREMENTS:
-            if k in rec:
-                v = _number(rec[k])
-                if v is not None:
-                    meas[k] = v
-        props["measurements"] = meas
-        meta = {k: str(rec[k]) for k in METADATA if k in rec and rec[k] is not None}
-        if meta:
-            props["metadata"] = meta
-        for k, v in rec.items():
-            if k not in props:
-                props[k] = _plain(v)
-        src = str(rec.get("source", ""))
-        fid = str(uuid.uuid5(_NAMESPACE, f"{src}|{oid}"))
-        text = ('{"type": "Feature", "id": "' + fid + '", "geometry": ' + texts[i] + ', "properties": '
-                + json.dumps(props, allow_nan=False) + "}")
-        yield ("" if first else ",\n") + text
-        first = False
+    for start in range(0, len(gdf), chunk):
+        part = gdf.iloc[start:start + chunk]
+        geoms = [_polygonal(g) for g in part.geometry.values]
+        texts = shapely.to_geojson(np.asarray([g if g is not None else shapely.Polygon() for g in geoms],
+                                              dtype=object))
+        records = part[cols].to_dict("records") if cols else [{}] * len(part)
+        for i, rec in enumerate(records):
+            if geoms[i] is None:
+                continue
+            oid = int(ids[start + i])
+            props: dict = {"objectType": "detection"}
+            if "prompt" in rec:
+                name = str(rec["prompt"])
+                colour = colours.setdefault(name, class_colour(name))
+                props["name"] = f"{name} {oid}"
+                props["classification"] = {"name": name, "color": colour}
+            meas = {"id": oid}
+            for k in MEASUREMENTS:
+                if k in rec:
+                    v = _number(rec[k])
+                    if v is not None:
+                        meas[k] = v
+            props["measurements"] = meas
+            meta = {k: str(rec[k]) for k in METADATA if k in rec and rec[k] is not None}
+            if meta:
+                props["metadata"] = meta
+            for k, v in rec.items():
+                if k not in props:
+                    props[k] = _plain(v)
+            fid = str(uuid.uuid5(_NAMESPACE, f"{rec.get('source', '')}|{oid}"))
+            text = ('{"type": "Feature", "id": "' + fid + '", "geometry": ' + texts[i] + ', "properties": '
+                    + json.dumps(props, allow_nan=False) + "}")
+            yield ("" if first else ",\n") + text
+            first = False
     yield "\n]}\n"
 
 
