@@ -20,6 +20,29 @@ class Sam3TilesError(Exception):
 
     exit_code = EXIT_INTERNAL
 
+    def __reduce__(self):
+        # rebuild by calling the class: the default (and tblib's, which Dask uses to ship a worker's error)
+        # fails for classes that mix ValueError with OSError, and Dask then hands back a bare Exception
+        return (type(self), self.args, self.__dict__ or None)
+
+
+def shippable(fn):
+    """For functions that run as Dask tasks: a Sam3TilesError leaves them without its chained causes (GDAL's
+    or onnxruntime's exceptions), which Dask may fail to pickle: it would then hand back a bare Exception,
+    and the error would lose its type and exit code."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Sam3TilesError as e:
+            e.__cause__ = None
+            e.__context__ = None
+            raise
+
+    return wrapper
+
 
 class UsageError(Sam3TilesError, ValueError):
     """Bad options, prompts or job files."""

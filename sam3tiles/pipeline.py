@@ -22,7 +22,7 @@ import numpy as np
 from .backends import RuntimeSpec, spec_identity
 from .checkpoint import TileStore, join_parts, prompt_part, tile_key
 from .engine import Engine, open_engine
-from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, UsageError
+from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, UsageError, shippable
 from .grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid, scale_for_gsd, squash_tile
 from .merge import MergeStats, merge_pieces, tile_frame
 from .output import NO_CRS_NOTE, check_output, output_lock, write_vector
@@ -119,6 +119,7 @@ def _prompts_for_tile(prompts: Sequence[Prompt], tile, slots: int) -> list[TileP
     return out
 
 
+@shippable
 def _model_info_task(spec: RuntimeSpec, texts: tuple[str, ...]) -> tuple[int, list[tuple[str, bool, str]]]:
     from .backends import get_runtime
     from .tasks import prepared_prompt
@@ -164,7 +165,8 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
     report.tiles += len(tiles)
     if progress_bar is not None:
         progress_bar.total = (progress_bar.total or 0) + len(tiles)
-        progress_bar.refresh()
+        # no refresh(): a bar drawn before its delay is not closed with a newline, so an error message
+        # would follow it on the same line
 
     results: dict[int, TileResult] = {}
     # checkpoints hold one result per (tile, prompt): a changed or added prompt recomputes only its own part
@@ -214,6 +216,8 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
                 report.unusable_prompts.append(note)
         if r.skipped:
             report.skipped += 1
+    if tiles and all(i in results and results[i].skipped for i in (t.index for t in tiles)):
+        log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", path)
 
     t0 = time.perf_counter()
     frames = {t.index: tile_frame(t, overlap) for t in tiles}
@@ -279,6 +283,10 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
                 exc = fut.exception()
                 if isinstance(exc, ModelError):
                     raise exc
+                if opts.strict:
+                    raise TilesFailedError(f"tile {tile.index} (row {tile.row}, col {tile.col}) of {source.path} failed "
+                                           f"after {opts.retries} retries: {_short(exc)}. --strict stops the run "
+                                           "there: the finished tiles are checkpointed, so a rerun retries the rest")
                 report.failed += 1
                 report.failed_tiles.append({"source": source.path, "tile": tile.index, "row": tile.row,
                                             "col": tile.col, "error": _short(exc)})

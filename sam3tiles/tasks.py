@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .backends import RuntimeSpec, get_runtime
+from .errors import shippable
 from .grid import Tile
 from .runtime import MAX_QUERIES, ExampleBox, PreparedPrompt, TileImage
 from .source import RasterSource, Stretch, open_source
@@ -48,6 +49,7 @@ class InferResult:
     saturated: bool = False
     seconds: dict = field(default_factory=dict)
     unusable_prompts: tuple[str, ...] = ()
+    saturated_prompts: tuple[int, ...] = ()
 
 
 @dataclass
@@ -60,6 +62,7 @@ class TileResult:
     saturated: bool = False
     seconds: dict = field(default_factory=dict)
     unusable_prompts: tuple[str, ...] = ()
+    saturated_prompts: tuple[int, ...] = ()  # prompt indices whose decoder pass saturated (checkpoint parts)
 
 
 _local = threading.local()
@@ -76,6 +79,7 @@ def _open_source(spec: SourceSpec) -> RasterSource:
     return src
 
 
+@shippable
 def read_task(spec: SourceSpec, tile: Tile) -> tuple[TileImage | None, float]:
     """The tile's model input, or None when every pixel is nodata (the tile is skipped)."""
     t0 = time.perf_counter()
@@ -105,6 +109,7 @@ def prepared_prompt(spec: RuntimeSpec, text: str) -> tuple[PreparedPrompt, float
         return p, time.perf_counter() - t0
 
 
+@shippable
 def infer_task(spec: RuntimeSpec, read: tuple[TileImage | None, float], prompts: Sequence[TilePrompt],
                valid_wh: tuple[int, int]) -> InferResult:
     """Encode the tile once, decode every prompt (and box pass) on that embedding, crop the masks."""
@@ -136,19 +141,22 @@ def infer_task(spec: RuntimeSpec, read: tuple[TileImage | None, float], prompts:
             det = runtime.decode(emb, prep, boxes)
             if len(det) >= SATURATION:
                 res.saturated = True
+                res.saturated_prompts += (tp.index,)
             res.crops.extend(crop_detections(det, tp.index, pi, valid_wh, holes))
     res.seconds["decode"] = time.perf_counter() - t0
     del emb
     return res
 
 
+@shippable
 def vectorize_task(infer: InferResult, tile: Tile, edge_margin: int = EDGE_MARGIN) -> TileResult:
     """Polygons in the source CRS for one tile's crops."""
     t0 = time.perf_counter()
     pieces = pieces_from_crops(infer.crops, tile, edge_margin) if infer.crops else Pieces()
     seconds = dict(infer.seconds)
     seconds["vectorize"] = time.perf_counter() - t0
-    return TileResult(tile.index, pieces, infer.skipped, infer.saturated, seconds, infer.unusable_prompts)
+    return TileResult(tile.index, pieces, infer.skipped, infer.saturated, seconds, infer.unusable_prompts,
+                      saturated_prompts=infer.saturated_prompts)
 
 
 def run_tile_inline(src: SourceSpec, spec: RuntimeSpec, tile: Tile, prompts: Sequence[TilePrompt],
