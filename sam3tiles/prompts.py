@@ -163,7 +163,18 @@ def read_box_file(path: str, raster_crs) -> list[GeoBox]:
         if gdf.crs is None:
             raise CRSError(f"--box-file {path} has no CRS but the raster has one ({raster_crs.to_string()}): "
                            "set the file's CRS (e.g. ogr2ogr -a_srs) so the boxes can be placed")
+        if gdf.crs.is_geographic:
+            x0, y0, x1, y1 = gdf.total_bounds
+            if min(x0, y0) < -360 or max(x1, y1) > 360:
+                raise CRSError(f"--box-file {path}: its CRS ({gdf.crs.to_string()}) is longitude/latitude but its "
+                               f"coordinates ({x0:.6g}, {y0:.6g}, ...) are not: set the CRS they are in (a GeoJSON "
+                               "file is always WGS84; write projected boxes as GeoPackage)")
         gdf = gdf.to_crs(raster_crs.to_wkt())
+        import numpy as np
+
+        if not np.isfinite(gdf.total_bounds).all():
+            raise CRSError(f"--box-file {path}: its boxes cannot be placed in the raster's CRS "
+                           f"({raster_crs.to_string()}): check the file's CRS")
     labels = gdf["label"] if "label" in gdf.columns else [1] * len(gdf)
     out = []
     for geom, lab in zip(gdf.geometry, labels):

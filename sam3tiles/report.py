@@ -33,6 +33,7 @@ class RunReport:
     unusable_prompts: list = field(default_factory=list)
     boxes_outside: int = 0
     merge: dict = field(default_factory=dict)
+    checkpoint: dict = field(default_factory=dict)  # work_dir, reused (tile-prompt results), stored, partial_tiles
     seconds: dict = field(default_factory=lambda: {s: 0.0 for s in STAGES})
     wall_seconds: float = 0.0
     runtime_counters: dict = field(default_factory=dict)

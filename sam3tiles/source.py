@@ -113,6 +113,19 @@ class RasterSource:
             ds.close()
             raise RasterReadError(f"{self.path}: header claims {ds.width}x{ds.height} pixels, which is not "
                                   "plausible: the file is corrupt")
+        short = _tiff_truncated(self.path)
+        if short:
+            ds.close()
+            raise RasterReadError(f"{self.path} is truncated: its pixel data ends at byte {short[0]} but the file "
+                                  f"has {short[1]} bytes: the copy or download was interrupted; copy it again")
+        if ds.driver == "GTiff":  # blocks are random access: the first and last pixel cost a block each
+            try:
+                for col, row in ((0, 0), (ds.width - 1, ds.height - 1)):
+                    ds.read(1, window=Window(col, row, 1, 1))
+            except RasterioIOError as e:
+                ds.close()
+                raise RasterReadError(f"{self.path}: cannot read its pixels ({_first_line(e)}): the file is truncated "
+                                      f"or its header ({ds.width}x{ds.height} px) is corrupt; copy it again") from None
         self._ds = ds
         self.bands = self._resolve_bands(ds.count)
         self.dtype = np.dtype(ds.dtypes[self.bands[0] - 1])
@@ -254,8 +267,40 @@ class RasterSource:
             return True  # the tile's own read reports the damage
 
 
+def _tiff_truncated(path: str) -> tuple[int, int] | None:
+    """(end of the pixel data, file size) when a local TIFF's first image ends past the end of the file,
+    else None. Reads the header only; a TIFF tifffile cannot parse is left to GDAL."""
+    if "://" in path or path.startswith("/vsi"):
+        return None
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) not in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
+                return None
+        import tifffile
+
+        size = os.path.getsize(path)
+        tlog = logging.getLogger("tifffile")
+        level = tlog.level
+        tlog.setLevel(logging.CRITICAL)  # a damaged header is reported below, not logged
+        try:
+            with tifffile.TiffFile(path) as tf:
+                page = tf.pages.first if hasattr(tf.pages, "first") else tf.pages[0]
+                ends = [o + c for o, c in zip(page.dataoffsets, page.databytecounts) if c]
+        finally:
+            tlog.setLevel(level)
+    except Exception:  # noqa: BLE001 - a header tifffile cannot read: GDAL's open decides
+        return None
+    end = max(ends, default=0)
+    return (end, size) if end > size else None
+
+
 def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    text = str(e).strip()
+    if "See previous exception" in text:  # rasterio: GDAL's own message is the chained one
+        inner = e.__cause__ or e.__context__
+        if inner is not None and str(inner).strip():
+            text = str(inner).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def open_source(path: str | os.PathLike, bands: Sequence[int] | None = None,

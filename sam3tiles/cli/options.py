@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
 import sys
 
 import click
@@ -24,6 +25,9 @@ def configure_logging(verbose: int, quiet: int) -> None:
                         stream=sys.stderr)
     for noisy in ("distributed", "rasterio", "fiona", "pyogrio", "tornado", "asyncio"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, level) if verbose < 2 else logging.DEBUG)
+    # a failed task is retried, then reported by the pipeline (one line per tile); the worker's own
+    # "Compute Failed" record, with its traceback text, shows with -v only
+    logging.getLogger("distributed.worker").setLevel(logging.CRITICAL if verbose < 1 else logging.NOTSET)
 
 
 def handle_errors(fn):
@@ -33,11 +37,15 @@ def handle_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         ctx = click.get_current_context()
+        previous = _catch_sigterm()
         try:
             return fn(*args, **kwargs)
         except Sam3TilesError as e:
             click.echo(f"Error: {e}", err=True)
             ctx.exit(e.exit_code)
+        except Terminated:
+            click.echo("Terminated (SIGTERM): rerun the same command to resume from the finished tiles.", err=True)
+            ctx.exit(143)
         except KeyboardInterrupt:
             click.echo("Interrupted: rerun the same command to resume from the finished tiles.", err=True)
             ctx.exit(130)
@@ -52,8 +60,32 @@ def handle_errors(fn):
             click.echo(f"Error: internal error ({type(e).__name__}: {e}). This is a bug in sam3tiles: rerun "
                        "with -vv for the traceback and report it.", err=True)
             ctx.exit(EXIT_INTERNAL)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     return wrapper
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a batch system's walltime limit): unwind like Ctrl-C, so locks and temporary files are
+    cleaned up and every finished tile stays checkpointed."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def _catch_sigterm():
+    """Turn SIGTERM into `Terminated` in the main thread; returns the previous handler (None elsewhere)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, _raise_terminated)
+    except (ValueError, OSError):
+        return None
 
 
 verbose_opt = click.option("-v", "--verbose", count=True, help="More logging (-vv: debug and tracebacks).")
