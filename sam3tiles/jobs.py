@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import BandError, JobFileError
 from .grid import DEFAULT_OVERLAP, TILE_SIZE
 
-__all__ = ["Job", "LoadedJob", "load_job", "parse_job", "job_options", "job_call", "run_job"]
+__all__ = ["Job", "LoadedJob", "load_job", "parse_job", "job_options", "job_call", "run_job", "job_words"]
 
 
 class _Section(BaseModel):
@@ -385,4 +385,41 @@ def run_job(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, p
     """Run a loaded job: (GeoDataFrame, RunReport), as `segment_job` returns them."""
     from .pipeline import segment_job
 
-    return segment_job(**job_call(lj, fresh=fresh, strict=strict, progress=progress))
+    with job_words(lj):
+        return segment_job(**job_call(lj, fresh=fresh, strict=strict, progress=progress))
+
+
+#: Command-line options in error messages, and the job keys that set them.
+_OPTION_KEYS = [("pass --overwrite", "set output.overwrite: true"), ("--overwrite", "output.overwrite"),
+                ("--out ", "output.path "), ("--box-file ", "prompts.box_file "), ("--box ", "prompts.boxes "),
+                ("--text ", "prompts.text "), ("--text prompt", "prompts.text entry"),
+                ("--bands", "tiling.bands"), ("--scale", "tiling.scale"), ("--gsd", "tiling.gsd"),
+                ("--overlap", "tiling.overlap"), ("--model", "backend.model"), ("--work-dir", "output.work_dir"),
+                ("--scheduler", "run.scheduler"), ("--workers", "run.workers")]  # run has --strict, --fresh too
+
+
+class job_words:
+    """Context manager: a sam3tiles error raised inside names the job's keys instead of the command
+    line's options (`output.path ... exists: set output.overwrite: true`), keeping its type and exit code."""
+
+    def __init__(self, lj: LoadedJob | None = None):
+        self.lj = lj
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        from .errors import Sam3TilesError
+
+        if exc is None or not isinstance(exc, Sam3TilesError) or isinstance(exc, JobFileError):
+            return False
+        text = str(exc)
+        for option, key in _OPTION_KEYS:
+            text = text.replace(option, key)
+        if text == str(exc):
+            return False
+        try:
+            new = type(exc)(text)
+        except Exception:  # noqa: BLE001 - an error class with another signature: keep the original
+            return False
+        raise new from None

@@ -448,7 +448,7 @@ def _check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, bo
         return
     where = (f"the raster's CRS ({crs.to_string()})" if crs is not None
              else "pixel coordinates (the raster has no CRS)")
-    extent = ", ".join(f"{bd[0]:.6g},{bd[1]:.6g},{bd[2]:.6g},{bd[3]:.6g}" for bd in bounds[:3])
+    extent = "; ".join(",".join(f"{v:.10g}" for v in bd) for bd in bounds[:3]) + ("; ..." if len(bounds) > 3 else "")
     given = [i for i in lost if i < n_given]
     if given:
         b = boxes[given[0]]

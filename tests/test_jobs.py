@@ -242,3 +242,15 @@ def test_run_strict_flag_and_exit_5(tmp_path):
     report = json.loads((tmp_path / "o.gpkg.report.json").read_text())
     assert report["failed"] == 2 and [t["tile"] for t in sorted(report["failed_tiles"], key=lambda t: t["tile"])] == [1, 2]
     assert report["resumed"] + report["done"] == 1  # (resumed when --strict's run had finished it)
+
+
+def test_errors_name_the_job_keys_not_the_options(tmp_path):
+    write_scene(tmp_path / "s.tif", 600, 500, seed=2)
+    (tmp_path / "o.gpkg").write_text("precious")
+    (tmp_path / "job.yaml").write_text("inputs: [s.tif]\nprompts: {text: [red]}\nbackend: {name: reference}\n"
+                                       "output: {path: o.gpkg}\n")
+    r = CliRunner().invoke(cli, ["-q", "run", str(tmp_path / "job.yaml")])
+    assert r.exit_code == 2
+    assert r.stderr == f"Error: output.path {tmp_path / 'o.gpkg'} exists: set output.overwrite: true to replace it, " \
+                       "or choose another name\n"
+    assert (tmp_path / "o.gpkg").read_text() == "precious"

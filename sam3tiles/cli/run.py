@@ -41,7 +41,11 @@ def run(ctx, job_file, dry_run, fresh, strict, verbose, quiet):
     quiet = quiet + (ctx.obj or {}).get("quiet", 0)
     lj = load_job(job_file)
     if dry_run:
-        for line in dry_run_lines(lj):
+        from ..jobs import job_words
+
+        with job_words(lj):
+            lines = dry_run_lines(lj)
+        for line in lines:
             click.echo(line)
         return
     gdf, report = run_job(lj, fresh=fresh, strict=strict or None, progress=not quiet)
