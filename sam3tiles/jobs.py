@@ -395,7 +395,7 @@ _OPTION_KEYS = [("pass --overwrite", "set output.overwrite: true"), ("--overwrit
                 ("--text ", "prompts.text "), ("--text prompt", "prompts.text entry"),
                 ("--bands", "tiling.bands"), ("--scale", "tiling.scale"), ("--gsd", "tiling.gsd"),
                 ("--overlap", "tiling.overlap"), ("--model", "backend.model"), ("--work-dir", "output.work_dir"),
-                ("--scheduler", "run.scheduler"), ("--workers", "run.workers")]  # run has --strict, --fresh too
+                ("--scheduler", "run.scheduler"), ("--workers", "run.workers"), ("--labels", "output.labels")]  # run has --strict, --fresh too
 
 
 class job_words:

@@ -254,3 +254,15 @@ def test_errors_name_the_job_keys_not_the_options(tmp_path):
     assert r.stderr == f"Error: output.path {tmp_path / 'o.gpkg'} exists: set output.overwrite: true to replace it, " \
                        "or choose another name\n"
     assert (tmp_path / "o.gpkg").read_text() == "precious"
+
+
+def test_dry_run_checks_the_label_image(tmp_path):
+    write_scene(tmp_path / "s.tif", 600, 500, seed=2)
+    job = "inputs: [s.tif]\nprompts: {text: [red]}\nbackend: {name: reference}\noutput: {path: o.gpkg, labels: %s}\n"
+    (tmp_path / "job.yaml").write_text(job % "o-labels.tif")
+    r = CliRunner().invoke(cli, ["run", str(tmp_path / "job.yaml"), "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert f"{tmp_path / 'o-labels.tif'}  (label image)" in r.stdout
+    (tmp_path / "job.yaml").write_text(job % "o-labels.png")
+    r = CliRunner().invoke(cli, ["run", str(tmp_path / "job.yaml"), "--dry-run"])
+    assert r.exit_code == 2 and r.stderr.startswith("Error: output.labels ") and ".tif or .tiff" in r.stderr

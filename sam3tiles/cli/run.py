@@ -76,6 +76,20 @@ def dry_run_lines(lj) -> list[str]:
         if p is not None:
             check_output(p, j.output.overwrite)
             out_lines.append(f"  {p}" + ("  (exists: will be replaced)" if p.exists() else ""))
+    if lj.labels is not None:
+        from ..jobs import job_call
+
+        job_call(lj)  # refuses output.labels where this build cannot write label images
+        from ..labels import check_labels
+
+        if len(paths) > 1:
+            from ..errors import UsageError
+
+            raise UsageError(f"--labels writes the label image of one input, but {len(paths)} were given: "
+                             "segment one image per job to get its labels")
+        check_labels(lj.labels, j.output.overwrite)
+        out_lines.append(f"  {lj.labels}  (label image)" + ("  (exists: will be replaced)"
+                                                           if os.path.exists(lj.labels) else ""))
     spec = opts.runtime_spec()
     model_line = f"backend: {spec.backend}"
     if spec.backend == "onnx":
