@@ -51,8 +51,8 @@ def grid_pieces(n_pieces: int, per_tile: int = 100, seed: int = 0, tile_size: in
     clo, chi = span(x0, x1, cols)
     rlo, rhi = span(y0, y1, rows)
     obj, tr, tc = [], [], []
-    for dr in range(0, 3):
-        for dc in range(0, 3):
+    for dr in range(3):
+        for dc in range(3):
             r, c = rlo + dr, clo + dc
             ok = (r <= rhi) & (c <= chi)
             obj.append(np.flatnonzero(ok))
@@ -80,16 +80,18 @@ def grid_pieces(n_pieces: int, per_tile: int = 100, seed: int = 0, tile_size: in
 
 def grid_objects(width: int, height: int, cell: int = 500, seed: int = 0):
     """Objects for `sam3tiles.demo.write_scene` on a jittered lattice (fast at any size, never overlapping):
-    one per `cell` x `cell` block, alternately a 'blue' building (40-120 px) and a 'red' vehicle."""
+    one per `cell` x `cell` block, alternately a 'blue' building (20-120 px, smaller in small cells) and a
+    'red' vehicle (10 x 20 px)."""
     from shapely import affinity
     from shapely.geometry import box
 
     rng = np.random.default_rng(seed)
+    big = max(21.0, min(120.0, cell - 40.0))
     out = []
     for j in range(height // cell):
         for i in range(width // cell):
             if (i + j) % 2 == 0:
-                w, h = rng.uniform(40, 120, 2)
+                w, h = rng.uniform(min(40.0, big - 1), big, 2)
                 x, y = i * cell + rng.uniform(10, cell - w - 10), j * cell + rng.uniform(10, cell - h - 10)
                 out.append(("blue", box(x, y, x + w, y + h)))
             else:

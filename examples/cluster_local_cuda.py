@@ -42,8 +42,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     backend = args.backend or ("reference" if args.cpu_dry_run else "onnx")
 
-    import sam3tiles
     from distributed import Client
+
+    import sam3tiles
 
     with make_cluster(args.gpus, args.threads, args.cpu_dry_run) as cluster, Client(cluster) as client:
         print(f"dashboard: {client.dashboard_link}")

@@ -61,8 +61,9 @@ def main(argv=None) -> int:
         cluster.close()
         return 0
 
-    import sam3tiles
     from distributed import Client
+
+    import sam3tiles
 
     with cluster, Client(cluster) as client:
         cluster.scale(jobs=args.jobs)

@@ -241,7 +241,7 @@ def test_many_inputs_per_input_outputs_and_combined_with_source(tmp_path, cluste
         assert_same(single, written)
         assert set(written["source"]) == {name}
 
-    combined, _ = segment_job([str(folder / "s0.tif"), str(folder / "s1.tif")], PROMPTS, backend="reference",
+    segment_job([str(folder / "s0.tif"), str(folder / "s1.tif")], PROMPTS, backend="reference",
                               out=tmp_path / "all.gpkg", checkpoint=False)
     written = gpd.read_file(tmp_path / "all.gpkg")
     assert len(written) == sum(len(s) for s in singles.values())

@@ -1,0 +1,91 @@
+"""The CPU work around the model, per tile, on one core: how many CPU cores does one GPU need?
+
+    python -m benchmarks.bench_cpu_per_tile [--objects 10 100]
+
+For each density a 4016 x 4016 scene (5 x 5 tiles) gets objects on a lattice sized so that a tile window
+sees about N objects (vehicles and buildings, both prompted). Pinned to one core, per tile:
+
+* read: `read_task` (windowed read, band stretch, validity mask);
+* post-process: `crop_detections` (on the model worker: each mask cropped to its box, float16);
+* vectorize: `vectorize_task` (upsample, threshold, polygonize, seam flags);
+* merge share: the whole scene's merge (`merge_pieces`) divided by its tiles.
+
+The model calls themselves (reference backend here) are not timed. Medians over the tiles, milliseconds.
+cores/GPU = CPU ms per tile / GPU ms per tile, for the simulated 110 ms GPU tile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import time
+
+from .common import emit
+
+SIZE = 4016  # 5 x 5 tiles of 1008 with 256 overlap
+
+
+def measure(objects: int, gpu_ms: float) -> dict:
+    from sam3tiles.backends import RuntimeSpec, get_runtime
+    from sam3tiles.grid import TileGrid
+    from sam3tiles.merge import merge_pieces, tile_frame
+    from sam3tiles.source import open_source
+    from sam3tiles.tasks import InferResult, SourceSpec, prepared_prompt, read_task, vectorize_task
+    from sam3tiles.vectorize import Pieces, crop_detections
+
+    from .synthetic import cached_scene
+
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    cell = max(60, round(1008 / math.sqrt(objects)))
+    path = cached_scene(SIZE, SIZE, cell=cell)
+    spec = RuntimeSpec(backend="reference")
+    rt = get_runtime(spec)
+    preps = [prepared_prompt(spec, t)[0] for t in ("red", "blue")]
+    with open_source(path) as src:
+        source = SourceSpec(src.path, src.bands, src.stretch)
+        grid = TileGrid(src.width, src.height, transform=src.transform)
+    tiles = list(grid)
+    read_ms, post_ms, vec_ms, per_tile, all_pieces = [], [], [], [], []
+    for tile in tiles:
+        image, read_s = read_task(source, tile)
+        read_ms.append(1000 * read_s)
+        emb = rt.encode(image)
+        dets = [rt.decode(emb, p) for p in preps]
+        t0 = time.perf_counter()
+        crops = [c for i, d in enumerate(dets) for c in crop_detections(d, i, 0, tile.valid_wh, None)]
+        post_ms.append(1000 * (time.perf_counter() - t0))
+        res = vectorize_task(InferResult(crops=crops, seconds={}), tile)
+        vec_ms.append(1000 * res.seconds["vectorize"])
+        per_tile.append(len(res.pieces))
+        all_pieces.append(res.pieces)
+    t0 = time.perf_counter()
+    merge_pieces(Pieces.concat(all_pieces), {t.index: tile_frame(t, grid.overlap) for t in tiles})
+    merge_ms = 1000 * (time.perf_counter() - t0) / len(tiles)
+    med = statistics.median
+    cpu = med(read_ms) + med(post_ms) + med(vec_ms) + merge_ms
+    return {"objects_per_tile": med(per_tile), "tiles": len(tiles), "read_ms": med(read_ms),
+            "postprocess_ms": med(post_ms), "vectorize_ms": med(vec_ms), "merge_share_ms": merge_ms,
+            "cpu_ms_per_tile": cpu, "cores_per_gpu": cpu / gpu_ms, "gpu_ms": gpu_ms}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--objects", type=int, nargs="+", default=[10, 100])
+    ap.add_argument("--gpu-ms", type=float, default=110.0, help="GPU time per tile for cores/GPU")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    from .common import run_child
+
+    if len(args.objects) == 1:
+        emit(measure(args.objects[0], args.gpu_ms), args.json)
+        return 0
+    rows = [run_child("bench_cpu_per_tile", "--objects", n, "--gpu-ms", args.gpu_ms) for n in args.objects]
+    emit({"runs": rows}, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

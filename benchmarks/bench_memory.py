@@ -1,0 +1,67 @@
+"""Peak RSS of one whole `segment` run (reference backend, in-process engine) at a given image size.
+
+    python -m benchmarks.bench_memory --size 8000
+    python -m benchmarks.bench_memory --size 32000      # generates the scene once into benchmarks/.cache
+
+The scene (`synthetic.cached_scene`: one object per 500 x 500 px, so the object count grows with the area)
+is made in its own process first; then a fresh process runs `segment_job` with an output file and the
+default checkpoints, and reports its own peak RSS (`ru_maxrss`). The bound is the pipeline's: a fixed
+number of tiles in flight, whatever the image size; what grows is only the objects (the output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+from .common import ROOT, emit
+
+
+def measure(size: int, prompts: list[str], workers: int | None) -> dict:
+    from sam3tiles.pipeline import segment_job
+
+    from .synthetic import cached_scene
+
+    path = cached_scene(size, size)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        gdf, report = segment_job(str(path), prompts, backend="reference", out=f"{tmp}/out.gpkg",
+                                  workers=workers)
+        wall = time.perf_counter() - t0
+    return {"size": size, "tiles": report.tiles, "objects": len(gdf), "wall_s": round(wall, 1),
+            "tiles_per_s": round(report.tiles / wall, 2),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=int, default=8000)
+    ap.add_argument("--text", action="append", default=None)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--measure", action="store_true", help="(internal) measure in this process")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    prompts = args.text or ["red", "blue"]
+    if args.measure:
+        emit(measure(args.size, prompts, args.workers), args.json)
+        return 0
+    # the scene in its own process (generating it costs memory that is not the pipeline's)
+    subprocess.run([sys.executable, "-c", f"from benchmarks.synthetic import cached_scene; "
+                    f"cached_scene({args.size}, {args.size})"], cwd=ROOT, check=True)
+    cmd = [sys.executable, "-m", "benchmarks.bench_memory", "--size", str(args.size), "--measure", "--json"]
+    for t in prompts:
+        cmd += ["--text", t]
+    if args.workers:
+        cmd += ["--workers", str(args.workers)]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
+    emit(json.loads(out.stdout.strip().splitlines()[-1]), args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""Scale-out: tiles per second with two simulated-GPU workers against one.
+
+    python -m benchmarks.bench_scaleout [--size 8000] [--threads 2]
+
+A dask.distributed LocalCluster of N worker processes, each with the resource GPU=1 (so each runs one
+model task at a time, like one worker per GPU) and `--threads` threads; the job goes to it through
+`segment(..., client=client)`, exactly as with `--scheduler`. The simulated backend makes each encode last
+0.1 s and each decode 0.01 s (sleeping: one "GPU" per worker, no CPU used). tiles/s is measured from the
+call to the written output (the cluster is started before). Each N runs in a fresh process. The default scene
+is sparse (`--cell 500`): two workers at ~18 tiles/s would need more than this machine's 2 cores for a
+dense one (see bench_cpu_per_tile for the CPU work per tile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import tempfile
+import time
+
+from .common import emit, run_child
+
+
+def one(size: int, cell: int, workers: int, threads: int, encode: float, decode: float, text: str) -> dict:
+    from distributed import Client, LocalCluster
+
+    from sam3tiles.backends import runtime_stats
+    from sam3tiles.pipeline import segment_job
+
+    from .synthetic import cached_scene
+
+    path = str(cached_scene(size, size, cell=cell))
+    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, resources={"GPU": 1},
+                      dashboard_address=None, silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        client.wait_for_workers(workers)
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            gdf, rep = segment_job(path, [text], backend="simulated", encode_seconds=encode, decode_seconds=decode,
+                                   out=f"{tmp}/o.gpkg", client=client)
+            wall = time.perf_counter() - t0
+        encodes = {w: s.get("simulated", {}).get("encodes", 0) for w, s in client.run(runtime_stats).items()}
+    return {"gpu_workers": workers, "tiles": rep.tiles, "objects": len(gdf), "wall_s": wall,
+            "tiles_per_s": rep.tiles / wall, "encodes_per_worker": sorted(encodes.values())}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=int, default=8000)
+    ap.add_argument("--cell", type=int, default=500, help="one object per CELL x CELL px (500: ~2 red per tile, "
+                                                          "so the 2 cores here are not the limit)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--encode", type=float, default=0.1)
+    ap.add_argument("--decode", type=float, default=0.01)
+    ap.add_argument("--text", default="red")
+    ap.add_argument("--workers", type=int, default=None, help="(internal) run one cluster size here")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    if args.workers:
+        emit(one(args.size, args.cell, args.workers, args.threads, args.encode, args.decode, args.text), args.json)
+        return 0
+    common = ["--size", args.size, "--cell", args.cell, "--threads", args.threads, "--encode", args.encode,
+              "--decode", args.decode, "--text", args.text]
+    r1 = run_child("bench_scaleout", *common, "--workers", 1)
+    r2 = run_child("bench_scaleout", *common, "--workers", 2)
+    assert r1["objects"] == r2["objects"]
+    emit({"one": r1, "two": r2, "speedup": r2["tiles_per_s"] / r1["tiles_per_s"]}, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
