@@ -394,6 +394,7 @@ class SlideSource:
 
     def read_tile(self, tile: Tile) -> TileImage:
         """The tile's 1008x1008 model input: content at the top-left, zero padding, validity mask."""
+        trim_heap()
         vw, vh = tile.valid_wh
         rgb_v, valid_v = self.read_window(tile.src_window, (vw, vh))
         rgb = np.zeros((3, MODEL_SIZE, MODEL_SIZE), np.uint8)
@@ -410,6 +411,29 @@ class SlideSource:
             return bool(self.read_window(tile.src_window, tile.valid_wh)[1].any())
         except RasterReadError:
             return True  # the tile's own read reports the damage
+
+
+_LIBC = None
+
+
+def trim_heap() -> None:
+    """Hand freed heap pages back to the OS (glibc's malloc_trim; a no-op elsewhere), about 3 ms.
+
+    Every tile allocates and frees megabytes of short-lived arrays between the small, long-lived polygons
+    of earlier tiles; glibc keeps those freed pages, so without a trim the resident size grows by about
+    2.5 KB per object found instead of the 0.6 KB the polygons need (measured on the reference backend).
+    """
+    global _LIBC
+    if _LIBC is None:
+        try:
+            import ctypes
+
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
 
 
 def _first_line(e: Exception) -> str:
