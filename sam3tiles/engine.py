@@ -18,6 +18,7 @@ from .errors import UsageError
 log = logging.getLogger(__name__)
 
 SCHEDULER_ENV = "SAM3TILES_SCHEDULER"
+WAIT_FOR_WORKERS = 60  # seconds a scheduler without workers gets for its first one
 
 
 @dataclass
@@ -26,6 +27,7 @@ class Engine:
     distributed: bool
     gpu_resource: bool  # whether some worker advertises the GPU resource
     threads: int
+    gpu_workers: int = 1  # workers that advertise the GPU resource (model tasks run on those only)
 
     @property
     def dashboard_link(self) -> str | None:
@@ -34,12 +36,20 @@ class Engine:
     def model_resources(self) -> dict | None:
         return {"GPU": 1} if self.gpu_resource else None
 
+    def in_flight(self, threads: int | None = None, gpu_workers: int | None = None) -> int:
+        """Tiles to keep in flight: enough to queue a few tiles at every model worker while the other
+        threads read and vectorize, few enough that memory stays flat (~5 MB per tile)."""
+        threads = self.threads if threads is None else threads
+        gpus = self.gpu_workers if gpu_workers is None else gpu_workers
+        return max(4, 2 * threads + 4 * max(gpus, 1))
 
-def _count(client) -> tuple[int, bool]:
+
+def _count(client) -> tuple[int, int]:
+    """(threads of all workers, workers with the GPU resource)."""
     info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info()
     workers = info.get("workers", {})
     threads = sum(w.get("nthreads", 1) for w in workers.values())
-    gpu = any((w.get("resources") or {}).get("GPU", 0) > 0 for w in workers.values())
+    gpu = sum((w.get("resources") or {}).get("GPU", 0) > 0 for w in workers.values())
     return max(threads, 1), gpu
 
 
@@ -61,7 +71,10 @@ def open_engine(client=None, scheduler: str | None = None, workers: int | None =
 
     if client is not None:
         threads, gpu = _count(client)
-        yield Engine(client, distributed=True, gpu_resource=gpu, threads=threads)
+        if not gpu:
+            log.warning("no worker of the given client advertises the GPU resource: model tasks run on any "
+                        "worker (give GPU workers resources={'GPU': 1})")
+        yield Engine(client, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu)
         return
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
     if scheduler:
@@ -71,12 +84,19 @@ def open_engine(client=None, scheduler: str | None = None, workers: int | None =
             raise UsageError(f"--scheduler {scheduler}: no Dask scheduler answers there ({e}): start one with "
                              "`dask scheduler`, or leave --scheduler out to run in this process") from None
         try:
+            if not (c.scheduler_info().get("workers") or {}):
+                # a scheduler started a moment ago: let its first worker join before choosing placements
+                try:
+                    c.wait_for_workers(1, timeout=WAIT_FOR_WORKERS)
+                except TimeoutError:
+                    raise UsageError(f"--scheduler {scheduler}: no worker joined in {WAIT_FOR_WORKERS} s: start "
+                                     f"one with `dask worker {scheduler} --resources GPU=1`") from None
             threads, gpu = _count(c)
             if not gpu:
                 log.warning("no worker of %s advertises the GPU resource: model tasks run on any worker "
                             "(start GPU workers with `dask worker ADDRESS --resources GPU=1`)", scheduler)
             log.info("Dask dashboard: %s", c.dashboard_link)
-            yield Engine(c, distributed=True, gpu_resource=gpu, threads=threads)
+            yield Engine(c, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu)
         finally:
             c.close()
         return

@@ -133,12 +133,43 @@ class _UnionFind:
 
 def merge_pieces(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float = IOU_MIN,
                  ios_min: float = IOS_MIN) -> tuple[Merged, MergeStats]:
-    """Merge `pieces` (from any number of tiles) into objects. `frames` maps tile index -> TileFrame."""
-    stats = MergeStats(pieces=len(pieces))
+    """Merge `pieces` (from any number of tiles) into objects. `frames` maps tile index -> TileFrame.
+
+    The result depends only on the pieces and their order (tile order, as the pipeline concatenates
+    them): ties between equally strong links are broken by that order, never by a spatial index's.
+    """
+    part = _merge_part(pieces, frames, iou_min, ios_min)
+    return part.merged, part.stats
+
+
+@dataclass
+class _Part:
+    """One pass of the merge over some pieces: the objects it decided, and what it left to a later pass."""
+
+    merged: Merged
+    first: np.ndarray  # per object: order key of its first piece (objects come out in this order)
+    stats: MergeStats
+    deferred: np.ndarray  # local indices of pieces whose objects a later pass decides
+    inside: np.ndarray  # per piece: wholly in its tile's exclusive area (never compared)
+    near: np.ndarray  # per piece: another tile's piece lies within the sliver tolerance (in this pass)
+
+
+def _merge_part(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, ios_min: float, *,
+                order=None, foreign=(), reach: float = 0.0, inside=None, near=None, block=None) -> _Part:
+    """The merge over `pieces` (given in ascending `order`, their position in the whole job).
+
+    Block pass (`foreign`: windows of tiles outside the block): pieces within `reach` of a foreign window
+    can meet other blocks' pieces, so every object they could belong to (the connected component of their
+    candidate links) is left undecided (`deferred`). Final pass (`inside`, `near` from the block passes,
+    `block` per piece): decides the deferred pieces; pairs within one block were counted there already.
+    """
+    stats = MergeStats()
     n = len(pieces)
     out = Merged([], [], [], [])
     if n == 0:
-        return out, stats
+        e = np.zeros(0, dtype=np.int64)
+        return _Part(out, e, stats, e, np.zeros(0, bool), np.zeros(0, bool))
+    order = np.arange(n, dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
     geoms = np.asarray(pieces.geometry, dtype=object)
     keys = np.asarray(pieces.tile_key, dtype=np.int64)
     tiles = keys // 1024
@@ -146,17 +177,27 @@ def merge_pieces(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float
     complete = np.asarray(pieces.complete, dtype=bool)
     edge = np.asarray(pieces.edge_dist, dtype=float)
     scores = np.asarray(pieces.score, dtype=float)
+    final = inside is not None
 
-    # 1. candidates: not wholly inside the tile's exclusive area (tiles with several passes: all pieces)
-    multi_pass = {t for t in np.unique(tiles) if len(np.unique(keys[tiles == t])) > 1}
-    excl = np.asarray([frames[int(t)].exclusive for t in tiles], dtype=object)
-    inside = shapely.within(geoms, excl)
-    if multi_pass:
-        inside &= ~np.isin(tiles, list(multi_pass))
+    if not final:
+        stats.pieces = n
+        # 1. candidates: not wholly inside the tile's exclusive area (tiles with several passes: all pieces)
+        ukeys = np.unique(keys)
+        ut = ukeys // 1024
+        multi_pass = np.unique(ut[1:][ut[1:] == ut[:-1]])
+        excl = np.asarray([frames[int(t)].exclusive for t in tiles], dtype=object)
+        inside = shapely.within(geoms, excl)
+        if len(multi_pass):
+            inside &= ~np.isin(tiles, multi_pass)
+        near = np.zeros(n, dtype=bool)
+    else:
+        inside = np.asarray(inside, dtype=bool)
+        near = np.asarray(near, dtype=bool)
     cand = np.flatnonzero(~inside)
-    stats.band_pieces = len(cand)
+    if not final:
+        stats.band_pieces = len(cand)
 
-    uf = _UnionFind(keys)
+    la = lb = np.zeros(0, dtype=np.int64)  # accepted-candidate links, strongest first
     if len(cand) > 1:
         cg = geoms[cand]
         tree = shapely.STRtree(cg)
@@ -165,7 +206,7 @@ def merge_pieces(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float
         a, b = cand[a[sel]], cand[b[sel]]
         sel = (keys[a] != keys[b]) & (prompts[a] == prompts[b])
         a, b = a[sel], b[sel]
-        stats.pairs_compared = len(a)
+        stats.pairs_compared = int((block[a] != block[b]).sum()) if block is not None else len(a)
         if len(a):
             band_cache: dict[tuple[int, int], object] = {}
             bands = np.empty(len(a), dtype=object)
@@ -185,19 +226,39 @@ def merge_pieces(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float
             iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
             ios = np.divide(inter, smaller, out=np.zeros_like(inter), where=smaller > 0)
             ok = (iou >= iou_min) | (ios >= ios_min)
-            order = np.lexsort((-ios[ok], -iou[ok]))
-            for i, j in zip(a[ok][order].tolist(), b[ok][order].tolist()):
-                r = uf.union(i, j)
-                if r == "joined":
-                    stats.links += 1
-                elif r == "conflict":
-                    stats.refused_links += 1
+            # strongest first; equal strengths in the pieces' order (the same in every partition)
+            rank = np.lexsort((order[b[ok]], order[a[ok]], -ios[ok], -iou[ok]))
+            la, lb = a[ok][rank], b[ok][rank]
+
+    deferred = np.zeros(n, dtype=bool)
+    if len(foreign):
+        # 2'. a block pass: pieces within reach of another block's windows, and everything linked to them
+        hit = np.unique(shapely.STRtree(np.asarray(foreign, dtype=object)).query(
+            geoms, predicate="dwithin", distance=reach)[0])
+        if len(hit):
+            from scipy.sparse import coo_matrix
+            from scipy.sparse.csgraph import connected_components
+
+            graph = coo_matrix((np.ones(len(la), dtype=np.int8), (la, lb)), shape=(n, n))
+            _, comp = connected_components(graph, directed=False)
+            deferred = np.isin(comp, np.unique(comp[hit]))
+
+    uf = _UnionFind(keys)
+    for i, j in zip(la.tolist(), lb.tolist()):
+        if deferred[i]:
+            continue
+        r = uf.union(i, j)
+        if r == "joined":
+            stats.links += 1
+        elif r == "conflict":
+            stats.refused_links += 1
 
     groups: dict[int, list[int]] = {}
-    for i in range(n):
+    for i in np.flatnonzero(~deferred).tolist():
         groups.setdefault(uf.find(i), []).append(i)
 
-    slivers = _slivers(groups, geoms, complete, tiles, frames)
+    slivers = _slivers(groups, geoms, complete, tiles, frames, near)
+    first = []
     for members in groups.values():
         if len(members) == 1:
             i = members[0]
@@ -210,6 +271,7 @@ def merge_pieces(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float
             out.score.append(float(scores[i]))
             out.prompt.append(prompts[i].item() if hasattr(prompts[i], "item") else prompts[i])
             out.n_tiles.append(1)
+            first.append(order[i])
             continue
         m = np.asarray(members)
         stats.merged_groups += 1
@@ -235,12 +297,32 @@ def merge_pieces(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float
         out.score.append(score)
         out.prompt.append(prompts[m[0]].item() if hasattr(prompts[m[0]], "item") else prompts[m[0]])
         out.n_tiles.append(len(np.unique(tiles[m])))
+        first.append(order[m[0]])
     stats.objects = len(out.geometry)
-    return out, stats
+    left = np.flatnonzero(deferred)
+    if len(left):
+        # what the final pass cannot see: another tile's piece of this block within the sliver tolerance
+        near = near.copy()
+        lone = left[~complete[left]]
+        near[lone] |= _near_other_tile(lone, geoms, tiles, frames)
+    return _Part(out, np.asarray(first, dtype=np.int64), stats, left, inside, near)
 
 
-def _slivers(groups, geoms, complete, tiles, frames) -> set[int]:
-    """Unmatched cut pieces outside their own core that lie against another object (see rule 5)."""
+def _near_other_tile(idx: np.ndarray, geoms, tiles, frames) -> np.ndarray:
+    """Whether a piece of another tile lies within the sliver tolerance of each piece in `idx`."""
+    out = np.zeros(len(idx), dtype=bool)
+    if not len(idx):
+        return out
+    tree = shapely.STRtree(geoms)
+    for k, i in enumerate(idx.tolist()):
+        near = tree.query(geoms[i], predicate="dwithin", distance=4 * frames[int(tiles[i])].pixel)
+        out[k] = bool((tiles[near] != tiles[i]).any())
+    return out
+
+
+def _slivers(groups, geoms, complete, tiles, frames, near=None) -> set[int]:
+    """Unmatched cut pieces outside their own core that lie against another object (see rule 5).
+    `near`: per piece, another tile's piece is known to lie within the tolerance (from an earlier pass)."""
     lone = [m[0] for m in groups.values() if len(m) == 1 and not complete[m[0]]]
     if not lone:
         return set()
@@ -250,14 +332,128 @@ def _slivers(groups, geoms, complete, tiles, frames) -> set[int]:
     outside = lone_arr[owned <= 0.05 * shapely.area(geoms[lone_arr])]
     if not len(outside):
         return set()
-    tol = np.asarray([4 * frames[int(tiles[i])].pixel for i in outside])
-    tree = shapely.STRtree(geoms)
-    out = set()
-    for i, d in zip(outside.tolist(), tol.tolist()):
-        near = tree.query(geoms[i], predicate="dwithin", distance=d)
-        if any(tiles[j] != tiles[i] for j in near.tolist()):
-            out.add(i)
+    out = {i for i in outside.tolist() if near is not None and near[i]}
+    rest = np.asarray([i for i in outside.tolist() if i not in out], dtype=np.int64)
+    hits = _near_other_tile(rest, geoms, tiles, frames)
+    out.update(rest[hits].tolist())
     return out
+
+
+_COLUMNS = ("geometry", "score", "prompt", "tile_key", "complete", "edge_dist")
+
+
+@dataclass
+class Packed:
+    """Pieces (or merged objects) as arrays, geometries as WKB: pickles an order of magnitude faster than
+    lists of shapely objects, so a block's merge can cross processes cheaply. Coordinates stay exact."""
+
+    wkb: np.ndarray
+    columns: dict
+
+    @classmethod
+    def of(cls, obj) -> "Packed":
+        names = [f for f in obj.__dataclass_fields__ if f != "geometry"]
+        return cls(shapely.to_wkb(np.asarray(obj.geometry, dtype=object)) if len(obj.geometry) else
+                   np.zeros(0, dtype=object), {n: np.asarray(getattr(obj, n)) for n in names})
+
+    def unpack(self, kind):
+        geoms = list(shapely.from_wkb(self.wkb)) if len(self.wkb) else []
+        return kind(geometry=geoms, **{n: v.tolist() for n, v in self.columns.items()})
+
+
+@dataclass
+class BlockPart:
+    """What one block's merge hands the final pass: its decided objects and its undecided pieces."""
+
+    objects: Packed  # Merged
+    first: np.ndarray
+    stats: MergeStats
+    pieces: Packed  # undecided pieces (Pieces), in job order
+    order: np.ndarray
+    inside: np.ndarray
+    near: np.ndarray
+
+
+def merge_block(pieces: Packed, order, frames: Mapping[int, TileFrame], foreign, reach: float,
+                iou_min: float = IOU_MIN, ios_min: float = IOS_MIN) -> BlockPart:
+    """The merge of one block of tiles (a Dask task): `frames` holds the block's tiles, `foreign` the
+    windows of other tiles within `reach` of them."""
+    pieces = pieces.unpack(Pieces)
+    part = _merge_part(pieces, frames, iou_min, ios_min, order=order, foreign=foreign, reach=reach)
+    d = part.deferred
+    return BlockPart(Packed.of(part.merged), part.first, part.stats, Packed.of(_take(pieces, d)),
+                     np.asarray(order)[d], part.inside[d], part.near[d])
+
+
+def _take(pieces: Pieces, idx) -> Pieces:
+    idx = list(map(int, idx))
+    return Pieces(*([getattr(pieces, name)[i] for i in idx] for name in _COLUMNS))
+
+
+def tile_blocks(tiles, block: int) -> dict[int, int]:
+    """Tile index -> block id: squares of `block` x `block` tiles of the grid."""
+    out = {}
+    for t in tiles:
+        out[t.index] = (t.row // block) * 1_000_003 + (t.col // block)
+    return out
+
+
+def merge_blocked(pieces: Pieces, frames: Mapping[int, TileFrame], blocks: Mapping[int, int],
+                  map_blocks=None, iou_min: float = IOU_MIN,
+                  ios_min: float = IOS_MIN) -> tuple[Merged, MergeStats]:
+    """`merge_pieces` by spatial partition: each block of tiles is merged on its own (in parallel with
+    `map_blocks(fn, list_of_argument_tuples) -> results`, e.g. on Dask workers), then one small final pass
+    decides the objects that reach across block edges. The result equals `merge_pieces(pieces, frames)`:
+    same objects, same order, same statistics.
+
+    `blocks` maps tile index -> block id; `pieces` come in tile order (as the pipeline concatenates them).
+    """
+    n = len(pieces)
+    keys = np.asarray(pieces.tile_key, dtype=np.int64)
+    tiles = keys // 1024
+    block_ids = sorted(set(blocks.values()))
+    if n == 0 or len(block_ids) <= 1:
+        return merge_pieces(pieces, frames, iou_min, ios_min)
+    piece_block = np.asarray([blocks[int(t)] for t in tiles], dtype=np.int64) if n else np.zeros(0, np.int64)
+    reach = 8 * max(f.pixel for f in frames.values())
+    tile_ids = np.asarray(sorted(frames), dtype=np.int64)
+    windows = np.asarray([frames[int(t)].window for t in tile_ids], dtype=object)
+    tile_block = np.asarray([blocks[int(t)] for t in tile_ids], dtype=np.int64)
+    wtree = shapely.STRtree(windows)
+    jobs = []
+    for bid in block_ids:
+        idx = np.flatnonzero(piece_block == bid)
+        if not len(idx):
+            continue
+        mine = tile_ids[tile_block == bid]
+        near = wtree.query(windows[tile_block == bid], predicate="dwithin", distance=2 * reach)[1]
+        near = np.unique(near)
+        foreign = windows[near[tile_block[near] != bid]]
+        jobs.append((Packed.of(_take(pieces, idx)), idx, {int(t): frames[int(t)] for t in mine}, list(foreign),
+                     reach, iou_min, ios_min))
+    parts = list(map_blocks(merge_block, jobs)) if map_blocks is not None else [merge_block(*j) for j in jobs]
+    # the final pass: every undecided piece, in job order
+    order = np.concatenate([p.order for p in parts])
+    sort = np.argsort(order, kind="stable")
+    rest = Pieces.concat([p.pieces.unpack(Pieces) for p in parts])
+    rest = _take(rest, sort)
+    fin = _merge_part(rest, frames, iou_min, ios_min, order=order[sort],
+                      inside=np.concatenate([p.inside for p in parts])[sort],
+                      near=np.concatenate([p.near for p in parts])[sort], block=piece_block[order[sort]])
+    stats = MergeStats()
+    for p in parts:
+        stats.add(p.stats)
+    stats.add(fin.stats)
+    stats.objects = 0
+    firsts = np.concatenate([p.first for p in parts] + [fin.first])
+    objs = [p.objects.unpack(Merged) for p in parts] + [fin.merged]
+    rank = np.argsort(firsts, kind="stable")
+    out = Merged([], [], [], [])
+    for name in ("geometry", "score", "prompt", "n_tiles"):
+        col = [v for o in objs for v in getattr(o, name)]
+        setattr(out, name, [col[i] for i in rank.tolist()])
+    stats.objects = len(out.geometry)
+    return out, stats
 
 
 def _polygonal(geom):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -21,10 +22,10 @@ import numpy as np
 
 from .backends import RuntimeSpec, spec_identity
 from .checkpoint import TileStore, join_parts, prompt_part, tile_key
-from .engine import Engine, open_engine
+from .engine import Engine, _count, open_engine
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, UsageError, shippable
 from .grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid, scale_for_gsd, squash_tile
-from .merge import MergeStats, merge_pieces, tile_frame
+from .merge import MergeStats, merge_blocked, merge_pieces, tile_blocks, tile_frame
 from .output import NO_CRS_NOTE, check_output, output_lock, write_vector
 from .prompts import GeoBox, Prompt, box_passes, boxes_outside, build_prompts, raster_bounds, read_box_file, tile_boxes
 from .report import RunReport
@@ -62,6 +63,7 @@ class Options:
     threads: int = 0  # onnxruntime intra-op threads (0: its default)
     encode_seconds: float = 0.1  # simulated backend only
     decode_seconds: float = 0.01
+    merge_block: int = 8  # tiles per side of a merge block (blocks merge in parallel; 0: one merge)
 
     def runtime_spec(self) -> RuntimeSpec:
         return RuntimeSpec(backend=self.backend, model_dir=self.model, device=self.device,
@@ -221,7 +223,11 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
 
     t0 = time.perf_counter()
     frames = {t.index: tile_frame(t, overlap) for t in tiles}
-    merged, mstats = merge_pieces(pieces, frames)
+    if opts.merge_block > 0:
+        merged, mstats = merge_blocked(pieces, frames, tile_blocks(tiles, opts.merge_block),
+                                       map_blocks=_map_on(engine, opts.retries))
+    else:
+        merged, mstats = merge_pieces(pieces, frames)
     report.seconds["merge"] += time.perf_counter() - t0
 
     labels = [p.label for p in prompts]
@@ -251,7 +257,7 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
     from distributed import as_completed
 
     client = engine.client
-    limit = opts.max_in_flight or max(4, 2 * engine.threads)
+    limit = opts.max_in_flight or engine.in_flight()
     resources = engine.model_resources()
     ac = as_completed(loop=client.loop)
     in_flight: dict = {}
@@ -267,6 +273,7 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
 
     while queue and len(in_flight) < limit:
         submit_next()
+    recount_at = time.monotonic() + 10.0
     try:
         for fut in ac:
             tile, chain = in_flight.pop(fut.key)
@@ -298,10 +305,37 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
                 progress_bar.update(1)
             if queue:
                 submit_next()
+            if queue and engine.distributed and not opts.max_in_flight and time.monotonic() > recount_at:
+                # workers that joined since the start (a SLURM job starting late) get tiles too
+                limit = max(limit, engine.in_flight(*_count(client)))
+                recount_at = time.monotonic() + 10.0
+                while queue and len(in_flight) < limit:
+                    submit_next()
     finally:
         for _, chain in in_flight.values():
             for f in chain:
                 f.cancel()
+
+
+def _call(fn, job):
+    return fn(*job)
+
+
+def _map_on(engine: Engine, retries: int):
+    """`map_blocks` for `merge_blocked`: each block's merge is a task on the engine's workers (CPU, any
+    worker); its pieces are scattered to the workers, not put in the graph."""
+
+    def run(fn, jobs):
+        client = engine.client
+        data = client.scatter(list(jobs), hash=False)
+        futs = [client.submit(_call, fn, d, pure=False, retries=retries) for d in data]
+        try:
+            return client.gather(futs)
+        finally:
+            for f in futs + data:
+                f.release()
+
+    return run
 
 
 def _short(exc: BaseException | None) -> str:
@@ -398,6 +432,8 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
             report.dashboard = engine.dashboard_link
             if engine.dashboard_link:
                 log.info("Dask dashboard: %s", engine.dashboard_link)
+                if bar is not None:
+                    bar.write(f"Dask dashboard: {engine.dashboard_link}", file=sys.stderr)
             for path in paths:
                 res = run_input(engine, path, prompts, opts, report, store, bar)
                 merge_total.add(res.merge)

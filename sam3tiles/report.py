@@ -75,6 +75,8 @@ class RunReport:
         secs = ", ".join(f"{k} {v:.2f}" for k, v in self.seconds.items() if v > 0)
         lines.append(f"seconds: {secs or '-'}; wall {self.wall_seconds:.2f} ({self.tiles_per_second:.2f} tiles/s)"
                      + ("; read/encode/decode/vectorize are summed over tiles" if self.tiles > 1 else ""))
+        if self.dashboard:
+            lines.append(f"dask dashboard: {self.dashboard}")
         for t in self.failed_tiles[:10]:
             lines.append(f"failed tile {t.get('tile')} of {t.get('source')}: {t.get('error')}")
         for p in self.unusable_prompts:
