@@ -129,12 +129,12 @@ def _model_info_task(spec: RuntimeSpec, texts: tuple[str, ...]) -> tuple[int, li
     rt = get_runtime(spec)
     checks = []
     for t in texts:
-        p, _ = prepared_prompt(spec, t)
-        checks.append((t, p.usable, p.note))
+        p, seconds = prepared_prompt(spec, t)
+        checks.append((t, p.usable, p.note, seconds))
     return int(rt.box_slots), checks
 
 
-def model_info(engine: Engine, spec: RuntimeSpec, prompts: Sequence[Prompt]) -> int:
+def model_info(engine: Engine, spec: RuntimeSpec, prompts: Sequence[Prompt]) -> tuple[int, float]:
     """Load the model on a model worker (where it stays), encode every prompt once there, and return the
     box slots per decoder pass. A prompt the backend can never find is an error before any tile runs."""
     texts = tuple(dict.fromkeys(p.model_text for p in prompts))
@@ -143,11 +143,11 @@ def model_info(engine: Engine, spec: RuntimeSpec, prompts: Sequence[Prompt]) -> 
         slots, checks = fut.result()
     finally:
         fut.release()
-    bad = [(t, note) for t, ok, note in checks if not ok]
+    bad = [(t, note) for t, ok, note, _ in checks if not ok]
     if bad:
         raise PromptError("; ".join(note or f"{t!r} cannot be found by the {spec.backend} backend"
                                     for t, note in bad))
-    return slots
+    return slots, sum(c[3] for c in checks)
 
 
 def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Options, report: RunReport,
@@ -162,7 +162,8 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         identity = src.identity
         all_boxes = [b for p in prompts for b in p.boxes]
         report.boxes_outside += len(boxes_outside(all_boxes, raster_bounds(src.transform, src.width, src.height)))
-    slots = model_info(engine, spec, prompts)
+    slots, prompt_seconds = model_info(engine, spec, prompts)
+    report.seconds["prompt"] += prompt_seconds
     model_identity = report.model
     report.tiles += len(tiles)
     if progress_bar is not None:
