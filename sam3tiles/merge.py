@@ -360,6 +360,24 @@ class Packed:
         geoms = list(shapely.from_wkb(self.wkb)) if len(self.wkb) else []
         return kind(geometry=geoms, **{n: v.tolist() for n, v in self.columns.items()})
 
+    def __len__(self) -> int:
+        return len(self.wkb)
+
+    def take(self, idx) -> "Packed":
+        """The rows `idx`, sharing the WKB bytes (no copy of the geometries)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        return Packed(self.wkb[idx], {n: v[idx] for n, v in self.columns.items()})
+
+    @classmethod
+    def concat(cls, parts) -> "Packed":
+        """Rows of `parts` one after the other; empty parts are skipped (their columns have no dtype)."""
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return cls.of(Pieces())
+        wkb = np.empty(sum(len(p) for p in parts), dtype=object)
+        wkb[:] = [w for p in parts for w in p.wkb]
+        return cls(wkb, {n: np.concatenate([p.columns[n] for p in parts]) for n in parts[0].columns})
+
 
 @dataclass
 class BlockPart:
@@ -398,7 +416,7 @@ def tile_blocks(tiles, block: int) -> dict[int, int]:
     return out
 
 
-def merge_blocked(pieces: Pieces, frames: Mapping[int, TileFrame], blocks: Mapping[int, int],
+def merge_blocked(pieces: "Pieces | Packed", frames: Mapping[int, TileFrame], blocks: Mapping[int, int],
                   map_blocks=None, iou_min: float = IOU_MIN,
                   ios_min: float = IOS_MIN) -> tuple[Merged, MergeStats]:
     """`merge_pieces` by spatial partition: each block of tiles is merged on its own (in parallel with
@@ -408,12 +426,13 @@ def merge_blocked(pieces: Pieces, frames: Mapping[int, TileFrame], blocks: Mappi
 
     `blocks` maps tile index -> block id; `pieces` come in tile order (as the pipeline concatenates them).
     """
+    packed = pieces if isinstance(pieces, Packed) else None
     n = len(pieces)
-    keys = np.asarray(pieces.tile_key, dtype=np.int64)
+    keys = np.asarray(packed.columns["tile_key"] if packed is not None else pieces.tile_key, dtype=np.int64)
     tiles = keys // 1024
     block_ids = sorted(set(blocks.values()))
     if n == 0 or len(block_ids) <= 1:
-        return merge_pieces(pieces, frames, iou_min, ios_min)
+        return merge_pieces(packed.unpack(Pieces) if packed is not None else pieces, frames, iou_min, ios_min)
     piece_block = np.asarray([blocks[int(t)] for t in tiles], dtype=np.int64) if n else np.zeros(0, np.int64)
     reach = 8 * max(f.pixel for f in frames.values())
     tile_ids = np.asarray(sorted(frames), dtype=np.int64)
@@ -429,7 +448,7 @@ def merge_blocked(pieces: Pieces, frames: Mapping[int, TileFrame], blocks: Mappi
         near = wtree.query(windows[tile_block == bid], predicate="dwithin", distance=2 * reach)[1]
         near = np.unique(near)
         foreign = windows[near[tile_block[near] != bid]]
-        jobs.append((Packed.of(_take(pieces, idx)), idx, {int(t): frames[int(t)] for t in mine}, list(foreign),
+        jobs.append((packed.take(idx) if packed is not None else Packed.of(_take(pieces, idx)), idx, {int(t): frames[int(t)] for t in mine}, list(foreign),
                      reach, iou_min, ios_min))
     parts = list(map_blocks(merge_block, jobs)) if map_blocks is not None else [merge_block(*j) for j in jobs]
     # the final pass: every undecided piece, in job order

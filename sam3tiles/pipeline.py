@@ -25,7 +25,7 @@ from .checkpoint import TileStore, join_parts, prompt_part, tile_key
 from .engine import Engine, _count, open_engine
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, UsageError, shippable
 from .grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid, scale_for_gsd, squash_tile
-from .merge import MergeStats, merge_blocked, merge_pieces, tile_blocks, tile_frame
+from .merge import MergeStats, Packed, merge_blocked, merge_pieces, tile_blocks, tile_frame
 from .output import NO_CRS_NOTE, check_output, output_lock, write_vector
 from .prompts import GeoBox, Prompt, box_passes, boxes_outside, build_prompts, raster_bounds, read_box_file, tile_boxes
 from .report import RunReport
@@ -190,7 +190,7 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         keys[tile.index] = [e for e in entries if hits.get(e[2]) is None]
         report.checkpoint["reused"] = report.checkpoint.get("reused", 0) + len(found[tile.index])
         if not keys[tile.index]:
-            results[tile.index] = join_parts(tile.index, found[tile.index])
+            results[tile.index] = _packed(join_parts(tile.index, found[tile.index]))
             if not results[tile.index].skipped:
                 report.resumed += 1
             if progress_bar is not None:
@@ -205,10 +205,12 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
     for index, parts in found.items():
         if parts and keys[index] and index in results:  # a tile computed for some prompts only
             fresh = results[index]
+            fresh.pieces = fresh.pieces.unpack(Pieces)
             parts = parts + [(i, prompt_part(fresh, i, text)) for i, text, _ in keys[index]]
-            results[index] = join_parts(index, sorted(parts, key=lambda e: -1 if e[0] is None else e[0]))
+            results[index] = _packed(join_parts(index, sorted(parts, key=lambda e: -1 if e[0] is None else e[0])))
+    found.clear()
 
-    pieces = Pieces.concat([results[t.index].pieces for t in tiles if t.index in results])
+    pieces = Packed.concat([results[t.index].pieces for t in tiles if t.index in results])
     for r in results.values():
         if r.saturated:
             report.saturated += 1
@@ -224,11 +226,14 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
 
     t0 = time.perf_counter()
     frames = {t.index: tile_frame(t, overlap) for t in tiles}
+    for r in results.values():
+        r.pieces = None  # the packed copy above is the only one the merge needs
     if opts.merge_block > 0:
         merged, mstats = merge_blocked(pieces, frames, tile_blocks(tiles, opts.merge_block),
                                        map_blocks=_map_on(engine, opts.retries))
     else:
-        merged, mstats = merge_pieces(pieces, frames)
+        merged, mstats = merge_pieces(pieces.unpack(Pieces), frames)
+    del pieces
     report.seconds["merge"] += time.perf_counter() - t0
 
     labels = [p.label for p in prompts]
@@ -287,6 +292,7 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
                     report.done += 1
                 if store is not None:
                     store.put_many([(k, prompt_part(res, i, text)) for i, text, k in keys[tile.index]])
+                _packed(res)  # WKB until the merge: a third less memory than shapely objects per piece
             else:
                 exc = fut.exception()
                 if isinstance(exc, ModelError):
@@ -316,6 +322,13 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
         for _, chain in in_flight.values():
             for f in chain:
                 f.cancel()
+
+
+def _packed(res: TileResult) -> TileResult:
+    """Keep a tile's pieces as WKB arrays (`merge.Packed`) while the other tiles run."""
+    if isinstance(res.pieces, Pieces):
+        res.pieces = Packed.of(res.pieces)
+    return res
 
 
 def _call(fn, job):
