@@ -16,9 +16,10 @@ The rules, in order:
    complete copy farthest from its tile's edges (ownership). A group cut everywhere (larger than the
    overlap, up to objects spanning many tiles) is stitched: each piece clipped to its tile's core (grown
    by one pixel so neighbours overlap), then unioned.
-5. *Slivers.* A cut piece that no neighbour matched, lying outside its own tile's core and within one
-   mask cell of another object, is the edge of an object another tile owns (at SAM 3's 3.5 px mask
-   cells, a few pixels poking into a tile rarely match in shape): it is dropped and counted.
+5. *Slivers.* A cut piece that no neighbour matched (or a group of cut pieces linked only to each other),
+   lying outside its own tile's core and within one mask cell of another object, is the edge of an
+   object another tile owns (at SAM 3's 3.5 px mask cells, a few pixels poking into a tile rarely match
+   in shape): it is dropped and counted.
 """
 
 from __future__ import annotations
@@ -287,6 +288,12 @@ def _merge_part(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float,
             cores = np.asarray([frames[int(t)].core for t in tiles[m]], dtype=object)
             parts = shapely.intersection(geoms[m], cores)
             geom = shapely.union_all(parts[~shapely.is_empty(parts)])
+            if geom.area <= 0.05 * shapely.area(geoms[m]).max() and _beside_another(m, geoms, tiles, frames, near):
+                # rule 5 for linked slivers: cut pieces that all lie outside their own tiles' cores, next to
+                # an object another tile owns
+                stats.slivers_dropped += len(m)
+                stats.merged_groups -= 1
+                continue
             if geom.is_empty:
                 geom = shapely.union_all(geoms[m])
             geom = _polygonal(geom)
@@ -318,6 +325,20 @@ def _near_other_tile(idx: np.ndarray, geoms, tiles, frames) -> np.ndarray:
         near = tree.query(geoms[i], predicate="dwithin", distance=4 * frames[int(tiles[i])].pixel)
         out[k] = bool((tiles[near] != tiles[i]).any())
     return out
+
+
+def _beside_another(members: np.ndarray, geoms, tiles, frames, near=None) -> bool:
+    """Whether a piece outside the group `members`, of a tile outside it, lies within the sliver
+    tolerance of one of them (or an earlier pass saw one: `near`)."""
+    if near is not None and near[members].any():
+        return True
+    tree = shapely.STRtree(geoms)
+    mine, own = set(members.tolist()), set(tiles[members].tolist())
+    for i in members.tolist():
+        hits = tree.query(geoms[i], predicate="dwithin", distance=4 * frames[int(tiles[i])].pixel)
+        if any(j not in mine and int(tiles[j]) not in own for j in hits.tolist()):
+            return True
+    return False
 
 
 def _slivers(groups, geoms, complete, tiles, frames, near=None) -> set[int]:

@@ -133,3 +133,14 @@ def test_empty_input(n_tiles):
     frames = {t.index: tile_frame(t, grid.overlap) for t in grid}
     merged, stats = merge_pieces(Pieces(), frames)
     assert merged.geometry == [] and stats.objects == 0
+
+
+def test_linked_slivers_beside_an_owned_object_are_dropped():
+    grid = TileGrid(1760, 1760, transform=Affine(1, 0, 0, 0, 1, 0))
+    x = box(1010, 860, 1060, 900)  # whole in tile (0, 1), which owns it
+    s1 = box(900, 860, 1008, 900)  # the edge of a neighbour's view, cut at tile (0, 0)'s right edge ...
+    s2 = box(900, 862, 1008, 898)  # ... and at tile (1, 0)'s: both outside their cores (x >= 880)
+    frames, pieces = _frames_and_pieces(grid, [((0, 1), x, True), ((0, 0), s1, False), ((1, 0), s2, False)])
+    merged, stats = merge_pieces(pieces, frames)
+    assert [g.bounds for g in merged.geometry] == [x.bounds]
+    assert stats.slivers_dropped == 2 and stats.stitched == 0
