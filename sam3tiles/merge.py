@@ -437,63 +437,123 @@ def tile_blocks(tiles, block: int) -> dict[int, int]:
     return out
 
 
+#: Order keys of pieces: tile index * ORDER_TILE + position in the tile (tile order, as a whole job's).
+ORDER_TILE = 1 << 24
+
+
+class BlockMerger:
+    """`merge_pieces` by spatial partition, fed tile by tile as tiles finish.
+
+    A block of tiles is merged (`submit(merge_block, job)`: on Dask workers, or here) as soon as its last
+    tile arrives, and its pieces are dropped: only decided objects (as WKB) and the few pieces near block
+    edges wait for the small final pass of `finish`, so memory follows the objects, not the pieces of
+    the whole image. The result equals `merge_pieces` over all pieces in tile order: same objects, same
+    order, same statistics.
+    """
+
+    def __init__(self, frames: Mapping[int, TileFrame], blocks: Mapping[int, int], submit=None,
+                 iou_min: float = IOU_MIN, ios_min: float = IOS_MIN):
+        self.frames, self.blocks = frames, dict(blocks)
+        self.submit = submit
+        self.iou_min, self.ios_min = iou_min, ios_min
+        self.reach = 8 * max(f.pixel for f in frames.values()) if frames else 0.0
+        self._tile_ids = np.asarray(sorted(frames), dtype=np.int64)
+        self._windows = np.asarray([frames[int(t)].window for t in self._tile_ids], dtype=object)
+        self._tile_block = np.asarray([self.blocks[int(t)] for t in self._tile_ids], dtype=np.int64)
+        self._wtree = shapely.STRtree(self._windows) if len(self._windows) else None
+        self._waiting: dict[int, set] = {}
+        for t, b in self.blocks.items():
+            self._waiting.setdefault(b, set()).add(int(t))
+        self._pending: dict[int, dict[int, Packed]] = {}
+        self.parts: list = []  # BlockPart, or futures of them
+        self.single = len(self._waiting) <= 1
+
+    def add(self, tile_index: int, pieces: "Pieces | Packed | None") -> None:
+        """A finished tile's pieces (its tile keys say which tile); merges its block when it is complete."""
+        b = self.blocks[int(tile_index)]
+        if pieces is not None and len(pieces):
+            self._pending.setdefault(b, {})[int(tile_index)] = (pieces if isinstance(pieces, Packed)
+                                                                else Packed.of(pieces))
+        waiting = self._waiting.get(b)
+        if waiting is not None:
+            waiting.discard(int(tile_index))
+            if not waiting:
+                self._run(b)
+
+    def _run(self, b: int) -> None:
+        self._waiting.pop(b, None)
+        got = self._pending.pop(b, {})
+        if not got:
+            return
+        tiles = sorted(got)
+        pieces = Packed.concat([got[t] for t in tiles])
+        order = np.concatenate([t * ORDER_TILE + np.arange(len(got[t]), dtype=np.int64) for t in tiles])
+        mask = self._tile_block == b
+        mine = self._tile_ids[mask]
+        if self.single:
+            foreign = []
+        else:
+            near = np.unique(self._wtree.query(self._windows[mask], predicate="dwithin", distance=2 * self.reach)[1])
+            foreign = list(self._windows[near[self._tile_block[near] != b]])
+        job = (pieces, order, {int(t): self.frames[int(t)] for t in mine}, foreign, self.reach, self.iou_min,
+               self.ios_min)
+        self.parts.append(self.submit(merge_block, job) if self.submit is not None else merge_block(*job))
+
+    def finish(self, gather=None) -> tuple[Merged, MergeStats]:
+        """Merge the blocks still open (tiles that failed never arrive), then the final pass."""
+        for b in sorted(self._waiting):
+            self._run(b)
+        parts = gather(self.parts) if gather is not None else self.parts
+        self.parts = []
+        stats = MergeStats()
+        for p in parts:
+            stats.add(p.stats)
+        # the final pass: every undecided piece, in tile order
+        order = np.concatenate([p.order for p in parts]) if parts else np.zeros(0, np.int64)
+        sort = np.argsort(order, kind="stable")
+        rest = Packed.concat([p.pieces for p in parts]).take(sort).unpack(Pieces) if len(order) else Pieces()
+        piece_block = np.asarray([self.blocks[int(k) // 1024] for k in rest.tile_key], dtype=np.int64)
+        fin = _merge_part(rest, self.frames, self.iou_min, self.ios_min, order=order[sort],
+                          inside=np.concatenate([p.inside for p in parts])[sort] if parts else np.zeros(0, bool),
+                          near=np.concatenate([p.near for p in parts])[sort] if parts else np.zeros(0, bool),
+                          block=piece_block)
+        stats.add(fin.stats)
+        firsts = np.concatenate([p.first for p in parts] + [fin.first])
+        objs = [p.objects.unpack(Merged) for p in parts] + [fin.merged]
+        del parts
+        rank = np.argsort(firsts, kind="stable")
+        out = Merged([], [], [], [])
+        for name in ("geometry", "score", "prompt", "n_tiles"):
+            col = [v for o in objs for v in getattr(o, name)]
+            setattr(out, name, [col[i] for i in rank.tolist()])
+        stats.objects = len(out.geometry)
+        return out, stats
+
+
 def merge_blocked(pieces: "Pieces | Packed", frames: Mapping[int, TileFrame], blocks: Mapping[int, int],
                   map_blocks=None, iou_min: float = IOU_MIN,
                   ios_min: float = IOS_MIN) -> tuple[Merged, MergeStats]:
-    """`merge_pieces` by spatial partition: each block of tiles is merged on its own (in parallel with
-    `map_blocks(fn, list_of_argument_tuples) -> results`, e.g. on Dask workers), then one small final pass
-    decides the objects that reach across block edges. The result equals `merge_pieces(pieces, frames)`:
-    same objects, same order, same statistics.
-
-    `blocks` maps tile index -> block id; `pieces` come in tile order (as the pipeline concatenates them).
-    """
-    packed = pieces if isinstance(pieces, Packed) else None
-    n = len(pieces)
-    keys = np.asarray(packed.columns["tile_key"] if packed is not None else pieces.tile_key, dtype=np.int64)
-    tiles = keys // 1024
-    block_ids = sorted(set(blocks.values()))
-    if n == 0 or len(block_ids) <= 1:
-        return merge_pieces(packed.unpack(Pieces) if packed is not None else pieces, frames, iou_min, ios_min)
-    piece_block = np.asarray([blocks[int(t)] for t in tiles], dtype=np.int64) if n else np.zeros(0, np.int64)
-    reach = 8 * max(f.pixel for f in frames.values())
-    tile_ids = np.asarray(sorted(frames), dtype=np.int64)
-    windows = np.asarray([frames[int(t)].window for t in tile_ids], dtype=object)
-    tile_block = np.asarray([blocks[int(t)] for t in tile_ids], dtype=np.int64)
-    wtree = shapely.STRtree(windows)
-    jobs = []
-    for bid in block_ids:
-        idx = np.flatnonzero(piece_block == bid)
-        if not len(idx):
-            continue
-        mine = tile_ids[tile_block == bid]
-        near = wtree.query(windows[tile_block == bid], predicate="dwithin", distance=2 * reach)[1]
-        near = np.unique(near)
-        foreign = windows[near[tile_block[near] != bid]]
-        jobs.append((packed.take(idx) if packed is not None else Packed.of(_take(pieces, idx)), idx, {int(t): frames[int(t)] for t in mine}, list(foreign),
-                     reach, iou_min, ios_min))
-    parts = list(map_blocks(merge_block, jobs)) if map_blocks is not None else [merge_block(*j) for j in jobs]
-    # the final pass: every undecided piece, in job order
-    order = np.concatenate([p.order for p in parts])
-    sort = np.argsort(order, kind="stable")
-    rest = Pieces.concat([p.pieces.unpack(Pieces) for p in parts])
-    rest = _take(rest, sort)
-    fin = _merge_part(rest, frames, iou_min, ios_min, order=order[sort],
-                      inside=np.concatenate([p.inside for p in parts])[sort],
-                      near=np.concatenate([p.near for p in parts])[sort], block=piece_block[order[sort]])
-    stats = MergeStats()
-    for p in parts:
-        stats.add(p.stats)
-    stats.add(fin.stats)
-    stats.objects = 0
-    firsts = np.concatenate([p.first for p in parts] + [fin.first])
-    objs = [p.objects.unpack(Merged) for p in parts] + [fin.merged]
-    rank = np.argsort(firsts, kind="stable")
-    out = Merged([], [], [], [])
-    for name in ("geometry", "score", "prompt", "n_tiles"):
-        col = [v for o in objs for v in getattr(o, name)]
-        setattr(out, name, [col[i] for i in rank.tolist()])
-    stats.objects = len(out.geometry)
-    return out, stats
+    """`merge_pieces` by spatial partition (see `BlockMerger`), over pieces already gathered in tile order.
+    `map_blocks(fn, list_of_argument_tuples) -> results` runs the blocks' merges (e.g. on Dask workers)."""
+    packed = pieces if isinstance(pieces, Packed) else Packed.of(pieces)
+    n = len(packed)
+    if n == 0 or len(set(blocks.values())) <= 1:
+        return merge_pieces(packed.unpack(Pieces), frames, iou_min, ios_min)
+    jobs: list = []
+    merger = BlockMerger(frames, blocks, submit=(lambda fn, job: jobs.append(job) or len(jobs) - 1)
+                         if map_blocks is not None else None, iou_min=iou_min, ios_min=ios_min)
+    tiles = np.asarray(packed.columns["tile_key"], dtype=np.int64) // 1024
+    bounds = np.flatnonzero(np.diff(tiles)) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n]):
+        merger.add(int(tiles[lo]), packed.take(np.arange(lo, hi)))
+    for t in frames:
+        merger.add(int(t), None)
+    if map_blocks is None:
+        return merger.finish()
+    for b in sorted(merger._waiting):
+        merger._run(b)
+    results = list(map_blocks(merge_block, jobs))
+    return merger.finish(gather=lambda idx: [results[i] for i in idx])
 
 
 def _polygonal(geom):

@@ -25,13 +25,13 @@ from .checkpoint import TileStore, join_parts, prompt_part, tile_key
 from .engine import Engine, _count, open_engine
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, UsageError, shippable
 from .grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid, scale_for_gsd, squash_tile
-from .merge import MergeStats, Packed, merge_blocked, merge_pieces, tile_blocks, tile_frame
+from .merge import BlockMerger, MergeStats, tile_blocks, tile_frame
 from .output import NO_CRS_NOTE, check_output, output_lock, write_vector
 from .prompts import GeoBox, Prompt, box_passes, boxes_outside, build_prompts, raster_bounds, read_box_file, tile_boxes
 from .report import RunReport
 from .source import RasterSource, open_source, parse_bands
 from .tasks import SourceSpec, TilePrompt, TileResult, infer_task, read_task, vectorize_task
-from .vectorize import EDGE_MARGIN, Pieces
+from .vectorize import EDGE_MARGIN
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,10 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         # no refresh(): a bar drawn before its delay is not closed with a newline, so an error message
         # would follow it on the same line
 
-    results: dict[int, TileResult] = {}
+    results: dict[int, TileResult] = {}  # bookkeeping only: each tile's pieces go straight to the merger
+    frames = {t.index: tile_frame(t, overlap) for t in tiles}
+    blocks = tile_blocks(tiles, opts.merge_block) if opts.merge_block > 0 else {t.index: 0 for t in tiles}
+    merger = BlockMerger(frames, blocks, submit=_submit_on(engine, opts.retries))
     # checkpoints hold one result per (tile, prompt): a changed or added prompt recomputes only its own part
     keys: dict[int, list] = {}  # tile index -> [(prompt index or None, text, key)] still to compute and store
     found: dict[int, list] = {}  # tile index -> [(prompt index or None, stored part)] reused from the store
@@ -190,7 +193,9 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         keys[tile.index] = [e for e in entries if hits.get(e[2]) is None]
         report.checkpoint["reused"] = report.checkpoint.get("reused", 0) + len(found[tile.index])
         if not keys[tile.index]:
-            results[tile.index] = _packed(join_parts(tile.index, found[tile.index]))
+            results[tile.index] = join_parts(tile.index, found[tile.index])
+            merger.add(tile.index, results[tile.index].pieces)
+            results[tile.index].pieces = None
             if not results[tile.index].skipped:
                 report.resumed += 1
             if progress_bar is not None:
@@ -201,16 +206,8 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         todo = {i for i, _, _ in keys[tile.index]}
         queue.append((tile, [tp for tp in tps if tp.index in todo]))
 
-    _run_tiles(engine, source, spec, queue, opts, report, store, keys, results, progress_bar)
-    for index, parts in found.items():
-        if parts and keys[index] and index in results:  # a tile computed for some prompts only
-            fresh = results[index]
-            fresh.pieces = fresh.pieces.unpack(Pieces)
-            parts = parts + [(i, prompt_part(fresh, i, text)) for i, text, _ in keys[index]]
-            results[index] = _packed(join_parts(index, sorted(parts, key=lambda e: -1 if e[0] is None else e[0])))
+    _run_tiles(engine, source, spec, queue, opts, report, store, keys, results, progress_bar, found, merger)
     found.clear()
-
-    pieces = Packed.concat([results[t.index].pieces for t in tiles if t.index in results])
     for r in results.values():
         if r.saturated:
             report.saturated += 1
@@ -225,15 +222,7 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", path)
 
     t0 = time.perf_counter()
-    frames = {t.index: tile_frame(t, overlap) for t in tiles}
-    for r in results.values():
-        r.pieces = None  # the packed copy above is the only one the merge needs
-    if opts.merge_block > 0:
-        merged, mstats = merge_blocked(pieces, frames, tile_blocks(tiles, opts.merge_block),
-                                       map_blocks=_map_on(engine, opts.retries))
-    else:
-        merged, mstats = merge_pieces(pieces.unpack(Pieces), frames)
-    del pieces
+    merged, mstats = merger.finish(gather=_gather_on(engine))
     report.seconds["merge"] += time.perf_counter() - t0
 
     labels = [p.label for p in prompts]
@@ -259,7 +248,8 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
 
 
 def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deque, opts: Options,
-               report: RunReport, store: TileStore | None, keys: dict, results: dict, progress_bar) -> None:
+               report: RunReport, store: TileStore | None, keys: dict, results: dict, progress_bar,
+               found: dict, merger: BlockMerger) -> None:
     from distributed import as_completed
 
     client = engine.client
@@ -292,7 +282,13 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
                     report.done += 1
                 if store is not None:
                     store.put_many([(k, prompt_part(res, i, text)) for i, text, k in keys[tile.index]])
-                _packed(res)  # WKB until the merge: a third less memory than shapely objects per piece
+                parts = found.get(tile.index)
+                if parts:  # a tile computed for some prompts only: join the stored parts in prompt order
+                    parts = parts + [(i, prompt_part(res, i, text)) for i, text, _ in keys[tile.index]]
+                    res = join_parts(tile.index, sorted(parts, key=lambda e: -1 if e[0] is None else e[0]))
+                    results[tile.index] = res
+                merger.add(tile.index, res.pieces)
+                res.pieces = None
             else:
                 exc = fut.exception()
                 if isinstance(exc, ModelError):
@@ -324,15 +320,31 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
                 f.cancel()
 
 
-def _packed(res: TileResult) -> TileResult:
-    """Keep a tile's pieces as WKB arrays (`merge.Packed`) while the other tiles run."""
-    if isinstance(res.pieces, Pieces):
-        res.pieces = Packed.of(res.pieces)
-    return res
-
-
 def _call(fn, job):
     return fn(*job)
+
+
+def _submit_on(engine: Engine, retries: int):
+    """`submit` for `BlockMerger`: a block's merge is a task on the engine's workers (CPU, any worker),
+    started as soon as the block's last tile is in; its pieces are scattered, not put in the graph."""
+
+    def submit(fn, job):
+        client = engine.client
+        (data,) = client.scatter([job], hash=False)
+        return client.submit(_call, fn, data, pure=False, retries=retries)
+
+    return submit
+
+
+def _gather_on(engine: Engine):
+    def gather(futs):
+        try:
+            return engine.client.gather(futs)
+        finally:
+            for f in futs:
+                f.release()
+
+    return gather
 
 
 def _map_on(engine: Engine, retries: int):
