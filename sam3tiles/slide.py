@@ -17,21 +17,17 @@ raster without a CRS: pixel coordinates of the full-resolution level, origin top
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from affine import Affine
 from rasterio.windows import Window
 
 from .errors import BandError, InputDataError, RasterReadError
-from .grid import Tile
-from .runtime import MODEL_SIZE, TileImage
-from .source import MAX_PIXELS, STATS_SIDE, Stretch
+from .source import MAX_PIXELS, STATS_SIDE, Source, Stretch, _first_line
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +70,7 @@ def is_slide(path: str | os.PathLike) -> bool:
         return False
 
 
-class SlideSource:
+class SlideSource(Source):
     """An open whole-slide image ready to deliver 1008x1008 model inputs. Use as a context manager.
 
     `bands` are 1-based channel numbers (1 = grey, 3 = R,G,B); None picks 1 channel, or the first 3 of an
@@ -84,25 +80,10 @@ class SlideSource:
     crs = None
     transform = Affine.identity()
 
-    def __init__(self, path: str | os.PathLike, bands: Sequence[int] | None = None,
-                 stretch: Stretch | None | str = "auto"):
-        self.path = str(path)
-        self._bands_arg = tuple(bands) if bands else None
-        self._stretch_arg = stretch
+    def _reset(self) -> None:
         self._tf = None
         self._arrays: list = []
         self.levels_read: dict[int, int] = {}  # level -> number of window reads (diagnostics, tests)
-        self._open()
-
-    # -- pickling: reopen by path on the other side ---------------------------------------------------
-    def __getstate__(self):
-        return {"path": self.path, "_bands_arg": self._bands_arg, "_stretch_arg": self.stretch}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._tf = None
-        self._arrays = []
-        self.levels_read = {}
         self._open()
 
     def _open(self) -> None:
@@ -207,25 +188,11 @@ class SlideSource:
     def n_levels(self) -> int:
         return len(self._wh)
 
-    @property
-    def identity(self) -> str:
-        """Path, size and modification time: changes when the file does (checkpoint key)."""
-        st = os.stat(self.path)
-        stamp = f"{st.st_size}:{st.st_mtime_ns}"
-        h = hashlib.sha256(f"{os.path.abspath(self.path)}|{stamp}|{self.bands}".encode()).hexdigest()
-        return h[:16]
-
     def close(self) -> None:
         self._arrays = []
         if self._tf is not None:
             self._tf.close()
             self._tf = None
-
-    def __enter__(self) -> "SlideSource":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     # -- raw reads ---------------------------------------------------------------------------------------
     def _read_level(self, level: int, x0: int, y0: int, x1: int, y1: int) -> np.ndarray:
@@ -261,14 +228,6 @@ class SlideSource:
         return best
 
     # -- statistics ----------------------------------------------------------------------------------
-    def _resolve_stretch(self) -> Stretch | None:
-        arg = self._stretch_arg
-        if isinstance(arg, Stretch) or arg is None:
-            return arg
-        if self.dtype == np.uint8:
-            return None
-        return self.compute_stretch()
-
     def _stats_level(self) -> int:
         """The smallest level whose longer side is still >= STATS_SIDE (level 0 when none is)."""
         best = 0
@@ -392,49 +351,7 @@ class SlideSource:
             out[i] = np.asarray(img.resize((w, h), resample=resample, box=tuple(rel)))
         return out
 
-    def read_tile(self, tile: Tile) -> TileImage:
-        """The tile's 1008x1008 model input: content at the top-left, zero padding, validity mask."""
-        trim_heap()
-        vw, vh = tile.valid_wh
-        rgb_v, valid_v = self.read_window(tile.src_window, (vw, vh))
-        rgb = np.zeros((3, MODEL_SIZE, MODEL_SIZE), np.uint8)
-        valid = np.zeros((MODEL_SIZE, MODEL_SIZE), bool)
-        rgb[:, :vh, :vw] = rgb_v
-        valid[:vh, :vw] = valid_v
-        return TileImage(rgb=rgb, valid=valid)
-
-    def tile_has_data(self, tile: Tile) -> bool:
-        """Slides have no nodata mask; float slides are read to look for NaN-only tiles."""
-        if self.dtype.kind != "f":
-            return True
-        try:
-            return bool(self.read_window(tile.src_window, tile.valid_wh)[1].any())
-        except RasterReadError:
-            return True  # the tile's own read reports the damage
+    def _may_have_nodata(self) -> bool:
+        return self.dtype.kind == "f"  # slides have no nodata mask; NaN-only tiles are skipped
 
 
-_LIBC = None
-
-
-def trim_heap() -> None:
-    """Hand freed heap pages back to the OS (glibc's malloc_trim; a no-op elsewhere), about 3 ms.
-
-    Every tile allocates and frees megabytes of short-lived arrays between the small, long-lived polygons
-    of earlier tiles; glibc keeps those freed pages, so without a trim the resident size grows by about
-    2.5 KB per object found instead of the 0.6 KB the polygons need (measured on the reference backend).
-    """
-    global _LIBC
-    if _LIBC is None:
-        try:
-            import ctypes
-
-            _LIBC = ctypes.CDLL("libc.so.6")
-            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
-        except (OSError, AttributeError):
-            _LIBC = False
-    if _LIBC:
-        _LIBC.malloc_trim(0)
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

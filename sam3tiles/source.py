@@ -21,7 +21,7 @@ from rasterio.enums import Resampling
 from rasterio.errors import NotGeoreferencedWarning, RasterioIOError
 from rasterio.windows import Window
 
-from .errors import BandError, InputDataError, RasterReadError
+from .errors import BandError, RasterReadError
 from .grid import Tile
 from .runtime import MODEL_SIZE, TileImage
 
@@ -69,11 +69,12 @@ def parse_bands(text: str | Sequence[int] | None) -> tuple[int, ...] | None:
     return bands
 
 
-class RasterSource:
-    """An open raster ready to deliver 1008x1008 model inputs. Use as a context manager.
+class Source:
+    """What every reader shares: construction, pickling by path (Dask workers reopen it), the context
+    manager, the checkpoint identity, the stretch choice and the padded 1008x1008 model input.
 
-    `bands` are 1-based; None picks 1 band (grey) or the first 3 (RGB) and refuses other counts.
-    Pickles by path, so Dask workers reopen it.
+    Subclasses implement `_open`, `_reset` (forget open handles), `close`, `compute_stretch`,
+    `read_window` and `_may_have_nodata`, and set `bands`, `dtype`, `width`, `height`, `crs`, `transform`.
     """
 
     def __init__(self, path: str | os.PathLike, bands: Sequence[int] | None = None,
@@ -81,17 +82,72 @@ class RasterSource:
         self.path = str(path)
         self._bands_arg = tuple(bands) if bands else None
         self._stretch_arg = stretch
-        self._ds = None
+        self._reset()
         self._open()
 
-    # -- pickling: reopen by path on the other side ---------------------------------------------------
     def __getstate__(self):
         return {"path": self.path, "_bands_arg": self._bands_arg, "_stretch_arg": self.stretch}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._ds = None
+        self._reset()
         self._open()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def identity(self) -> str:
+        """Path, size and modification time: changes when the file does (checkpoint key)."""
+        try:
+            st = os.stat(self.path)
+            stamp = f"{st.st_size}:{st.st_mtime_ns}"
+        except OSError:
+            stamp = "remote"
+        h = hashlib.sha256(f"{os.path.abspath(self.path)}|{stamp}|{self.bands}".encode()).hexdigest()
+        return h[:16]
+
+    def _resolve_stretch(self) -> Stretch | None:
+        arg = self._stretch_arg
+        if isinstance(arg, Stretch) or arg is None:
+            return arg
+        if self.dtype == np.uint8:
+            return None
+        return self.compute_stretch()
+
+    def read_tile(self, tile: Tile) -> TileImage:
+        """The tile's 1008x1008 model input: content at the top-left, zero padding, validity mask."""
+        trim_heap()
+        vw, vh = tile.valid_wh
+        rgb_v, valid_v = self.read_window(tile.src_window, (vw, vh))
+        rgb = np.zeros((3, MODEL_SIZE, MODEL_SIZE), np.uint8)
+        valid = np.zeros((MODEL_SIZE, MODEL_SIZE), bool)
+        rgb[:, :vh, :vw] = rgb_v
+        valid[:vh, :vw] = valid_v
+        return TileImage(rgb=rgb, valid=valid)
+
+    def tile_has_data(self, tile: Tile) -> bool:
+        """False when every pixel of the tile is nodata (masked, alpha 0, or NaN)."""
+        if not self._may_have_nodata():
+            return True
+        try:
+            return bool(self.read_window(tile.src_window, tile.valid_wh)[1].any())
+        except RasterReadError:
+            return True  # the tile's own read reports the damage
+
+
+class RasterSource(Source):
+    """An open raster ready to deliver 1008x1008 model inputs. Use as a context manager.
+
+    `bands` are 1-based; None picks 1 band (grey) or the first 3 (RGB) and refuses other counts.
+    Pickles by path, so Dask workers reopen it.
+    """
+
+    def _reset(self) -> None:
+        self._ds = None
 
     def _open(self) -> None:
         p = Path(self.path)
@@ -152,12 +208,6 @@ class RasterSource:
             self._ds.close()
             self._ds = None
 
-    def __enter__(self) -> "RasterSource":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     # -- properties --------------------------------------------------------------------------------
     @property
     def dataset(self):
@@ -179,26 +229,7 @@ class RasterSource:
     def transform(self):
         return self._ds.transform
 
-    @property
-    def identity(self) -> str:
-        """Path, size and modification time: changes when the file does (checkpoint key)."""
-        try:
-            st = os.stat(self.path)
-            stamp = f"{st.st_size}:{st.st_mtime_ns}"
-        except OSError:
-            stamp = "remote"
-        h = hashlib.sha256(f"{os.path.abspath(self.path)}|{stamp}|{self.bands}".encode()).hexdigest()
-        return h[:16]
-
     # -- statistics ----------------------------------------------------------------------------------
-    def _resolve_stretch(self) -> Stretch | None:
-        arg = self._stretch_arg
-        if isinstance(arg, Stretch) or arg is None:
-            return arg
-        if self.dtype == np.uint8:
-            return None
-        return self.compute_stretch()
-
     def compute_stretch(self, percentiles: tuple[float, float] = (2.0, 98.0)) -> Stretch:
         """One stretch for the whole image: the 2nd-98th percentile of the valid pixels of all chosen bands,
         from a decimated read (overviews when present), so results do not depend on where tiles fall."""
@@ -245,26 +276,10 @@ class RasterSource:
         rgb[:, ~mask] = 0
         return rgb, mask
 
-    def read_tile(self, tile: Tile) -> TileImage:
-        """The tile's 1008x1008 model input: content at the top-left, zero padding, validity mask."""
-        vw, vh = tile.valid_wh
-        rgb_v, valid_v = self.read_window(tile.src_window, (vw, vh))
-        rgb = np.zeros((3, MODEL_SIZE, MODEL_SIZE), np.uint8)
-        valid = np.zeros((MODEL_SIZE, MODEL_SIZE), bool)
-        rgb[:, :vh, :vw] = rgb_v
-        valid[:vh, :vw] = valid_v
-        return TileImage(rgb=rgb, valid=valid)
-
-    def tile_has_data(self, tile: Tile) -> bool:
-        """False when every pixel of the tile is nodata (masked, alpha 0, or NaN)."""
+    def _may_have_nodata(self) -> bool:
         ds = self._ds
         all_valid = all(ds.mask_flag_enums[b - 1] == [rasterio.enums.MaskFlags.all_valid] for b in self.bands)
-        if all_valid and self.dtype.kind != "f":
-            return True
-        try:
-            return bool(self.read_window(tile.src_window, tile.valid_wh)[1].any())
-        except RasterReadError:
-            return True  # the tile's own read reports the damage
+        return not all_valid or self.dtype.kind == "f"
 
 
 def _tiff_truncated(path: str) -> tuple[int, int] | None:
@@ -292,6 +307,29 @@ def _tiff_truncated(path: str) -> tuple[int, int] | None:
         return None
     end = max(ends, default=0)
     return (end, size) if end > size else None
+
+
+_LIBC = None
+
+
+def trim_heap() -> None:
+    """Hand freed heap pages back to the OS (glibc's malloc_trim; a no-op elsewhere), about 3 ms a tile.
+
+    Every tile allocates and frees megabytes of short-lived arrays between the small, long-lived polygons
+    of earlier tiles; glibc keeps those freed pages, so without a trim the resident size grows by about
+    2.5 KB per object found instead of the 0.6 KB the polygons need (measured on the reference backend).
+    """
+    global _LIBC
+    if _LIBC is None:
+        try:
+            import ctypes
+
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
 
 
 def _first_line(e: Exception) -> str:

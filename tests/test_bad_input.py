@@ -13,11 +13,10 @@ import gzip
 import json
 import os
 import re
-import shutil
 import struct
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -26,7 +25,6 @@ import numpy as np
 import pytest
 import rasterio
 from click.testing import CliRunner
-from rasterio.crs import CRS
 from shapely.geometry import box
 
 from sam3tiles.cli.main import cli

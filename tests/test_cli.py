@@ -11,7 +11,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from conftest import write_raster
 
 import sam3tiles
 from sam3tiles.cli.main import cli

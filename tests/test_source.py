@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from affine import Affine
-from conftest import write_raster
 
 from sam3tiles.errors import BandError, RasterReadError
 from sam3tiles.grid import TileGrid
