@@ -455,6 +455,8 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     locks = [p for p in [combined, *per_input] if p is not None]
     try:
         with _locks(locks), open_engine(client=client, scheduler=opts.scheduler, workers=opts.workers) as engine:
+            for p in locks:  # again under the lock: a run that finished meanwhile wrote it
+                check_output(p, overwrite)
             report.dashboard = engine.dashboard_link
             if engine.dashboard_link:
                 log.info("Dask dashboard: %s", engine.dashboard_link)
