@@ -35,6 +35,8 @@ from .grid import Tile
 from .vectorize import Pieces
 
 IOU_MIN = 0.5
+#: Candidate pairs compared at a time (bounds the clipped geometries held at once).
+PAIR_CHUNK = 20_000
 IOS_MIN = 0.8
 
 
@@ -218,10 +220,14 @@ def _merge_part(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float,
                     band = frames[ta].window.intersection(frames[tb].window) if ta != tb else frames[ta].window
                     band_cache[k] = band
                 bands[i] = band
-            ga = shapely.intersection(geoms[a], bands)
-            gb = shapely.intersection(geoms[b], bands)
-            area_a, area_b = shapely.area(ga), shapely.area(gb)
-            inter = shapely.area(shapely.intersection(ga, gb))
+            area_a, area_b, inter = (np.empty(len(a)) for _ in range(3))
+            for lo in range(0, len(a), PAIR_CHUNK):  # the clipped copies of one chunk at a time
+                sl = slice(lo, lo + PAIR_CHUNK)
+                ga = shapely.intersection(geoms[a[sl]], bands[sl])
+                gb = shapely.intersection(geoms[b[sl]], bands[sl])
+                area_a[sl], area_b[sl] = shapely.area(ga), shapely.area(gb)
+                inter[sl] = shapely.area(shapely.intersection(ga, gb))
+                del ga, gb
             union = area_a + area_b - inter
             smaller = np.minimum(area_a, area_b)
             iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
@@ -519,7 +525,11 @@ class BlockMerger:
                           block=piece_block)
         stats.add(fin.stats)
         firsts = np.concatenate([p.first for p in parts] + [fin.first])
-        objs = [p.objects.unpack(Merged) for p in parts] + [fin.merged]
+        objs = []
+        for k in range(len(parts)):  # one part at a time: its WKB goes as its shapely objects come
+            objs.append(parts[k].objects.unpack(Merged))
+            parts[k] = None
+        objs.append(fin.merged)
         del parts
         rank = np.argsort(firsts, kind="stable")
         out = Merged([], [], [], [])

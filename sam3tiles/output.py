@@ -22,6 +22,8 @@ from .errors import OutputError, OutputExistsError, UsageError
 DRIVERS = {".gpkg": "GPKG", ".parquet": "Parquet", ".geoparquet": "Parquet", ".fgb": "FlatGeobuf",
            ".geojson": "GeoJSON", ".json": "GeoJSON"}
 #: Written into files without a CRS so that no reader mistakes pixel coordinates for degrees.
+#: Rows written at a time where the format can append (GeoPackage).
+CHUNK_ROWS = 100_000
 NO_CRS_NOTE = "no CRS: coordinates are source-image pixels (x right, y down), not a map projection"
 
 
@@ -144,8 +146,14 @@ def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, layer: str = "o
                 kw["metadata"] = {"sam3tiles": json.dumps(metadata)}
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*crs.*was not provided", category=UserWarning)
-                gdf.to_file(tmp, driver=driver, layer=layer, engine="pyogrio", layer_options={"DESCRIPTION": (
-                    NO_CRS_NOTE if gdf.crs is None else "sam3tiles objects")}, **kw)
+                # in chunks: the WKB of one chunk at a time, not of every object at once
+                for i in range(0, max(len(gdf), 1), CHUNK_ROWS):
+                    part = gdf.iloc[i:i + CHUNK_ROWS]
+                    if i == 0:
+                        part.to_file(tmp, driver=driver, layer=layer, engine="pyogrio", layer_options={
+                            "DESCRIPTION": NO_CRS_NOTE if gdf.crs is None else "sam3tiles objects"}, **kw)
+                    else:
+                        part.to_file(tmp, driver=driver, layer=layer, engine="pyogrio", mode="a")
         elif driver == "GeoJSON" and gdf.crs is None:
             from .qupath import write_qupath_geojson
 
