@@ -345,10 +345,8 @@ def open_source(path: str | os.PathLike, bands: Sequence[int] | None = None,
                 stretch: Stretch | None | str = "auto"):
     """Open any supported image: whole-slide pyramids (OME-TIFF, pyramidal TIFF) through `slide`, every
     other raster through rasterio. Both give the same reader interface as `RasterSource`."""
-    try:
-        from . import slide
-    except ImportError:  # pragma: no cover - slides arrive with the microscopy reader
-        slide = None
-    if slide is not None and slide.is_slide(str(path)):
+    from . import slide
+
+    if slide.is_slide(str(path)):
         return slide.SlideSource(path, bands=bands, stretch=stretch)
     return RasterSource(path, bands=bands, stretch=stretch)

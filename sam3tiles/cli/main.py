@@ -25,23 +25,13 @@ def cli(ctx, verbose, quiet):
 def _register() -> None:
     from .demo import demo
     from .evaluate import evaluate
+    from .model import model
     from .plan import plan
+    from .run import run
     from .segment import segment
 
-    for cmd in (segment, plan, evaluate, demo):
+    for cmd in (segment, plan, evaluate, demo, model, run):
         cli.add_command(cmd)
-    try:
-        from .model import model
-    except ImportError:  # pragma: no cover - the model commands arrive with the ONNX backend
-        pass
-    else:
-        cli.add_command(model)
-    try:
-        from .run import run
-    except ImportError:  # pragma: no cover
-        pass
-    else:
-        cli.add_command(run)
 
 
 _register()
