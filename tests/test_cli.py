@@ -156,3 +156,9 @@ def test_rio_plugin_is_registered():
 
     eps = entry_points(group="rasterio.rio_plugins")
     assert any(ep.name == "sam3tiles" and ep.value == "sam3tiles.cli.main:cli" for ep in eps)
+    # rio registers the group under the group's own name
+    from rasterio.rio.main import main_group
+
+    assert "sam3tiles" in main_group.commands
+    r = CliRunner().invoke(main_group, ["sam3tiles", "plan", "--help"])
+    assert r.exit_code == 0 and "tile count" in r.output

@@ -8,7 +8,7 @@ from .. import __version__
 from .options import configure_logging, quiet_opt, verbose_opt
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(name="sam3tiles", context_settings={"help_option_names": ["-h", "--help"]})
 @verbose_opt
 @quiet_opt
 @click.version_option(__version__, prog_name="sam3tiles")
