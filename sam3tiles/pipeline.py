@@ -347,23 +347,6 @@ def _gather_on(engine: Engine):
     return gather
 
 
-def _map_on(engine: Engine, retries: int):
-    """`map_blocks` for `merge_blocked`: each block's merge is a task on the engine's workers (CPU, any
-    worker); its pieces are scattered to the workers, not put in the graph."""
-
-    def run(fn, jobs):
-        client = engine.client
-        data = client.scatter(list(jobs), hash=False)
-        futs = [client.submit(_call, fn, d, pure=False, retries=retries) for d in data]
-        try:
-            return client.gather(futs)
-        finally:
-            for f in futs + data:
-                f.release()
-
-    return run
-
-
 def _short(exc: BaseException | None) -> str:
     if exc is None:
         return "unknown error"
