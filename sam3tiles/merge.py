@@ -505,10 +505,14 @@ class BlockMerger:
                self.ios_min)
         self.parts.append(self.submit(merge_block, job) if self.submit is not None else merge_block(*job))
 
-    def finish(self, gather=None) -> tuple[Merged, MergeStats]:
-        """Merge the blocks still open (tiles that failed never arrive), then the final pass."""
+    def close(self) -> None:
+        """Merge the blocks still open: their missing tiles (failed ones) will never arrive."""
         for b in sorted(self._waiting):
             self._run(b)
+
+    def finish(self, gather=None) -> tuple[Merged, MergeStats]:
+        """Close the open blocks, gather every block's part (`gather` for futures), then the final pass."""
+        self.close()
         parts = gather(self.parts) if gather is not None else self.parts
         self.parts = []
         stats = MergeStats()
@@ -560,8 +564,7 @@ def merge_blocked(pieces: "Pieces | Packed", frames: Mapping[int, TileFrame], bl
         merger.add(int(t), None)
     if map_blocks is None:
         return merger.finish()
-    for b in sorted(merger._waiting):
-        merger._run(b)
+    merger.close()
     results = list(map_blocks(merge_block, jobs))
     return merger.finish(gather=lambda idx: [results[i] for i in idx])
 
