@@ -28,10 +28,10 @@ SIZE = 4016  # 5 x 5 tiles of 1008 with 256 overlap
 
 
 def measure(objects: int, gpu_ms: float) -> dict:
-    from sam3tiles.backends import RuntimeSpec, get_runtime
+    from sam3tiles.model.registry import RuntimeSpec, get_runtime
     from sam3tiles.grid import TileGrid
     from sam3tiles.merge import merge_pieces, tile_frame
-    from sam3tiles.source import open_source
+    from sam3tiles.readers import open_source
     from sam3tiles.tasks import InferResult, SourceSpec, prepared_prompt, read_task, vectorize_task
     from sam3tiles.vectorize import Pieces, crop_detections
 

@@ -116,8 +116,8 @@ def main() -> None:
     args = ap.parse_args()
     from onnx_graphs import build_contract_models
 
-    from sam3tiles.backends.onnx import OnnxRuntime
-    from sam3tiles.runtime import TileImage
+    from sam3tiles.model.onnx import OnnxRuntime
+    from sam3tiles.model.runtime import TileImage
 
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         d = Path(d)

@@ -52,7 +52,7 @@ def one(size: int, cell: int, workers: int, threads: int, encode: float, decode:
 
 
 def _encodes(client) -> dict:
-    from sam3tiles.backends import runtime_stats
+    from sam3tiles.model.registry import runtime_stats
 
     return {w: s.get("simulated", {}).get("encodes", 0) for w, s in client.run(runtime_stats).items()}
 

@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     }
     import rasterio
 
-    from sam3tiles.source import open_source
+    from sam3tiles.readers import open_source
 
     with open_source(slide) as src:  # size, for the record
         result["size"] = [src.width, src.height]

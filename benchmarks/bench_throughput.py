@@ -30,10 +30,10 @@ from .common import emit, run_child
 def plain_loop(path: str, encode: float, decode: float, text: str) -> dict:
     import geopandas as gpd
 
-    from sam3tiles.backends import RuntimeSpec, get_runtime
+    from sam3tiles.model.registry import RuntimeSpec, get_runtime
     from sam3tiles.grid import TileGrid
     from sam3tiles.merge import merge_pieces, tile_frame
-    from sam3tiles.source import open_source
+    from sam3tiles.readers import open_source
     from sam3tiles.tasks import SourceSpec, TilePrompt, run_tile_inline
     from sam3tiles.vectorize import Pieces
 

@@ -49,7 +49,7 @@ def panel_layout(width: int, height: int) -> list[tuple[str, object]]:
 def make(out: Path, only: str | None = None, quiet: bool = False) -> dict[str, Path]:
     """Write the scenes (skipping one that exists with its truth) and return {name: path}."""
     from sam3tiles.demo import write_scene
-    from sam3tiles.output import write_vector
+    from sam3tiles.writers import write_vector
 
     for folder in (out, out.parent / "out"):  # the scenes, and the folder the jobs write to
         folder.mkdir(parents=True, exist_ok=True)

@@ -4,14 +4,8 @@ Aspect-preserving overlapping tiles, one image embedding per tile, text or examp
 merged across seams into polygons in the source CRS. See `sam3tiles.segment`.
 """
 
-__version__ = "0.1.0"
-
-
-def segment(*args, **kwargs):
-    """Segment one or more rasters; returns a GeoDataFrame. See `sam3tiles.pipeline.segment`."""
-    from .pipeline import segment as _segment
-
-    return _segment(*args, **kwargs)
+from .pipeline import segment
+from .version import __version__
 
 
 __all__ = ["segment", "__version__"]

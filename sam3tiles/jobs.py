@@ -72,7 +72,7 @@ class Tiling(_Section):
     @field_validator("bands", mode="before")
     @classmethod
     def _bands(cls, v: Any) -> Any:
-        from .source import parse_bands
+        from .readers import parse_bands
 
         if v is None or v == "":
             return None

@@ -20,16 +20,16 @@ from typing import Iterable, Sequence
 import geopandas as gpd
 import numpy as np
 
-from .backends import RuntimeSpec, spec_identity
+from .model.registry import RuntimeSpec, spec_identity
 from .checkpoint import TileStore, join_parts, prompt_part, tile_key
 from .engine import Engine, _count, open_engine
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, UsageError, shippable
 from .grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid, scale_for_gsd, squash_tile
 from .merge import BlockMerger, MergeStats, tile_blocks, tile_frame
-from .output import NO_CRS_NOTE, check_output, output_lock, write_vector
+from .writers import NO_CRS_NOTE, check_output, output_lock, write_vector
 from .prompts import GeoBox, Prompt, box_passes, boxes_outside, build_prompts, raster_bounds, read_box_file, tile_boxes
 from .report import RunReport
-from .source import RasterSource, open_source, parse_bands
+from .readers import RasterSource, open_source, parse_bands
 from .tasks import SourceSpec, TilePrompt, TileResult, infer_task, read_task, vectorize_task
 from .vectorize import EDGE_MARGIN
 
@@ -123,7 +123,7 @@ def _prompts_for_tile(prompts: Sequence[Prompt], tile, slots: int) -> list[TileP
 
 @shippable
 def _model_info_task(spec: RuntimeSpec, texts: tuple[str, ...]) -> tuple[int, list[tuple[str, bool, str]]]:
-    from .backends import get_runtime
+    from .model.registry import get_runtime
     from .tasks import prepared_prompt
 
     rt = get_runtime(spec)
@@ -389,7 +389,7 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
         if p is not None:
             check_output(p, overwrite)
     if labels is not None:
-        from .labels import check_labels
+        from .writers.labels import check_labels
 
         if len(paths) != 1:
             raise UsageError(f"--labels writes the label image of one input, but {len(paths)} were given: "
@@ -397,7 +397,7 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
         check_labels(labels, overwrite)
     spec = opts.runtime_spec()
     if spec.backend == "onnx":
-        from .modelfiles import require_model
+        from .model.files import require_model
 
         spec = RuntimeSpec(**{**spec.__dict__, "model_dir": str(require_model(opts.model))})
         opts.model = spec.model_dir
@@ -466,7 +466,7 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
                 write_vector(gdf, combined, metadata=_meta(report, gdf))
                 report.seconds["write"] += time.perf_counter() - t0
             if labels is not None:
-                from .labels import write_labels
+                from .writers.labels import write_labels
 
                 t0 = time.perf_counter()
                 write_labels(gdf, labels, *label_grid)
@@ -550,7 +550,7 @@ def _meta(report: RunReport, gdf: gpd.GeoDataFrame) -> dict:
 
 
 def _counters(engine: Engine) -> dict:
-    from .backends import runtime_stats
+    from .model.registry import runtime_stats
 
     try:
         per_worker = engine.client.run(runtime_stats)

@@ -6,7 +6,7 @@ import geopandas as gpd
 
 from .merge import tile_frame
 from .pipeline import Options, tiles_of
-from .source import open_source
+from .readers import open_source
 
 
 def plan(path: str, opts: Options | None = None, check_nodata: bool = True) -> gpd.GeoDataFrame:

@@ -10,7 +10,7 @@ from affine import Affine
 
 from .errors import PromptError, UsageError
 from .grid import Tile
-from .runtime import MODEL_SIZE, VISUAL_PROMPT, ExampleBox
+from .model.runtime import MODEL_SIZE, VISUAL_PROMPT, ExampleBox
 
 #: A box cut by a tile edge is given to that tile when at least this share of it lies inside, or when
 #: the part inside is at least MIN_CLIPPED_PX on both sides (boxes larger than a tile).

@@ -7,7 +7,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import __version__
+from .version import __version__
+from .writers import atomic_path
 
 STAGES = ("read", "prompt", "encode", "decode", "vectorize", "merge", "write")
 
@@ -51,8 +52,6 @@ class RunReport:
         return d
 
     def write_json(self, path: str | os.PathLike) -> Path:
-        from .output import atomic_path
-
         p = Path(path)
         with atomic_path(p) as tmp:
             tmp.write_text(json.dumps(self.as_dict(), indent=2, default=str))

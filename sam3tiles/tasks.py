@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from .backends import RuntimeSpec, get_runtime
+from .model.registry import RuntimeSpec, get_runtime
 from .errors import shippable
 from .grid import Tile
-from .runtime import MAX_QUERIES, ExampleBox, PreparedPrompt, TileImage
-from .source import RasterSource, Stretch, open_source
+from .model.runtime import MAX_QUERIES, ExampleBox, PreparedPrompt, TileImage
+from .readers import RasterSource, Stretch, open_source
 from .vectorize import EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, pieces_from_crops
 
 #: A tile whose decoder pass returns at least this many objects is reported as saturated (SAM 3 keeps

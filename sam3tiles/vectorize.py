@@ -24,7 +24,7 @@ from rasterio.errors import NotGeoreferencedWarning
 from shapely.geometry import MultiPolygon, shape
 
 from .grid import Tile
-from .runtime import MASK_SIZE, MODEL_SIZE, Detections
+from .model.runtime import MASK_SIZE, MODEL_SIZE, Detections
 
 #: A mask that comes within this many tile pixels of an interior tile edge counts as touching it (the
 #: 288 grid's cells are 3.5 px, so a cut object's mask can stop up to a cell short of the edge).

@@ -46,7 +46,7 @@ COLOURS: dict[str, tuple[int, int, int]] = {
     "white": (255, 255, 255),
     "magenta": (255, 0, 255),
 }
-#: Their CLIP ids (checked against sam3tiles.tokenizer in the tests).
+#: Their CLIP ids (checked against sam3tiles.model.tokenizer in the tests).
 COLOUR_IDS = {"red": 736, "green": 1901, "blue": 1746, "yellow": 4481, "white": 1579, "magenta": 38091}
 #: Squared distance in normalised colour space under which a pixel matches (0.5 -> ~64 grey levels).
 COLOUR_TOLERANCE = 0.25
@@ -302,7 +302,7 @@ def write_graph(model: onnx.ModelProto, path: str | Path, external: bool = False
 
 def contract_interface(graph: str, box_slots: int = 1) -> tuple[list, list]:
     """The contract's (inputs, outputs) of a graph as lists of [name, dtype, shape], to edit in tests."""
-    from sam3tiles.modelfiles import CONTRACT
+    from sam3tiles.model.contract import CONTRACT
 
     _, ins, outs = CONTRACT[graph]
 

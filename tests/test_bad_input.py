@@ -264,7 +264,7 @@ def _model_dir(kind):
             return d
         d.mkdir()
         if kind == "corrupt":
-            from sam3tiles.modelfiles import REQUIRED_GRAPH_FILES, VOCAB_NAME
+            from sam3tiles.model.files import REQUIRED_GRAPH_FILES, VOCAB_NAME
 
             for name in REQUIRED_GRAPH_FILES:
                 (d / name).write_bytes(b"\x08\x07garbage" * 64)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sam3tiles.grid import TileGrid
-from sam3tiles.runtime import MASK_SIZE, MODEL_SIZE, Detections
+from sam3tiles.model.runtime import MASK_SIZE, MODEL_SIZE, Detections
 from sam3tiles.vectorize import crop_detections, pieces_from_crops
 
 CELL = MODEL_SIZE / MASK_SIZE  # 3.5 tile pixels per mask cell

@@ -34,11 +34,11 @@ from rasterio.windows import Window
 from sam3tiles.errors import BandError, InputDataError, UsageError
 from sam3tiles.evaluate import evaluate
 from sam3tiles.grid import TileGrid
-from sam3tiles.output import NO_CRS_NOTE, write_vector
+from sam3tiles.writers import NO_CRS_NOTE, write_vector
 from sam3tiles.pipeline import segment_job
-from sam3tiles.slide import SlideSource, is_slide
+from sam3tiles.readers.slide import SlideSource, is_slide
 from sam3tiles.slidegen import write_slide
-from sam3tiles.source import open_source
+from sam3tiles.readers import open_source
 
 BF_PROMPTS = ["indigo", "crimson"]
 

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 from onnx_graphs import build_contract_models
 
-from sam3tiles import modelfiles as mf
+from sam3tiles.model import contract as mc
+from sam3tiles.model import files as mf
 from sam3tiles.cli.model import model as model_cli
 from sam3tiles.errors import EXIT_MODEL, ModelError, ModelNotFoundError
 
@@ -265,9 +266,7 @@ def test_manifest_is_the_release_osam_pins():
 
 
 def test_vocab_hash_is_the_one_osam_ships():
-    from sam3tiles.tokenizer import _osam_vocab
-
-    assert mf.sha256_file(_osam_vocab()) == mf.VOCAB_SHA256
+    assert mf.sha256_file(mf._osam_vocab()) == mf.VOCAB_SHA256
     vocab = next(f for f in mf.MANIFEST if f.name == mf.VOCAB_NAME)
     assert vocab.url == "https://github.com/openai/CLIP/raw/main/clip/bpe_simple_vocab_16e6.txt.gz"
 
@@ -330,7 +329,7 @@ def test_verify_accepts_the_vocabulary_from_osam(tmp_path, hub):
 @pytest.mark.parametrize("slots", [1, 16])
 def test_info_describes_each_graph_and_the_layout(tmp_path, slots):
     d = build_contract_models(tmp_path, box_slots=slots, with_point_decoder=slots == 16)
-    result = mf.info(d)
+    result = mc.info(d)
     assert result.box_slots == slots and not result.differences and not result.missing
     text = result.format()
     assert f"box_coords float32 [{slots},1,4]" in text and f"box_masks bool [1,{slots}]" in text
@@ -346,13 +345,13 @@ def test_info_describes_each_graph_and_the_layout(tmp_path, slots):
 def test_read_graph_io_agrees_with_onnx(tmp_path):
     d = build_contract_models(tmp_path, box_slots=16)
     for name in (mf.IMAGE_ENCODER, mf.LANGUAGE_ENCODER, mf.DECODER):
-        ours = mf.read_graph_io(d / name)
+        ours = mc.read_graph_io(d / name)
         proto = onnx.load(str(d / name), load_external_data=False)
 
         def spec(vi):
             t = vi.type.tensor_type
             dims = tuple(x.dim_value if x.HasField("dim_value") else x.dim_param for x in t.shape.dim)
-            return mf.TensorSpec(vi.name, onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name
+            return mc.TensorSpec(vi.name, onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name
                                  if t.elem_type != TensorProto.BOOL else "bool", dims)
 
         assert ours.inputs == [spec(v) for v in proto.graph.input]
@@ -367,8 +366,8 @@ def test_read_graph_io_skips_initializers_listed_as_inputs(tmp_path):
                                helper.make_tensor_value_info("w", TensorProto.FLOAT, [3])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])], initializer=[w])
     onnx.save(helper.make_model(graph), str(tmp_path / "g.onnx"))
-    io = mf.read_graph_io(tmp_path / "g.onnx")
-    assert [t.name for t in io.inputs] == ["x"] and io.outputs == [mf.TensorSpec("y", "float32", ("n",))]
+    io = mc.read_graph_io(tmp_path / "g.onnx")
+    assert [t.name for t in io.inputs] == ["x"] and io.outputs == [mc.TensorSpec("y", "float32", ("n",))]
 
 
 def test_read_graph_io_on_a_truncated_file(tmp_path):
@@ -376,7 +375,7 @@ def test_read_graph_io_on_a_truncated_file(tmp_path):
     data = (d / mf.DECODER).read_bytes()
     (d / mf.DECODER).write_bytes(data[: len(data) // 3])
     with pytest.raises(ModelError, match="sam3tiles model fetch"):
-        mf.read_graph_io(d / mf.DECODER)
+        mc.read_graph_io(d / mf.DECODER)
 
 
 # ------------------------------------------------------------------------------------------------

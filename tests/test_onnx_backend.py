@@ -19,10 +19,10 @@ from onnx_graphs import (
     write_graph,
 )
 
-from sam3tiles.backends import RuntimeSpec, clear_cache, get_runtime
-from sam3tiles.backends.onnx import OnnxEmbedding, OnnxRuntime
+from sam3tiles.model.registry import RuntimeSpec, clear_cache, get_runtime
+from sam3tiles.model.onnx import OnnxEmbedding, OnnxRuntime
 from sam3tiles.errors import ContractError, ModelError, ModelNotFoundError, PromptError
-from sam3tiles.runtime import ExampleBox, ModelRuntime, PreparedPrompt, TileImage
+from sam3tiles.model.runtime import ExampleBox, ModelRuntime, PreparedPrompt, TileImage
 
 RED = (100, 100, 300, 200)  # x0, y0, x1, y1 in 1008 px
 BLUE_A = (600, 600, 700, 900)
@@ -207,7 +207,7 @@ def test_truncated_files_give_a_model_error(tmp_path, colour_dir, victim):
 def test_cuda_requested_without_cuda_warns_and_runs_on_cpu(colour_dir, caplog):
     if "CUDAExecutionProvider" in ort.get_available_providers():
         pytest.skip("this machine has CUDA")
-    with caplog.at_level(logging.WARNING, logger="sam3tiles.backends.onnx"):
+    with caplog.at_level(logging.WARNING, logger="sam3tiles.model.onnx"):
         rt = OnnxRuntime(colour_dir, device="cuda")
     assert rt.device == "cpu"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -215,7 +215,7 @@ def test_cuda_requested_without_cuda_warns_and_runs_on_cpu(colour_dir, caplog):
 
 
 def test_providers_are_logged(colour_dir, caplog):
-    with caplog.at_level(logging.INFO, logger="sam3tiles.backends.onnx"):
+    with caplog.at_level(logging.INFO, logger="sam3tiles.model.onnx"):
         _rt(colour_dir)
     assert any("providers in use: CPUExecutionProvider" in r.getMessage() for r in caplog.records)
 

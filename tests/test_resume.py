@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sam3tiles.backends import clear_cache
+from sam3tiles.model.registry import clear_cache
 from sam3tiles.demo import write_scene
 from sam3tiles.pipeline import segment_job
 
@@ -204,7 +204,7 @@ def test_added_prompt_computes_only_that_prompt(small, tmp_path):
 def test_example_box_invalidates_only_the_tiles_it_lies_in(small, tmp_path):
     from sam3tiles.pipeline import Options, tiles_of
     from sam3tiles.prompts import GeoBox, tile_boxes
-    from sam3tiles.source import open_source
+    from sam3tiles.readers import open_source
 
     _run(small.path, ["blue"], tmp_path)
     building = small.truth[small.truth["class"] == "blue"].geometry.iloc[0]

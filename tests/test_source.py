@@ -9,7 +9,7 @@ from affine import Affine
 from sam3tiles.errors import BandError, RasterReadError
 from sam3tiles.grid import TileGrid
 from sam3tiles.pipeline import segment_job
-from sam3tiles.source import RasterSource, parse_bands
+from sam3tiles.readers import RasterSource, parse_bands
 
 
 def test_band_selection(raster_factory):

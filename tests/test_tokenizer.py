@@ -1,4 +1,4 @@
-"""sam3tiles.tokenizer against osam's CLIP tokenizer (the one osam's SAM 3 caller uses), id for id."""
+"""sam3tiles.model.tokenizer against osam's CLIP tokenizer (the one osam's SAM 3 caller uses), id for id."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from sam3tiles import tokenizer as tk
+from sam3tiles.model import files
+from sam3tiles.model import tokenizer as tk
 from sam3tiles.errors import ModelError, ModelNotFoundError, PromptError
 
 osam_clip = pytest.importorskip("osam._models.yoloworld.clip")
@@ -160,13 +161,13 @@ def test_tokenizer_is_cached_per_process():
 
 
 def test_vocab_found_in_osam_without_importing_heavy_modules():
-    path = tk._osam_vocab()
+    path = files._osam_vocab()
     assert path is not None and path.name == tk.VOCAB_NAME
     assert tk.find_vocab(Path("/nonexistent-model-dir")) == path
 
 
 def test_vocab_lookup_order(tmp_path, monkeypatch):
-    shipped = tk._osam_vocab()
+    shipped = files._osam_vocab()
     model_dir = tmp_path / "models"
     model_dir.mkdir()
     (model_dir / tk.VOCAB_NAME).write_bytes(shipped.read_bytes())
@@ -187,7 +188,7 @@ def test_env_vocab_that_does_not_exist(tmp_path, monkeypatch):
 
 
 def test_no_vocab_anywhere_says_fetch(tmp_path, monkeypatch):
-    monkeypatch.setattr(tk, "_osam_vocab", lambda: None)
+    monkeypatch.setattr(files, "_osam_vocab", lambda: None)
     with pytest.raises(ModelNotFoundError, match="sam3tiles model fetch") as info:
         tk.tokenize("red", model_dir=tmp_path)
     assert str(tmp_path) in str(info.value)

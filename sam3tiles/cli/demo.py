@@ -39,7 +39,7 @@ def demo(ctx, out, size, seed, workers):
     d.mkdir(parents=True, exist_ok=True)
     click.echo(f"writing a {width}x{height} scene to {d / 'scene.tif'} ...", err=True)
     scene = write_scene(d / "scene.tif", width, height, seed)
-    from ..output import write_vector
+    from ..writers import write_vector
 
     write_vector(scene.truth, d / "truth.gpkg")
     tables = {}

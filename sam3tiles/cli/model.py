@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from .. import modelfiles
+from ..model import contract, files as modelfiles
 from ..errors import ContractError, ModelError, ModelNotFoundError, Sam3TilesError
 
 
@@ -83,7 +83,7 @@ def verify(directory: Path | None) -> None:
 @_errors
 def info(directory: Path | None) -> None:
     """Show each graph's inputs and outputs (dtype, shape), the contract check and the layout."""
-    result = modelfiles.info(directory)
+    result = contract.info(directory)
     click.echo(result.format())
     if not result.graphs:
         raise ModelNotFoundError(f"no SAM 3 graph in {result.directory}: download the model with "

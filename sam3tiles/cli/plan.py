@@ -17,10 +17,10 @@ from .options import handle_errors, overwrite_opt, tiling_options
 def plan(input, tile_size, overlap, scale, gsd, bands, squash, out, prompts, overwrite):
     """Print the tile count, skipped (all-nodata) tiles and a cost estimate for INPUT; optionally write
     the grid."""
-    from ..output import check_output, write_vector
+    from ..writers import check_output, write_vector
     from ..pipeline import Options
     from ..plan import plan as make_plan
-    from ..source import open_source, parse_bands
+    from ..readers import open_source, parse_bands
 
     opts = Options(tile_size=tile_size, overlap=overlap, scale=scale, gsd=gsd, bands=parse_bands(bands),
                    squash=squash)

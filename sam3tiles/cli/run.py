@@ -59,13 +59,13 @@ def run(ctx, job_file, dry_run, fresh, strict, verbose, quiet):
 def dry_run_lines(lj) -> list[str]:
     """Everything a run checks before its first tile, then the plan: inputs, tiles, prompts, model calls,
     estimated GPU time. Raises the run's own errors (same exit codes); writes nothing."""
-    from ..backends import get_runtime
+    from ..model.registry import get_runtime
     from ..errors import PromptError
     from ..jobs import job_options
-    from ..output import check_output
+    from ..writers import check_output
     from ..pipeline import expand_inputs, resolve_outputs, tiles_of
     from ..prompts import GeoBox, build_prompts, raster_bounds, read_box_file
-    from ..source import open_source
+    from ..readers import open_source
 
     j = lj.job
     opts = job_options(lj)
@@ -80,7 +80,7 @@ def dry_run_lines(lj) -> list[str]:
         from ..jobs import job_call
 
         job_call(lj)  # refuses output.labels where this build cannot write label images
-        from ..labels import check_labels
+        from ..writers.labels import check_labels
 
         if len(paths) > 1:
             from ..errors import UsageError
@@ -93,7 +93,7 @@ def dry_run_lines(lj) -> list[str]:
     spec = opts.runtime_spec()
     model_line = f"backend: {spec.backend}"
     if spec.backend == "onnx":
-        from ..modelfiles import require_model
+        from ..model.files import require_model
 
         model_line += f", model {require_model(opts.model)}, device {spec.device}"
     boxes = [GeoBox.parse(b) for b in j.prompts.boxes]

@@ -64,7 +64,7 @@ def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, th
       sam3tiles segment scene.tif --box 500010,4100020,500030,4100035 --out panels.parquet
     """
     from ..pipeline import Options, segment_job
-    from ..source import parse_bands
+    from ..readers import parse_bands
 
     quiet = quiet + (ctx.obj or {}).get("quiet", 0)
     opts = Options(backend=backend, model=model, device=device, tile_size=tile_size, overlap=overlap,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..runtime import ModelRuntime
+from .runtime import ModelRuntime
 
 BACKENDS = ("reference", "onnx", "simulated")
 

@@ -30,6 +30,8 @@ import geopandas as gpd
 import numpy as np
 import shapely
 
+from .atomic import atomic_path
+
 #: Numeric columns written as QuPath measurements (when present).
 MEASUREMENTS = ("score", "area_px", "n_tiles")
 #: Columns written as QuPath metadata (strings).
@@ -146,8 +148,6 @@ def write_qupath_geojson(gdf: gpd.GeoDataFrame, path: str | os.PathLike, metadat
 
 def write_qupath(gdf: gpd.GeoDataFrame, path: str | os.PathLike, metadata: dict | None = None) -> Path:
     """Atomic `write_qupath_geojson` (temporary name beside `path`, renamed into place)."""
-    from .output import atomic_path
-
     with atomic_path(path) as tmp:
         write_qupath_geojson(gdf, tmp, metadata)
     return Path(path)

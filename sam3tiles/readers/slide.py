@@ -26,8 +26,8 @@ import numpy as np
 from affine import Affine
 from rasterio.windows import Window
 
-from .errors import BandError, InputDataError, RasterReadError
-from .source import MAX_PIXELS, STATS_SIDE, Source, Stretch, _first_line
+from ..errors import BandError, InputDataError, RasterReadError
+from .base import MAX_PIXELS, STATS_SIDE, Source, Stretch, _first_line
 
 log = logging.getLogger(__name__)
 

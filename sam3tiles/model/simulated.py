@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from ..runtime import Detections, ExampleBox, PreparedPrompt, TileImage
+from .runtime import Detections, ExampleBox, PreparedPrompt, TileImage
 from .reference import ReferenceRuntime
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image, ImageColor
 from scipy import ndimage
 
-from ..runtime import (MASK_SIZE, MAX_QUERIES, MODEL_SIZE, Detections, ExampleBox, PreparedPrompt, TileImage,
+from .runtime import (MASK_SIZE, MAX_QUERIES, MODEL_SIZE, Detections, ExampleBox, PreparedPrompt, TileImage,
                        VISUAL_PROMPT)
 
 MATCH_DISTANCE = 60.0

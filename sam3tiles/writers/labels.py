@@ -23,7 +23,8 @@ import shapely
 from affine import Affine
 from rasterio.windows import Window
 
-from .errors import OutputError, OutputExistsError, UsageError
+from ..errors import OutputError, OutputExistsError, UsageError
+from .atomic import atomic_path
 
 SUFFIXES = (".tif", ".tiff")
 TIFF_BLOCK = 256
@@ -51,8 +52,6 @@ def write_labels(gdf, path: str | os.PathLike, width: int, height: int, transfor
     Ids come from `id_column` (1, 2, ... in row order when the column is missing); they must fit uint32.
     `block` (a multiple of 256) is the side of the pieces rasterized and written at a time.
     """
-    from .output import atomic_path
-
     p = Path(path)
     block = max(TIFF_BLOCK, int(block) // TIFF_BLOCK * TIFF_BLOCK)
     geoms = np.asarray(gdf.geometry.values, dtype=object) if len(gdf) else np.asarray([], dtype=object)

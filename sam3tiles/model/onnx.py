@@ -1,7 +1,7 @@
 """The ONNX backend: the published SAM 3 ONNX graphs run with onnxruntime, unchanged.
 
 One `OnnxRuntime` per process holds three sessions (image encoder, language encoder, decoder). At load
-every graph is checked against the SAM 3 ONNX contract (`sam3tiles.modelfiles.CONTRACT`) and the box
+every graph is checked against the SAM 3 ONNX contract (`sam3tiles.model.contract.CONTRACT`) and the box
 slot count is read from the decoder's ``box_coords`` input (1 in v0.3.0, 16 in the later layout).
 
 * `encode` runs the image encoder once per tile and asks only for the four tensors the decoder reads
@@ -27,21 +27,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import ContractError, ModelError
-from ..modelfiles import (
-    CONTRACT,
-    DECODER,
-    EMBEDDING_OUTPUTS,
-    IMAGE_ENCODER,
-    LANGUAGE_ENCODER,
-    POINT_DECODER,
-    TensorSpec,
-    check_graph,
-    fetch_command,
-    raise_for_differences,
-    require_model,
-)
-from ..runtime import MODEL_SIZE, Detections, ExampleBox, PreparedPrompt, TileImage
-from ..tokenizer import get_tokenizer
+from .contract import CONTRACT, EMBEDDING_OUTPUTS, TensorSpec, check_graph, raise_for_differences
+from .files import DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, require_model
+from .runtime import MODEL_SIZE, Detections, ExampleBox, PreparedPrompt, TileImage
+from .tokenizer import get_tokenizer
 
 logger = logging.getLogger(__name__)
 

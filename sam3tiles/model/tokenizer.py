@@ -34,7 +34,6 @@ import functools
 import gzip
 import hashlib
 import html
-import importlib.util
 import os
 import re
 import threading
@@ -43,10 +42,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ModelError, ModelNotFoundError, PromptError
-from .modelfiles import VOCAB_NAME, VOCAB_SHA256, resolve_model_dir
+from ..errors import ModelError, PromptError
+from .files import VOCAB_ENV, VOCAB_NAME, VOCAB_SHA256, find_vocab, resolve_model_dir  # noqa: F401
 
-VOCAB_ENV = "SAM3TILES_VOCAB"
 
 CONTEXT_LENGTH = 32
 START_OF_TEXT = 49406
@@ -81,43 +79,6 @@ def clean_text(text: str) -> str:
     text = unicodedata.normalize("NFC", text)
     text = _WHITESPACE.sub(" ", text.strip()).strip()
     return text.lower()
-
-
-def _osam_vocab() -> Path | None:
-    """The vocabulary file inside an installed osam package, found without importing osam."""
-    try:
-        spec = importlib.util.find_spec("osam")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for root in spec.submodule_search_locations:
-        path = Path(root) / "_models" / "yoloworld" / "clip" / VOCAB_NAME
-        if path.is_file():
-            return path
-    return None
-
-
-def find_vocab(model_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The vocabulary file to use: ``$SAM3TILES_VOCAB``, the model directory, then osam's copy."""
-    env = os.environ.get(VOCAB_ENV)
-    if env:
-        path = Path(env).expanduser()
-        if not path.is_file():
-            raise ModelNotFoundError(
-                f"{VOCAB_ENV} points to {path}, which is not a file: fix or unset {VOCAB_ENV}, or run "
-                f"`sam3tiles model fetch` to download {VOCAB_NAME} into the model directory")
-        return path
-    directory = resolve_model_dir(model_dir)
-    path = directory / VOCAB_NAME
-    if path.is_file():
-        return path
-    shipped = _osam_vocab()
-    if shipped is not None:
-        return shipped
-    raise ModelNotFoundError(
-        f"the CLIP vocabulary {VOCAB_NAME} is not in {directory}: run `sam3tiles model fetch --dir "
-        f"{directory}` to download it (or set {VOCAB_ENV} to the file's path)")
 
 
 class ClipTokenizer:

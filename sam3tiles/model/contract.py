@@ -1,0 +1,367 @@
+"""The SAM 3 ONNX graph contract: the inputs and outputs each published graph must have, the check of a
+graph against it, and `read_graph_io`, which reads a graph's inputs and outputs straight from the
+``.onnx`` protobuf (no ``onnx`` package, weights never loaded). `OnnxRuntime` checks at load;
+``sam3tiles model info`` reports (`info`)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ContractError, ModelError
+from .files import DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, resolve_model_dir
+
+
+# --------------------------------------------------------------------------------------------------
+# the contract
+
+#: A dimension: an int is fixed, "B" is the box slot count (one value per graph), other strings are free.
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # numpy-style: float32, uint8, int64, bool, ...
+    shape: tuple[Dim, ...]
+
+    def describe(self) -> str:
+        dims = ",".join("?" if d is None else str(d) for d in self.shape)
+        return f"{self.name} {self.dtype} [{dims}]"
+
+
+def _spec(name: str, dtype: str, *shape: Dim) -> TensorSpec:
+    return TensorSpec(name, dtype, tuple(shape))
+
+
+_F = "float32"
+#: Graph key -> (file name, inputs, outputs in the published order), as in the SAM 3 ONNX contract.
+CONTRACT: dict[str, tuple[str, tuple[TensorSpec, ...], tuple[TensorSpec, ...]]] = {
+    "image_encoder": (IMAGE_ENCODER, (
+        _spec("image", "uint8", 3, 1008, 1008),
+    ), (
+        _spec("vision_pos_enc_0", _F, 1, 256, 288, 288),
+        _spec("vision_pos_enc_1", _F, 1, 256, 144, 144),
+        _spec("vision_pos_enc_2", _F, 1, 256, 72, 72),
+        _spec("backbone_fpn_0", _F, 1, 256, 288, 288),
+        _spec("backbone_fpn_1", _F, 1, 256, 144, 144),
+        _spec("backbone_fpn_2", _F, 1, 256, 72, 72),
+    )),
+    "language_encoder": (LANGUAGE_ENCODER, (
+        _spec("tokens", "int64", 1, 32),
+    ), (
+        _spec("text_attention_mask", "bool", 1, 32),
+        _spec("text_memory", _F, 32, 1, 256),
+        _spec("text_embeds", _F, 32, 1, 1024),
+    )),
+    "decoder": (DECODER, (
+        _spec("vision_pos_enc_2", _F, 1, 256, 72, 72),
+        _spec("backbone_fpn_0", _F, 1, 256, 288, 288),
+        _spec("backbone_fpn_1", _F, 1, 256, 144, 144),
+        _spec("backbone_fpn_2", _F, 1, 256, 72, 72),
+        _spec("language_mask", "bool", 1, 32),
+        _spec("language_features", _F, 32, 1, 256),
+        _spec("box_coords", _F, "B", 1, 4),
+        _spec("box_labels", "int64", "B", 1),
+        _spec("box_masks", "bool", 1, "B"),
+    ), (
+        _spec("boxes", _F, "N", 4),
+        _spec("scores", _F, "N"),
+        _spec("masks", _F, "N", 1, 288, 288),
+    )),
+}
+#: The encoder outputs the decoder reads (the only ones `encode` asks for).
+EMBEDDING_OUTPUTS = ("vision_pos_enc_2", "backbone_fpn_0", "backbone_fpn_1", "backbone_fpn_2")
+#: Extra image-encoder outputs of the later 16-slot layout (for the point decoder; unused here).
+LATER_ENCODER_OUTPUTS = ("image_embeddings", "high_res_features1", "high_res_features2")
+
+_ORT_DTYPES = {"float": "float32", "double": "float64", "float16": "float16", "bfloat16": "bfloat16"}
+
+
+def normalise_dtype(dtype: str) -> str:
+    """numpy-style name for an onnxruntime type string ("tensor(float)" -> "float32")."""
+    if dtype.startswith("tensor(") and dtype.endswith(")"):
+        inner = dtype[7:-1]
+        return _ORT_DTYPES.get(inner, inner)
+    return dtype
+
+
+@dataclass
+class ContractCheck:
+    """The result of checking one graph: every difference, and the box slot count it implies."""
+
+    graph: str
+    differences: list[str]
+    box_slots: int | None = None
+
+
+def check_graph(graph: str, inputs: Iterable[TensorSpec], outputs: Iterable[TensorSpec]) -> ContractCheck:
+    """Compare a graph's inputs and outputs with `CONTRACT[graph]`; list every difference.
+
+    Inputs must match exactly by name (an extra input would go unfed); outputs must include the
+    contract's (extra outputs are allowed). Dtypes and ranks must match; fixed sizes must match where
+    the graph states a number (a symbolic dimension is accepted). "B" must be one number in the graph.
+    """
+    file_name, want_in, want_out = CONTRACT[graph]
+    got_in = {t.name: t for t in inputs}
+    got_out = {t.name: t for t in outputs}
+    diffs: list[str] = []
+    slots: dict[str, int] = {}
+
+    def compare(kind: str, want: TensorSpec, got: TensorSpec) -> None:
+        where = f"{file_name}: {kind} {want.name!r}"
+        if normalise_dtype(got.dtype) != want.dtype:
+            diffs.append(f"{where} is {normalise_dtype(got.dtype)}, the contract says {want.dtype}")
+        if len(got.shape) != len(want.shape):
+            diffs.append(f"{where} has rank {len(got.shape)} {list(got.shape)}, the contract says rank "
+                         f"{len(want.shape)} {list(want.shape)}")
+            return
+        for axis, (w, g) in enumerate(zip(want.shape, got.shape)):
+            if isinstance(w, int) and isinstance(g, int) and w != g:
+                diffs.append(f"{where} has size {g} on axis {axis}, the contract says {w}")
+            elif w == "B" and isinstance(g, int):
+                slots[f"{want.name}[{axis}]"] = g
+
+    for want in want_in:
+        if want.name in got_in:
+            compare("input", want, got_in[want.name])
+        else:
+            diffs.append(f"{file_name}: input {want.name!r} is missing (the graph's inputs are "
+                         f"{', '.join(got_in) or 'none'})")
+    expected_names = {w.name for w in want_in}
+    for name in got_in:
+        if name not in expected_names:
+            diffs.append(f"{file_name}: unexpected input {name!r}, which the contract does not have")
+    for want in want_out:
+        if want.name in got_out:
+            compare("output", want, got_out[want.name])
+        else:
+            diffs.append(f"{file_name}: output {want.name!r} is missing (the graph's outputs are "
+                         f"{', '.join(got_out) or 'none'})")
+    box_slots = None
+    if slots:
+        values = set(slots.values())
+        if len(values) > 1:
+            diffs.append(f"{file_name}: the box slot count differs between inputs: "
+                         + ", ".join(f"{k}={v}" for k, v in slots.items()))
+        elif min(values) < 1:
+            diffs.append(f"{file_name}: the box slot count is {min(values)}, it must be at least 1")
+        else:
+            box_slots = values.pop()
+    return ContractCheck(graph, diffs, box_slots)
+
+
+def raise_for_differences(checks: Sequence[ContractCheck], directory: Path) -> None:
+    """One ContractError listing every difference of every graph, if there is any."""
+    diffs = [d for c in checks for d in c.differences]
+    if diffs:
+        raise ContractError(
+            f"the model in {directory} does not fit the SAM 3 ONNX contract ({len(diffs)} "
+            f"difference{'s' if len(diffs) != 1 else ''}):\n  - " + "\n  - ".join(diffs) +
+            f"\nsam3tiles runs the published sam3-onnx files unchanged: check them with `sam3tiles model "
+            f"verify {shlex.quote(str(directory))}` and download them again with `{fetch_command(directory)}`")
+
+
+# --------------------------------------------------------------------------------------------------
+# reading a graph's interface from the protobuf (no onnx package, external weights untouched)
+
+_ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
+                8: "string", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64",
+                14: "complex64", 15: "complex128", 16: "bfloat16"}
+
+
+@dataclass
+class GraphIO:
+    path: Path
+    ir_version: int | None
+    opsets: dict[str, int]
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+
+def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 70:
+            raise ValueError("bad varint")
+
+
+def _fields(buf: memoryview):
+    """(field number, wire type, value) of one protobuf message; length-delimited values as views."""
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 1:
+            value, pos = bytes(buf[pos:pos + 8]), pos + 8
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            if pos + length > n:
+                raise ValueError("truncated field")
+            value, pos = buf[pos:pos + length], pos + length
+        elif wire == 5:
+            value, pos = bytes(buf[pos:pos + 4]), pos + 4
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        if pos > n:
+            raise ValueError("truncated message")
+        yield number, wire, value
+
+
+def _value_info(buf: memoryview) -> TensorSpec:
+    name, dtype, shape = "", "undefined", []
+    for number, _, value in _fields(buf):
+        if number == 1:
+            name = bytes(value).decode("utf-8")
+        elif number == 2:  # TypeProto
+            for tn, _, tv in _fields(value):
+                if tn != 1:  # only tensor types
+                    continue
+                for fn, _, fv in _fields(tv):
+                    if fn == 1:
+                        dtype = _ONNX_DTYPES.get(fv, f"onnx-type-{fv}")
+                    elif fn == 2:  # TensorShapeProto
+                        for sn, _, sv in _fields(fv):
+                            if sn != 1:
+                                continue
+                            dim: Dim = None
+                            for dn, _, dv in _fields(sv):
+                                if dn == 1:
+                                    dim = dv
+                                elif dn == 2:
+                                    dim = bytes(dv).decode("utf-8")
+                            shape.append(dim)
+    return TensorSpec(name, dtype, tuple(shape))
+
+
+def read_graph_io(path: str | os.PathLike[str]) -> GraphIO:
+    """A graph's inputs (initializers excluded), outputs, IR version and opsets, from the .onnx file."""
+    path = Path(path)
+    try:
+        # Graphs with external weights are small (the published ones are a few MB), so read it whole.
+        return _parse_model(path, memoryview(path.read_bytes()))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise ModelError(f"cannot read {path}: {exc}. The file is missing, truncated or not an ONNX "
+                         f"graph: check it with `sam3tiles model verify` and download it again with "
+                         f"`{fetch_command(path.parent)}`") from exc
+
+
+def _parse_model(path: Path, buf: memoryview) -> GraphIO:
+    ir_version = None
+    opsets: dict[str, int] = {}
+    inputs: list[TensorSpec] = []
+    outputs: list[TensorSpec] = []
+    initializers: set[str] = set()
+    seen_graph = False
+    for number, wire, value in _fields(buf):
+        if number == 1 and wire == 0:
+            ir_version = value
+        elif number == 8 and wire == 2:
+            domain, version = "", 0
+            for on, _, ov in _fields(value):
+                if on == 1:
+                    domain = bytes(ov).decode("utf-8")
+                elif on == 2:
+                    version = ov
+            opsets[domain or "ai.onnx"] = version
+        elif number == 7 and wire == 2:
+            seen_graph = True
+            for gn, gw, gv in _fields(value):
+                if gn == 11 and gw == 2:
+                    inputs.append(_value_info(gv))
+                elif gn == 12 and gw == 2:
+                    outputs.append(_value_info(gv))
+                elif gn == 5 and gw == 2:  # TensorProto: name is field 8
+                    for tn, _, tv in _fields(gv):
+                        if tn == 8:
+                            initializers.add(bytes(tv).decode("utf-8"))
+    if not seen_graph:
+        raise ValueError("no graph in the file")
+    inputs = [t for t in inputs if t.name not in initializers]
+    return GraphIO(path, ir_version, opsets, inputs, outputs)
+
+
+# --------------------------------------------------------------------------------------------------
+# info
+
+
+@dataclass
+class ModelInfo:
+    directory: Path
+    graphs: dict[str, GraphIO]
+    checks: list[ContractCheck]
+    box_slots: int | None
+    point_decoder: bool
+    missing: list[str]
+
+    @property
+    def layout(self) -> str:
+        if self.box_slots is None:
+            return "unknown (no readable decoder)"
+        if self.box_slots == 1:
+            kind = "v0.3.0 layout: 1 box slot"
+        elif self.box_slots == 16:
+            kind = "16-slot layout (as in sam3-onnx v0.6.0)"
+        else:
+            kind = f"{self.box_slots} box slots"
+        return kind + (", point decoder present (unused)" if self.point_decoder else "")
+
+    @property
+    def differences(self) -> list[str]:
+        return [d for c in self.checks for d in c.differences]
+
+    def format(self) -> str:
+        lines = [f"model directory: {self.directory}", f"layout: {self.layout}"]
+        for name, io in self.graphs.items():
+            opsets = ", ".join(f"{k} {v}" for k, v in io.opsets.items())
+            lines.append(f"{name}  (IR {io.ir_version}, opset {opsets})")
+            for t in io.inputs:
+                lines.append(f"  input  {t.describe()}")
+            for t in io.outputs:
+                lines.append(f"  output {t.describe()}")
+        for name in self.missing:
+            lines.append(f"{name}: missing")
+        if self.differences:
+            lines.append("contract differences:")
+            lines.extend(f"  - {d}" for d in self.differences)
+        elif not self.missing:
+            lines.append("contract: every graph fits")
+        return "\n".join(lines)
+
+
+def info(directory: str | os.PathLike[str] | None = None) -> ModelInfo:
+    """Each graph's inputs and outputs (dtype, shape), the contract check, and the layout."""
+    d = resolve_model_dir(directory)
+    graphs: dict[str, GraphIO] = {}
+    checks: list[ContractCheck] = []
+    missing: list[str] = []
+    box_slots = None
+    for key, (file_name, _, _) in CONTRACT.items():
+        path = d / file_name
+        if not path.is_file():
+            missing.append(file_name)
+            continue
+        io = read_graph_io(path)
+        graphs[file_name] = io
+        check = check_graph(key, io.inputs, io.outputs)
+        checks.append(check)
+        if key == "decoder":
+            box_slots = check.box_slots
+    point = d / POINT_DECODER
+    if point.is_file():
+        graphs[POINT_DECODER] = read_graph_io(point)
+    return ModelInfo(d, graphs, checks, box_slots, point.is_file(), missing)

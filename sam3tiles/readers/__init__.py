@@ -1,0 +1,26 @@
+"""Readers: one interface (`base.Source`) over rasters (rasterio) and whole-slide images (tifffile + zarr).
+
+`open_source` picks the reader for a path. Everything after the readers works on arrays and tiles.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from .base import MAX_PIXELS, STATS_SIDE, Source, Stretch, parse_bands, trim_heap
+from .raster import RasterSource
+from .slide import SlideSource, is_slide
+
+
+def open_source(path: str | os.PathLike, bands: Sequence[int] | None = None,
+                stretch: Stretch | None | str = "auto") -> Source:
+    """Open any supported image: whole-slide pyramids (OME-TIFF, pyramidal TIFF) through `SlideSource`,
+    every other raster through rasterio (`RasterSource`). Both give the same reader interface."""
+    if is_slide(str(path)):
+        return SlideSource(path, bands=bands, stretch=stretch)
+    return RasterSource(path, bands=bands, stretch=stretch)
+
+
+__all__ = ["MAX_PIXELS", "STATS_SIDE", "RasterSource", "SlideSource", "Source", "Stretch", "is_slide",
+           "open_source", "parse_bands", "trim_heap"]

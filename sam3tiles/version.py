@@ -1,0 +1,3 @@
+"""The package version (its own module, so any module can read it without importing the package)."""
+
+__version__ = "0.1.0"
