@@ -381,12 +381,15 @@ def job_call(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, 
     return kwargs
 
 
-def run_job(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, progress: bool = False):
-    """Run a loaded job: (GeoDataFrame, RunReport), as `segment_job` returns them."""
+def run_job(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, progress: bool = False,
+            return_objects: bool = True):
+    """Run a loaded job: (GeoDataFrame, RunReport), as `segment_job` returns them (None instead of the
+    objects with `return_objects=False`: they are in the output)."""
     from .pipeline import segment_job
 
     with job_words(lj):
-        return segment_job(**job_call(lj, fresh=fresh, strict=strict, progress=progress))
+        return segment_job(**job_call(lj, fresh=fresh, strict=strict, progress=progress),
+                           return_objects=return_objects)
 
 
 #: Command-line options in error messages, and the job keys that set them.

@@ -24,7 +24,7 @@ The rules, in order:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Mapping
 
 import numpy as np
@@ -455,10 +455,17 @@ class BlockMerger:
     edges wait for the small final pass of `finish`, so memory follows the objects, not the pieces of
     the whole image. The result equals `merge_pieces` over all pieces in tile order: same objects, same
     order, same statistics.
+
+    `on_block(objects: Packed, first: np.ndarray)`: when given, decided objects are handed over as soon as
+    their block's merge is in (`drain`) instead of being held until `finish`; `first` is each object's
+    order key (sorting by it gives `merge_pieces`'s order). `finish` then returns no objects, only the
+    statistics, and memory no longer follows the objects either.
     """
 
     def __init__(self, frames: Mapping[int, TileFrame], blocks: Mapping[int, int], submit=None,
-                 iou_min: float = IOU_MIN, ios_min: float = IOS_MIN):
+                 iou_min: float = IOU_MIN, ios_min: float = IOS_MIN, on_block=None):
+        self.on_block = on_block
+        self.emitted = 0  # objects handed to on_block
         self.frames, self.blocks = frames, dict(blocks)
         self.submit = submit
         self.iou_min, self.ios_min = iou_min, ios_min
@@ -472,6 +479,7 @@ class BlockMerger:
             self._waiting.setdefault(b, set()).add(int(t))
         self._pending: dict[int, dict[int, Packed]] = {}
         self.parts: list = []  # BlockPart, or futures of them
+        self._undrained: list[int] = []  # indices in `parts` whose objects `drain` has not handed over
         self.single = len(self._waiting) <= 1
 
     def add(self, tile_index: int, pieces: "Pieces | Packed | None") -> None:
@@ -504,15 +512,40 @@ class BlockMerger:
         job = (pieces, order, {int(t): self.frames[int(t)] for t in mine}, foreign, self.reach, self.iou_min,
                self.ios_min)
         self.parts.append(self.submit(merge_block, job) if self.submit is not None else merge_block(*job))
+        self._undrained.append(len(self.parts) - 1)
 
     def close(self) -> None:
         """Merge the blocks still open: their missing tiles (failed ones) will never arrive."""
         for b in sorted(self._waiting):
             self._run(b)
 
+    def drain(self, gather=None, wait: bool = False) -> int:
+        """Hand the decided objects of every merged block to `on_block` (without `wait`: only blocks whose
+        merge has finished) and keep only what the final pass needs. Returns the objects handed over."""
+        if self.on_block is None:
+            return 0
+        local = [i for i in self._undrained if isinstance(self.parts[i], BlockPart)]
+        ready = [i for i in self._undrained if not isinstance(self.parts[i], BlockPart)
+                 and (wait or self.parts[i].done())]
+        got = dict(zip(ready, gather([self.parts[i] for i in ready]) if ready else []))
+        got.update({i: self.parts[i] for i in local})
+        self._undrained = [i for i in self._undrained if i not in got]
+        n = 0
+        for i, part in sorted(got.items()):
+            if len(part.first):
+                self.on_block(part.objects, part.first)
+                n += len(part.first)
+            self.parts[i] = replace(part, objects=Packed.of(Merged([], [], [], [])), first=part.first[:0])
+        self.emitted += n
+        return n
+
     def finish(self, gather=None) -> tuple[Merged, MergeStats]:
-        """Close the open blocks, gather every block's part (`gather` for futures), then the final pass."""
+        """Close the open blocks, gather every block's part (`gather` for futures), then the final pass.
+        With `on_block`, the objects go there (the returned `Merged` is empty)."""
         self.close()
+        if self.on_block is not None:
+            self.drain(gather, wait=True)
+            gather = None
         parts = gather(self.parts) if gather is not None else self.parts
         self.parts = []
         stats = MergeStats()
@@ -528,6 +561,12 @@ class BlockMerger:
                           near=np.concatenate([p.near for p in parts])[sort] if parts else np.zeros(0, bool),
                           block=piece_block)
         stats.add(fin.stats)
+        if self.on_block is not None:
+            if len(fin.first):
+                self.on_block(Packed.of(fin.merged), fin.first)
+            self.emitted += len(fin.first)
+            stats.objects = self.emitted
+            return Merged([], [], [], []), stats
         firsts = np.concatenate([p.first for p in parts] + [fin.first])
         objs = []
         for k in range(len(parts)):  # one part at a time: its WKB goes as its shapely objects come

@@ -26,7 +26,8 @@ from .engine import Engine, _count, open_engine
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, UsageError, shippable
 from .grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid, scale_for_gsd, squash_tile
 from .merge import BlockMerger, MergeStats, tile_blocks, tile_frame
-from .writers import NO_CRS_NOTE, check_output, output_lock, write_vector
+from .writers import NO_CRS_NOTE, check_output, output_lock
+from .writers.stream import ObjectSpool, SpoolInput, check_dataset, is_dataset, write_streamed
 from .prompts import GeoBox, Prompt, box_passes, boxes_outside, build_prompts, raster_bounds, read_box_file, tile_boxes
 from .report import RunReport
 from .readers import RasterSource, open_source, parse_bands
@@ -74,7 +75,7 @@ class Options:
 @dataclass
 class InputResult:
     source: str
-    gdf: gpd.GeoDataFrame
+    index: int  # the input's index in the ObjectSpool that holds its objects
     merge: MergeStats = field(default_factory=MergeStats)
 
 
@@ -151,8 +152,9 @@ def model_info(engine: Engine, spec: RuntimeSpec, prompts: Sequence[Prompt]) -> 
 
 
 def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Options, report: RunReport,
-              store: TileStore | None, progress_bar=None) -> InputResult:
-    """Segment one raster through `engine`; returns its merged objects (not yet written)."""
+              store: TileStore | None, progress_bar=None, spool: ObjectSpool | None = None) -> InputResult:
+    """Segment one raster through `engine`; its merged objects go to `spool` block by block as the merge
+    decides them (not yet written to any output)."""
     spec = opts.runtime_spec()
     with open_source(path, bands=opts.bands) as src:
         source = SourceSpec(src.path, src.bands, src.stretch)
@@ -171,10 +173,14 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         # no refresh(): a bar drawn before its delay is not closed with a newline, so an error message
         # would follow it on the same line
 
-    results: dict[int, TileResult] = {}  # bookkeeping only: each tile's pieces go straight to the merger
+    tally = _Tally(path, spec.backend, report)  # per-tile flags are counted as tiles finish, not kept
     frames = {t.index: tile_frame(t, overlap) for t in tiles}
     blocks = tile_blocks(tiles, opts.merge_block) if opts.merge_block > 0 else {t.index: 0 for t in tiles}
-    merger = BlockMerger(frames, blocks, submit=_submit_on(engine, opts.retries))
+    crs_wkt = crs.to_wkt() if crs else None
+    index = spool.begin_input(SpoolInput(os.path.basename(path), crs_wkt, [p.label for p in prompts], spec.backend,
+                                         model_identity), pixel_area)
+    merger = BlockMerger(frames, blocks, submit=_submit_on(engine, opts.retries),
+                         on_block=lambda objects, first: spool.add(index, objects, first))
     # checkpoints hold one result per (tile, prompt): a changed or added prompt recomputes only its own part
     keys: dict[int, list] = {}  # tile index -> [(prompt index or None, text, key)] still to compute and store
     found: dict[int, list] = {}  # tile index -> [(prompt index or None, stored part)] reused from the store
@@ -193,10 +199,11 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         keys[tile.index] = [e for e in entries if hits.get(e[2]) is None]
         report.checkpoint["reused"] = report.checkpoint.get("reused", 0) + len(found[tile.index])
         if not keys[tile.index]:
-            results[tile.index] = join_parts(tile.index, found[tile.index])
-            merger.add(tile.index, results[tile.index].pieces)
-            results[tile.index].pieces = None
-            if not results[tile.index].skipped:
+            res = join_parts(tile.index, found.pop(tile.index))
+            del keys[tile.index]
+            merger.add(tile.index, res.pieces)
+            tally.add(res)
+            if not res.skipped:
                 report.resumed += 1
             if progress_bar is not None:
                 progress_bar.update(1)
@@ -206,49 +213,41 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         todo = {i for i, _, _ in keys[tile.index]}
         queue.append((tile, [tp for tp in tps if tp.index in todo]))
 
-    _run_tiles(engine, source, spec, queue, opts, report, store, keys, results, progress_bar, found, merger)
+    _run_tiles(engine, source, spec, queue, opts, report, store, keys, tally, progress_bar, found, merger)
     found.clear()
-    for r in results.values():
+    if tiles and tally.skipped == len(tiles):
+        log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", path)
+
+    t0 = time.perf_counter()
+    _, mstats = merger.finish(gather=_gather_on(engine))
+    report.seconds["merge"] += time.perf_counter() - t0
+    return InputResult(path, index, mstats)
+
+
+class _Tally:
+    """A finished tile's flags into the report (saturated, unusable prompts, nodata), so no per-tile
+    result is kept once its pieces are merged and checkpointed."""
+
+    def __init__(self, path: str, backend: str, report: RunReport):
+        self.path, self.backend, self.report = path, backend, report
+        self.skipped = 0
+
+    def add(self, r: TileResult) -> None:
+        report = self.report
         if r.saturated:
             report.saturated += 1
-            report.saturated_tiles.append({"source": path, "tile": r.tile_index})
+            report.saturated_tiles.append({"source": self.path, "tile": r.tile_index})
         for name in r.unusable_prompts:
-            note = f"{name!r}: the {spec.backend} backend cannot find it"
+            note = f"{name!r}: the {self.backend} backend cannot find it"
             if note not in report.unusable_prompts:
                 report.unusable_prompts.append(note)
         if r.skipped:
             report.skipped += 1
-    if tiles and all(i in results and results[i].skipped for i in (t.index for t in tiles)):
-        log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", path)
-
-    t0 = time.perf_counter()
-    merged, mstats = merger.finish(gather=_gather_on(engine))
-    report.seconds["merge"] += time.perf_counter() - t0
-
-    labels = [p.label for p in prompts]
-    geoms = merged.geometry
-    if opts.simplify > 0 and geoms:
-        geoms = list(gpd.GeoSeries(geoms).simplify(opts.simplify, preserve_topology=True))
-    gdf = gpd.GeoDataFrame({
-        "prompt": [labels[i] for i in merged.prompt],
-        "score": np.asarray(merged.score, dtype=np.float32),
-        "n_tiles": np.asarray(merged.n_tiles, dtype=np.int32),
-    }, geometry=gpd.GeoSeries(geoms, crs=crs.to_wkt() if crs else None), crs=crs.to_wkt() if crs else None)
-    if crs is not None:
-        gdf = gdf.set_crs(crs.to_wkt(), allow_override=True)
-    gdf["area"] = gdf.geometry.area
-    gdf["area_px"] = gdf["area"] / pixel_area
-    if opts.min_area > 0:
-        gdf = gdf[gdf["area"] >= opts.min_area]
-    gdf["source"] = os.path.basename(path)
-    gdf["backend"] = spec.backend
-    gdf["model"] = model_identity
-    gdf = gdf.reset_index(drop=True)
-    return InputResult(path, gdf, mstats)
+            self.skipped += 1
 
 
 def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deque, opts: Options,
-               report: RunReport, store: TileStore | None, keys: dict, results: dict, progress_bar,
+               report: RunReport, store: TileStore | None, keys: dict, tally: "_Tally", progress_bar,
                found: dict, merger: BlockMerger) -> None:
     from distributed import as_completed
 
@@ -275,21 +274,23 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
             tile, chain = in_flight.pop(fut.key)
             if fut.status == "finished":
                 res: TileResult = fut.result()
-                results[tile.index] = res
                 for k, v in res.seconds.items():
                     report.seconds[k] = report.seconds.get(k, 0.0) + v
                 if not res.skipped:
                     report.done += 1
+                mine = keys.pop(tile.index)
                 if store is not None:
-                    store.put_many([(k, prompt_part(res, i, text)) for i, text, k in keys[tile.index]])
-                parts = found.get(tile.index)
+                    store.put_many([(k, prompt_part(res, i, text)) for i, text, k in mine])
+                parts = found.pop(tile.index, None)
                 if parts:  # a tile computed for some prompts only: join the stored parts in prompt order
-                    parts = parts + [(i, prompt_part(res, i, text)) for i, text, _ in keys[tile.index]]
+                    parts = parts + [(i, prompt_part(res, i, text)) for i, text, _ in mine]
                     res = join_parts(tile.index, sorted(parts, key=lambda e: -1 if e[0] is None else e[0]))
-                    results[tile.index] = res
                 merger.add(tile.index, res.pieces)
-                res.pieces = None
+                tally.add(res)
+                merger.drain(_gather_on(engine))  # merged blocks' objects to the spool, as they come
             else:
+                keys.pop(tile.index, None)
+                found.pop(tile.index, None)
                 exc = fut.exception()
                 if isinstance(exc, ModelError):
                     raise exc
@@ -371,10 +372,14 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
                 box_file: str | None = None, out: str | os.PathLike | None = None, overwrite: bool = False,
                 options: Options | None = None, client=None, work_dir: str | os.PathLike | None = None,
                 fresh: bool = False, checkpoint: bool = True, report_path: str | os.PathLike | None = None,
-                labels: str | os.PathLike | None = None,
-                **kwargs) -> tuple[gpd.GeoDataFrame, RunReport]:
+                labels: str | os.PathLike | None = None, return_objects: bool = True,
+                **kwargs) -> tuple[gpd.GeoDataFrame | None, RunReport]:
     """`segment` plus its RunReport. Keyword arguments not named here set `Options` fields. `labels`: also
-    write a uint32 instance label image (ids = the output's `id`) aligned with the (single) input."""
+    write a uint32 instance label image (ids = the output's `id`) aligned with the (single) input.
+
+    Objects go to disk as merge blocks finish (`writers.stream.ObjectSpool`), so memory does not grow
+    with their number; `return_objects=False` returns (None, report) and never loads them all (huge jobs:
+    read the output instead). With True (default) they are read back into one GeoDataFrame."""
     opts = options or Options()
     for k, v in kwargs.items():
         if not hasattr(opts, k):
@@ -385,9 +390,10 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     t_start = time.perf_counter()
     paths = expand_inputs(inputs)
     per_input, combined = resolve_outputs(paths, out)
+    dataset = is_dataset(out)
     for p in [combined, *per_input]:
         if p is not None:
-            check_output(p, overwrite)
+            _check_out(p, overwrite, dataset)
     if labels is not None:
         from .writers.labels import check_labels
 
@@ -433,45 +439,33 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
         from tqdm import tqdm
 
         bar = tqdm(total=0, unit="tile", desc="tiles", dynamic_ncols=True, delay=1.0)
-    frames: list[gpd.GeoDataFrame] = []
     merge_total = MergeStats()
     locks = [p for p in [combined, *per_input] if p is not None]
+    gdf = None
+    spool = ObjectSpool(work_dir if store is not None else None, simplify=opts.simplify, min_area=opts.min_area)
     try:
         with _locks(locks), open_engine(client=client, scheduler=opts.scheduler, workers=opts.workers) as engine:
             for p in locks:  # again under the lock: a run that finished meanwhile wrote it
-                check_output(p, overwrite)
+                _check_out(p, overwrite, dataset)
             report.dashboard = engine.dashboard_link
             if engine.dashboard_link:
                 log.info("Dask dashboard: %s", engine.dashboard_link)
                 if bar is not None:
                     bar.write(f"Dask dashboard: {engine.dashboard_link}", file=sys.stderr)
             for path in paths:
-                res = run_input(engine, path, prompts, opts, report, store, bar)
+                res = run_input(engine, path, prompts, opts, report, store, bar, spool)
                 merge_total.add(res.merge)
-                frames.append(res.gdf)
-            # per-input outputs are written together at the end: a run killed before then leaves none of
-            # them, so its rerun resumes instead of stopping at an output that already exists
-            for frame, dest in zip(frames, per_input):
-                if dest is not None:
-                    t0 = time.perf_counter()
-                    write_vector(_finish(frame), dest, metadata=_meta(report, frame))
-                    report.seconds["write"] += time.perf_counter() - t0
             report.runtime_counters = _counters(engine)
-            gdf = _combine(frames)
-            report.objects = len(gdf)
-            report.objects_by_prompt = {str(k): int(v) for k, v in gdf["prompt"].value_counts().items()} if len(gdf) else {}
+            report.objects = spool.count()
+            report.objects_by_prompt = spool.counts_by_prompt()
             report.merge = merge_total.as_dict()
-            if combined is not None:
-                t0 = time.perf_counter()
-                write_vector(gdf, combined, metadata=_meta(report, gdf))
-                report.seconds["write"] += time.perf_counter() - t0
-            if labels is not None:
-                from .writers.labels import write_labels
-
-                t0 = time.perf_counter()
-                write_labels(gdf, labels, *label_grid)
-                report.seconds["write"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            _write_outputs(spool, report, per_input, combined, dataset, labels, label_grid)
+            report.seconds["write"] += time.perf_counter() - t0
+            if return_objects:
+                gdf = spool.read(range(len(paths)))
     finally:
+        spool.close()
         if bar is not None:
             bar.close()
         if store is not None:
@@ -482,10 +476,36 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
         report_path = Path(str(combined or out).rstrip("/") + ".report.json")
     if report_path is not None:
         report.write_json(report_path)
-    gdf.attrs["sam3tiles_report"] = report.as_dict()
+    if gdf is not None:
+        gdf.attrs["sam3tiles_report"] = report.as_dict()
     if opts.strict and report.failed:
         raise TilesFailedError(f"{report.failed} tile(s) failed (see the report); rerun to retry them")
     return gdf, report
+
+
+def _write_outputs(spool: ObjectSpool, report: RunReport, per_input: list, combined: Path | None, dataset: bool,
+                   labels, label_grid) -> None:
+    """Every output from the spool, chunk by chunk. Per-input outputs are written together at the end: a
+    run killed before then leaves none of them, so its rerun resumes instead of stopping at an output
+    that already exists."""
+    for i, dest in enumerate(per_input):
+        if dest is not None:
+            write_streamed(spool.frames([i]), dest, metadata=_meta(report, spool.crs_of([i])))
+    everything = range(len(spool.inputs))
+    if combined is not None:
+        write_streamed(spool.frames(everything), combined, metadata=_meta(report, spool.crs_of(everything)),
+                       dataset=dataset)
+    if labels is not None:
+        from .writers.labels import write_labels
+
+        write_labels(spool, labels, *label_grid)
+
+
+def _check_out(p: Path, overwrite: bool, dataset: bool) -> None:
+    if dataset:
+        check_dataset(p, overwrite)
+    else:
+        check_output(p, overwrite)
 
 
 def _check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, box_file: str | None) -> None:
@@ -509,42 +529,25 @@ def _check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, bo
                          f"{extent}): draw the boxes over the raster")
 
 
-def segment(inputs, text: Sequence[str] = (), **kwargs) -> gpd.GeoDataFrame:
+def segment(inputs, text: Sequence[str] = (), **kwargs) -> "gpd.GeoDataFrame | RunReport":
     """Segment one or more rasters (paths or globs) with text prompts and/or example boxes.
 
     Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
     coordinates, y down), with columns prompt, score, area, area_px, n_tiles, source, backend, model.
-    Writes `out` (by extension: .gpkg, .parquet, .fgb, .geojson) when given. See `Options` for the rest;
-    the run report is in `gdf.attrs["sam3tiles_report"]`.
+    Writes `out` (by extension: .gpkg, .parquet, .fgb, .geojson; `name.parquet/`: a partitioned GeoParquet
+    dataset) when given. See `Options` for the rest; the run report is in `gdf.attrs["sam3tiles_report"]`.
+
+    Huge jobs: `return_objects=False` returns only the `RunReport` (its `output` is the path written): the
+    objects stream to the output as merge blocks finish and are never all in memory.
     """
-    gdf, _ = segment_job(inputs, text, **kwargs)
-    return gdf
+    gdf, report = segment_job(inputs, text, **kwargs)
+    return gdf if kwargs.get("return_objects", True) else report
 
 
-def _finish(gdf: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
-    gdf = gdf.copy()
-    gdf.insert(0, "id", np.arange(1, len(gdf) + 1, dtype=np.int64))
-    cols = [c for c in COLUMNS if c in gdf.columns] + [c for c in gdf.columns if c not in COLUMNS]
-    return gdf[cols]
-
-
-def _combine(frames: list[gpd.GeoDataFrame]) -> gpd.GeoDataFrame:
-    if not frames:
-        return gpd.GeoDataFrame(columns=COLUMNS + ["geometry"], geometry="geometry")
-    crs = frames[0].crs
-    if any(f.crs != crs for f in frames[1:]):
-        raise UsageError("the inputs are in different CRSs, so they cannot share one output: give --out a "
-                         "folder (one output per input)")
-    import pandas as pd
-
-    gdf = gpd.GeoDataFrame(pd.concat(frames, ignore_index=True), geometry="geometry", crs=crs)
-    return _finish(gdf)
-
-
-def _meta(report: RunReport, gdf: gpd.GeoDataFrame) -> dict:
+def _meta(report: RunReport, crs) -> dict:
     meta = {"version": report.version, "backend": report.backend, "model": report.model,
             "parameters": report.parameters}
-    if gdf.crs is None:
+    if crs is None:
         meta["crs"] = NO_CRS_NOTE
     return meta
 

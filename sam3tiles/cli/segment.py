@@ -71,10 +71,11 @@ def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, th
                    scale=scale, gsd=gsd, bands=parse_bands(bands), squash=squash, min_area=min_area,
                    simplify=simplify, workers=workers, scheduler=scheduler, strict=strict,
                    progress=not quiet, threads=threads)
-    gdf, report = segment_job(list(inputs), list(texts), boxes=list(boxes), box_file=box_file, out=out,
-                              overwrite=overwrite, options=opts, work_dir=work_dir, fresh=fresh, labels=labels)
+    _, report = segment_job(list(inputs), list(texts), boxes=list(boxes), box_file=box_file, out=out,
+                            overwrite=overwrite, options=opts, work_dir=work_dir, fresh=fresh, labels=labels,
+                            return_objects=False)
     if not quiet:
         click.echo(report.summary(), err=True)
-        click.echo(f"wrote {len(gdf)} objects to {out}", err=True)
+        click.echo(f"wrote {report.objects} objects to {out}", err=True)
     if report.failed:
         ctx.exit(EXIT_FAILED_TILES)
