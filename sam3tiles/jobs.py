@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import BandError, JobFileError
 from .grid import DEFAULT_OVERLAP, TILE_SIZE
+from .readers.remote import is_remote
 
 __all__ = ["Job", "LoadedJob", "load_job", "parse_job", "job_options", "job_call", "run_job", "job_words"]
 
@@ -120,6 +121,7 @@ class Job(_Section):
 
     description: str | None = None
     inputs: list[str] = Field(min_length=1)
+    asset: str | None = None  # STAC inputs: the key of the asset to segment
     prompts: Prompts
     backend: Backend = Field(default_factory=Backend)
     tiling: Tiling = Field(default_factory=Tiling)
@@ -292,6 +294,9 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
         if not item.strip():
             problems.append(f"inputs[{i}]: is empty: give a path or a glob")
             continue
+        if is_remote(item):  # a URL (never a glob) or a GDAL /vsi path: GDAL opens it
+            inputs.append(item)
+            continue
         path = _abs(base, item)
         if not check_files:
             inputs.append(path)
@@ -343,7 +348,7 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
     if problems:
         raise _fail(name, problems)
     return LoadedJob(job=job, source=name, base=base, inputs=list(dict.fromkeys(inputs)), box_file=box_file,
-                     model=model, output=_abs(base, out.path),
+                     model=model, output=_abs(base, out.path) + ("/" if out.path.endswith("/") else ""),
                      work_dir=_abs(base, out.work_dir) if out.work_dir else None,
                      report=_abs(base, out.report) if out.report else None,
                      labels=_abs(base, out.labels) if out.labels else None)
@@ -361,7 +366,7 @@ def job_options(lj: LoadedJob, *, strict: bool | None = None, progress: bool = F
                    bands=tuple(j.tiling.bands) if j.tiling.bands else None, squash=j.tiling.squash,
                    min_area=j.postprocess.min_area, simplify=j.postprocess.simplify, workers=j.run.workers,
                    scheduler=j.run.scheduler, retries=j.run.retries,
-                   strict=j.run.strict if strict is None else strict, progress=progress)
+                   strict=j.run.strict if strict is None else strict, progress=progress, asset=j.asset)
 
 
 def job_call(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, progress: bool = False) -> dict:

@@ -31,6 +31,7 @@ from .writers.stream import ObjectSpool, SpoolInput, check_dataset, is_dataset, 
 from .prompts import GeoBox, Prompt, box_passes, boxes_outside, build_prompts, raster_bounds, read_box_file, tile_boxes
 from .report import RunReport
 from .readers import RasterSource, open_source, parse_bands
+from .readers.remote import input_name, is_remote, looks_like_stac, read_input_list, stac_hrefs
 from .tasks import SourceSpec, TilePrompt, TileResult, infer_task, read_task, vectorize_task
 from .vectorize import EDGE_MARGIN
 
@@ -65,6 +66,7 @@ class Options:
     encode_seconds: float = 0.1  # simulated backend only
     decode_seconds: float = 0.01
     merge_block: int = 8  # tiles per side of a merge block (blocks merge in parallel; 0: one merge)
+    asset: str | None = None  # STAC inputs: the asset key of the image
 
     def runtime_spec(self) -> RuntimeSpec:
         return RuntimeSpec(backend=self.backend, model_dir=self.model, device=self.device,
@@ -79,14 +81,22 @@ class InputResult:
     merge: MergeStats = field(default_factory=MergeStats)
 
 
-def expand_inputs(inputs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]:
-    """Paths and globs -> a sorted list of paths; a glob that matches nothing is an error."""
+def expand_inputs(inputs: str | os.PathLike | Iterable[str | os.PathLike], asset: str | None = None) -> list[str]:
+    """Paths and globs -> a sorted list of paths; a glob that matches nothing is an error. A URL or /vsi
+    path is never a glob (a presigned URL's '?'); STAC items and item collections become their assets'
+    hrefs (`asset`: the asset key; see `readers.remote`); a `.txt` file lists inputs, one a line."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     out: list[str] = []
     for item in inputs:
         s = str(item)
-        if any(ch in s for ch in "*?["):
+        if s.lower().endswith(".txt") and not is_remote(s):
+            out.extend(expand_inputs(read_input_list(s), asset))
+        elif looks_like_stac(s, asset):
+            out.extend(stac_hrefs(s, asset))
+        elif is_remote(s):
+            out.append(s)
+        elif any(ch in s for ch in "*?["):
             hits = sorted(glob.glob(s, recursive=True))
             if not hits:
                 raise UsageError(f"{s}: the pattern matches no file: check the path")
@@ -177,7 +187,7 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
     frames = {t.index: tile_frame(t, overlap) for t in tiles}
     blocks = tile_blocks(tiles, opts.merge_block) if opts.merge_block > 0 else {t.index: 0 for t in tiles}
     crs_wkt = crs.to_wkt() if crs else None
-    index = spool.begin_input(SpoolInput(os.path.basename(path), crs_wkt, [p.label for p in prompts], spec.backend,
+    index = spool.begin_input(SpoolInput(input_name(path), crs_wkt, [p.label for p in prompts], spec.backend,
                                          model_identity), pixel_area)
     merger = BlockMerger(frames, blocks, submit=_submit_on(engine, opts.retries),
                          on_block=lambda objects, first: spool.add(index, objects, first))
@@ -365,7 +375,7 @@ def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[l
     if not p.is_dir():
         raise UsageError(f"--out {p}: for several inputs give an existing folder (one .gpkg each) or a file "
                          "name ending in .gpkg/.parquet/.fgb/.geojson (one combined output)")
-    return [p / (Path(i).stem + ".gpkg") for i in inputs], None
+    return [p / (Path(input_name(i)).stem + ".gpkg") for i in inputs], None
 
 
 def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] = (),
@@ -388,7 +398,7 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     if opts.bands is not None and not isinstance(opts.bands, tuple):
         opts.bands = parse_bands(opts.bands)
     t_start = time.perf_counter()
-    paths = expand_inputs(inputs)
+    paths = expand_inputs(inputs, opts.asset)
     per_input, combined = resolve_outputs(paths, out)
     dataset = is_dataset(out)
     for p in [combined, *per_input]:

@@ -69,7 +69,7 @@ def dry_run_lines(lj) -> list[str]:
 
     j = lj.job
     opts = job_options(lj)
-    paths = expand_inputs(lj.inputs)
+    paths = expand_inputs(lj.inputs, lj.job.asset)
     per_input, combined = resolve_outputs(paths, lj.output)
     out_lines = []
     for p in [combined, *per_input]:

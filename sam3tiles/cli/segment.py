@@ -33,6 +33,8 @@ def runtime_options(fn):
 @click.option("--text", "-t", "texts", multiple=True, help="What to find, e.g. --text building (repeatable).")
 @click.option("--box", "boxes", multiple=True, metavar="MINX,MINY,MAXX,MAXY[,neg]",
               help="An example box in the raster's CRS (repeatable); ',neg' marks a negative example.")
+@click.option("--asset", default=None, metavar="KEY",
+              help="STAC inputs (item JSON files or URLs, or a saved search result): the asset to segment.")
 @click.option("--box-file", default=None, help="Vector file of example boxes (any CRS; optional 'label' "
                                                "column 1/0).")
 @click.option("--out", "-o", required=True, help="Output file (.gpkg, .parquet, .fgb, .geojson), or a folder "
@@ -52,10 +54,11 @@ def runtime_options(fn):
 @quiet_opt
 @click.pass_context
 @handle_errors
-def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, threads, workers, scheduler,
+def segment(ctx, inputs, texts, boxes, asset, box_file, out, backend, model, device, threads, workers, scheduler,
             tile_size, overlap, scale, gsd, bands, squash, min_area, simplify, work_dir, fresh, strict,
             overwrite, verbose, quiet, labels=None):
-    """Segment INPUTS (rasters or globs) with SAM 3, tile by tile, and write merged polygons to --out.
+    """Segment INPUTS (rasters, globs, URLs, STAC items) with SAM 3, tile by tile, and write merged polygons
+    to --out (a file; a folder for one .gpkg per input; NAME.parquet/ for a partitioned GeoParquet dataset).
 
     \b
     Examples:
@@ -70,7 +73,7 @@ def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, th
     opts = Options(backend=backend, model=model, device=device, tile_size=tile_size, overlap=overlap,
                    scale=scale, gsd=gsd, bands=parse_bands(bands), squash=squash, min_area=min_area,
                    simplify=simplify, workers=workers, scheduler=scheduler, strict=strict,
-                   progress=not quiet, threads=threads)
+                   progress=not quiet, threads=threads, asset=asset)
     _, report = segment_job(list(inputs), list(texts), boxes=list(boxes), box_file=box_file, out=out,
                             overwrite=overwrite, options=opts, work_dir=work_dir, fresh=fresh, labels=labels,
                             return_objects=False)

@@ -209,12 +209,13 @@ class ObjectSpool:
                              "folder (one output per input)")
         return crs[0] if crs else None
 
-    def frames(self, inputs: Sequence[int], chunk: int = CHUNK_ROWS) -> Iterator[gpd.GeoDataFrame]:
+    def frames(self, inputs: Sequence[int], chunk: int | None = None) -> Iterator[gpd.GeoDataFrame]:
         """The objects of `inputs` in job order, `chunk` rows at a time, ids counted from 1 over `inputs`
         (one input: its own numbering; all inputs: the combined output's). Always yields at least one
         (possibly empty) frame, so an output with no objects still gets its columns."""
         self.finalize()
         crs = self.crs_of(inputs)
+        chunk = chunk or CHUNK_ROWS
         offset, last, n = None, 0, 0
         sel = ",".join(str(int(i)) for i in inputs) or "-1"
         while True:
