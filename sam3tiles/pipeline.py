@@ -12,10 +12,9 @@ import logging
 import os
 import sys
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import geopandas as gpd
 import numpy as np
@@ -191,38 +190,20 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
                                          model_identity), pixel_area)
     merger = BlockMerger(frames, blocks, submit=_submit_on(engine, opts.retries),
                          on_block=lambda objects, first: spool.add(index, objects, first))
-    # checkpoints hold one result per (tile, prompt): a changed or added prompt recomputes only its own part
     keys: dict[int, list] = {}  # tile index -> [(prompt index or None, text, key)] still to compute and store
     found: dict[int, list] = {}  # tile index -> [(prompt index or None, stored part)] reused from the store
-    queue: deque = deque()
-    for tile in tiles:
-        tps = _prompts_for_tile(prompts, tile, slots)
-        base = {"source": identity, "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy,
-                                             list(tile.src_transform)[:6], tile.interior],
-                "model": model_identity, "edge_margin": opts.edge_margin, "stretch": str(source.stretch),
-                "bands": source.bands}
-        entries = [(tp.index, tp.text, tile_key({**base, "prompt": [tp.text, [[(b.cxcywh, b.positive) for b in ps]
-                                                                             for ps in tp.passes]]}))
-                   for tp in tps] or [(None, None, tile_key({**base, "prompt": None}))]
-        hits = {e[2]: store.get(e[2]) for e in entries} if store is not None else {}
-        found[tile.index] = [(i, hits[k]) for i, _, k in entries if hits.get(k) is not None]
-        keys[tile.index] = [e for e in entries if hits.get(e[2]) is None]
-        report.checkpoint["reused"] = report.checkpoint.get("reused", 0) + len(found[tile.index])
-        if not keys[tile.index]:
-            res = join_parts(tile.index, found.pop(tile.index))
-            del keys[tile.index]
-            merger.add(tile.index, res.pieces)
-            tally.add(res)
-            if not res.skipped:
-                report.resumed += 1
-            if progress_bar is not None:
-                progress_bar.update(1)
-            continue
-        if found[tile.index]:
-            report.checkpoint["partial_tiles"] = report.checkpoint.get("partial_tiles", 0) + 1
-        todo = {i for i, _, _ in keys[tile.index]}
-        queue.append((tile, [tp for tp in tps if tp.index in todo]))
 
+    def resumed(tile, res: TileResult) -> None:
+        merger.add(tile.index, res.pieces)
+        tally.add(res)
+        if not res.skipped:
+            report.resumed += 1
+        if progress_bar is not None:
+            progress_bar.update(1)
+
+    key_base = {"source": identity, "model": model_identity, "edge_margin": opts.edge_margin,
+                "stretch": str(source.stretch), "bands": source.bands}
+    queue = _plan_tiles(tiles, prompts, slots, key_base, store, report, keys, found, resumed)
     _run_tiles(engine, source, spec, queue, opts, report, store, keys, tally, progress_bar, found, merger)
     found.clear()
     if tiles and tally.skipped == len(tiles):
@@ -232,6 +213,35 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
     _, mstats = merger.finish(gather=_gather_on(engine))
     report.seconds["merge"] += time.perf_counter() - t0
     return InputResult(path, index, mstats)
+
+
+def _plan_tiles(tiles, prompts: Sequence[Prompt], slots: int, key_base: dict, store: TileStore | None,
+                report: RunReport, keys: dict, found: dict, resumed) -> Iterator:
+    """The tiles to compute, lazily: yields (tile, its prompts still to compute). Checkpoints are looked up
+    as tiles are submitted, so nothing is held for the tiles still waiting (10^5-10^6 tiles). A tile whose
+    every part is checkpointed goes to `resumed(tile, result)`; one partly checkpointed has its stored
+    parts in `found`. Checkpoints hold one result per (tile, prompt): a changed or added prompt
+    recomputes only its own part. `keys[tile]`: [(prompt index or None, text, key)] to compute and store."""
+    for tile in tiles:
+        tps = _prompts_for_tile(prompts, tile, slots)
+        base = {**key_base, "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy,
+                                     list(tile.src_transform)[:6], tile.interior]}
+        entries = [(tp.index, tp.text, tile_key({**base, "prompt": [tp.text, [[(b.cxcywh, b.positive) for b in ps]
+                                                                             for ps in tp.passes]]}))
+                   for tp in tps] or [(None, None, tile_key({**base, "prompt": None}))]
+        hits = {e[2]: store.get(e[2]) for e in entries} if store is not None else {}
+        got = [(i, hits[k]) for i, _, k in entries if hits.get(k) is not None]
+        todo = [e for e in entries if hits.get(e[2]) is None]
+        report.checkpoint["reused"] = report.checkpoint.get("reused", 0) + len(got)
+        if not todo:
+            resumed(tile, join_parts(tile.index, got))
+            continue
+        if got:
+            report.checkpoint["partial_tiles"] = report.checkpoint.get("partial_tiles", 0) + 1
+            found[tile.index] = got
+        keys[tile.index] = todo
+        wanted = {i for i, _, _ in todo}
+        yield tile, [tp for tp in tps if tp.index in wanted]
 
 
 class _Tally:
@@ -256,7 +266,7 @@ class _Tally:
             self.skipped += 1
 
 
-def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deque, opts: Options,
+def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: Iterator, opts: Options,
                report: RunReport, store: TileStore | None, keys: dict, tally: "_Tally", progress_bar,
                found: dict, merger: BlockMerger) -> None:
     from distributed import as_completed
@@ -266,18 +276,24 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
     resources = engine.model_resources()
     ac = as_completed(loop=client.loop)
     in_flight: dict = {}
+    puts = _BatchedPuts(store)
 
-    def submit_next() -> None:
-        tile, tps = queue.popleft()
+    def submit_next() -> bool:
+        item = next(queue, None)
+        if item is None:
+            return False
+        tile, tps = item
         fr = client.submit(read_task, source, tile, pure=False, retries=opts.retries)
         fi = client.submit(infer_task, spec, fr, tps, tile.valid_wh, pure=False, retries=opts.retries,
                            resources=resources)
         fv = client.submit(vectorize_task, fi, tile, opts.edge_margin, pure=False, retries=opts.retries)
         in_flight[fv.key] = (tile, (fr, fi, fv))
         ac.add(fv)
+        return True
 
-    while queue and len(in_flight) < limit:
-        submit_next()
+    more = True
+    while more and len(in_flight) < limit:
+        more = submit_next()
     recount_at = time.monotonic() + 10.0
     try:
         for fut in ac:
@@ -290,7 +306,7 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
                     report.done += 1
                 mine = keys.pop(tile.index)
                 if store is not None:
-                    store.put_many([(k, prompt_part(res, i, text)) for i, text, k in mine])
+                    puts.add([(k, prompt_part(res, i, text)) for i, text, k in mine])
                 parts = found.pop(tile.index, None)
                 if parts:  # a tile computed for some prompts only: join the stored parts in prompt order
                     parts = parts + [(i, prompt_part(res, i, text)) for i, text, _ in mine]
@@ -317,18 +333,42 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
                 f.release()
             if progress_bar is not None:
                 progress_bar.update(1)
-            if queue:
-                submit_next()
-            if queue and engine.distributed and not opts.max_in_flight and time.monotonic() > recount_at:
+            if more:
+                more = submit_next()
+            if more and engine.distributed and not opts.max_in_flight and time.monotonic() > recount_at:
                 # workers that joined since the start (a SLURM job starting late) get tiles too
                 limit = max(limit, engine.in_flight(*_count(client)))
                 recount_at = time.monotonic() + 10.0
-                while queue and len(in_flight) < limit:
-                    submit_next()
+                while more and len(in_flight) < limit:
+                    more = submit_next()
     finally:
+        puts.flush()
         for _, chain in in_flight.values():
             for f in chain:
                 f.cancel()
+
+
+class _BatchedPuts:
+    """Checkpoint writes in batches (one SQLite transaction per `BATCH` tiles or `SECONDS`), not one per
+    tile: at 10^5 tiles the per-transaction cost dominates the driver. `flush` runs when the tiles end,
+    also on an error or SIGTERM; a SIGKILL loses at most one batch, which the rerun recomputes."""
+
+    BATCH = 64
+    SECONDS = 2.0
+
+    def __init__(self, store: TileStore | None):
+        self.store, self.items, self.tiles, self.due = store, [], 0, time.monotonic() + self.SECONDS
+
+    def add(self, items: list) -> None:
+        self.items += items
+        self.tiles += 1
+        if self.tiles >= self.BATCH or time.monotonic() > self.due:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.store is not None and self.items:
+            self.store.put_many(self.items)
+        self.items, self.tiles, self.due = [], 0, time.monotonic() + self.SECONDS
 
 
 def _call(fn, job):
