@@ -193,3 +193,13 @@ def test_country_benchmark_smoke():
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["tiles"] >= 400 and res["peak_rss_mb"] > 0 and res["driver_cpu_ms_per_tile"] > 0
     assert 0 < res["tasks_alive_peak"] <= 3 * res["max_in_flight"] + 64
+
+
+def test_job_file_keeps_urls_literal_and_takes_the_asset(tmp_path):
+    from sam3tiles.jobs import job_call, parse_job
+
+    url = "https://bucket.s3.amazonaws.com/a/tile_[1].tif?X-Amz-Signature=ab%2Fcd&X-Amz-Expires=60"
+    lj = parse_job(f"inputs: ['{url}', /vsis3/b/c.tif]\nasset: visual\nprompts: {{text: [building]}}\n"
+                   "output: {path: out.parquet/}\n", base=tmp_path)
+    assert lj.inputs == [url, "/vsis3/b/c.tif"] and lj.output.endswith("out.parquet/")
+    assert job_call(lj)["options"].asset == "visual"
