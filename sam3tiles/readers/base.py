@@ -96,13 +96,20 @@ class Source:
 
     @property
     def identity(self) -> str:
-        """Path, size and modification time: changes when the file does (checkpoint key)."""
-        try:
-            st = os.stat(self.path)
-            stamp = f"{st.st_size}:{st.st_mtime_ns}"
-        except OSError:
-            stamp = "remote"
-        h = hashlib.sha256(f"{os.path.abspath(self.path)}|{stamp}|{self.bands}".encode()).hexdigest()
+        """Path, size and modification time (a URL: its ETag, Last-Modified and size): changes when the file
+        does (checkpoint key)."""
+        from .remote import is_remote, remote_stamp
+
+        if is_remote(self.path):
+            name, stamp = self.path, remote_stamp(self.path)
+        else:
+            name = os.path.abspath(self.path)
+            try:
+                st = os.stat(self.path)
+                stamp = f"{st.st_size}:{st.st_mtime_ns}"
+            except OSError:
+                stamp = "unknown"
+        h = hashlib.sha256(f"{name}|{stamp}|{self.bands}".encode()).hexdigest()
         return h[:16]
 
     def _resolve_stretch(self) -> Stretch | None:

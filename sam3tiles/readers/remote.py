@@ -32,6 +32,30 @@ def is_remote(path: str) -> bool:
     return "://" in s or s.startswith("/vsi")
 
 
+def remote_stamp(path: str) -> str:
+    """What identifies a remote file's version: ETag, Last-Modified and size from a one-byte ranged GET (a
+    presigned URL signed for GET refuses HEAD). `/vsicurl/` URLs too; other cloud paths (s3://, /vsis3/,
+    ...) are opened through GDAL's own credentials, which this check has no access to: 'unversioned'
+    (a rerun resumes them; use --fresh after replacing such a file)."""
+    url = path[len("/vsicurl/"):] if path.startswith("/vsicurl/") else path
+    if not url.lower().startswith(("http://", "https://")):
+        return "unversioned"
+    req = urllib.request.Request(url, headers={"Range": "bytes=0-0"})
+    try:
+        with urllib.request.urlopen(req, timeout=STAC_TIMEOUT) as r:  # noqa: S310 - the user's own URL
+            h = r.headers
+            size = (h.get("Content-Range") or "").rpartition("/")[2] or h.get("Content-Length", "")
+            return f"etag={h.get('ETag', '')}|modified={h.get('Last-Modified', '')}|size={size}"
+    except OSError as e:
+        raise InputDataError(f"{_redact(url)}: cannot reach it ({e}): check the URL and the network") from None
+
+
+def _redact(url: str) -> str:
+    """A URL without its query string (a presigned URL's signature is a credential: never in messages)."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")) + ("?..." if parts.query else "")
+
+
 def input_name(path: str) -> str:
     """The input's file name (the `source` column, per-input output names): for a URL, the last segment of
     its path, without the query string (a presigned URL's signature is no part of the name)."""
