@@ -195,6 +195,7 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
 
     def resumed(tile, res: TileResult) -> None:
         merger.add(tile.index, res.pieces)
+        merger.drain(_gather_on(engine))  # a resumed job's blocks go to the spool as they merge, too
         tally.add(res)
         if not res.skipped:
             report.resumed += 1
