@@ -308,6 +308,8 @@ def write_streamed(frames: Iterator[gpd.GeoDataFrame], path: str | os.PathLike, 
                         frame.to_file(tmp, driver="GPKG", layer=layer, engine="pyogrio", mode="a")
         return p
     if driver == "Parquet":
+        for stale in p.parent.glob(f".{p.stem}.parts.*"):  # left by a killed run (we hold the lock)
+            shutil.rmtree(stale, ignore_errors=True)
         with atomic_path(p) as tmp, tempfile.TemporaryDirectory(prefix=f".{p.stem}.parts.", dir=p.parent) as d:
             parts = [_write_part(frame, Path(d) / f"part-{k:05d}.parquet", metadata) for k, frame in enumerate(frames)]
             _concat_parts(parts, tmp)
