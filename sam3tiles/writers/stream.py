@@ -14,6 +14,7 @@ the spool in its work folder, which the rerun starts over (its tiles come from t
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -308,7 +309,7 @@ def write_streamed(frames: Iterator[gpd.GeoDataFrame], path: str | os.PathLike, 
                         frame.to_file(tmp, driver="GPKG", layer=layer, engine="pyogrio", mode="a")
         return p
     if driver == "Parquet":
-        for stale in p.parent.glob(f".{p.stem}.parts.*"):  # left by a killed run (we hold the lock)
+        for stale in p.parent.glob(f".{glob.escape(p.stem)}.parts.*"):  # left by a killed run (we hold the lock)
             shutil.rmtree(stale, ignore_errors=True)
         with atomic_path(p) as tmp, tempfile.TemporaryDirectory(prefix=f".{p.stem}.parts.", dir=p.parent) as d:
             parts = [_write_part(frame, Path(d) / f"part-{k:05d}.parquet", metadata) for k, frame in enumerate(frames)]
@@ -356,7 +357,7 @@ def _write_dataset(frames: Iterator[gpd.GeoDataFrame], p: Path, metadata: dict |
     """A folder of GeoParquet parts (`part-00000.parquet`, ...), written under a temporary name and renamed
     into place; an existing dataset (checked by `check_dataset`) is replaced only once the new one is whole."""
     tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex[:8]}.tmp")
-    for stale in p.parent.glob(f".{p.name}.????????.tmp"):  # left by a killed run (we hold the lock)
+    for stale in p.parent.glob(f".{glob.escape(p.name)}.????????.tmp"):  # left by a killed run (we hold the lock)
         shutil.rmtree(stale, ignore_errors=True)
     tmp.mkdir()
     try:
