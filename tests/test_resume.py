@@ -202,7 +202,8 @@ def test_added_prompt_computes_only_that_prompt(small, tmp_path):
 
 
 def test_example_box_invalidates_only_the_tiles_it_lies_in(small, tmp_path):
-    from sam3tiles.pipeline import Options, tiles_of
+    from sam3tiles.options import Options
+    from sam3tiles.plan import tiles_of
     from sam3tiles.prompts import GeoBox, tile_boxes
     from sam3tiles.readers import open_source
 
