@@ -56,12 +56,12 @@ class Prompts(_Section):
     _lists = field_validator("text", "boxes", mode="before")(_as_list)
 
 
-def _job_type(f, d: Opt) -> Any:
+def _job_type(f, d: Opt, cls: type) -> Any:
     """A field's type in a job file: its choices as a Literal, lists for tuples, else its annotation."""
     allowed = d.allowed()
     if allowed is not None:
         return Literal[allowed]  # type: ignore[valid-type]
-    hint = _hints()[f.name]
+    hint = _hints(cls)[f.name]
     args = typing.get_args(hint)
     if any(typing.get_origin(a) is tuple for a in args):  # tuple[int, ...] | None: a YAML list
         return list[typing.get_args(next(a for a in args if typing.get_origin(a) is tuple))[0]] | None
@@ -69,8 +69,8 @@ def _job_type(f, d: Opt) -> Any:
 
 
 @functools.cache
-def _hints() -> dict[str, Any]:
-    return typing.get_type_hints(Options)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 def _job_parse(name: str, parse):
@@ -97,26 +97,26 @@ def _job_parse_message(name: str, v: Any, e: Exception) -> str:
     return str(e)
 
 
-def _section(section: str) -> type[BaseModel]:
+def job_section(section: str, cls: type = Options) -> type[BaseModel]:
     """The pydantic model of one job-file section, from the options registry: every option whose job key
-    starts with `section.`, with its type, default, range and parser."""
+    starts with `section.`, with its type, default, range and parser (`cls`: another Options class)."""
     fields_: dict[str, Any] = {}
     validators: dict[str, Any] = {}
-    for f, d in registry_fields():
+    for f, d in registry_fields(cls):
         if not d.job or d.job.split(".")[0] != section:
             continue
         key = d.job.split(".", 1)[1]
-        fields_[key] = (_job_type(f, d), Field(f.default, ge=d.ge, gt=d.gt, le=d.le, description=d.help))
+        fields_[key] = (_job_type(f, d, cls), Field(f.default, ge=d.ge, gt=d.gt, le=d.le, description=d.help))
         if d.parse is not None:
             validators[f"_parse_{key}"] = field_validator(key, mode="before")(_job_parse(f.name, d.parse))
     return create_model(section.title().replace("_", "") + "Section", __base__=_Section, __validators__=validators,
                         **fields_)
 
 
-Backend = _section("backend")
-Tiling = _section("tiling")
-Postprocess = _section("postprocess")
-RunSection = _section("run")
+Backend = job_section("backend")
+Tiling = job_section("tiling")
+Postprocess = job_section("postprocess")
+RunSection = job_section("run")
 
 
 class Output(_Section):
@@ -208,7 +208,7 @@ def _describe(err: dict) -> str:
     bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
     if kind in bounds:
         limit = next(iter(ctx.values()), "?")
-        return f"must be {bounds[kind]} {limit} (got {shown})"
+        return f"must be {bounds[kind]} {limit} (got {shown})" + _allowed(err["loc"])
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return f"must be a whole number (got {shown})"
     if kind in ("float_type", "float_parsing"):
@@ -228,6 +228,16 @@ def _describe(err: dict) -> str:
     if kind == "value_error":
         return str(ctx.get("error") or err["msg"]).removeprefix("Value error, ")
     return f"{err['msg']} (got {shown})"
+
+
+def _allowed(loc: tuple) -> str:
+    """The allowed range of a registry option with both bounds, and why it is what it is."""
+    key = ".".join(str(p) for p in loc)
+    d = next((d for _, d in registry_fields() if d.job == key), None)
+    if d is None:
+        return ""
+    both = d.le is not None and (d.ge is not None or d.gt is not None)
+    return (f": allowed {d.range_text()}" if both else "") + (f" ({d.note})" if d.note else "")
 
 
 def _problems(e: ValidationError) -> list[str]:

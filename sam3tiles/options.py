@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -150,7 +151,7 @@ class Options:
     merge_block: int = opt(8, "Tiles per side of a merge block (blocks merge in parallel; 0: one merge).", ge=0)
 
     def __post_init__(self) -> None:
-        for f, d in fields():
+        for f, d in fields(type(self)):
             v = getattr(self, f.name)
             if d.parse is not None and v is not None:  # parsers are idempotent: a parsed value passes
                 object.__setattr__(self, f.name, d.parse(v))
@@ -166,39 +167,46 @@ class Options:
     def from_params(cls, params: dict, **extra: Any) -> "Options":
         """Options from a mapping that may hold other keys too (click's parameters); None keeps defaults
         for fields whose default is not None."""
-        names = {f.name for f, _ in fields()}
+        names = {f.name for f, _ in fields(cls)}
         given = {k: v for k, v in params.items() if k in names}
         return cls(**{**given, **extra})
 
 
-def fields() -> Iterator[tuple[dataclasses.Field, Opt]]:
-    """(field, declaration) of every option, in declaration order."""
-    for f in dataclasses.fields(Options):
+def fields(cls: type | None = None) -> Iterator[tuple[dataclasses.Field, Opt]]:
+    """(field, declaration) of every option of `cls` (default `Options`), in declaration order."""
+    for f in dataclasses.fields(cls or Options):
         yield f, f.metadata["opt"]
 
 
-def declarations() -> dict[str, Opt]:
+def declarations(cls: type | None = None) -> dict[str, Opt]:
     """Option name -> its declaration."""
-    return {f.name: d for f, d in fields()}
+    return {f.name: d for f, d in fields(cls)}
 
 
-def named(name: str) -> str:
+def named(name: str, cls: type | None = None) -> str:
     """How messages name an option: its first flag, else its keyword."""
-    return declarations()[name].flag or name
+    return declarations(cls)[name].flag or name
+
+
+def value_type(name: str, cls: type | None = None) -> type | None:
+    """The plain type of an option's values (int, float, bool, str; None for others), None allowed aside."""
+    hint = typing.get_type_hints(cls or Options)[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    return args[0] if len(args) == 1 and args[0] in (int, float, bool, str) else None
 
 
 def check(o: Options) -> None:
     """Ranges and choices of each option, then the rules between options; UsageError names the first
     problem and the allowed values."""
-    for f, d in fields():
+    for f, d in fields(type(o)):
         v = getattr(o, f.name)
         if v is None or isinstance(v, bool):
             continue
         if isinstance(v, (int, float)) and not d.in_range(v):
-            raise UsageError(f"{named(f.name)} must be {d.range_text()} (got {v:g})" + (f": {d.note}" if d.note else ""))
+            raise UsageError(f"{named(f.name, type(o))} must be {d.range_text()} (got {v:g})" + (f": {d.note}" if d.note else ""))
         allowed = d.allowed()
         if allowed is not None and isinstance(v, str) and v not in allowed:
-            raise UsageError(f"{named(f.name)} {v!r} is not one of {', '.join(allowed)}: choose one of them")
+            raise UsageError(f"{named(f.name, type(o))} {v!r} is not one of {', '.join(allowed)}: choose one of them")
     for problem in cross_problems(o.tile_size, o.overlap, o.squash):
         raise UsageError(problem.format(**{n: named(n) for n in ("tile_size", "overlap")}))
 

@@ -11,6 +11,7 @@ import click
 
 from ..errors import EXIT_INTERNAL, Sam3TilesError
 from ..options import fields as registry_fields
+from ..options import value_type
 
 
 def configure_logging(verbose: int, quiet: int) -> None:
@@ -93,14 +94,13 @@ quiet_opt = click.option("-q", "--quiet", count=True, help="Less output: no prog
 overwrite_opt = click.option("--overwrite", is_flag=True, help="Replace an existing output.")
 
 
-def _click_type(f, d, default):
+def _click_type(kind, d):
     """The click type of an option: its choices, its range (refused while parsing, exit 2, the allowed
     range in click's message) or its plain type."""
     allowed = d.allowed()
     if allowed is not None:
         return click.Choice(list(allowed))
-    kind = {"int": int, "float": float}.get(str(f.type).split(" |")[0].strip())
-    if kind is None:
+    if kind not in (int, float):
         return None
     lo = d.ge if d.ge is not None else d.gt
     if lo is None and d.le is None:
@@ -109,19 +109,21 @@ def _click_type(f, d, default):
     return rng(lo, d.le, min_open=d.gt is not None)
 
 
-def registry_options(command: str):
+def registry_options(command: str, cls: type | None = None):
     """Decorator: the click options of `command` (segment, plan, run), from the options registry
-    (`sam3tiles.options`). On `run` a flag overrides the job file, so its default is None (the job's)."""
-    decls = [(f, d) for f, d in registry_fields() if d.flags and command in d.commands]
+    (`sam3tiles.options`; `cls`: another Options class, for tests). On `run` a flag overrides the job
+    file, so its default is None (the job's)."""
+    decls = [(f, d) for f, d in registry_fields(cls) if d.flags and command in d.commands]
 
     def decorate(fn):
         for f, d in reversed(decls):
             default = None if command == "run" else f.default
             kw = dict(default=default, help=d.help, envvar=d.envvar, metavar=d.metavar)
-            if str(f.type) == "bool":
+            kind = value_type(f.name, cls)
+            if kind is bool:
                 kw.update(is_flag=True)
             else:
-                kw.update(type=_click_type(f, d, default), show_default=default is not None and default != "")
+                kw.update(type=_click_type(kind, d), show_default=default is not None and default != "")
             fn = click.option(*d.flags, f.name, **kw)(fn)
         return fn
 
