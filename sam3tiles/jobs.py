@@ -1,5 +1,6 @@
 """Job files: one YAML file names a whole run (inputs, prompts, backend and model, tiling, output,
-scheduler), is validated before any work, and becomes one `segment_job(...)` call.
+scheduler), is validated before any work, and becomes one run: `plan_job` (the pre-flight, also for
+`run --dry-run`) then `pipeline.execute`, the same two steps as a `segment_job(...)` call.
 
     inputs: [ortho/*.tif]              # paths or globs, relative to this file's folder
     prompts: {text: [building]}        # and/or boxes: ["MINX,MINY,MAXX,MAXY[,neg]"], box_file: boxes.gpkg
@@ -9,7 +10,8 @@ scheduler), is validated before any work, and becomes one `segment_job(...)` cal
     run: {workers: 4, retries: 2, strict: false}
 
 Every mapping refuses unknown keys; every problem is reported at once, one line each, naming the key path
-and the fix (`tiling.scale: must be > 0 (got -1)`). The format is documented in docs/jobs.md.
+and the fix (`tiling.scale: must be > 0 (got -1)`). The sections backend, tiling, postprocess and run are
+built from the options registry (`options.py`). The format is documented in docs/jobs.md.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import difflib
 import functools
 import glob
 import os
+import time
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .errors import JobFileError, Sam3TilesError
 from .options import Opt, Options, cross_problems
+from .pipeline import execute
+from .plan import RunPlan, plan_run
+from .prompts import GeoBox
 from .options import fields as registry_fields
 
-__all__ = ["Job", "LoadedJob", "load_job", "parse_job", "job_options", "job_call", "run_job", "job_words"]
+__all__ = ["Job", "LoadedJob", "load_job", "parse_job", "job_options", "job_call", "plan_job", "run_job", "job_words"]
 
 
 class _Section(BaseModel):
@@ -340,8 +346,6 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
     for i, t in enumerate(job.prompts.text):
         if not t.strip():
             problems.append(f"prompts.text[{i}]: is empty: give words such as 'building'")
-    from .prompts import GeoBox
-
     for i, b in enumerate(job.prompts.boxes):
         try:
             GeoBox.parse(b)
@@ -393,12 +397,19 @@ def job_call(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, 
                 work_dir=lj.work_dir, fresh=fresh, report_path=lj.report, labels=lj.labels)
 
 
+def plan_job(lj: LoadedJob, *, strict: bool | None = None, progress: bool = False,
+             check_prompts: bool = False) -> RunPlan:
+    """The pre-flight of a job (`plan.plan_run`, the same for the run and its dry run)."""
+    kw = job_call(lj, strict=strict, progress=progress)
+    del kw["fresh"]
+    return plan_run(kw.pop("inputs"), kw.pop("text"), check_prompts=check_prompts, **kw)
+
+
 def run_job(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, progress: bool = False):
     """Run a loaded job: (GeoDataFrame, RunReport), as `segment_job` returns them."""
-    from .pipeline import segment_job  # the orchestration (dask, geopandas) only when a job runs
-
+    t_start = time.perf_counter()
     with job_words(lj):
-        return segment_job(**job_call(lj, fresh=fresh, strict=strict, progress=progress))
+        return execute(plan_job(lj, strict=strict, progress=progress), fresh=fresh, t_start=t_start)
 
 
 #: Command-line options in error messages, and the job keys that set them: the arguments of a run here,
@@ -422,8 +433,6 @@ class job_words:
         return self
 
     def __exit__(self, kind, exc, tb):
-        from .errors import Sam3TilesError
-
         if exc is None or not isinstance(exc, Sam3TilesError) or isinstance(exc, JobFileError):
             return False
         text = str(exc)

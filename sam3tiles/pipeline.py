@@ -30,6 +30,7 @@ from .prompts import GeoBox
 from .report import RunReport
 from .runner import InputResult, InputRun
 from .writers import check_output, output_lock, write_vector
+from .writers.labels import write_labels
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +123,6 @@ def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport) 
         with _timed(report, "write"):
             write_vector(gdf, plan.combined, metadata=file_metadata(report, gdf))
     if plan.labels is not None:
-        from .writers.labels import write_labels
-
         inp = plan.inputs[0]
         with _timed(report, "write"):
             write_labels(gdf, plan.labels, inp.width, inp.height, inp.transform, inp.crs)

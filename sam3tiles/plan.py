@@ -22,11 +22,13 @@ import geopandas as gpd
 from .errors import InputDataError, PromptError, UsageError
 from .grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from .merge import tile_frame
+from .model.files import require_model
 from .model.registry import RuntimeSpec, get_runtime, spec_identity
 from .options import Options
 from .prompts import GeoBox, Prompt, boxes_outside, build_prompts, raster_bounds, read_box_file
 from .readers import Source, Stretch, open_source
 from .writers import check_output
+from .writers.labels import check_labels
 
 #: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
 ENCODE_S, DECODE_S = 0.35, 0.07
@@ -256,8 +258,6 @@ def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[l
 def _check_labels(labels, paths: list[str], overwrite: bool) -> Path | None:
     if labels is None:
         return None
-    from .writers.labels import check_labels  # tifffile-free path: loaded only when labels are asked for
-
     if len(paths) != 1:
         raise UsageError(f"--labels writes the label image of one input, but {len(paths)} were given: "
                          "segment one image per run to get its labels")
@@ -270,8 +270,6 @@ def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:
     to get it) and set in the returned copy of the options (the caller's are not changed)."""
     spec = opts.runtime_spec()
     if spec.backend == "onnx":
-        from .model.files import require_model
-
         opts = dataclasses.replace(opts, model=str(require_model(opts.model)))
         spec = opts.runtime_spec()
     return opts, spec

@@ -139,7 +139,7 @@ class InputRun:
     def _run_queue(self) -> None:
         """Submit tiles as earlier ones finish, at most `limit` in flight; failed tiles are counted (or stop
         the run with --strict); a model error stops it at once."""
-        from distributed import as_completed
+        from distributed import as_completed  # heavy: loaded when a run starts, not on `import sam3tiles`
 
         client = self.engine.client
         self.limit = self.opts.max_in_flight or self.engine.in_flight()

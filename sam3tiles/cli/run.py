@@ -29,13 +29,11 @@ def run(ctx, job_file, dry_run, fresh, verbose, quiet, strict=None):
       sam3tiles run configs/buildings.yaml --dry-run
       sam3tiles run configs/buildings.yaml
     """
-    from ..jobs import load_job, run_job
+    from ..jobs import job_words, load_job, run_job  # pydantic, yaml, dask: when the command runs
 
     quiet = quiet + (ctx.obj or {}).get("quiet", 0)
     lj = load_job(job_file)
     if dry_run:
-        from ..jobs import job_words
-
         with job_words(lj):
             lines = dry_run_lines(lj)
         for line in lines:
@@ -50,14 +48,11 @@ def run(ctx, job_file, dry_run, fresh, verbose, quiet, strict=None):
 
 
 def dry_run_lines(lj) -> list[str]:
-    """Everything a run checks before its first tile (`plan_run`, as the run itself calls it), then the
-    plan: inputs, tiles, prompts, model calls, estimated GPU time. Raises the run's own errors (same exit
+    """Everything a run checks before its first tile (`jobs.plan_job`, as the run itself), then the plan:
+    inputs, tiles, prompts, model calls, estimated GPU time. Raises the run's own errors (same exit
     codes); writes nothing."""
-    from ..jobs import job_call
-    from ..plan import plan_run
+    from ..jobs import plan_job
 
-    kw = job_call(lj)
-    kw.pop("fresh")
-    plan = plan_run(kw.pop("inputs"), kw.pop("text"), check_prompts=True, **kw)
+    plan = plan_job(lj, check_prompts=True)
     return [f"job: {lj.source}" + (f"  ({lj.job.description})" if lj.job.description else ""), *plan.describe(),
             "dry run: nothing was written"]
