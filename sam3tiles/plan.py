@@ -43,7 +43,8 @@ class InputPlan:
     height: int
     crs: object  # rasterio CRS or None (pixel coordinates, y down)
     transform: object  # Affine: source pixel -> CRS
-    bands: tuple[int, ...]
+    bands: tuple[int, ...]  # the bands used (1-based)
+    band_count: int  # bands in the file
     dtype: str
     stretch: Stretch | None
     identity: str  # the file's checkpoint identity
@@ -279,7 +280,7 @@ def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPla
     """Open one input (its own errors: unreadable, bands, size) and lay out its tiles."""
     with open_source(path, bands=opts.bands) as src:
         return InputPlan(path=path, width=src.width, height=src.height, crs=src.crs, transform=src.transform,
-                         bands=tuple(src.bands), dtype=str(src.dtype), stretch=src.stretch, identity=src.identity,
+                         bands=tuple(src.bands), band_count=int(src.dataset.count), dtype=str(src.dtype), stretch=src.stretch, identity=src.identity,
                          grid=None if opts.squash else build_grid(src, opts), squash_size=opts.tile_size,
                          output=output)
 
@@ -288,14 +289,6 @@ def build_grid(src: Source, opts: Options) -> TileGrid:
     scale = scale_for_gsd(src.transform, opts.gsd) if opts.gsd else opts.scale
     return TileGrid(src.width, src.height, scale=scale, tile_size=opts.tile_size, overlap=opts.overlap,
                     transform=src.transform)
-
-
-def tiles_of(src: Source, opts: Options) -> tuple[list[Tile], int]:
-    """The tiles of an open source and their overlap."""
-    if opts.squash:
-        return [squash_tile(src.width, src.height, src.transform, opts.tile_size)], opts.overlap
-    grid = build_grid(src, opts)
-    return list(grid), grid.overlap
 
 
 def check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, box_file: str | None) -> None:
@@ -326,18 +319,15 @@ def check_prompts_here(spec: RuntimeSpec, prompts: Sequence[Prompt]) -> None:
         raise PromptError("; ".join(notes))
 
 
-def tile_plan(path: str, opts: Options | None = None, check_nodata: bool = True) -> gpd.GeoDataFrame:
-    """One row per tile: index, row, col, offsets, valid size, has_data; geometry = the tile's window in
-    the CRS (column `core` holds the part the tile owns, as WKT)."""
-    opts = opts or Options()
-    with open_source(path, bands=opts.bands) as src:
-        tiles, overlap = tiles_of(src, opts)
+def tile_plan(inp: InputPlan, check_nodata: bool = True) -> gpd.GeoDataFrame:
+    """One row per tile of a planned input: index, row, col, offsets, valid size, has_data; geometry = the
+    tile's window in the CRS (column `core` holds the part the tile owns, as WKT)."""
+    with open_source(inp.path, bands=inp.bands, stretch=inp.stretch) as src:
         rows = []
-        for t in tiles:
-            f = tile_frame(t, overlap)
+        for t in inp.tiles():
+            f = tile_frame(t, inp.overlap)
             rows.append({"tile": t.index, "row": t.row, "col": t.col, "x0": t.x0, "y0": t.y0,
                          "valid_w": t.valid_wh[0], "valid_h": t.valid_wh[1],
                          "has_data": src.tile_has_data(t) if check_nodata else True,
                          "core": f.core.buffer(0).wkt, "geometry": f.window})
-        crs = src.crs.to_wkt() if src.crs else None
-    return gpd.GeoDataFrame(rows, geometry="geometry", crs=crs)
+    return gpd.GeoDataFrame(rows, geometry="geometry", crs=inp.crs.to_wkt() if inp.crs else None)

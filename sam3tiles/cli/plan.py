@@ -18,19 +18,19 @@ from .options import handle_errors, overwrite_opt, registry_options
 def plan(input, out, prompts, overwrite, **options):
     """Print the tile count, skipped (all-nodata) tiles and a cost estimate for INPUT; optionally write
     the grid."""
-    from ..plan import DECODE_S, ENCODE_S, tile_plan
-    from ..readers import open_source
+    from ..plan import DECODE_S, ENCODE_S, plan_input, tile_plan
     from ..writers import check_output, write_vector
 
     opts = Options.from_params(options)
     if out:
         check_output(out, overwrite)
-    grid = tile_plan(input, opts)
-    with open_source(input, bands=opts.bands) as src:
-        click.echo(f"{input}: {src.width} x {src.height} px, {src.dataset.count} band(s) {src.dtype}, "
-                   f"CRS {src.crs.to_string() if src.crs else 'none (pixel coordinates)'}")
-        click.echo(f"bands used: {','.join(map(str, src.bands))}; stretch: "
-                   f"{'none (uint8)' if src.stretch is None else f'{src.stretch.lo[0]:g}..{src.stretch.hi[0]:g} -> 0..255'}")
+    inp = plan_input(input, opts)  # the pre-flight's own step for one input
+    grid = tile_plan(inp)
+    click.echo(f"{input}: {inp.width} x {inp.height} px, {inp.band_count} band(s) {inp.dtype}, "
+               f"CRS {inp.crs.to_string() if inp.crs else 'none (pixel coordinates)'}")
+    st = inp.stretch
+    click.echo(f"bands used: {','.join(map(str, inp.bands))}; stretch: "
+               f"{'none (uint8)' if st is None else f'{st.lo[0]:g}..{st.hi[0]:g} -> 0..255'}")
     n, skipped = len(grid), int((~grid["has_data"]).sum())
     rows, cols = int(grid["row"].max()) + 1, int(grid["col"].max()) + 1
     click.echo(f"tiles: {n} ({rows} rows x {cols} cols), {skipped} skipped (all nodata), {n - skipped} to run")
