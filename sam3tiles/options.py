@@ -19,6 +19,7 @@ That is all for the CLI, the job file, `Options` and the checks; then give `api.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from dataclasses import dataclass, field
@@ -155,6 +156,8 @@ class Options:
             v = getattr(self, f.name)
             if d.parse is not None and v is not None:  # parsers are idempotent: a parsed value passes
                 object.__setattr__(self, f.name, d.parse(v))
+            elif isinstance(v, float) and v.is_integer() and value_type(f.name, type(self)) is int:
+                object.__setattr__(self, f.name, int(v))  # 512.0 from a YAML or JSON number
         check(self)
 
     def runtime_spec(self) -> RuntimeSpec:
@@ -165,8 +168,7 @@ class Options:
 
     @classmethod
     def from_params(cls, params: dict, **extra: Any) -> "Options":
-        """Options from a mapping that may hold other keys too (click's parameters); None keeps defaults
-        for fields whose default is not None."""
+        """Options from a mapping that may hold other keys too (click's parameters), plus `extra`."""
         names = {f.name for f, _ in fields(cls)}
         given = {k: v for k, v in params.items() if k in names}
         return cls(**{**given, **extra})
@@ -190,23 +192,34 @@ def named(name: str, cls: type | None = None) -> str:
 
 def value_type(name: str, cls: type | None = None) -> type | None:
     """The plain type of an option's values (int, float, bool, str; None for others), None allowed aside."""
-    hint = typing.get_type_hints(cls or Options)[name]
+    hint = _hints(cls or Options)[name]
     args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
     return args[0] if len(args) == 1 and args[0] in (int, float, bool, str) else None
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
 def check(o: Options) -> None:
-    """Ranges and choices of each option, then the rules between options; UsageError names the first
-    problem and the allowed values."""
-    for f, d in fields(type(o)):
-        v = getattr(o, f.name)
-        if v is None or isinstance(v, bool):
+    """Types, ranges and choices of each option, then the rules between options; UsageError names the
+    first problem and the allowed values."""
+    cls = type(o)
+    for f, d in fields(cls):
+        v, name, kind = getattr(o, f.name), named(f.name, cls), value_type(f.name, cls)
+        if v is None:
             continue
-        if isinstance(v, (int, float)) and not d.in_range(v):
-            raise UsageError(f"{named(f.name, type(o))} must be {d.range_text()} (got {v:g})" + (f": {d.note}" if d.note else ""))
+        if kind in (int, float) and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                     or (kind is int and not float(v).is_integer())):
+            raise UsageError(f"{name} must be a {'whole ' if kind is int else ''}number (got {v!r})")
+        if kind is bool and not isinstance(v, bool):
+            raise UsageError(f"{name} must be True or False (got {v!r})")
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not d.in_range(v):
+            raise UsageError(f"{name} must be {d.range_text()} (got {v:g})" + (f": {d.note}" if d.note else ""))
         allowed = d.allowed()
         if allowed is not None and isinstance(v, str) and v not in allowed:
-            raise UsageError(f"{named(f.name, type(o))} {v!r} is not one of {', '.join(allowed)}: choose one of them")
+            raise UsageError(f"{name} {v!r} is not one of {', '.join(allowed)}: choose one of them")
     for problem in cross_problems(o.tile_size, o.overlap, o.squash):
         raise UsageError(problem.format(**{n: named(n) for n in ("tile_size", "overlap")}))
 

@@ -124,6 +124,19 @@ def test_the_rules_between_options_name_both():
     assert Options(bands="4,3,2").bands == (4, 3, 2) == Options(bands=[4, 3, 2]).bands
 
 
+@pytest.mark.parametrize("kw, message", [
+    (dict(tile_size="512"), r"--tile-size must be a whole number \(got '512'\)"),
+    (dict(tile_size=512.5), r"--tile-size must be a whole number"),
+    (dict(scale=float("nan")), r"--scale must be > 0 and <= 64 \(got nan\)"),
+    (dict(squash="yes"), r"--squash must be True or False"),
+    (dict(retries=21), r"retries must be from 0 to 20 \(got 21\)"),
+])
+def test_values_of_the_wrong_type_or_range_are_refused(kw, message):
+    with pytest.raises(UsageError, match=message):
+        Options(**kw)
+    assert Options(tile_size=512.0, overlap=100).tile_size == 512  # a whole float from YAML/JSON
+
+
 def test_a_single_string_is_one_prompt(small):
     gdf = sam3tiles.segment(small, "red", backend="reference", checkpoint=False)
     assert len(gdf) > 0 and set(gdf["prompt"]) == {"red"}
