@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import BandError, JobFileError
 from .grid import DEFAULT_OVERLAP, TILE_SIZE
+from .model.registry import available_backends
 
 __all__ = ["Job", "LoadedJob", "load_job", "parse_job", "job_options", "job_call", "run_job", "job_words"]
 
@@ -55,10 +56,19 @@ class Prompts(_Section):
 
 
 class Backend(_Section):
-    name: Literal["onnx", "reference", "simulated"] = "onnx"
+    name: str = "onnx"  # a built-in or an installed backend (entry-point group sam3tiles.backends)
     model: str | None = None  # folder of the SAM 3 ONNX files (onnx only)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = Field(0, ge=0)  # onnxruntime intra-op threads per session; 0: its default
+
+    @field_validator("name")
+    @classmethod
+    def _installed(cls, v: str) -> str:
+        names = available_backends()
+        if v not in names:
+            listed = ", ".join(repr(n) for n in names[:-1]) + f" or {names[-1]!r}"
+            raise ValueError(f"must be one of {listed} (got {v!r})")
+        return v
 
 
 class Tiling(_Section):
@@ -328,7 +338,7 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
     model = None
     if job.backend.model is not None:
         model = _abs(base, job.backend.model)
-        if job.backend.name != "onnx":
+        if job.backend.name in ("reference", "simulated"):
             problems.append(f"backend.model: only the onnx backend reads model files (backend.name is "
                             f"{job.backend.name!r}): remove backend.model or set backend.name: onnx")
     if job.tiling.squash and job.tiling.scale != 1.0:

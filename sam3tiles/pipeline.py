@@ -66,9 +66,9 @@ class Options:
     merge_block: int = 8  # tiles per side of a merge block (blocks merge in parallel; 0: one merge)
 
     def runtime_spec(self) -> RuntimeSpec:
-        return RuntimeSpec(backend=self.backend, model_dir=self.model, device=self.device,
-                           intra_op_threads=self.threads, encode_seconds=self.encode_seconds,
-                           decode_seconds=self.decode_seconds)
+        return RuntimeSpec.of(self.backend, model_dir=self.model, device=self.device,
+                              intra_op_threads=self.threads, encode_seconds=self.encode_seconds,
+                              decode_seconds=self.decode_seconds)
 
 
 @dataclass

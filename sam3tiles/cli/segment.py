@@ -5,14 +5,16 @@ from __future__ import annotations
 import click
 
 from ..errors import EXIT_FAILED_TILES
+from ..model.registry import available_backends
 from .options import handle_errors, overwrite_opt, quiet_opt, tiling_options, verbose_opt
 
 
 def runtime_options(fn):
     opts = [
-        click.option("--backend", type=click.Choice(["onnx", "reference", "simulated"]), default="onnx",
+        click.option("--backend", type=click.Choice(available_backends()), default="onnx",
                      show_default=True, help="onnx: the SAM 3 model files; reference: a colour-matching stand-in "
-                                             "(no weights, for tests and dry runs)."),
+                                             "(no weights, for tests and dry runs); others: installed under the "
+                                             "entry-point group sam3tiles.backends (docs/backends.md)."),
         click.option("--model", "model", default=None, help="Folder of the SAM 3 ONNX files (default: "
                                                            "$SAM3TILES_MODEL_DIR or the user cache; see "
                                                            "`sam3tiles model fetch`)."),
