@@ -21,7 +21,7 @@ import os
 import pickle
 import threading
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -30,6 +30,7 @@ from typing import Any, Callable, Union
 import cloudpickle
 
 from ..errors import ModelError, UsageError
+from .onnx import OnnxRuntime  # imports onnxruntime (an optional extra) only when it builds a session
 from .reference import ReferenceRuntime
 from .runtime import ModelRuntime
 from .simulated import SimulatedGpuRuntime
@@ -74,7 +75,6 @@ class RuntimeSpec:
     model_dir: str | None = None
     device: str = "auto"  # auto | cpu | cuda
     intra_op_threads: int = 0  # 0 = onnxruntime's default
-    inter_op_threads: int = 0
     # simulated backend: seconds slept per encode / decode (releases the GIL as a GPU call does)
     encode_seconds: float = 0.1
     decode_seconds: float = 0.01
@@ -193,11 +193,8 @@ def build_runtime(spec: RuntimeSpec) -> ModelRuntime:
     if spec.backend == "simulated":
         return SimulatedGpuRuntime(spec.encode_seconds, spec.decode_seconds)
     if spec.backend == "onnx":
-        from .onnx import OnnxRuntime  # onnxruntime is an optional extra ([cpu] or [gpu])
-
         model_dir = Path(spec.model_dir) if spec.model_dir else None
-        return OnnxRuntime(model_dir, device=spec.device, intra_op_threads=spec.intra_op_threads,
-                           inter_op_threads=spec.inter_op_threads)
+        return OnnxRuntime(model_dir, device=spec.device, intra_op_threads=spec.intra_op_threads)
     ep = installed_backends().get(spec.backend)
     if ep is None:
         raise ModelError(f"the {spec.backend!r} backend is not installed in this process (entry-point group "
