@@ -39,8 +39,6 @@ BUILTIN = ("onnx", "reference", "simulated")
 #: Entry-point group of third-party backends: `NAME = "package.module:factory"`, where
 #: `factory(spec: RuntimeSpec) -> ModelRuntime`.
 ENTRY_POINT_GROUP = "sam3tiles.backends"
-# kept for callers of the first layout: the built-in names
-BACKENDS = BUILTIN
 
 #: What `segment(backend=...)` accepts.
 Backend = Union[str, ModelRuntime, Callable[[], ModelRuntime]]
