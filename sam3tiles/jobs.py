@@ -354,7 +354,7 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
     model = None
     if job.backend.model is not None:
         model = _abs(base, job.backend.model)
-        if job.backend.name != "onnx":
+        if job.backend.name in ("reference", "simulated"):
             problems.append(f"backend.model: only the onnx backend reads model files (backend.name is "
                             f"{job.backend.name!r}): remove backend.model or set backend.name: onnx")
     if job.tiling.squash and job.tiling.scale != 1.0:

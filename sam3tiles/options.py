@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .errors import UsageError
 from .grid import DEFAULT_OVERLAP, TILE_SIZE
-from .model.registry import BACKENDS, RuntimeSpec
+from .model.registry import RuntimeSpec, available_backends
 from .model.runtime import MODEL_SIZE
 from .readers.base import parse_bands
 from .vectorize import EDGE_MARGIN
@@ -97,7 +97,8 @@ def _bands(v: Any) -> tuple[int, ...] | None:
 
 
 def _backends() -> tuple[str, ...]:
-    return tuple(sorted(BACKENDS))
+    """Built-ins, then backends installed under the entry-point group sam3tiles.backends."""
+    return available_backends()
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,8 @@ class Options:
 
     backend: str | object = opt(
         "onnx", "onnx: the SAM 3 model files; reference: a colour-matching stand-in (no weights, for tests "
-                "and dry runs); simulated: sleeps like a GPU (benchmarks).",
+                "and dry runs); simulated: sleeps like a GPU (benchmarks); others: installed under the entry-point "
+                "group sam3tiles.backends (docs/backends.md).",
         job="backend.name", flags=("--backend",), choices=_backends)
     model: str | None = opt(
         None, "Folder of the SAM 3 ONNX files (default: $SAM3TILES_MODEL_DIR or the user cache; see "
@@ -162,9 +164,9 @@ class Options:
 
     def runtime_spec(self) -> RuntimeSpec:
         """The one place a backend (name, object or factory) becomes a RuntimeSpec."""
-        return RuntimeSpec(backend=self.backend, model_dir=self.model, device=self.device,
-                           intra_op_threads=self.threads, encode_seconds=self.encode_seconds,
-                           decode_seconds=self.decode_seconds)
+        return RuntimeSpec.of(self.backend, model_dir=self.model, device=self.device,
+                              intra_op_threads=self.threads, encode_seconds=self.encode_seconds,
+                              decode_seconds=self.decode_seconds)
 
     @classmethod
     def from_params(cls, params: dict, **extra: Any) -> "Options":
