@@ -24,14 +24,13 @@ import sys
 import tempfile
 import time
 
-from .common import ROOT, emit
+from sam3tiles.pipeline import segment_job
+
+from .common import ROOT, emit, smoke
+from .synthetic import cached_scene
 
 
 def measure(size: int, prompts: list[str], workers: int | None, cell: int = 500) -> dict:
-    from sam3tiles.pipeline import segment_job
-
-    from .synthetic import cached_scene
-
     path = cached_scene(size, size, cell)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -52,8 +51,11 @@ def main(argv=None) -> int:
                     help="one object per CELL x CELL px (default 500; repeat to compare densities)")
     ap.add_argument("--measure", action="store_true", help="(internal) measure in this process")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="a 1500 px scene, in this process (checks the code)")
     args = ap.parse_args(argv)
     prompts = args.text or ["red", "blue"]
+    if smoke(args.smoke):
+        args.size, args.measure = 1500, True
     cells = args.cell or [500]
     if args.measure:
         emit(measure(args.size, prompts, args.workers, cells[0]), args.json)
@@ -61,7 +63,7 @@ def main(argv=None) -> int:
     runs = []
     for cell in cells:
         # the scene in its own process (generating it costs memory that is not the pipeline's)
-        subprocess.run([sys.executable, "-c", f"from benchmarks.synthetic import cached_scene; "
+        subprocess.run([sys.executable, "-c", "from benchmarks.synthetic import cached_scene; "
                         f"cached_scene({args.size}, {args.size}, {cell})"], cwd=ROOT, check=True)
         cmd = [sys.executable, "-m", "benchmarks.bench_memory", "--size", str(args.size), "--cell", str(cell),
                "--measure", "--json"]
@@ -71,6 +73,7 @@ def main(argv=None) -> int:
             cmd += ["--workers", str(args.workers)]
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(json.dumps(runs[-1]), file=sys.stderr)  # each run as it ends
     if len(runs) == 1:
         emit(runs[0], args.json)
         return 0

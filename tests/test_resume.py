@@ -202,16 +202,15 @@ def test_added_prompt_computes_only_that_prompt(small, tmp_path):
 
 
 def test_example_box_invalidates_only_the_tiles_it_lies_in(small, tmp_path):
-    from sam3tiles.pipeline import Options, tiles_of
+    from sam3tiles.options import Options
+    from sam3tiles.plan import plan_input
     from sam3tiles.prompts import GeoBox, tile_boxes
-    from sam3tiles.readers import open_source
 
     _run(small.path, ["blue"], tmp_path)
     building = small.truth[small.truth["class"] == "blue"].geometry.iloc[0]
     x0, y0, x1, y1 = building.bounds
     gb = GeoBox(x0 + 1, y0 + 1, x1 - 1, y1 - 1)
-    with open_source(small.path) as src:
-        tiles, _ = tiles_of(src, Options())
+    tiles = list(plan_input(str(small.path), Options()).tiles())
     touched = sum(1 for t in tiles if tile_boxes([gb], t))
     assert 1 <= touched < 9
     _, rep, c = _run(small.path, ["blue"], tmp_path, boxes=[f"{gb.minx},{gb.miny},{gb.maxx},{gb.maxy}"])
