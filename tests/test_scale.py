@@ -153,7 +153,7 @@ def test_presigned_url_and_stac_item_give_the_local_objects(served, reference, t
     coll = tmp_path / "search.json"
     coll.write_text(json.dumps({"type": "FeatureCollection", "features": [json.loads((d / "item.json").read_text())
                                                                           | {"links": [{"rel": "self", "href": f"{url}/item.json"}]}]}))
-    from sam3tiles.pipeline import expand_inputs
+    from sam3tiles.plan import expand_inputs
 
     assert expand_inputs(str(coll), "visual") == [f"{url}/scene.tif"]
     lst = tmp_path / "inputs.txt"
