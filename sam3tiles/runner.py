@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-import geopandas as gpd
 
 from .checkpoint import TileStore, join_parts, prompt_part, tile_key
 from .engine import Engine, _count

@@ -74,7 +74,7 @@ def test_streamed_outputs_equal_the_objects_in_memory_whatever_the_blocks(scene,
 def test_partitioned_dataset_reads_as_one_table(scene, reference, tmp_path, monkeypatch):
     monkeypatch.setattr(stream, "CHUNK_ROWS", 10)
     out = str(tmp_path / "objects.parquet") + "/"
-    _, rep = segment_job(str(scene), PROMPTS, backend="reference", out=out, return_objects=False,
+    segment_job(str(scene), PROMPTS, backend="reference", out=out, return_objects=False,
                          min_area=0.0, simplify=0.0)
     parts = sorted((tmp_path / "objects.parquet").iterdir())
     assert len(parts) == -(-len(reference) // 10) and all(p.suffix == ".parquet" for p in parts)
