@@ -50,6 +50,7 @@ class Prompts(_Section):
     text: list[str] = Field(default_factory=list)
     boxes: list[str] = Field(default_factory=list)
     box_file: str | None = None
+    box_scope: Literal["image", "tile"] = "image"  # image: boxes act in every tile; tile: where they lie
 
     _lists = field_validator("text", "boxes", mode="before")(_as_list)
 
@@ -361,7 +362,8 @@ def job_options(lj: LoadedJob, *, strict: bool | None = None, progress: bool = F
                    bands=tuple(j.tiling.bands) if j.tiling.bands else None, squash=j.tiling.squash,
                    min_area=j.postprocess.min_area, simplify=j.postprocess.simplify, workers=j.run.workers,
                    scheduler=j.run.scheduler, retries=j.run.retries,
-                   strict=j.run.strict if strict is None else strict, progress=progress)
+                   strict=j.run.strict if strict is None else strict, progress=progress,
+                   box_scope=j.prompts.box_scope)
 
 
 def job_call(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, progress: bool = False) -> dict:
@@ -391,7 +393,7 @@ def run_job(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, p
 
 #: Command-line options in error messages, and the job keys that set them.
 _OPTION_KEYS = [("pass --overwrite", "set output.overwrite: true"), ("--overwrite", "output.overwrite"),
-                ("--out ", "output.path "), ("--box-file ", "prompts.box_file "), ("--box ", "prompts.boxes "),
+                ("--out ", "output.path "), ("--box-file ", "prompts.box_file "), ("--box-scope", "prompts.box_scope"), ("--box ", "prompts.boxes "),
                 ("--text ", "prompts.text "), ("--text prompt", "prompts.text entry"),
                 ("--bands", "tiling.bands"), ("--scale", "tiling.scale"), ("--gsd", "tiling.gsd"),
                 ("--overlap", "tiling.overlap"), ("--model", "backend.model"), ("--work-dir", "output.work_dir"),

@@ -64,6 +64,7 @@ class Options:
     encode_seconds: float = 0.1  # simulated backend only
     decode_seconds: float = 0.01
     merge_block: int = 8  # tiles per side of a merge block (blocks merge in parallel; 0: one merge)
+    box_scope: str = "image"  # image: example boxes pasted into every tile (see exemplars); tile: where they lie
 
     def runtime_spec(self) -> RuntimeSpec:
         return RuntimeSpec(backend=self.backend, model_dir=self.model, device=self.device,
@@ -110,10 +111,13 @@ def tiles_of(src: RasterSource, opts: Options):
     return list(grid), grid.overlap
 
 
-def _prompts_for_tile(prompts: Sequence[Prompt], tile, slots: int) -> list[TilePrompt]:
+def _prompts_for_tile(prompts: Sequence[Prompt], tile, slots: int, pasted=None) -> list[TilePrompt]:
+    """`pasted`: prompt -> the boxes of its exemplars pasted into this tile (`--box-scope image`)."""
     out = []
     for i, p in enumerate(prompts):
         boxes = tile_boxes(p.boxes, tile) if p.boxes else []
+        if pasted is not None and p.boxes:
+            boxes += pasted(p)
         if p.text is None and not any(b.positive for b in boxes):
             continue  # a box-only prompt finds nothing where it has no example
         passes = tuple(tuple(c) for c in box_passes(boxes, slots)) if boxes else ((),)
@@ -162,6 +166,7 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         identity = src.identity
         all_boxes = [b for p in prompts for b in p.boxes]
         report.boxes_outside += len(boxes_outside(all_boxes, raster_bounds(src.transform, src.width, src.height)))
+        exemplars = _exemplars_of(src, prompts, tiles, opts)
     slots, prompt_seconds = model_info(engine, spec, prompts)
     report.seconds["prompt"] += prompt_seconds
     model_identity = report.model
@@ -180,11 +185,14 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
     found: dict[int, list] = {}  # tile index -> [(prompt index or None, stored part)] reused from the store
     queue: deque = deque()
     for tile in tiles:
-        tps = _prompts_for_tile(prompts, tile, slots)
+        plan = exemplars.plan(tile) if exemplars is not None else None
+        tps = _prompts_for_tile(prompts, tile, slots, exemplars.pasted(plan) if plan is not None else None)
         base = {"source": identity, "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy,
                                              list(tile.src_transform)[:6], tile.interior],
                 "model": model_identity, "edge_margin": opts.edge_margin, "stretch": str(source.stretch),
                 "bands": source.bands}
+        if plan is not None and plan.pastes:  # the pasted exemplars are part of every prompt's input
+            base["exemplars"] = plan.key(exemplars.exemplars)
         entries = [(tp.index, tp.text, tile_key({**base, "prompt": [tp.text, [[(b.cxcywh, b.positive) for b in ps]
                                                                              for ps in tp.passes]]}))
                    for tp in tps] or [(None, None, tile_key({**base, "prompt": None}))]
@@ -204,7 +212,9 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         if found[tile.index]:
             report.checkpoint["partial_tiles"] = report.checkpoint.get("partial_tiles", 0) + 1
         todo = {i for i, _, _ in keys[tile.index]}
-        queue.append((tile, [tp for tp in tps if tp.index in todo]))
+        queue.append((tile, [tp for tp in tps if tp.index in todo],
+                      plan.for_task(tile, exemplars.exemplars) if plan is not None else None))
+    _report_exemplars(report, exemplars, overlap, path)
 
     _run_tiles(engine, source, spec, queue, opts, report, store, keys, results, progress_bar, found, merger)
     found.clear()
@@ -218,6 +228,8 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
                 report.unusable_prompts.append(note)
         if r.skipped:
             report.skipped += 1
+        for k, v in r.exemplars.items():
+            report.exemplars[k] = report.exemplars.get(k, 0) + v
     if tiles and all(i in results and results[i].skipped for i in (t.index for t in tiles)):
         log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", path)
 
@@ -247,6 +259,25 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
     return InputResult(path, gdf, mstats)
 
 
+def _exemplars_of(src: RasterSource, prompts: Sequence[Prompt], tiles: list, opts: Options):
+    """`--box-scope image`: the example boxes' patches, read once from this input (None: nothing to paste)."""
+    if opts.box_scope == "tile" or opts.squash or not tiles or not any(p.boxes for p in prompts):
+        return None
+    from .exemplars import input_exemplars
+
+    return input_exemplars(src, prompts, tiles[0].scale_xy)
+
+
+def _report_exemplars(report: RunReport, exemplars, overlap: int, path: str) -> None:
+    if exemplars is None:
+        return
+    for k, v in exemplars.counts.items():
+        report.exemplars[k] = report.exemplars.get(k, 0) + v
+    for line in exemplars.warnings(overlap):
+        log.warning("%s: %s", path, line)
+        report.exemplar_notes.append(f"{os.path.basename(path)}: {line}")
+
+
 def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deque, opts: Options,
                report: RunReport, store: TileStore | None, keys: dict, results: dict, progress_bar,
                found: dict, merger: BlockMerger) -> None:
@@ -259,9 +290,9 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
     in_flight: dict = {}
 
     def submit_next() -> None:
-        tile, tps = queue.popleft()
+        tile, tps, pastes = queue.popleft()
         fr = client.submit(read_task, source, tile, pure=False, retries=opts.retries)
-        fi = client.submit(infer_task, spec, fr, tps, tile.valid_wh, pure=False, retries=opts.retries,
+        fi = client.submit(infer_task, spec, fr, tps, tile.valid_wh, pastes, pure=False, retries=opts.retries,
                            resources=resources)
         fv = client.submit(vectorize_task, fi, tile, opts.edge_margin, pure=False, retries=opts.retries)
         in_flight[fv.key] = (tile, (fr, fi, fv))
@@ -382,6 +413,8 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
         setattr(opts, k, v)
     if opts.bands is not None and not isinstance(opts.bands, tuple):
         opts.bands = parse_bands(opts.bands)
+    if opts.box_scope not in ("image", "tile"):
+        raise UsageError(f"--box-scope must be image or tile, got {opts.box_scope!r}")
     t_start = time.perf_counter()
     paths = expand_inputs(inputs)
     per_input, combined = resolve_outputs(paths, out)
@@ -421,7 +454,8 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
                        parameters={"scale": opts.scale, "gsd": opts.gsd, "tile_size": opts.tile_size,
                                    "overlap": opts.overlap, "squash": opts.squash, "bands": opts.bands,
                                    "min_area": opts.min_area, "simplify": opts.simplify,
-                                   "prompts": [p.label for p in prompts], "boxes": len(geo_boxes)})
+                                   "prompts": [p.label for p in prompts], "boxes": len(geo_boxes),
+                                   "box_scope": opts.box_scope})
     if work_dir is None and checkpoint and out is not None:
         work_dir = Path(str(combined or out).rstrip("/") + ".sam3tiles-work")
     store = TileStore(work_dir, fresh=fresh) if (checkpoint and work_dir is not None) else None

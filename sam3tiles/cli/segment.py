@@ -35,6 +35,9 @@ def runtime_options(fn):
               help="An example box in the raster's CRS (repeatable); ',neg' marks a negative example.")
 @click.option("--box-file", default=None, help="Vector file of example boxes (any CRS; optional 'label' "
                                                "column 1/0).")
+@click.option("--box-scope", type=click.Choice(["image", "tile"]), default="image", show_default=True,
+              help="image: every example box acts in every tile (its pixels are pasted into each tile's free "
+                   "margin); tile: a box acts only in the tiles it lies in.")
 @click.option("--out", "-o", required=True, help="Output file (.gpkg, .parquet, .fgb, .geojson), or a folder "
                                                  "for one .gpkg per input.")
 @runtime_options
@@ -52,7 +55,7 @@ def runtime_options(fn):
 @quiet_opt
 @click.pass_context
 @handle_errors
-def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, threads, workers, scheduler,
+def segment(ctx, inputs, texts, boxes, box_file, box_scope, out, backend, model, device, threads, workers, scheduler,
             tile_size, overlap, scale, gsd, bands, squash, min_area, simplify, work_dir, fresh, strict,
             overwrite, verbose, quiet, labels=None):
     """Segment INPUTS (rasters or globs) with SAM 3, tile by tile, and write merged polygons to --out.
@@ -70,7 +73,7 @@ def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, th
     opts = Options(backend=backend, model=model, device=device, tile_size=tile_size, overlap=overlap,
                    scale=scale, gsd=gsd, bands=parse_bands(bands), squash=squash, min_area=min_area,
                    simplify=simplify, workers=workers, scheduler=scheduler, strict=strict,
-                   progress=not quiet, threads=threads)
+                   progress=not quiet, threads=threads, box_scope=box_scope)
     gdf, report = segment_job(list(inputs), list(texts), boxes=list(boxes), box_file=box_file, out=out,
                               overwrite=overwrite, options=opts, work_dir=work_dir, fresh=fresh, labels=labels)
     if not quiet:
