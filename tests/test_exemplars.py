@@ -204,3 +204,46 @@ def test_box_scope_on_the_command_line_and_in_job_files(tmp_path, two_kinds):
     job.write_text(job.read_text().replace("box_scope: tile", "box_scope: everywhere"))
     with pytest.raises(Exception, match="box_scope"):
         load_job(job)
+
+
+def test_screen_drops_copies_and_clips_real_objects_reaching_the_core():
+    """On an interior tile with a paste in its top-left corner: a detection on the paste alone is dropped;
+    one running from the paste into the core is kept without the pasted pixels and marked cut (the
+    neighbours see what the paste hides); one elsewhere is untouched."""
+    from sam3tiles.exemplars import TilePastes
+    from sam3tiles.model.runtime import Detections, TileImage
+    from sam3tiles.vectorize import pieces_from_crops
+
+    tile = TileGrid(3000, 3000).tile(1, 1)
+    rgb, valid = np.full((3, 60, 60), 200, np.uint8), np.ones((60, 60), bool)
+    image = TileImage(np.zeros((3, 1008, 1008), np.uint8), np.ones((1008, 1008), bool))
+    composed, screen = TilePastes(((0, 0, rgb, valid),), tile.core_tile_px).compose(image)
+    assert (composed.rgb[:, :60, :60] == 200).all() and screen.hides_content
+
+    def mask(x0, y0, x1, y1):  # tile pixels -> 288 cells
+        m = np.zeros((288, 288), np.float32)
+        m[int(y0 / 3.5):int(np.ceil(y1 / 3.5)), int(x0 / 3.5):int(np.ceil(x1 / 3.5))] = 0.9
+        return m
+
+    rects = [(10, 10, 50, 50), (20, 40, 200, 300), (500, 500, 560, 560)]  # copy, reaching the core, elsewhere
+    det = Detections(np.asarray([[v / 1008 for v in r] for r in rects], np.float32), np.full(3, 0.9, np.float32),
+                     np.stack([mask(*r)[None] for r in rects]))
+    crops = screen.crops(det, 0, 0, tile.valid_wh, None)
+    assert screen.stats() == {"pasted": 1, "dropped": 1, "clipped": 1}
+    pieces = pieces_from_crops(crops, tile)
+    assert len(pieces) == 2 and sorted(pieces.complete) == [False, True]
+    clipped = pieces.geometry[pieces.complete.index(False)]
+    paste = shapely.box(*(tile.transform @ (0, 0)), *(tile.transform @ (64, 64)))
+    assert clipped.intersection(paste).area == 0 and clipped.area > 0
+
+
+def test_exemplar_benchmark_smoke(capsys):
+    """benchmarks/bench_exemplar_gpu.py at its smoke size: the contract graphs on the CPU."""
+    import json
+
+    from benchmarks.bench_exemplar_gpu import main
+
+    assert main(["--smoke", "--size", "1800", "--tiles", "1", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert r["none_far"]["pred"] == 0 and r["pasted_far"]["tp"] > 0 and r["pasted_home"]["tp"] == r["in_place"]["tp"]
+    assert r["ms"]["encode"] > 0 and r["box_slots"] == 1
