@@ -59,7 +59,7 @@ _RIM = 4  # one mask cell, rounded up: bilinear upsampling reads one cell either
 @dataclass(frozen=True, eq=False)
 class Exemplar:
     """One example box's patch: `rgb` uint8 [3,h,w], `valid` bool [h,w], `box_px` the box inside the patch
-    (x0, y0, x1, y1, patch pixels), `centre` the box centre in grid pixels."""
+    (x0, y0, x1, y1, patch pixels), `centre` the box centre and `grid_xyxy` the box in grid pixels."""
 
     index: int
     box: GeoBox
@@ -67,6 +67,7 @@ class Exemplar:
     valid: np.ndarray
     box_px: tuple[float, float, float, float]
     centre: tuple[float, float]
+    grid_xyxy: tuple[float, float, float, float] = (-math.inf, -math.inf, math.inf, math.inf)
 
     @property
     def wh(self) -> tuple[int, int]:
@@ -113,7 +114,8 @@ def read_exemplars(src, boxes: Sequence[GeoBox], scale_xy: tuple[float, float]) 
         w, h = gx1 - gx0, gy1 - gy0
         rgb, valid = src.read_window(Window(gx0 / sx, gy0 / sy, w / sx, h / sy), (w, h))
         out.append(Exemplar(i, b, np.ascontiguousarray(rgb), valid,
-                            (bx0 - gx0, by0 - gy0, bx1 - gx0, by1 - gy0), ((bx0 + bx1) / 2, (by0 + by1) / 2)))
+                            (bx0 - gx0, by0 - gy0, bx1 - gx0, by1 - gy0), ((bx0 + bx1) / 2, (by0 + by1) / 2),
+                            (bx0, by0, bx1, by1)))
     return out
 
 
@@ -171,7 +173,8 @@ class TilePlan:
 
     def boxes_for(self, prompt: Prompt, boxes: Sequence[GeoBox]) -> list[ExampleBox]:
         """The pasted copies' boxes of `prompt`'s example boxes (`boxes`: the job's distinct boxes)."""
-        mine = {boxes.index(b) for b in prompt.boxes}
+        index = {b: i for i, b in enumerate(boxes)}
+        mine = {index[b] for b in prompt.boxes}
         return [p.box for p in self.pastes if p.exemplar in mine]
 
     def key(self, exemplars: Sequence[Exemplar | None]) -> list | None:
@@ -200,11 +203,12 @@ def _priority(tile: Tile, prompts: Sequence[Prompt], boxes: Sequence[GeoBox], ex
         ex = exemplars[i]
         return math.hypot(ex.centre[0] - cx, ex.centre[1] - cy)
 
+    index = {b: i for i, b in enumerate(boxes)}
     todo = sorted((i for i, e in enumerate(exemplars) if e is not None and i not in in_place), key=lambda i: (dist(i), i))
     first: list[int] = []
     for want in (True, False):
         for p in prompts:
-            mine = [boxes.index(b) for b in p.boxes if b.positive == want]
+            mine = [index[b] for b in p.boxes if b.positive == want]
             if not mine or any(i in in_place for i in mine):
                 continue
             pick = next((i for i in todo if i in mine and i not in first), None)
@@ -217,7 +221,9 @@ def plan_tile(tile: Tile, prompts: Sequence[Prompt], boxes: Sequence[GeoBox],
               exemplars: Sequence[Exemplar | None]) -> TilePlan:
     """Which exemplars `tile` uses in place, which it gets pasted, and where (module notes, rules 2-3)."""
     plan = TilePlan()
-    in_place = {i for i, b in enumerate(boxes) if exemplars[i] is not None and tile_boxes([b], tile)}
+    window = tile.window_xyxy
+    in_place = {i for i, b in enumerate(boxes) if exemplars[i] is not None
+                and _hit(exemplars[i].grid_xyxy, window) and tile_boxes([b], tile)}
     plan.in_place = len(in_place)
     taken: list[tuple] = []
     for i in _priority(tile, prompts, boxes, exemplars, in_place):

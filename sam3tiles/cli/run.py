@@ -124,7 +124,7 @@ def dry_run_lines(lj) -> list[str]:
         if notes:
             raise PromptError("; ".join(notes))
     lines.append("prompts: " + ", ".join(repr(p.label) for p in prompts)
-                 + (f" ({len(boxes)} example box(es))" if boxes else ""))
+                 + (f" ({len(boxes)} example box(es), box scope {j.prompts.box_scope})" if boxes else ""))
     lines.append(model_line)
     t = j.tiling
     lines.append(f"tiling: {'squash (one tile per input)' if t.squash else f'{t.tile_size} px tiles, overlap {t.overlap}'}"
