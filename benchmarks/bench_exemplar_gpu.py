@@ -100,7 +100,7 @@ def measure(image: str, truth, box, model_dir: str, device: str, n_tiles: int) -
     from sam3tiles.exemplars import Paste, TilePlan, input_exemplars, place
     from sam3tiles.grid import TileGrid
     from sam3tiles.model.onnx import OnnxRuntime
-    from sam3tiles.model.runtime import ExampleBox, MODEL_SIZE
+    from sam3tiles.model.runtime import MODEL_SIZE, ExampleBox
     from sam3tiles.prompts import GeoBox, Prompt, tile_boxes
     from sam3tiles.readers import open_source
 

@@ -34,8 +34,8 @@ Boxes lying outside an input are not transferred to it (several inputs: each inp
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 import numpy as np
 from rasterio.windows import Window
@@ -187,7 +187,7 @@ class TilePlan:
             out.append([b.minx, b.miny, b.maxx, b.maxy, b.positive, p.x0, p.y0, p.w, p.h])
         return ["exemplar-1", MARGIN, GUARD, out]
 
-    def for_task(self, tile: Tile, exemplars: Sequence[Exemplar | None]) -> "TilePastes | None":
+    def for_task(self, tile: Tile, exemplars: Sequence[Exemplar | None]) -> TilePastes | None:
         if not self.pastes:
             return None
         items = tuple((p.x0, p.y0, exemplars[p.exemplar].rgb, exemplars[p.exemplar].valid)  # type: ignore[union-attr]
@@ -249,8 +249,8 @@ def plan_tile(tile: Tile, prompts: Sequence[Prompt], boxes: Sequence[GeoBox],
 
 def _cells(r: tuple) -> tuple[slice, slice]:
     """The 288-grid cells (rows, cols) that a tile-pixel rectangle touches."""
-    c0, c1 = max(0, int(math.floor(r[0] / _CELL))), min(MASK_SIZE, int(math.ceil(r[2] / _CELL)))
-    r0, r1 = max(0, int(math.floor(r[1] / _CELL))), min(MASK_SIZE, int(math.ceil(r[3] / _CELL)))
+    c0, c1 = max(0, math.floor(r[0] / _CELL)), min(MASK_SIZE, math.ceil(r[2] / _CELL))
+    r0, r1 = max(0, math.floor(r[1] / _CELL)), min(MASK_SIZE, math.ceil(r[3] / _CELL))
     return slice(r0, max(r0, r1)), slice(c0, max(c0, c1))
 
 
@@ -261,7 +261,7 @@ class TilePastes:
     items: tuple
     core_px: tuple[float, float, float, float]
 
-    def compose(self, image: TileImage) -> tuple[TileImage, "PasteScreen"]:
+    def compose(self, image: TileImage) -> tuple[TileImage, PasteScreen]:
         """The tile's model input with the patches pasted in (valid where the patch is), and the screen
         that keeps the pasted pixels out of its detections."""
         rgb, valid = image.rgb.copy(), image.valid.copy()

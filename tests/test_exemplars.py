@@ -11,7 +11,7 @@ import pytest
 import rasterio
 import shapely
 from affine import Affine
-from conftest import UTM, write_raster
+from conftest import write_raster
 from onnx_graphs import build_contract_models
 from shapely.geometry import box
 
@@ -88,15 +88,15 @@ def test_one_positive_box_finds_its_kind_and_a_negative_suppresses_its_kind_ever
 
 def test_nothing_pasted_reaches_any_output(tmp_path):
     """One magenta object in the whole scene: every tile gets a pasted copy, the output has it once."""
-    path, truth = _scene(tmp_path / "one.tif", kinds=("blue",), seed=1)
+    path, _ = _scene(tmp_path / "one.tif", kinds=("blue",), seed=1)
     with rasterio.open(path, "r+") as ds:
         img = ds.read()
         img[:, 300:340, 200:250] = np.asarray(KINDS["magenta"], np.uint8)[:, None, None]
         ds.write(img)
     rect = (200, 300, 250, 340)
     labels = tmp_path / "labels.tif"
-    gdf, rep = segment_job(str(path), ["magenta"], boxes=[_box_arg(rect)], backend="reference",
-                           out=tmp_path / "o.gpkg", labels=labels, checkpoint=False)
+    _, rep = segment_job(str(path), ["magenta"], boxes=[_box_arg(rect)], backend="reference",
+                         out=tmp_path / "o.gpkg", labels=labels, checkpoint=False)
     assert rep.exemplars["pasted"] == 8 and rep.exemplars["dropped"] >= 8
     read = gpd.read_file(tmp_path / "o.gpkg")
     assert len(read) == 1 and read.geometry.iloc[0].intersection(_crs(rect)).area / _crs(rect).area > 0.85
@@ -111,7 +111,7 @@ def test_contract_graphs_find_the_exemplars_kind_in_far_tiles(tmp_path):
     path, truth = _scene(tmp_path / "m.tif", kinds=("magenta", "blue"), seed=2)
     model = build_contract_models(tmp_path / "model", decoder="colour", grid=12, box_slots=1)  # as v0.3.0
     pos = _far_exemplar(truth, "magenta")
-    kw = dict(boxes=[_box_arg(pos)], backend="onnx", model=str(model), checkpoint=False)
+    kw = {"boxes": [_box_arg(pos)], "backend": "onnx", "model": str(model), "checkpoint": False}
     gdf, rep = segment_job(str(path), [], **kw)
     far = [_crs(r) for k, r in truth if k == "magenta" and min(r[0], r[1]) > 1100]
     assert len(far) > 10
