@@ -205,7 +205,8 @@ def test_example_box_invalidates_only_the_tiles_it_lies_in(small, tmp_path):
     """--box-scope tile: a box reaches the tiles it lies in; image: also every tile it is pasted into, and a
     changed exemplar invalidates exactly the tiles it reached."""
     from sam3tiles.exemplars import input_exemplars
-    from sam3tiles.pipeline import Options, tiles_of
+    from sam3tiles.options import Options
+    from sam3tiles.plan import plan_input
     from sam3tiles.prompts import GeoBox, Prompt, tile_boxes
     from sam3tiles.readers import open_source
 
@@ -215,8 +216,8 @@ def test_example_box_invalidates_only_the_tiles_it_lies_in(small, tmp_path):
     x0, y0, x1, y1 = building.geometry.bounds
     gb = GeoBox(x0 + 1, y0 + 1, x1 - 1, y1 - 1)
     text = f"{gb.minx},{gb.miny},{gb.maxx},{gb.maxy}"
+    tiles = list(plan_input(str(small.path), Options()).tiles())
     with open_source(small.path) as src:
-        tiles, _ = tiles_of(src, Options())
         ex = input_exemplars(src, [Prompt("blue", (gb,))], tiles[0].scale_xy)
     touched = sum(1 for t in tiles if tile_boxes([gb], t))
     pasted = sum(1 for t in tiles if ex.plan(t).pastes)
