@@ -29,7 +29,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             min_area: float = _D.min_area, simplify: float = _D.simplify, retries: int = _D.retries,
             strict: bool = _D.strict, progress: bool = _D.progress, max_in_flight: int | None = _D.max_in_flight,
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
-            decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block) -> gpd.GeoDataFrame:
+            decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
+            box_scope: str = _D.box_scope) -> gpd.GeoDataFrame:
     """Segment one or more rasters with text prompts and/or example boxes; returns the objects.
 
     Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
@@ -64,6 +65,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         progress: a progress bar (tqdm.auto: a widget in notebooks).
         max_in_flight, edge_margin, encode_seconds, decode_seconds, merge_block: tuning and testing knobs
             (see `Options`).
+        box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
+            free margin, see `sam3tiles.exemplars`); "tile": a box acts only in the tiles it lies in.
     """
     changes = {k: v for k, v in locals().items() if k in _OPTION_NAMES}
     changes = {k: v for k, v in changes.items() if options is None or v != getattr(_D, k)}
