@@ -31,7 +31,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             strict: bool = _D.strict, progress: bool = _D.progress, max_in_flight: int | None = _D.max_in_flight,
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
-            asset: str | None = _D.asset, return_objects: bool = True) -> "gpd.GeoDataFrame | RunReport":
+            box_scope: str = _D.box_scope, asset: str | None = _D.asset,
+            return_objects: bool = True) -> "gpd.GeoDataFrame | RunReport":
     """Segment one or more rasters with text prompts and/or example boxes; returns the objects.
 
     Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
@@ -68,6 +69,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         progress: a progress bar (tqdm.auto: a widget in notebooks).
         max_in_flight, edge_margin, encode_seconds, decode_seconds, merge_block: tuning and testing knobs
             (see `Options`).
+        box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
+            free margin, see `sam3tiles.exemplars`); "tile": a box acts only in the tiles it lies in.
         asset: STAC inputs: the key of the asset to segment.
         return_objects: False for huge jobs: return only the `RunReport` (its `output` is the path
             written). Objects stream to disk as merge blocks finish either way; True reads them back.

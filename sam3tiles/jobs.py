@@ -59,6 +59,7 @@ class Prompts(_Section):
     text: list[str] = Field(default_factory=list)
     boxes: list[str] = Field(default_factory=list)
     box_file: str | None = None
+    box_scope: Literal["image", "tile"] = "image"  # image: boxes act in every tile; tile: where they lie
 
     _lists = field_validator("text", "boxes", mode="before")(_as_list)
 

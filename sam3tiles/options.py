@@ -152,6 +152,9 @@ class Options:
     encode_seconds: float = opt(0.1, "Simulated backend: seconds per encode.", ge=0)
     decode_seconds: float = opt(0.01, "Simulated backend: seconds per decode.", ge=0)
     merge_block: int = opt(8, "Tiles per side of a merge block (blocks merge in parallel; 0: one merge).", ge=0)
+    box_scope: str = opt("image", "image: every example box acts in every tile (its pixels are pasted into each "
+                                  "tile's free margin); tile: a box acts only in the tiles it lies in.",
+                         job="prompts.box_scope", flags=("--box-scope",), choices=("image", "tile"))
     asset: str | None = opt(None, "STAC inputs (item JSON files or URLs, or a saved search): the key of the "
                                   "asset to segment (job files: the top-level key `asset`).",
                             flags=("--asset",), commands=("segment", "plan"))

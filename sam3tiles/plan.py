@@ -129,7 +129,7 @@ class RunPlan:
         o = self.options
         return {"scale": o.scale, "gsd": o.gsd, "tile_size": o.tile_size, "overlap": o.overlap, "squash": o.squash,
                 "bands": o.bands, "min_area": o.min_area, "simplify": o.simplify,
-                "prompts": [p.label for p in self.prompts], "boxes": len(self.boxes)}
+                "prompts": [p.label for p in self.prompts], "boxes": len(self.boxes), "box_scope": o.box_scope}
 
     def describe(self) -> list[str]:
         """The plan as lines for the terminal (`run --dry-run`)."""
@@ -137,7 +137,7 @@ class RunPlan:
         model = f", model {o.model}, device {o.device}" if self.spec.backend == "onnx" else ""
         lines = [f"inputs: {len(self.inputs)}", *(f"  {i.describe()}" for i in self.inputs),
                  "prompts: " + ", ".join(repr(p.label) for p in self.prompts)
-                 + (f" ({len(self.boxes)} example box(es))" if self.boxes else ""),
+                 + (f" ({len(self.boxes)} example box(es), box scope {o.box_scope})" if self.boxes else ""),
                  f"backend: {self.spec.backend}{model}",
                  "tiling: " + ("squash (one tile per input)" if o.squash else
                                f"{o.tile_size} px tiles, overlap {o.overlap}"

@@ -10,6 +10,7 @@ vectorize, one chain per tile.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -68,6 +69,7 @@ class InputRun:
         self.more = True
         self.skipped = 0
         self.puts = _BatchedPuts(store)
+        self.exemplars = None  # --box-scope image: the example boxes' patches (exemplars.InputExemplars)
         self.merger: BlockMerger | None = None
 
     def run(self) -> InputResult:
@@ -90,9 +92,11 @@ class InputRun:
         # decided objects go to the spool as each block's merge comes in: memory does not follow them
         self.merger = BlockMerger(frames, blocks, submit=_submit_on(self.engine, self.opts.retries),
                                   on_block=lambda objects, first: self.spool.add(index, objects, first))
+        self.exemplars = _exemplars_of(self.inp, self.plan.prompts, self.opts)
         self.queue = (item for tile in self.tiles.values() for item in self._plan_tile(tile, slots))
         self._run_queue()
         self.work.clear()
+        _report_exemplars(self.report, self.exemplars, self.inp.overlap, self.inp.path)  # counted as tiles were planned
         if self.tiles and self.skipped == len(self.tiles):
             log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", self.inp.path)
         t0 = time.perf_counter()
@@ -102,13 +106,15 @@ class InputRun:
 
     # -- before: what each tile needs ------------------------------------------------------------------
 
-    def _plan_tile(self, tile: Tile, slots: int) -> Iterator[tuple[Tile, list[TilePrompt]]]:
+    def _plan_tile(self, tile: Tile, slots: int) -> Iterator[tuple]:
         """Look the tile's (tile, prompt) parts up in the checkpoints; yield what is missing. Called as
         tiles are submitted (the queue is a generator), so nothing is held for tiles still waiting.
 
         Checkpoints hold one result per (tile, prompt): a changed or added prompt recomputes only its part."""
-        tps = prompts_for_tile(self.plan.prompts, tile, slots)
-        entries = self._entries(tile, tps)
+        ex = self.exemplars
+        plan = ex.plan(tile) if ex is not None else None
+        tps = prompts_for_tile(self.plan.prompts, tile, slots, ex.pasted(plan) if plan is not None else None)
+        entries = self._entries(tile, tps, plan.key(ex.exemplars) if plan is not None else None)
         hits = {k: self.store.get(k) for _, _, k in entries} if self.store is not None else {}
         work = self.work[tile.index] = _TileWork(found=[(i, hits[k]) for i, _, k in entries if hits.get(k) is not None],
                                                  todo=[e for e in entries if hits.get(e[2]) is None])
@@ -124,16 +130,19 @@ class InputRun:
         if work.found:
             self.report.checkpoint["partial_tiles"] = self.report.checkpoint.get("partial_tiles", 0) + 1
         todo = {i for i, _, _ in work.todo}
-        yield tile, [tp for tp in tps if tp.index in todo]
+        yield tile, [tp for tp in tps if tp.index in todo], plan.for_task(tile, ex.exemplars) if plan is not None else None
 
-    def _entries(self, tile: Tile, tps: list[TilePrompt]) -> list[tuple[int | None, str | None, str]]:
+    def _entries(self, tile: Tile, tps: list[TilePrompt], pastes: list | None = None
+                 ) -> list[tuple[int | None, str | None, str]]:
         """(prompt index, model text, checkpoint key) per prompt of the tile; one entry without a prompt
-        for a tile no prompt applies to."""
+        for a tile no prompt applies to. `pastes`: the exemplars pasted into the tile (in every key)."""
         base = {"source": self.inp.identity,
                 "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy, list(tile.src_transform)[:6],
                          tile.interior],
                 "model": self.plan.model_identity, "edge_margin": self.opts.edge_margin,
                 "stretch": str(self.source.stretch), "bands": self.source.bands}
+        if pastes is not None:  # the pasted exemplars are part of every prompt's input
+            base["exemplars"] = pastes
         entries = [(tp.index, tp.text, tile_key({**base, "prompt": [tp.text, [[(b.cxcywh, b.positive) for b in ps]
                                                                              for ps in tp.passes]]}))
                    for tp in tps]
@@ -183,10 +192,10 @@ class InputRun:
         else:
             self._submit(*item)
 
-    def _submit(self, tile: Tile, tps: list[TilePrompt]) -> None:
+    def _submit(self, tile: Tile, tps: list[TilePrompt], pastes=None) -> None:
         client, retries = self.engine.client, self.opts.retries
         fr = client.submit(read_task, self.source, tile, pure=False, retries=retries)
-        fi = client.submit(infer_task, self.spec, fr, tps, tile.valid_wh, pure=False, retries=retries,
+        fi = client.submit(infer_task, self.spec, fr, tps, tile.valid_wh, pastes, pure=False, retries=retries,
                            resources=self.engine.model_resources())
         fv = client.submit(vectorize_task, fi, tile, self.opts.edge_margin, pure=False, retries=retries)
         self.in_flight[fv.key] = (tile, (fr, fi, fv))
@@ -249,6 +258,8 @@ class InputRun:
         if r.skipped:
             report.skipped += 1
             self.skipped += 1
+        for k, v in r.exemplars.items():
+            report.exemplars[k] = report.exemplars.get(k, 0) + v
 
 
 class _BatchedPuts:
@@ -274,17 +285,41 @@ class _BatchedPuts:
         self.items, self.tiles, self.due = [], 0, time.monotonic() + self.SECONDS
 
 
-def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int) -> list[TilePrompt]:
+def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int, pasted=None) -> list[TilePrompt]:
     """The prompts as `tile` sees them: its example boxes in tile frame, split into decoder passes of
-    `slots` boxes; a box-only prompt without a positive box in the tile is left out."""
+    `slots` boxes; a box-only prompt without a positive box in the tile is left out. `pasted`: prompt ->
+    the boxes of its exemplars pasted into this tile (`--box-scope image`)."""
     out = []
     for i, p in enumerate(prompts):
         boxes = tile_boxes(p.boxes, tile) if p.boxes else []
+        if pasted is not None and p.boxes:
+            boxes += pasted(p)
         if p.text is None and not any(b.positive for b in boxes):
             continue  # a box-only prompt finds nothing where it has no example
         passes = tuple(tuple(c) for c in box_passes(boxes, slots)) if boxes else ((),)
         out.append(TilePrompt(i, p.model_text, passes))
     return out
+
+
+def _exemplars_of(inp, prompts: Sequence[Prompt], opts):
+    """`--box-scope image`: the example boxes' patches, read once from this input (None: nothing to paste)."""
+    if opts.box_scope == "tile" or inp.grid is None or not any(p.boxes for p in prompts):
+        return None
+    from .exemplars import input_exemplars
+    from .readers import open_source
+
+    with open_source(inp.path, bands=inp.bands, stretch=inp.stretch) as src:
+        return input_exemplars(src, prompts, (inp.grid.scale, inp.grid.scale))
+
+
+def _report_exemplars(report: RunReport, exemplars, overlap: int, path: str) -> None:
+    if exemplars is None:
+        return
+    for k, v in exemplars.counts.items():
+        report.exemplars[k] = report.exemplars.get(k, 0) + v
+    for line in exemplars.warnings(overlap):
+        log.warning("%s: %s", path, line)
+        report.exemplar_notes.append(f"{os.path.basename(path)}: {line}")
 
 
 @shippable
