@@ -237,7 +237,7 @@ class InputRun:
 
     def _deliver(self, tile: Tile, res: TileResult) -> None:
         self.merger.add(tile.index, res.pieces)
-        self.merger.drain(_gather_on(self.engine))  # merged blocks' objects to the spool, as they come
+        self.merger.drain(_results_of)  # merged blocks' objects to the spool, as they come
         self._account(res)  # the tile's flags into the report: no per-tile result is kept
 
     def _tick(self) -> None:
@@ -363,6 +363,18 @@ def _submit_on(engine: Engine, retries: int):
         return client.submit(_call, fn, data, pure=False, retries=retries)
 
     return submit
+
+
+def _results_of(futs) -> list:
+    """The results of finished futures, one by one (no gather task: a SIGTERM arriving meanwhile leaves no
+    orphaned gather behind to log a traceback when the client closes), each released once read."""
+    out = []
+    for f in futs:
+        try:
+            out.append(f.result())
+        finally:
+            f.release()
+    return out
 
 
 def _gather_on(engine: Engine):
