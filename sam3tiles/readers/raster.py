@@ -94,6 +94,12 @@ class RasterSource(Source):
         return self._ds
 
     @property
+    def source_files(self) -> list[str]:
+        from .identity import source_files
+
+        return source_files(self._ds, self.path)
+
+    @property
     def width(self) -> int:
         return self._ds.width
 
