@@ -298,3 +298,62 @@ def disk_errors(folder: str | os.PathLike, what: str = "the output"):
             raise OutputError(f"no space left writing {what} in {folder} (the disk or quota is full): free space "
                               "there or choose another folder, then rerun (finished tiles are checkpointed)") from None
         raise
+
+
+# -- the whole run, before the first tile --------------------------------------------------------------------
+
+def check_input(path: str, src, opts) -> list[str]:
+    """Per-input checks on an open source; returns every file its pixels come from."""
+    from .errors import RasterReadError
+    from .readers.identity import local_path_of
+
+    ds = getattr(src, "_ds", None)
+    if ds is not None and hasattr(ds, "gcps"):
+        check_placeable(path, ds)
+    files = list(src.source_files)
+    for f in files[1:]:
+        local = local_path_of(f)
+        if local is not None and not os.path.exists(local):
+            raise RasterReadError(f"{path} reads {f}, which does not exist (a VRT's source moved or deleted): "
+                                  "restore it or rebuild the VRT (gdalbuildvrt)")
+    check_units(path, src.crs, opts.gsd)
+    return files
+
+
+def check_plan(inputs: Sequence[str], files: Sequence[str], crss: Sequence, tile_counts: Sequence[int], opts, *,
+               combined=None, per_input: Sequence = (), labels=None, report=None, work_dir=None,
+               box_file=None) -> None:
+    """Whole-run checks: tiling, one CRS per combined output, distinct per-input outputs, and no output,
+    label image, report or work folder that is (or holds) an input."""
+    check_tiling(opts.tile_size, opts.overlap, opts.edge_margin, squash=opts.squash,
+                 single_tile=all(n <= 1 for n in tile_counts))
+    one_output = not any(p is not None for p in per_input)  # a combined output, or the API's one frame
+    if one_output and len({None if c is None else c.to_wkt() for c in crss}) > 1:
+        names = [f"{i} ({c.to_string() if c is not None else 'no CRS'})" for i, c in zip(inputs, crss)]
+        raise UsageError("the inputs are in different CRSs, so they cannot share one output: " + ", ".join(names[:3])
+                         + ("..." if len(names) > 3 else "") + ": give --out a folder (one output per input) or "
+                         "reproject them to one CRS")
+    check_distinct_outputs(inputs, per_input)
+    reads = [*files, *([box_file] if box_file else [])]
+    targets = [("--out", combined), *[("--out", p) for p in per_input], ("--labels", labels),
+               ("--report", report), ("--work-dir", work_dir)]
+    check_not_inputs(reads, targets)
+
+
+def check_box_file(path: str) -> None:
+    """A box file's features must have geometries: a null or empty one is named (exit 3), not blamed on
+    the CRS later."""
+    from .errors import InputDataError
+
+    if not os.path.isfile(path):
+        return  # the reader names a missing file
+    try:
+        import pyogrio
+
+        geoms = pyogrio.read_dataframe(path, columns=[]).geometry
+    except Exception:  # noqa: BLE001 - an unreadable file: the reader says why
+        return
+    bad = [i for i, g in enumerate(geoms) if g is None or g.is_empty]
+    if bad:
+        raise InputDataError(f"--box-file {path}: feature {bad[0] + 1}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''} "
+                             "has an empty geometry, so it is no example box: remove it or draw its box")

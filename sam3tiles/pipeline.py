@@ -22,6 +22,7 @@ import numpy as np
 
 from .model.registry import RuntimeSpec, spec_identity
 from .checkpoint import TileStore, join_parts, prompt_part, tile_key
+from .checks import check_box_file, check_input, check_options, check_plan, check_work_dir
 from .engine import Engine, _count, open_engine
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, UsageError, shippable
 from .grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid, scale_for_gsd, squash_tile
@@ -35,6 +36,8 @@ from .vectorize import EDGE_MARGIN
 
 log = logging.getLogger(__name__)
 
+#: Decoder passes one tile can take (pieces of one pass share a merge key: tile index * 1024 + pass).
+MAX_PASSES = 1024
 COLUMNS = ["id", "prompt", "score", "area", "area_px", "n_tiles", "source", "backend", "model"]
 
 
@@ -85,7 +88,7 @@ def expand_inputs(inputs: str | os.PathLike | Iterable[str | os.PathLike]) -> li
     out: list[str] = []
     for item in inputs:
         s = str(item)
-        if any(ch in s for ch in "*?["):
+        if any(ch in s for ch in "*?[") and not os.path.exists(s):  # an existing file is taken literally
             hits = sorted(glob.glob(s, recursive=True))
             if not hits:
                 raise UsageError(f"{s}: the pattern matches no file: check the path")
@@ -117,6 +120,11 @@ def _prompts_for_tile(prompts: Sequence[Prompt], tile, slots: int) -> list[TileP
         if p.text is None and not any(b.positive for b in boxes):
             continue  # a box-only prompt finds nothing where it has no example
         passes = tuple(tuple(c) for c in box_passes(boxes, slots)) if boxes else ((),)
+        if len(passes) > MAX_PASSES:
+            raise PromptError(f"tile {tile.index} (row {tile.row}, col {tile.col}) holds {len(boxes)} example boxes of "
+                              f"prompt {p.label!r}: {len(passes)} decoder passes of {slots}, more than the "
+                              f"{MAX_PASSES} one tile can take: give fewer example boxes (a few per kind of "
+                              "object is enough) or use --scale below 1")
         out.append(TilePrompt(i, p.model_text, passes))
     return out
 
@@ -383,6 +391,7 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     if opts.bands is not None and not isinstance(opts.bands, tuple):
         opts.bands = parse_bands(opts.bands)
     t_start = time.perf_counter()
+    check_options(opts)
     paths = expand_inputs(inputs)
     per_input, combined = resolve_outputs(paths, out)
     for p in [combined, *per_input]:
@@ -395,6 +404,12 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
             raise UsageError(f"--labels writes the label image of one input, but {len(paths)} were given: "
                              "segment one image per run to get its labels")
         check_labels(labels, overwrite)
+    check_work_dir(work_dir, paths)
+    if work_dir is None and checkpoint and out is not None:
+        work_dir = Path(str(combined or out).rstrip("/") + ".sam3tiles-work")
+        check_work_dir(work_dir, paths, option="the work folder")
+    if report_path is None and (combined or out) is not None:
+        report_path = Path(str(combined or out).rstrip("/") + ".report.json")
     spec = opts.runtime_spec()
     if spec.backend == "onnx":
         from .model.files import require_model
@@ -402,17 +417,12 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
         spec = RuntimeSpec(**{**spec.__dict__, "model_dir": str(require_model(opts.model))})
         opts.model = spec.model_dir
     geo_boxes = [GeoBox.parse(b) if isinstance(b, str) else b for b in boxes]
-    # open every input once before any work: bad files fail fast with their own message
-    crs0 = None
-    bounds = []
-    for i, path in enumerate(paths):
-        with open_source(path, bands=opts.bands) as src:
-            if i == 0:
-                crs0 = src.crs
-                label_grid = (src.width, src.height, src.transform, src.crs)
-            bounds.append(raster_bounds(src.transform, src.width, src.height))
+    crs0, label_grid, bounds, files, crss, counts = _open_inputs(paths, opts)
+    check_plan(paths, files, crss, counts, opts, combined=combined, per_input=per_input, labels=labels,
+               report=report_path, work_dir=work_dir if checkpoint else None, box_file=box_file)
     n_given = len(geo_boxes)
     if box_file:
+        check_box_file(box_file)
         geo_boxes += read_box_file(box_file, crs0)
     _check_boxes_inside(geo_boxes, n_given, bounds, crs0, box_file)
     prompts = build_prompts(list(text), geo_boxes)
@@ -422,8 +432,6 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
                                    "overlap": opts.overlap, "squash": opts.squash, "bands": opts.bands,
                                    "min_area": opts.min_area, "simplify": opts.simplify,
                                    "prompts": [p.label for p in prompts], "boxes": len(geo_boxes)})
-    if work_dir is None and checkpoint and out is not None:
-        work_dir = Path(str(combined or out).rstrip("/") + ".sam3tiles-work")
     store = TileStore(work_dir, fresh=fresh) if (checkpoint and work_dir is not None) else None
     if store is not None:
         report.checkpoint["work_dir"] = str(work_dir)
@@ -478,14 +486,29 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
             report.checkpoint["stored"] = store.puts
             store.close()
     report.wall_seconds = time.perf_counter() - t_start
-    if report_path is None and (combined or out) is not None:
-        report_path = Path(str(combined or out).rstrip("/") + ".report.json")
     if report_path is not None:
         report.write_json(report_path)
     gdf.attrs["sam3tiles_report"] = report.as_dict()
     if opts.strict and report.failed:
         raise TilesFailedError(f"{report.failed} tile(s) failed (see the report); rerun to retry them")
     return gdf, report
+
+
+def _open_inputs(paths: list[str], opts: Options):
+    """Open every input once before any work (bad files fail fast with their own message): the first
+    input's CRS and label grid, every input's bounds, the files their pixels come from, CRSs, tile counts."""
+    crs0 = label_grid = None
+    bounds, files, crss, counts = [], [], [], []
+    for i, path in enumerate(paths):
+        with open_source(path, bands=opts.bands) as src:
+            if i == 0:
+                crs0 = src.crs
+                label_grid = (src.width, src.height, src.transform, src.crs)
+            files += check_input(path, src, opts)
+            crss.append(src.crs)
+            counts.append(1 if opts.squash else len(build_grid(src, opts)))
+            bounds.append(raster_bounds(src.transform, src.width, src.height))
+    return crs0, label_grid, bounds, files, crss, counts
 
 
 def _check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, box_file: str | None) -> None:

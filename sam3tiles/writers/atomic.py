@@ -26,6 +26,9 @@ def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise OutputError(f"--out {p}: the folder {parent} does not exist: create it first")
+    if p.is_dir():
+        raise OutputError(f"--out {p} is a folder, not a file: name a file (e.g. {p / 'objects.gpkg'}), or drop "
+                          f"the extension to write one output per input into a folder")
     if not os.access(parent, os.W_OK) or not _can_create_in(parent):
         raise OutputError(f"--out {p}: the folder {parent} is not writable: choose another --out")
     if p.exists() and not overwrite:
