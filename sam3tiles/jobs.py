@@ -62,10 +62,10 @@ class Backend(_Section):
 
 
 class Tiling(_Section):
-    tile_size: int = Field(TILE_SIZE, ge=64, le=4096)
+    tile_size: int = Field(TILE_SIZE, ge=64, le=TILE_SIZE)  # the model's input: 1008
     overlap: int = Field(DEFAULT_OVERLAP, ge=0, le=2047)
-    scale: float = Field(1.0, gt=0, le=64)
-    gsd: float | None = Field(None, gt=0)
+    scale: float = Field(1.0, gt=0, le=64, allow_inf_nan=False)
+    gsd: float | None = Field(None, gt=0, allow_inf_nan=False)
     bands: list[int] | None = None
     squash: bool = False
 
@@ -96,8 +96,8 @@ class Tiling(_Section):
 
 
 class Postprocess(_Section):
-    min_area: float = Field(0.0, ge=0)  # CRS units (square metres in a metric CRS)
-    simplify: float = Field(0.0, ge=0)  # CRS units
+    min_area: float = Field(0.0, ge=0, allow_inf_nan=False)  # CRS units (square metres in a metric CRS)
+    simplify: float = Field(0.0, ge=0, allow_inf_nan=False)  # CRS units
 
 
 class Output(_Section):
@@ -144,6 +144,12 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
     seen: dict[Any, Any] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping", node.start_mark, f"a key must be a name, not a {type(key).__name__}",
+                key_node.start_mark) from None
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 "while reading a mapping", node.start_mark, f"found the key {key!r} twice", key_node.start_mark)
@@ -154,9 +160,33 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+#: Deepest nesting a job file may have (a real one has 3 levels; PyYAML recurses once per level).
+MAX_DEPTH = 50
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of flow brackets or indentation, counted without parsing (parsing recurses)."""
+    deepest = level = 0
+    for ch in text:
+        if ch in "[{":
+            level += 1
+            deepest = max(deepest, level)
+        elif ch in "]}":
+            level = max(0, level - 1)
+    indents = {len(line) - len(line.lstrip(" -")) for line in text.splitlines()
+               if line.strip() and not line.lstrip(" -").startswith("#")}
+    return max(deepest, len(indents))
+
+
 def _read_yaml(text: str, name: str) -> Any:
+    if _depth(text) > MAX_DEPTH:
+        raise JobFileError(f"{name}: nested more than {MAX_DEPTH} levels deep: a job file has a few sections of "
+                           "keys (see docs/jobs.md)")
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise JobFileError(f"{name}: nested too deeply to read: a job file has a few sections of keys "
+                           "(see docs/jobs.md)") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -295,7 +325,7 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
         path = _abs(base, item)
         if not check_files:
             inputs.append(path)
-        elif any(ch in item for ch in "*?["):
+        elif any(ch in item for ch in "*?[") and not os.path.exists(path):  # an existing file: literal
             hits = sorted(glob.glob(path, recursive=True))
             if not hits:
                 problems.append(f"inputs[{i}]: the pattern {item!r} matches no file (looked in {base}): check it")

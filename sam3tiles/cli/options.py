@@ -96,8 +96,8 @@ overwrite_opt = click.option("--overwrite", is_flag=True, help="Replace an exist
 def tiling_options(fn):
     """--tile-size, --overlap, --scale, --gsd, --bands, --squash."""
     opts = [
-        click.option("--tile-size", type=click.IntRange(64, 4096), default=TILE_SIZE, show_default=True,
-                     help="Tile side in pixels; SAM 3 takes 1008."),
+        click.option("--tile-size", type=click.IntRange(64, TILE_SIZE), default=TILE_SIZE, show_default=True,
+                     help="Tile side in pixels, at most 1008 (SAM 3's input; smaller tiles are padded)."),
         click.option("--overlap", type=click.IntRange(0, 2047), default=DEFAULT_OVERLAP, show_default=True,
                      help="Overlap between tiles in (scaled) pixels. Objects up to this size are kept once by "
                           "ownership; larger ones are stitched across seams."),

@@ -66,9 +66,11 @@ def dry_run_lines(lj) -> list[str]:
     from ..pipeline import expand_inputs, resolve_outputs, tiles_of
     from ..prompts import GeoBox, build_prompts, raster_bounds, read_box_file
     from ..readers import open_source
+    from ..checks import check_box_file, check_input, check_options, check_plan, check_work_dir
 
     j = lj.job
     opts = job_options(lj)
+    check_options(opts)
     paths = expand_inputs(lj.inputs)
     per_input, combined = resolve_outputs(paths, lj.output)
     out_lines = []
@@ -98,20 +100,29 @@ def dry_run_lines(lj) -> list[str]:
         model_line += f", model {require_model(opts.model)}, device {spec.device}"
     boxes = [GeoBox.parse(b) for b in j.prompts.boxes]
     lines = [f"job: {lj.source}" + (f"  ({j.description})" if j.description else ""), f"inputs: {len(paths)}"]
-    total_tiles, crs0, bounds = 0, None, []
+    total_tiles, crs0, bounds, files, crss, counts = 0, None, [], [], [], []
     for i, path in enumerate(paths):
         with open_source(path, bands=opts.bands) as src:
             if i == 0:
                 crs0 = src.crs
+            files += check_input(path, src, opts)
+            crss.append(src.crs)
             tiles, _ = tiles_of(src, opts)
+            counts.append(len(tiles))
             bounds.append(raster_bounds(src.transform, src.width, src.height))
             crs = src.crs.to_string() if src.crs else "no CRS (pixel coordinates)"
             stretch = "" if src.stretch is None else f", stretched {src.stretch.lo[0]:g}..{src.stretch.hi[0]:g}"
             lines.append(f"  {path}: {src.width} x {src.height} px, bands {','.join(map(str, src.bands))} "
                          f"{src.dtype}{stretch}, {crs}: {len(tiles)} tile(s)")
             total_tiles += len(tiles)
+    work = lj.work_dir or (str(combined or lj.output).rstrip("/") + ".sam3tiles-work")
+    check_work_dir(work, paths, option="output.work_dir" if lj.work_dir else "the work folder")
+    check_plan(paths, files, crss, counts, opts, combined=combined, per_input=per_input, labels=lj.labels,
+               report=lj.report or (str(combined or lj.output).rstrip("/") + ".report.json"), work_dir=work,
+               box_file=lj.box_file)
     n_given = len(boxes)
     if lj.box_file:
+        check_box_file(lj.box_file)
         boxes += read_box_file(lj.box_file, crs0)
     from ..pipeline import _check_boxes_inside
 
@@ -131,7 +142,6 @@ def dry_run_lines(lj) -> list[str]:
                  + (f", gsd {t.gsd:g}" if t.gsd else f", scale {t.scale:g}" if not t.squash else ""))
     lines.append("output:")
     lines.extend(out_lines)
-    work = lj.work_dir or (str(combined or lj.output).rstrip("/") + ".sam3tiles-work")
     lines.append(f"checkpoints: {work}" + ("  (exists: a run resumes from it; --fresh starts over)"
                                           if os.path.isdir(work) else ""))
     decodes = total_tiles * len(prompts)

@@ -17,8 +17,8 @@ def runtime_options(fn):
                                                            "$SAM3TILES_MODEL_DIR or the user cache; see "
                                                            "`sam3tiles model fetch`)."),
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
-        click.option("--threads", type=int, default=0, help="onnxruntime threads per session (0: its default)."),
-        click.option("--workers", type=int, default=None, help="CPU threads for reading and vectorizing "
+        click.option("--threads", type=click.IntRange(min=0), default=0, help="onnxruntime threads per session (0: its default)."),
+        click.option("--workers", type=click.IntRange(min=1), default=None, help="CPU threads for reading and vectorizing "
                                                                "(local runs)."),
         click.option("--scheduler", default=None, envvar="SAM3TILES_SCHEDULER",
                      help="Address of a dask.distributed scheduler (or $SAM3TILES_SCHEDULER)."),
