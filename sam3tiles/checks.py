@@ -357,3 +357,49 @@ def check_box_file(path: str) -> None:
     if bad:
         raise InputDataError(f"--box-file {path}: feature {bad[0] + 1}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''} "
                              "has an empty geometry, so it is no example box: remove it or draw its box")
+
+
+# -- outputs an earlier run of the same job left unfinished ----------------------------------------------------
+# `outputs.json` in the work folder records each output a run put in place (size, time, inode, the run's
+# failed tiles, and whether all its renames finished). A rerun may replace such an output without
+# --overwrite when it is unchanged since and that run was not complete (tiles failed: exit 5; or killed
+# between its renames): the docs' "rerun the same command" then does what it says.
+
+def _stamp(p: Path) -> list | None:
+    try:
+        st = p.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _records(work_dir) -> dict:
+    try:
+        data = json.loads((Path(work_dir) / "outputs.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def replaceable(output, work_dir) -> bool:
+    """Whether `output` is an unchanged output of an unfinished earlier run of this work folder."""
+    if work_dir is None or not is_work_dir(work_dir):
+        return False
+    rec = _records(work_dir).get(str(_real(output)))
+    if not isinstance(rec, dict) or rec.get("stamp") != _stamp(Path(output)):
+        return False
+    return bool(rec.get("failed")) or rec.get("state") != "done"
+
+
+def record_outputs(work_dir, files: Sequence[tuple[Path, Path]], failed: int, state: str) -> None:
+    """Record the outputs (temporary name, final name) a run puts in place; see `replaceable`."""
+    if work_dir is None or not is_work_dir(work_dir):
+        return
+    from .writers.atomic import atomic_path
+
+    recs = _records(work_dir)
+    for tmp, final in files:
+        stamp = _stamp(tmp) if tmp.exists() else _stamp(final)  # a rename keeps size, time and inode
+        recs[str(_real(final))] = {"stamp": stamp, "failed": int(failed), "state": state}
+    with atomic_path(Path(work_dir) / "outputs.json") as t:
+        t.write_text(json.dumps(recs, indent=1))

@@ -113,6 +113,7 @@ class RunSection(_Section):
     workers: int | None = Field(None, ge=1)
     retries: int = Field(2, ge=0, le=20)
     strict: bool = False
+    verify_inputs: bool = False  # tell changed inputs by a hash of their content (reads each input once more)
 
 
 class Job(_Section):
@@ -391,7 +392,8 @@ def job_options(lj: LoadedJob, *, strict: bool | None = None, progress: bool = F
                    bands=tuple(j.tiling.bands) if j.tiling.bands else None, squash=j.tiling.squash,
                    min_area=j.postprocess.min_area, simplify=j.postprocess.simplify, workers=j.run.workers,
                    scheduler=j.run.scheduler, retries=j.run.retries,
-                   strict=j.run.strict if strict is None else strict, progress=progress)
+                   strict=j.run.strict if strict is None else strict, progress=progress,
+                   verify_inputs=j.run.verify_inputs)
 
 
 def job_call(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, progress: bool = False) -> dict:

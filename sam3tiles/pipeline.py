@@ -22,12 +22,14 @@ import numpy as np
 
 from .model.registry import RuntimeSpec, spec_identity
 from .checkpoint import TileStore, join_parts, prompt_part, tile_key
-from .checks import check_box_file, check_input, check_options, check_plan, check_work_dir
+from .checks import (check_box_file, check_input, check_options, check_plan, check_work_dir, disk_errors,
+                     record_outputs, replaceable)
 from .engine import Engine, _count, open_engine
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, UsageError, shippable
 from .grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid, scale_for_gsd, squash_tile
 from .merge import BlockMerger, MergeStats, tile_blocks, tile_frame
 from .writers import NO_CRS_NOTE, check_output, output_lock, write_vector
+from .writers.atomic import Deferred, deferred_renames, remove_stale_temps
 from .prompts import GeoBox, Prompt, box_passes, boxes_outside, build_prompts, raster_bounds, read_box_file, tile_boxes
 from .report import RunReport
 from .readers import RasterSource, open_source, parse_bands
@@ -67,6 +69,7 @@ class Options:
     encode_seconds: float = 0.1  # simulated backend only
     decode_seconds: float = 0.01
     merge_block: int = 8  # tiles per side of a merge block (blocks merge in parallel; 0: one merge)
+    verify_inputs: bool = False  # checkpoint identity by content hash (reads every input once), not size/time
 
     def runtime_spec(self) -> RuntimeSpec:
         return RuntimeSpec(backend=self.backend, model_dir=self.model, device=self.device,
@@ -167,7 +170,7 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         tiles, overlap = tiles_of(src, opts)
         crs = src.crs
         pixel_area = abs(src.transform.a * src.transform.e - src.transform.b * src.transform.d)
-        identity = src.identity
+        identity = src.identity_for(verify=opts.verify_inputs)
         all_boxes = [b for p in prompts for b in p.boxes]
         report.boxes_outside += len(boxes_outside(all_boxes, raster_bounds(src.transform, src.width, src.height)))
     slots, prompt_seconds = model_info(engine, spec, prompts)
@@ -394,20 +397,21 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     check_options(opts)
     paths = expand_inputs(inputs)
     per_input, combined = resolve_outputs(paths, out)
+    check_work_dir(work_dir, paths)
+    if work_dir is None and checkpoint and out is not None:
+        work_dir = Path(str(combined or out).rstrip("/") + ".sam3tiles-work")
+        check_work_dir(work_dir, paths, option="the work folder")
+    ours = work_dir if checkpoint else None  # outputs an unfinished run of this work folder left may be replaced
     for p in [combined, *per_input]:
         if p is not None:
-            check_output(p, overwrite)
+            check_output(p, overwrite or replaceable(p, ours))
     if labels is not None:
         from .writers.labels import check_labels
 
         if len(paths) != 1:
             raise UsageError(f"--labels writes the label image of one input, but {len(paths)} were given: "
                              "segment one image per run to get its labels")
-        check_labels(labels, overwrite)
-    check_work_dir(work_dir, paths)
-    if work_dir is None and checkpoint and out is not None:
-        work_dir = Path(str(combined or out).rstrip("/") + ".sam3tiles-work")
-        check_work_dir(work_dir, paths, option="the work folder")
+        check_labels(labels, overwrite or replaceable(labels, ours))
     if report_path is None and (combined or out) is not None:
         report_path = Path(str(combined or out).rstrip("/") + ".report.json")
     spec = opts.runtime_spec()
@@ -444,10 +448,14 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     frames: list[gpd.GeoDataFrame] = []
     merge_total = MergeStats()
     locks = [p for p in [combined, *per_input] if p is not None]
+    pending = Deferred()
     try:
         with _locks(locks), open_engine(client=client, scheduler=opts.scheduler, workers=opts.workers) as engine:
             for p in locks:  # again under the lock: a run that finished meanwhile wrote it
-                check_output(p, overwrite)
+                check_output(p, overwrite or replaceable(p, ours))
+            for p in (report_path, labels):  # temporary files a killed run left beside them
+                if p is not None:
+                    remove_stale_temps(p)
             report.dashboard = engine.dashboard_link
             if engine.dashboard_link:
                 log.info("Dask dashboard: %s", engine.dashboard_link)
@@ -457,37 +465,33 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
                 res = run_input(engine, path, prompts, opts, report, store, bar)
                 merge_total.add(res.merge)
                 frames.append(res.gdf)
-            # per-input outputs are written together at the end: a run killed before then leaves none of
-            # them, so its rerun resumes instead of stopping at an output that already exists
-            for frame, dest in zip(frames, per_input):
-                if dest is not None:
-                    t0 = time.perf_counter()
-                    write_vector(_finish(frame), dest, metadata=_meta(report, frame))
-                    report.seconds["write"] += time.perf_counter() - t0
             report.runtime_counters = _counters(engine)
             gdf = _combine(frames)
             report.objects = len(gdf)
             report.objects_by_prompt = {str(k): int(v) for k, v in gdf["prompt"].value_counts().items()} if len(gdf) else {}
             report.merge = merge_total.as_dict()
-            if combined is not None:
-                t0 = time.perf_counter()
-                write_vector(gdf, combined, metadata=_meta(report, gdf))
-                report.seconds["write"] += time.perf_counter() - t0
-            if labels is not None:
-                from .writers.labels import write_labels
-
-                t0 = time.perf_counter()
-                write_labels(gdf, labels, *label_grid)
-                report.seconds["write"] += time.perf_counter() - t0
+            # every output is written under a temporary name first; the report is written, then they are all
+            # renamed into place: a run killed before then leaves no output without its report, and its rerun
+            # is not stopped by "output exists"
+            with deferred_renames(pending):
+                _write_outputs(frames, per_input, combined, gdf, labels, label_grid, report)
+            if store is not None:
+                report.checkpoint["stored"] = store.puts
+            report.wall_seconds = time.perf_counter() - t_start
+            if report_path is not None:
+                with disk_errors(Path(report_path).parent, "the report"):
+                    report.write_json(report_path)
+            wd = work_dir if store is not None else None
+            record_outputs(wd, pending.files, report.failed, "pending")
+            pending.commit()
+            record_outputs(wd, [(f, f) for f in [*locks, *([Path(labels)] if labels else [])]], report.failed, "done")
     finally:
+        pending.discard()
         if bar is not None:
             bar.close()
         if store is not None:
             report.checkpoint["stored"] = store.puts
             store.close()
-    report.wall_seconds = time.perf_counter() - t_start
-    if report_path is not None:
-        report.write_json(report_path)
     gdf.attrs["sam3tiles_report"] = report.as_dict()
     if opts.strict and report.failed:
         raise TilesFailedError(f"{report.failed} tile(s) failed (see the report); rerun to retry them")
@@ -509,6 +513,24 @@ def _open_inputs(paths: list[str], opts: Options):
             counts.append(1 if opts.squash else len(build_grid(src, opts)))
             bounds.append(raster_bounds(src.transform, src.width, src.height))
     return crs0, label_grid, bounds, files, crss, counts
+
+
+def _write_outputs(frames, per_input, combined, gdf, labels, label_grid, report: RunReport) -> None:
+    """Write the per-input outputs, the combined output and the label image (a full disk: exit 2)."""
+    t0 = time.perf_counter()
+    for frame, dest in zip(frames, per_input):
+        if dest is not None:
+            with disk_errors(dest.parent):
+                write_vector(_finish(frame), dest, metadata=_meta(report, frame))
+    if combined is not None:
+        with disk_errors(combined.parent):
+            write_vector(gdf, combined, metadata=_meta(report, gdf))
+    if labels is not None:
+        from .writers.labels import write_labels
+
+        with disk_errors(Path(labels).parent, "the label image"):
+            write_labels(gdf, labels, *label_grid)
+    report.seconds["write"] += time.perf_counter() - t0
 
 
 def _check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, box_file: str | None) -> None:

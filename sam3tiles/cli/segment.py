@@ -46,6 +46,8 @@ def runtime_options(fn):
                    "output's id column; one input only).")
 @click.option("--work-dir", default=None, help="Checkpoint folder (default: beside the output).")
 @click.option("--fresh", is_flag=True, help="Ignore checkpoints and start over.")
+@click.option("--verify-inputs", is_flag=True, help="Tell changed inputs by a hash of their content, not by size, "
+                                                    "time or ETag (reads every input once more).")
 @click.option("--strict", is_flag=True, help="Exit with an error when any tile failed.")
 @overwrite_opt
 @verbose_opt
@@ -54,7 +56,7 @@ def runtime_options(fn):
 @handle_errors
 def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, threads, workers, scheduler,
             tile_size, overlap, scale, gsd, bands, squash, min_area, simplify, work_dir, fresh, strict,
-            overwrite, verbose, quiet, labels=None):
+            overwrite, verbose, quiet, labels=None, verify_inputs=False):
     """Segment INPUTS (rasters or globs) with SAM 3, tile by tile, and write merged polygons to --out.
 
     \b
@@ -70,7 +72,7 @@ def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, th
     opts = Options(backend=backend, model=model, device=device, tile_size=tile_size, overlap=overlap,
                    scale=scale, gsd=gsd, bands=parse_bands(bands), squash=squash, min_area=min_area,
                    simplify=simplify, workers=workers, scheduler=scheduler, strict=strict,
-                   progress=not quiet, threads=threads)
+                   progress=not quiet, threads=threads, verify_inputs=verify_inputs)
     gdf, report = segment_job(list(inputs), list(texts), boxes=list(boxes), box_file=box_file, out=out,
                               overwrite=overwrite, options=opts, work_dir=work_dir, fresh=fresh, labels=labels)
     if not quiet:
