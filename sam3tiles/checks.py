@@ -125,15 +125,15 @@ def clear_work_dir(path: str | os.PathLike) -> list[Path]:
             raise UsageError(f"--fresh: {p} is not a sam3tiles work folder (no {MARKER}; it holds {foreign[0]!r}): "
                              "nothing was deleted; name the work folder of the run to start over")
     gone = []
-    for name in OWN_FILES:
+    for name in OWN_FILES[1:]:
         q = p / name
         if q.is_file() or q.is_symlink():
             q.unlink()
             gone.append(q)
-    try:
+    if [e.name for e in p.iterdir()] in ([], [MARKER]):
+        (p / MARKER).unlink(missing_ok=True)
         p.rmdir()
-    except OSError:  # other files stay, and so does the folder
-        pass
+    # else other files stay, and so do the folder and its marker (it is still ours)
     return gone
 
 

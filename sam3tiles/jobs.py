@@ -371,6 +371,9 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
     out = job.output
     if not out.path.strip():
         problems.append("output.path: is empty: name the output file, e.g. out/objects.gpkg")
+    if out.work_dir is not None and not out.work_dir.strip():
+        problems.append("output.work_dir: is empty: name a folder for the checkpoints, or remove the key to use "
+                        "<output>.sam3tiles-work")
     if problems:
         raise _fail(name, problems)
     return LoadedJob(job=job, source=name, base=base, inputs=list(dict.fromkeys(inputs)), box_file=box_file,
