@@ -53,12 +53,18 @@ class TileStore:
 
                 if self.fresh:
                     clear_work_dir(self.dir)  # only a marked folder, only the files sam3tiles wrote
+                created = not self.dir.exists()
                 claim_work_dir(self.dir)
                 db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=NORMAL")
                 db.execute("CREATE TABLE IF NOT EXISTS tiles (key TEXT PRIMARY KEY, schema INTEGER, result BLOB)")
             except (OSError, sqlite3.Error) as e:
+                if "created" in locals() and created:  # a folder this run made and could not use: leave nothing
+                    try:
+                        clear_work_dir(self.dir)
+                    except Exception:  # noqa: BLE001 - the store's own error is the one to report
+                        pass
                 raise self._error(e) from None
             self._conn = db
         return self._conn
