@@ -25,7 +25,6 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sam3tiles.checkpoint import decode_result, encode_result
 from sam3tiles.cli.main import cli
 from sam3tiles.demo import CRS_DEMO, ORIGIN, PIXEL
 from sam3tiles.pipeline import segment_job
@@ -63,6 +62,8 @@ class _Boom:
 
 
 def test_a_crafted_checkpoint_row_is_recomputed_never_executed(tmp_path, monkeypatch):
+    from sam3tiles.checkpoint import decode_result, encode_result
+
     src = _write(tmp_path / "a.tif", _image())
     gdf, rep = _run(src, tmp_path)
     db = tmp_path / "o.gpkg.sam3tiles-work" / "tiles.sqlite"
@@ -85,6 +86,8 @@ def test_a_crafted_checkpoint_row_is_recomputed_never_executed(tmp_path, monkeyp
 @settings(max_examples=60, deadline=None)
 @given(st.binary(max_size=300))
 def test_decode_result_never_raises(blob):
+    from sam3tiles.checkpoint import decode_result
+
     assert decode_result(b"S3TR" + blob) is None or True
     decode_result(blob)
 
@@ -92,6 +95,7 @@ def test_decode_result_never_raises(blob):
 def test_checkpoint_rows_round_trip():
     from shapely.geometry import MultiPolygon, box
 
+    from sam3tiles.checkpoint import decode_result, encode_result
     from sam3tiles.tasks import TileResult
     from sam3tiles.vectorize import Pieces
 
