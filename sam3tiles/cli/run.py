@@ -66,7 +66,7 @@ def dry_run_lines(lj) -> list[str]:
     from ..pipeline import expand_inputs, resolve_outputs, tiles_of
     from ..prompts import GeoBox, build_prompts, raster_bounds, read_box_file
     from ..readers import open_source
-    from ..checks import check_box_file, check_input, check_options, check_plan, check_work_dir
+    from ..checks import check_box_file, check_input, check_options
 
     j = lj.job
     opts = job_options(lj)
@@ -115,11 +115,7 @@ def dry_run_lines(lj) -> list[str]:
             lines.append(f"  {path}: {src.width} x {src.height} px, bands {','.join(map(str, src.bands))} "
                          f"{src.dtype}{stretch}, {crs}: {len(tiles)} tile(s)")
             total_tiles += len(tiles)
-    work = lj.work_dir or (str(combined or lj.output).rstrip("/") + ".sam3tiles-work")
-    check_work_dir(work, paths, option="output.work_dir" if lj.work_dir else "the work folder")
-    check_plan(paths, files, crss, counts, opts, combined=combined, per_input=per_input, labels=lj.labels,
-               report=lj.report or (str(combined or lj.output).rstrip("/") + ".report.json"), work_dir=work,
-               box_file=lj.box_file)
+    work = _check_job_plan(lj, paths, files, crss, counts, opts, combined, per_input)
     n_given = len(boxes)
     if lj.box_file:
         check_box_file(lj.box_file)
@@ -153,3 +149,15 @@ def dry_run_lines(lj) -> list[str]:
                  "on a desktop GPU")
     lines.append("dry run: nothing was written")
     return lines
+
+
+def _check_job_plan(lj, paths, files, crss, counts, opts, combined, per_input) -> str:
+    """The run's whole-run checks (work folder, tiling, CRSs, outputs over inputs); returns the work folder."""
+    from ..checks import check_plan, check_work_dir
+
+    work = lj.work_dir or (str(combined or lj.output).rstrip("/") + ".sam3tiles-work")
+    check_work_dir(work, paths, option="output.work_dir" if lj.work_dir else "the work folder")
+    check_plan(paths, files, crss, counts, opts, combined=combined, per_input=per_input, labels=lj.labels,
+               report=lj.report or (str(combined or lj.output).rstrip("/") + ".report.json"), work_dir=work,
+               box_file=lj.box_file)
+    return work
