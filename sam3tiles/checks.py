@@ -76,12 +76,19 @@ def check_work_dir(value, inputs: Sequence[str] = (), option: str = "--work-dir"
     if p.exists() and not p.is_dir():
         raise UsageError(f"{option} {text} is a file, not a folder: name a new folder for the checkpoints")
     if p.is_dir() and not is_work_dir(p):
-        foreign = sorted(e.name for e in p.iterdir() if e.name not in OWN_FILES)
+        foreign = sorted(e.name for e in p.iterdir() if not _own(e.name))
         if foreign:
             raise UsageError(f"{option} {text} is not a sam3tiles work folder (it holds {foreign[0]!r}"
                              f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}, and no {MARKER}): "
                              "name a new or empty folder for the checkpoints")
     return p
+
+
+def _own(name: str) -> bool:
+    """A file sam3tiles writes in a work folder, or the temporary file of one (`.<stem>.<hex8>.tmp<ext>`)."""
+    if name in OWN_FILES:
+        return True
+    return any(name.startswith(f".{Path(f).stem}.") and ".tmp" in name for f in (MARKER, "outputs.json"))
 
 
 def is_work_dir(path: str | os.PathLike) -> bool:
@@ -97,7 +104,7 @@ def claim_work_dir(path: str | os.PathLike) -> Path:
     """Create the work folder (or adopt one holding only sam3tiles' files) and mark it as ours."""
     p = Path(path)
     if p.is_dir() and not is_work_dir(p):
-        foreign = [e.name for e in p.iterdir() if e.name not in OWN_FILES]
+        foreign = [e.name for e in p.iterdir() if not _own(e.name)]
         if foreign:  # checked before the run too; a folder that changed since is still not ours
             raise UsageError(f"--work-dir {p} is not a sam3tiles work folder (it holds {foreign[0]!r}): name a new "
                              "or empty folder for the checkpoints")
@@ -120,14 +127,13 @@ def clear_work_dir(path: str | os.PathLike) -> list[Path]:
     if not p.is_dir():
         raise UsageError(f"--work-dir {p} is a file, not a folder: name a new folder for the checkpoints")
     if not is_work_dir(p):
-        foreign = [e.name for e in p.iterdir() if e.name not in OWN_FILES]
+        foreign = [e.name for e in p.iterdir() if not _own(e.name)]
         if foreign:
             raise UsageError(f"--fresh: {p} is not a sam3tiles work folder (no {MARKER}; it holds {foreign[0]!r}): "
                              "nothing was deleted; name the work folder of the run to start over")
     gone = []
-    for name in OWN_FILES[1:]:
-        q = p / name
-        if q.is_file() or q.is_symlink():
+    for q in sorted(p.iterdir()):
+        if q.name != MARKER and _own(q.name) and (q.is_file() or q.is_symlink()):
             q.unlink()
             gone.append(q)
     if [e.name for e in p.iterdir()] in ([], [MARKER]):

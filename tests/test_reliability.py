@@ -304,7 +304,7 @@ def test_labels_of_a_rotated_raster_cover_the_object(tmp_path):
 
     from affine import Affine
 
-    t = Affine(PIXEL, 0, ORIGIN[0], 0, -PIXEL, ORIGIN[1]) * Affine.rotation(30)
+    t = Affine(PIXEL, 0, ORIGIN[0], 0, -PIXEL, ORIGIN[1]) @ Affine.rotation(30)
     src = _write(tmp_path / "rot.tif", _image(), transform=t)
     gdf, _ = _run(src, tmp_path, labels=tmp_path / "labels.tif")
     assert len(gdf) == 1
