@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import math
 import os
 import sys
 import time
@@ -105,8 +106,15 @@ def expand_inputs(inputs: str | os.PathLike | Iterable[str | os.PathLike]) -> li
 
 def build_grid(src: RasterSource, opts: Options) -> TileGrid:
     scale = scale_for_gsd(src.transform, opts.gsd) if opts.gsd else opts.scale
-    return TileGrid(src.width, src.height, scale=scale, tile_size=opts.tile_size, overlap=opts.overlap,
-                    transform=src.transform)
+    try:
+        return TileGrid(src.width, src.height, scale=scale, tile_size=opts.tile_size, overlap=opts.overlap,
+                        transform=src.transform)
+    except UsageError as e:
+        if opts.gsd and "--scale" in str(e):  # the user gave --gsd: name it, and the scale it means here
+            raise UsageError(f"--gsd {opts.gsd:g} on {src.path} (pixels of {math.sqrt(abs(src.transform.determinant)):g} "
+                             f"CRS units) means a scale of {scale:g}: {str(e).split(': ', 1)[-1]}; choose a --gsd "
+                             "near the raster's own resolution") from None
+        raise
 
 
 def tiles_of(src: RasterSource, opts: Options):

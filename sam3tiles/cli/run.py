@@ -66,7 +66,7 @@ def dry_run_lines(lj) -> list[str]:
     from ..pipeline import expand_inputs, resolve_outputs, tiles_of
     from ..prompts import GeoBox, build_prompts, raster_bounds, read_box_file
     from ..readers import open_source
-    from ..checks import check_box_file, check_input, check_options
+    from ..checks import check_box_file, check_input, check_options, replaceable
 
     j = lj.job
     opts = job_options(lj)
@@ -76,7 +76,8 @@ def dry_run_lines(lj) -> list[str]:
     out_lines = []
     for p in [combined, *per_input]:
         if p is not None:
-            check_output(p, j.output.overwrite)
+            check_output(p, j.output.overwrite or replaceable(p, lj.work_dir or (str(combined or lj.output).rstrip("/")
+                                                                                  + ".sam3tiles-work")))
             out_lines.append(f"  {p}" + ("  (exists: will be replaced)" if p.exists() else ""))
     if lj.labels is not None:
         from ..jobs import job_call
