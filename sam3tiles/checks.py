@@ -20,6 +20,7 @@ import errno
 import json
 import logging
 import math
+import numbers
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -287,7 +288,7 @@ def check_options(opts) -> None:
                         ("--tile-size", opts.tile_size, MIN_TILE), ("--overlap", opts.overlap, 0)):
         if v is None and name == "--workers":
             continue
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
             raise UsageError(f"{name} must be a whole number >= {lo}, got {v!r}")
 
 
