@@ -297,13 +297,23 @@ def check_options(opts) -> None:
 DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-def is_disk_full(e: BaseException) -> bool:
-    """An OSError (or GDAL/SQLite error text) that says the disk or quota is full."""
+def is_disk_full(e: BaseException, folder: str | os.PathLike | None = None) -> bool:
+    """An OSError (or GDAL/SQLite error text) that says the disk or quota is full, or any write error in
+    a folder whose file system has (almost) no space left: GDAL's GeoPackage driver, for one, then fails
+    with an unrelated SQLite message ("no such table")."""
     if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
         return True
     text = str(e).lower()
-    return any(w in text for w in ("no space left", "disk is full", "database or disk is full", "quota exceeded",
-                                   "file too large"))
+    if any(w in text for w in ("no space left", "disk is full", "database or disk is full", "quota exceeded",
+                               "file too large")):
+        return True
+    if folder is None:
+        return False
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 1 << 20  # under 1 MiB left
 
 
 @contextmanager
@@ -312,7 +322,7 @@ def disk_errors(folder: str | os.PathLike, what: str = "the output"):
     try:
         yield
     except Exception as e:
-        if is_disk_full(e) and not isinstance(e, OutputError):
+        if not isinstance(e, (OutputError, KeyboardInterrupt)) and is_disk_full(e, folder):
             raise OutputError(f"no space left writing {what} in {folder} (the disk or quota is full): free space "
                               "there or choose another folder, then rerun (finished tiles are checkpointed)") from None
         raise

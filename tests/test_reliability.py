@@ -220,7 +220,7 @@ def _fill(d: Path, leave: int) -> None:
         f.write(b"\0" * max(0, free - leave))
 
 
-@pytest.mark.parametrize("leave", [0, 4096, 40_000])
+@pytest.mark.parametrize("leave", [0, 4096, 40_000, 120_000])  # lock, store, store, output
 def test_a_full_disk_is_exit_2_naming_the_folder_and_leaves_nothing(tiny_disk, tmp_path, leave):
     src = _write(tmp_path / "a.tif", _image())
     _fill(tiny_disk, leave)
