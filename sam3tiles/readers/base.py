@@ -7,6 +7,7 @@ decimated read (GDAL uses overviews when the file has them).
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 from dataclasses import dataclass
@@ -104,7 +105,7 @@ class Source:
         from .identity import input_identity
 
         return input_identity(self.path, self.source_files, self.bands, verify=verify,
-                              ds=getattr(self, "dataset", None))
+                              ds=getattr(self, "_ds", None))
 
     @property
     def source_files(self) -> list[str]:
@@ -153,8 +154,6 @@ def trim_heap() -> None:
     global _LIBC
     if _LIBC is None:
         try:
-            import ctypes
-
             _LIBC = ctypes.CDLL("libc.so.6")
             _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
         except (OSError, AttributeError):
