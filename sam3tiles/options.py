@@ -224,7 +224,7 @@ def check(o: Options) -> None:
         if kind is bool and not isinstance(v, bool):
             raise UsageError(f"{name} must be True or False (got {v!r})")
         if isinstance(v, (int, float)) and not isinstance(v, bool) and not d.in_range(v):
-            finite = " (a finite number)" if isinstance(v, float) and not math.isfinite(v) else ""
+            finite = " (a finite number)" if isinstance(v, float) and math.isinf(v) else ""
             raise UsageError(f"{name} must be {d.range_text()}{finite} (got {v:g})" + (f": {d.note}" if d.note else ""))
         allowed = d.allowed()
         if allowed is not None and isinstance(v, str) and v not in allowed:
