@@ -31,11 +31,14 @@ from .prompts import GeoBox, Prompt, box_passes, boxes_outside, build_prompts, r
 from .report import RunReport
 from .readers import RasterSource, open_source, parse_bands
 from .tasks import SourceSpec, TilePrompt, TileResult, infer_task, read_task, vectorize_task
+from .units import Frame, add_areas, length_to_crs, pixel_size
 from .vectorize import EDGE_MARGIN
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["id", "prompt", "score", "area", "area_px", "n_tiles", "source", "backend", "model"]
+COLUMNS = ["id", "prompt", "score", "area", "area_px", "area_um2", "n_tiles", "source", "backend", "model"]
+#: The graphs drop detections below this score: a lower --min-score would promise what is not there.
+MODEL_MIN_SCORE = 0.5
 
 
 @dataclass
@@ -51,8 +54,13 @@ class Options:
     gsd: float | None = None
     bands: tuple[int, ...] | None = None
     squash: bool = False
-    min_area: float = 0.0
-    simplify: float = 0.0
+    min_area: float = 0.0  # `area` units: m^2 on a geographic CRS, CRS units^2, pixels (see units)
+    max_area: float | None = None  # same units; None: no maximum
+    min_score: float = MODEL_MIN_SCORE
+    simplify: float = 0.0  # metres on a geographic CRS, else CRS units (pixels without a CRS)
+    preview: bool = True  # write OUT.preview.png
+    layer: str | None = None  # GeoPackage layer (default: the output's stem)
+    geojson_crs: str = "wgs84"  # GeoJSON with a CRS: "wgs84" (RFC 7946) or "native"
     edge_margin: int = EDGE_MARGIN
     workers: int | None = None
     scheduler: str | None = None
@@ -76,6 +84,8 @@ class InputResult:
     source: str
     gdf: gpd.GeoDataFrame
     merge: MergeStats = field(default_factory=MergeStats)
+    frame: Frame | None = None
+    marks: list = field(default_factory=list)  # [("failed" | "saturated", source-pixel Window)] for the preview
 
 
 def expand_inputs(inputs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]:
@@ -98,9 +108,18 @@ def expand_inputs(inputs: str | os.PathLike | Iterable[str | os.PathLike]) -> li
 
 
 def build_grid(src: RasterSource, opts: Options) -> TileGrid:
-    scale = scale_for_gsd(src.transform, opts.gsd) if opts.gsd else opts.scale
+    scale = _gsd_scale(src, opts.gsd) if opts.gsd else opts.scale
     return TileGrid(src.width, src.height, scale=scale, tile_size=opts.tile_size, overlap=opts.overlap,
                     transform=src.transform)
+
+
+def _gsd_scale(src, gsd: float) -> float:
+    """--gsd in the frame's length unit (metres on a geographic CRS, microns on a slide: `units`)."""
+    size = pixel_size(Frame.of(src))
+    if size is None:
+        raise UsageError(f"--gsd {gsd:g}: {src.path} states no pixel size (no CRS, no OME PhysicalSizeX), so a "
+                         "sampling distance cannot be honoured: zoom with --scale instead")
+    return scale_for_gsd(src.transform, gsd, resolution=size[0])
 
 
 def tiles_of(src: RasterSource, opts: Options):
@@ -157,8 +176,8 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
     with open_source(path, bands=opts.bands) as src:
         source = SourceSpec(src.path, src.bands, src.stretch)
         tiles, overlap = tiles_of(src, opts)
-        crs = src.crs
-        pixel_area = abs(src.transform.a * src.transform.e - src.transform.b * src.transform.d)
+        frame = Frame.of(src)
+        _say_pixel_units(src, frame)
         identity = src.identity
         all_boxes = [b for p in prompts for b in p.boxes]
         report.boxes_outside += len(boxes_outside(all_boxes, raster_bounds(src.transform, src.width, src.height)))
@@ -220,31 +239,59 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
             report.skipped += 1
     if tiles and all(i in results and results[i].skipped for i in (t.index for t in tiles)):
         log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", path)
+    marks = _tile_marks(tiles, report, path)
 
     t0 = time.perf_counter()
     merged, mstats = merger.finish(gather=_gather_on(engine))
     report.seconds["merge"] += time.perf_counter() - t0
 
-    labels = [p.label for p in prompts]
+    gdf = build_objects(merged, [p.label for p in prompts], frame, opts)
+    gdf["source"] = os.path.basename(path)
+    gdf["backend"] = spec.backend
+    gdf["model"] = model_identity
+    return InputResult(path, gdf, mstats, frame, marks)
+
+
+def build_objects(merged, labels: Sequence[str], frame: Frame, opts: Options) -> gpd.GeoDataFrame:
+    """Merged objects -> one row each in the source CRS: simplified (--simplify in the frame's length unit),
+    measured (`units.add_areas`: area, area_px, area_um2) and filtered by --min-score, --min-area and
+    --max-area (in `area` units)."""
+    crs = frame.crs.to_wkt() if frame.crs is not None else None
     geoms = merged.geometry
-    if opts.simplify > 0 and geoms:
-        geoms = list(gpd.GeoSeries(geoms).simplify(opts.simplify, preserve_topology=True))
+    tolerance = length_to_crs(frame, opts.simplify)
+    if tolerance > 0 and geoms:
+        geoms = list(gpd.GeoSeries(geoms).simplify(tolerance, preserve_topology=True))
     gdf = gpd.GeoDataFrame({
         "prompt": [labels[i] for i in merged.prompt],
         "score": np.asarray(merged.score, dtype=np.float32),
         "n_tiles": np.asarray(merged.n_tiles, dtype=np.int32),
-    }, geometry=gpd.GeoSeries(geoms, crs=crs.to_wkt() if crs else None), crs=crs.to_wkt() if crs else None)
-    if crs is not None:
-        gdf = gdf.set_crs(crs.to_wkt(), allow_override=True)
-    gdf["area"] = gdf.geometry.area
-    gdf["area_px"] = gdf["area"] / pixel_area
+    }, geometry=gpd.GeoSeries(geoms, crs=crs), crs=crs)
+    add_areas(gdf, frame)
+    keep = gdf["score"].to_numpy() >= np.float32(opts.min_score)
     if opts.min_area > 0:
-        gdf = gdf[gdf["area"] >= opts.min_area]
-    gdf["source"] = os.path.basename(path)
-    gdf["backend"] = spec.backend
-    gdf["model"] = model_identity
-    gdf = gdf.reset_index(drop=True)
-    return InputResult(path, gdf, mstats)
+        keep &= gdf["area"].to_numpy() >= opts.min_area
+    if opts.max_area is not None:
+        keep &= gdf["area"].to_numpy() <= opts.max_area
+    return gdf[keep].reset_index(drop=True)
+
+
+def _say_pixel_units(src, frame: Frame) -> None:
+    """Once per input: a slide without a physical pixel size is measured in pixels only."""
+    from .readers.slide import SlideSource
+
+    if isinstance(src, SlideSource) and frame.pixel_size_um is None:
+        log.warning("%s: the slide states no physical pixel size (OME PhysicalSizeX): areas stay in pixels, "
+                    "no area_um2", src.path)
+
+
+def _tile_marks(tiles, report: RunReport, path: str) -> list:
+    """Failed and saturated tiles of this input as source-pixel windows, for the preview."""
+    by_index = {t.index: t for t in tiles}
+    marks = [("failed", by_index[f["tile"]].src_window) for f in report.failed_tiles
+             if f.get("source") == path and f.get("tile") in by_index]
+    marks += [("saturated", by_index[f["tile"]].src_window) for f in report.saturated_tiles
+              if f.get("source") == path and f.get("tile") in by_index]
+    return marks
 
 
 def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deque, opts: Options,
@@ -383,11 +430,12 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     if opts.bands is not None and not isinstance(opts.bands, tuple):
         opts.bands = parse_bands(opts.bands)
     t_start = time.perf_counter()
+    _check_filters(opts)
     paths = expand_inputs(inputs)
     per_input, combined = resolve_outputs(paths, out)
     for p in [combined, *per_input]:
         if p is not None:
-            check_output(p, overwrite)
+            _check_out(p, overwrite, opts)
     if labels is not None:
         from .writers.labels import check_labels
 
@@ -420,7 +468,8 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
                        model=spec_identity(spec),
                        parameters={"scale": opts.scale, "gsd": opts.gsd, "tile_size": opts.tile_size,
                                    "overlap": opts.overlap, "squash": opts.squash, "bands": opts.bands,
-                                   "min_area": opts.min_area, "simplify": opts.simplify,
+                                   "min_area": opts.min_area, "max_area": opts.max_area,
+                                   "min_score": opts.min_score, "simplify": opts.simplify,
                                    "prompts": [p.label for p in prompts], "boxes": len(geo_boxes)})
     if work_dir is None and checkpoint and out is not None:
         work_dir = Path(str(combined or out).rstrip("/") + ".sam3tiles-work")
@@ -434,12 +483,13 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
 
         bar = tqdm(total=0, unit="tile", desc="tiles", dynamic_ncols=True, delay=1.0)
     frames: list[gpd.GeoDataFrame] = []
+    results: list[InputResult] = []
     merge_total = MergeStats()
     locks = [p for p in [combined, *per_input] if p is not None]
     try:
         with _locks(locks), open_engine(client=client, scheduler=opts.scheduler, workers=opts.workers) as engine:
             for p in locks:  # again under the lock: a run that finished meanwhile wrote it
-                check_output(p, overwrite)
+                _check_out(p, overwrite, opts)
             report.dashboard = engine.dashboard_link
             if engine.dashboard_link:
                 log.info("Dask dashboard: %s", engine.dashboard_link)
@@ -449,12 +499,13 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
                 res = run_input(engine, path, prompts, opts, report, store, bar)
                 merge_total.add(res.merge)
                 frames.append(res.gdf)
+                results.append(res)
             # per-input outputs are written together at the end: a run killed before then leaves none of
             # them, so its rerun resumes instead of stopping at an output that already exists
-            for frame, dest in zip(frames, per_input):
+            for res, dest in zip(results, per_input):
                 if dest is not None:
                     t0 = time.perf_counter()
-                    write_vector(_finish(frame), dest, metadata=_meta(report, frame))
+                    _write_output(_finish(res.gdf), dest, report, [res], opts, prompts)
                     report.seconds["write"] += time.perf_counter() - t0
             report.runtime_counters = _counters(engine)
             gdf = _combine(frames)
@@ -463,7 +514,7 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
             report.merge = merge_total.as_dict()
             if combined is not None:
                 t0 = time.perf_counter()
-                write_vector(gdf, combined, metadata=_meta(report, gdf))
+                _write_output(gdf, combined, report, results, opts, prompts)
                 report.seconds["write"] += time.perf_counter() - t0
             if labels is not None:
                 from .writers.labels import write_labels
@@ -486,6 +537,43 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     if opts.strict and report.failed:
         raise TilesFailedError(f"{report.failed} tile(s) failed (see the report); rerun to retry them")
     return gdf, report
+
+
+def _check_filters(opts: Options) -> None:
+    """--min-score, --min-area, --max-area make sense before any work."""
+    if not MODEL_MIN_SCORE <= opts.min_score <= 1:
+        raise UsageError(f"--min-score {opts.min_score:g}: give a score between {MODEL_MIN_SCORE} and 1; the "
+                         f"model's graphs already drop detections below {MODEL_MIN_SCORE}, so a lower threshold "
+                         "would keep nothing more")
+    if opts.max_area is not None and not opts.max_area > max(opts.min_area, 0):
+        raise UsageError(f"--max-area {opts.max_area:g} must be larger than --min-area {opts.min_area:g} (both in "
+                         "the `area` column's units)")
+
+
+def _check_out(p: Path, overwrite: bool, opts: Options) -> None:
+    """An output path, and with --layer (or an existing GeoPackage) the layer written into it."""
+    from .writers.vector import check_layer
+
+    check_output(p, overwrite or opts.layer is not None)
+    check_layer(p, opts.layer, overwrite)
+
+
+def _write_output(gdf: gpd.GeoDataFrame, dest: Path, report: RunReport, results: list[InputResult],
+                  opts: Options, prompts: Sequence[Prompt]) -> None:
+    """One output file (by extension) and, unless --no-preview, its quicklook `OUT.preview.png`."""
+    frames = {os.path.basename(r.source): r.frame for r in results if r.frame is not None}
+    labels = [p.label for p in prompts]
+    write_vector(gdf, dest, layer=opts.layer, metadata=_meta(report, gdf, frames), frames=frames,
+                 geojson_crs=opts.geojson_crs, prompts=labels)
+    if opts.preview:
+        from .quicklook import write_quicklook
+
+        write_quicklook(preview_path(dest, opts.layer), gdf, results, labels, opts.bands)
+
+
+def preview_path(out: str | os.PathLike, layer: str | None = None) -> Path:
+    """`OUT.preview.png` (`OUT.LAYER.preview.png` for a --layer of a GeoPackage)."""
+    return Path(f"{out}.{layer}.preview.png" if layer else f"{out}.preview.png")
 
 
 def _check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, box_file: str | None) -> None:
@@ -541,11 +629,17 @@ def _combine(frames: list[gpd.GeoDataFrame]) -> gpd.GeoDataFrame:
     return _finish(gdf)
 
 
-def _meta(report: RunReport, gdf: gpd.GeoDataFrame) -> dict:
+def _meta(report: RunReport, gdf: gpd.GeoDataFrame, frames: dict[str, Frame] | None = None) -> dict:
+    from .units import area_unit
+
     meta = {"version": report.version, "backend": report.backend, "model": report.model,
             "parameters": report.parameters}
     if gdf.crs is None:
         meta["crs"] = NO_CRS_NOTE
+    if frames:
+        meta["units"] = {"area": area_unit(next(iter(frames.values()))), "area_px": "source pixels"}
+        if any(f.pixel_size_um for f in frames.values()):
+            meta["units"]["area_um2"] = "square micrometres (OME physical pixel size)"
     return meta
 
 

@@ -104,7 +104,8 @@ def tiling_options(fn):
         click.option("--scale", type=float, default=1.0, show_default=True,
                      help="Uniform zoom: 2 for tiny objects, 0.5 for big ones (resampled on read)."),
         click.option("--gsd", type=float, default=None,
-                     help="Target ground sampling distance in CRS units per pixel (overrides --scale)."),
+                     help="Target sampling distance per pixel (overrides --scale): metres on a lon/lat CRS, CRS "
+                          "units on a projected one, microns on a slide with a known pixel size."),
         click.option("--bands", "--channels", "bands", default=None,
                      help="Bands as R,G,B (e.g. 4,3,2) or one band for grey; --channels for slides (1-based)."),
         click.option("--squash", is_flag=True,

@@ -35,12 +35,24 @@ def runtime_options(fn):
               help="An example box in the raster's CRS (repeatable); ',neg' marks a negative example.")
 @click.option("--box-file", default=None, help="Vector file of example boxes (any CRS; optional 'label' "
                                                "column 1/0).")
-@click.option("--out", "-o", required=True, help="Output file (.gpkg, .parquet, .fgb, .geojson), or a folder "
-                                                 "for one .gpkg per input.")
+@click.option("--out", "-o", required=True, help="Output file (.gpkg, .parquet, .fgb, .geojson, .coco.json), or a "
+                                                 "folder for one .gpkg per input.")
+@click.option("--layer", default=None, metavar="NAME",
+              help="GeoPackage layer to write (default: the output's stem); other layers of an existing "
+                   ".gpkg are kept, --overwrite replaces only this one.")
+@click.option("--geojson-crs", type=click.Choice(["wgs84", "native"]), default="wgs84", show_default=True,
+              help="GeoJSON of a georeferenced input: wgs84 = RFC 7946 lon/lat; native = the source CRS.")
+@click.option("--preview/--no-preview", default=True, show_default=True,
+              help="Write OUT.preview.png: the image, objects outlined per prompt, failed tiles marked.")
 @runtime_options
 @tiling_options
-@click.option("--min-area", type=float, default=0.0, help="Drop objects smaller than this (CRS units).")
-@click.option("--simplify", type=float, default=0.0, help="Simplify polygons with this tolerance (CRS units).")
+@click.option("--min-area", type=float, default=0.0, help="Drop objects smaller than this `area`: m² on a lon/lat "
+                                                            "CRS, else CRS units² (pixels without a CRS).")
+@click.option("--max-area", type=float, default=None, help="Drop objects larger than this (units of --min-area).")
+@click.option("--min-score", type=float, default=0.5, show_default=True,
+              help="Drop objects scored below this (0.5..1; the model already drops scores below 0.5).")
+@click.option("--simplify", type=float, default=0.0, help="Simplify polygons with this tolerance: metres on a "
+                                                            "lon/lat CRS, else CRS units (pixels without a CRS).")
 @click.option("--labels", default=None, metavar="OUT.tif",
               help="Also write an instance label image (uint32 TIFF aligned with the input, values = the "
                    "output's id column; one input only).")
@@ -54,7 +66,8 @@ def runtime_options(fn):
 @handle_errors
 def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, threads, workers, scheduler,
             tile_size, overlap, scale, gsd, bands, squash, min_area, simplify, work_dir, fresh, strict,
-            overwrite, verbose, quiet, labels=None):
+            overwrite, verbose, quiet, labels=None, layer=None, geojson_crs="wgs84", preview=True, max_area=None,
+            min_score=0.5):
     """Segment INPUTS (rasters or globs) with SAM 3, tile by tile, and write merged polygons to --out.
 
     \b
@@ -70,7 +83,8 @@ def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, th
     opts = Options(backend=backend, model=model, device=device, tile_size=tile_size, overlap=overlap,
                    scale=scale, gsd=gsd, bands=parse_bands(bands), squash=squash, min_area=min_area,
                    simplify=simplify, workers=workers, scheduler=scheduler, strict=strict,
-                   progress=not quiet, threads=threads)
+                   progress=not quiet, threads=threads, layer=layer, geojson_crs=geojson_crs, preview=preview,
+                   max_area=max_area, min_score=min_score)
     gdf, report = segment_job(list(inputs), list(texts), boxes=list(boxes), box_file=box_file, out=out,
                               overwrite=overwrite, options=opts, work_dir=work_dir, fresh=fresh, labels=labels)
     if not quiet:
