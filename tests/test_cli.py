@@ -38,7 +38,7 @@ def test_segment_writes_every_format_with_crs(scene, tmp_path, ext):
         x, y = doc["features"][0]["geometry"]["coordinates"][0][0]
         assert 14 < x < 16 and 36 < y < 38  # lon, lat near the scene (UTM 33N, 500 km E, 4100 km N)
         gdf = gdf.to_crs(32633)
-    else:
+    elif ext != ".parquet":
         import pyogrio
 
         assert [str(n) for n in pyogrio.list_layers(out)[:, 0]] == ["out"]
@@ -50,7 +50,7 @@ def test_segment_writes_every_format_with_crs(scene, tmp_path, ext):
     n_truth = int((scene.truth["class"].isin(["blue", "red"])).sum())
     assert abs(len(gdf) - n_truth) <= 0.03 * n_truth
     assert gdf.geometry.is_valid.all()
-    assert np.allclose(gdf["area"], gdf.geometry.area, rtol=1e-6 if ext != ".geojson" else 1e-3)
+    assert np.allclose(gdf["area"], gdf.geometry.area, rtol=1e-6 if ext != ".geojson" else 1e-2)
     assert np.allclose(gdf["area_px"], gdf["area"] / 0.09, rtol=1e-6)
     report = json.loads((tmp_path / f"out{ext}.report.json").read_text())
     assert report["objects"] == len(gdf) and report["tiles"] == 9
