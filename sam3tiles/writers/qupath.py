@@ -9,7 +9,8 @@ drag and drop). Per feature it reads:
 * `properties.classification`: `{"name": ..., "color": [r, g, b]}`, here the prompt;
 * `properties.name`, `properties.color`;
 * `properties.measurements`: an object of name -> number (QuPath >= 0.4; older versions wrote a list of
-  {name, value}); here score, area_px, n_tiles and the label id;
+  {name, value}); here score, area_px, n_tiles, the label id and, when the slide states its pixel size,
+  "Area µm^2" (QuPath's own name for a calibrated area);
 * `properties.metadata`: an object of name -> string.
 
 Other properties are kept beside these (QuPath ignores them; other readers see the usual columns).
@@ -34,6 +35,8 @@ from .atomic import atomic_path
 
 #: Numeric columns written as QuPath measurements (when present).
 MEASUREMENTS = ("score", "area_px", "n_tiles")
+#: Columns written under the name QuPath gives the measurement (its calibrated shape feature).
+QUPATH_NAMES = {"area_um2": "Area µm^2"}
 #: Columns written as QuPath metadata (strings).
 METADATA = ("source", "backend", "model")
 _NAMESPACE = uuid.UUID("5d1c1f6e-6a8f-4b8e-9a55-3a2b7f0c9e11")
@@ -116,11 +119,11 @@ def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None
                 props["name"] = f"{name} {oid}"
                 props["classification"] = {"name": name, "color": colour}
             meas = {"id": oid}
-            for k in MEASUREMENTS:
+            for k in (*MEASUREMENTS, *QUPATH_NAMES):
                 if k in rec:
                     v = _number(rec[k])
                     if v is not None:
-                        meas[k] = v
+                        meas[QUPATH_NAMES.get(k, k)] = v
             props["measurements"] = meas
             meta = {k: str(rec[k]) for k in METADATA if k in rec and rec[k] is not None}
             if meta:
