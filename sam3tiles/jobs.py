@@ -96,8 +96,10 @@ class Tiling(_Section):
 
 
 class Postprocess(_Section):
-    min_area: float = Field(0.0, ge=0)  # CRS units (square metres in a metric CRS)
-    simplify: float = Field(0.0, ge=0)  # CRS units
+    min_area: float = Field(0.0, ge=0)  # `area` units: m² on a lon/lat CRS, else CRS units² (see units)
+    max_area: float | None = Field(None, gt=0)  # same units; null: no maximum
+    min_score: float = Field(0.5, ge=0.5, le=1)  # the graphs already drop scores below 0.5
+    simplify: float = Field(0.0, ge=0)  # metres on a lon/lat CRS, else CRS units
 
 
 class Output(_Section):
@@ -106,6 +108,9 @@ class Output(_Section):
     work_dir: str | None = None  # checkpoints (default: beside the output)
     report: str | None = None  # run report JSON (default: <output>.report.json)
     labels: str | None = None  # label image of the objects (microscopy), where supported
+    layer: str | None = None  # GeoPackage layer (default: the output's stem); other layers are kept
+    preview: bool = True  # write <output>.preview.png
+    geojson_crs: Literal["wgs84", "native"] = "wgs84"  # GeoJSON of a georeferenced input
 
 
 class RunSection(_Section):
@@ -360,6 +365,8 @@ def job_options(lj: LoadedJob, *, strict: bool | None = None, progress: bool = F
                    tile_size=j.tiling.tile_size, overlap=j.tiling.overlap, scale=j.tiling.scale, gsd=j.tiling.gsd,
                    bands=tuple(j.tiling.bands) if j.tiling.bands else None, squash=j.tiling.squash,
                    min_area=j.postprocess.min_area, simplify=j.postprocess.simplify, workers=j.run.workers,
+                   max_area=j.postprocess.max_area, min_score=j.postprocess.min_score, layer=j.output.layer,
+                   preview=j.output.preview, geojson_crs=j.output.geojson_crs,
                    scheduler=j.run.scheduler, retries=j.run.retries,
                    strict=j.run.strict if strict is None else strict, progress=progress)
 
