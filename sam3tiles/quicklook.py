@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import shapely
 from PIL import Image, ImageDraw, ImageFont
 from rasterio.windows import Window
 
+from .errors import RasterReadError
 from .readers import open_source
 from .units import to_pixels
 from .writers.atomic import atomic_path
@@ -52,12 +52,16 @@ def read_cost(src, out_wh: tuple[int, int]) -> int:
 
 def overview(path: str, bands, out_wh: tuple[int, int]) -> np.ndarray | None:
     """RGB uint8 [h, w, 3] of the whole image at `out_wh`, or None when no level is small enough."""
-    with open_source(path, bands=bands) as src:
-        if read_cost(src, out_wh) > READ_BUDGET:
-            log.info("%s: no pyramid level or overview near %dx%d px: the preview shows outlines only "
-                     "(gdaladdo builds overviews)", path, *out_wh)
-            return None
-        rgb, valid = src.read_window(Window(0, 0, src.width, src.height), out_wh)
+    try:
+        with open_source(path, bands=bands) as src:
+            if read_cost(src, out_wh) > READ_BUDGET:
+                log.info("%s: no pyramid level or overview near %dx%d px: the preview shows outlines only "
+                         "(gdaladdo builds overviews)", path, *out_wh)
+                return None
+            rgb, valid = src.read_window(Window(0, 0, src.width, src.height), out_wh)
+    except RasterReadError as e:  # a damaged block (its tiles failed too): the outlines are still worth seeing
+        log.warning("the preview of %s is drawn without the image: %s", path, e)
+        return None
     return np.ascontiguousarray(np.moveaxis(rgb, 0, -1))
 
 
