@@ -239,7 +239,6 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
             report.skipped += 1
     if tiles and all(i in results and results[i].skipped for i in (t.index for t in tiles)):
         log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", path)
-    marks = _tile_marks(tiles, report, path)
 
     t0 = time.perf_counter()
     merged, mstats = merger.finish(gather=_gather_on(engine))
@@ -249,7 +248,7 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
     gdf["source"] = os.path.basename(path)
     gdf["backend"] = spec.backend
     gdf["model"] = model_identity
-    return InputResult(path, gdf, mstats, frame, marks)
+    return InputResult(path, gdf, mstats, frame, _tile_marks(tiles, report, path))
 
 
 def build_objects(merged, labels: Sequence[str], frame: Frame, opts: Options) -> gpd.GeoDataFrame:

@@ -59,8 +59,8 @@ class Frame:
     @property
     def centre_lonlat(self) -> tuple[float, float]:
         """The image centre in the geographic CRS's lon, lat (geographic frames only)."""
-        x, y = self.transform * (self.width / 2, self.height / 2)
-        return float(x), float(y)
+        t, cx, cy = self.transform, self.width / 2, self.height / 2
+        return float(t.a * cx + t.b * cy + t.c), float(t.d * cx + t.e * cy + t.f)
 
     def crs_unit(self) -> str:
         """The CRS's linear unit name ('metre', 'US survey foot'), 'pixel' without a CRS."""

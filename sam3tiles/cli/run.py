@@ -62,8 +62,7 @@ def dry_run_lines(lj) -> list[str]:
     from ..model.registry import get_runtime
     from ..errors import PromptError
     from ..jobs import job_options
-    from ..writers import check_output
-    from ..pipeline import expand_inputs, resolve_outputs, tiles_of
+    from ..pipeline import _check_out, expand_inputs, resolve_outputs, tiles_of
     from ..prompts import GeoBox, build_prompts, raster_bounds, read_box_file
     from ..readers import open_source
 
@@ -74,8 +73,11 @@ def dry_run_lines(lj) -> list[str]:
     out_lines = []
     for p in [combined, *per_input]:
         if p is not None:
-            check_output(p, j.output.overwrite)
-            out_lines.append(f"  {p}" + ("  (exists: will be replaced)" if p.exists() else ""))
+            _check_out(p, j.output.overwrite, opts)
+            what = f"layer {opts.layer} " if opts.layer else ""
+            out_lines.append(f"  {p}" + (f"  (exists: {what}will be written into it, other layers kept)"
+                                         if p.exists() and p.suffix.lower() == ".gpkg" else
+                                         "  (exists: will be replaced)" if p.exists() else ""))
     if lj.labels is not None:
         from ..jobs import job_call
 
