@@ -74,10 +74,7 @@ def dry_run_lines(lj) -> list[str]:
     for p in [combined, *per_input]:
         if p is not None:
             _check_out(p, j.output.overwrite, opts)
-            what = f"layer {opts.layer} " if opts.layer else ""
-            out_lines.append(f"  {p}" + (f"  (exists: {what}will be written into it, other layers kept)"
-                                         if p.exists() and p.suffix.lower() == ".gpkg" else
-                                         "  (exists: will be replaced)" if p.exists() else ""))
+            out_lines.append(_output_line(p, opts.layer))
     if lj.labels is not None:
         from ..jobs import job_call
 
@@ -145,3 +142,11 @@ def dry_run_lines(lj) -> list[str]:
                  "on a desktop GPU")
     lines.append("dry run: nothing was written")
     return lines
+
+
+def _output_line(p, layer: str | None) -> str:
+    if not p.exists():
+        return f"  {p}"
+    if p.suffix.lower() == ".gpkg":
+        return f"  {p}  (exists: layer {layer or p.stem} is written into it, the other layers are kept)"
+    return f"  {p}  (exists: will be replaced)"
