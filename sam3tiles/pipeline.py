@@ -481,7 +481,6 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
         from tqdm import tqdm
 
         bar = tqdm(total=0, unit="tile", desc="tiles", dynamic_ncols=True, delay=1.0)
-    frames: list[gpd.GeoDataFrame] = []
     results: list[InputResult] = []
     merge_total = MergeStats()
     locks = [p for p in [combined, *per_input] if p is not None]
@@ -497,24 +496,19 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
             for path in paths:
                 res = run_input(engine, path, prompts, opts, report, store, bar)
                 merge_total.add(res.merge)
-                frames.append(res.gdf)
                 results.append(res)
             # per-input outputs are written together at the end: a run killed before then leaves none of
             # them, so its rerun resumes instead of stopping at an output that already exists
             for res, dest in zip(results, per_input):
                 if dest is not None:
-                    t0 = time.perf_counter()
                     _write_output(_finish(res.gdf), dest, report, [res], opts, prompts)
-                    report.seconds["write"] += time.perf_counter() - t0
             report.runtime_counters = _counters(engine)
-            gdf = _combine(frames)
+            gdf = _combine([r.gdf for r in results])
             report.objects = len(gdf)
             report.objects_by_prompt = {str(k): int(v) for k, v in gdf["prompt"].value_counts().items()} if len(gdf) else {}
             report.merge = merge_total.as_dict()
             if combined is not None:
-                t0 = time.perf_counter()
                 _write_output(gdf, combined, report, results, opts, prompts)
-                report.seconds["write"] += time.perf_counter() - t0
             if labels is not None:
                 from .writers.labels import write_labels
 
@@ -560,6 +554,7 @@ def _check_out(p: Path, overwrite: bool, opts: Options) -> None:
 def _write_output(gdf: gpd.GeoDataFrame, dest: Path, report: RunReport, results: list[InputResult],
                   opts: Options, prompts: Sequence[Prompt]) -> None:
     """One output file (by extension) and, unless --no-preview, its quicklook `OUT.preview.png`."""
+    t0 = time.perf_counter()
     frames = {os.path.basename(r.source): r.frame for r in results if r.frame is not None}
     labels = [p.label for p in prompts]
     write_vector(gdf, dest, layer=opts.layer, metadata=_meta(report, gdf, frames), frames=frames,
@@ -568,6 +563,7 @@ def _write_output(gdf: gpd.GeoDataFrame, dest: Path, report: RunReport, results:
         from .quicklook import write_quicklook
 
         write_quicklook(preview_path(dest, opts.layer), gdf, results, labels, opts.bands)
+    report.seconds["write"] += time.perf_counter() - t0
 
 
 def preview_path(out: str | os.PathLike, layer: str | None = None) -> Path:
