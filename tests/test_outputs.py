@@ -144,7 +144,9 @@ def test_slide_area_um2_and_gsd_in_microns(tmp_path):
     gdf, _ = run(slide.path, ["indigo"], out=out)
     assert len(gdf) > 10
     assert np.allclose(gdf["area_um2"], gdf["area_px"] * 0.0625)
-    features = json.loads(out.read_text())["features"]
+    doc = json.loads(out.read_text())
+    assert doc["name"] == "nuclei" and pyogrio.list_layers(out)[0, 0] == "nuclei"
+    features = doc["features"]
     assert all(f["properties"]["measurements"]["Area µm^2"] == pytest.approx(f["properties"]["area_px"] * 0.0625)
                for f in features)
 

@@ -92,12 +92,15 @@ def _polygonal(geom):
     return shapely.union_all(polys)
 
 
-def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None, chunk: int = 5000):
+def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None, chunk: int = 5000,
+                             name: str | None = None):
     """The file's text in pieces: header, one feature per piece, footer (rows converted `chunk` at a time)."""
     cols = [c for c in gdf.columns if c != gdf.geometry.name]
     ids = gdf["id"].to_numpy() if "id" in gdf.columns else np.arange(1, len(gdf) + 1)
     colours: dict[str, list[int]] = {}
     head = {"type": "FeatureCollection"}
+    if name:
+        head["name"] = name  # the layer name GDAL reads (QuPath ignores it)
     if metadata:
         head["sam3tiles"] = metadata
     yield json.dumps(head, default=str)[:-1] + ', "features": [\n'
@@ -139,12 +142,13 @@ def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None
     yield "\n]}\n"
 
 
-def write_qupath_geojson(gdf: gpd.GeoDataFrame, path: str | os.PathLike, metadata: dict | None = None) -> Path:
+def write_qupath_geojson(gdf: gpd.GeoDataFrame, path: str | os.PathLike, metadata: dict | None = None,
+                         name: str | None = None) -> Path:
     """Write `gdf` (pixel coordinates, no CRS) to `path` as QuPath detections. Not atomic by itself:
     `output.write_vector` calls it on a temporary name and renames the file into place."""
     p = Path(path)
     with open(p, "w", encoding="utf-8") as f:
-        for piece in feature_collection_lines(gdf, metadata):
+        for piece in feature_collection_lines(gdf, metadata, name=name):
             f.write(piece)
     return p
 

@@ -113,7 +113,7 @@ def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, layer: str | No
                 shutil.copy2(p, tmp)  # copy, write the layer into the copy, rename: see the module docstring
             _write_gpkg(gdf, tmp, name, metadata, description)
         elif driver == "GeoJSON" and gdf.crs is None:
-            write_qupath_geojson(gdf, tmp, metadata)  # pixel space: detections QuPath imports as they are
+            write_qupath_geojson(gdf, tmp, metadata, name=name)  # pixel space: detections QuPath imports as they are
         elif driver == "GeoJSON":
             _write_geojson(gdf, tmp, name, metadata, description, frames, geojson_crs)
         else:
