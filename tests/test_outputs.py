@@ -62,7 +62,7 @@ def lonlat(tmp_path_factory):
 def run(path, prompts, **kw):
     kw.setdefault("workers", 2)
     kw.setdefault("checkpoint", False)
-    gdf, report = segment_job(str(path), prompts, backend="reference", **kw)
+    gdf, report = segment_job(path if isinstance(path, list) else str(path), prompts, backend="reference", **kw)
     assert report.failed == 0
     return gdf, report
 
@@ -316,3 +316,19 @@ def test_preview_outlines_objects_and_is_bounded(lonlat, tmp_path, monkeypatch):
     r = CliRunner().invoke(cli, ["-q", "segment", str(path), "-t", "red", "--backend", "reference", "--workers", "2",
                                  "--out", str(tmp_path / "none.gpkg"), "--no-preview"])
     assert r.exit_code == 0 and not (tmp_path / "none.gpkg.preview.png").exists()
+
+
+def test_preview_of_several_inputs_has_a_panel_each(lonlat, tmp_path):
+    import shutil
+
+    from sam3tiles import quicklook
+
+    path, cars = lonlat
+    other = shutil.copy(path, tmp_path / "other.tif")
+    gdf, _ = run([path, other], ["red"], out=tmp_path / "both.gpkg")
+    assert len(gdf) == 2 * len(cars)
+    img = np.asarray(Image.open(tmp_path / "both.gpkg.preview.png").convert("RGB")).astype(int)
+    side = quicklook.MAX_SIDE // 2
+    assert img.shape[1] == 2 * side
+    red = np.abs(img - np.asarray(quicklook.class_colour("red"))).sum(axis=2) < 30
+    assert red[:side, :side].sum() > 50 and red[:side, side:].sum() > 50  # outlines in both panels
