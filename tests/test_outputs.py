@@ -75,7 +75,8 @@ def test_lonlat_min_area_in_square_metres_keeps_every_vehicle(lonlat, tmp_path):
         warnings.simplefilter("always")
         # --gsd in metres: 0.075 m is a 4x zoom, where the mask grid (3.5 px cells at scale 1) is finer
         # than a pixel, so the areas measure the units rather than the mask resolution
-        gdf, _ = run(path, ["red"], min_area=5, gsd=0.075, out=tmp_path / "cars.gpkg")
+        gdf, _ = run(path, ["red"], min_area=5, gsd=0.075, out=tmp_path / "cars.gpkg", checkpoint=True,
+                     work_dir=tmp_path / "work")
     assert not [w for w in caught if "geographic CRS" in str(w.message)]
     assert len(gdf) == len(cars)
     truth = np.asarray([g.area for g in cars]) * PIXEL_M ** 2  # about 18 m^2 each
@@ -97,7 +98,8 @@ def test_lonlat_min_area_in_square_metres_keeps_every_vehicle(lonlat, tmp_path):
     # the unit is in the layer's metadata; a larger --min-area in m^2 drops them all
     meta = json.loads(pyogrio.read_info(tmp_path / "cars.gpkg")["layer_metadata"]["sam3tiles"])
     assert meta["units"]["area"].startswith("square metres") and "equal-area" in meta["units"]["area"]
-    assert len(run(path, ["red"], min_area=40)[0]) == 0
+    again, report = run(path, ["red"], min_area=40, gsd=0.075, checkpoint=True, work_dir=tmp_path / "work")
+    assert len(again) == 0 and report.resumed == report.tiles  # (the tiles come from the checkpoints)
 
 
 def _inverse(t: Affine) -> list[float]:
