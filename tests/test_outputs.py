@@ -334,3 +334,10 @@ def test_preview_of_several_inputs_has_a_panel_each(lonlat, tmp_path):
     assert img.shape[1] == 2 * side
     red = np.abs(img - np.asarray(quicklook.class_colour("red"))).sum(axis=2) < 30
     assert red[:side, :side].sum() > 50 and red[:side, side:].sum() > 50  # outlines in both panels
+
+
+def test_quicklook_benchmark_smoke():
+    from benchmarks.bench_quicklook import main
+
+    rows = main(["--sizes", "400"])
+    assert [r["overviews"] for r in rows] == [False, True] and all(r["image_drawn"] for r in rows)
