@@ -215,6 +215,15 @@ def test_vocabulary_download_resumes_a_partial_file(tmp_path, hub):
     assert hub.gets(mf.VOCAB_NAME) == [("bytes=1000-", 206)]
 
 
+def test_whole_part_file_is_used_without_a_request(tmp_path, hub):
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / (mf.VOCAB_NAME + ".part")).write_bytes(FAKE[mf.VOCAB_NAME])
+    _fetch(d, hub)
+    _all_there(d)
+    assert hub.gets(mf.VOCAB_NAME) == []
+
+
 def test_persistent_hash_mismatch_is_a_model_error(tmp_path, hub):
     bad = tuple(mf.ModelFile(f.name, f.url, "0" * 64 if f.name == mf.DECODER else f.sha256, f.licence, f.repo,
                              f.revision) for f in fake_manifest(hub.url))

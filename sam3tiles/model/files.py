@@ -200,6 +200,8 @@ def _get(f: ModelFile, d: Path, *, endpoint: str | None, token: str | None, cach
     part = d / (f.name + ".part")
     if force:
         part.unlink(missing_ok=True)
+    elif part.is_file() and sha256_file(part) == f.sha256:
+        return part  # a whole part left by a run killed before its rename (a resumed request would get 416)
     with open(part, "ab") as fh:
         http_get(f.url, fh, resume_size=fh.tell(), displayed_filename=f.name, tqdm_class=_bar_class(progress))
     return part
