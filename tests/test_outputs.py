@@ -26,7 +26,8 @@ from rasterio.crs import CRS
 from sam3tiles.cli.main import cli
 from sam3tiles.demo import COLOURS, layout
 from sam3tiles.errors import UsageError
-from sam3tiles.pipeline import _gsd_scale, segment_job
+from sam3tiles.pipeline import segment_job
+from sam3tiles.plan import gsd_scale as _gsd_scale
 from sam3tiles.readers import open_source
 from sam3tiles.slidegen import write_slide
 from sam3tiles.units import Frame, ome_pixel_size_um, pixel_size
@@ -289,7 +290,9 @@ def test_min_score_and_max_area(lonlat, tmp_path):
     small, _ = run(path, ["red"], max_area=float(np.median(base["area"])))
     assert 0 < len(small) < len(base) and (small["area"] <= np.median(base["area"])).all()
     r = cli_run(path, "-t", "red", "--out", tmp_path / "o.gpkg", "--min-score", "0.3")
-    assert r.exit_code == UsageError.exit_code and "already drop" in r.output and not (tmp_path / "o.gpkg").exists()
+    assert r.exit_code == UsageError.exit_code and "0.5" in r.output and not (tmp_path / "o.gpkg").exists()
+    with pytest.raises(UsageError, match="already drop"):
+        run(path, ["red"], min_score=0.3)
 
 
 def test_preview_outlines_objects_and_is_bounded(lonlat, tmp_path, monkeypatch):

@@ -28,6 +28,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import platformdirs
+from tqdm.auto import tqdm
+
 from ..errors import ModelError, ModelNotFoundError
 
 MODEL_VERSION = "v0.3.0"
@@ -92,8 +95,6 @@ REQUIRED_GRAPH_FILES = (IMAGE_ENCODER, IMAGE_ENCODER + ".data", LANGUAGE_ENCODER
 
 def default_model_dir() -> Path:
     """``<user cache dir>/sam3tiles/sam3-onnx-v0.3.0``."""
-    import platformdirs
-
     return Path(platformdirs.user_cache_dir("sam3tiles")) / f"sam3-onnx-{MODEL_VERSION}"
 
 
@@ -167,7 +168,6 @@ def _default_echo(message: str) -> None:
 
 def _bar_class(progress: bool):
     """tqdm for huggingface_hub's progress bars: its own, or one that never draws."""
-    from tqdm.auto import tqdm
 
     if progress:
         return None
