@@ -10,10 +10,9 @@ messages and exit codes. Checks added later belong in `plan_run`'s sequence. Not
 
 from __future__ import annotations
 
-import logging
-
 import dataclasses
 import glob
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
