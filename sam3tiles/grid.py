@@ -170,9 +170,13 @@ def squash_tile(width: int, height: int, transform: Affine, size: int = TILE_SIZ
                 src_transform=transform)
 
 
-def scale_for_gsd(transform: Affine, gsd: float) -> float:
-    """The scale that resamples a raster of `transform` to a ground sampling distance of `gsd` CRS units."""
-    if gsd <= 0:
+def scale_for_gsd(transform: Affine, gsd: float, resolution: float | None = None) -> float:
+    """The scale that resamples a raster of `transform` to a ground sampling distance of `gsd`.
+
+    `resolution` is the source's own sampling distance in the unit of `gsd` (`units.pixel_size`: metres
+    on a geographic CRS, microns on a slide); without it both are CRS units.
+    """
+    if not gsd > 0:
         raise UsageError(f"--gsd must be positive, got {gsd}")
-    res = math.sqrt(abs(transform.a * transform.e - transform.b * transform.d))
+    res = resolution if resolution is not None else math.sqrt(abs(transform.a * transform.e - transform.b * transform.d))
     return res / gsd

@@ -126,7 +126,7 @@ Postprocess = job_section("postprocess")
 RunSection = job_section("run")
 
 
-class Output(_Section):
+class Output(job_section("output")):
     path: str
     overwrite: bool = False
     work_dir: str | None = None  # checkpoints (default: beside the output)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +28,16 @@ from .model.registry import RuntimeSpec, get_runtime, spec_identity
 from .options import Options
 from .prompts import GeoBox, Prompt, boxes_outside, build_prompts, raster_bounds, read_box_file
 from .readers import Source, Stretch, open_source
+from .units import Frame, pixel_size
 from .writers import check_output
+from .writers.vector import check_layer
 from .writers.labels import check_labels
 
 #: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
 ENCODE_S, DECODE_S = 0.35, 0.07
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,12 @@ class InputPlan:
     grid: TileGrid | None  # None when squashed
     squash_size: int
     output: Path | None  # its own output (when --out is a folder)
+    pixel_size_um: tuple[float, float] | None = None  # a slide's physical pixel size (OME), when it states one
+
+    @property
+    def frame(self) -> Frame:
+        """The input's frame for units (`units.Frame`)."""
+        return Frame(self.crs, self.transform, self.width, self.height, self.pixel_size_um)
 
     @property
     def bounds(self) -> tuple[float, float, float, float]:
@@ -174,7 +186,7 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     per_input, combined = resolve_outputs(paths, out)
     for p in [combined, *per_input]:
         if p is not None:
-            check_output(p, overwrite)
+            check_out(p, overwrite, opts)
     label_path = _check_labels(labels, paths, overwrite)
     opts, spec = resolve_model(opts)
     geo_boxes = [GeoBox.parse(b) if isinstance(b, str) else b for b in boxes]
@@ -279,14 +291,32 @@ def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:
 def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPlan:
     """Open one input (its own errors: unreadable, bands, size) and lay out its tiles."""
     with open_source(path, bands=opts.bands) as src:
+        if getattr(src, "levels_read", None) is not None and src.crs is None and src.pixel_size_um is None:
+            log.warning("%s: the slide states no physical pixel size (OME PhysicalSizeX): areas stay in pixels, "
+                        "no area_um2", path)
         return InputPlan(path=path, width=src.width, height=src.height, crs=src.crs, transform=src.transform,
                          bands=tuple(src.bands), band_count=int(src.dataset.count), dtype=str(src.dtype), stretch=src.stretch, identity=src.identity,
                          grid=None if opts.squash else build_grid(src, opts), squash_size=opts.tile_size,
-                         output=output)
+                         output=output, pixel_size_um=src.pixel_size_um)
+
+
+def check_out(p: Path, overwrite: bool, opts: Options) -> None:
+    """An output path, and with --layer (or an existing GeoPackage) the layer written into it."""
+    check_output(p, overwrite or opts.layer is not None)
+    check_layer(p, opts.layer, overwrite)
+
+
+def gsd_scale(src: Source, gsd: float) -> float:
+    """--gsd in the frame's length unit (metres on a geographic CRS, microns on a slide: `units`)."""
+    size = pixel_size(Frame.of(src))
+    if size is None:
+        raise UsageError(f"--gsd {gsd:g}: {src.path} states no pixel size (no CRS, no OME PhysicalSizeX), so a "
+                         "sampling distance cannot be honoured: zoom with --scale instead")
+    return scale_for_gsd(src.transform, gsd, resolution=size[0])
 
 
 def build_grid(src: Source, opts: Options) -> TileGrid:
-    scale = scale_for_gsd(src.transform, opts.gsd) if opts.gsd else opts.scale
+    scale = gsd_scale(src, opts.gsd) if opts.gsd else opts.scale
     return TileGrid(src.width, src.height, scale=scale, tile_size=opts.tile_size, overlap=opts.overlap,
                     transform=src.transform)
 

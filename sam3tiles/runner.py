@@ -28,6 +28,7 @@ from .model.registry import RuntimeSpec, get_runtime
 from .plan import InputPlan, RunPlan
 from .prompts import Prompt, box_passes, boxes_outside, tile_boxes
 from .report import RunReport
+from .units import Frame
 from .tasks import SourceSpec, TilePrompt, TileResult, infer_task, prepared_prompt, read_task, vectorize_task
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,8 @@ class InputResult:
     source: str
     gdf: gpd.GeoDataFrame
     merge: MergeStats = field(default_factory=MergeStats)
+    frame: Frame | None = None  # the input's frame (units, pixel grid)
+    marks: list = field(default_factory=list)  # [("failed" | "saturated", source-pixel Window)] for the preview
 
 
 @dataclass
@@ -95,11 +98,19 @@ class InputRun:
         t0 = time.perf_counter()
         merged, mstats = self.merger.finish(gather=_gather_on(self.engine))
         self.report.seconds["merge"] += time.perf_counter() - t0
-        gdf = objects_frame(merged, [p.label for p in self.plan.prompts], crs=self.inp.crs,
-                            pixel_area=self.inp.pixel_area, source=self.inp.path, backend=self.spec.backend,
-                            model=self.plan.model_identity, simplify=self.opts.simplify,
-                            min_area=self.opts.min_area)
-        return InputResult(self.inp.path, gdf, mstats)
+        o = self.opts
+        gdf = objects_frame(merged, [p.label for p in self.plan.prompts], frame=self.inp.frame, source=self.inp.path,
+                            backend=self.spec.backend, model=self.plan.model_identity, simplify=o.simplify,
+                            min_area=o.min_area, max_area=o.max_area, min_score=o.min_score)
+        return InputResult(self.inp.path, gdf, mstats, self.inp.frame, self._marks())
+
+    def _marks(self) -> list:
+        """Failed and saturated tiles of this input as source-pixel windows, for the quicklook."""
+        path, tiles = self.inp.path, self.tiles
+        marks = [("failed", tiles[f["tile"]].src_window) for f in self.report.failed_tiles
+                 if f.get("source") == path and f.get("tile") in tiles]
+        return marks + [("saturated", tiles[f["tile"]].src_window) for f in self.report.saturated_tiles
+                        if f.get("source") == path and f.get("tile") in tiles]
 
     # -- before: what each tile needs ------------------------------------------------------------------
 
