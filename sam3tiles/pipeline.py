@@ -26,6 +26,7 @@ from .engine import Engine, _count, open_engine
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, UsageError, shippable
 from .grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid, scale_for_gsd, squash_tile
 from .merge import BlockMerger, MergeStats, tile_blocks, tile_frame
+from .refine import DEFAULT_DEPTH, RefineStats, Refiner, check_refine, shared_frame
 from .writers import NO_CRS_NOTE, check_output, output_lock, write_vector
 from .prompts import GeoBox, Prompt, box_passes, boxes_outside, build_prompts, raster_bounds, read_box_file, tile_boxes
 from .report import RunReport
@@ -64,6 +65,8 @@ class Options:
     encode_seconds: float = 0.1  # simulated backend only
     decode_seconds: float = 0.01
     merge_block: int = 8  # tiles per side of a merge block (blocks merge in parallel; 0: one merge)
+    refine: str = "auto"  # re-run tiles that hit SAM 3's 200-object cap zoomed in (see refine.py); "off"
+    refine_depth: int = DEFAULT_DEPTH  # zoom doublings at most
 
     def runtime_spec(self) -> RuntimeSpec:
         return RuntimeSpec(backend=self.backend, model_dir=self.model, device=self.device,
@@ -157,6 +160,7 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
     with open_source(path, bands=opts.bands) as src:
         source = SourceSpec(src.path, src.bands, src.stretch)
         tiles, overlap = tiles_of(src, opts)
+        grid = None if opts.squash else build_grid(src, opts)
         crs = src.crs
         pixel_area = abs(src.transform.a * src.transform.e - src.transform.b * src.transform.d)
         identity = src.identity
@@ -171,47 +175,22 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
         # no refresh(): a bar drawn before its delay is not closed with a newline, so an error message
         # would follow it on the same line
 
-    results: dict[int, TileResult] = {}  # bookkeeping only: each tile's pieces go straight to the merger
     frames = {t.index: tile_frame(t, overlap) for t in tiles}
     blocks = tile_blocks(tiles, opts.merge_block) if opts.merge_block > 0 else {t.index: 0 for t in tiles}
     merger = BlockMerger(frames, blocks, submit=_submit_on(engine, opts.retries))
-    # checkpoints hold one result per (tile, prompt): a changed or added prompt recomputes only its own part
-    keys: dict[int, list] = {}  # tile index -> [(prompt index or None, text, key)] still to compute and store
-    found: dict[int, list] = {}  # tile index -> [(prompt index or None, stored part)] reused from the store
-    queue: deque = deque()
+    refiner = Refiner(grid, opts.refine_depth if opts.refine == "auto" else 0, path) if grid is not None else None
+    book = _TileBook(prompts, slots, {"source": identity, "model": model_identity, "edge_margin": opts.edge_margin,
+                                      "stretch": str(source.stretch), "bands": source.bands},
+                     store, report, progress_bar, merger, frames, blocks, overlap, refiner, path)
     for tile in tiles:
-        tps = _prompts_for_tile(prompts, tile, slots)
-        base = {"source": identity, "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy,
-                                             list(tile.src_transform)[:6], tile.interior],
-                "model": model_identity, "edge_margin": opts.edge_margin, "stretch": str(source.stretch),
-                "bands": source.bands}
-        entries = [(tp.index, tp.text, tile_key({**base, "prompt": [tp.text, [[(b.cxcywh, b.positive) for b in ps]
-                                                                             for ps in tp.passes]]}))
-                   for tp in tps] or [(None, None, tile_key({**base, "prompt": None}))]
-        hits = {e[2]: store.get(e[2]) for e in entries} if store is not None else {}
-        found[tile.index] = [(i, hits[k]) for i, _, k in entries if hits.get(k) is not None]
-        keys[tile.index] = [e for e in entries if hits.get(e[2]) is None]
-        report.checkpoint["reused"] = report.checkpoint.get("reused", 0) + len(found[tile.index])
-        if not keys[tile.index]:
-            results[tile.index] = join_parts(tile.index, found[tile.index])
-            merger.add(tile.index, results[tile.index].pieces)
-            results[tile.index].pieces = None
-            if not results[tile.index].skipped:
-                report.resumed += 1
-            if progress_bar is not None:
-                progress_bar.update(1)
-            continue
-        if found[tile.index]:
-            report.checkpoint["partial_tiles"] = report.checkpoint.get("partial_tiles", 0) + 1
-        todo = {i for i, _, _ in keys[tile.index]}
-        queue.append((tile, [tp for tp in tps if tp.index in todo]))
+        book.admit(tile, _prompts_for_tile(prompts, tile, slots))
 
-    _run_tiles(engine, source, spec, queue, opts, report, store, keys, results, progress_bar, found, merger)
-    found.clear()
+    _run_tiles(engine, source, spec, book.queue, opts, report, store, book.keys, book.results, progress_bar,
+               book.found, merger, book.land)
+    book.found.clear()
+    results = book.results
+    book.stats.add_to(report.refine)
     for r in results.values():
-        if r.saturated:
-            report.saturated += 1
-            report.saturated_tiles.append({"source": path, "tile": r.tile_index})
         for name in r.unusable_prompts:
             note = f"{name!r}: the {spec.backend} backend cannot find it"
             if note not in report.unusable_prompts:
@@ -247,9 +226,91 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
     return InputResult(path, gdf, mstats)
 
 
+class _TileBook:
+    """One input's tiles between the grid and the merger: checkpoint look-ups (`admit`), the queue of
+    tiles to compute, and each finished tile's landing (`land`: refinement, then the merger)."""
+
+    def __init__(self, prompts, slots, key_base, store, report, progress_bar, merger, frames, blocks, overlap,
+                 refiner: Refiner | None, path: str):
+        self.prompts, self.slots, self.key_base, self.store = prompts, slots, key_base, store
+        self.report, self.bar, self.merger, self.frames, self.blocks = report, progress_bar, merger, frames, blocks
+        self.overlap, self.refiner, self.path = overlap, refiner, path
+        self.stats = RefineStats(mode="auto" if refiner is not None and refiner.depth else "off",
+                                 depth=refiner.depth if refiner is not None else 0)
+        self.results: dict[int, TileResult] = {}  # bookkeeping only: pieces go straight to the merger
+        # checkpoints hold one result per (tile, prompt): a changed or added prompt recomputes only its own part
+        self.keys: dict[int, list] = {}  # tile index -> [(prompt index or None, text, key)] to compute and store
+        self.found: dict[int, list] = {}  # tile index -> [(prompt index or None, stored part)] reused
+        self.queue: deque = deque()
+
+    def admit(self, tile, tps, front: bool = False) -> None:
+        """Reuse the tile's checkpointed prompts; queue the rest (sub-tiles at the front, so they run next)."""
+        base = {**self.key_base, "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy,
+                                          list(tile.src_transform)[:6], tile.interior]}
+        if self.refiner is not None and self.refiner.depth_of(tile.index):
+            base["sub_tile"] = tile.index  # the index is in the stored pieces
+        entries = [(tp.index, tp.text, tile_key({**base, "prompt": [tp.text, [[(b.cxcywh, b.positive) for b in ps]
+                                                                             for ps in tp.passes]]}))
+                   for tp in tps] or [(None, None, tile_key({**base, "prompt": None}))]
+        store = self.store
+        hits = {e[2]: store.get(e[2]) for e in entries} if store is not None else {}
+        self.found[tile.index] = [(i, hits[k]) for i, _, k in entries if hits.get(k) is not None]
+        self.keys[tile.index] = [e for e in entries if hits.get(e[2]) is None]
+        report = self.report
+        report.checkpoint["reused"] = report.checkpoint.get("reused", 0) + len(self.found[tile.index])
+        if not self.keys[tile.index]:
+            self.land(tile, join_parts(tile.index, self.found[tile.index]), computed=False)
+            return
+        if self.found[tile.index]:
+            report.checkpoint["partial_tiles"] = report.checkpoint.get("partial_tiles", 0) + 1
+        todo = {i for i, _, _ in self.keys[tile.index]}
+        item = (tile, [tp for tp in tps if tp.index in todo])
+        self.queue.appendleft(item) if front else self.queue.append(item)
+
+    def land(self, tile, res: TileResult, computed: bool) -> None:
+        """A finished tile (computed, or whole from the checkpoints): refine it if it saturated, then hand
+        its pieces to the merger."""
+        self.results[tile.index] = res
+        if not computed:
+            self.report.resumed += 0 if res.skipped else 1
+            if self.bar is not None:
+                self.bar.update(1)
+        elif self.refiner is not None and self.refiner.depth_of(tile.index) and not res.skipped:
+            self.stats.extra_encodes += 1
+        # box-only prompts are not refined: a sub-tile without the example would find nothing
+        todo = tuple(i for i in res.saturated_prompts if self.prompts[i].text is not None)
+        subs = []
+        if self.refiner is not None and todo:
+            subs = self.refiner.refine(tile, todo, res.pieces, self.frames[tile.index].pixel, self.stats,
+                                       [p.label for p in self.prompts])
+        if res.saturated and not subs:
+            self.report.saturated += 1
+            self.report.saturated_tiles.append({"source": self.path, "tile": tile.index,
+                                                "depth": self.refiner.depth_of(tile.index) if self.refiner else 0})
+        if subs:
+            self._expect(tile, subs)
+            for sub in reversed(subs):  # appended at the front: they run in index order
+                self.admit(sub, [tp for tp in _prompts_for_tile(self.prompts, sub, self.slots) if tp.index in todo],
+                           front=True)
+        self.merger.add(tile.index, res.pieces)
+        res.pieces = None
+
+    def _expect(self, tile, subs) -> None:
+        block = self.blocks[tile.index]
+        self.frames[tile.index] = shared_frame(self.frames[tile.index])
+        self.merger.expect(tile.index, self.frames[tile.index], block)
+        for sub in subs:
+            self.frames[sub.index] = shared_frame(tile_frame(sub, self.overlap))
+            self.blocks[sub.index] = block
+            self.merger.expect(sub.index, self.frames[sub.index], block)
+        self.report.tiles += len(subs)
+        if self.bar is not None:
+            self.bar.total = (self.bar.total or 0) + len(subs)
+
+
 def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deque, opts: Options,
                report: RunReport, store: TileStore | None, keys: dict, results: dict, progress_bar,
-               found: dict, merger: BlockMerger) -> None:
+               found: dict, merger: BlockMerger, land) -> None:
     from distributed import as_completed
 
     client = engine.client
@@ -286,9 +347,7 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
                 if parts:  # a tile computed for some prompts only: join the stored parts in prompt order
                     parts = parts + [(i, prompt_part(res, i, text)) for i, text, _ in keys[tile.index]]
                     res = join_parts(tile.index, sorted(parts, key=lambda e: -1 if e[0] is None else e[0]))
-                    results[tile.index] = res
-                merger.add(tile.index, res.pieces)
-                res.pieces = None
+                land(tile, res, computed=True)  # may queue sub-tiles (refinement) at the front
             else:
                 exc = fut.exception()
                 if isinstance(exc, ModelError):
@@ -306,7 +365,7 @@ def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deq
                 f.release()
             if progress_bar is not None:
                 progress_bar.update(1)
-            if queue:
+            while queue and len(in_flight) < limit:
                 submit_next()
             if queue and engine.distributed and not opts.max_in_flight and time.monotonic() > recount_at:
                 # workers that joined since the start (a SLURM job starting late) get tiles too
@@ -382,6 +441,7 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
         setattr(opts, k, v)
     if opts.bands is not None and not isinstance(opts.bands, tuple):
         opts.bands = parse_bands(opts.bands)
+    check_refine(opts.refine, opts.refine_depth)
     t_start = time.perf_counter()
     paths = expand_inputs(inputs)
     per_input, combined = resolve_outputs(paths, out)
@@ -421,7 +481,8 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
                        parameters={"scale": opts.scale, "gsd": opts.gsd, "tile_size": opts.tile_size,
                                    "overlap": opts.overlap, "squash": opts.squash, "bands": opts.bands,
                                    "min_area": opts.min_area, "simplify": opts.simplify,
-                                   "prompts": [p.label for p in prompts], "boxes": len(geo_boxes)})
+                                   "prompts": [p.label for p in prompts], "boxes": len(geo_boxes),
+                                   "refine": opts.refine, "refine_depth": opts.refine_depth})
     if work_dir is None and checkpoint and out is not None:
         work_dir = Path(str(combined or out).rstrip("/") + ".sam3tiles-work")
     store = TileStore(work_dir, fresh=fresh) if (checkpoint and work_dir is not None) else None
@@ -485,6 +546,13 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     gdf.attrs["sam3tiles_report"] = report.as_dict()
     if opts.strict and report.failed:
         raise TilesFailedError(f"{report.failed} tile(s) failed (see the report); rerun to retry them")
+    if report.saturated:
+        from .refine import advice
+
+        line = advice(report.saturated, opts.refine, opts.refine_depth if opts.refine == "auto" else 0)
+        if opts.strict:
+            raise TilesFailedError(line + " (--strict: the output is written; exit 5)")
+        log.warning(line)
     return gdf, report
 
 
