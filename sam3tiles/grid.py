@@ -176,7 +176,7 @@ class TileGrid:
             raise ValueError("a squashed tile cannot be split")
         ext = (self.width * scale, self.height * scale)
         core = tuple(2 * v for v in tile.core_xyxy)
-        spans = [self._split_axis(core[a], core[a + 2], ext[a]) for a in (0, 1)]
+        spans = [self._split_axis(core[a], core[a + 2], ext[a], 2 * (tile.x0, tile.y0)[a]) for a in (0, 1)]
         out = []
         for (y0c, y1c, wy0, vh) in spans[1]:
             for (x0c, x1c, wx0, vw) in spans[0]:
@@ -187,9 +187,10 @@ class TileGrid:
                                 src_transform=self.transform))
         return out
 
-    def _split_axis(self, c0: float, c1: float, extent: float) -> list[tuple[float, float, int, int]]:
+    def _split_axis(self, c0: float, c1: float, extent: float, start: int) -> list[tuple[float, float, int, int]]:
         """Core pieces of [c0, c1) along one axis (sub-tile pixels), each with its window offset and valid
-        length. Between siblings the windows overlap by the full overlap; toward the parent's neighbours
+        length; no window starts before `start` (the parent's), so each lies within its parent's window
+        (the merge finds a sub-tile's neighbours through the grid's windows). Between siblings the windows overlap by the full overlap; toward the parent's neighbours
         the margin is overlap/2 where it fits and less where it cannot (the edge tiles of a grid have
         cores of up to tile - overlap/2 px, so two quadrants of one at twice the zoom plus full margins
         exceed two tiles): the neighbour's own window still reaches overlap/2 parent pixels over the seam."""
@@ -209,7 +210,7 @@ class TileGrid:
                 hi = max(0, math.floor(a - ml + 1e-9))  # and starts at a minus its margin, or before
                 # centre the core in the window, then shift it into the image where the margins allow
                 x0 = min(max(math.floor((a + b - size) / 2), lo), hi)
-                x0 = max(min(x0, math.floor(extent) - size), lo, 0)
+                x0 = max(min(x0, math.floor(extent) - size), lo, start)
                 spans.append((a, b, x0, max(1, min(size, math.ceil(extent - x0 - 1e-9)))))
             if len(spans) == n:
                 return spans

@@ -68,6 +68,8 @@ class Tiling(_Section):
     gsd: float | None = Field(None, gt=0)
     bands: list[int] | None = None
     squash: bool = False
+    refine: Literal["auto", "off"] = "auto"  # re-run tiles that hit SAM 3's 200-object cap zoomed in
+    refine_depth: int = Field(2, ge=0, le=4)  # zoom doublings at most
 
     @field_validator("bands", mode="before")
     @classmethod
@@ -359,6 +361,7 @@ def job_options(lj: LoadedJob, *, strict: bool | None = None, progress: bool = F
     return Options(backend=j.backend.name, model=lj.model, device=j.backend.device, threads=j.backend.threads,
                    tile_size=j.tiling.tile_size, overlap=j.tiling.overlap, scale=j.tiling.scale, gsd=j.tiling.gsd,
                    bands=tuple(j.tiling.bands) if j.tiling.bands else None, squash=j.tiling.squash,
+                   refine=j.tiling.refine, refine_depth=j.tiling.refine_depth,
                    min_area=j.postprocess.min_area, simplify=j.postprocess.simplify, workers=j.run.workers,
                    scheduler=j.run.scheduler, retries=j.run.retries,
                    strict=j.run.strict if strict is None else strict, progress=progress)
@@ -394,7 +397,8 @@ _OPTION_KEYS = [("pass --overwrite", "set output.overwrite: true"), ("--overwrit
                 ("--out ", "output.path "), ("--box-file ", "prompts.box_file "), ("--box ", "prompts.boxes "),
                 ("--text ", "prompts.text "), ("--text prompt", "prompts.text entry"),
                 ("--bands", "tiling.bands"), ("--scale", "tiling.scale"), ("--gsd", "tiling.gsd"),
-                ("--overlap", "tiling.overlap"), ("--model", "backend.model"), ("--work-dir", "output.work_dir"),
+                ("--overlap", "tiling.overlap"), ("--refine-depth", "tiling.refine_depth"),
+                ("--refine", "tiling.refine"), ("--model", "backend.model"), ("--work-dir", "output.work_dir"),
                 ("--scheduler", "run.scheduler"), ("--workers", "run.workers"), ("--labels", "output.labels")]  # run has --strict, --fresh too
 
 

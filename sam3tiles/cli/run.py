@@ -129,6 +129,7 @@ def dry_run_lines(lj) -> list[str]:
     t = j.tiling
     lines.append(f"tiling: {'squash (one tile per input)' if t.squash else f'{t.tile_size} px tiles, overlap {t.overlap}'}"
                  + (f", gsd {t.gsd:g}" if t.gsd else f", scale {t.scale:g}" if not t.squash else ""))
+    lines.append(refine_line(opts))
     lines.append("output:")
     lines.extend(out_lines)
     work = lj.work_dir or (str(combined or lj.output).rstrip("/") + ".sam3tiles-work")
@@ -138,8 +139,17 @@ def dry_run_lines(lj) -> list[str]:
     gpu_min = (total_tiles * ENCODE_S + decodes * DECODE_S) / 60
     lines.append(f"tiles: {total_tiles} (all-nodata tiles are skipped at run time, checkpointed ones resumed)")
     lines.append(f"model calls: {total_tiles} encodes, {decodes} decodes (more when a tile holds more example "
-                 f"boxes than a pass takes)")
+                 f"boxes than a pass takes, or refinement adds sub-tiles)")
     lines.append(f"estimated GPU time: ~{gpu_min:.1f} min at ~{ENCODE_S} s per encode + {DECODE_S} s per decode "
                  "on a desktop GPU")
     lines.append("dry run: nothing was written")
     return lines
+
+
+def refine_line(opts) -> str:
+    """What refinement may add to a run (plan, dry run): it is decided per tile while the run goes."""
+    if opts.squash or opts.refine == "off" or opts.refine_depth == 0:
+        return "refinement: off (tiles that hit SAM 3's 200-object cap are reported, not re-run)"
+    return (f"refinement: auto, depth {opts.refine_depth}: a tile where a prompt hits SAM 3's 200-object cap is "
+            f"re-run as up to 4 sub-tiles at twice the zoom (that prompt only), so the run may add tiles: at most "
+            f"4 per saturated tile per level")

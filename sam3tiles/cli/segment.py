@@ -39,6 +39,11 @@ def runtime_options(fn):
                                                  "for one .gpkg per input.")
 @runtime_options
 @tiling_options
+@click.option("--refine", type=click.Choice(["auto", "off"]), default="auto", show_default=True,
+              help="auto: a tile where a prompt hits SAM 3's 200-object cap is re-run as 4 sub-tiles at twice "
+                   "the zoom, for that prompt only, recursively where still saturated.")
+@click.option("--refine-depth", type=click.IntRange(0, 4), default=2, show_default=True,
+              help="Zoom doublings refinement may apply at most.")
 @click.option("--min-area", type=float, default=0.0, help="Drop objects smaller than this (CRS units).")
 @click.option("--simplify", type=float, default=0.0, help="Simplify polygons with this tolerance (CRS units).")
 @click.option("--labels", default=None, metavar="OUT.tif",
@@ -46,15 +51,16 @@ def runtime_options(fn):
                    "output's id column; one input only).")
 @click.option("--work-dir", default=None, help="Checkpoint folder (default: beside the output).")
 @click.option("--fresh", is_flag=True, help="Ignore checkpoints and start over.")
-@click.option("--strict", is_flag=True, help="Exit with an error when any tile failed.")
+@click.option("--strict", is_flag=True, help="Exit with an error (5) when any tile failed or still hit SAM 3's "
+                                             "200-object cap.")
 @overwrite_opt
 @verbose_opt
 @quiet_opt
 @click.pass_context
 @handle_errors
 def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, threads, workers, scheduler,
-            tile_size, overlap, scale, gsd, bands, squash, min_area, simplify, work_dir, fresh, strict,
-            overwrite, verbose, quiet, labels=None):
+            tile_size, overlap, scale, gsd, bands, squash, refine, refine_depth, min_area, simplify, work_dir, fresh,
+            strict, overwrite, verbose, quiet, labels=None):
     """Segment INPUTS (rasters or globs) with SAM 3, tile by tile, and write merged polygons to --out.
 
     \b
@@ -68,7 +74,8 @@ def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, th
 
     quiet = quiet + (ctx.obj or {}).get("quiet", 0)
     opts = Options(backend=backend, model=model, device=device, tile_size=tile_size, overlap=overlap,
-                   scale=scale, gsd=gsd, bands=parse_bands(bands), squash=squash, min_area=min_area,
+                   scale=scale, gsd=gsd, bands=parse_bands(bands), squash=squash, refine=refine,
+                   refine_depth=refine_depth, min_area=min_area,
                    simplify=simplify, workers=workers, scheduler=scheduler, strict=strict,
                    progress=not quiet, threads=threads)
     gdf, report = segment_job(list(inputs), list(texts), boxes=list(boxes), box_file=box_file, out=out,
