@@ -3,14 +3,17 @@ backend with default options (`--refine auto`), `--refine off` and `--scale 2`; 
 encoder calls of each, against the bound base tiles + 4 x saturated tiles per level.
 
     python benchmarks/bench_refine.py                # 3000 x 3000 scenes, seeds 0-2
-    python benchmarks/bench_refine.py --smoke        # one small scene of each kind (the tests run this)
+    python benchmarks/bench_refine.py --smoke        # one 1300 px uniform scene (tests/test_bench_refine.py)
+    python benchmarks/bench_refine.py --kinds slide --seeds 1
 
 Scenes (demo.py style GeoTIFFs, `red` vehicles of about 10 x 20 px at any angle, one per cell of a jittered
 grid, a gap of >= 8 px):
 
-* `uniform`: dense everywhere (about 350 vehicles per 1008 px tile: every tile saturates);
+* `uniform`: dense everywhere (about 300 vehicles per 1008 px tile: every tile saturates);
 * `quarter`: sparse, with one dense quarter (only the tiles over it saturate);
-* `sparse`: no tile saturates (refinement must change nothing: same objects, same encoder calls).
+* `sparse`: no tile saturates (refinement must change nothing: same objects, same encoder calls);
+* `slide`: a brightfield OME-TIFF pyramid whose nuclei saturate native tiles (`levels_read`: reads per
+  pyramid level; at --scale 1 grid tiles and sub-tiles both read level 0, the sub-tiles zoomed 2x).
 
 One JSON line per run, then a table.
 """
@@ -70,8 +73,36 @@ SCENES = {
 
 
 def make_scene(folder: Path, kind: str, size: int, seed: int):
+    """A dense scene (GeoTIFF of vehicles), or kind "slide": a brightfield OME-TIFF pyramid whose nuclei
+    (`indigo`, one per 44 px cell, 60 % of the cells: about 315 per 1008 px tile) saturate native tiles."""
+    if kind == "slide":
+        from sam3tiles.slidegen import write_slide
+
+        return write_slide(folder / f"slide-{size}-{seed}.ome.tif", size, size, seed=seed, names=("indigo",),
+                           cell=44, fill=0.6)
     objs = vehicles(size, size, seed, **SCENES[kind])
     return write_scene(folder / f"{kind}-{size}-{seed}.tif", size, size, seed, objects=objs)
+
+
+class LevelSpy:
+    """Counts the pyramid levels a slide's windows are read from (in-process workers only)."""
+
+    def __enter__(self):
+        from sam3tiles.readers.slide import SlideSource
+
+        self.levels: dict[int, int] = {}
+        self.cls, self.original = SlideSource, SlideSource._read_level
+        spy = self
+
+        def read_level(src, level, *a):
+            spy.levels[level] = spy.levels.get(level, 0) + 1
+            return spy.original(src, level, *a)
+
+        SlideSource._read_level = read_level
+        return self
+
+    def __exit__(self, *exc):
+        self.cls._read_level = self.original
 
 
 def encodes(report) -> int:
@@ -83,8 +114,10 @@ def run(scene, workers: int = 2, **opts) -> dict:
 
     clear_cache()  # the in-process workers' encoder counters start at 0
     t0 = time.perf_counter()
-    gdf, rep = segment_job(str(scene.path), ["red"], backend="reference", checkpoint=False, workers=workers,
-                           **opts)
+    prompt = "indigo" if str(scene.path).endswith(".ome.tif") else "red"
+    with LevelSpy() as spy:
+        gdf, rep = segment_job(str(scene.path), [prompt], backend="reference", checkpoint=False, workers=workers,
+                               **opts)
     row = evaluate(gdf, scene.truth).iloc[0]
     ref = rep.refine
     levels = {int(k): v for k, v in ref.get("refined", {}).items()}
@@ -93,10 +126,10 @@ def run(scene, workers: int = 2, **opts) -> dict:
             "precision": round(float(row.precision), 4), "encodes": encodes(rep), "base_tiles": base,
             "bound": base + 4 * sum(levels.values()), "refined": ref.get("refined", {}),
             "extra_encodes": ref.get("extra_encodes", 0), "still_saturated": rep.saturated,
-            "seconds": round(time.perf_counter() - t0, 2), "_gdf": gdf}
+            "seconds": round(time.perf_counter() - t0, 2), "levels_read": spy.levels, "_gdf": gdf}
 
 
-def bench(size: int, seeds, kinds=tuple(SCENES), scale2: bool = True, folder: Path | None = None) -> list[dict]:
+def bench(size: int, seeds, kinds=(*SCENES, "slide"), scale2: bool = True, folder: Path | None = None) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(folder or tmp)
@@ -131,12 +164,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=3000)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--smoke", action="store_true", help="one 1500 px scene of each kind, seed 0, no --scale 2")
+    ap.add_argument("--kinds", default=",".join((*SCENES, "slide")))
+    ap.add_argument("--smoke", action="store_true", help="one 1300 px uniform scene, seed 0, no --scale 2")
     a = ap.parse_args(argv)
     if a.smoke:
-        rows = bench(1500, [0], scale2=False)
+        rows = bench(1300, [0], kinds=("uniform",), scale2=False)
     else:
-        rows = bench(a.size, range(a.seeds))
+        rows = bench(a.size, range(a.seeds), kinds=tuple(a.kinds.split(",")))
     print(table(rows))
     return 0
 

@@ -546,14 +546,20 @@ def segment_job(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | st
     gdf.attrs["sam3tiles_report"] = report.as_dict()
     if opts.strict and report.failed:
         raise TilesFailedError(f"{report.failed} tile(s) failed (see the report); rerun to retry them")
-    if report.saturated:
-        from .refine import advice
-
-        line = advice(report.saturated, opts.refine, opts.refine_depth if opts.refine == "auto" else 0)
-        if opts.strict:
-            raise TilesFailedError(line + " (--strict: the output is written; exit 5)")
-        log.warning(line)
+    _saturation_advice(report, opts)
     return gdf, report
+
+
+def _saturation_advice(report: RunReport, opts: Options) -> None:
+    """Tiles still saturated (not refined): one line of advice on stderr; --strict makes it exit 5."""
+    if not report.saturated:
+        return
+    from .refine import advice
+
+    line = advice(report.saturated, opts.refine, opts.refine_depth if opts.refine == "auto" else 0)
+    if opts.strict:
+        raise TilesFailedError(line + " (--strict: the output is written; exit 5)")
+    log.warning(line)
 
 
 def _check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, box_file: str | None) -> None:
