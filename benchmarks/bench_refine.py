@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 import time
@@ -35,9 +34,9 @@ from shapely.geometry import box
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from sam3tiles.demo import write_scene  # noqa: E402
-from sam3tiles.evaluate import evaluate  # noqa: E402
-from sam3tiles.pipeline import segment_job  # noqa: E402
+from sam3tiles.demo import write_scene
+from sam3tiles.evaluate import evaluate
+from sam3tiles.pipeline import segment_job
 
 CELL = 34  # px per jittered-grid cell: a vehicle's rotated box (<= 25 px) plus the 8 px gap
 
@@ -66,9 +65,9 @@ def vehicles(width: int, height: int, seed: int, dense: float, sparse: float = 0
 
 
 SCENES = {
-    "uniform": dict(dense=0.35),
-    "quarter": dict(dense=0.35, sparse=0.04, region=(0.5, 0.5, 1.0, 1.0)),
-    "sparse": dict(dense=0.04),
+    "uniform": {"dense": 0.35},
+    "quarter": {"dense": 0.35, "sparse": 0.04, "region": (0.5, 0.5, 1.0, 1.0)},
+    "sparse": {"dense": 0.04},
 }
 
 

@@ -14,6 +14,7 @@ object smaller than the overlap lies whole in the tile whose core holds its cent
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -198,7 +199,7 @@ class TileGrid:
         for n in range(1, size):
             cuts = [c0 + (c1 - c0) * k / n for k in range(n + 1)]
             spans = []
-            for a, b in zip(cuts, cuts[1:]):
+            for a, b in itertools.pairwise(cuts):
                 inner = (m if a > c0 else 0) + (m if b < c1 else 0)
                 slack = size - (b - a) - inner
                 outer = m if (a == c0 and a > 0) or (b == c1 and b < extent) else 0

@@ -26,7 +26,7 @@ from .engine import Engine, _count, open_engine
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, UsageError, shippable
 from .grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid, scale_for_gsd, squash_tile
 from .merge import BlockMerger, MergeStats, tile_blocks, tile_frame
-from .refine import DEFAULT_DEPTH, RefineStats, Refiner, check_refine, shared_frame
+from .refine import DEFAULT_DEPTH, RefineHook, check_refine
 from .writers import NO_CRS_NOTE, check_output, output_lock, write_vector
 from .prompts import GeoBox, Prompt, box_passes, boxes_outside, build_prompts, raster_bounds, read_box_file, tile_boxes
 from .report import RunReport
@@ -178,10 +178,11 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
     frames = {t.index: tile_frame(t, overlap) for t in tiles}
     blocks = tile_blocks(tiles, opts.merge_block) if opts.merge_block > 0 else {t.index: 0 for t in tiles}
     merger = BlockMerger(frames, blocks, submit=_submit_on(engine, opts.retries))
-    refiner = Refiner(grid, opts.refine_depth if opts.refine == "auto" else 0, path) if grid is not None else None
+    hook = RefineHook(grid, opts.refine, opts.refine_depth, prompts, lambda t: _prompts_for_tile(prompts, t, slots),
+                      merger, frames, blocks, overlap, report, progress_bar, path)
     book = _TileBook(prompts, slots, {"source": identity, "model": model_identity, "edge_margin": opts.edge_margin,
                                       "stretch": str(source.stretch), "bands": source.bands},
-                     store, report, progress_bar, merger, frames, blocks, overlap, refiner, path)
+                     store, report, progress_bar, merger, hook)
     for tile in tiles:
         book.admit(tile, _prompts_for_tile(prompts, tile, slots))
 
@@ -189,7 +190,7 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
                book.found, merger, book.land)
     book.found.clear()
     results = book.results
-    book.stats.add_to(report.refine)
+    hook.stats.add_to(report.refine)
     for r in results.values():
         for name in r.unusable_prompts:
             note = f"{name!r}: the {spec.backend} backend cannot find it"
@@ -228,15 +229,11 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
 
 class _TileBook:
     """One input's tiles between the grid and the merger: checkpoint look-ups (`admit`), the queue of
-    tiles to compute, and each finished tile's landing (`land`: refinement, then the merger)."""
+    tiles to compute, and each finished tile's landing (`land`: refinement's hook, then the merger)."""
 
-    def __init__(self, prompts, slots, key_base, store, report, progress_bar, merger, frames, blocks, overlap,
-                 refiner: Refiner | None, path: str):
+    def __init__(self, prompts, slots, key_base, store, report, progress_bar, merger, hook: RefineHook):
         self.prompts, self.slots, self.key_base, self.store = prompts, slots, key_base, store
-        self.report, self.bar, self.merger, self.frames, self.blocks = report, progress_bar, merger, frames, blocks
-        self.overlap, self.refiner, self.path = overlap, refiner, path
-        self.stats = RefineStats(mode="auto" if refiner is not None and refiner.depth else "off",
-                                 depth=refiner.depth if refiner is not None else 0)
+        self.report, self.bar, self.merger, self.hook = report, progress_bar, merger, hook
         self.results: dict[int, TileResult] = {}  # bookkeeping only: pieces go straight to the merger
         # checkpoints hold one result per (tile, prompt): a changed or added prompt recomputes only its own part
         self.keys: dict[int, list] = {}  # tile index -> [(prompt index or None, text, key)] to compute and store
@@ -246,9 +243,7 @@ class _TileBook:
     def admit(self, tile, tps, front: bool = False) -> None:
         """Reuse the tile's checkpointed prompts; queue the rest (sub-tiles at the front, so they run next)."""
         base = {**self.key_base, "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy,
-                                          list(tile.src_transform)[:6], tile.interior]}
-        if self.refiner is not None and self.refiner.depth_of(tile.index):
-            base["sub_tile"] = tile.index  # the index is in the stored pieces
+                                          list(tile.src_transform)[:6], tile.interior], **self.hook.key_part(tile)}
         entries = [(tp.index, tp.text, tile_key({**base, "prompt": [tp.text, [[(b.cxcywh, b.positive) for b in ps]
                                                                              for ps in tp.passes]]}))
                    for tp in tps] or [(None, None, tile_key({**base, "prompt": None}))]
@@ -259,7 +254,11 @@ class _TileBook:
         report = self.report
         report.checkpoint["reused"] = report.checkpoint.get("reused", 0) + len(self.found[tile.index])
         if not self.keys[tile.index]:
-            self.land(tile, join_parts(tile.index, self.found[tile.index]), computed=False)
+            res = join_parts(tile.index, self.found[tile.index])
+            report.resumed += 0 if res.skipped else 1
+            if self.bar is not None:
+                self.bar.update(1)
+            self.land(tile, res, computed=False)
             return
         if self.found[tile.index]:
             report.checkpoint["partial_tiles"] = report.checkpoint.get("partial_tiles", 0) + 1
@@ -268,44 +267,13 @@ class _TileBook:
         self.queue.appendleft(item) if front else self.queue.append(item)
 
     def land(self, tile, res: TileResult, computed: bool) -> None:
-        """A finished tile (computed, or whole from the checkpoints): refine it if it saturated, then hand
-        its pieces to the merger."""
+        """A finished tile (computed, or whole from the checkpoints): its sub-tiles when it saturated (in
+        index order at the front of the queue), then its pieces to the merger."""
         self.results[tile.index] = res
-        if not computed:
-            self.report.resumed += 0 if res.skipped else 1
-            if self.bar is not None:
-                self.bar.update(1)
-        elif self.refiner is not None and self.refiner.depth_of(tile.index) and not res.skipped:
-            self.stats.extra_encodes += 1
-        # box-only prompts are not refined: a sub-tile without the example would find nothing
-        todo = tuple(i for i in res.saturated_prompts if self.prompts[i].text is not None)
-        subs = []
-        if self.refiner is not None and todo:
-            subs = self.refiner.refine(tile, todo, res.pieces, self.frames[tile.index].pixel, self.stats,
-                                       [p.label for p in self.prompts])
-        if res.saturated and not subs:
-            self.report.saturated += 1
-            self.report.saturated_tiles.append({"source": self.path, "tile": tile.index,
-                                                "depth": self.refiner.depth_of(tile.index) if self.refiner else 0})
-        if subs:
-            self._expect(tile, subs)
-            for sub in reversed(subs):  # appended at the front: they run in index order
-                self.admit(sub, [tp for tp in _prompts_for_tile(self.prompts, sub, self.slots) if tp.index in todo],
-                           front=True)
+        for sub, tps in reversed(self.hook.arrived(tile, res, computed)):
+            self.admit(sub, tps, front=True)
         self.merger.add(tile.index, res.pieces)
         res.pieces = None
-
-    def _expect(self, tile, subs) -> None:
-        block = self.blocks[tile.index]
-        self.frames[tile.index] = shared_frame(self.frames[tile.index])
-        self.merger.expect(tile.index, self.frames[tile.index], block)
-        for sub in subs:
-            self.frames[sub.index] = shared_frame(tile_frame(sub, self.overlap))
-            self.blocks[sub.index] = block
-            self.merger.expect(sub.index, self.frames[sub.index], block)
-        self.report.tiles += len(subs)
-        if self.bar is not None:
-            self.bar.total = (self.bar.total or 0) + len(subs)
 
 
 def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deque, opts: Options,

@@ -149,6 +149,64 @@ class Refiner:
         return subs
 
 
+class RefineHook:
+    """What a tile loop calls as each tile's result arrives (`arrived`): counts saturation, and for a tile
+    to refine registers its sub-tiles with the merger and returns them with the prompts they run. The loop
+    then looks them up in the checkpoints and queues the rest at the front (one call, no second pass).
+
+    `grid`: None for a squashed run (never refined); `prompts`: the run's prompts (label, text);
+    `prompts_for(tile)`: that tile's TilePrompts; `frames`, `blocks`: the loop's merge frames and blocks
+    (updated here); `report`: the RunReport (saturated tiles, tile count); `bar`: the progress bar or None.
+    """
+
+    def __init__(self, grid: TileGrid | None, mode: str, depth: int, prompts, prompts_for, merger, frames: dict,
+                 blocks: dict, overlap: int, report, bar=None, source: str = ""):
+        depth = depth if mode == "auto" else 0
+        self.refiner = Refiner(grid, depth, source) if grid is not None else None
+        self.prompts, self.prompts_for, self.merger = prompts, prompts_for, merger
+        self.frames, self.blocks, self.overlap, self.report, self.bar, self.source = (frames, blocks, overlap,
+                                                                                      report, bar, source)
+        self.stats = RefineStats(mode=mode if grid is not None else "off", depth=depth)
+
+    def depth_of(self, index: int) -> int:
+        return self.refiner.depth_of(index) if self.refiner is not None else 0
+
+    def arrived(self, tile: Tile, res, computed: bool) -> list:
+        """[(sub-tile, [TilePrompt])] to run for the finished tile (mostly []); call before the tile's
+        pieces go to the merger (they lose what the sub-tiles replace)."""
+        if computed and not res.skipped and self.depth_of(tile.index):
+            self.stats.extra_encodes += 1
+        # box-only prompts are not refined: a sub-tile without the example would find nothing
+        todo = tuple(i for i in res.saturated_prompts if self.prompts[i].text is not None)
+        subs = []
+        if self.refiner is not None and todo:
+            subs = self.refiner.refine(tile, todo, res.pieces, self.frames[tile.index].pixel, self.stats,
+                                       [p.label for p in self.prompts])
+        if res.saturated and not subs:
+            self.report.saturated += 1
+            self.report.saturated_tiles.append({"source": self.source, "tile": tile.index,
+                                                "depth": self.depth_of(tile.index)})
+        if not subs:
+            return []
+        from .merge import tile_frame
+
+        block = self.blocks[tile.index]
+        self.frames[tile.index] = shared_frame(self.frames[tile.index])
+        self.merger.expect(tile.index, self.frames[tile.index], block)
+        for sub in subs:
+            self.frames[sub.index] = shared_frame(tile_frame(sub, self.overlap))
+            self.blocks[sub.index] = block
+            self.merger.expect(sub.index, self.frames[sub.index], block)
+        self.report.tiles += len(subs)
+        if self.bar is not None:
+            self.bar.total = (self.bar.total or 0) + len(subs)
+        return [(sub, [tp for tp in self.prompts_for(sub) if tp.index in todo]) for sub in subs]
+
+    def key_part(self, tile: Tile) -> dict:
+        """What a sub-tile adds to its checkpoint key: its index (it is in the stored pieces)."""
+        return {"sub_tile": tile.index} if self.depth_of(tile.index) else {}
+
+
 def keep_larger_pieces(pieces, prompts: set, size: float) -> int:
     """Drop, in place, the pieces of `prompts` whose bounding box is at most `size` (CRS units) on both
     sides: sub-tiles see those objects whole. Returns how many were dropped."""
