@@ -152,4 +152,4 @@ def refine_line(opts) -> str:
         return "refinement: off (tiles that hit SAM 3's 200-object cap are reported, not re-run)"
     return (f"refinement: auto, depth {opts.refine_depth}: a tile where a prompt hits SAM 3's 200-object cap is "
             f"re-run as up to 4 sub-tiles at twice the zoom (that prompt only), so the run may add tiles: at most "
-            f"4 per saturated tile per level")
+            f"4 per saturated tile per level (9 for an image of one tile)")
