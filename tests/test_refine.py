@@ -223,3 +223,14 @@ def test_slide_sub_tiles_read_the_matching_pyramid_level(cap, tmp_path, monkeypa
     assert seen.count(1) == 4 and seen.count(0) == subs
     table = evaluate(gdf, slide.truth)
     assert table.recall.min() >= 0.99 and table.precision.min() >= 0.99, table.to_string()
+
+
+def test_job_file_refine_keys(tmp_path):
+    from sam3tiles.jobs import job_options, parse_job
+
+    body = "inputs: [a.tif]\nprompts: {text: [red]}\noutput: {path: o.gpkg}\n"
+    opts = job_options(parse_job(body + "tiling: {refine: 'off', refine_depth: 3}\n", tmp_path, check_files=False))
+    assert (opts.refine, opts.refine_depth) == ("off", 3)
+    assert (job_options(parse_job(body, tmp_path, check_files=False)).refine, opts.__class__().refine_depth) == ("auto", 2)
+    with pytest.raises(UsageError, match="tiling.refine_depth"):
+        parse_job(body + "tiling: {refine_depth: 7}\n", tmp_path, check_files=False)
