@@ -26,6 +26,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             threads: int = _D.threads, workers: int | None = _D.workers, scheduler: str | None = _D.scheduler,
             tile_size: int = _D.tile_size, overlap: int = _D.overlap, scale: float = _D.scale,
             gsd: float | None = _D.gsd, bands: tuple[int, ...] | str | None = _D.bands, squash: bool = _D.squash,
+            refine: str = _D.refine, refine_depth: int = _D.refine_depth,
             min_area: float = _D.min_area, simplify: float = _D.simplify, retries: int = _D.retries,
             strict: bool = _D.strict, progress: bool = _D.progress, max_in_flight: int | None = _D.max_in_flight,
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
@@ -60,8 +61,11 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         tile_size, overlap: tile side and overlap in (scaled) pixels (tile_size at most 1008).
         scale, gsd: uniform zoom, or a target ground sampling distance (CRS units per pixel).
         bands, squash: bands as (R, G, B) or one band, 1-based; the whole image as one squashed tile.
+        refine, refine_depth: "auto": a tile where a prompt hits SAM 3's 200-object cap is re-run as
+            sub-tiles at twice the zoom, for that prompt, up to `refine_depth` doublings; "off" (see
+            `sam3tiles.refine`).
         min_area, simplify: drop smaller objects; simplify polygons (CRS units).
-        retries, strict: retries per tile; raise when any tile failed.
+        retries, strict: retries per tile; raise when any tile failed or still hit the 200-object cap.
         progress: a progress bar (tqdm.auto: a widget in notebooks).
         max_in_flight, edge_margin, encode_seconds, decode_seconds, merge_block: tuning and testing knobs
             (see `Options`).
