@@ -26,6 +26,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             threads: int = _D.threads, workers: int | None = _D.workers, scheduler: str | None = _D.scheduler,
             tile_size: int = _D.tile_size, overlap: int = _D.overlap, scale: float = _D.scale,
             gsd: float | None = _D.gsd, bands: tuple[int, ...] | str | None = _D.bands, squash: bool = _D.squash,
+            refine: str = _D.refine, refine_depth: int = _D.refine_depth,
             min_area: float = _D.min_area, max_area: float | None = _D.max_area, min_score: float = _D.min_score,
             simplify: float = _D.simplify, layer: str | None = _D.layer, geojson_crs: str = _D.geojson_crs,
             no_preview: bool = _D.no_preview, retries: int = _D.retries,
@@ -62,12 +63,15 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         tile_size, overlap: tile side and overlap in (scaled) pixels (tile_size at most 1008).
         scale, gsd: uniform zoom, or a target ground sampling distance (CRS units per pixel).
         bands, squash: bands as (R, G, B) or one band, 1-based; the whole image as one squashed tile.
+        refine, refine_depth: "auto": a tile where a prompt hits SAM 3's 200-object cap is re-run as
+            sub-tiles at twice the zoom, for that prompt, up to `refine_depth` doublings; "off" (see
+            `sam3tiles.refine`).
         min_area, max_area, simplify: drop smaller / larger objects (`area` units: m² on a lon/lat CRS, else
             CRS units²); simplify polygons (metres on a lon/lat CRS, else CRS units).
         min_score: drop objects scored below it (0.5..1; the graphs already drop scores below 0.5).
         layer, geojson_crs, no_preview: the GeoPackage layer (default: the file's stem; other layers are
             kept); GeoJSON in "wgs84" (RFC 7946) or "native"; skip the quicklook OUT.preview.png.
-        retries, strict: retries per tile; raise when any tile failed.
+        retries, strict: retries per tile; raise when any tile failed or still hit the 200-object cap.
         progress: a progress bar (tqdm.auto: a widget in notebooks).
         max_in_flight, edge_margin, encode_seconds, decode_seconds, merge_block: tuning and testing knobs
             (see `Options`).

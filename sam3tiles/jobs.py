@@ -419,8 +419,9 @@ _OPTION_KEYS = [("pass --overwrite", "set output.overwrite: true"), ("--overwrit
                 ("--out ", "output.path "), ("--box-file ", "prompts.box_file "), ("--box ", "prompts.boxes "),
                 ("--text ", "prompts.text "), ("--text prompt", "prompts.text entry"),
                 ("--work-dir", "output.work_dir"), ("--labels", "output.labels")]
-_OPTION_KEYS += [(flag, d.job) for _, d in registry_fields() if d.job and "run" not in d.commands
-                 for flag in d.flags]
+# longest flag first: --refine-depth is rewritten before --refine, which it starts with
+_OPTION_KEYS += sorted(((flag, d.job) for _, d in registry_fields() if d.job and "run" not in d.commands
+                        for flag in d.flags), key=lambda e: -len(e[0]))
 
 
 class job_words:

@@ -30,6 +30,7 @@ from .grid import DEFAULT_OVERLAP, TILE_SIZE
 from .model.registry import RuntimeSpec, available_backends
 from .model.runtime import MODEL_SIZE
 from .readers.base import parse_bands
+from .refine import DEFAULT_DEPTH, MAX_DEPTH, MODES as REFINE_MODES
 from .vectorize import EDGE_MARGIN
 
 __all__ = ["Opt", "opt", "Options", "declarations", "DEVICES"]
@@ -139,6 +140,13 @@ class Options:
     squash: bool = opt(False, f"Baseline: the whole image stretched to one {MODEL_SIZE}x{MODEL_SIZE} input, as "
                               "the published callers do.", job="tiling.squash", flags=("--squash",),
                        commands=("segment", "plan"))
+    refine: str = opt(REFINE_MODES[0], "auto: a tile where a prompt hits SAM 3's 200-object cap is re-run as 4 sub-tiles "
+                                       "at twice the zoom, for that prompt only, recursively where still saturated "
+                                       "(see sam3tiles.refine); off: such tiles are only reported.",
+                      job="tiling.refine", flags=("--refine",), commands=("segment", "plan"), choices=REFINE_MODES)
+    refine_depth: int = opt(DEFAULT_DEPTH, "Zoom doublings refinement may apply at most.", job="tiling.refine_depth",
+                            flags=("--refine-depth",), commands=("segment", "plan"), ge=0, le=MAX_DEPTH,
+                            note=f"each level doubles the zoom of saturated tiles; {MAX_DEPTH} is 16x")
     min_area: float = opt(0.0, "Drop objects smaller than this `area`: m² on a lon/lat CRS, else CRS units² "
                                "(pixels without a CRS).", job="postprocess.min_area", flags=("--min-area",), ge=0)
     max_area: float | None = opt(None, "Drop objects larger than this (units of --min-area).",
@@ -159,8 +167,8 @@ class Options:
                                   "prompt, failed tiles marked).", job="output.no_preview", flags=("--no-preview",))
     retries: int = opt(2, "Retries of a failed tile task before the tile counts as failed.", job="run.retries",
                        ge=0, le=20)
-    strict: bool = opt(False, "Exit with an error when any tile failed.", job="run.strict", flags=("--strict",),
-                       commands=("segment", "run"))
+    strict: bool = opt(False, "Exit with an error (5) when any tile failed or still hit SAM 3's 200-object cap.",
+                       job="run.strict", flags=("--strict",), commands=("segment", "run"))
     progress: bool = opt(False, "Show a progress bar (tqdm.auto: a widget in notebooks).")
     max_in_flight: int | None = opt(None, "Tiles in flight at once (default: from the engine's threads).", ge=1)
     edge_margin: int = opt(EDGE_MARGIN, "Mask pixels at a tile's inner edge treated as cut by the edge.", ge=0)

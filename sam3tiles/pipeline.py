@@ -93,7 +93,24 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
     gdf.attrs["sam3tiles_report"] = report.as_dict()
     if opts.strict and report.failed:
         raise TilesFailedError(f"{report.failed} tile(s) failed (see the report); rerun to retry them")
+    _saturation_advice(report, opts)
     return gdf, report
+
+
+def _saturation_advice(report: RunReport, opts: Options) -> None:
+    """Tiles still saturated (not refined): one line of advice on stderr; --strict makes it exit 5."""
+    if not report.saturated:
+        return
+    from .refine import advice
+
+    if opts.squash:
+        line = (f"{report.saturated} squashed image(s) hit SAM 3's 200-object cap, so objects are missing: run "
+                "without --squash (tiles, zoomed in where dense)")
+    else:
+        line = advice(report.saturated, opts.refine, opts.refine_depth if opts.refine == "auto" else 0)
+    if opts.strict:
+        raise TilesFailedError(line + " (--strict: the output is written; exit 5)")
+    log.warning(line)
 
 
 def run_input(engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport, store: TileStore | None,
