@@ -8,8 +8,7 @@ raises a `Sam3TilesError` whose message names the problem and the fix:
   (empty, `/`, home, the current folder or one above it, a folder holding inputs) is refused;
 * no output, label image, report or work folder is an input, or holds one (`check_not_inputs`);
 * rasters the tool cannot place (a CRS but no geotransform, GCPs or RPCs only) are refused with the
-  `gdalwarp` command that fixes them (`check_placeable`); degrees are never read as metres
-  (`check_units`); an overlap too small for the merge, or a tile size the model cannot take, is refused
+  `gdalwarp` command that fixes them (`check_placeable`); an overlap too small for the merge, or a tile size the model cannot take, is refused
   (`check_tiling`);
 * numbers from the command line or a job are finite and in range (`check_options`).
 """
@@ -213,30 +212,6 @@ def check_placeable(path: str, ds) -> None:
                        "(gdal_edit.py -unsetgt -unsetcrs) to work in pixel coordinates")
 
 
-def check_units(path: str, crs, gsd: float | None, min_area: float = 0.0, simplify: float = 0.0) -> None:
-    """`--gsd`, `--min-area` and `--simplify` are in the CRS's units: on a longitude/latitude raster those
-    are degrees, so values that only make sense in metres (a --gsd >= 0.01, i.e. >= ~1 km per pixel; a
-    --min-area >= 1e-4 square degrees, ~120 km2; a --simplify >= 0.01 degrees) are refused rather than
-    read as degrees (which would resample the image to a few pixels, or drop or flatten every object)."""
-    if crs is None or not getattr(crs, "is_geographic", False):
-        return
-    where = f"{path} is in longitude/latitude ({crs.to_string()})"
-    if min_area and min_area >= 1e-4:
-        raise UsageError(f"--min-area {min_area:g}: {where}, so --min-area is in square degrees and {min_area:g} "
-                         f"square degrees is ~{min_area * 12_392:.0f} km2: give it in square degrees (1 m2 is "
-                         "~8e-11 at the equator) or reproject to a metric CRS (gdalwarp -t_srs EPSG:<UTM zone>)")
-    if simplify and simplify >= 0.01:
-        raise UsageError(f"--simplify {simplify:g}: {where}, so --simplify is in degrees and {simplify:g} degrees "
-                         f"is ~{simplify * 111.32:.1f} km: give it in degrees (1 m is ~9e-6) or reproject to a "
-                         "metric CRS")
-    if gsd is not None and gsd >= 0.01:
-        deg = gsd / 111_320.0
-        raise UsageError(f"--gsd {gsd:g}: {path} is in longitude/latitude ({crs.to_string()}), so --gsd is in "
-                         f"degrees and {gsd:g} degrees is ~{gsd * 111.32:.0f} km per pixel. For {gsd:g} m give "
-                         f"--gsd {deg:.3g} (degrees, at the equator), use --scale, or reproject to a metric CRS "
-                         "(gdalwarp -t_srs EPSG:<UTM zone>)")
-
-
 def min_overlap(edge_margin: int) -> int:
     """The smallest overlap (tile pixels) the merge needs to join an object cut by a seam: two cells of
     the model's mask grid (so both tiles see the object beyond the cut) plus the edge margin that marks
@@ -344,7 +319,6 @@ def check_input(path: str, src, opts) -> list[str]:
         if local is not None and not os.path.exists(local):
             raise RasterReadError(f"{path} reads {f}, which does not exist (a VRT's source moved or deleted): "
                                   "restore it or rebuild the VRT (gdalbuildvrt)")
-    check_units(path, src.crs, opts.gsd, opts.min_area, opts.simplify)
     return files
 
 
