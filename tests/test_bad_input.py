@@ -516,14 +516,6 @@ def _paletted(tmp):
     return p
 
 
-def _lonlat(tmp):
-    p = tmp / "lonlat.tif"
-    with rasterio.open(p, "w", **_profile(3, 400, 500, "uint8", crs="EPSG:4326",
-                                          transform=rasterio.Affine(3e-6, 0, 15.0, 0, -3e-6, 37.0))) as dst:
-        dst.write(square_image())
-    return p
-
-
 def _utm34(tmp):
     p = tmp / "utm34.tif"
     with rasterio.open(p, "w", **_profile(3, 400, 500, "uint8", crs="EPSG:32634")) as dst:
