@@ -33,7 +33,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             strict: bool = _D.strict, progress: bool = _D.progress, max_in_flight: int | None = _D.max_in_flight,
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
-            box_scope: str = _D.box_scope) -> gpd.GeoDataFrame:
+            box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs) -> gpd.GeoDataFrame:
     """Segment one or more rasters with text prompts and/or example boxes; returns the objects.
 
     Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
@@ -75,6 +75,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         progress: a progress bar (tqdm.auto: a widget in notebooks).
         max_in_flight, edge_margin, encode_seconds, decode_seconds, merge_block: tuning and testing knobs
             (see `Options`).
+        verify_inputs: tell changed inputs by a hash of their content (checkpoints), not size/time/ETag.
         box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
             free margin, see `sam3tiles.exemplars`); "tile": a box acts only in the tiles it lies in.
     """

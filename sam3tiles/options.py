@@ -82,7 +82,7 @@ class Opt:
 
     def in_range(self, v: float) -> bool:
         return ((self.ge is None or v >= self.ge) and (self.gt is None or v > self.gt)
-                and (self.le is None or v <= self.le) and not (isinstance(v, float) and math.isnan(v)))
+                and (self.le is None or v <= self.le) and not (isinstance(v, float) and not math.isfinite(v)))
 
 
 def opt(default: Any, help: str, **decl: Any) -> Any:
@@ -178,6 +178,9 @@ class Options:
     box_scope: str = opt("image", "image: every example box acts in every tile (its pixels are pasted into each "
                                   "tile's free margin); tile: a box acts only in the tiles it lies in.",
                          job="prompts.box_scope", flags=("--box-scope",), choices=("image", "tile"))
+    verify_inputs: bool = opt(False, "Tell changed inputs by a hash of their content, not by size, time or ETag "
+                                     "(reads every input once more).", job="run.verify_inputs",
+                              flags=("--verify-inputs",), commands=("segment",))
 
     def __post_init__(self) -> None:
         for f, d in fields(type(self)):
@@ -244,7 +247,8 @@ def check(o: Options) -> None:
         if kind is bool and not isinstance(v, bool):
             raise UsageError(f"{name} must be True or False (got {v!r})")
         if isinstance(v, (int, float)) and not isinstance(v, bool) and not d.in_range(v):
-            raise UsageError(f"{name} must be {d.range_text()} (got {v:g})" + (f": {d.note}" if d.note else ""))
+            finite = " (a finite number)" if isinstance(v, float) and math.isinf(v) else ""
+            raise UsageError(f"{name} must be {d.range_text()}{finite} (got {v:g})" + (f": {d.note}" if d.note else ""))
         allowed = d.allowed()
         if allowed is not None and isinstance(v, str) and v not in allowed:
             raise UsageError(f"{name} {v!r} is not one of {', '.join(allowed)}: choose one of them")

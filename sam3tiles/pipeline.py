@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import geopandas as gpd
 
 from .checkpoint import TileStore
+from .checks import disk_errors, record_outputs, replaceable
 from .engine import Engine, open_engine
 from .errors import TilesFailedError
 from .frames import combine, file_metadata, finish
@@ -31,6 +32,7 @@ from .prompts import GeoBox
 from .report import RunReport
 from .runner import InputResult, InputRun
 from .writers import output_lock, write_vector
+from .writers.atomic import Deferred, deferred_renames, remove_stale_temps
 from .writers.labels import write_labels
 
 log = logging.getLogger(__name__)
@@ -72,24 +74,31 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
     if store is not None:
         report.checkpoint["work_dir"] = str(plan.work_dir)
     bar = _progress_bar() if opts.progress else None
+    pending = Deferred()
     try:
         with _locks(plan.outputs), open_engine(client=client, scheduler=opts.scheduler,
                                                workers=opts.workers) as engine:
             for p in plan.outputs:  # again under the lock: a run that finished meanwhile wrote it
-                check_out(p, plan.overwrite, opts)
+                check_out(p, plan.overwrite or replaceable(p, plan.work_dir), opts)
+            for p in (plan.report_path, plan.labels):  # temporary files a killed run left beside them
+                if p is not None:
+                    remove_stale_temps(p)
             _announce(engine, report, bar)
             results = [run_input(engine, plan, inp, report, store, bar) for inp in plan.inputs]
-            gdf = write_outputs(plan, results, report)
+            # every output is written under a temporary name; the report is written, then they are all
+            # renamed into place: a run stopped before then leaves no output without its report, and its
+            # rerun is not stopped by "output exists"
+            with deferred_renames(pending):
+                gdf = write_outputs(plan, results, report)
             report.runtime_counters = _counters(engine)
+            _publish(plan, report, store, pending, t_start)
     finally:
+        pending.discard()
         if bar is not None:
             bar.close()
         if store is not None:
             report.checkpoint["stored"] = store.puts
             store.close()
-    report.wall_seconds = time.perf_counter() - t_start
-    if plan.report_path is not None:
-        report.write_json(plan.report_path)
     gdf.attrs["sam3tiles_report"] = report.as_dict()
     if opts.strict and report.failed:
         raise TilesFailedError(f"{report.failed} tile(s) failed (see the report); rerun to retry them")
@@ -97,6 +106,19 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
     return gdf, report
 
 
+def _publish(plan: RunPlan, report: RunReport, store: TileStore | None, pending: Deferred, t_start: float) -> None:
+    """Write the report, record the outputs in the work folder, then rename the outputs into place."""
+    if store is not None:
+        report.checkpoint["stored"] = store.puts
+    report.wall_seconds = time.perf_counter() - t_start
+    if plan.report_path is not None:
+        with disk_errors(plan.report_path.parent, "the report"):
+            report.write_json(plan.report_path)
+    wd = plan.work_dir if store is not None else None
+    record_outputs(wd, pending.files, report.failed, "pending")
+    pending.commit()
+    done = [*plan.outputs, *([plan.labels] if plan.labels is not None else [])]
+    record_outputs(wd, [(p, p) for p in done], report.failed, "done")
 def _saturation_advice(report: RunReport, opts: Options) -> None:
     """Tiles still saturated (not refined): one line of advice on stderr; --strict makes it exit 5."""
     if not report.saturated:
@@ -126,7 +148,7 @@ def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport) 
     its rerun resumes instead of stopping at an output that already exists."""
     for res, inp in zip(results, plan.inputs):
         if inp.output is not None:
-            with _timed(report, "write"):
+            with _timed(report, "write"), disk_errors(inp.output.parent):
                 write_output(finish(res.gdf), inp.output, plan, [res], report)
     gdf = combine([r.gdf for r in results])
     merge_total = MergeStats()
@@ -137,11 +159,11 @@ def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport) 
                                 if len(gdf) else {})
     report.merge = merge_total.as_dict()
     if plan.combined is not None:
-        with _timed(report, "write"):
+        with _timed(report, "write"), disk_errors(plan.combined.parent):
             write_output(gdf, plan.combined, plan, results, report)
     if plan.labels is not None:
         inp = plan.inputs[0]
-        with _timed(report, "write"):
+        with _timed(report, "write"), disk_errors(plan.labels.parent, "the label image"):
             write_labels(gdf, plan.labels, inp.width, inp.height, inp.transform, inp.crs)
     return gdf
 

@@ -20,6 +20,8 @@ from typing import Iterator, Sequence
 
 import geopandas as gpd
 
+from .checks import (check_box_file, check_input, check_options, check_plan, check_work_dir,
+                     replaceable)
 from .errors import InputDataError, PromptError, UsageError
 from .grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from .merge import tile_frame
@@ -64,6 +66,7 @@ class InputPlan:
     def frame(self) -> Frame:
         """The input's frame for units (`units.Frame`)."""
         return Frame(self.crs, self.transform, self.width, self.height, self.pixel_size_um)
+    files: tuple[str, ...] = ()  # every file its pixels come from (a VRT's sources, ...)
 
     @property
     def bounds(self) -> tuple[float, float, float, float]:
@@ -194,28 +197,36 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     opts = options or Options()
     if isinstance(text, str):
         text = [text]  # one prompt, not one per letter
+    check_options(opts)
     paths = expand_inputs(inputs)
     per_input, combined = resolve_outputs(paths, out)
+    dest = combined or out
+    check_work_dir(work_dir, paths)
+    if work_dir is None and checkpoint and out is not None:
+        work_dir = Path(str(dest).rstrip("/") + ".sam3tiles-work")
+        check_work_dir(work_dir, paths, option="the work folder")
+    ours = work_dir if checkpoint else None  # outputs an unfinished run of this work folder left may be replaced
     for p in [combined, *per_input]:
         if p is not None:
-            check_out(p, overwrite, opts)
-    label_path = _check_labels(labels, paths, overwrite)
+            check_out(p, overwrite or replaceable(p, ours), opts)
+    label_path = _check_labels(labels, paths, overwrite or (labels is not None and replaceable(labels, ours)))
+    if report_path is None and dest is not None:
+        report_path = Path(str(dest).rstrip("/") + ".report.json")
     opts, spec = resolve_model(opts)
     geo_boxes = [GeoBox.parse(b) if isinstance(b, str) else b for b in boxes]
-    planned = tuple(plan_input(path, opts, dest) for path, dest in zip(paths, per_input))
+    planned = tuple(plan_input(path, opts, d) for path, d in zip(paths, per_input))
+    check_plan(paths, [f for i in planned for f in i.files], [i.crs for i in planned], [i.n_tiles for i in planned],
+               opts, combined=combined, per_input=per_input, labels=label_path, report=report_path,
+               work_dir=work_dir if checkpoint else None, box_file=box_file)
     crs0 = planned[0].crs
     n_given = len(geo_boxes)
     if box_file:
+        check_box_file(box_file)
         geo_boxes += read_box_file(box_file, crs0)
     check_boxes_inside(geo_boxes, n_given, [i.bounds for i in planned], crs0, box_file)
     prompts = tuple(build_prompts(list(text), geo_boxes))
     if check_prompts and spec.backend != "onnx":
         check_prompts_here(spec, prompts)
-    dest = combined or out
-    if work_dir is None and checkpoint and out is not None:
-        work_dir = Path(str(dest).rstrip("/") + ".sam3tiles-work")
-    if report_path is None and dest is not None:
-        report_path = Path(str(dest).rstrip("/") + ".report.json")
     return RunPlan(inputs=planned, options=opts, spec=spec, model_identity=spec_identity(spec), prompts=prompts,
                    boxes=tuple(geo_boxes), out=str(out) if out is not None else None, combined=combined,
                    labels=label_path, overwrite=overwrite,
@@ -231,7 +242,7 @@ def expand_inputs(inputs) -> list[str]:
     out: list[str] = []
     for item in inputs:
         s = input_name(item)
-        if "://" not in s and any(ch in s for ch in "*?["):
+        if "://" not in s and any(ch in s for ch in "*?[") and not os.path.exists(s):  # existing: literal
             hits = sorted(glob.glob(s, recursive=True))
             if not hits:
                 raise UsageError(f"{s}: the pattern matches no file: check the path")
@@ -306,13 +317,14 @@ def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPla
         if getattr(src, "levels_read", None) is not None and src.crs is None and src.pixel_size_um is None:
             log.warning("%s: the slide states no physical pixel size (OME PhysicalSizeX): areas stay in pixels, "
                         "no area_um2", path)
+        files = tuple(check_input(path, src, opts))  # placeable, a VRT's sources exist
         grid = None if opts.squash else build_grid(src, opts)
         if grid is not None and opts.refine == "auto":
             Refiner(grid, opts.refine_depth)  # refuses a depth whose sub-tile numbers the merge cannot hold
         return InputPlan(path=path, width=src.width, height=src.height, crs=src.crs, transform=src.transform,
                          bands=tuple(src.bands), band_count=int(src.dataset.count), dtype=str(src.dtype),
-                         stretch=src.stretch, identity=src.identity, grid=grid, squash_size=opts.tile_size,
-                         output=output, pixel_size_um=src.pixel_size_um)
+                         stretch=src.stretch, identity=src.identity_for(verify=opts.verify_inputs), grid=grid, squash_size=opts.tile_size,
+                         output=output, pixel_size_um=src.pixel_size_um, files=files)
 
 
 def check_out(p: Path, overwrite: bool, opts: Options) -> None:
@@ -332,8 +344,14 @@ def gsd_scale(src: Source, gsd: float) -> float:
 
 def build_grid(src: Source, opts: Options) -> TileGrid:
     scale = gsd_scale(src, opts.gsd) if opts.gsd else opts.scale
-    return TileGrid(src.width, src.height, scale=scale, tile_size=opts.tile_size, overlap=opts.overlap,
-                    transform=src.transform)
+    try:
+        return TileGrid(src.width, src.height, scale=scale, tile_size=opts.tile_size, overlap=opts.overlap,
+                        transform=src.transform)
+    except UsageError as e:
+        if opts.gsd and "--scale" in str(e):  # the user gave --gsd: name it, and the scale it means here
+            raise UsageError(f"--gsd {opts.gsd:g} on {src.path} means a scale of {scale:g}: "
+                             f"{str(e).split(': ', 1)[-1]}; choose a --gsd near the raster's own resolution") from None
+        raise
 
 
 def check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, box_file: str | None) -> None:

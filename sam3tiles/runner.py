@@ -285,6 +285,10 @@ class InputRun:
             log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", self.inp.path)
 
 
+#: Decoder passes one tile can take (pieces of one pass share a merge key: tile index * 1024 + pass).
+MAX_PASSES = 1024
+
+
 def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int, pasted=None) -> list[TilePrompt]:
     """The prompts as `tile` sees them: its example boxes in tile frame, split into decoder passes of
     `slots` boxes; a box-only prompt without a positive box in the tile is left out. `pasted`: prompt ->
@@ -297,6 +301,11 @@ def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int, pasted=N
         if p.text is None and not any(b.positive for b in boxes):
             continue  # a box-only prompt finds nothing where it has no example
         passes = tuple(tuple(c) for c in box_passes(boxes, slots)) if boxes else ((),)
+        if len(passes) > MAX_PASSES:
+            raise PromptError(f"tile {tile.index} (row {tile.row}, col {tile.col}) holds {len(boxes)} example boxes of "
+                              f"prompt {p.label!r}: {len(passes)} decoder passes of {slots}, more than the "
+                              f"{MAX_PASSES} one tile can take: give fewer example boxes (a few per kind of "
+                              "object is enough) or use --scale below 1")
         out.append(TilePrompt(i, p.model_text, passes))
     return out
 

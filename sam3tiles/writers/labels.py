@@ -81,9 +81,9 @@ def write_labels(gdf, path: str | os.PathLike, width: int, height: int, transfor
                     wt = rasterio.windows.transform(win, transform)
                     out = np.zeros((h, w), np.uint32)
                     if tree is not None:
-                        bx0, by0, bx1, by1 = rasterio.windows.bounds(win, transform)
-                        hits = np.sort(tree.query(shapely.box(min(bx0, bx1), min(by0, by1), max(bx0, bx1),
-                                                              max(by0, by1))))
+                        # all four corners: a rotated or sheared transform's window is no axis-aligned box
+                        xs, ys = zip(*(transform * (c, r) for c in (x0, x0 + w) for r in (y0, y0 + h)))
+                        hits = np.sort(tree.query(shapely.box(min(xs), min(ys), max(xs), max(ys))))
                         if len(hits):
                             rasterio.features.rasterize(zip(geoms[hits], ids[hits].astype(np.uint32)), out=out,
                                                         transform=wt, dtype="uint32")
