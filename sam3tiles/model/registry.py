@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import UsageError
 from .runtime import ModelRuntime
 
-BACKENDS = ("reference", "onnx", "simulated")
+BACKENDS = ("reference", "onnx", "simulated", "misbehaving")
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,10 @@ class RuntimeSpec:
     decode_seconds: float = 0.01
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
+        # "misbehaving[:BEHAVIOUR]": the reference backend made to misbehave as a real SAM 3 does (tests,
+        # benchmarks; BEHAVIOUR a preset or switches of sam3tiles.model.misbehaving, default "all")
+        if self.backend.partition(":")[0] not in BACKENDS or (":" in self.backend and
+                                                               not self.backend.startswith("misbehaving:")):
             raise UsageError(f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise UsageError(f"unknown device {self.device!r}: choose auto, cpu or cuda")
@@ -54,6 +57,11 @@ def build_runtime(spec: RuntimeSpec) -> ModelRuntime:
         from .simulated import SimulatedGpuRuntime
 
         return SimulatedGpuRuntime(spec.encode_seconds, spec.decode_seconds)
+    if spec.backend.startswith("misbehaving"):
+        from .misbehaving import MisbehavingRuntime
+        from .reference import ReferenceRuntime
+
+        return MisbehavingRuntime(ReferenceRuntime(), spec.backend.partition(":")[2] or "all")
     from .onnx import OnnxRuntime
 
     model_dir = Path(spec.model_dir) if spec.model_dir else None
@@ -92,7 +100,7 @@ def clear_cache() -> None:
 
 def spec_identity(spec: RuntimeSpec) -> str:
     """The runtime's identity without loading it: backend, code or model-file hashes (checkpoint key)."""
-    if spec.backend in ("reference", "simulated"):
+    if spec.backend in ("reference", "simulated") or spec.backend.startswith("misbehaving"):
         rt = build_runtime(spec)
         return rt.identity
     import hashlib
