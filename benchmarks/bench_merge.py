@@ -36,12 +36,14 @@ def one(n: int, mode: str, per_tile: int, block: int) -> dict:
         from distributed import Client, LocalCluster
 
         from sam3tiles.engine import Engine
-        from sam3tiles.pipeline import _map_on
+        from sam3tiles.pipeline import _gather_on, _submit_on
 
         cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                silence_logs=logging.ERROR)
         client = Client(cluster)
-        mapper = _map_on(Engine(client, distributed=True, gpu_resource=False, threads=2), retries=0)
+        engine = Engine(client, distributed=True, gpu_resource=False, threads=2)
+        submit, gather = _submit_on(engine, retries=0), _gather_on(engine)
+        mapper = lambda fn, jobs: gather([submit(fn, job) for job in jobs])  # noqa: E731
     t0 = time.perf_counter()
     if mode == "single":
         merged, stats = merge_pieces(pieces, frames)

@@ -226,6 +226,7 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
     report.seconds["merge"] += time.perf_counter() - t0
 
     labels = [p.label for p in prompts]
+    mstats.coverage = {labels[int(k)]: c for k, c in mstats.coverage.items()}  # per prompt, by its label
     geoms = merged.geometry
     if opts.simplify > 0 and geoms:
         geoms = list(gpd.GeoSeries(geoms).simplify(opts.simplify, preserve_topology=True))

@@ -71,6 +71,9 @@ class RunReport:
                          f"{m.get('links', 0)} links, {m.get('stitched', 0)} stitched, "
                          f"{m.get('duplicates_dropped', 0)} duplicates dropped, largest group "
                          f"{m.get('largest_group', 0)}, rule violations {m.get('rule_violations', 0)}")
+            for k, c in m.get("coverage", {}).items():  # areas in CRS units squared (see sam3tiles.merge)
+                lines.append(f"  {k}: tiles own {c['owned']:.6g}, out {c['out']:.6g}; dropped uncovered: "
+                             f"{c['duplicates']:.3g} as duplicates, {c['slivers']:.3g} as slivers")
         secs = ", ".join(f"{k} {v:.2f}" for k, v in self.seconds.items() if v > 0)
         lines.append(f"seconds: {secs or '-'}; wall {self.wall_seconds:.2f} ({self.tiles_per_second:.2f} tiles/s)"
                      + ("; read/encode/decode/vectorize are summed over tiles" if self.tiles > 1 else ""))
