@@ -22,7 +22,8 @@ mask can stop short of the tile edge. The rules, in order:
    Tiles that disagree (whole in one, two halves in another; two neighbours fused in one) are settled by
    rule 4 and counted as `disagreements`, not as rule violations.
 4. *Ownership.* The complete parts of a component (cut at no interior tile edge, `EDGE_MARGIN`) are taken
-   in order of authority: owned by their own tile (their box centre lies in its core) first, then farther
+   in order of authority: owned by their own tile (the centre of the object, their box grown by the boxes
+   of the parts they link to, lies in its core) first, then farther
    from their tile's edges, in steps of `AUTHORITY_CELLS` mask cells (one cell of difference does not flip
    the choice), then tile order; scores never decide (they differ between tiles by chance). A complete
    part is kept unless it is linked to a kept part of another tile (it is then another view of that
@@ -416,10 +417,18 @@ class _Resolver:
         self.cores[cand] = [frames[int(t)].core for t in self.tiles[cand]]
         self.owned_area = shapely.area(c.geoms)
         self.owned_area[cand] = shapely.area(shapely.intersection(c.geoms[cand], self.cores[cand]))
-        self.owned = np.ones(n, dtype=bool)  # box centre in its own tile's core
+        self.owned = np.ones(n, dtype=bool)
         if len(cand):
-            b = shapely.bounds(c.geoms[cand])
-            self.owned[cand] = shapely.contains_xy(self.cores[cand], (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2)
+            # owned: the centre of the object (the part's box grown by the boxes of the parts it links to:
+            # the other tiles' views of it) lies in the part's own tile's core. So a tile that splits an
+            # object owns neither half unless it owns the object, and one owner decides for all its parts.
+            b = shapely.bounds(c.geoms)
+            ext = b.copy()
+            for k, fn in ((0, np.minimum), (1, np.minimum), (2, np.maximum), (3, np.maximum)):
+                fn.at(ext[:, k], la, b[lb, k])
+                fn.at(ext[:, k], lb, b[la, k])
+            e = ext[cand]
+            self.owned[cand] = shapely.contains_xy(self.cores[cand], (e[:, 0] + e[:, 2]) / 2, (e[:, 1] + e[:, 3]) / 2)
         pixel = np.asarray([frames[int(t)].pixel for t in np.unique(self.tiles)])
         self.edge_q = np.floor(c.edge / (AUTHORITY_CELLS * MASK_CELL))
         self.gap = JOIN_CELLS * MASK_CELL * (pixel.max() if len(pixel) else 1.0)
