@@ -31,7 +31,8 @@ mask can stop short of the tile edge. The rules, in order:
    neighbours fused), and a copy another tile sees whole wins where the owner saw it cut or not at all.
 5. *Stitching.* A cut part is a duplicate when what it says inside its own tile's core is at least half
    covered by the kept complete parts. The other cut parts are clipped to their tiles' cores (grown by one
-   pixel so neighbours overlap) and unioned; the union's regions (rule 0's gap) are objects. Objects larger
+   pixel so neighbours overlap; in the cores of tiles that have no part in the component, a miss, they keep
+   their area) and unioned; the union's regions (rule 0's gap) are objects. Objects larger
    than the overlap, up to "stuff" spanning many tiles, come out as their connected regions, each stitched
    across the seams it crosses.
 6. *Slivers.* A cut part that no neighbour matched (or cut parts linked only to each other), lying outside
@@ -508,7 +509,7 @@ class _Resolver:
             drops += [(i, "duplicates") for i in stitch[covered].tolist()]
             stitch = stitch[~covered]
         if len(stitch):
-            got = self._stitch(stitch)
+            got = self._stitch(stitch, np.unique(tiles[m]))
             if got is None:
                 drops += [(i, "slivers") for i in stitch.tolist()]
             else:
@@ -518,8 +519,11 @@ class _Resolver:
         self._account(drops, [g for g, *_ in outs])
         return outs
 
-    def _stitch(self, s: np.ndarray):
-        """Rule 5: cut parts clipped to their cores, unioned, split into regions; None for slivers."""
+    def _stitch(self, s: np.ndarray, comp_tiles: np.ndarray):
+        """Rule 5: cut parts clipped to their cores, unioned, split into regions; None for slivers.
+
+        Where a tile said nothing about the object (a miss, a score under the threshold at its edge: it has
+        no part in the component), the parts reaching into its core keep their area there."""
         c = self.c
         clipped = shapely.intersection(c.geoms[s], self.cores[s])
         areas = shapely.area(clipped)
@@ -528,6 +532,12 @@ class _Resolver:
             return None  # rule 6 for linked slivers: all outside their own cores, next to another object
         if geom.is_empty:
             geom = shapely.union_all(c.geoms[s])
+        else:
+            said = shapely.union_all([self.frames[int(t)].core for t in comp_tiles.tolist()])
+            unclaimed = shapely.difference(c.geoms[s], said)
+            unclaimed = unclaimed[shapely.area(unclaimed) > 0]
+            if len(unclaimed):
+                geom = shapely.union_all([geom, *unclaimed])
         outs = []
         for r in _regions(_polygonal(geom), self.gap):
             hit = shapely.intersects(clipped, r) & (areas > 0)
