@@ -16,8 +16,9 @@ pieces go to each method:
 
 Per class, summed over seeds: F1 at IoU >= 0.5, duplicates and fragments, and the IoU of every object
 larger than a tile with its best single prediction (mean and minimum). `floor` is what the tiles that own
-each object said (the owning tile's own copies; objects not whole in their owner counted as found): no
-merge can beat it when the owner itself split or missed an object.
+each object said (the owning tile's own copies; objects not whole in their owner counted as found), plus
+the false positives each tile said inside its own core: no merge can beat it when the owner itself split,
+fused or missed an object.
 """
 
 from __future__ import annotations
@@ -126,6 +127,13 @@ def floor_preds(per_tile, frames, truth_by_class, transform):
     for p in per_tile:
         for g, k, pr in zip(p.geometry, p.tile_key, p.prompt):
             by_tile.setdefault((k // 1024, pr), []).append(g)
+    for (tile, k), geoms in by_tile.items():  # what the owners said where nothing is: false positives
+        truth = shapely.union_all(truth_by_class.get(k, []))
+        for g in geoms:
+            for q in shapely.get_parts(g):
+                x0, y0, x1, y1 = q.bounds
+                if not q.intersects(truth) and frames[tile].core.contains(shapely.Point((x0 + x1) / 2, (y0 + y1) / 2)):
+                    out.append((k, q))
     for k, truth in truth_by_class.items():
         for t in truth:
             c = t.centroid

@@ -152,10 +152,10 @@ def misbehave(insts: list[_Inst], b: Behaviour, rng: np.random.Generator, cells:
         insts = _fuse(insts, b.fused, rng)
     if b.split:
         insts = [h for x in insts for h in (_split(x, rng) if rng.random() < b.split else [x])]
+    if b.grow:  # before the occluder: a grown or shrunk mask does not change the occluder's width
+        insts = [_grow(x, rng) if rng.random() < b.grow else x for x in insts]
     if b.multipart:
         insts = [_occlude(x, rng) if rng.random() < b.multipart else x for x in insts]
-    if b.grow:
-        insts = [_grow(x, rng) if rng.random() < b.grow else x for x in insts]
     if b.short:
         insts = [_short(x, rng, cells) if rng.random() < b.short else x for x in insts]
     if b.grouped:
@@ -291,7 +291,7 @@ def _group(insts: list[_Inst], rate: float, rng) -> list[_Inst]:
                 x = _Inst(np.maximum(x.mask, insts[j].mask), max(x.score, insts[j].score))
         used.add(i)
         out.append(x)
-    return [x for k, x in enumerate(out)]
+    return out
 
 
 def _blob(rng, cells: tuple[int, int]) -> _Inst:
