@@ -41,7 +41,7 @@ mask can stop short of the tile edge. The rules, in order:
 
 *Coverage.* For every prompt, the output covers what each tile said is object inside its own core, apart
 from the drops of rules 4-6. `MergeStats.coverage` holds per prompt the area the tiles own (each part
-inside its own tile's core), the area out, and the owned area each rule dropped that no output covers
+inside its own tile's core, the cores not grown: they partition the image), the area out, and the owned area each rule dropped that no output covers
 (slivers: their whole owned area), in CRS units squared. Area no rule accounts for never disappears.
 """
 
@@ -416,8 +416,21 @@ class _Resolver:
         cand = np.flatnonzero(~inside)
         self.cores = np.empty(n, dtype=object)
         self.cores[cand] = [frames[int(t)].core for t in self.tiles[cand]]
+        # the cores exactly (not grown): they partition the image, so what tiles own is never counted twice
+        exact = {t: frames[t].core.buffer(-frames[t].pixel, join_style="mitre") for t in
+                 np.unique(self.tiles[cand]).tolist()}
+        self.exact = np.empty(n, dtype=object)
+        self.exact[cand] = [exact[t] for t in self.tiles[cand].tolist()]
         self.owned_area = shapely.area(c.geoms)
-        self.owned_area[cand] = shapely.area(shapely.intersection(c.geoms[cand], self.cores[cand]))
+        if len(cand):  # the part inside its own core: most parts lie wholly inside or outside it
+            cg, cc = c.geoms[cand], self.exact[cand]
+            oa = self.owned_area[cand]
+            inside_core = shapely.within(cg, cc)
+            cross = ~inside_core
+            cross[cross] = shapely.intersects(cg[cross], cc[cross])
+            oa[~inside_core & ~cross] = 0.0
+            oa[cross] = shapely.area(shapely.intersection(cg[cross], cc[cross]))
+            self.owned_area[cand] = oa
         self.owned = np.ones(n, dtype=bool)
         if len(cand):
             # owned: the centre of the object (the part's box grown by the boxes of the parts it links to:
@@ -445,7 +458,23 @@ class _Resolver:
         starts, ends = np.r_[0, cuts], np.r_[cuts, len(idx)]
         single = (ends - starts) == 1
         geoms, first, score, prompt, ntiles = self._singles(idx[starts[single]])
-        for s, e in zip(starts[~single].tolist(), ends[~single].tolist()):
+        # the common case at scale, vectorized: two complete views of one object from two tiles
+        s2 = starts[~single & ((ends - starts) == 2)]
+        a, b = idx[s2], idx[s2 + 1]
+        fast = c.complete[a] & c.complete[b] & (self.tiles[a] != self.tiles[b])
+        for col, got in zip((geoms, first, score, prompt, ntiles), self._pairs(a[fast], b[fast])):
+            col.extend(got)
+        # ... and a complete view beside a cut view that its own core area mostly lies under
+        one = c.complete[a] ^ c.complete[b]
+        full, cut = np.where(c.complete[a], a, b)[one], np.where(c.complete[a], b, a)[one]
+        covered = np.zeros(len(a), dtype=bool)
+        covered[np.flatnonzero(one)] = done = self._covered_pairs(full, cut)
+        for col, got in zip((geoms, first, score, prompt, ntiles), self._kept(full[done], cut[done])):
+            col.extend(got)
+        general = np.ones(len(starts), dtype=bool)
+        general[single] = False
+        general[np.flatnonzero(~single & ((ends - starts) == 2))[fast | covered]] = False
+        for s, e in zip(starts[general].tolist(), ends[general].tolist()):
             for g, f, sc, nt in self._component(idx[s:e]):
                 geoms.append(g)
                 first.append(f)
@@ -480,14 +509,50 @@ class _Resolver:
         return (list(c.geoms[lone]), c.order[lone].tolist(), c.score[lone].tolist(), list(c.prompt[lone]),
                 [1] * len(lone))
 
+    def _pairs(self, a: np.ndarray, b: np.ndarray):
+        """Rule 4 for components of two complete parts of two tiles: the one of more authority is kept."""
+        c, st = self.c, self.stats
+        oa, ob = ~self.owned[a], ~self.owned[b]
+        ea, eb = self.edge_q[a], self.edge_q[b]
+        a_wins = (oa < ob) | ((oa == ob) & ((ea > eb) | ((ea == eb) & (c.order[a] < c.order[b]))))
+        win, lose = np.where(a_wins, a, b), np.where(a_wins, b, a)
+        acc = lose[self.owned_area[lose] > 0]
+        if len(acc):
+            acc_win = win[self.owned_area[lose] > 0]
+            own = shapely.difference(shapely.intersection(c.geoms[acc], self.exact[acc]), c.geoms[acc_win])
+            self.dropped.extend((i, "duplicates", v) for i, v in zip(acc.tolist(), shapely.area(own).tolist()))
+        return self._kept(win, lose)
+
+    def _covered_pairs(self, full: np.ndarray, cut: np.ndarray) -> np.ndarray:
+        """Whether each cut part's own-core area lies mostly under its complete partner (rule 5), for
+        pairs of different tiles; the uncovered owned area of those is counted."""
+        ok = self.tiles[full] != self.tiles[cut]
+        clip = shapely.intersection(self.c.geoms[cut[ok]], self.exact[cut[ok]])
+        area = shapely.area(clip)
+        cov = shapely.area(shapely.intersection(clip, self.c.geoms[full[ok]]))
+        done = np.zeros(len(full), dtype=bool)
+        done[np.flatnonzero(ok)] = got = cov >= COVERED * area
+        self.dropped.extend((i, "duplicates", v) for i, v in zip(cut[ok][got].tolist(),
+                                                                 (area - cov)[got].clip(0).tolist()))
+        return done
+
+    def _kept(self, win: np.ndarray, lose: np.ndarray):
+        """Objects of two-part components whose `win` part is kept and `lose` part dropped as a duplicate."""
+        c, st = self.c, self.stats
+        st.merged_groups += len(win)
+        st.largest_group = max(st.largest_group, 2 if len(win) else 0)
+        st.duplicates_dropped += len(win)
+        return (list(c.geoms[win]), c.order[win].tolist(), c.score[win].tolist(), list(c.prompt[win]),
+                [2] * len(win))
+
     def _component(self, m: np.ndarray) -> list:
         """Rules 4 and 5 for one component of 2+ parts: [(geometry, first, score, n_tiles)]."""
         c, st, tiles = self.c, self.stats, self.tiles
         st.merged_groups += 1
         st.largest_group = max(st.largest_group, len(m))
-        if len(np.unique(c.keys[m])) < len(m):
+        if len(set(c.keys[m].tolist())) < len(m):
             st.disagreements += 1
-        ntiles = len(np.unique(tiles[m]))
+        ntiles = len(set(tiles[m].tolist()))
         full = m[c.complete[m]]
         kept: list[int] = []
         drops: list[tuple[int, str]] = []
@@ -503,7 +568,7 @@ class _Resolver:
         outs = [(c.geoms[i], int(c.order[i]), float(c.score[i]), ntiles) for i in kept]
         stitch = m[~c.complete[m]]
         if kept and len(stitch):
-            clipped = shapely.intersection(c.geoms[stitch], self.cores[stitch])
+            clipped = shapely.intersection(c.geoms[stitch], self.exact[stitch])
             ku = c.geoms[kept[0]] if len(kept) == 1 else shapely.union_all(c.geoms[kept])
             covered = shapely.area(shapely.intersection(clipped, ku)) >= COVERED * shapely.area(clipped)
             drops += [(i, "duplicates") for i in stitch[covered].tolist()]
@@ -570,7 +635,7 @@ class _Resolver:
         if not todo:
             return
         idx = np.asarray([i for i, _ in todo])
-        own = shapely.intersection(self.c.geoms[idx], self.cores[idx])
+        own = shapely.intersection(self.c.geoms[idx], self.exact[idx])
         if outs:
             own = shapely.difference(own, outs[0] if len(outs) == 1 else shapely.union_all(outs))
         for (i, r), a in zip(todo, shapely.area(own).tolist()):

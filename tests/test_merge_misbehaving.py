@@ -187,7 +187,8 @@ def test_output_covers_what_the_owning_tiles_said_apart_from_declared_drops(plac
     frames, pieces = _pieces(placed)
     merged, stats = merge_pieces(pieces, frames)
     for prompt in {pr for _, _, pr in placed}:
-        owned = shapely.union_all([g.intersection(frames[k // 1024].core) for g, k, pr in
+        owned = shapely.union_all([g.intersection(frames[k // 1024].core.buffer(-1, join_style="mitre"))
+                                   for g, k, pr in
                                    zip(pieces.geometry, pieces.tile_key, pieces.prompt) if pr == prompt])
         out = shapely.union_all([g for g, pr in zip(merged.geometry, merged.prompt) if pr == prompt])
         missing = owned.difference(out).area
