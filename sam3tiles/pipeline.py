@@ -225,8 +225,7 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
     merged, mstats = merger.finish(gather=_gather_on(engine))
     report.seconds["merge"] += time.perf_counter() - t0
 
-    labels = [p.label for p in prompts]
-    mstats.coverage = {labels[int(k)]: c for k, c in mstats.coverage.items()}  # per prompt, by its label
+    labels = _labels(prompts, mstats)
     geoms = merged.geometry
     if opts.simplify > 0 and geoms:
         geoms = list(gpd.GeoSeries(geoms).simplify(opts.simplify, preserve_topology=True))
@@ -246,6 +245,13 @@ def run_input(engine: Engine, path: str, prompts: Sequence[Prompt], opts: Option
     gdf["model"] = model_identity
     gdf = gdf.reset_index(drop=True)
     return InputResult(path, gdf, mstats)
+
+
+def _labels(prompts: Sequence[Prompt], mstats: MergeStats) -> list[str]:
+    """The prompts' labels; the merge's per-prompt coverage figures keyed by them (not by index)."""
+    labels = [p.label for p in prompts]
+    mstats.coverage = {labels[int(k)]: c for k, c in mstats.coverage.items()}
+    return labels
 
 
 def _run_tiles(engine: Engine, source: SourceSpec, spec: RuntimeSpec, queue: deque, opts: Options,
