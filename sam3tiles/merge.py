@@ -263,6 +263,9 @@ def _edge_dist(geoms: np.ndarray, frame: TileFrame) -> np.ndarray:
 def _explode(c: _Cols, frames: Mapping[int, TileFrame], stats: MergeStats) -> _Cols:
     """Rule 0: one row per part; parts of a cut piece get their own seam flags."""
     c.order = c.order * PARTS
+    odd = np.flatnonzero(~np.isin(shapely.get_type_id(c.geoms), (3, 6)))  # not (Multi)Polygon: areal part only
+    for i in odd.tolist():
+        c.geoms[i] = _polygonal(c.geoms[i])
     multi = np.flatnonzero(shapely.get_num_geometries(c.geoms) > 1)
     units = {}
     for i in multi.tolist():
