@@ -22,25 +22,25 @@ import os
 import statistics
 import time
 
-from .common import emit
+from sam3tiles.grid import TileGrid
+from sam3tiles.merge import merge_pieces, tile_frame
+from sam3tiles.model.registry import RuntimeSpec, get_runtime
+from sam3tiles.readers import open_source
+from sam3tiles.tasks import InferResult, SourceSpec, prepared_prompt, read_task, vectorize_task
+from sam3tiles.vectorize import Pieces, crop_detections
+
+from . import common
+from .common import emit, run_child, smoke
+from .synthetic import cached_scene
 
 SIZE = 4016  # 5 x 5 tiles of 1008 with 256 overlap
 
 
-def measure(objects: int, gpu_ms: float) -> dict:
-    from sam3tiles.model.registry import RuntimeSpec, get_runtime
-    from sam3tiles.grid import TileGrid
-    from sam3tiles.merge import merge_pieces, tile_frame
-    from sam3tiles.readers import open_source
-    from sam3tiles.tasks import InferResult, SourceSpec, prepared_prompt, read_task, vectorize_task
-    from sam3tiles.vectorize import Pieces, crop_detections
-
-    from .synthetic import cached_scene
-
-    if hasattr(os, "sched_setaffinity"):
+def measure(objects: int, gpu_ms: float, size: int = SIZE) -> dict:
+    if hasattr(os, "sched_setaffinity") and not common.IN_PROCESS:  # a smoke run must not pin its caller
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     cell = max(60, round(1008 / math.sqrt(objects)))
-    path = cached_scene(SIZE, SIZE, cell=cell)
+    path = cached_scene(size, size, cell=cell)
     spec = RuntimeSpec(backend="reference")
     rt = get_runtime(spec)
     preps = [prepared_prompt(spec, t)[0] for t in ("red", "blue")]
@@ -75,14 +75,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--objects", type=int, nargs="+", default=[10, 100])
     ap.add_argument("--gpu-ms", type=float, default=110.0, help="GPU time per tile for cores/GPU")
+    ap.add_argument("--size", type=int, default=SIZE, help="scene side in px")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="a 2 x 2 tile scene, in this process (checks the code)")
     args = ap.parse_args(argv)
-    from .common import run_child
-
+    if smoke(args.smoke):
+        args.size, args.objects = 1800, [10]
     if len(args.objects) == 1:
-        emit(measure(args.objects[0], args.gpu_ms), args.json)
+        emit(measure(args.objects[0], args.gpu_ms, args.size), args.json)
         return 0
-    rows = [run_child("bench_cpu_per_tile", "--objects", n, "--gpu-ms", args.gpu_ms) for n in args.objects]
+    rows = [run_child("bench_cpu_per_tile", "--objects", n, "--gpu-ms", args.gpu_ms, "--size", args.size)
+            for n in args.objects]
     emit({"runs": rows}, args.json)
     return 0
 

@@ -1,6 +1,6 @@
 """Per-tile time on graphs of the real SAM 3 image encoder's size and shape, with random weights.
 
-    python benchmarks/bench_gpu_encoder.py --device cuda [--blocks 32] [--repeat 10] [--fp16]
+    python -m benchmarks.bench_gpu_encoder --device cuda [--blocks 32] [--repeat 10]
 
 Builds (at run time, never committed: ~1.3 GB of float32 weights) a ViT of SAM 3's encoder size, a
 32-block, 1024-wide transformer over 72x72 tokens of 14x14 px patches of the 1008x1008 input, with the
@@ -8,28 +8,31 @@ contract's input (uint8 [3,1008,1008]) and six outputs (vision_pos_enc_0..2, bac
 288/144/72), then times through sam3tiles's own OnnxRuntime path: encode (I/O binding on CUDA, only the
 four outputs the decoder reads) and decode with a contract-faithful test decoder. It prints ms per tile
 and the achieved TFLOP/s against the device's peak, i.e. how far a tile is from the GPU's limit.
-On a CPU, `--blocks 1` checks the script in a minute.
+On a CPU, `--blocks 1` checks the script in a minute; `--smoke` (no block) in seconds.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from sam3tiles.model.onnx import OnnxRuntime
+from sam3tiles.model.runtime import TileImage
+from sam3tiles.testing.graphs import build_contract_models
 
-WIDTH, HEADS, MLP, TOKENS_SIDE, PATCH = 1024, 16, 4096, 72, 14
+WIDTH, TOKENS_SIDE, PATCH = 1024, 72, 14  # SAM 3: 16 heads of 64, MLP 4 x width
 
 
-def build_encoder(path: Path, blocks: int, seed: int = 0):
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
+def build_encoder(path: Path, blocks: int, seed: int = 0, width: int = WIDTH):
+    """Write the encoder graph (`width` channels, `blocks` transformer blocks) to `path`; returns its
+    FLOPs per tile."""
+    heads, mlp = max(1, width // 64), 4 * width
     rng = np.random.default_rng(seed)
     inits, nodes = [], []
 
@@ -50,19 +53,19 @@ def build_encoder(path: Path, blocks: int, seed: int = 0):
     n("Sub", ["x01", c("half", np.float32(0.5))], "xc")
     n("Div", ["xc", "half"], "xn")
     n("Unsqueeze", ["xn", c("ax0", np.array([0], np.int64))], "xb")
-    n("Conv", ["xb", w("patch_w", WIDTH, 3, PATCH, PATCH), w("patch_b", WIDTH)], "pe", strides=[PATCH, PATCH])
-    n("Reshape", ["pe", c("tok_shape", np.array([1, WIDTH, TOKENS_SIDE * TOKENS_SIDE], np.int64))], "pe2")
+    n("Conv", ["xb", w("patch_w", width, 3, PATCH, PATCH), w("patch_b", width)], "pe", strides=[PATCH, PATCH])
+    n("Reshape", ["pe", c("tok_shape", np.array([1, width, TOKENS_SIDE * TOKENS_SIDE], np.int64))], "pe2")
     x = n("Transpose", ["pe2"], "tok0", perm=[0, 2, 1])  # [1, 5184, 1024]
     L = TOKENS_SIDE * TOKENS_SIDE
-    hd = WIDTH // HEADS
-    ones, zeros = c("ln_g", np.ones(WIDTH, np.float32)), c("ln_b", np.zeros(WIDTH, np.float32))
-    heads_shape = c("heads_shape", np.array([1, L, 3, HEADS, hd], np.int64))
-    back_shape = c("back_shape", np.array([1, L, WIDTH], np.int64))
+    hd = width // heads
+    ones, zeros = c("ln_g", np.ones(width, np.float32)), c("ln_b", np.zeros(width, np.float32))
+    heads_shape = c("heads_shape", np.array([1, L, 3, heads, hd], np.int64))
+    back_shape = c("back_shape", np.array([1, L, width], np.int64))
     scale = c("attn_scale", np.float32(1 / np.sqrt(hd)))
     for i in range(blocks):
         p = f"b{i}_"
         h = n("LayerNormalization", [x, ones, zeros], p + "ln1", axis=-1)
-        qkv = n("MatMul", [h, w(p + "qkv", WIDTH, 3 * WIDTH)], p + "qkv_o")
+        qkv = n("MatMul", [h, w(p + "qkv", width, 3 * width)], p + "qkv_o")
         qkv = n("Reshape", [qkv, heads_shape], p + "qkv_r")
         qkv = n("Transpose", [qkv], p + "qkv_t", perm=[2, 0, 3, 1, 4])  # [3, 1, H, L, hd]
         q = n("Gather", [qkv, c(p + "i0", np.int64(0))], p + "q", axis=0)
@@ -75,18 +78,18 @@ def build_encoder(path: Path, blocks: int, seed: int = 0):
         o = n("MatMul", [a, v], p + "o")  # [1, H, L, hd]
         o = n("Transpose", [o], p + "ot", perm=[0, 2, 1, 3])
         o = n("Reshape", [o, back_shape], p + "or")
-        o = n("MatMul", [o, w(p + "proj", WIDTH, WIDTH)], p + "proj_o")
+        o = n("MatMul", [o, w(p + "proj", width, width)], p + "proj_o")
         x = n("Add", [x, o], p + "res1")
         h = n("LayerNormalization", [x, ones, zeros], p + "ln2", axis=-1)
-        h = n("MatMul", [h, w(p + "fc1", WIDTH, MLP)], p + "fc1_o")
+        h = n("MatMul", [h, w(p + "fc1", width, mlp)], p + "fc1_o")
         h = n("Gelu", [h], p + "gelu")
-        h = n("MatMul", [h, w(p + "fc2", MLP, WIDTH)], p + "fc2_o")
+        h = n("MatMul", [h, w(p + "fc2", mlp, width)], p + "fc2_o")
         x = n("Add", [x, h], p + "res2")
     n("Transpose", [x], "tok_t", perm=[0, 2, 1])
-    n("Reshape", ["tok_t", c("grid_shape", np.array([1, WIDTH, TOKENS_SIDE, TOKENS_SIDE], np.int64))], "feat")
+    n("Reshape", ["tok_t", c("grid_shape", np.array([1, width, TOKENS_SIDE, TOKENS_SIDE], np.int64))], "feat")
     outputs = []
     for lvl, side in enumerate((288, 144, 72)):
-        f = n("Conv", ["feat", w(f"neck{lvl}", 256, WIDTH, 1, 1)], f"neck{lvl}_o")
+        f = n("Conv", ["feat", w(f"neck{lvl}", 256, width, 1, 1)], f"neck{lvl}_o")
         if side != 72:
             f = n("Resize", [f, "", "", c(f"sz{lvl}", np.array([1, 256, side, side], np.int64))], f"up{lvl}",
                   mode="linear")
@@ -101,29 +104,29 @@ def build_encoder(path: Path, blocks: int, seed: int = 0):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
               location=path.name + ".data")
-    flops = 2 * (PATCH * PATCH * 3 * WIDTH * L) + blocks * 2 * (
-        L * WIDTH * 3 * WIDTH + 2 * L * L * WIDTH + L * WIDTH * WIDTH + 2 * L * WIDTH * MLP)
+    flops = 2 * (PATCH * PATCH * 3 * width * L) + blocks * 2 * (
+        L * width * 3 * width + 2 * L * L * width + L * width * width + 2 * L * width * mlp)
     return flops
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--blocks", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--peak-tflops", type=float, default=67.0, help="device fp32 peak (H200: ~67 non-tensor)")
+    ap.add_argument("--width", type=int, default=WIDTH, help="channels (SAM 3: 1024)")
     ap.add_argument("--dir", default=None, help="where to build the graphs (default: a temp dir)")
-    args = ap.parse_args()
-    from onnx_graphs import build_contract_models
-
-    from sam3tiles.model.onnx import OnnxRuntime
-    from sam3tiles.model.runtime import TileImage
+    ap.add_argument("--smoke", action="store_true", help="one 64-wide block, one repeat, CPU (checks the code)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.blocks, args.repeat, args.device, args.width = 1, 1, "cpu", 64
 
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         d = Path(d)
         build_contract_models(d, decoder="colour", grid=4)  # language encoder + decoder of the contract
         t0 = time.perf_counter()
-        flops = build_encoder(d / "sam3_image_encoder.onnx", args.blocks)
+        flops = build_encoder(d / "sam3_image_encoder.onnx", args.blocks, width=args.width)
         print(f"built a {args.blocks}-block encoder ({flops / 1e12:.2f} TFLOP per tile) in "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
         rt = OnnxRuntime(d, device=args.device)
@@ -146,7 +149,8 @@ def main() -> None:
         print(f"encode {1000 * e:.1f} ms/tile (median of {args.repeat}), decode (test decoder) {1000 * dm:.1f} ms")
         print(f"achieved {flops / e / 1e12:.1f} TFLOP/s = {100 * flops / e / 1e12 / args.peak_tflops:.0f}% of "
               f"{args.peak_tflops:g} TFLOP/s peak; {1 / (e + dm):.1f} tiles/s per GPU for one prompt")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

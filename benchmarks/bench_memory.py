@@ -19,14 +19,13 @@ import sys
 import tempfile
 import time
 
-from .common import ROOT, emit
+from sam3tiles.pipeline import segment_job
+
+from .common import ROOT, emit, smoke
+from .synthetic import cached_scene
 
 
 def measure(size: int, prompts: list[str], workers: int | None) -> dict:
-    from sam3tiles.pipeline import segment_job
-
-    from .synthetic import cached_scene
-
     path = cached_scene(size, size)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -45,13 +44,16 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--measure", action="store_true", help="(internal) measure in this process")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="a 1500 px scene, in this process (checks the code)")
     args = ap.parse_args(argv)
     prompts = args.text or ["red", "blue"]
+    if smoke(args.smoke):
+        args.size, args.measure = 1500, True
     if args.measure:
         emit(measure(args.size, prompts, args.workers), args.json)
         return 0
     # the scene in its own process (generating it costs memory that is not the pipeline's)
-    subprocess.run([sys.executable, "-c", f"from benchmarks.synthetic import cached_scene; "
+    subprocess.run([sys.executable, "-c", "from benchmarks.synthetic import cached_scene; "
                     f"cached_scene({args.size}, {args.size})"], cwd=ROOT, check=True)
     cmd = [sys.executable, "-m", "benchmarks.bench_memory", "--size", str(args.size), "--measure", "--json"]
     for t in prompts:

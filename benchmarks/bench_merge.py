@@ -11,8 +11,6 @@ merge's seconds and its own peak RSS:
 * blocked: `merge_blocked` with blocks of `--block` x `--block` tiles, one after the other in this process;
 * blocked-2w: the same blocks as tasks on a LocalCluster of 2 worker processes (as the pipeline runs them
   on its engine), then the final pass here. Its peak RSS is this process's only.
-
-`cpu_seconds` (this process's CPU time in the merge) is the figure to compare on a shared machine.
 """
 
 from __future__ import annotations
@@ -22,30 +20,35 @@ import logging
 import resource
 import time
 
-from .common import emit, run_child
+from distributed import Client, LocalCluster
+
+from sam3tiles.merge import merge_blocked, merge_pieces, tile_blocks
+from sam3tiles.testing import grid_pieces
+
+from . import common
+from .common import emit, run_child, smoke
 
 
-def one(n: int, mode: str, per_tile: int, block: int) -> dict:
-    from sam3tiles.merge import merge_blocked, merge_pieces, tile_blocks
+def _on(client):
+    """`map_blocks` for `merge_blocked`: each block's merge a task on the cluster, as the pipeline runs them."""
 
-    from .synthetic import grid_pieces
+    def map_blocks(fn, jobs):
+        futs = [client.submit(fn, *client.scatter(list(job), hash=False), pure=False) for job in jobs]
+        return client.gather(futs)
 
+    return map_blocks
+
+
+def one(n: int, mode: str, per_tile: int, block: int, processes: bool = True) -> dict:
     pieces, frames, grid, n_objects = grid_pieces(n, per_tile=per_tile)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     client = cluster = None
     mapper = None
     if mode == "blocked-2w":
-        from distributed import Client, LocalCluster
-
-        from sam3tiles.engine import Engine
-        from sam3tiles.pipeline import _gather_on, _submit_on
-
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=processes, dashboard_address=":0",
                                silence_logs=logging.ERROR)
         client = Client(cluster)
-        engine = Engine(client, distributed=True, gpu_resource=False, threads=2)
-        submit, gather = _submit_on(engine, retries=0), _gather_on(engine)
-        mapper = lambda fn, jobs: gather([submit(fn, job) for job in jobs])  # noqa: E731
+        mapper = _on(client)
     t0, c0 = time.perf_counter(), time.process_time()
     if mode == "single":
         merged, stats = merge_pieces(pieces, frames)
@@ -56,8 +59,7 @@ def one(n: int, mode: str, per_tile: int, block: int) -> dict:
         client.close()
         cluster.close()
     return {"pieces": len(pieces), "tiles": len(grid), "mode": mode, "objects": len(merged.geometry),
-            "expected_objects": n_objects, "seconds": seconds,
-            "cpu_seconds": cpu, "rss_before_mb": rss0,
+            "expected_objects": n_objects, "seconds": seconds, "cpu_seconds": cpu, "rss_before_mb": rss0,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "violations": stats.rule_violations}
 
@@ -70,9 +72,12 @@ def main(argv=None) -> int:
     ap.add_argument("--block", type=int, default=8)
     ap.add_argument("--one", nargs=2, default=None, metavar=("N", "MODE"), help="(internal) one run here")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, all in this process (checks the code)")
     args = ap.parse_args(argv)
+    if smoke(args.smoke):
+        args.sizes, args.per_tile, args.block = [1500, 3000], 60, 2
     if args.one:
-        emit(one(int(args.one[0]), args.one[1], args.per_tile, args.block), args.json)
+        emit(one(int(args.one[0]), args.one[1], args.per_tile, args.block, processes=not common.IN_PROCESS), args.json)
         return 0
     rows = []
     for mode in args.modes:

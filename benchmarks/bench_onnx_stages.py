@@ -1,6 +1,6 @@
 """Per-stage time per tile through the ONNX backend on the contract-faithful test graphs (CPU).
 
-    python benchmarks/bench_onnx_stages.py [--size 4000x3000] [--prompts 3]
+    python -m benchmarks.bench_onnx_stages [--size 4000x3000] [--prompts 3]
 
 The graphs are tiny, so this measures sam3tiles's own overhead around the model (reading, session
 calls, I/O binding, cropping, vectorizing, merging), not SAM 3's compute. For the real model's figures
@@ -10,25 +10,24 @@ see the contract (~0.35 s encode + ~0.07 s per prompt on a desktop GPU).
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from onnx_graphs import build_contract_models  # noqa: E402
-
-from sam3tiles.demo import write_scene  # noqa: E402
-from sam3tiles.pipeline import segment_job  # noqa: E402
+from sam3tiles.demo import write_scene
+from sam3tiles.pipeline import segment_job
+from sam3tiles.testing.graphs import build_contract_models
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", default="4000x3000")
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--workers", type=int, default=None)
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="a 1500x1000 scene, 2 prompts (checks the code)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.size, args.prompts = "1500x1000", 2
     w, h = (int(v) for v in args.size.split("x"))
     prompts = ["red", "blue", "yellow", "green", "white", "magenta"][: args.prompts]
     with tempfile.TemporaryDirectory() as d:
@@ -47,7 +46,8 @@ def main() -> None:
         print(f"{stage:<10} {s:>9.3f} {1000 * s / max(n, 1):>9.1f}")
     counters = [c["onnx"] for c in rep.runtime_counters.values() if "onnx" in c]
     print("runtime counters:", counters)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -20,23 +20,26 @@ import logging
 import tempfile
 import time
 
-from .common import emit, run_child
+from distributed import Client, LocalCluster
+
+from sam3tiles.model.registry import runtime_stats
+from sam3tiles.pipeline import segment_job
+
+from . import common
+from .common import emit, run_child, smoke
+from .synthetic import cached_scene
 
 
 def one(size: int, cell: int, workers: int, threads: int, encode: float, decode: float, text: str) -> dict:
-    from distributed import Client, LocalCluster
-
-    from sam3tiles.pipeline import segment_job
-
-    from .synthetic import cached_scene
-
     path = str(cached_scene(size, size, cell=cell))
-    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, resources={"GPU": 1},
-                      dashboard_address=None, silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    # smoke runs: worker threads in this process (the same calls; the figures mean nothing)
+    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=not common.IN_PROCESS,
+                      resources={"GPU": 1}, dashboard_address=":0", silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as client:
         client.wait_for_workers(workers)
         # warm up: a small job imports sam3tiles and loads the model on every worker (a cluster is
         # long-lived; this is what its first job pays once)
-        warm = cached_scene(2000, 2000)
+        warm = cached_scene(*(2 * [min(size, 2000)]))
         client.run(_import)
         segment_job(str(warm), [text], backend="simulated", encode_seconds=encode, decode_seconds=decode,
                     client=client, checkpoint=False)
@@ -52,8 +55,6 @@ def one(size: int, cell: int, workers: int, threads: int, encode: float, decode:
 
 
 def _encodes(client) -> dict:
-    from sam3tiles.model.registry import runtime_stats
-
     return {w: s.get("simulated", {}).get("encodes", 0) for w, s in client.run(runtime_stats).items()}
 
 
@@ -72,14 +73,17 @@ def main(argv=None) -> int:
     ap.add_argument("--text", default="red")
     ap.add_argument("--workers", type=int, default=None, help="(internal) run one cluster size here")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="a 1500 px scene, worker threads (checks the code)")
     args = ap.parse_args(argv)
+    if smoke(args.smoke):
+        args.size, args.encode, args.decode = 1500, 0.01, 0.001
     if args.workers:
         emit(one(args.size, args.cell, args.workers, args.threads, args.encode, args.decode, args.text), args.json)
         return 0
-    common = ["--size", args.size, "--cell", args.cell, "--threads", args.threads, "--encode", args.encode,
-              "--decode", args.decode, "--text", args.text]
-    r1 = run_child("bench_scaleout", *common, "--workers", 1)
-    r2 = run_child("bench_scaleout", *common, "--workers", 2)
+    given = ["--size", args.size, "--cell", args.cell, "--threads", args.threads, "--encode", args.encode,
+             "--decode", args.decode, "--text", args.text]
+    r1 = run_child("bench_scaleout", *given, "--workers", 1)
+    r2 = run_child("bench_scaleout", *given, "--workers", 2)
     assert r1["objects"] == r2["objects"]
     emit({"one": r1, "two": r2, "speedup": r2["tiles_per_s"] / r1["tiles_per_s"]}, args.json)
     return 0

@@ -1,9 +1,9 @@
 """Whole-slide benchmark: segment a pyramidal OME-TIFF (default 40000 x 40000) with the reference backend in
 a subprocess, and report its peak RSS and tiles per second.
 
-    python benchmarks/bench_slide.py                      # makes benchmarks/.cache/slide-40000.ome.tif once
-    python benchmarks/bench_slide.py --size 10000         # a quicker estimate
-    python benchmarks/bench_slide.py --path my.ome.tif --text indigo
+    python -m benchmarks.bench_slide                      # makes benchmarks/.cache/slide-40000-s0.ome.tif once
+    python -m benchmarks.bench_slide --size 10000         # a quicker estimate
+    python -m benchmarks.bench_slide --path my.ome.tif --text indigo
 
 Peak RSS is the largest sum of resident memory over the segmenting process and all its children, sampled
 every 0.2 s with psutil; `ru_maxrss` of the children (the largest single process) is printed beside it.
@@ -21,13 +21,20 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
+import geopandas as gpd
 import psutil
+import rasterio
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-CACHE = HERE / ".cache"
+from sam3tiles.evaluate import evaluate, format_table
+from sam3tiles.readers import open_source
+from sam3tiles.slidegen import write_slide
+
+from .synthetic import cache_folder
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def tree_rss(proc: psutil.Process) -> int:
@@ -41,13 +48,19 @@ def tree_rss(proc: psutil.Process) -> int:
 
 
 def make_slide(size: int, seed: int) -> Path:
-    path = CACHE / f"slide-{size}.ome.tif"
+    """The slide (and its truth) in the cache folder, made once, in this process (so the children's peak
+    RSS is the segment run's alone)."""
+    folder = cache_folder()
+    path = folder / f"slide-{size}-s{seed}.ome.tif"
     if path.exists():
         return path
-    CACHE.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, str(ROOT / "examples" / "make_slide.py"), "--size", str(size), "--seed",
-                    str(seed), "--out", str(path)], check=True)
+    slide = write_slide(path, size, size, seed)
+    with warnings.catch_warnings():  # the truth is in pixel coordinates: no CRS, on purpose
+        warnings.filterwarnings("ignore", message=".*crs.*was not provided", category=UserWarning)
+        slide.truth.to_file(path.with_name(path.name.split(".")[0] + "-truth.gpkg"), driver="GPKG", layer="truth",
+                            engine="pyogrio")
     print(f"made {path} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return path
 
@@ -62,7 +75,10 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--out", default=None, help="output folder (default: a temporary one, deleted after)")
     ap.add_argument("--evaluate", action="store_true", help="compare with the slide's -truth.gpkg")
+    ap.add_argument("--smoke", action="store_true", help="a 1200 px slide (checks the code)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.size, args.evaluate = 1200, True
 
     slide = Path(args.path) if args.path else make_slide(args.size, args.seed)
     texts = args.text or ["indigo", "crimson"]
@@ -99,20 +115,12 @@ def main(argv=None) -> int:
         "peak_rss_mb": round(peak / 2**20), "maxrss_children_mb": round(maxrss_children / 2**20),
         "seconds": report.get("seconds"),
     }
-    import rasterio
-
-    from sam3tiles.readers import open_source
-
     with open_source(slide) as src:  # size, for the record
         result["size"] = [src.width, src.height]
     with rasterio.open(labels) as ds:
         result["labels"] = {"width": ds.width, "height": ds.height, "dtype": ds.dtypes[0],
                             "bytes": labels.stat().st_size}
     if args.evaluate:
-        import geopandas as gpd
-
-        from sam3tiles.evaluate import evaluate, format_table
-
         truth = gpd.read_file(slide.with_name(slide.name.split(".")[0] + "-truth.gpkg"))
         table = evaluate(gpd.read_file(gpkg), truth)
         print(format_table(table), file=sys.stderr)

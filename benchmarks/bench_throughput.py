@@ -24,19 +24,21 @@ import resource
 import tempfile
 import time
 
-from .common import emit, run_child
+import geopandas as gpd
+
+from sam3tiles.grid import TileGrid
+from sam3tiles.merge import merge_pieces, tile_frame
+from sam3tiles.model.registry import RuntimeSpec, get_runtime
+from sam3tiles.pipeline import segment_job  # imports distributed before any clock starts
+from sam3tiles.readers import open_source
+from sam3tiles.tasks import SourceSpec, TilePrompt, run_tile_inline
+from sam3tiles.vectorize import Pieces
+
+from .common import emit, run_child, smoke
+from .synthetic import cached_scene
 
 
 def plain_loop(path: str, encode: float, decode: float, text: str) -> dict:
-    import geopandas as gpd
-
-    from sam3tiles.model.registry import RuntimeSpec, get_runtime
-    from sam3tiles.grid import TileGrid
-    from sam3tiles.merge import merge_pieces, tile_frame
-    from sam3tiles.readers import open_source
-    from sam3tiles.tasks import SourceSpec, TilePrompt, run_tile_inline
-    from sam3tiles.vectorize import Pieces
-
     t0, c0 = time.perf_counter(), _cpu()
     spec = RuntimeSpec(backend="simulated", encode_seconds=encode, decode_seconds=decode)
     get_runtime(spec)
@@ -58,10 +60,6 @@ def plain_loop(path: str, encode: float, decode: float, text: str) -> dict:
 
 
 def pipeline(path: str, encode: float, decode: float, text: str, workers: int | None) -> dict:
-    import distributed  # noqa: F401 - imported before the clock starts, as the plain loop's modules are
-
-    from sam3tiles.pipeline import segment_job
-
     with tempfile.TemporaryDirectory() as tmp:
         t0, c0 = time.perf_counter(), _cpu()
         gdf, rep = segment_job(path, [text], backend="simulated", encode_seconds=encode, decode_seconds=decode,
@@ -88,9 +86,10 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--variant", choices=["plain", "pipeline"], default=None, help="(internal) run one here")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="a 1500 px scene, in this process (checks the code)")
     args = ap.parse_args(argv)
-    from .synthetic import cached_scene
-
+    if smoke(args.smoke):
+        args.size, args.encode, args.decode = 1500, 0.01, 0.001
     path = str(cached_scene(args.size, args.size, cell=args.cell))
     if args.variant == "plain":
         emit(plain_loop(path, args.encode, args.decode, args.text), args.json)
@@ -98,10 +97,10 @@ def main(argv=None) -> int:
     if args.variant == "pipeline":
         emit(pipeline(path, args.encode, args.decode, args.text, args.workers), args.json)
         return 0
-    common = ["--size", args.size, "--cell", args.cell, "--encode", args.encode, "--decode", args.decode,
-              "--text", args.text]
-    plain = run_child("bench_throughput", *common, "--variant", "plain")
-    pipe = run_child("bench_throughput", *common, "--variant", "pipeline",
+    given = ["--size", args.size, "--cell", args.cell, "--encode", args.encode, "--decode", args.decode,
+             "--text", args.text]
+    plain = run_child("bench_throughput", *given, "--variant", "plain")
+    pipe = run_child("bench_throughput", *given, "--variant", "pipeline",
                      *(["--workers", args.workers] if args.workers else []))
     ideal = 1.0 / (args.encode + args.decode)
     assert plain["objects"] == pipe["objects"], (plain, pipe)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+import io
 import json
 import os
 import subprocess
 import sys
 import time
+from contextlib import redirect_stdout
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -27,8 +30,26 @@ def wait_for_quiet(max_load: float | None = None, timeout: float = 300.0) -> flo
     return load()
 
 
+#: Set by `--smoke`: `run_child` runs the benchmark in this process (the smoke runs check that the code
+#: works, in seconds; their figures mean nothing).
+IN_PROCESS = False
+
+
+def smoke(enabled: bool) -> bool:
+    """Switch this process to smoke runs when `enabled` (a benchmark's `--smoke`); returns `enabled`."""
+    global IN_PROCESS
+    IN_PROCESS = IN_PROCESS or enabled
+    return enabled
+
+
 def run_child(module: str, *args: str, timeout: float = 3600) -> dict:
-    """Run `python -m benchmarks.<module> ARGS --json` in a fresh process; its last stdout line is JSON."""
+    """Run `python -m benchmarks.<module> ARGS --json` in a fresh process; its last stdout line is JSON.
+    In smoke runs, in this process."""
+    if IN_PROCESS:
+        buf = io.StringIO()
+        with redirect_stdout(buf):
+            importlib.import_module(f"benchmarks.{module}").main([*map(str, args), "--json"])
+        return json.loads(buf.getvalue().strip().splitlines()[-1])
     cmd = [sys.executable, "-m", f"benchmarks.{module}", *map(str, args), "--json"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:

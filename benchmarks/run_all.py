@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from .common import load, run_child, table, wait_for_quiet
+from .common import load, run_child, smoke, table, wait_for_quiet
 
 ALL = ("cpu", "merge", "memory", "throughput", "scaleout")
 
@@ -30,13 +30,15 @@ def main(argv=None) -> int:
     ap.add_argument("--max-load", type=float, default=None)
     ap.add_argument("--wait", type=float, default=300, help="seconds to wait for a quiet machine per step")
     ap.add_argument("--json-out", default=None, help="also write every raw result here")
+    ap.add_argument("--smoke", action="store_true", help="every step at its smoke size, in this process")
     args = ap.parse_args(argv)
     q = args.quick
+    extra = ["--smoke"] if smoke(args.smoke) else []
     rows: list[list] = []
     raw: dict = {"cpu_count": os.cpu_count()}
 
     def quiet() -> float:
-        return round(wait_for_quiet(args.max_load, args.wait), 2)
+        return round(load() if args.smoke else wait_for_quiet(args.max_load, args.wait), 2)
 
     def step(name):
         print(f"[{time.strftime('%H:%M:%S')}] {name} (load {load():.2f})", file=sys.stderr, flush=True)
@@ -44,7 +46,7 @@ def main(argv=None) -> int:
     if "cpu" in args.only:
         step("CPU work per tile")
         la = quiet()
-        res = run_child("bench_cpu_per_tile", "--objects", 10, 100)
+        res = run_child("bench_cpu_per_tile", *extra, "--objects", 10, 100)
         raw["cpu"] = res
         for r in res["runs"]:
             rows.append([f"CPU per tile, {r['objects_per_tile']} objects (1 core, median ms)",
@@ -55,7 +57,7 @@ def main(argv=None) -> int:
         step("merge scaling")
         la = quiet()
         sizes = [20_000, 200_000] if q else [100_000, 1_000_000]
-        res = run_child("bench_merge", "--sizes", *sizes)
+        res = run_child("bench_merge", *extra, "--sizes", *sizes)
         raw["merge"] = res
         for mode, ratio in res["time_ratio"].items():
             r = [x for x in res["runs"] if x["mode"] == mode]
@@ -65,7 +67,7 @@ def main(argv=None) -> int:
         step("memory")
         la = quiet()
         sizes = [4000, 16000] if q else [8000, 32000]
-        res = [run_child("bench_memory", "--size", s) for s in sizes]
+        res = [run_child("bench_memory", *extra, "--size", s) for s in sizes]
         raw["memory"] = res
         ratio = res[1]["peak_rss_mb"] / res[0]["peak_rss_mb"]
         rows.append(["peak RSS, reference backend", ", ".join(
@@ -74,7 +76,7 @@ def main(argv=None) -> int:
     if "throughput" in args.only:
         step("GPU kept busy")
         la = quiet()
-        res = run_child("bench_throughput", "--size", 4000 if q else 8000)
+        res = run_child("bench_throughput", *extra, "--size", 4000 if q else 8000)
         raw["throughput"] = res
         p, pl = res["pipeline"], res["plain"]
         rows.append(["tiles/s, simulated GPU 100+10 ms", f"pipeline {p['tiles_per_s']:.2f} (GPU busy "
@@ -84,7 +86,7 @@ def main(argv=None) -> int:
     if "scaleout" in args.only:
         step("scale-out")
         la = quiet()
-        res = run_child("bench_scaleout", "--size", 4000 if q else 8000)
+        res = run_child("bench_scaleout", *extra, "--size", 4000 if q else 8000)
         raw["scaleout"] = res
         rows.append(["tiles/s, 1 vs 2 simulated-GPU workers", f"1: {res['one']['tiles_per_s']:.2f}, 2: "
                      f"{res['two']['tiles_per_s']:.2f} (encodes per worker {res['two']['encodes_per_worker']})",

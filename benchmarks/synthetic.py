@@ -1,110 +1,28 @@
-"""Synthetic inputs for the benchmarks: merge pieces on a grid of tiles, and scenes of a given size.
+"""Scenes of a given size for the benchmarks, generated once and cached (merge pieces and the other
+shared generators live in `sam3tiles.testing`).
 
-`grid_pieces` builds what the tiles of a large image would hand the merge without running any model:
-small square objects on a jittered lattice (so they never overlap), each cut into one piece per tile
-window that sees it, with the seam flags `pieces_from_crops` would set (complete / distance to the
-nearest interior tile edge). The merge's cost depends only on those pieces, so this measures it alone.
+The cache folder is `$SAM3TILES_BENCH_CACHE`, else benchmarks/.cache; the smoke runs point it at a
+temporary folder.
 """
 
 from __future__ import annotations
 
-import math
+import os
 from pathlib import Path
 
-import numpy as np
-import shapely
-from affine import Affine
-
-from sam3tiles.grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid
-from sam3tiles.merge import tile_frame
-from sam3tiles.vectorize import EDGE_MARGIN, Pieces
+from sam3tiles.demo import write_scene
+from sam3tiles.testing import grid_objects, grid_pieces  # noqa: F401 - benchmarks import both from here
 
 CACHE = Path(__file__).resolve().parent / ".cache"
 
 
-def grid_pieces(n_pieces: int, per_tile: int = 100, seed: int = 0, tile_size: int = TILE_SIZE,
-                overlap: int = DEFAULT_OVERLAP, size: tuple[float, float] = (8.0, 20.0)):
-    """About `n_pieces` pieces, about `per_tile` per tile window -> (Pieces, frames, TileGrid)."""
-    rng = np.random.default_rng(seed)
-    stride = tile_size - overlap
-    # pieces ~ objects * (window / stride)^2; pick the number of tiles, then the object lattice
-    n_tiles = max(1, round(n_pieces / per_tile))
-    side = max(1, round(math.sqrt(n_tiles)))
-    extent = side * stride + overlap
-    grid = TileGrid(extent, extent, tile_size=tile_size, overlap=overlap, transform=Affine.identity())
-    n_objects = n_pieces * (stride / tile_size) ** 2
-    cell = extent / math.sqrt(n_objects)
-    ncell = int(extent // cell)
-    gy, gx = np.mgrid[0:ncell, 0:ncell]
-    w = rng.uniform(*size, gx.size)
-    h = rng.uniform(*size, gx.size)
-    x0 = gx.ravel() * cell + rng.uniform(0, np.maximum(cell - w, 0))
-    y0 = gy.ravel() * cell + rng.uniform(0, np.maximum(cell - h, 0))
-    x1, y1 = x0 + w, y0 + h
-    rows, cols = grid.shape
-
-    def span(a0, a1, n):
-        lo = np.maximum(0, np.floor((a0 - tile_size) / stride).astype(int) + 1)
-        hi = np.minimum(n - 1, np.floor((a1 - 1e-9) / stride).astype(int))
-        return lo, hi
-
-    clo, chi = span(x0, x1, cols)
-    rlo, rhi = span(y0, y1, rows)
-    obj, tr, tc = [], [], []
-    for dr in range(3):
-        for dc in range(3):
-            r, c = rlo + dr, clo + dc
-            ok = (r <= rhi) & (c <= chi)
-            obj.append(np.flatnonzero(ok))
-            tr.append(r[ok])
-            tc.append(c[ok])
-    obj, tr, tc = np.concatenate(obj), np.concatenate(tr), np.concatenate(tc)
-    order = np.lexsort((obj, tr * cols + tc))  # tile order, as the pipeline concatenates them
-    obj, tr, tc = obj[order], tr[order], tc[order]
-    wx0, wy0 = tc * stride, tr * stride
-    wx1 = np.minimum(wx0 + tile_size, extent)
-    wy1 = np.minimum(wy0 + tile_size, extent)
-    px0, py0 = np.maximum(x0[obj], wx0), np.maximum(y0[obj], wy0)
-    px1, py1 = np.minimum(x1[obj], wx1), np.minimum(y1[obj], wy1)
-    geoms = shapely.box(px0, py0, px1, py1)
-    inf = np.full(len(obj), np.inf)
-    d = np.minimum.reduce([np.where(tc > 0, px0 - wx0, inf), np.where(tr > 0, py0 - wy0, inf),
-                           np.where(tc < cols - 1, wx1 - px1, inf), np.where(tr < rows - 1, wy1 - py1, inf)])
-    tile_index = tr * cols + tc
-    pieces = Pieces(geometry=list(geoms), score=rng.uniform(0.5, 1.0, len(obj)).tolist(),
-                    prompt=[0] * len(obj), tile_key=(tile_index * 1024).tolist(),
-                    complete=(d >= EDGE_MARGIN).tolist(), edge_dist=d.tolist())
-    frames = {t.index: tile_frame(t, grid.overlap) for t in grid}
-    return pieces, frames, grid, len(x0)
-
-
-def grid_objects(width: int, height: int, cell: int = 500, seed: int = 0):
-    """Objects for `sam3tiles.demo.write_scene` on a jittered lattice (fast at any size, never overlapping):
-    one per `cell` x `cell` block, alternately a 'blue' building (20-120 px, smaller in small cells) and a
-    'red' vehicle (10 x 20 px)."""
-    from shapely import affinity
-    from shapely.geometry import box
-
-    rng = np.random.default_rng(seed)
-    big = max(21.0, min(120.0, cell - 40.0))
-    out = []
-    for j in range(height // cell):
-        for i in range(width // cell):
-            if (i + j) % 2 == 0:
-                w, h = rng.uniform(min(40.0, big - 1), big, 2)
-                x, y = i * cell + rng.uniform(10, cell - w - 10), j * cell + rng.uniform(10, cell - h - 10)
-                out.append(("blue", box(x, y, x + w, y + h)))
-            else:
-                x, y = i * cell + rng.uniform(20, cell - 40), j * cell + rng.uniform(20, cell - 40)
-                out.append(("red", affinity.rotate(box(x, y, x + 10, y + 20), rng.uniform(0, 180))))
-    return out
+def cache_folder() -> Path:
+    return Path(os.environ.get("SAM3TILES_BENCH_CACHE") or CACHE)
 
 
 def cached_scene(width: int, height: int, cell: int = 500, seed: int = 0, folder: Path | None = None) -> Path:
     """A demo GeoTIFF of `width` x `height` with `grid_objects`, written once into the cache folder."""
-    from sam3tiles.demo import write_scene
-
-    folder = Path(folder or CACHE)
+    folder = Path(folder or cache_folder())
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"scene_{width}x{height}_c{cell}_s{seed}.tif"
     if not path.exists():

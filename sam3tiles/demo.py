@@ -14,6 +14,7 @@ Objects never overlap and keep a gap of a few pixels, so each one is a separate 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,9 @@ import rasterio
 import rasterio.features
 import shapely
 from affine import Affine
+from PIL import Image, ImageDraw
 from rasterio.crs import CRS
+from rasterio.errors import NotGeoreferencedWarning
 from shapely import affinity
 from shapely.geometry import Polygon, box
 
@@ -117,10 +120,6 @@ def write_scene(path: str | Path, width: int = 4000, height: int = 3000, seed: i
     classes = list(COLOURS)
     shapes_by_class = {c: [p for k, p in objects if k == c] for c in classes}
     trees = {c: (shapely.STRtree(v) if v else None) for c, v in shapes_by_class.items()}
-    import warnings
-
-    from rasterio.errors import NotGeoreferencedWarning
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NotGeoreferencedWarning)
         with rasterio.open(path, "w", **profile) as dst:
@@ -161,8 +160,6 @@ def write_scene(path: str | Path, width: int = 4000, height: int = 3000, seed: i
 def overlay_png(raster: str | Path, layers: list[tuple[gpd.GeoDataFrame, tuple[int, int, int]]],
                 out: str | Path, max_side: int = 1600) -> Path:
     """A downsampled picture of the raster with polygon outlines drawn on it."""
-    from PIL import Image, ImageDraw
-
     with rasterio.open(raster) as src:
         f = max(src.width, src.height) / max_side
         w, h = max(1, round(src.width / max(f, 1))), max(1, round(src.height / max(f, 1)))

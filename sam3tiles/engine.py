@@ -46,26 +46,19 @@ class Engine:
 
 def _count(client) -> tuple[int, int]:
     """(threads of all workers, workers with the GPU resource)."""
-    info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info()
+    info = client.scheduler_info(n_workers=-1)  # every worker: the default lists 5
     workers = info.get("workers", {})
     threads = sum(w.get("nthreads", 1) for w in workers.values())
     gpu = sum((w.get("resources") or {}).get("GPU", 0) > 0 for w in workers.values())
     return max(threads, 1), gpu
 
 
-def _accepts_n_workers(client) -> bool:
-    import inspect
-
-    try:
-        return "n_workers" in inspect.signature(client.scheduler_info).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 @contextmanager
 def open_engine(client=None, scheduler: str | None = None, workers: int | None = None):
     """Yield an Engine. `client` (an existing distributed.Client) wins, then `scheduler` (an address, or
     the SAM3TILES_SCHEDULER variable), else an in-process cluster with `workers` CPU threads."""
+    # dask.distributed takes about a second to import: commands that run no tiles (`model`, `plan`,
+    # `--help`) do not pay for it
     import dask
     from distributed import Client, LocalCluster
 

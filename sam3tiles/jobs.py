@@ -1,5 +1,6 @@
 """Job files: one YAML file names a whole run (inputs, prompts, backend and model, tiling, output,
-scheduler), is validated before any work, and becomes one `segment_job(...)` call.
+scheduler), is validated before any work, and becomes one run: `plan_job` (the pre-flight, also for
+`run --dry-run`) then `pipeline.execute`, the same two steps as a `segment_job(...)` call.
 
     inputs: [ortho/*.tif]              # paths or globs, relative to this file's folder
     prompts: {text: [building]}        # and/or boxes: ["MINX,MINY,MAXX,MAXY[,neg]"], box_file: boxes.gpkg
@@ -9,26 +10,33 @@ scheduler), is validated before any work, and becomes one `segment_job(...)` cal
     run: {workers: 4, retries: 2, strict: false}
 
 Every mapping refuses unknown keys; every problem is reported at once, one line each, naming the key path
-and the fix (`tiling.scale: must be > 0 (got -1)`). The format is documented in docs/jobs.md.
+and the fix (`tiling.scale: must be > 0 (got -1)`). The sections backend, tiling, postprocess and run are
+built from the options registry (`options.py`). The format is documented in docs/jobs.md.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import glob
-import inspect
 import os
+import time
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from .errors import BandError, JobFileError
-from .grid import DEFAULT_OVERLAP, TILE_SIZE
+from .errors import JobFileError, Sam3TilesError
+from .options import Opt, Options, cross_problems
+from .pipeline import execute
+from .plan import RunPlan, plan_run
+from .prompts import GeoBox
+from .options import fields as registry_fields
 
-__all__ = ["Job", "LoadedJob", "load_job", "parse_job", "job_options", "job_call", "run_job", "job_words"]
+__all__ = ["Job", "LoadedJob", "load_job", "parse_job", "job_options", "job_call", "plan_job", "run_job", "job_words"]
 
 
 class _Section(BaseModel):
@@ -50,54 +58,72 @@ class Prompts(_Section):
     text: list[str] = Field(default_factory=list)
     boxes: list[str] = Field(default_factory=list)
     box_file: str | None = None
+    box_scope: Literal["image", "tile"] = "image"  # image: boxes act in every tile; tile: where they lie
 
     _lists = field_validator("text", "boxes", mode="before")(_as_list)
 
 
-class Backend(_Section):
-    name: Literal["onnx", "reference", "simulated"] = "onnx"
-    model: str | None = None  # folder of the SAM 3 ONNX files (onnx only)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads: int = Field(0, ge=0)  # onnxruntime intra-op threads per session; 0: its default
+def _job_type(f, d: Opt, cls: type) -> Any:
+    """A field's type in a job file: its choices as a Literal, lists for tuples, else its annotation."""
+    allowed = d.allowed()
+    if allowed is not None:
+        return Literal[allowed]  # type: ignore[valid-type]
+    hint = _hints(cls)[f.name]
+    args = typing.get_args(hint)
+    if any(typing.get_origin(a) is tuple for a in args):  # tuple[int, ...] | None: a YAML list
+        return list[typing.get_args(next(a for a in args if typing.get_origin(a) is tuple))[0]] | None
+    return hint
 
 
-class Tiling(_Section):
-    tile_size: int = Field(TILE_SIZE, ge=64, le=4096)
-    overlap: int = Field(DEFAULT_OVERLAP, ge=0, le=2047)
-    scale: float = Field(1.0, gt=0, le=64)
-    gsd: float | None = Field(None, gt=0)
-    bands: list[int] | None = None
-    squash: bool = False
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
-    @field_validator("bands", mode="before")
-    @classmethod
-    def _bands(cls, v: Any) -> Any:
-        from .readers import parse_bands
 
+def _job_parse(name: str, parse):
+    """A before-validator from an option's parser: its message, in job-file words."""
+
+    def validate(v: Any) -> Any:
         if v is None or v == "":
             return None
-        if isinstance(v, int) and not isinstance(v, bool):
-            v = [v]
-        if isinstance(v, str):
-            try:
-                return list(parse_bands(v) or ())
-            except BandError:
-                raise ValueError(f"give 1 band (grey) or 3 bands (R,G,B), e.g. [4, 3, 2] (got {v!r})") from None
-        if isinstance(v, list) and len(v) not in (1, 3):
-            raise ValueError(f"give 1 band (grey) or 3 bands (R,G,B), e.g. [4, 3, 2] (got {len(v)} bands)")
-        return v
+        try:
+            out = parse(v if not isinstance(v, list) else tuple(v))
+        except (ValueError, Sam3TilesError) as e:
+            raise ValueError(_job_parse_message(name, v, e)) from None
+        return list(out) if isinstance(out, tuple) else out
 
-    @field_validator("bands")
-    @classmethod
-    def _bands_positive(cls, v: list[int] | None) -> list[int] | None:
-        if v is not None and any(b < 1 for b in v):
-            raise ValueError(f"band numbers start at 1 (got {v})")
-        return v
+    return validate
 
 
-class Postprocess(_Section):
-    min_area: float = Field(0.0, ge=0)  # CRS units (square metres in a metric CRS)
-    simplify: float = Field(0.0, ge=0)  # CRS units
+def _job_parse_message(name: str, v: Any, e: Exception) -> str:
+    if name == "bands":
+        if "start at 1" in str(e):
+            return f"band numbers start at 1 (got {list(v) if not isinstance(v, str) else v})"
+        got = f"{len(v)} bands" if isinstance(v, (list, tuple)) else repr(v)
+        return f"give 1 band (grey) or 3 bands (R,G,B), e.g. [4, 3, 2] (got {got})"
+    return str(e)
+
+
+def job_section(section: str, cls: type = Options) -> type[BaseModel]:
+    """The pydantic model of one job-file section, from the options registry: every option whose job key
+    starts with `section.`, with its type, default, range and parser (`cls`: another Options class)."""
+    fields_: dict[str, Any] = {}
+    validators: dict[str, Any] = {}
+    for f, d in registry_fields(cls):
+        if not d.job or d.job.split(".")[0] != section:
+            continue
+        key = d.job.split(".", 1)[1]
+        fields_[key] = (_job_type(f, d, cls), Field(f.default, ge=d.ge, gt=d.gt, le=d.le, description=d.help))
+        if d.parse is not None:
+            validators[f"_parse_{key}"] = field_validator(key, mode="before")(_job_parse(f.name, d.parse))
+    return create_model(section.title().replace("_", "") + "Section", __base__=_Section, __validators__=validators,
+                        **fields_)
+
+
+Backend = job_section("backend")
+Tiling = job_section("tiling")
+Postprocess = job_section("postprocess")
+RunSection = job_section("run")
 
 
 class Output(_Section):
@@ -106,13 +132,6 @@ class Output(_Section):
     work_dir: str | None = None  # checkpoints (default: beside the output)
     report: str | None = None  # run report JSON (default: <output>.report.json)
     labels: str | None = None  # label image of the objects (microscopy), where supported
-
-
-class RunSection(_Section):
-    scheduler: str | None = None  # dask.distributed scheduler address; default: this process
-    workers: int | None = Field(None, ge=1)
-    retries: int = Field(2, ge=0, le=20)
-    strict: bool = False
 
 
 class Job(_Section):
@@ -196,7 +215,7 @@ def _describe(err: dict) -> str:
     bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
     if kind in bounds:
         limit = next(iter(ctx.values()), "?")
-        return f"must be {bounds[kind]} {limit} (got {shown})"
+        return f"must be {bounds[kind]} {limit} (got {shown})" + _allowed(err["loc"])
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return f"must be a whole number (got {shown})"
     if kind in ("float_type", "float_parsing"):
@@ -216,6 +235,16 @@ def _describe(err: dict) -> str:
     if kind == "value_error":
         return str(ctx.get("error") or err["msg"]).removeprefix("Value error, ")
     return f"{err['msg']} (got {shown})"
+
+
+def _allowed(loc: tuple) -> str:
+    """The allowed range of a registry option with both bounds, and why it is what it is."""
+    key = ".".join(str(p) for p in loc)
+    d = next((d for _, d in registry_fields() if d.job == key), None)
+    if d is None:
+        return ""
+    both = d.le is not None and (d.ge is not None or d.gt is not None)
+    return (f": allowed {d.range_text()}" if both else "") + (f" ({d.note})" if d.note else "")
 
 
 def _problems(e: ValidationError) -> list[str]:
@@ -318,8 +347,6 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
     for i, t in enumerate(job.prompts.text):
         if not t.strip():
             problems.append(f"prompts.text[{i}]: is empty: give words such as 'building'")
-    from .prompts import GeoBox
-
     for i, b in enumerate(job.prompts.boxes):
         try:
             GeoBox.parse(b)
@@ -328,15 +355,14 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
     model = None
     if job.backend.model is not None:
         model = _abs(base, job.backend.model)
-        if job.backend.name != "onnx":
+        if job.backend.name in ("reference", "simulated"):
             problems.append(f"backend.model: only the onnx backend reads model files (backend.name is "
                             f"{job.backend.name!r}): remove backend.model or set backend.name: onnx")
     if job.tiling.squash and job.tiling.scale != 1.0:
         problems.append("tiling.squash: squash fits the whole image into one tile, so tiling.scale does not "
                         "apply: remove one of them")
-    if not job.tiling.squash and job.tiling.overlap > job.tiling.tile_size // 2 - 1:
-        problems.append(f"tiling.overlap: must be less than half of tiling.tile_size, at most "
-                        f"{job.tiling.tile_size // 2 - 1} (got {job.tiling.overlap})")
+    problems += [p.format(tile_size="tiling.tile_size", overlap="tiling.overlap")
+                 for p in cross_problems(job.tiling.tile_size, job.tiling.overlap, job.tiling.squash)]
     out = job.output
     if not out.path.strip():
         problems.append("output.path: is empty: name the output file, e.g. out/objects.gpkg")
@@ -351,51 +377,50 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
 
 # -- running ---------------------------------------------------------------------------------------------
 
-def job_options(lj: LoadedJob, *, strict: bool | None = None, progress: bool = False):
-    """The `pipeline.Options` a job asks for."""
-    from .pipeline import Options
-
-    j = lj.job
-    return Options(backend=j.backend.name, model=lj.model, device=j.backend.device, threads=j.backend.threads,
-                   tile_size=j.tiling.tile_size, overlap=j.tiling.overlap, scale=j.tiling.scale, gsd=j.tiling.gsd,
-                   bands=tuple(j.tiling.bands) if j.tiling.bands else None, squash=j.tiling.squash,
-                   min_area=j.postprocess.min_area, simplify=j.postprocess.simplify, workers=j.run.workers,
-                   scheduler=j.run.scheduler, retries=j.run.retries,
-                   strict=j.run.strict if strict is None else strict, progress=progress)
+def job_options(lj: LoadedJob, *, strict: bool | None = None, progress: bool = False) -> Options:
+    """The `Options` a job asks for: every registry option with a job key, read from its section."""
+    given: dict[str, Any] = {}
+    for f, d in registry_fields():
+        if d.job:
+            section, key = d.job.split(".", 1)
+            given[f.name] = getattr(getattr(lj.job, section), key)
+    given["model"] = lj.model  # resolved against the job file's folder
+    if strict is not None:
+        given["strict"] = strict
+    return Options(**given, progress=progress)
 
 
 def job_call(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, progress: bool = False) -> dict:
     """The keyword arguments of the `segment_job(...)` call that runs `lj`."""
-    from .pipeline import segment_job
-
     j = lj.job
-    kwargs: dict[str, Any] = dict(inputs=lj.inputs, text=list(j.prompts.text), boxes=list(j.prompts.boxes),
-                                  box_file=lj.box_file, out=lj.output, overwrite=j.output.overwrite,
-                                  options=job_options(lj, strict=strict, progress=progress),
-                                  work_dir=lj.work_dir, fresh=fresh, report_path=lj.report)
-    if lj.labels is not None:
-        if "labels" not in inspect.signature(segment_job).parameters:
-            raise JobFileError(f"{lj.source}: output.labels: this version of sam3tiles cannot write label "
-                               "images: remove output.labels")
-        kwargs["labels"] = lj.labels
-    return kwargs
+    return dict(inputs=lj.inputs, text=list(j.prompts.text), boxes=list(j.prompts.boxes), box_file=lj.box_file,
+                out=lj.output, overwrite=j.output.overwrite, options=job_options(lj, strict=strict, progress=progress),
+                work_dir=lj.work_dir, fresh=fresh, report_path=lj.report, labels=lj.labels)
+
+
+def plan_job(lj: LoadedJob, *, strict: bool | None = None, progress: bool = False,
+             check_prompts: bool = False) -> RunPlan:
+    """The pre-flight of a job (`plan.plan_run`, the same for the run and its dry run)."""
+    kw = job_call(lj, strict=strict, progress=progress)
+    del kw["fresh"]
+    return plan_run(kw.pop("inputs"), kw.pop("text"), check_prompts=check_prompts, **kw)
 
 
 def run_job(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, progress: bool = False):
     """Run a loaded job: (GeoDataFrame, RunReport), as `segment_job` returns them."""
-    from .pipeline import segment_job
-
+    t_start = time.perf_counter()
     with job_words(lj):
-        return segment_job(**job_call(lj, fresh=fresh, strict=strict, progress=progress))
+        return execute(plan_job(lj, strict=strict, progress=progress), fresh=fresh, t_start=t_start)
 
 
-#: Command-line options in error messages, and the job keys that set them.
+#: Command-line options in error messages, and the job keys that set them: the arguments of a run here,
+#: every registry option with a flag and a job key after (`run` takes --strict and --fresh itself).
 _OPTION_KEYS = [("pass --overwrite", "set output.overwrite: true"), ("--overwrite", "output.overwrite"),
                 ("--out ", "output.path "), ("--box-file ", "prompts.box_file "), ("--box ", "prompts.boxes "),
                 ("--text ", "prompts.text "), ("--text prompt", "prompts.text entry"),
-                ("--bands", "tiling.bands"), ("--scale", "tiling.scale"), ("--gsd", "tiling.gsd"),
-                ("--overlap", "tiling.overlap"), ("--model", "backend.model"), ("--work-dir", "output.work_dir"),
-                ("--scheduler", "run.scheduler"), ("--workers", "run.workers"), ("--labels", "output.labels")]  # run has --strict, --fresh too
+                ("--work-dir", "output.work_dir"), ("--labels", "output.labels")]
+_OPTION_KEYS += [(flag, d.job) for _, d in registry_fields() if d.job and "run" not in d.commands
+                 for flag in d.flags]
 
 
 class job_words:
@@ -409,8 +434,6 @@ class job_words:
         return self
 
     def __exit__(self, kind, exc, tb):
-        from .errors import Sam3TilesError
-
         if exc is None or not isinstance(exc, Sam3TilesError) or isinstance(exc, JobFileError):
             return False
         text = str(exc)

@@ -1,26 +1,333 @@
-"""The tile plan of a raster: tiles, skipped (nodata) tiles, and the grid as polygons."""
+"""The pre-flight of a run: everything checked and decided before the first tile, as one `RunPlan`.
+
+`plan_run(...)` is the one place where a run's inputs, outputs, options, model, prompts and boxes are
+checked, in this order: inputs (paths, globs) -> outputs (may they be written?) -> the label image ->
+the model (backend and files) -> every input opened once (bad files fail fast with their own message;
+its grid) -> example boxes (inside some input?) -> prompts. `segment`, `run`, `run --dry-run` and
+`sam3tiles plan` all go through it, so a run and its dry run refuse the same things with the same
+messages and exit codes. Checks added later belong in `plan_run`'s sequence. Nothing is written here.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import glob
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
 import geopandas as gpd
 
+from .errors import InputDataError, PromptError, UsageError
+from .grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from .merge import tile_frame
-from .pipeline import Options, tiles_of
-from .readers import open_source
+from .model.files import require_model
+from .model.registry import RuntimeSpec, get_runtime, spec_identity
+from .options import Options
+from .prompts import GeoBox, Prompt, boxes_outside, build_prompts, raster_bounds, read_box_file
+from .readers import Source, Stretch, open_source
+from .writers import check_output
+from .writers.labels import check_labels
+
+#: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
+ENCODE_S, DECODE_S = 0.35, 0.07
 
 
-def plan(path: str, opts: Options | None = None, check_nodata: bool = True) -> gpd.GeoDataFrame:
-    """One row per tile: index, row, col, offsets, valid size, has_data; geometry = the tile's window in
-    the CRS (column `core` holds the part the tile owns, as WKT)."""
-    opts = opts or Options()
+@dataclass(frozen=True)
+class InputPlan:
+    """One input as the pre-flight found it: size, frame, bands and stretch, checkpoint identity, grid."""
+
+    path: str
+    width: int
+    height: int
+    crs: object  # rasterio CRS or None (pixel coordinates, y down)
+    transform: object  # Affine: source pixel -> CRS
+    bands: tuple[int, ...]  # the bands used (1-based)
+    band_count: int  # bands in the file
+    dtype: str
+    stretch: Stretch | None
+    identity: str  # the file's checkpoint identity
+    grid: TileGrid | None  # None when squashed
+    squash_size: int
+    output: Path | None  # its own output (when --out is a folder)
+
+    @property
+    def bounds(self) -> tuple[float, float, float, float]:
+        return raster_bounds(self.transform, self.width, self.height)
+
+    @property
+    def pixel_area(self) -> float:
+        """CRS units squared per source pixel."""
+        t = self.transform
+        return abs(t.a * t.e - t.b * t.d)
+
+    @property
+    def overlap(self) -> int:
+        return self.grid.overlap if self.grid is not None else 0
+
+    @property
+    def n_tiles(self) -> int:
+        return len(self.grid) if self.grid is not None else 1
+
+    def tiles(self) -> Iterator[Tile]:
+        """The tiles, made as iterated (a grid of a huge image is not held as a list)."""
+        if self.grid is None:
+            yield squash_tile(self.width, self.height, self.transform, self.squash_size)
+        else:
+            yield from self.grid
+
+    def describe(self) -> str:
+        crs = self.crs.to_string() if self.crs else "no CRS (pixel coordinates)"
+        stretch = "" if self.stretch is None else f", stretched {self.stretch.lo[0]:g}..{self.stretch.hi[0]:g}"
+        return (f"{self.path}: {self.width} x {self.height} px, bands {','.join(map(str, self.bands))} "
+                f"{self.dtype}{stretch}, {crs}: {self.n_tiles} tile(s)")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A checked run: what `segment_job` executes and `run --dry-run` prints."""
+
+    inputs: tuple[InputPlan, ...]
+    options: Options  # with the model folder resolved
+    spec: RuntimeSpec
+    model_identity: str
+    prompts: tuple[Prompt, ...]
+    boxes: tuple[GeoBox, ...]
+    out: str | None  # as given
+    combined: Path | None  # the one combined output, when --out is a file
+    labels: Path | None
+    overwrite: bool
+    work_dir: Path | None  # checkpoints; None: none kept
+    report_path: Path | None
+
+    @property
+    def paths(self) -> list[str]:
+        return [i.path for i in self.inputs]
+
+    @property
+    def outputs(self) -> list[Path]:
+        """Every vector output this run writes (the label image aside)."""
+        return [p for p in [self.combined, *(i.output for i in self.inputs)] if p is not None]
+
+    @property
+    def n_tiles(self) -> int:
+        return sum(i.n_tiles for i in self.inputs)
+
+    def estimates(self) -> dict[str, float]:
+        """Model calls and GPU minutes at desktop-GPU speed (before nodata tiles are skipped)."""
+        tiles = self.n_tiles
+        decodes = tiles * len(self.prompts)
+        return {"tiles": tiles, "encodes": tiles, "decodes": decodes,
+                "gpu_minutes": (tiles * ENCODE_S + decodes * DECODE_S) / 60}
+
+    def parameters(self) -> dict:
+        """The run report's parameters."""
+        o = self.options
+        return {"scale": o.scale, "gsd": o.gsd, "tile_size": o.tile_size, "overlap": o.overlap, "squash": o.squash,
+                "bands": o.bands, "min_area": o.min_area, "simplify": o.simplify,
+                "prompts": [p.label for p in self.prompts], "boxes": len(self.boxes), "box_scope": o.box_scope}
+
+    def describe(self) -> list[str]:
+        """The plan as lines for the terminal (`run --dry-run`)."""
+        o, e = self.options, self.estimates()
+        model = f", model {o.model}, device {o.device}" if self.spec.backend == "onnx" else ""
+        lines = [f"inputs: {len(self.inputs)}", *(f"  {i.describe()}" for i in self.inputs),
+                 "prompts: " + ", ".join(repr(p.label) for p in self.prompts)
+                 + (f" ({len(self.boxes)} example box(es), box scope {o.box_scope})" if self.boxes else ""),
+                 f"backend: {self.spec.backend}{model}",
+                 "tiling: " + ("squash (one tile per input)" if o.squash else
+                               f"{o.tile_size} px tiles, overlap {o.overlap}"
+                               + (f", gsd {o.gsd:g}" if o.gsd else f", scale {o.scale:g}")),
+                 "output:", *(f"  {p}" + _exists(p, "will be replaced") for p in self.outputs)]
+        if self.labels is not None:
+            lines.append(f"  {self.labels}  (label image)" + _exists(self.labels, "will be replaced"))
+        if self.work_dir is not None:
+            lines.append(f"checkpoints: {self.work_dir}" + ("  (exists: a run resumes from it; --fresh starts over)"
+                                                            if self.work_dir.is_dir() else ""))
+        lines += [f"tiles: {e['tiles']} (all-nodata tiles are skipped at run time, checkpointed ones resumed)",
+                  f"model calls: {e['encodes']} encodes, {e['decodes']} decodes (more when a tile holds more "
+                  "example boxes than a pass takes)",
+                  f"estimated GPU time: ~{e['gpu_minutes']:.1f} min at ~{ENCODE_S} s per encode + {DECODE_S} s "
+                  "per decode on a desktop GPU"]
+        return lines
+
+
+def _exists(p: Path, what: str) -> str:
+    return f"  (exists: {what})" if os.path.exists(p) else ""
+
+
+def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] = (), box_file: str | None = None,
+             out: str | os.PathLike | None = None, overwrite: bool = False, options: Options | None = None,
+             labels: str | os.PathLike | None = None, work_dir: str | os.PathLike | None = None,
+             checkpoint: bool = True, report_path: str | os.PathLike | None = None,
+             check_prompts: bool = False) -> RunPlan:
+    """Check a run and decide everything about it before any work; raises the run's own errors.
+
+    `check_prompts`: also encode each prompt here when the backend loads in a moment (not onnx), as a
+    dry run does; a real run checks them on its model worker instead.
+    """
+    opts = options or Options()
+    if isinstance(text, str):
+        text = [text]  # one prompt, not one per letter
+    paths = expand_inputs(inputs)
+    per_input, combined = resolve_outputs(paths, out)
+    for p in [combined, *per_input]:
+        if p is not None:
+            check_output(p, overwrite)
+    label_path = _check_labels(labels, paths, overwrite)
+    opts, spec = resolve_model(opts)
+    geo_boxes = [GeoBox.parse(b) if isinstance(b, str) else b for b in boxes]
+    planned = tuple(plan_input(path, opts, dest) for path, dest in zip(paths, per_input))
+    crs0 = planned[0].crs
+    n_given = len(geo_boxes)
+    if box_file:
+        geo_boxes += read_box_file(box_file, crs0)
+    check_boxes_inside(geo_boxes, n_given, [i.bounds for i in planned], crs0, box_file)
+    prompts = tuple(build_prompts(list(text), geo_boxes))
+    if check_prompts and spec.backend != "onnx":
+        check_prompts_here(spec, prompts)
+    dest = combined or out
+    if work_dir is None and checkpoint and out is not None:
+        work_dir = Path(str(dest).rstrip("/") + ".sam3tiles-work")
+    if report_path is None and dest is not None:
+        report_path = Path(str(dest).rstrip("/") + ".report.json")
+    return RunPlan(inputs=planned, options=opts, spec=spec, model_identity=spec_identity(spec), prompts=prompts,
+                   boxes=tuple(geo_boxes), out=str(out) if out is not None else None, combined=combined,
+                   labels=label_path, overwrite=overwrite,
+                   work_dir=Path(work_dir) if (checkpoint and work_dir is not None) else None,
+                   report_path=Path(report_path) if report_path is not None else None)
+
+
+def expand_inputs(inputs) -> list[str]:
+    """Paths, URLs, globs or open rasterio datasets (one or a list) -> a list of paths, globs expanded and
+    sorted; a glob that matches nothing is an error, and so is an in-memory array (it has no frame)."""
+    if isinstance(inputs, (str, os.PathLike)) or _is_dataset(inputs) or _is_array(inputs):
+        inputs = [inputs]
+    out: list[str] = []
+    for item in inputs:
+        s = input_name(item)
+        if "://" not in s and any(ch in s for ch in "*?["):
+            hits = sorted(glob.glob(s, recursive=True))
+            if not hits:
+                raise UsageError(f"{s}: the pattern matches no file: check the path")
+            out.extend(hits)
+        else:
+            out.append(s)
+    if not out:
+        raise UsageError("no input given: name one or more rasters")
+    return list(dict.fromkeys(out))
+
+
+def _is_dataset(x) -> bool:
+    return hasattr(x, "name") and hasattr(x, "transform") and hasattr(x, "read")
+
+
+def _is_array(x) -> bool:
+    return hasattr(x, "__array__") and hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def input_name(item) -> str:
+    """What `open_source` opens for one input: a path or URL as text, or an open dataset's name."""
+    if _is_array(item):
+        raise UsageError(f"an array ({'x'.join(map(str, item.shape))} {item.dtype}) is not an input: it has no "
+                         "coordinate frame and cannot be read tile by tile. Write it to a GeoTIFF with "
+                         "rasterio (rasterio.open(path, 'w', driver='GTiff', ..., transform=..., crs=...)) and "
+                         "pass the path, or pass an open rasterio dataset")
+    if _is_dataset(item):
+        if getattr(item, "closed", False):
+            raise UsageError(f"the rasterio dataset {item.name} is closed: pass it while open, or its path")
+        return str(item.name)
+    if isinstance(item, (str, os.PathLike)):
+        return str(item)
+    raise UsageError(f"{item!r} is not an input: give a path, URL, glob or open rasterio dataset")
+
+
+def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[list[Path | None], Path | None]:
+    """Per-input outputs (out is a folder) or one combined output (out is a file), or none (API use)."""
+    if out is None:
+        return [None] * len(inputs), None
+    p = Path(out)
+    if p.suffix:
+        return [None] * len(inputs), p
+    if not p.is_dir():
+        raise UsageError(f"--out {p}: for several inputs give an existing folder (one .gpkg each) or a file "
+                         "name ending in .gpkg/.parquet/.fgb/.geojson (one combined output)")
+    return [p / (Path(i).stem + ".gpkg") for i in inputs], None
+
+
+def _check_labels(labels, paths: list[str], overwrite: bool) -> Path | None:
+    if labels is None:
+        return None
+    if len(paths) != 1:
+        raise UsageError(f"--labels writes the label image of one input, but {len(paths)} were given: "
+                         "segment one image per run to get its labels")
+    check_labels(labels, overwrite)
+    return Path(labels)
+
+
+def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:
+    """The runtime spec of `opts`; for onnx the model folder is found (or ModelNotFoundError names how
+    to get it) and set in the returned copy of the options (the caller's are not changed)."""
+    spec = opts.runtime_spec()
+    if spec.backend == "onnx":
+        opts = dataclasses.replace(opts, model=str(require_model(opts.model)))
+        spec = opts.runtime_spec()
+    return opts, spec
+
+
+def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPlan:
+    """Open one input (its own errors: unreadable, bands, size) and lay out its tiles."""
     with open_source(path, bands=opts.bands) as src:
-        tiles, overlap = tiles_of(src, opts)
+        return InputPlan(path=path, width=src.width, height=src.height, crs=src.crs, transform=src.transform,
+                         bands=tuple(src.bands), band_count=int(src.dataset.count), dtype=str(src.dtype), stretch=src.stretch, identity=src.identity,
+                         grid=None if opts.squash else build_grid(src, opts), squash_size=opts.tile_size,
+                         output=output)
+
+
+def build_grid(src: Source, opts: Options) -> TileGrid:
+    scale = scale_for_gsd(src.transform, opts.gsd) if opts.gsd else opts.scale
+    return TileGrid(src.width, src.height, scale=scale, tile_size=opts.tile_size, overlap=opts.overlap,
+                    transform=src.transform)
+
+
+def check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, box_file: str | None) -> None:
+    """An example box that misses every input is an error (usually coordinates in another CRS)."""
+    lost = [i for i, b in enumerate(boxes) if all(boxes_outside([b], bd) for bd in bounds)]
+    if not lost:
+        return
+    where = (f"the raster's CRS ({crs.to_string()})" if crs is not None
+             else "pixel coordinates (the raster has no CRS)")
+    extent = "; ".join(",".join(f"{v:.10g}" for v in bd) for bd in bounds[:3]) + ("; ..." if len(bounds) > 3 else "")
+    given = [i for i in lost if i < n_given]
+    if given:
+        b = boxes[given[0]]
+        raise PromptError(f"--box {b.minx:g},{b.miny:g},{b.maxx:g},{b.maxy:g} lies outside every input (bounds "
+                          f"{extent}): give MINX,MINY,MAXX,MAXY in {where}")
+    if len(lost) < len(boxes) - n_given:
+        return  # some of the file's boxes are used; the others are counted in the report
+    raise InputDataError(f"--box-file {box_file}: all its {len(lost)} box(es) lie outside every input (bounds "
+                         f"{extent}): draw the boxes over the raster")
+
+
+def check_prompts_here(spec: RuntimeSpec, prompts: Sequence[Prompt]) -> None:
+    """Encode every prompt in this process; one the backend can never find is a PromptError."""
+    rt = get_runtime(spec)
+    prepared = [rt.prepare_prompt(p.model_text) for p in prompts]
+    notes = [b.note or repr(b.text) for b in prepared if not b.usable]
+    if notes:
+        raise PromptError("; ".join(notes))
+
+
+def tile_plan(inp: InputPlan, check_nodata: bool = True) -> gpd.GeoDataFrame:
+    """One row per tile of a planned input: index, row, col, offsets, valid size, has_data; geometry = the
+    tile's window in the CRS (column `core` holds the part the tile owns, as WKT)."""
+    with open_source(inp.path, bands=inp.bands, stretch=inp.stretch) as src:
         rows = []
-        for t in tiles:
-            f = tile_frame(t, overlap)
+        for t in inp.tiles():
+            f = tile_frame(t, inp.overlap)
             rows.append({"tile": t.index, "row": t.row, "col": t.col, "x0": t.x0, "y0": t.y0,
                          "valid_w": t.valid_wh[0], "valid_h": t.valid_wh[1],
                          "has_data": src.tile_has_data(t) if check_nodata else True,
                          "core": f.core.buffer(0).wkt, "geometry": f.window})
-        crs = src.crs.to_wkt() if src.crs else None
-    return gpd.GeoDataFrame(rows, geometry="geometry", crs=crs)
+    return gpd.GeoDataFrame(rows, geometry="geometry", crs=inp.crs.to_wkt() if inp.crs else None)

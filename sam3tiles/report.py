@@ -33,6 +33,9 @@ class RunReport:
     objects_by_prompt: dict = field(default_factory=dict)
     unusable_prompts: list = field(default_factory=list)
     boxes_outside: int = 0
+    # --box-scope image: in_place, no_room, over_bound (tile-exemplar pairs), pasted, dropped, clipped (detections)
+    exemplars: dict = field(default_factory=dict)
+    exemplar_notes: list = field(default_factory=list)
     merge: dict = field(default_factory=dict)
     checkpoint: dict = field(default_factory=dict)  # work_dir, reused (tile-prompt results), stored, partial_tiles
     seconds: dict = field(default_factory=lambda: {s: 0.0 for s in STAGES})
@@ -83,6 +86,11 @@ class RunReport:
             lines.append(f"failed tile {t.get('tile')} of {t.get('source')}: {t.get('error')}")
         for p in self.unusable_prompts:
             lines.append(f"prompt finds nothing: {p}")
+        e = self.exemplars
+        if e.get("pasted") or e.get("dropped"):
+            lines.append(f"exemplars: {e.get('pasted', 0)} pasted into tiles, {e.get('in_place', 0)} used where they "
+                         f"lie; {e.get('dropped', 0)} detections on pastes dropped, {e.get('clipped', 0)} clipped")
+        lines.extend(self.exemplar_notes)
         if self.boxes_outside:
             lines.append(f"{self.boxes_outside} example box(es) lie outside every tile and were not used")
         return "\n".join(lines)

@@ -27,6 +27,7 @@ from typing import Iterator
 import geopandas as gpd
 import numpy as np
 import shapely
+import tifffile
 
 BRIGHTFIELD = {"indigo": (80, 12, 128), "crimson": (214, 30, 64)}
 BRIGHTFIELD_BACKGROUND = (236, 196, 214)
@@ -200,6 +201,52 @@ def _level_shapes(width: int, height: int, levels: int | None, min_side: int) ->
     return out
 
 
+@dataclass
+class _Renderer:
+    """Renders one slide's tiles, level by level, from the object list (nothing else in memory)."""
+
+    objects: Objects
+    shapes: list[tuple[int, int]]  # (width, height) per level
+    mode: str
+    channels: int
+    seed: int
+    tile: int
+
+    def __post_init__(self) -> None:
+        bright = self.mode == "brightfield"
+        self.noise = _Noise(self.seed, self.tile, 8.0 if bright else 40.0, 3 if bright else 1)
+        background, palette, default = ((BRIGHTFIELD_BACKGROUND, BRIGHTFIELD, (0, 0, 0)) if bright
+                                        else (FLUORESCENCE_BACKGROUND, FLUORESCENCE, 10000))
+        self.lut = np.asarray([background] + [palette.get(nm, default) for nm in self.objects.names], np.float32)
+
+    def tiles(self, level: int) -> Iterator[np.ndarray]:
+        """The level's tiles in TIFF order (channel, row, column), uint8 RGB or uint16 grey."""
+        width, height = self.shapes[0]
+        lw, lh = self.shapes[level]
+        fx, fy, t = width / lw, height / lh, self.tile
+        for ch in range(self.channels if self.mode == "fluorescence" else 1):
+            for ty, y in enumerate(range(0, lh, t)):
+                for tx, x in enumerate(range(0, lw, t)):
+                    w, h = min(t, lw - x), min(t, lh - y)
+                    classes = render_classes(self.objects, x, y, x + w, y + h, fx, fy)
+                    nz = self.noise.cut((self.seed, level, ch, ty, tx), h, w)
+                    if self.mode == "brightfield":
+                        rgb = np.moveaxis(self.lut[classes], -1, 0) + nz
+                        yield np.moveaxis(np.clip(rgb, 0, 255).round().astype(np.uint8), 0, -1)
+                        continue
+                    if ch == 0:
+                        val = self.lut[classes] + nz[0]
+                    else:  # other channels: dim, unrelated to the nuclei
+                        val = FLUORESCENCE_BACKGROUND * (1 + ch) + 3 * nz[0]
+                    yield np.clip(val, 0, 65535).round().astype(np.uint16)
+
+    def level_shape(self, level: int) -> tuple[int, ...]:
+        lw, lh = self.shapes[level]
+        if self.mode == "brightfield":
+            return (lh, lw, 3)
+        return (self.channels, lh, lw) if self.channels > 1 else (lh, lw)
+
+
 def write_slide(path: str | Path, width: int = 3000, height: int = 2500, seed: int = 0, *,
                 mode: str = "brightfield", channels: int = 1, shape: str = "ellipse", levels: int | None = None,
                 min_side: int = 1024, tile: int = 512, objects: Objects | None = None, compression: str = "zlib",
@@ -209,75 +256,35 @@ def write_slide(path: str | Path, width: int = 3000, height: int = 2500, seed: i
 
     `levels` counts the full resolution too (None: halve until the longer side is <= min_side).
     """
-    import tifffile
-
     t_start = time.perf_counter()
     path = Path(path)
-    if mode == "brightfield":
-        names, palette = tuple(BRIGHTFIELD), BRIGHTFIELD
-        axes, samples = "YXS", 3
-    elif mode == "fluorescence":
-        names, palette = tuple(FLUORESCENCE), FLUORESCENCE
-        axes, samples = ("CYX" if channels > 1 else "YX"), 1
-    else:
+    if mode not in ("brightfield", "fluorescence"):
         raise ValueError(f"mode must be 'brightfield' or 'fluorescence', got {mode!r}")
+    bright = mode == "brightfield"
     if objects is None:
-        layout_kwargs.setdefault("names", names)
-        if mode == "fluorescence":  # one class: keep a 1008 px tile under SAM 3's 200 objects per prompt
+        layout_kwargs.setdefault("names", tuple(BRIGHTFIELD if bright else FLUORESCENCE))
+        if not bright:  # one class: keep a 1008 px tile under SAM 3's 200 objects per prompt
             layout_kwargs.setdefault("cell", 64)
             layout_kwargs.setdefault("fill", 0.6)
         objects = layout(width, height, seed, shape=shape, **layout_kwargs)
     shapes = _level_shapes(width, height, levels, min_side)
-    nch = channels if mode == "fluorescence" else 1
-    noise = _Noise(seed, tile, 8.0 if mode == "brightfield" else 40.0, samples)
-    if mode == "brightfield":
-        lut = np.asarray([BRIGHTFIELD_BACKGROUND] + [palette.get(nm, (0, 0, 0)) for nm in objects.names],
-                         np.float32)
-    else:
-        lut = np.asarray([FLUORESCENCE_BACKGROUND] + [palette.get(nm, 10000) for nm in objects.names],
-                         np.float32)
-
-    def tiles(level: int) -> Iterator[np.ndarray]:
-        lw, lh = shapes[level]
-        fx, fy = width / lw, height / lh
-        for ch in range(nch):
-            for ty, y in enumerate(range(0, lh, tile)):
-                for tx, x in enumerate(range(0, lw, tile)):
-                    w, h = min(tile, lw - x), min(tile, lh - y)
-                    classes = render_classes(objects, x, y, x + w, y + h, fx, fy)
-                    nz = noise.cut((seed, level, ch, ty, tx), h, w)
-                    if mode == "brightfield":
-                        rgb = np.moveaxis(lut[classes], -1, 0) + nz
-                        yield np.moveaxis(np.clip(rgb, 0, 255).round().astype(np.uint8), 0, -1)
-                    else:
-                        if ch == 0:
-                            val = lut[classes] + nz[0]
-                        else:  # other channels: dim, unrelated to the nuclei
-                            val = FLUORESCENCE_BACKGROUND * (1 + ch) + 3 * nz[0]
-                        yield np.clip(val, 0, 65535).round().astype(np.uint16)
-
-    def level_shape(level: int) -> tuple[int, ...]:
-        lw, lh = shapes[level]
-        if mode == "brightfield":
-            return (lh, lw, 3)
-        return (nch, lh, lw) if nch > 1 else (lh, lw)
-
-    dtype = np.uint8 if mode == "brightfield" else np.uint16
-    photometric = "rgb" if mode == "brightfield" else "minisblack"
-    opts = dict(dtype=dtype, tile=(tile, tile), photometric=photometric, compression=compression,
-                maxworkers=maxworkers)
+    nch = 1 if bright else channels
+    render = _Renderer(objects, shapes, mode, nch, seed, tile)
+    opts = dict(dtype=np.uint8 if bright else np.uint16, tile=(tile, tile),
+                photometric="rgb" if bright else "minisblack", compression=compression, maxworkers=maxworkers)
     if compression == "zlib":
         opts["compressionargs"] = {"level": compression_level}
-    meta = {"axes": axes, "PhysicalSizeX": PIXEL_UM, "PhysicalSizeXUnit": "µm", "PhysicalSizeY": PIXEL_UM,
-            "PhysicalSizeYUnit": "µm"}
-    if mode == "fluorescence":
+    meta = {"axes": "YXS" if bright else ("CYX" if nch > 1 else "YX"), "PhysicalSizeX": PIXEL_UM,
+            "PhysicalSizeXUnit": "µm", "PhysicalSizeY": PIXEL_UM, "PhysicalSizeYUnit": "µm"}
+    if not bright:
         meta["Channel"] = {"Name": ["DAPI"] + [f"marker {i}" for i in range(1, nch)]}
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         with tifffile.TiffWriter(tmp, bigtiff=True, ome=True) as tw:
-            tw.write(tiles(0), shape=level_shape(0), subifds=len(shapes) - 1, metadata=meta, **opts)
+            tw.write(render.tiles(0), shape=render.level_shape(0), subifds=len(shapes) - 1, metadata=meta, **opts)
             for level in range(1, len(shapes)):
-                tw.write(tiles(level), shape=level_shape(level), subfiletype=1, metadata=None, **opts)
+                tw.write(render.tiles(level), shape=render.level_shape(level), subfiletype=1, metadata=None,
+                         **opts)
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)

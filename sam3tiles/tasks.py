@@ -50,6 +50,7 @@ class InferResult:
     seconds: dict = field(default_factory=dict)
     unusable_prompts: tuple[str, ...] = ()
     saturated_prompts: tuple[int, ...] = ()
+    exemplars: dict = field(default_factory=dict)  # pasted / dropped / clipped (see exemplars.PasteScreen)
 
 
 @dataclass
@@ -63,6 +64,7 @@ class TileResult:
     seconds: dict = field(default_factory=dict)
     unusable_prompts: tuple[str, ...] = ()
     saturated_prompts: tuple[int, ...] = ()  # prompt indices whose decoder pass saturated (checkpoint parts)
+    exemplars: dict = field(default_factory=dict)  # pasted exemplars: pasted / dropped / clipped detections
 
 
 _local = threading.local()
@@ -111,8 +113,9 @@ def prepared_prompt(spec: RuntimeSpec, text: str) -> tuple[PreparedPrompt, float
 
 @shippable
 def infer_task(spec: RuntimeSpec, read: tuple[TileImage | None, float], prompts: Sequence[TilePrompt],
-               valid_wh: tuple[int, int]) -> InferResult:
-    """Encode the tile once, decode every prompt (and box pass) on that embedding, crop the masks."""
+               valid_wh: tuple[int, int], pastes=None) -> InferResult:
+    """Encode the tile once, decode every prompt (and box pass) on that embedding, crop the masks.
+    `pastes` (`exemplars.TilePastes`): exemplars pasted into the input; detections on them are dropped."""
     image, read_s = read
     res = InferResult(seconds={"read": read_s, "encode": 0.0, "prompt": 0.0, "decode": 0.0})
     if image is None:
@@ -131,19 +134,24 @@ def infer_task(spec: RuntimeSpec, read: tuple[TileImage | None, float], prompts:
     res.unusable_prompts = tuple(unusable)
     if not todo:
         return res
+    holes = None if image.valid[: valid_wh[1], : valid_wh[0]].all() else image.valid
+    screen = None
+    if pastes is not None:  # one input for every prompt: the pasted exemplars are in it for all of them
+        image, screen = pastes.compose(image)
     t0 = time.perf_counter()
     emb = runtime.encode(image)
     res.seconds["encode"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    holes = None if image.valid[: valid_wh[1], : valid_wh[0]].all() else image.valid
+    crop = crop_detections if screen is None else screen.crops
     for tp, prep in todo:
         for pi, boxes in enumerate(tp.passes):
             det = runtime.decode(emb, prep, boxes)
             if len(det) >= SATURATION:
                 res.saturated = True
                 res.saturated_prompts += (tp.index,)
-            res.crops.extend(crop_detections(det, tp.index, pi, valid_wh, holes))
+            res.crops.extend(crop(det, tp.index, pi, valid_wh, holes))
     res.seconds["decode"] = time.perf_counter() - t0
+    res.exemplars = screen.stats() if screen is not None else {}
     del emb
     return res
 
@@ -156,11 +164,11 @@ def vectorize_task(infer: InferResult, tile: Tile, edge_margin: int = EDGE_MARGI
     seconds = dict(infer.seconds)
     seconds["vectorize"] = time.perf_counter() - t0
     return TileResult(tile.index, pieces, infer.skipped, infer.saturated, seconds, infer.unusable_prompts,
-                      saturated_prompts=infer.saturated_prompts)
+                      saturated_prompts=infer.saturated_prompts, exemplars=infer.exemplars)
 
 
 def run_tile_inline(src: SourceSpec, spec: RuntimeSpec, tile: Tile, prompts: Sequence[TilePrompt],
-                    edge_margin: int = EDGE_MARGIN) -> TileResult:
+                    edge_margin: int = EDGE_MARGIN, pastes=None) -> TileResult:
     """All three tasks in a row, no Dask (used by tests and by the plain-loop benchmark)."""
-    return vectorize_task(infer_task(spec, read_task(src, tile), prompts, tile.valid_wh), tile, edge_margin)
+    return vectorize_task(infer_task(spec, read_task(src, tile), prompts, tile.valid_wh, pastes), tile, edge_margin)
 

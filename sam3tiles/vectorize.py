@@ -48,6 +48,7 @@ class InstanceCrop:
     cell0: tuple[int, int]  # (row, col) of the crop's first cell on the 288 grid
     probs: np.ndarray  # float16 [rows, cols] crop of the 288 grid
     valid: np.ndarray | None = None  # bool [y1-y0, x1-x0] where nodata lies inside the box, else None
+    cut: bool = False  # clipped where a pasted exemplar hides tile content (see exemplars): never complete
 
 
 def _cells_for(p0: int, p1: int) -> tuple[int, int]:
@@ -170,7 +171,7 @@ def pieces_from_crops(crops: Sequence[InstanceCrop], tile: Tile, edge_margin: in
             dists.append(vw - mx1)
         if bottom:
             dists.append(vh - my1)
-        edge_dist = float(min(dists)) if dists else float("inf")
+        edge_dist = 0.0 if c.cut else float(min(dists)) if dists else float("inf")
         geom = mask_to_geometry(mask, base @ Affine.translation(x0, y0))
         if geom is None or geom.is_empty:
             continue
@@ -178,6 +179,6 @@ def pieces_from_crops(crops: Sequence[InstanceCrop], tile: Tile, edge_margin: in
         out.score.append(c.score)
         out.prompt.append(c.prompt)
         out.tile_key.append(tile_key(tile, c.pass_index))
-        out.complete.append(edge_dist >= edge_margin)
+        out.complete.append(edge_dist >= edge_margin and not c.cut)
         out.edge_dist.append(edge_dist)
     return out

@@ -2,29 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-import rasterio
-from affine import Affine
-from rasterio.crs import CRS
 
-UTM = CRS.from_epsg(32633)
-
-
-def write_raster(path, data: np.ndarray, transform=None, crs=UTM, nodata=None, **profile):
-    """Write `data` [bands, h, w] as a GeoTIFF (or whatever the extension's driver is)."""
-    if data.ndim == 2:
-        data = data[None]
-    count, h, w = data.shape
-    prof = dict(driver=profile.pop("driver", "GTiff"), width=w, height=h, count=count, dtype=data.dtype)
-    if crs is not None:
-        prof.update(crs=crs, transform=transform or Affine(0.5, 0, 400000, 0, -0.5, 5000000))
-    if nodata is not None:
-        prof["nodata"] = nodata
-    prof.update(profile)
-    with rasterio.open(path, "w", **prof) as dst:
-        dst.write(data)
-    return path
+from sam3tiles.testing import UTM, write_raster  # noqa: F401 - tests of other branches import them from here
 
 
 @pytest.fixture

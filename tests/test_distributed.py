@@ -29,6 +29,7 @@ from sam3tiles.model.registry import runtime_stats
 from sam3tiles.demo import write_scene
 from sam3tiles.merge import merge_blocked, merge_pieces, tile_blocks
 from sam3tiles.pipeline import segment_job
+from sam3tiles.testing import grid_pieces
 
 distributed = pytest.importorskip("distributed")
 
@@ -196,11 +197,6 @@ def test_slurm_example_is_valid_python():
 
 @pytest.mark.parametrize("block", [1, 2])
 def test_partitioned_merge_equals_single_merge(block):
-    sys.path.insert(0, str(ROOT))
-    try:
-        from benchmarks.synthetic import grid_pieces
-    finally:
-        sys.path.remove(str(ROOT))
     # large overlapping squares: long link chains, disagreements, objects across block edges
     pieces, frames, grid, _ = grid_pieces(2500, per_tile=150, seed=3, size=(8.0, 260.0))
     single, s1 = merge_pieces(pieces, frames)

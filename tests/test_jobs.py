@@ -62,7 +62,7 @@ MINIMAL = "inputs: [a.tif]\nprompts: {text: [blue]}\noutput: {path: o.gpkg}\n"
                                                           "(backend.name is 'reference'): remove backend.model or "
                                                           "set backend.name: onnx"]),
     (MINIMAL + "run: {strict: maybe, workers: 0, retries: 99}\n",
-     ["run.workers: must be >= 1 (got 0)", "run.retries: must be <= 20 (got 99)",
+     ["run.workers: must be >= 1 (got 0)", "run.retries: must be <= 20 (got 99): allowed from 0 to 20",
       "run.strict: must be true or false (got 'maybe')"]),
     (MINIMAL + "postprocess: {min_area: -1}\n", ["postprocess.min_area: must be >= 0.0 (got -1)"]),
     ("inputs: []\nprompts: {text: [blue]}\noutput: {path: o.gpkg}\n", ["inputs: must not be empty: name at least one"]),

@@ -13,7 +13,7 @@ from sam3tiles.merge import merge_pieces, tile_frame
 from sam3tiles.pipeline import segment_job
 from sam3tiles.vectorize import Pieces, tile_key
 
-from conftest import write_raster
+from sam3tiles.testing import write_raster
 
 BG = (92, 112, 84)
 

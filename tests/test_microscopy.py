@@ -15,6 +15,7 @@ segmented by the real pipeline (reference backend) in full-resolution pixel spac
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 import sqlite3
 import uuid
@@ -78,6 +79,15 @@ def bf_run(slides, tmp_path_factory):
 
 
 # -- reading ------------------------------------------------------------------------------------------
+
+
+def test_slide_is_opened_once_and_its_stretch_computed_once(slides, caplog):
+    """Constructing a SlideSource opens the file once: a 16-bit slide's statistics are computed once
+    (the base class and the slide reader both opened it, so they were computed twice)."""
+    caplog.set_level(logging.INFO, logger="sam3tiles.readers.slide")
+    with SlideSource(slides["fl"].path) as src:
+        assert src.dtype == np.uint16 and src.stretch is not None
+    assert sum("stretch for" in r.getMessage() for r in caplog.records) == 1
 def test_is_slide_only_for_ome_and_pyramids(slides, tmp_path):
     assert is_slide(slides["bf"].path) and is_slide(slides["fl3"].path)
     plain = tmp_path / "plain.tif"

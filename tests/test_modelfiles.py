@@ -13,7 +13,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper
-from onnx_graphs import build_contract_models
+from sam3tiles.testing.graphs import build_contract_models
 
 from sam3tiles.model import contract as mc
 from sam3tiles.model import files as mf

@@ -1,4 +1,4 @@
-"""OnnxRuntime on small contract-faithful graphs (tests/onnx_graphs.py), and parity with osam's caller."""
+"""OnnxRuntime on small contract-faithful graphs (sam3tiles/testing/graphs.py), and parity with osam's caller."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx_graphs import (
+from sam3tiles.testing.graphs import (
     MASK,
     blank_tile,
     build_contract_models,

@@ -9,8 +9,8 @@ import pytest
 import shapely
 from affine import Affine
 from click.testing import CliRunner
-from conftest import UTM, write_raster
-from onnx_graphs import build_contract_models
+from sam3tiles.testing import UTM, write_raster
+from sam3tiles.testing.graphs import build_contract_models
 from shapely.geometry import box
 
 from sam3tiles.cli.main import cli

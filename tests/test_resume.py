@@ -202,20 +202,45 @@ def test_added_prompt_computes_only_that_prompt(small, tmp_path):
 
 
 def test_example_box_invalidates_only_the_tiles_it_lies_in(small, tmp_path):
-    from sam3tiles.pipeline import Options, tiles_of
-    from sam3tiles.prompts import GeoBox, tile_boxes
+    """--box-scope tile: a box reaches the tiles it lies in; image: also every tile it is pasted into, and a
+    changed exemplar invalidates exactly the tiles it reached."""
+    from sam3tiles.exemplars import input_exemplars
+    from sam3tiles.options import Options
+    from sam3tiles.plan import plan_input
+    from sam3tiles.prompts import GeoBox, Prompt, tile_boxes
     from sam3tiles.readers import open_source
 
     _run(small.path, ["blue"], tmp_path)
-    building = small.truth[small.truth["class"] == "blue"].geometry.iloc[0]
-    x0, y0, x1, y1 = building.bounds
+    blue = small.truth[small.truth["class"] == "blue"]
+    building = blue.loc[blue.geometry.area.idxmin()]  # small enough to be pasted into interior tiles
+    x0, y0, x1, y1 = building.geometry.bounds
     gb = GeoBox(x0 + 1, y0 + 1, x1 - 1, y1 - 1)
+    text = f"{gb.minx},{gb.miny},{gb.maxx},{gb.maxy}"
+    tiles = list(plan_input(str(small.path), Options()).tiles())
     with open_source(small.path) as src:
-        tiles, _ = tiles_of(src, Options())
+        ex = input_exemplars(src, [Prompt("blue", (gb,))], tiles[0].scale_xy)
     touched = sum(1 for t in tiles if tile_boxes([gb], t))
-    assert 1 <= touched < 9
-    _, rep, c = _run(small.path, ["blue"], tmp_path, boxes=[f"{gb.minx},{gb.miny},{gb.maxx},{gb.maxy}"])
+    pasted = sum(1 for t in tiles if ex.plan(t).pastes)
+    assert 1 <= touched < 9 and touched + pasted == 9
+    _, rep, c = _run(small.path, ["blue"], tmp_path, boxes=[text], box_scope="tile")
     assert (rep.done, rep.resumed, c["encodes"]) == (touched, 9 - touched, touched)
+    # image scope: the tiles it lies in are the same as in tile scope; the others get the pasted copy
+    _, rep, c = _run(small.path, ["blue"], tmp_path, boxes=[text])
+    assert (rep.done, rep.resumed, c["encodes"]) == (pasted, 9 - pasted, pasted)
+    assert rep.exemplars["pasted"] == pasted and rep.exemplars["in_place"] == touched
+    _, rep, c = _run(small.path, ["blue"], tmp_path, boxes=[text])
+    assert (rep.done, rep.resumed) == (0, 9)
+    # the exemplar moved by a pixel: every tile it reached recomputes
+    moved = f"{gb.minx + small_pixel(small)},{gb.miny},{gb.maxx + small_pixel(small)},{gb.maxy}"
+    _, rep, c = _run(small.path, ["blue"], tmp_path, boxes=[moved])
+    assert (rep.done, rep.resumed) == (9, 0)
+
+
+def small_pixel(scene) -> float:
+    import rasterio
+
+    with rasterio.open(scene.path) as ds:
+        return abs(ds.transform.a)
 
 
 def test_fresh_scale_and_changed_input_recompute(small, tmp_path):

@@ -93,7 +93,7 @@ def test_contract_example_ids():
 
 
 def test_test_graph_colour_ids_are_single_tokens():
-    from onnx_graphs import COLOUR_IDS
+    from sam3tiles.testing.graphs import COLOUR_IDS
 
     for word, token in COLOUR_IDS.items():
         assert tk.get_tokenizer().encode(word) == [token]

@@ -10,7 +10,8 @@ import sys
 import click
 
 from ..errors import EXIT_INTERNAL, Sam3TilesError
-from ..grid import DEFAULT_OVERLAP, TILE_SIZE
+from ..options import fields as registry_fields
+from ..options import value_type
 
 
 def configure_logging(verbose: int, quiet: int) -> None:
@@ -93,24 +94,37 @@ quiet_opt = click.option("-q", "--quiet", count=True, help="Less output: no prog
 overwrite_opt = click.option("--overwrite", is_flag=True, help="Replace an existing output.")
 
 
-def tiling_options(fn):
-    """--tile-size, --overlap, --scale, --gsd, --bands, --squash."""
-    opts = [
-        click.option("--tile-size", type=click.IntRange(64, 4096), default=TILE_SIZE, show_default=True,
-                     help="Tile side in pixels; SAM 3 takes 1008."),
-        click.option("--overlap", type=click.IntRange(0, 2047), default=DEFAULT_OVERLAP, show_default=True,
-                     help="Overlap between tiles in (scaled) pixels. Objects up to this size are kept once by "
-                          "ownership; larger ones are stitched across seams."),
-        click.option("--scale", type=float, default=1.0, show_default=True,
-                     help="Uniform zoom: 2 for tiny objects, 0.5 for big ones (resampled on read)."),
-        click.option("--gsd", type=float, default=None,
-                     help="Target ground sampling distance in CRS units per pixel (overrides --scale)."),
-        click.option("--bands", "--channels", "bands", default=None,
-                     help="Bands as R,G,B (e.g. 4,3,2) or one band for grey; --channels for slides (1-based)."),
-        click.option("--squash", is_flag=True,
-                     help="Baseline: the whole image stretched to one 1008x1008 input, as the published "
-                          "callers do."),
-    ]
-    for o in reversed(opts):
-        fn = o(fn)
-    return fn
+def _click_type(kind, d):
+    """The click type of an option: its choices, its range (refused while parsing, exit 2, the allowed
+    range in click's message) or its plain type."""
+    allowed = d.allowed()
+    if allowed is not None:
+        return click.Choice(list(allowed))
+    if kind not in (int, float):
+        return None
+    lo = d.ge if d.ge is not None else d.gt
+    if lo is None and d.le is None:
+        return kind
+    rng = click.IntRange if kind is int else click.FloatRange
+    return rng(lo, d.le, min_open=d.gt is not None)
+
+
+def registry_options(command: str, cls: type | None = None):
+    """Decorator: the click options of `command` (segment, plan, run), from the options registry
+    (`sam3tiles.options`; `cls`: another Options class, for tests). On `run` a flag overrides the job
+    file, so its default is None (the job's)."""
+    decls = [(f, d) for f, d in registry_fields(cls) if d.flags and command in d.commands]
+
+    def decorate(fn):
+        for f, d in reversed(decls):
+            default = None if command == "run" else f.default
+            kw = dict(default=default, help=d.help, envvar=d.envvar, metavar=d.metavar)
+            kind = value_type(f.name, cls)
+            if kind is bool:
+                kw.update(is_flag=True)
+            else:
+                kw.update(type=_click_type(kind, d), show_default=default is not None and default != "")
+            fn = click.option(*d.flags, f.name, **kw)(fn)
+        return fn
+
+    return decorate

@@ -5,27 +5,8 @@ from __future__ import annotations
 import click
 
 from ..errors import EXIT_FAILED_TILES
-from .options import handle_errors, overwrite_opt, quiet_opt, tiling_options, verbose_opt
-
-
-def runtime_options(fn):
-    opts = [
-        click.option("--backend", type=click.Choice(["onnx", "reference", "simulated"]), default="onnx",
-                     show_default=True, help="onnx: the SAM 3 model files; reference: a colour-matching stand-in "
-                                             "(no weights, for tests and dry runs)."),
-        click.option("--model", "model", default=None, help="Folder of the SAM 3 ONNX files (default: "
-                                                           "$SAM3TILES_MODEL_DIR or the user cache; see "
-                                                           "`sam3tiles model fetch`)."),
-        click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
-        click.option("--threads", type=int, default=0, help="onnxruntime threads per session (0: its default)."),
-        click.option("--workers", type=int, default=None, help="CPU threads for reading and vectorizing "
-                                                               "(local runs)."),
-        click.option("--scheduler", default=None, envvar="SAM3TILES_SCHEDULER",
-                     help="Address of a dask.distributed scheduler (or $SAM3TILES_SCHEDULER)."),
-    ]
-    for o in reversed(opts):
-        fn = o(fn)
-    return fn
+from ..options import Options
+from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, verbose_opt
 
 
 @click.command(short_help="Segment rasters into polygons.")
@@ -37,24 +18,19 @@ def runtime_options(fn):
                                                "column 1/0).")
 @click.option("--out", "-o", required=True, help="Output file (.gpkg, .parquet, .fgb, .geojson), or a folder "
                                                  "for one .gpkg per input.")
-@runtime_options
-@tiling_options
-@click.option("--min-area", type=float, default=0.0, help="Drop objects smaller than this (CRS units).")
-@click.option("--simplify", type=float, default=0.0, help="Simplify polygons with this tolerance (CRS units).")
+@registry_options("segment")
 @click.option("--labels", default=None, metavar="OUT.tif",
               help="Also write an instance label image (uint32 TIFF aligned with the input, values = the "
                    "output's id column; one input only).")
 @click.option("--work-dir", default=None, help="Checkpoint folder (default: beside the output).")
 @click.option("--fresh", is_flag=True, help="Ignore checkpoints and start over.")
-@click.option("--strict", is_flag=True, help="Exit with an error when any tile failed.")
 @overwrite_opt
 @verbose_opt
 @quiet_opt
 @click.pass_context
 @handle_errors
-def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, threads, workers, scheduler,
-            tile_size, overlap, scale, gsd, bands, squash, min_area, simplify, work_dir, fresh, strict,
-            overwrite, verbose, quiet, labels=None):
+def segment(ctx, inputs, texts, boxes, box_file, out, work_dir, fresh, overwrite, verbose, quiet, labels=None,
+            **options):
     """Segment INPUTS (rasters or globs) with SAM 3, tile by tile, and write merged polygons to --out.
 
     \b
@@ -63,14 +39,10 @@ def segment(ctx, inputs, texts, boxes, box_file, out, backend, model, device, th
       sam3tiles segment 'tiles/*.tif' --text car --scale 2 --out cars/
       sam3tiles segment scene.tif --box 500010,4100020,500030,4100035 --out panels.parquet
     """
-    from ..pipeline import Options, segment_job
-    from ..readers import parse_bands
+    from ..pipeline import segment_job  # geopandas, dask: loaded when a command runs, not for --help
 
     quiet = quiet + (ctx.obj or {}).get("quiet", 0)
-    opts = Options(backend=backend, model=model, device=device, tile_size=tile_size, overlap=overlap,
-                   scale=scale, gsd=gsd, bands=parse_bands(bands), squash=squash, min_area=min_area,
-                   simplify=simplify, workers=workers, scheduler=scheduler, strict=strict,
-                   progress=not quiet, threads=threads)
+    opts = Options.from_params(options, progress=not quiet)
     gdf, report = segment_job(list(inputs), list(texts), boxes=list(boxes), box_file=box_file, out=out,
                               overwrite=overwrite, options=opts, work_dir=work_dir, fresh=fresh, labels=labels)
     if not quiet:

@@ -29,6 +29,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import platformdirs
+from tqdm import tqdm
+
 from ..errors import ModelError, ModelNotFoundError
 
 MODEL_VERSION = "v0.3.0"
@@ -91,8 +94,6 @@ REQUIRED_GRAPH_FILES = (IMAGE_ENCODER, IMAGE_ENCODER + ".data", LANGUAGE_ENCODER
 
 def default_model_dir() -> Path:
     """``<user cache dir>/sam3tiles/sam3-onnx-v0.3.0``."""
-    import platformdirs
-
     return Path(platformdirs.user_cache_dir("sam3tiles")) / f"sam3-onnx-{MODEL_VERSION}"
 
 
@@ -180,8 +181,6 @@ class _Retryable(Exception):
 
 def _stream(f: ModelFile, part: Path, progress: bool, timeout: float) -> str:
     """Download `f.url` into `part` (resuming from its current size); returns the sha256 of the part."""
-    from tqdm import tqdm
-
     have = part.stat().st_size if part.exists() else 0
     request = urllib.request.Request(f.url, headers={"User-Agent": "sam3tiles-model-fetch"})
     if have:

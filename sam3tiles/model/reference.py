@@ -11,7 +11,8 @@ shape its outputs:
   its component, 0 elsewhere; its score their mean; its box the component's extent; at most 200, largest
   first;
 * a positive example box replaces the colour by the median colour inside the box(es); a negative example
-  box drops instances that overlap it.
+  box drops instances that overlap it and, like SAM 3's negative exemplars, instances of its kind: those
+  whose mean colour lies nearer the median colour inside the negative box than the prompt colour.
 """
 
 from __future__ import annotations
@@ -88,12 +89,15 @@ class ReferenceRuntime:
         slices = ndimage.find_objects(labels)
         sizes = np.bincount(labels.ravel())[1:]
         negatives = [_cell_box(b) for b in boxes if not b.positive]
+        kinds = _negative_kinds(image, boxes, colour, grid, labels, n, match)
         order = sorted(range(n), key=lambda i: (-sizes[i], slices[i][0].start, slices[i][1].start))
         out_boxes, scores, masks = [], [], []
         for i in order:
             sl = slices[i]
             r0, r1, c0, c1 = sl[0].start, sl[0].stop, sl[1].start, sl[1].stop
             if any(r0 < nr1 and nr0 < r1 and c0 < nc1 and nc0 < c1 for nr0, nr1, nc0, nc1 in negatives):
+                continue
+            if kinds is not None and kinds[i]:
                 continue
             inside = labels == i + 1
             mask = np.where(inside, grid, 0.0).astype(np.float32)
@@ -124,6 +128,30 @@ def _median_colour(image: TileImage, boxes: Sequence[ExampleBox]) -> tuple[int, 
     if allpx.shape[1] == 0:
         return None
     return tuple(int(v) for v in np.median(allpx, axis=1))  # type: ignore[return-value]
+
+
+def _negative_kinds(image: TileImage, boxes: Sequence[ExampleBox], colour, grid: np.ndarray, labels: np.ndarray,
+                    n: int, match: np.ndarray) -> np.ndarray | None:
+    """Per instance (component label - 1): whether its mean colour is nearer a negative box's median colour
+    than the prompt colour. None without negative boxes."""
+    negs = [c for c in (_median_colour(image, [b]) for b in boxes if not b.positive) if c is not None]
+    if not negs:
+        return None
+    weight = np.bincount(labels.ravel(), weights=grid.ravel(), minlength=n + 1)[1:]
+    dist_pos = np.zeros(n)
+    best_neg = np.full(n, np.inf)
+    mean = []
+    for c in range(3):  # the matched pixels' colour averaged per mask cell, then per instance
+        chan = np.where(match > 0, image.rgb[c].astype(np.float32), 0.0).astype(np.float32)
+        cell = np.asarray(Image.fromarray(chan, mode="F").resize((MASK_SIZE, MASK_SIZE), Image.BOX))
+        cell = np.divide(cell, grid, out=np.zeros_like(cell), where=grid > 0)
+        mean.append(np.bincount(labels.ravel(), weights=(cell * grid).ravel(), minlength=n + 1)[1:]
+                    / np.maximum(weight, 1e-9))
+    for c in range(3):
+        dist_pos += (mean[c] - colour[c]) ** 2
+    for neg in negs:
+        best_neg = np.minimum(best_neg, sum((mean[c] - neg[c]) ** 2 for c in range(3)))
+    return best_neg < dist_pos
 
 
 def _cell_box(b: ExampleBox) -> tuple[int, int, int, int]:

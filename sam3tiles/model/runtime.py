@@ -1,4 +1,4 @@
-"""The model runtime interface: every backend (reference, ONNX) implements `ModelRuntime`.
+"""The model runtime interface: every backend (reference, ONNX, a third party's) implements `ModelRuntime`.
 
 Frames and units, shared by every backend:
 
@@ -11,6 +11,22 @@ Frames and units, shared by every backend:
   `[N,1,288,288]` float32 probabilities, N <= 200, only scores > 0.5.
 
 Everything after `decode` (vectorizing, merging, writing) is shared by every backend.
+
+For backend authors (docs/backends.md has a worked example):
+
+* Lifetime: one instance per process, built once (`model.registry.get_runtime`) and kept for every tile.
+  `encode` once per tile, `prepare_prompt` once per distinct prompt per process, `decode` once per (tile,
+  prompt, chunk of at most `box_slots` boxes). The embedding `encode` returns never leaves the process.
+* Threads: calls come from the worker's thread pool. On the in-process engine, and on a cluster whose
+  model workers advertise `resources={"GPU": 1}`, model tasks run one at a time per worker; on a cluster
+  without that resource they may overlap, so guard shared state with a lock if it is not thread-safe.
+  `prepare_prompt` is always called under a lock.
+* Identity: `identity` names the backend and its exact model (weights hash, export options, version).
+  Checkpointed tiles are keyed by it: a changed model must change it, or a resumed run would mix results
+  of two models. It is read once when the run starts (the `model` column and the run report).
+* Name: `name` fills the `backend` column of every output row.
+* Errors: raise `sam3tiles.errors.ModelError` for a problem no retry can fix (missing weights, a wrong
+  input shape): the run stops with exit 4. Any other exception fails the tile, which is retried.
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ import unicodedata
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer, models, pre_tokenizers
 
 from ..errors import ModelError, PromptError
 from .files import VOCAB_ENV, VOCAB_NAME, VOCAB_SHA256, find_vocab, resolve_model_dir  # noqa: F401
@@ -85,8 +86,6 @@ class ClipTokenizer:
     """OpenAI CLIP's BPE tokenizer, built with `tokenizers` from one vocabulary file."""
 
     def __init__(self, vocab_path: str | os.PathLike[str]):
-        from tokenizers import Tokenizer, models, pre_tokenizers
-
         self.vocab_path = Path(vocab_path)
         try:
             raw = self.vocab_path.read_bytes()

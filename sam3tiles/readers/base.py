@@ -7,6 +7,7 @@ decimated read (GDAL uses overviews when the file has them).
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
 import os
@@ -147,8 +148,6 @@ def trim_heap() -> None:
     global _LIBC
     if _LIBC is None:
         try:
-            import ctypes
-
             _LIBC = ctypes.CDLL("libc.so.6")
             _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
         except (OSError, AttributeError):

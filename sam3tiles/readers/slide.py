@@ -84,7 +84,6 @@ class SlideSource(Source):
         self._tf = None
         self._arrays: list = []
         self.levels_read: dict[int, int] = {}  # level -> number of window reads (diagnostics, tests)
-        self._open()
 
     def _open(self) -> None:
         import tifffile

@@ -29,8 +29,8 @@ from pathlib import Path
 import geopandas as gpd
 import numpy as np
 import shapely
+from PIL import ImageColor
 
-from .atomic import atomic_path
 
 #: Numeric columns written as QuPath measurements (when present).
 MEASUREMENTS = ("score", "area_px", "n_tiles")
@@ -42,8 +42,6 @@ _NAMESPACE = uuid.UUID("5d1c1f6e-6a8f-4b8e-9a55-3a2b7f0c9e11")
 def class_colour(name: str) -> list[int]:
     """The classification colour: the prompt's own colour when it names one (e.g. 'red'), else a stable
     bright colour from a hash of the name."""
-    from PIL import ImageColor
-
     try:
         return [int(v) for v in ImageColor.getrgb(str(name).strip().lower())[:3]]
     except (ValueError, AttributeError):
@@ -138,16 +136,9 @@ def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None
 
 def write_qupath_geojson(gdf: gpd.GeoDataFrame, path: str | os.PathLike, metadata: dict | None = None) -> Path:
     """Write `gdf` (pixel coordinates, no CRS) to `path` as QuPath detections. Not atomic by itself:
-    `output.write_vector` calls it on a temporary name and renames the file into place."""
+    `writers.vector.write_vector` calls it on a temporary name and renames the file into place."""
     p = Path(path)
     with open(p, "w", encoding="utf-8") as f:
         for piece in feature_collection_lines(gdf, metadata):
             f.write(piece)
     return p
-
-
-def write_qupath(gdf: gpd.GeoDataFrame, path: str | os.PathLike, metadata: dict | None = None) -> Path:
-    """Atomic `write_qupath_geojson` (temporary name beside `path`, renamed into place)."""
-    with atomic_path(path) as tmp:
-        write_qupath_geojson(gdf, tmp, metadata)
-    return Path(path)

@@ -1,0 +1,80 @@
+"""The Python API: `sam3tiles.segment`, one typed keyword per option of the registry (`options.py`)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Sequence, Union
+
+import geopandas as gpd
+
+from .options import Options
+from .pipeline import segment_job
+from .prompts import GeoBox
+
+#: What `segment` takes as inputs: a path, URL or glob, an open rasterio dataset, or a list of them.
+Inputs = Union[str, os.PathLike, Any, Iterable[Union[str, os.PathLike, Any]]]
+
+_D = Options()  # the registry's defaults, so the signature below cannot drift from them
+
+
+def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequence[GeoBox | str] = (),
+            box_file: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
+            overwrite: bool = False, labels: str | os.PathLike | None = None,
+            work_dir: str | os.PathLike | None = None, fresh: bool = False, checkpoint: bool = True,
+            report_path: str | os.PathLike | None = None, client: Any = None, options: Options | None = None,
+            backend: str | object = _D.backend, model: str | None = _D.model, device: str = _D.device,
+            threads: int = _D.threads, workers: int | None = _D.workers, scheduler: str | None = _D.scheduler,
+            tile_size: int = _D.tile_size, overlap: int = _D.overlap, scale: float = _D.scale,
+            gsd: float | None = _D.gsd, bands: tuple[int, ...] | str | None = _D.bands, squash: bool = _D.squash,
+            min_area: float = _D.min_area, simplify: float = _D.simplify, retries: int = _D.retries,
+            strict: bool = _D.strict, progress: bool = _D.progress, max_in_flight: int | None = _D.max_in_flight,
+            edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
+            decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
+            box_scope: str = _D.box_scope) -> gpd.GeoDataFrame:
+    """Segment one or more rasters with text prompts and/or example boxes; returns the objects.
+
+    Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
+    coordinates, y down), with columns id, prompt, score, area, area_px, n_tiles, source, backend, model.
+    The run report is in `gdf.attrs["sam3tiles_report"]`. Memory stays flat whatever the image size:
+    tiles are read, segmented and merged a few at a time.
+
+    Args:
+        inputs: a path, URL or glob, an open rasterio dataset (read again by its `name`), or a list of
+            them. A numpy array is refused: write it to a GeoTIFF with rasterio (with its transform and
+            CRS) and pass the path.
+        prompts: what to find: one text ("building") or several (["building", "car"]).
+        boxes: example boxes "MINX,MINY,MAXX,MAXY[,neg]" (or `GeoBox`) in the raster's CRS.
+        box_file: a vector file of example boxes (any CRS; optional 'label' column 1/0).
+        out: write the objects there (.gpkg, .parquet, .fgb, .geojson), or into a folder (one .gpkg per
+            input); with `out`, checkpoints are kept beside it and a rerun resumes.
+        overwrite: replace an existing output.
+        labels: also write a uint32 label image aligned with the (single) input (values = `id`).
+        work_dir, fresh, checkpoint: checkpoint folder; ignore checkpoints; keep none at all.
+        report_path: the run report JSON (default: beside `out`).
+        client: a `distributed.Client` to run on (default: an in-process cluster, or `scheduler`).
+        options: an `Options` value; the keywords below override its fields (on a copy).
+        backend: "onnx" (SAM 3 model files), "reference" (a colour-matching stand-in, no weights) or
+            "simulated"; the model backend registry may accept more.
+        model, device, threads: the ONNX model folder, "auto"/"cpu"/"cuda", onnxruntime threads.
+        workers, scheduler: CPU threads of a local run; a dask.distributed scheduler address.
+        tile_size, overlap: tile side and overlap in (scaled) pixels (tile_size at most 1008).
+        scale, gsd: uniform zoom, or a target ground sampling distance (CRS units per pixel).
+        bands, squash: bands as (R, G, B) or one band, 1-based; the whole image as one squashed tile.
+        min_area, simplify: drop smaller objects; simplify polygons (CRS units).
+        retries, strict: retries per tile; raise when any tile failed.
+        progress: a progress bar (tqdm.auto: a widget in notebooks).
+        max_in_flight, edge_margin, encode_seconds, decode_seconds, merge_block: tuning and testing knobs
+            (see `Options`).
+        box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
+            free margin, see `sam3tiles.exemplars`); "tile": a box acts only in the tiles it lies in.
+    """
+    changes = {k: v for k, v in locals().items() if k in _OPTION_NAMES}
+    changes = {k: v for k, v in changes.items() if options is None or v != getattr(_D, k)}
+    gdf, _ = segment_job(inputs, [prompts] if isinstance(prompts, str) else list(prompts), boxes=boxes,
+                         box_file=None if box_file is None else str(box_file), out=out, overwrite=overwrite,
+                         options=options, client=client, work_dir=work_dir, fresh=fresh, checkpoint=checkpoint,
+                         report_path=report_path, labels=labels, **changes)
+    return gdf
+
+
+_OPTION_NAMES = frozenset(Options.__dataclass_fields__)

@@ -1,0 +1,238 @@
+"""The options registry: every option of a run declared once, as a field of `Options`.
+
+Each field carries its declaration (`Opt`: help text, job-file key, command-line flags, the commands that
+take it, allowed range or choices, a parser for text values). Everything else is derived from it:
+
+* `Options(...)` checks ranges, choices and the rules between options when it is built (UsageError,
+  exit 2), so a value the model cannot take is refused before any work, whatever the door (API, CLI,
+  job file);
+* `cli.options.registry_options(command)` adds the click options of `segment`, `plan` and `run`;
+* `jobs.py` builds the job-file sections (`backend`, `tiling`, `postprocess`, `run`) as pydantic models,
+  and the table that rewrites `--flag` into `section.key` in error messages;
+* `api.segment` has one keyword per field; a test checks that it matches this registry.
+
+To add an option: add one field below, `name: type = opt(default, "help", job=..., flags=..., ...)`.
+That is all for the CLI, the job file, `Options` and the checks; then give `api.segment` the keyword
+(tests/test_options.py says which line to add) and use `opts.name` where the option acts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+from .errors import UsageError
+from .grid import DEFAULT_OVERLAP, TILE_SIZE
+from .model.registry import RuntimeSpec, available_backends
+from .model.runtime import MODEL_SIZE
+from .readers.base import parse_bands
+from .vectorize import EDGE_MARGIN
+
+__all__ = ["Opt", "opt", "Options", "declarations", "DEVICES"]
+
+DEVICES = ("auto", "cpu", "cuda")
+#: Commands that take registry options on the command line.
+COMMANDS = ("segment", "plan", "run")
+
+
+@dataclass(frozen=True)
+class Opt:
+    """The declaration of one option (kept in the field's metadata).
+
+    `job`: "section.key" in a job file (None: not in job files). `flags`: command-line spellings, the first
+    one named in messages (empty: API only). `commands`: which CLI commands take it; on `run` a flag
+    overrides the job file's value. `ge`/`gt`/`le`: the allowed range. `choices`: allowed values, or a
+    function returning them (for lists known only at run time, such as installed backends). `parse`:
+    turns a command-line or job-file value into the field's value, raising ValueError or a sam3tiles
+    error. `note`: why the range is what it is, appended to a refusal.
+    """
+
+    help: str
+    job: str | None = None
+    flags: tuple[str, ...] = ()
+    commands: tuple[str, ...] = ("segment",)
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    choices: tuple | Callable[[], Sequence[str]] | None = None
+    parse: Callable[[Any], Any] | None = None
+    envvar: str | None = None
+    metavar: str | None = None
+    note: str = ""
+
+    @property
+    def flag(self) -> str | None:
+        return self.flags[0] if self.flags else None
+
+    def allowed(self) -> tuple | None:
+        c = self.choices
+        return tuple(c()) if callable(c) else c
+
+    def range_text(self) -> str:
+        lo = f">= {self.ge:g}" if self.ge is not None else f"> {self.gt:g}" if self.gt is not None else ""
+        hi = f"<= {self.le:g}" if self.le is not None else ""
+        if self.ge is not None and hi:
+            return f"from {self.ge:g} to {self.le:g}"
+        return " and ".join(x for x in (lo, hi) if x)
+
+    def in_range(self, v: float) -> bool:
+        return ((self.ge is None or v >= self.ge) and (self.gt is None or v > self.gt)
+                and (self.le is None or v <= self.le) and not (isinstance(v, float) and math.isnan(v)))
+
+
+def opt(default: Any, help: str, **decl: Any) -> Any:
+    """A field of `Options` with its declaration (see `Opt`)."""
+    return field(default=default, metadata={"opt": Opt(help, **decl)})
+
+
+def _bands(v: Any) -> tuple[int, ...] | None:
+    bands = parse_bands(v)  # BandError names --bands and the fix
+    if bands is not None and any(b < 1 for b in bands):
+        raise UsageError(f"--bands: band numbers start at 1 (got {','.join(map(str, bands))})")
+    return bands
+
+
+def _backends() -> tuple[str, ...]:
+    """Built-ins, then backends installed under the entry-point group sam3tiles.backends."""
+    return available_backends()
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything that shapes a run besides inputs, prompts and outputs. Immutable: change a copy
+    with `dataclasses.replace`. Built values are checked (ranges, choices, rules between options)."""
+
+    backend: str | object = opt(
+        "onnx", "onnx: the SAM 3 model files; reference: a colour-matching stand-in (no weights, for tests "
+                "and dry runs); simulated: sleeps like a GPU (benchmarks); others: installed under the entry-point "
+                "group sam3tiles.backends (docs/backends.md).",
+        job="backend.name", flags=("--backend",), choices=_backends)
+    model: str | None = opt(
+        None, "Folder of the SAM 3 ONNX files (default: $SAM3TILES_MODEL_DIR or the user cache; see "
+              "`sam3tiles model fetch`).", job="backend.model", flags=("--model",))
+    device: str = opt("auto", "Where the model runs.", job="backend.device", flags=("--device",), choices=DEVICES)
+    threads: int = opt(0, "onnxruntime threads per session (0: its default).", job="backend.threads",
+                       flags=("--threads",), ge=0)
+    workers: int | None = opt(None, "CPU threads for reading and vectorizing (local runs).", job="run.workers",
+                              flags=("--workers",), ge=1)
+    scheduler: str | None = opt(None, "Address of a dask.distributed scheduler (or $SAM3TILES_SCHEDULER).",
+                                job="run.scheduler", flags=("--scheduler",), envvar="SAM3TILES_SCHEDULER")
+    tile_size: int = opt(TILE_SIZE, f"Tile side in pixels; SAM 3 takes {MODEL_SIZE}.", job="tiling.tile_size",
+                         flags=("--tile-size",), commands=("segment", "plan"), ge=64, le=MODEL_SIZE,
+                         note=f"a tile is read into SAM 3's {MODEL_SIZE}x{MODEL_SIZE} input, so it can be no "
+                              f"larger; use --scale to zoom out instead")
+    overlap: int = opt(DEFAULT_OVERLAP, "Overlap between tiles in (scaled) pixels. Objects up to this size are "
+                                        "kept once by ownership; larger ones are stitched across seams.",
+                       job="tiling.overlap", flags=("--overlap",), commands=("segment", "plan"), ge=0)
+    scale: float = opt(1.0, "Uniform zoom: 2 for tiny objects, 0.5 for big ones (resampled on read).",
+                       job="tiling.scale", flags=("--scale",), commands=("segment", "plan"), gt=0, le=64)
+    gsd: float | None = opt(None, "Target ground sampling distance in CRS units per pixel (overrides --scale).",
+                            job="tiling.gsd", flags=("--gsd",), commands=("segment", "plan"), gt=0)
+    bands: tuple[int, ...] | None = opt(
+        None, "Bands as R,G,B (e.g. 4,3,2) or one band for grey; --channels for slides (1-based).",
+        job="tiling.bands", flags=("--bands", "--channels"), commands=("segment", "plan"), parse=_bands)
+    squash: bool = opt(False, f"Baseline: the whole image stretched to one {MODEL_SIZE}x{MODEL_SIZE} input, as "
+                              "the published callers do.", job="tiling.squash", flags=("--squash",),
+                       commands=("segment", "plan"))
+    min_area: float = opt(0.0, "Drop objects smaller than this (CRS units).", job="postprocess.min_area",
+                          flags=("--min-area",), ge=0)
+    simplify: float = opt(0.0, "Simplify polygons with this tolerance (CRS units).", job="postprocess.simplify",
+                          flags=("--simplify",), ge=0)
+    retries: int = opt(2, "Retries of a failed tile task before the tile counts as failed.", job="run.retries",
+                       ge=0, le=20)
+    strict: bool = opt(False, "Exit with an error when any tile failed.", job="run.strict", flags=("--strict",),
+                       commands=("segment", "run"))
+    progress: bool = opt(False, "Show a progress bar (tqdm.auto: a widget in notebooks).")
+    max_in_flight: int | None = opt(None, "Tiles in flight at once (default: from the engine's threads).", ge=1)
+    edge_margin: int = opt(EDGE_MARGIN, "Mask pixels at a tile's inner edge treated as cut by the edge.", ge=0)
+    encode_seconds: float = opt(0.1, "Simulated backend: seconds per encode.", ge=0)
+    decode_seconds: float = opt(0.01, "Simulated backend: seconds per decode.", ge=0)
+    merge_block: int = opt(8, "Tiles per side of a merge block (blocks merge in parallel; 0: one merge).", ge=0)
+    box_scope: str = opt("image", "image: every example box acts in every tile (its pixels are pasted into each "
+                                  "tile's free margin); tile: a box acts only in the tiles it lies in.",
+                         job="prompts.box_scope", flags=("--box-scope",), choices=("image", "tile"))
+
+    def __post_init__(self) -> None:
+        for f, d in fields(type(self)):
+            v = getattr(self, f.name)
+            if d.parse is not None and v is not None:  # parsers are idempotent: a parsed value passes
+                object.__setattr__(self, f.name, d.parse(v))
+            elif isinstance(v, float) and v.is_integer() and value_type(f.name, type(self)) is int:
+                object.__setattr__(self, f.name, int(v))  # 512.0 from a YAML or JSON number
+        check(self)
+
+    def runtime_spec(self) -> RuntimeSpec:
+        """The one place a backend (name, object or factory) becomes a RuntimeSpec."""
+        return RuntimeSpec.of(self.backend, model_dir=self.model, device=self.device,
+                              intra_op_threads=self.threads, encode_seconds=self.encode_seconds,
+                              decode_seconds=self.decode_seconds)
+
+    @classmethod
+    def from_params(cls, params: dict, **extra: Any) -> "Options":
+        """Options from a mapping that may hold other keys too (click's parameters), plus `extra`."""
+        names = {f.name for f, _ in fields(cls)}
+        given = {k: v for k, v in params.items() if k in names}
+        return cls(**{**given, **extra})
+
+
+def fields(cls: type | None = None) -> Iterator[tuple[dataclasses.Field, Opt]]:
+    """(field, declaration) of every option of `cls` (default `Options`), in declaration order."""
+    for f in dataclasses.fields(cls or Options):
+        yield f, f.metadata["opt"]
+
+
+def declarations(cls: type | None = None) -> dict[str, Opt]:
+    """Option name -> its declaration."""
+    return {f.name: d for f, d in fields(cls)}
+
+
+def named(name: str, cls: type | None = None) -> str:
+    """How messages name an option: its first flag, else its keyword."""
+    return declarations(cls)[name].flag or name
+
+
+def value_type(name: str, cls: type | None = None) -> type | None:
+    """The plain type of an option's values (int, float, bool, str; None for others), None allowed aside."""
+    hint = _hints(cls or Options)[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    return args[0] if len(args) == 1 and args[0] in (int, float, bool, str) else None
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def check(o: Options) -> None:
+    """Types, ranges and choices of each option, then the rules between options; UsageError names the
+    first problem and the allowed values."""
+    cls = type(o)
+    for f, d in fields(cls):
+        v, name, kind = getattr(o, f.name), named(f.name, cls), value_type(f.name, cls)
+        if v is None:
+            continue
+        if kind in (int, float) and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                     or (kind is int and not float(v).is_integer())):
+            raise UsageError(f"{name} must be a {'whole ' if kind is int else ''}number (got {v!r})")
+        if kind is bool and not isinstance(v, bool):
+            raise UsageError(f"{name} must be True or False (got {v!r})")
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not d.in_range(v):
+            raise UsageError(f"{name} must be {d.range_text()} (got {v:g})" + (f": {d.note}" if d.note else ""))
+        allowed = d.allowed()
+        if allowed is not None and isinstance(v, str) and v not in allowed:
+            raise UsageError(f"{name} {v!r} is not one of {', '.join(allowed)}: choose one of them")
+    for problem in cross_problems(o.tile_size, o.overlap, o.squash):
+        raise UsageError(problem.format(**{n: named(n) for n in ("tile_size", "overlap")}))
+
+
+def cross_problems(tile_size: int, overlap: int, squash: bool) -> list[str]:
+    """The rules between options, as messages with {tile_size} and {overlap} for the options' names
+    (flags on the command line, keys in a job file)."""
+    if not squash and overlap > tile_size // 2 - 1:
+        return [f"{{overlap}}: must be less than half of {{tile_size}}, at most {tile_size // 2 - 1} "
+                f"(got {overlap})"]
+    return []

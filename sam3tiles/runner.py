@@ -1,0 +1,352 @@
+"""One input's run on an engine: its tiles in flight, their results, their checkpoint writes, the merge.
+
+`InputRun` owns everything that lives while one input is segmented: the queue of tiles still to submit,
+the tiles in flight (at most `max_in_flight`, so memory stays flat whatever the image size), each
+tile's bookkeeping, the checkpoint parts it reused or must write, and the `BlockMerger` that takes a
+tile's pieces as soon as it finishes. The tiles' work is the Dask graph of `tasks`: read -> infer ->
+vectorize, one chain per tile.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import geopandas as gpd
+
+from .checkpoint import TileStore, join_parts, prompt_part, tile_key
+from .engine import Engine, _count
+from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, shippable
+from .frames import objects_frame
+from .grid import Tile
+from .merge import BlockMerger, MergeStats, tile_blocks, tile_frame
+from .model.registry import RuntimeSpec, get_runtime
+from .plan import InputPlan, RunPlan
+from .prompts import Prompt, box_passes, boxes_outside, tile_boxes
+from .report import RunReport
+from .tasks import SourceSpec, TilePrompt, TileResult, infer_task, prepared_prompt, read_task, vectorize_task
+
+log = logging.getLogger(__name__)
+
+#: Seconds between looks for workers that joined a distributed run since it started.
+RECOUNT_SECONDS = 10.0
+
+
+@dataclass
+class InputResult:
+    source: str
+    gdf: gpd.GeoDataFrame
+    merge: MergeStats = field(default_factory=MergeStats)
+
+
+@dataclass
+class _TileWork:
+    """A tile's checkpoint parts: reused ones, and the (prompt index, text, key) still to compute."""
+
+    found: list = field(default_factory=list)
+    todo: list = field(default_factory=list)
+
+
+class InputRun:
+    """Segment one planned input through `engine`; `run()` returns its merged objects (not yet written).
+
+    Counts go into `report` as tiles finish; finished tiles go to `store` (when checkpointing) and their
+    pieces to the merger at once, so a killed run keeps every finished tile."""
+
+    def __init__(self, engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport,
+                 store: TileStore | None, progress_bar=None):
+        self.engine, self.plan, self.inp, self.report, self.store, self.bar = engine, plan, inp, report, store, progress_bar
+        self.opts = plan.options
+        self.spec: RuntimeSpec = plan.spec
+        self.source = SourceSpec(inp.path, inp.bands, inp.stretch)
+        self.tiles: dict[int, Tile] = {}
+        self.results: dict[int, TileResult] = {}  # bookkeeping only: pieces go straight to the merger
+        self.work: dict[int, _TileWork] = {}
+        self.queue: deque = deque()  # (tile, [TilePrompt], pasted exemplars or None) still to submit
+        self.exemplars = None  # --box-scope image: the example boxes' patches (exemplars.InputExemplars)
+        self.merger: BlockMerger | None = None
+
+    def run(self) -> InputResult:
+        all_boxes = [b for p in self.plan.prompts for b in p.boxes]
+        self.report.boxes_outside += len(boxes_outside(all_boxes, self.inp.bounds))
+        slots, prompt_seconds = model_info(self.engine, self.spec, self.plan.prompts)
+        self.report.seconds["prompt"] += prompt_seconds
+        self.tiles = {t.index: t for t in self.inp.tiles()}
+        self.report.tiles += len(self.tiles)
+        if self.bar is not None:
+            self.bar.total = (self.bar.total or 0) + len(self.tiles)
+            # no refresh(): a bar drawn before its delay is not closed with a newline, so an error message
+            # would follow it on the same line
+        frames = {i: tile_frame(t, self.inp.overlap) for i, t in self.tiles.items()}
+        mb = self.opts.merge_block
+        blocks = tile_blocks(list(self.tiles.values()), mb) if mb > 0 else {i: 0 for i in self.tiles}
+        self.merger = BlockMerger(frames, blocks, submit=_submit_on(self.engine, self.opts.retries))
+        self.exemplars = _exemplars_of(self.inp, self.plan.prompts, self.opts)
+        for tile in self.tiles.values():
+            self._plan_tile(tile, slots)
+        _report_exemplars(self.report, self.exemplars, self.inp.overlap, self.inp.path)
+        self._run_queue()
+        self.work.clear()
+        self._account()
+        t0 = time.perf_counter()
+        merged, mstats = self.merger.finish(gather=_gather_on(self.engine))
+        mstats.coverage = {self.plan.prompts[int(k)].label: c for k, c in mstats.coverage.items()}
+        self.report.seconds["merge"] += time.perf_counter() - t0
+        gdf = objects_frame(merged, [p.label for p in self.plan.prompts], crs=self.inp.crs,
+                            pixel_area=self.inp.pixel_area, source=self.inp.path, backend=self.spec.backend,
+                            model=self.plan.model_identity, simplify=self.opts.simplify,
+                            min_area=self.opts.min_area)
+        return InputResult(self.inp.path, gdf, mstats)
+
+    # -- before: what each tile needs ------------------------------------------------------------------
+
+    def _plan_tile(self, tile: Tile, slots: int) -> None:
+        """Look the tile's (tile, prompt) parts up in the checkpoints; queue what is missing.
+
+        Checkpoints hold one result per (tile, prompt): a changed or added prompt recomputes only its part."""
+        ex = self.exemplars
+        plan = ex.plan(tile) if ex is not None else None
+        tps = prompts_for_tile(self.plan.prompts, tile, slots, ex.pasted(plan) if plan is not None else None)
+        entries = self._entries(tile, tps, plan.key(ex.exemplars) if plan is not None else None)
+        hits = {k: self.store.get(k) for _, _, k in entries} if self.store is not None else {}
+        work = self.work[tile.index] = _TileWork(found=[(i, hits[k]) for i, _, k in entries if hits.get(k) is not None],
+                                                 todo=[e for e in entries if hits.get(e[2]) is None])
+        self.report.checkpoint["reused"] = self.report.checkpoint.get("reused", 0) + len(work.found)
+        if not work.todo:
+            res = join_parts(tile.index, work.found)
+            self._deliver(tile, res)
+            if not res.skipped:
+                self.report.resumed += 1
+            self._tick()
+            return
+        if work.found:
+            self.report.checkpoint["partial_tiles"] = self.report.checkpoint.get("partial_tiles", 0) + 1
+        todo = {i for i, _, _ in work.todo}
+        self.queue.append((tile, [tp for tp in tps if tp.index in todo],
+                           plan.for_task(tile, ex.exemplars) if plan is not None else None))
+
+    def _entries(self, tile: Tile, tps: list[TilePrompt], pastes: list | None = None
+                 ) -> list[tuple[int | None, str | None, str]]:
+        """(prompt index, model text, checkpoint key) per prompt of the tile; one entry without a prompt
+        for a tile no prompt applies to. `pastes`: the exemplars pasted into the tile (in every key)."""
+        base = {"source": self.inp.identity,
+                "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy, list(tile.src_transform)[:6],
+                         tile.interior],
+                "model": self.plan.model_identity, "edge_margin": self.opts.edge_margin,
+                "stretch": str(self.source.stretch), "bands": self.source.bands}
+        if pastes is not None:  # the pasted exemplars are part of every prompt's input
+            base["exemplars"] = pastes
+        entries = [(tp.index, tp.text, tile_key({**base, "prompt": [tp.text, [[(b.cxcywh, b.positive) for b in ps]
+                                                                             for ps in tp.passes]]}))
+                   for tp in tps]
+        return entries or [(None, None, tile_key({**base, "prompt": None}))]
+
+    # -- during: tiles in flight -----------------------------------------------------------------------
+
+    def _run_queue(self) -> None:
+        """Submit tiles as earlier ones finish, at most `limit` in flight; failed tiles are counted (or stop
+        the run with --strict); a model error stops it at once."""
+        from distributed import as_completed  # heavy: loaded when a run starts, not on `import sam3tiles`
+
+        client = self.engine.client
+        self.limit = self.opts.max_in_flight or self.engine.in_flight()
+        self.ac = as_completed(loop=client.loop)
+        self.in_flight: dict = {}
+        self._fill()
+        recount_at = time.monotonic() + RECOUNT_SECONDS
+        try:
+            for fut in self.ac:
+                tile, chain = self.in_flight.pop(fut.key)
+                if fut.status == "finished":
+                    self._finished(tile, fut.result())
+                else:
+                    self._failed(tile, fut.exception())
+                for f in chain:
+                    f.release()
+                self._tick()
+                if self.queue:  # the finished tile's place
+                    self._submit(*self.queue.popleft())
+                if self.queue and time.monotonic() > recount_at:
+                    self._recount()
+                    recount_at = time.monotonic() + RECOUNT_SECONDS
+        finally:
+            for _, chain in self.in_flight.values():
+                for f in chain:
+                    f.cancel()
+
+    def _fill(self) -> None:
+        while self.queue and len(self.in_flight) < self.limit:
+            self._submit(*self.queue.popleft())
+
+    def _submit(self, tile: Tile, tps: list[TilePrompt], pastes=None) -> None:
+        client, retries = self.engine.client, self.opts.retries
+        fr = client.submit(read_task, self.source, tile, pure=False, retries=retries)
+        fi = client.submit(infer_task, self.spec, fr, tps, tile.valid_wh, pastes, pure=False, retries=retries,
+                           resources=self.engine.model_resources())
+        fv = client.submit(vectorize_task, fi, tile, self.opts.edge_margin, pure=False, retries=retries)
+        self.in_flight[fv.key] = (tile, (fr, fi, fv))
+        self.ac.add(fv)
+
+    def _recount(self) -> None:
+        """Workers that joined since the start (a SLURM job starting late) get tiles too."""
+        if self.engine.distributed and not self.opts.max_in_flight:
+            self.limit = max(self.limit, self.engine.in_flight(*_count(self.engine.client)))
+            self._fill()
+
+    def _finished(self, tile: Tile, res: TileResult) -> None:
+        for k, v in res.seconds.items():
+            self.report.seconds[k] = self.report.seconds.get(k, 0.0) + v
+        if not res.skipped:
+            self.report.done += 1
+        work = self.work[tile.index]
+        if self.store is not None:
+            self.store.put_many([(k, prompt_part(res, i, text)) for i, text, k in work.todo])
+        if work.found:  # a tile computed for some prompts only: join the stored parts in prompt order
+            parts = work.found + [(i, prompt_part(res, i, text)) for i, text, _ in work.todo]
+            res = join_parts(tile.index, sorted(parts, key=lambda e: -1 if e[0] is None else e[0]))
+        self._deliver(tile, res)
+
+    def _failed(self, tile: Tile, exc: BaseException | None) -> None:
+        if isinstance(exc, ModelError):
+            raise exc
+        path, retries = self.source.path, self.opts.retries
+        if self.opts.strict:
+            raise TilesFailedError(f"tile {tile.index} (row {tile.row}, col {tile.col}) of {path} failed "
+                                   f"after {retries} retries: {short_error(exc)}. --strict stops the run "
+                                   "there: the finished tiles are checkpointed, so a rerun retries the rest")
+        self.report.failed += 1
+        self.report.failed_tiles.append({"source": path, "tile": tile.index, "row": tile.row, "col": tile.col,
+                                         "error": short_error(exc)})
+        log.warning("tile %d (row %d, col %d) of %s failed: %s", tile.index, tile.row, tile.col, path,
+                    short_error(exc))
+
+    def _deliver(self, tile: Tile, res: TileResult) -> None:
+        self.results[tile.index] = res
+        self.merger.add(tile.index, res.pieces)
+        res.pieces = None
+
+    def _tick(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    # -- after: the report -----------------------------------------------------------------------------
+
+    def _account(self) -> None:
+        report = self.report
+        for r in self.results.values():
+            if r.saturated:
+                report.saturated += 1
+                report.saturated_tiles.append({"source": self.inp.path, "tile": r.tile_index})
+            for name in r.unusable_prompts:
+                note = f"{name!r}: the {self.spec.backend} backend cannot find it"
+                if note not in report.unusable_prompts:
+                    report.unusable_prompts.append(note)
+            if r.skipped:
+                report.skipped += 1
+            for k, v in r.exemplars.items():
+                report.exemplars[k] = report.exemplars.get(k, 0) + v
+        if self.tiles and all(i in self.results and self.results[i].skipped for i in self.tiles):
+            log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", self.inp.path)
+
+
+def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int, pasted=None) -> list[TilePrompt]:
+    """The prompts as `tile` sees them: its example boxes in tile frame, split into decoder passes of
+    `slots` boxes; a box-only prompt without a positive box in the tile is left out. `pasted`: prompt ->
+    the boxes of its exemplars pasted into this tile (`--box-scope image`)."""
+    out = []
+    for i, p in enumerate(prompts):
+        boxes = tile_boxes(p.boxes, tile) if p.boxes else []
+        if pasted is not None and p.boxes:
+            boxes += pasted(p)
+        if p.text is None and not any(b.positive for b in boxes):
+            continue  # a box-only prompt finds nothing where it has no example
+        passes = tuple(tuple(c) for c in box_passes(boxes, slots)) if boxes else ((),)
+        out.append(TilePrompt(i, p.model_text, passes))
+    return out
+
+
+def _exemplars_of(inp, prompts: Sequence[Prompt], opts):
+    """`--box-scope image`: the example boxes' patches, read once from this input (None: nothing to paste)."""
+    if opts.box_scope == "tile" or inp.grid is None or not any(p.boxes for p in prompts):
+        return None
+    from .exemplars import input_exemplars
+    from .readers import open_source
+
+    with open_source(inp.path, bands=inp.bands, stretch=inp.stretch) as src:
+        return input_exemplars(src, prompts, (inp.grid.scale, inp.grid.scale))
+
+
+def _report_exemplars(report: RunReport, exemplars, overlap: int, path: str) -> None:
+    if exemplars is None:
+        return
+    for k, v in exemplars.counts.items():
+        report.exemplars[k] = report.exemplars.get(k, 0) + v
+    for line in exemplars.warnings(overlap):
+        log.warning("%s: %s", path, line)
+        report.exemplar_notes.append(f"{os.path.basename(path)}: {line}")
+
+
+@shippable
+def _model_info_task(spec: RuntimeSpec, texts: tuple[str, ...]) -> tuple[int, list[tuple[str, bool, str, float]]]:
+    rt = get_runtime(spec)
+    checks = []
+    for t in texts:
+        p, seconds = prepared_prompt(spec, t)
+        checks.append((t, p.usable, p.note, seconds))
+    return int(rt.box_slots), checks
+
+
+def model_info(engine: Engine, spec: RuntimeSpec, prompts: Sequence[Prompt]) -> tuple[int, float]:
+    """Load the model on a model worker (where it stays), encode every prompt once there, and return the
+    box slots per decoder pass and the seconds spent. A prompt the backend can never find is an error
+    before any tile runs."""
+    texts = tuple(dict.fromkeys(p.model_text for p in prompts))
+    fut = engine.client.submit(_model_info_task, spec, texts, pure=False, resources=engine.model_resources())
+    try:
+        slots, checks = fut.result()
+    finally:
+        fut.release()
+    bad = [(t, note) for t, ok, note, _ in checks if not ok]
+    if bad:
+        raise PromptError("; ".join(note or f"{t!r} cannot be found by the {spec.backend} backend"
+                                    for t, note in bad))
+    return slots, sum(c[3] for c in checks)
+
+
+def _call(fn, job):
+    return fn(*job)
+
+
+def _submit_on(engine: Engine, retries: int):
+    """`submit` for `BlockMerger`: a block's merge is a task on the engine's workers (CPU, any worker),
+    started as soon as the block's last tile is in; its pieces are scattered, not put in the graph."""
+
+    def submit(fn, job):
+        client = engine.client
+        (data,) = client.scatter([job], hash=False)
+        return client.submit(_call, fn, data, pure=False, retries=retries)
+
+    return submit
+
+
+def _gather_on(engine: Engine):
+    def gather(futs):
+        try:
+            return engine.client.gather(futs)
+        finally:
+            for f in futs:
+                f.release()
+
+    return gather
+
+
+def short_error(exc: BaseException | None) -> str:
+    """One line for a failed tile: the error's type and first line (a sam3tiles error's own text)."""
+    if exc is None:
+        return "unknown error"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if not isinstance(exc, Sam3TilesError) else text
