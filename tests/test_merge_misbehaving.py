@@ -213,8 +213,10 @@ def _row(table, cls):
 
 @pytest.mark.parametrize("beh", ["semantic", "short", "grouped"])
 def test_misbehaving_answers_merge_into_whole_objects(scene, beh):
-    gdf, rep = segment_job(str(scene.path), ["red", "blue", "yellow"], backend=f"misbehaving:{beh}",
-                           checkpoint=False)
+    from functools import partial
+
+    gdf, rep = segment_job(str(scene.path), ["red", "blue", "yellow"],
+                           backend=partial(MisbehavingRuntime, ReferenceRuntime(), beh), checkpoint=False)
     table = evaluate(gdf, scene.truth)
     for cls in ("red", "blue"):
         assert _row(table, cls)["f1"] >= 0.97, table

@@ -18,6 +18,9 @@ switch of `Behaviour`, changes the inner backend's detections on the 288 mask gr
 
 Rates are per instance (probabilities) unless named otherwise. Everything is seeded per tile from the
 tile's content (and the prompt's text), so a run repeats exactly, and two runs over one image agree.
+
+Use it as any backend object or callable: `segment(path, ["red"], backend=functools.partial(
+MisbehavingRuntime, ReferenceRuntime(), "semantic"))`; `benchmarks/bench_merge_quality.py` runs every preset.
 """
 
 from __future__ import annotations

@@ -84,10 +84,7 @@ class RuntimeSpec:
     identity: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        # "misbehaving[:BEHAVIOUR]": the reference backend made to misbehave as a real SAM 3 does (tests,
-        # benchmarks; BEHAVIOUR a preset or switches of sam3tiles.model.misbehaving, default "all")
-        if not self.token and self.backend not in BUILTIN and self.backend not in installed_backends() \
-                and self.backend.partition(":")[0] != "misbehaving":
+        if not self.token and self.backend not in BUILTIN and self.backend not in installed_backends():
             raise UsageError(f"unknown backend {self.backend!r}: choose one of {', '.join(available_backends())} "
                              f"(other backends register under the entry-point group {ENTRY_POINT_GROUP!r})")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -193,10 +190,6 @@ def build_runtime(spec: RuntimeSpec) -> ModelRuntime:
         return ReferenceRuntime()
     if spec.backend == "simulated":
         return SimulatedGpuRuntime(spec.encode_seconds, spec.decode_seconds)
-    if spec.backend.partition(":")[0] == "misbehaving":
-        from .misbehaving import MisbehavingRuntime
-
-        return MisbehavingRuntime(ReferenceRuntime(), spec.backend.partition(":")[2] or "all")
     if spec.backend == "onnx":
         model_dir = Path(spec.model_dir) if spec.model_dir else None
         return OnnxRuntime(model_dir, device=spec.device, intra_op_threads=spec.intra_op_threads)
@@ -254,8 +247,7 @@ def spec_identity(spec: RuntimeSpec) -> str:
         return spec.identity
     if spec.backend == "onnx" and not spec.token:
         return _onnx_files_identity(spec.model_dir)
-    if (spec.backend in ("reference", "simulated") or spec.backend.partition(":")[0] == "misbehaving") \
-            and not spec.token:
+    if spec.backend in ("reference", "simulated") and not spec.token:
         return build_runtime(spec).identity
     return _identity_of(get_runtime(spec))
 
