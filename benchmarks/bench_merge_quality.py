@@ -1,6 +1,6 @@
 """Merge quality against a misbehaving model: sam3tiles' merge beside SAHI, naive tiling and squashing.
 
-    python -m benchmarks.bench_merge_quality [--size 3000 2500] [--seeds 1 2 3] [--behaviours all ...]
+    python -m benchmarks.bench_merge_quality [--size 3000 2500] [--seeds 1 2 3] [--behaviours all ...] [--smoke]
 
 Generated scenes (`sam3tiles.demo`: vehicles `red`, buildings `blue`, fields larger than a tile
 `yellow`) are cut into the pipeline's tiles; the reference backend, wrapped by `MisbehavingRuntime` with
@@ -217,8 +217,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--behaviours", nargs="+", default=None, help="presets of sam3tiles.model.misbehaving")
     ap.add_argument("--methods", nargs="+", default=list(METHODS))
+    ap.add_argument("--smoke", action="store_true", help="one small scene, one seed, reference and semantic")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.size, args.seeds, args.behaviours = [1800, 1500], [1], ["reference", "semantic"]
     from sam3tiles.demo import write_scene
     from sam3tiles.model.misbehaving import BEHAVIOURS
 

@@ -16,8 +16,7 @@ def test_merge_quality_benchmark_smoke(capsys):
         from benchmarks import bench_merge_quality as bench
     finally:
         sys.path.remove(str(ROOT))
-    assert bench.main(["--size", "1800", "1500", "--seeds", "1", "--behaviours", "reference", "semantic",
-                       "--json"]) == 0
+    assert bench.main(["--smoke", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     rows = {(b, m): f1 for b, m, f1, *_ in out["tables"]["blue"]}
     assert rows[("reference", "sam3tiles")] >= 0.97 and rows[("semantic", "sam3tiles")] >= 0.97
