@@ -126,7 +126,7 @@ Postprocess = job_section("postprocess")
 RunSection = job_section("run")
 
 
-class Output(_Section):
+class Output(job_section("output")):
     path: str
     overwrite: bool = False
     work_dir: str | None = None  # checkpoints (default: beside the output)
@@ -419,8 +419,9 @@ _OPTION_KEYS = [("pass --overwrite", "set output.overwrite: true"), ("--overwrit
                 ("--out ", "output.path "), ("--box-file ", "prompts.box_file "), ("--box ", "prompts.boxes "),
                 ("--text ", "prompts.text "), ("--text prompt", "prompts.text entry"),
                 ("--work-dir", "output.work_dir"), ("--labels", "output.labels")]
-_OPTION_KEYS += [(flag, d.job) for _, d in registry_fields() if d.job and "run" not in d.commands
-                 for flag in d.flags]
+# longest flag first: --refine-depth is rewritten before --refine, which it starts with
+_OPTION_KEYS += sorted(((flag, d.job) for _, d in registry_fields() if d.job and "run" not in d.commands
+                        for flag in d.flags), key=lambda e: -len(e[0]))
 
 
 class job_words:

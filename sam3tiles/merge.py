@@ -773,7 +773,7 @@ class BlockMerger:
 
     def __init__(self, frames: Mapping[int, TileFrame], blocks: Mapping[int, int], submit=None,
                  iou_min: float = IOU_MIN, ios_min: float = IOS_MIN):
-        self.frames, self.blocks = frames, dict(blocks)
+        self.frames, self.blocks = dict(frames), dict(blocks)
         self.submit = submit
         self.iou_min, self.ios_min = iou_min, ios_min
         self.reach = 8 * max(f.pixel for f in frames.values()) if frames else 0.0
@@ -782,11 +782,26 @@ class BlockMerger:
         self._tile_block = np.asarray([self.blocks[int(t)] for t in self._tile_ids], dtype=np.int64)
         self._wtree = shapely.STRtree(self._windows) if len(self._windows) else None
         self._waiting: dict[int, set] = {}
+        self._members: dict[int, list] = {}
         for t, b in self.blocks.items():
             self._waiting.setdefault(b, set()).add(int(t))
+            self._members.setdefault(b, []).append(int(t))
         self._pending: dict[int, dict[int, Packed]] = {}
         self.parts: list = []  # BlockPart, or futures of them
         self.single = len(self._waiting) <= 1
+
+    def expect(self, tile_index: int, frame: TileFrame, block: int) -> None:
+        """Register a tile that appears while the run goes (a refined tile's sub-tile), or replace a tile's
+        frame, before its pieces are added: its block waits for it. Its window must lie within the windows
+        given at construction (a sub-tile lies within its parent's): other blocks are found by those."""
+        t = int(tile_index)
+        if block not in self._waiting or self.blocks.get(t, block) != block:
+            raise ValueError(f"tile {t}: block {block} was merged already, or the tile is in another block")
+        if t not in self.blocks:
+            self.blocks[t] = block
+            self._members[block].append(t)
+            self._waiting[block].add(t)
+        self.frames[t] = frame
 
     def add(self, tile_index: int, pieces: "Pieces | Packed | None") -> None:
         """A finished tile's pieces (its tile keys say which tile); merges its block when it is complete."""
@@ -809,7 +824,7 @@ class BlockMerger:
         pieces = Packed.concat([got[t] for t in tiles])
         order = np.concatenate([t * ORDER_TILE + np.arange(len(got[t]), dtype=np.int64) for t in tiles])
         mask = self._tile_block == b
-        mine = self._tile_ids[mask]
+        mine = self._members.get(b, [])
         if self.single:
             foreign = []
         else:

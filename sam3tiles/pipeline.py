@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any, Sequence
 
 import geopandas as gpd
@@ -25,11 +26,11 @@ from .frames import combine, file_metadata, finish
 from .merge import MergeStats
 from .model.registry import runtime_stats
 from .options import Options
-from .plan import InputPlan, RunPlan, plan_run
+from .plan import InputPlan, RunPlan, check_out, plan_run
 from .prompts import GeoBox
 from .report import RunReport
 from .runner import InputResult, InputRun
-from .writers import check_output, output_lock, write_vector
+from .writers import output_lock, write_vector
 from .writers.labels import write_labels
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
         with _locks(plan.outputs), open_engine(client=client, scheduler=opts.scheduler,
                                                workers=opts.workers) as engine:
             for p in plan.outputs:  # again under the lock: a run that finished meanwhile wrote it
-                check_output(p, plan.overwrite)
+                check_out(p, plan.overwrite, opts)
             _announce(engine, report, bar)
             results = [run_input(engine, plan, inp, report, store, bar) for inp in plan.inputs]
             gdf = write_outputs(plan, results, report)
@@ -92,7 +93,24 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
     gdf.attrs["sam3tiles_report"] = report.as_dict()
     if opts.strict and report.failed:
         raise TilesFailedError(f"{report.failed} tile(s) failed (see the report); rerun to retry them")
+    _saturation_advice(report, opts)
     return gdf, report
+
+
+def _saturation_advice(report: RunReport, opts: Options) -> None:
+    """Tiles still saturated (not refined): one line of advice on stderr; --strict makes it exit 5."""
+    if not report.saturated:
+        return
+    from .refine import advice
+
+    if opts.squash:
+        line = (f"{report.saturated} squashed image(s) hit SAM 3's 200-object cap, so objects are missing: run "
+                "without --squash (tiles, zoomed in where dense)")
+    else:
+        line = advice(report.saturated, opts.refine, opts.refine_depth if opts.refine == "auto" else 0)
+    if opts.strict:
+        raise TilesFailedError(line + " (--strict: the output is written; exit 5)")
+    log.warning(line)
 
 
 def run_input(engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport, store: TileStore | None,
@@ -106,12 +124,11 @@ def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport) 
 
     Per-input outputs are written together at the end: a run killed before then leaves none of them, so
     its rerun resumes instead of stopping at an output that already exists."""
-    frames = [r.gdf for r in results]
-    for frame, inp in zip(frames, plan.inputs):
+    for res, inp in zip(results, plan.inputs):
         if inp.output is not None:
             with _timed(report, "write"):
-                write_vector(finish(frame), inp.output, metadata=file_metadata(report, frame))
-    gdf = combine(frames)
+                write_output(finish(res.gdf), inp.output, plan, [res], report)
+    gdf = combine([r.gdf for r in results])
     merge_total = MergeStats()
     for r in results:
         merge_total.add(r.merge)
@@ -121,12 +138,30 @@ def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport) 
     report.merge = merge_total.as_dict()
     if plan.combined is not None:
         with _timed(report, "write"):
-            write_vector(gdf, plan.combined, metadata=file_metadata(report, gdf))
+            write_output(gdf, plan.combined, plan, results, report)
     if plan.labels is not None:
         inp = plan.inputs[0]
         with _timed(report, "write"):
             write_labels(gdf, plan.labels, inp.width, inp.height, inp.transform, inp.crs)
     return gdf
+
+
+def write_output(gdf: gpd.GeoDataFrame, dest, plan: RunPlan, results: list[InputResult], report: RunReport) -> None:
+    """One output file (by extension) and, unless --no-preview, its quicklook `OUT.preview.png`."""
+    opts = plan.options
+    frames = {os.path.basename(r.source): r.frame for r in results if r.frame is not None}
+    labels = [p.label for p in plan.prompts]
+    write_vector(gdf, dest, layer=opts.layer, metadata=file_metadata(report, gdf, frames), frames=frames,
+                 geojson_crs=opts.geojson_crs, prompts=labels)
+    if not opts.no_preview:
+        from .quicklook import write_quicklook
+
+        write_quicklook(preview_path(dest, opts.layer), gdf, results, labels, opts.bands)
+
+
+def preview_path(out: str | os.PathLike, layer: str | None = None) -> Path:
+    """`OUT.preview.png` (`OUT.LAYER.preview.png` for a --layer of a GeoPackage)."""
+    return Path(f"{out}.{layer}.preview.png" if layer else f"{out}.preview.png")
 
 
 class _timed:

@@ -27,7 +27,9 @@ from .merge import BlockMerger, MergeStats, tile_blocks, tile_frame
 from .model.registry import RuntimeSpec, get_runtime
 from .plan import InputPlan, RunPlan
 from .prompts import Prompt, box_passes, boxes_outside, tile_boxes
+from .refine import RefineHook
 from .report import RunReport
+from .units import Frame
 from .tasks import SourceSpec, TilePrompt, TileResult, infer_task, prepared_prompt, read_task, vectorize_task
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,8 @@ class InputResult:
     source: str
     gdf: gpd.GeoDataFrame
     merge: MergeStats = field(default_factory=MergeStats)
+    frame: Frame | None = None  # the input's frame (units, pixel grid)
+    marks: list = field(default_factory=list)  # [("failed" | "saturated", source-pixel Window)] for the preview
 
 
 @dataclass
@@ -67,13 +71,15 @@ class InputRun:
         self.results: dict[int, TileResult] = {}  # bookkeeping only: pieces go straight to the merger
         self.work: dict[int, _TileWork] = {}
         self.queue: deque = deque()  # (tile, [TilePrompt], pasted exemplars or None) still to submit
-        self.exemplars = None  # --box-scope image: the example boxes' patches (exemplars.InputExemplars)
+        self.exemplars: dict = {}  # --box-scope image: tile scale -> the example boxes' patches (InputExemplars)
         self.merger: BlockMerger | None = None
+        self.hook: RefineHook | None = None  # refinement: sub-tiles of tiles that hit the object cap
+        self.slots = 1
 
     def run(self) -> InputResult:
         all_boxes = [b for p in self.plan.prompts for b in p.boxes]
         self.report.boxes_outside += len(boxes_outside(all_boxes, self.inp.bounds))
-        slots, prompt_seconds = model_info(self.engine, self.spec, self.plan.prompts)
+        self.slots, prompt_seconds = model_info(self.engine, self.spec, self.plan.prompts)
         self.report.seconds["prompt"] += prompt_seconds
         self.tiles = {t.index: t for t in self.inp.tiles()}
         self.report.tiles += len(self.tiles)
@@ -85,32 +91,51 @@ class InputRun:
         mb = self.opts.merge_block
         blocks = tile_blocks(list(self.tiles.values()), mb) if mb > 0 else {i: 0 for i in self.tiles}
         self.merger = BlockMerger(frames, blocks, submit=_submit_on(self.engine, self.opts.retries))
-        self.exemplars = _exemplars_of(self.inp, self.plan.prompts, self.opts)
+        self.hook = RefineHook(self.inp.grid, self.opts.refine, self.opts.refine_depth, self.plan.prompts,
+                               self.merger, frames, blocks, self.inp.overlap, self.report, self.bar, self.inp.path)
         for tile in self.tiles.values():
-            self._plan_tile(tile, slots)
-        _report_exemplars(self.report, self.exemplars, self.inp.overlap, self.inp.path)
+            self.admit(tile)
+        grid_scale = {t.scale_xy for t in self.tiles.values()}
+        self._report_exemplars(grid_scale)  # every grid tile is planned by now
         self._run_queue()
         self.work.clear()
+        self._report_exemplars(set(self.exemplars) - grid_scale)  # the sub-tiles' zooms, when they have run
+        self.hook.stats.add_to(self.report.refine)
         self._account()
         t0 = time.perf_counter()
         merged, mstats = self.merger.finish(gather=_gather_on(self.engine))
         mstats.coverage = {self.plan.prompts[int(k)].label: c for k, c in mstats.coverage.items()}
         self.report.seconds["merge"] += time.perf_counter() - t0
-        gdf = objects_frame(merged, [p.label for p in self.plan.prompts], crs=self.inp.crs,
-                            pixel_area=self.inp.pixel_area, source=self.inp.path, backend=self.spec.backend,
-                            model=self.plan.model_identity, simplify=self.opts.simplify,
-                            min_area=self.opts.min_area)
-        return InputResult(self.inp.path, gdf, mstats)
+        o = self.opts
+        gdf = objects_frame(merged, [p.label for p in self.plan.prompts], frame=self.inp.frame, source=self.inp.path,
+                            backend=self.spec.backend, model=self.plan.model_identity, simplify=o.simplify,
+                            min_area=o.min_area, max_area=o.max_area, min_score=o.min_score)
+        return InputResult(self.inp.path, gdf, mstats, self.inp.frame, self._marks())
+
+    def _marks(self) -> list:
+        """Failed and saturated tiles of this input as source-pixel windows, for the quicklook."""
+        path, tiles = self.inp.path, self.tiles
+        marks = [("failed", tiles[f["tile"]].src_window) for f in self.report.failed_tiles
+                 if f.get("source") == path and f.get("tile") in tiles]
+        return marks + [("saturated", tiles[f["tile"]].src_window) for f in self.report.saturated_tiles
+                        if f.get("source") == path and f.get("tile") in tiles]
+
+    def _report_exemplars(self, scales: set) -> None:
+        for scale in scales & set(self.exemplars):
+            _report_exemplars(self.report, self.exemplars[scale], self.inp.overlap, self.inp.path)
 
     # -- before: what each tile needs ------------------------------------------------------------------
 
-    def _plan_tile(self, tile: Tile, slots: int) -> None:
-        """Look the tile's (tile, prompt) parts up in the checkpoints; queue what is missing.
+    def admit(self, tile: Tile, only: set | None = None, front: bool = False) -> None:
+        """Look the tile's (tile, prompt) parts up in the checkpoints; queue what is missing (`front`: to
+        run next, as sub-tiles are). `only`: the prompt indices the tile runs (a sub-tile: the refined ones).
 
         Checkpoints hold one result per (tile, prompt): a changed or added prompt recomputes only its part."""
-        ex = self.exemplars
+        ex = self._exemplars_at(tile)
         plan = ex.plan(tile) if ex is not None else None
-        tps = prompts_for_tile(self.plan.prompts, tile, slots, ex.pasted(plan) if plan is not None else None)
+        tps = prompts_for_tile(self.plan.prompts, tile, self.slots, ex.pasted(plan) if plan is not None else None)
+        if only is not None:
+            tps = [tp for tp in tps if tp.index in only]
         entries = self._entries(tile, tps, plan.key(ex.exemplars) if plan is not None else None)
         hits = {k: self.store.get(k) for _, _, k in entries} if self.store is not None else {}
         work = self.work[tile.index] = _TileWork(found=[(i, hits[k]) for i, _, k in entries if hits.get(k) is not None],
@@ -118,16 +143,24 @@ class InputRun:
         self.report.checkpoint["reused"] = self.report.checkpoint.get("reused", 0) + len(work.found)
         if not work.todo:
             res = join_parts(tile.index, work.found)
-            self._deliver(tile, res)
             if not res.skipped:
                 self.report.resumed += 1
             self._tick()
+            self._deliver(tile, res, computed=False)
             return
         if work.found:
             self.report.checkpoint["partial_tiles"] = self.report.checkpoint.get("partial_tiles", 0) + 1
         todo = {i for i, _, _ in work.todo}
-        self.queue.append((tile, [tp for tp in tps if tp.index in todo],
-                           plan.for_task(tile, ex.exemplars) if plan is not None else None))
+        item = (tile, [tp for tp in tps if tp.index in todo],
+                plan.for_task(tile, ex.exemplars) if plan is not None else None)
+        self.queue.appendleft(item) if front else self.queue.append(item)
+
+    def _exemplars_at(self, tile: Tile):
+        """The example boxes' patches at the tile's scale (read once per scale: sub-tiles zoom in), or None."""
+        scale = tile.scale_xy
+        if scale not in self.exemplars:
+            self.exemplars[scale] = _exemplars_of(self.inp, self.plan.prompts, self.opts, scale)
+        return self.exemplars[scale]
 
     def _entries(self, tile: Tile, tps: list[TilePrompt], pastes: list | None = None
                  ) -> list[tuple[int | None, str | None, str]]:
@@ -137,7 +170,7 @@ class InputRun:
                 "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy, list(tile.src_transform)[:6],
                          tile.interior],
                 "model": self.plan.model_identity, "edge_margin": self.opts.edge_margin,
-                "stretch": str(self.source.stretch), "bands": self.source.bands}
+                "stretch": str(self.source.stretch), "bands": self.source.bands, **self.hook.key_part(tile)}
         if pastes is not None:  # the pasted exemplars are part of every prompt's input
             base["exemplars"] = pastes
         entries = [(tp.index, tp.text, tile_key({**base, "prompt": [tp.text, [[(b.cxcywh, b.positive) for b in ps]
@@ -168,8 +201,7 @@ class InputRun:
                 for f in chain:
                     f.release()
                 self._tick()
-                if self.queue:  # the finished tile's place
-                    self._submit(*self.queue.popleft())
+                self._fill()  # the finished tile's place, and its sub-tiles' when it was refined
                 if self.queue and time.monotonic() > recount_at:
                     self._recount()
                     recount_at = time.monotonic() + RECOUNT_SECONDS
@@ -208,7 +240,7 @@ class InputRun:
         if work.found:  # a tile computed for some prompts only: join the stored parts in prompt order
             parts = work.found + [(i, prompt_part(res, i, text)) for i, text, _ in work.todo]
             res = join_parts(tile.index, sorted(parts, key=lambda e: -1 if e[0] is None else e[0]))
-        self._deliver(tile, res)
+        self._deliver(tile, res, computed=True)
 
     def _failed(self, tile: Tile, exc: BaseException | None) -> None:
         if isinstance(exc, ModelError):
@@ -224,8 +256,12 @@ class InputRun:
         log.warning("tile %d (row %d, col %d) of %s failed: %s", tile.index, tile.row, tile.col, path,
                     short_error(exc))
 
-    def _deliver(self, tile: Tile, res: TileResult) -> None:
+    def _deliver(self, tile: Tile, res: TileResult, computed: bool) -> None:
+        """A finished tile (computed, or whole from the checkpoints): when it saturated, its sub-tiles are
+        admitted at the front of the queue (in index order); then its pieces go to the merger."""
         self.results[tile.index] = res
+        for sub, only in reversed(self.hook.arrived(tile, res, computed)):
+            self.admit(sub, only, front=True)
         self.merger.add(tile.index, res.pieces)
         res.pieces = None
 
@@ -237,10 +273,7 @@ class InputRun:
 
     def _account(self) -> None:
         report = self.report
-        for r in self.results.values():
-            if r.saturated:
-                report.saturated += 1
-                report.saturated_tiles.append({"source": self.inp.path, "tile": r.tile_index})
+        for r in self.results.values():  # saturated tiles are counted by the refine hook (those left unrefined)
             for name in r.unusable_prompts:
                 note = f"{name!r}: the {self.spec.backend} backend cannot find it"
                 if note not in report.unusable_prompts:
@@ -269,15 +302,16 @@ def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int, pasted=N
     return out
 
 
-def _exemplars_of(inp, prompts: Sequence[Prompt], opts):
-    """`--box-scope image`: the example boxes' patches, read once from this input (None: nothing to paste)."""
+def _exemplars_of(inp, prompts: Sequence[Prompt], opts, scale_xy: tuple[float, float]):
+    """`--box-scope image`: the example boxes' patches at `scale_xy` (a tile's), read from this input
+    (None: nothing to paste)."""
     if opts.box_scope == "tile" or inp.grid is None or not any(p.boxes for p in prompts):
         return None
     from .exemplars import input_exemplars
     from .readers import open_source
 
     with open_source(inp.path, bands=inp.bands, stretch=inp.stretch) as src:
-        return input_exemplars(src, prompts, (inp.grid.scale, inp.grid.scale))
+        return input_exemplars(src, prompts, scale_xy)
 
 
 def _report_exemplars(report: RunReport, exemplars, overlap: int, path: str) -> None:

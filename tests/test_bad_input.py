@@ -434,13 +434,14 @@ def test_bad_input(name, tmp_path):
     temps = [n for n in left if ".tmp" in n or n.endswith(".lock") and n not in case.keeps]
     assert not temps, temps
     outputs = [n for n in left - set(case.keeps) if not n.endswith(".sam3tiles-work")
-               and not n.endswith(".report.json")]
+               and not n.endswith(".report.json") and not n.endswith(".preview.png")]
     if case.writes if case.writes is not None else code in (0, 5):
         assert len(outputs) == 1, left
         out = out_dir / outputs[0]
         if case.objects is not None:
             assert len(gpd.read_file(out)) == case.objects
         assert (out_dir / (out.name + ".report.json")).exists()
+        assert (out_dir / (out.name + ".preview.png")).exists()
     else:
         assert outputs == [], f"a failed run left {outputs}"
         if name != "corrupt-block-strict":  # --strict keeps the tiles that finished, for the rerun

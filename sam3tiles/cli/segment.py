@@ -16,7 +16,7 @@ from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, 
               help="An example box in the raster's CRS (repeatable); ',neg' marks a negative example.")
 @click.option("--box-file", default=None, help="Vector file of example boxes (any CRS; optional 'label' "
                                                "column 1/0).")
-@click.option("--out", "-o", required=True, help="Output file (.gpkg, .parquet, .fgb, .geojson), or a folder "
+@click.option("--out", "-o", required=True, help="Output file (.gpkg, .parquet, .fgb, .geojson, .coco.json), or a folder "
                                                  "for one .gpkg per input.")
 @registry_options("segment")
 @click.option("--labels", default=None, metavar="OUT.tif",

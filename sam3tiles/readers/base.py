@@ -73,6 +73,9 @@ class Source:
     `read_window` and `_may_have_nodata`, and set `bands`, `dtype`, `width`, `height`, `crs`, `transform`.
     """
 
+    #: physical pixel size (x, y) in micrometres, for pixel-space images that state it (slides)
+    pixel_size_um: tuple[float, float] | None = None
+
     def __init__(self, path: str | os.PathLike, bands: Sequence[int] | None = None,
                  stretch: Stretch | None | str = "auto"):
         self.path = str(path)
