@@ -75,6 +75,9 @@ class RunReport:
                          f"{m.get('links', 0)} links, {m.get('stitched', 0)} stitched, "
                          f"{m.get('duplicates_dropped', 0)} duplicates dropped, largest group "
                          f"{m.get('largest_group', 0)}, rule violations {m.get('rule_violations', 0)}")
+            for k, c in m.get("coverage", {}).items():  # areas in CRS units squared (see sam3tiles.merge)
+                lines.append(f"  {k}: tiles own {c['owned']:.6g}, out {c['out']:.6g}; dropped uncovered: "
+                             f"{c['duplicates']:.3g} as duplicates, {c['slivers']:.3g} as slivers")
         r = self.refine
         if r.get("refined"):
             per = ", ".join(f"depth {k}: {v} tile(s) -> {r['sub_tiles'].get(str(int(k) + 1), 0)} sub-tiles"

@@ -104,6 +104,7 @@ class InputRun:
         self._account()
         t0 = time.perf_counter()
         merged, mstats = self.merger.finish(gather=_gather_on(self.engine))
+        mstats.coverage = {self.plan.prompts[int(k)].label: c for k, c in mstats.coverage.items()}
         self.report.seconds["merge"] += time.perf_counter() - t0
         o = self.opts
         gdf = objects_frame(merged, [p.label for p in self.plan.prompts], frame=self.inp.frame, source=self.inp.path,
