@@ -47,23 +47,32 @@ def one(size: int, folder: Path) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def run(sizes: list[int]) -> list[dict]:
+    """One row per image size and overview choice: seconds, level read, whether the image was drawn."""
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for size in sizes:
+            rows += one(size, Path(d))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[2000, 8000])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="one 600 px image (checks the code)")
     args = ap.parse_args(argv)
-    rows = []
-    with tempfile.TemporaryDirectory() as d:
-        for size in args.sizes:
-            rows += one(size, Path(d))
+    if args.smoke:
+        args.sizes = [600]
+    rows = run(args.sizes)
     if args.json:
         print(json.dumps(rows))
     else:
         for r in rows:
             print(f"{r['size']}^2 px, overviews {'yes' if r['overviews'] else 'no '}: {r['seconds']:.2f} s, level "
                   f"{r['level_pixels']:,} px, image {'drawn' if r['image_drawn'] else 'grey'}, {r['objects']} objects")
-    return rows
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

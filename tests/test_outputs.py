@@ -340,7 +340,7 @@ def test_preview_of_several_inputs_has_a_panel_each(lonlat, tmp_path):
 
 
 def test_quicklook_benchmark_smoke():
-    from benchmarks.bench_quicklook import main
+    from benchmarks.bench_quicklook import run
 
-    rows = main(["--sizes", "400"])
+    rows = run([400])
     assert [r["overviews"] for r in rows] == [False, True] and all(r["image_drawn"] for r in rows)
