@@ -9,9 +9,10 @@ from affine import Affine
 from shapely.geometry import box
 
 from sam3tiles.grid import TileGrid
+from sam3tiles.testing import frames_and_pieces
 from sam3tiles.merge import merge_pieces, tile_frame
 from sam3tiles.pipeline import segment_job
-from sam3tiles.vectorize import Pieces, tile_key
+from sam3tiles.vectorize import Pieces
 
 from sam3tiles.testing import write_raster
 
@@ -78,18 +79,7 @@ def test_small_object_in_the_overlap_is_kept_once(tmp_path):
 
 
 def _frames_and_pieces(grid, placed):
-    """placed: [(tile (row, col), geometry in CRS, complete)]"""
-    frames = {t.index: tile_frame(t, grid.overlap) for t in grid}
-    p = Pieces()
-    for (r, c), geom, complete in placed:
-        t = grid.tile(r, c)
-        p.geometry.append(geom)
-        p.score.append(0.9)
-        p.prompt.append(0)
-        p.tile_key.append(tile_key(t))
-        p.complete.append(complete)
-        p.edge_dist.append(10.0 if complete else 0.0)
-    return frames, p
+    return frames_and_pieces(grid, placed, complete_edge_dist=10.0)
 
 
 def test_two_objects_of_one_tile_are_never_fused_by_a_neighbour_that_fuses_them():

@@ -14,6 +14,7 @@ from shapely.geometry import MultiPolygon, box
 from sam3tiles.demo import write_scene
 from sam3tiles.evaluate import evaluate
 from sam3tiles.grid import TileGrid
+from sam3tiles.testing import frames_and_pieces
 from sam3tiles.merge import merge_pieces, tile_frame
 from sam3tiles.model.misbehaving import BEHAVIOURS, Behaviour, MisbehavingRuntime, behaviour
 from sam3tiles.model.reference import ReferenceRuntime
@@ -69,18 +70,7 @@ def test_wrapper_is_seeded_per_tile_and_each_switch_acts():
 
 
 def _frames_and_pieces(grid, placed):
-    """placed: [(tile (row, col), geometry, complete)]"""
-    frames = {t.index: tile_frame(t, grid.overlap) for t in grid}
-    p = Pieces()
-    for (r, c), geom, complete in placed:
-        t = grid.tile(r, c)
-        p.geometry.append(geom)
-        p.score.append(0.9)
-        p.prompt.append(0)
-        p.tile_key.append(tile_key(t))
-        p.complete.append(complete)
-        p.edge_dist.append(50.0 if complete else 0.0)
-    return frames, p
+    return frames_and_pieces(grid, placed, complete_edge_dist=50.0)
 
 
 GRID = TileGrid(1760, 1008, transform=Affine(1, 0, 0, 0, 1, 0))  # seam band x 752..1008, core line 880
