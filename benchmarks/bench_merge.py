@@ -49,17 +49,17 @@ def one(n: int, mode: str, per_tile: int, block: int, processes: bool = True) ->
                                silence_logs=logging.ERROR)
         client = Client(cluster)
         mapper = _on(client)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if mode == "single":
         merged, stats = merge_pieces(pieces, frames)
     else:
         merged, stats = merge_blocked(pieces, frames, tile_blocks(list(grid), block), map_blocks=mapper)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     if client is not None:
         client.close()
         cluster.close()
     return {"pieces": len(pieces), "tiles": len(grid), "mode": mode, "objects": len(merged.geometry),
-            "expected_objects": n_objects, "seconds": seconds, "rss_before_mb": rss0,
+            "expected_objects": n_objects, "seconds": seconds, "cpu_seconds": cpu, "rss_before_mb": rss0,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "violations": stats.rule_violations}
 

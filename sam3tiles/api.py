@@ -27,12 +27,15 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             threads: int = _D.threads, workers: int | None = _D.workers, scheduler: str | None = _D.scheduler,
             tile_size: int = _D.tile_size, overlap: int = _D.overlap, scale: float = _D.scale,
             gsd: float | None = _D.gsd, bands: tuple[int, ...] | str | None = _D.bands, squash: bool = _D.squash,
-            min_area: float = _D.min_area, simplify: float = _D.simplify, retries: int = _D.retries,
+            refine: str = _D.refine, refine_depth: int = _D.refine_depth,
+            min_area: float = _D.min_area, max_area: float | None = _D.max_area, min_score: float = _D.min_score,
+            simplify: float = _D.simplify, layer: str | None = _D.layer, geojson_crs: str = _D.geojson_crs,
+            no_preview: bool = _D.no_preview, retries: int = _D.retries,
             strict: bool = _D.strict, progress: bool = _D.progress, max_in_flight: int | None = _D.max_in_flight,
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
-            box_scope: str = _D.box_scope, asset: str | None = _D.asset,
-            return_objects: bool = True) -> "gpd.GeoDataFrame | RunReport":
+            box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs,
+            asset: str | None = _D.asset, return_objects: bool = True) -> "gpd.GeoDataFrame | RunReport":
     """Segment one or more rasters with text prompts and/or example boxes; returns the objects.
 
     Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
@@ -48,9 +51,9 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         prompts: what to find: one text ("building") or several (["building", "car"]).
         boxes: example boxes "MINX,MINY,MAXX,MAXY[,neg]" (or `GeoBox`) in the raster's CRS.
         box_file: a vector file of example boxes (any CRS; optional 'label' column 1/0).
-        out: write the objects there (.gpkg, .parquet, .fgb, .geojson; "name.parquet/": a partitioned
-            GeoParquet dataset), or into a folder (one .gpkg per input); with `out`, checkpoints are kept
-            beside it and a rerun resumes.
+        out: write the objects there (.gpkg, .parquet, .fgb, .geojson, .coco.json; "name.parquet/": a
+            partitioned GeoParquet dataset), or into a folder (one .gpkg per input); with `out`,
+            checkpoints are kept beside it and a rerun resumes.
         overwrite: replace an existing output.
         labels: also write a uint32 label image aligned with the (single) input (values = `id`).
         work_dir, fresh, checkpoint: checkpoint folder; ignore checkpoints; keep none at all.
@@ -64,11 +67,19 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         tile_size, overlap: tile side and overlap in (scaled) pixels (tile_size at most 1008).
         scale, gsd: uniform zoom, or a target ground sampling distance (CRS units per pixel).
         bands, squash: bands as (R, G, B) or one band, 1-based; the whole image as one squashed tile.
-        min_area, simplify: drop smaller objects; simplify polygons (CRS units).
-        retries, strict: retries per tile; raise when any tile failed.
+        refine, refine_depth: "auto": a tile where a prompt hits SAM 3's 200-object cap is re-run as
+            sub-tiles at twice the zoom, for that prompt, up to `refine_depth` doublings; "off" (see
+            `sam3tiles.refine`).
+        min_area, max_area, simplify: drop smaller / larger objects (`area` units: m² on a lon/lat CRS, else
+            CRS units²); simplify polygons (metres on a lon/lat CRS, else CRS units).
+        min_score: drop objects scored below it (0.5..1; the graphs already drop scores below 0.5).
+        layer, geojson_crs, no_preview: the GeoPackage layer (default: the file's stem; other layers are
+            kept); GeoJSON in "wgs84" (RFC 7946) or "native"; skip the quicklook OUT.preview.png.
+        retries, strict: retries per tile; raise when any tile failed or still hit the 200-object cap.
         progress: a progress bar (tqdm.auto: a widget in notebooks).
         max_in_flight, edge_margin, encode_seconds, decode_seconds, merge_block: tuning and testing knobs
             (see `Options`).
+        verify_inputs: tell changed inputs by a hash of their content (checkpoints), not size/time/ETag.
         box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
             free margin, see `sam3tiles.exemplars`); "tile": a box acts only in the tiles it lies in.
         asset: STAC inputs: the key of the asset to segment.

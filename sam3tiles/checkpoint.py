@@ -3,21 +3,27 @@ that affects it, so a rerun of the same command recomputes nothing it already ha
 
 The store is one SQLite file (WAL journal, one transaction per tile): a process killed mid-write leaves
 the last committed tiles intact and nothing half-written.
+
+Rows hold data, never code: a result is a small JSON header (flags, timings, the pieces' plain columns)
+followed by the pieces' geometries as WKB (`encode_result` / `decode_result`). A row that does not decode
+to exactly that (another schema, a damaged or crafted blob) is recomputed, never executed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import pickle
-import shutil
+import math
 import sqlite3
+import struct
 import threading
 from pathlib import Path
 
 from .tasks import TileResult
 
-SCHEMA = 2  # 2: one row per (tile, prompt), pieces renumbered as prompt 0
+SCHEMA = 3  # 2: one row per (tile, prompt), pieces renumbered as prompt 0; 3: JSON + WKB rows, no pickle
+MAGIC = b"S3TR"  # sam3tiles tile result
+_COLUMNS = ("score", "prompt", "tile_key", "complete", "edge_dist")
 
 
 def tile_key(parts: dict) -> str:
@@ -43,14 +49,22 @@ class TileStore:
         # opened on first use, so a run that fails before any tile leaves no work folder behind
         if self._conn is None:
             try:
-                if self.fresh and self.dir.exists():
-                    shutil.rmtree(self.dir)
-                self.dir.mkdir(parents=True, exist_ok=True)
+                from .checks import claim_work_dir, clear_work_dir
+
+                if self.fresh:
+                    clear_work_dir(self.dir)  # only a marked folder, only the files sam3tiles wrote
+                created = not self.dir.exists()
+                claim_work_dir(self.dir)
                 db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=NORMAL")
                 db.execute("CREATE TABLE IF NOT EXISTS tiles (key TEXT PRIMARY KEY, schema INTEGER, result BLOB)")
             except (OSError, sqlite3.Error) as e:
+                if "created" in locals() and created:  # a folder this run made and could not use: leave nothing
+                    try:
+                        clear_work_dir(self.dir)
+                    except Exception:  # noqa: BLE001 - the store's own error is the one to report
+                        pass
                 raise self._error(e) from None
             self._conn = db
         return self._conn
@@ -70,15 +84,14 @@ class TileStore:
                 raise self._error(e) from None
         if row is None or row[0] != SCHEMA:
             return None
-        try:
-            result = pickle.loads(row[1])
-        except Exception:  # a result written by another version: recompute it
+        result = decode_result(row[1])
+        if result is None:  # damaged, crafted or another version's row: recompute it
             return None
         self.hits += 1
         return result
 
     def put(self, key: str, result: TileResult) -> None:
-        blob = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+        blob = encode_result(result)
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO tiles (key, schema, result) VALUES (?, ?, ?)",
                              (key, SCHEMA, blob))
@@ -86,7 +99,7 @@ class TileStore:
 
     def put_many(self, items: list[tuple[str, TileResult]]) -> None:
         """Store several results in one transaction: all of them or, if the process dies, none."""
-        blobs = [(key, SCHEMA, pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL)) for key, r in items]
+        blobs = [(key, SCHEMA, encode_result(r)) for key, r in items]
         with self._lock:
             db = self._db
             db.execute("BEGIN")
@@ -116,6 +129,82 @@ class TileStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# -- the row format: data, not code ------------------------------------------------------------------------
+
+def _plain(v):
+    """numpy scalars -> Python numbers (JSON)."""
+    return v.item() if hasattr(v, "item") else v
+
+
+def encode_result(result: TileResult) -> bytes:
+    """MAGIC, the header length (uint32 LE), the JSON header, then each geometry's WKB back to back."""
+    import shapely
+
+    p = result.pieces
+    wkbs = [shapely.to_wkb(g) for g in p.geometry]
+    header = {"schema": SCHEMA, "tile_index": int(result.tile_index), "skipped": bool(result.skipped),
+              "saturated": bool(result.saturated), "seconds": {str(k): float(v) for k, v in result.seconds.items()},
+              "unusable_prompts": [str(u) for u in result.unusable_prompts],
+              "saturated_prompts": [int(i) for i in result.saturated_prompts],
+              "wkb_len": [len(w) for w in wkbs]}
+    for name in _COLUMNS:
+        header[name] = [_plain(v) for v in getattr(p, name)]
+    head = json.dumps(header, separators=(",", ":")).encode()
+    return MAGIC + struct.pack("<I", len(head)) + head + b"".join(wkbs)
+
+
+def _numbers(values, kind) -> bool:
+    return isinstance(values, list) and all(isinstance(v, kind) and not isinstance(v, bool) or
+                                            (kind is bool and isinstance(v, bool)) for v in values)
+
+
+def decode_result(blob) -> TileResult | None:
+    """The TileResult `encode_result` wrote, or None for anything else (never raises, never runs code)."""
+    import shapely
+
+    from .vectorize import Pieces
+
+    try:
+        if not isinstance(blob, (bytes, bytearray, memoryview)):
+            return None
+        blob = bytes(blob)
+        if blob[:4] != MAGIC or len(blob) < 8:
+            return None
+        (n,) = struct.unpack("<I", blob[4:8])
+        h = json.loads(blob[8:8 + n].decode())
+        if not isinstance(h, dict) or h.get("schema") != SCHEMA:
+            return None
+        lens = h["wkb_len"]
+        cols = {name: h[name] for name in _COLUMNS}
+        if not (_numbers(lens, int) and all(x > 0 for x in lens) and _numbers(cols["score"], (int, float))
+                and _numbers(cols["prompt"], int) and _numbers(cols["tile_key"], int)
+                and _numbers(cols["complete"], bool) and _numbers(cols["edge_dist"], (int, float))
+                and all(len(c) == len(lens) for c in cols.values()) and 8 + n + sum(lens) == len(blob)):
+            return None
+        if any(isinstance(x, float) and math.isnan(x) for x in cols["score"]):
+            return None
+        geoms, at = [], 8 + n
+        for k in lens:
+            geoms.append(shapely.from_wkb(blob[at:at + k]))
+            at += k
+        if any(g is None or g.geom_type not in ("Polygon", "MultiPolygon") for g in geoms):
+            return None
+        flags = (h["skipped"], h["saturated"])
+        if not all(isinstance(f, bool) for f in flags) or not isinstance(h["tile_index"], int):
+            return None
+        seconds = h["seconds"]
+        if not isinstance(seconds, dict) or not all(isinstance(v, (int, float)) for v in seconds.values()):
+            return None
+        if not _numbers(h["saturated_prompts"], int) or not all(isinstance(u, str) for u in h["unusable_prompts"]):
+            return None
+        pieces = Pieces(geometry=geoms, **{k: list(v) for k, v in cols.items()})
+        return TileResult(h["tile_index"], pieces, skipped=flags[0], saturated=flags[1], seconds=dict(seconds),
+                          unusable_prompts=tuple(h["unusable_prompts"]),
+                          saturated_prompts=tuple(h["saturated_prompts"]))
+    except Exception:  # noqa: BLE001 - any malformed row is simply recomputed
+        return None
 
 
 # -- one stored result per (tile, prompt) ----------------------------------------------------------------

@@ -59,11 +59,15 @@ def evaluate(pred, truth, class_col: str = "class", pred_class_col: str = "promp
              iou_min: float = IOU_MATCH) -> pd.DataFrame:
     """Per-class precision, recall, F1 at IoU >= iou_min, mean IoU of matches, duplicates, fragments.
 
-    `pred` and `truth` are GeoDataFrames; truth is reprojected to pred's CRS. Classes are compared
-    case-insensitively; a frame without its class column is one class.
+    `pred` and `truth` are GeoDataFrames; truth is reprojected to pred's CRS, or pred to truth's when
+    pred is in lon/lat (an RFC 7946 GeoJSON) and truth is projected: overlaps are measured in a plane.
+    Classes are compared case-insensitively; a frame without its class column is one class.
     """
     if truth.crs is not None and pred.crs is not None and truth.crs != pred.crs:
-        truth = truth.to_crs(pred.crs)
+        if pred.crs.is_geographic and not truth.crs.is_geographic:
+            pred = pred.to_crs(truth.crs)
+        else:
+            truth = truth.to_crs(pred.crs)
     pc = pred[pred_class_col].astype(str).str.lower() if pred_class_col in pred.columns else pd.Series(
         ["all"] * len(pred), index=pred.index)
     tc = truth[class_col].astype(str).str.lower() if class_col in truth.columns else pd.Series(

@@ -1,7 +1,8 @@
 """Merged objects -> the output GeoDataFrame: columns, CRS, areas, the id column, the file metadata.
 
-Columns: id, prompt, score, area (CRS units squared), area_px (source pixels), n_tiles, source, backend,
-model, geometry in the source CRS (no CRS for plain images: pixel coordinates, y down).
+Columns: id, prompt, score, area (`units.area_unit`: m² on a lon/lat CRS, CRS units squared on a
+projected one, pixels without a CRS), area_px (source pixels), area_um2 (slides of known pixel size),
+n_tiles, source, backend, model, geometry in the source CRS (no CRS for plain images: pixel coordinates, y down).
 """
 
 from __future__ import annotations
@@ -13,34 +14,42 @@ import numpy as np
 import pandas as pd
 
 from .errors import UsageError
+from .units import Frame, add_areas, area_unit, length_to_crs
 from .merge import Merged
 from .report import RunReport
 from .writers import NO_CRS_NOTE
 
-COLUMNS = ["id", "prompt", "score", "area", "area_px", "n_tiles", "source", "backend", "model"]
+COLUMNS = ["id", "prompt", "score", "area", "area_px", "area_um2", "n_tiles", "source", "backend", "model"]
 
 
-def objects_frame(merged: Merged, labels: list[str], *, crs, pixel_area: float, source: str, backend: str,
-                  model: str, simplify: float = 0.0, min_area: float = 0.0) -> gpd.GeoDataFrame:
+def objects_frame(merged: Merged, labels: list[str], *, frame: Frame, source: str, backend: str, model: str,
+                  simplify: float = 0.0, min_area: float = 0.0, max_area: float | None = None,
+                  min_score: float = 0.5, order=None) -> gpd.GeoDataFrame:
     """One input's merged objects as rows (no id yet: ids are given when outputs are written).
 
-    `labels`: the output's `prompt` value per prompt index; `pixel_area`: CRS units squared per source
-    pixel; `simplify` and `min_area` in CRS units."""
+    `labels`: the output's `prompt` value per prompt index; `frame`: the input's CRS, pixel grid and
+    pixel size (`units.Frame`). `simplify` is in the frame's length unit (metres on a lon/lat CRS), the
+    areas in `units.area_unit`; rows below `min_score` or outside [min_area, max_area] are dropped.
+    `order`: per object, its order key (`merge.BlockMerger`'s `first`), kept in an `_order` column."""
+    wkt = frame.crs.to_wkt() if frame.crs is not None else None
     geoms = merged.geometry
-    if simplify > 0 and geoms:
-        geoms = list(gpd.GeoSeries(geoms).simplify(simplify, preserve_topology=True))
-    wkt = crs.to_wkt() if crs else None
+    tolerance = length_to_crs(frame, simplify)
+    if tolerance > 0 and geoms:
+        geoms = list(gpd.GeoSeries(geoms).simplify(tolerance, preserve_topology=True))
     gdf = gpd.GeoDataFrame({
         "prompt": [labels[i] for i in merged.prompt],
         "score": np.asarray(merged.score, dtype=np.float32),
         "n_tiles": np.asarray(merged.n_tiles, dtype=np.int32),
     }, geometry=gpd.GeoSeries(geoms, crs=wkt), crs=wkt)
-    if crs is not None:
-        gdf = gdf.set_crs(wkt, allow_override=True)
-    gdf["area"] = gdf.geometry.area
-    gdf["area_px"] = gdf["area"] / pixel_area
+    add_areas(gdf, frame)
+    if order is not None:
+        gdf["_order"] = np.asarray(order, dtype=np.int64)
+    keep = gdf["score"].to_numpy() >= np.float32(min_score)
     if min_area > 0:
-        gdf = gdf[gdf["area"] >= min_area]
+        keep &= gdf["area"].to_numpy() >= min_area
+    if max_area is not None:
+        keep &= gdf["area"].to_numpy() <= max_area
+    gdf = gdf[keep]
     gdf["source"] = os.path.basename(source)
     gdf["backend"] = backend
     gdf["model"] = model
@@ -67,10 +76,14 @@ def combine(frames: list[gpd.GeoDataFrame]) -> gpd.GeoDataFrame:
     return finish(gdf)
 
 
-def file_metadata(report: RunReport, gdf: gpd.GeoDataFrame) -> dict:
-    """What an output file records about the run that wrote it."""
+def file_metadata(report: RunReport, gdf: gpd.GeoDataFrame, frames: dict[str, Frame] | None = None) -> dict:
+    """What an output file records about the run that wrote it (with the units of its area columns)."""
     meta = {"version": report.version, "backend": report.backend, "model": report.model,
             "parameters": report.parameters}
     if gdf.crs is None:
         meta["crs"] = NO_CRS_NOTE
+    if frames:
+        meta["units"] = {"area": area_unit(next(iter(frames.values()))), "area_px": "source pixels"}
+        if any(f.pixel_size_um for f in frames.values()):
+            meta["units"]["area_um2"] = "square micrometres (OME physical pixel size)"
     return meta

@@ -14,6 +14,7 @@ object smaller than the overlap lies whole in the tile whose core holds its cent
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -161,6 +162,61 @@ class TileGrid:
         rows, cols = self.shape
         return ((cols - 1) * self.stride + self.tile_size, (rows - 1) * self.stride + self.tile_size)
 
+    # -- refinement: a tile's core re-run at twice the zoom ------------------------------------------------
+    def split(self, tile: Tile, first_index: int) -> list[Tile]:
+        """The sub-tiles of `tile` at twice its zoom, indexed from `first_index` in row-major order.
+
+        Their cores partition the parent's core: 2x2 quadrants, or one piece along an axis where the
+        parent's core at twice the zoom fits one window (a thin edge row), or 3 or more where a quadrant
+        plus the margins would not fit (only a single-tile image's large core); each window holds its core
+        with at least overlap/2 sub-tile pixels of context on every side that borders another tile, as
+        on the grid. Sub-tiles keep the parent's row and col (merge blocks, messages).
+        """
+        scale = 2 * tile.scale_xy[0]
+        if tile.scale_xy[0] != tile.scale_xy[1]:
+            raise ValueError("a squashed tile cannot be split")
+        ext = (self.width * scale, self.height * scale)
+        core = tuple(2 * v for v in tile.core_xyxy)
+        spans = [self._split_axis(core[a], core[a + 2], ext[a], 2 * (tile.x0, tile.y0)[a]) for a in (0, 1)]
+        out = []
+        for (y0c, y1c, wy0, vh) in spans[1]:
+            for (x0c, x1c, wx0, vw) in spans[0]:
+                out.append(Tile(index=first_index + len(out), row=tile.row, col=tile.col, x0=wx0, y0=wy0,
+                                size=self.tile_size, scale_xy=(scale, scale), valid_wh=(vw, vh),
+                                core_xyxy=(x0c, y0c, x1c, y1c),
+                                interior=(x0c > 0, y0c > 0, x1c < ext[0], y1c < ext[1]),
+                                src_transform=self.transform))
+        return out
+
+    def _split_axis(self, c0: float, c1: float, extent: float, start: int) -> list[tuple[float, float, int, int]]:
+        """Core pieces of [c0, c1) along one axis (sub-tile pixels), each with its window offset and valid
+        length; no window starts before `start` (the parent's), so each lies within its parent's window
+        (the merge finds a sub-tile's neighbours through the grid's windows). Between siblings the windows overlap by the full overlap; toward the parent's neighbours
+        the margin is overlap/2 where it fits and less where it cannot (the edge tiles of a grid have
+        cores of up to tile - overlap/2 px, so two quadrants of one at twice the zoom plus full margins
+        exceed two tiles): the neighbour's own window still reaches overlap/2 parent pixels over the seam."""
+        size, m = self.tile_size, self.overlap / 2
+        for n in range(1, size):
+            cuts = [c0 + (c1 - c0) * k / n for k in range(n + 1)]
+            spans = []
+            for a, b in itertools.pairwise(cuts):
+                inner = (m if a > c0 else 0) + (m if b < c1 else 0)
+                slack = size - (b - a) - inner
+                outer = m if (a == c0 and a > 0) or (b == c1 and b < extent) else 0
+                if slack < 0:
+                    break
+                ml = m if a > c0 else min(outer, slack) if a > 0 else 0
+                mr = m if b < c1 else min(outer, slack) if b < extent else 0
+                lo = math.ceil(b + mr - size - 1e-9)  # the window reaches b plus its margin
+                hi = max(0, math.floor(a - ml + 1e-9))  # and starts at a minus its margin, or before
+                # centre the core in the window, then shift it into the image where the margins allow
+                x0 = min(max(math.floor((a + b - size) / 2), lo), hi)
+                x0 = max(min(x0, math.floor(extent) - size), lo, start)
+                spans.append((a, b, x0, max(1, min(size, math.ceil(extent - x0 - 1e-9)))))
+            if len(spans) == n:
+                return spans
+        raise ValueError(f"core [{c0}, {c1}) cannot be split into tiles of {size} px")
+
 
 def squash_tile(width: int, height: int, transform: Affine, size: int = TILE_SIZE) -> Tile:
     """The published callers' view: the whole image stretched to one size x size input (a baseline)."""
@@ -170,9 +226,13 @@ def squash_tile(width: int, height: int, transform: Affine, size: int = TILE_SIZ
                 src_transform=transform)
 
 
-def scale_for_gsd(transform: Affine, gsd: float) -> float:
-    """The scale that resamples a raster of `transform` to a ground sampling distance of `gsd` CRS units."""
-    if gsd <= 0:
+def scale_for_gsd(transform: Affine, gsd: float, resolution: float | None = None) -> float:
+    """The scale that resamples a raster of `transform` to a ground sampling distance of `gsd`.
+
+    `resolution` is the source's own sampling distance in the unit of `gsd` (`units.pixel_size`: metres
+    on a geographic CRS, microns on a slide); without it both are CRS units.
+    """
+    if not gsd > 0:
         raise UsageError(f"--gsd must be positive, got {gsd}")
-    res = math.sqrt(abs(transform.a * transform.e - transform.b * transform.d))
+    res = resolution if resolution is not None else math.sqrt(abs(transform.a * transform.e - transform.b * transform.d))
     return res / gsd

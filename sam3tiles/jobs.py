@@ -127,7 +127,7 @@ Postprocess = job_section("postprocess")
 RunSection = job_section("run")
 
 
-class Output(_Section):
+class Output(job_section("output")):
     path: str
     overwrite: bool = False
     work_dir: str | None = None  # checkpoints (default: beside the output)
@@ -165,6 +165,12 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
     seen: dict[Any, Any] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping", node.start_mark, f"a key must be a name, not a {type(key).__name__}",
+                key_node.start_mark) from None
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 "while reading a mapping", node.start_mark, f"found the key {key!r} twice", key_node.start_mark)
@@ -175,9 +181,33 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+#: Deepest nesting a job file may have (a real one has 3 levels; PyYAML recurses once per level).
+MAX_DEPTH = 50
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of flow brackets or indentation, counted without parsing (parsing recurses)."""
+    deepest = level = 0
+    for ch in text:
+        if ch in "[{":
+            level += 1
+            deepest = max(deepest, level)
+        elif ch in "]}":
+            level = max(0, level - 1)
+    indents = {len(line) - len(line.lstrip(" -")) for line in text.splitlines()
+               if line.strip() and not line.lstrip(" -").startswith("#")}
+    return max(deepest, len(indents))
+
+
 def _read_yaml(text: str, name: str) -> Any:
+    if _depth(text) > MAX_DEPTH:
+        raise JobFileError(f"{name}: nested more than {MAX_DEPTH} levels deep: a job file has a few sections of "
+                           "keys (see docs/jobs.md)")
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise JobFileError(f"{name}: nested too deeply to read: a job file has a few sections of keys "
+                           "(see docs/jobs.md)") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -329,7 +359,7 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
         path = _abs(base, item)
         if not check_files:
             inputs.append(path)
-        elif any(ch in item for ch in "*?["):
+        elif any(ch in item for ch in "*?[") and not os.path.exists(path):  # an existing file: literal
             hits = sorted(glob.glob(path, recursive=True))
             if not hits:
                 problems.append(f"inputs[{i}]: the pattern {item!r} matches no file (looked in {base}): check it")
@@ -371,6 +401,9 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
     out = job.output
     if not out.path.strip():
         problems.append("output.path: is empty: name the output file, e.g. out/objects.gpkg")
+    if out.work_dir is not None and not out.work_dir.strip():
+        problems.append("output.work_dir: is empty: name a folder for the checkpoints, or remove the key to use "
+                        "<output>.sam3tiles-work")
     if problems:
         raise _fail(name, problems)
     return LoadedJob(job=job, source=name, base=base, inputs=list(dict.fromkeys(inputs)), box_file=box_file,
@@ -428,8 +461,9 @@ _OPTION_KEYS = [("pass --overwrite", "set output.overwrite: true"), ("--overwrit
                 ("--out ", "output.path "), ("--box-file ", "prompts.box_file "), ("--box ", "prompts.boxes "),
                 ("--text ", "prompts.text "), ("--text prompt", "prompts.text entry"),
                 ("--work-dir", "output.work_dir"), ("--labels", "output.labels")]
-_OPTION_KEYS += [(flag, d.job) for _, d in registry_fields() if d.job and "run" not in d.commands
-                 for flag in d.flags]
+# longest flag first: --refine-depth is rewritten before --refine, which it starts with
+_OPTION_KEYS += sorted(((flag, d.job) for _, d in registry_fields() if d.job and "run" not in d.commands
+                        for flag in d.flags), key=lambda e: -len(e[0]))
 
 
 class job_words:

@@ -1,53 +1,89 @@
-"""Merging pieces across tiles: each object once and whole.
+"""Merging pieces across tiles: each object once and whole, whatever the tiles' answers looked like.
 
-The rules, in order:
+A real SAM 3 does not return the same clean instance for an object in every tile (../shared/model-
+behaviour.md): masks hold several separate regions, a prompt can come back as one semantic mask, an
+instance can be split in two or fused with a neighbour, masks differ by a cell between tiles, and a cut
+mask can stop short of the tile edge. The rules, in order:
 
-1. *Candidates.* A piece that lies wholly in its tile's exclusive area (covered by no other window) has no
-   counterpart anywhere: it is final. Only pieces in overlap bands are compared, and only pairs from
+0. *Parts.* Every piece is split into its connected regions; regions closer than `JOIN_CELLS` (1.5) mask
+   cells stay one part, kept as a MultiPolygon (an instance behind a thin occluder, or a mask that dipped
+   under 0.5 for a cell: at the mask's resolution nothing separates them). Regions farther apart are
+   separate parts (a concept answer such as "water", one mask per prompt, two instances in one mask), each
+   linked, owned and stitched on its own: no region is dropped because another region of its mask linked
+   elsewhere. A part's seam flags are measured on the part.
+1. *Candidates.* A part that lies wholly in its tile's exclusive area (covered by no other window) has no
+   counterpart anywhere: it is final. Only parts in overlap bands are compared, and only pairs from
    different tiles (an R-tree query), so the cost is near-linear in the number of pieces.
-2. *Links by mask overlap in the shared band.* Two pieces of one prompt from tiles A and B are compared
+2. *Links by mask overlap in the shared band.* Two parts of one prompt from tiles A and B are compared
    inside A's window intersected with B's: there both tiles saw the same pixels, so two views of one
    object agree (IoU >= 0.5), also when one view is cut by its tile edge. Intersection over the smaller
-   >= 0.8 links part-whole duplicates. Boxes are never used: touching neighbours do not fuse.
-3. *Groups without chains.* Links are accepted from the strongest down (Kruskal); a link that would put
-   two pieces of one tile into one object is refused and counted as a rule violation, which stops the
-   A-B-C chains that fuse distinct neighbours.
-4. *One copy or a stitch.* A group with a complete copy (not touching any interior tile edge) keeps the
-   complete copy farthest from its tile's edges (ownership). A group cut everywhere (larger than the
-   overlap, up to objects spanning many tiles) is stitched: each piece clipped to its tile's core (grown
-   by one pixel so neighbours overlap), then unioned.
-5. *Slivers.* A cut piece that no neighbour matched (or a group of cut pieces linked only to each other),
-   lying outside its own tile's core and within one mask cell of another object, is the edge of an
-   object another tile owns (at SAM 3's 3.5 px mask cells, a few pixels poking into a tile rarely match
-   in shape): it is dropped and counted.
+   >= 0.8 links part-whole views. Boxes are never used: touching neighbours do not fuse.
+3. *Components.* The connected components of the links are settled one at a time; no link is refused.
+   Tiles that disagree (whole in one, two halves in another; two neighbours fused in one) are settled by
+   rule 4 and counted as `disagreements`, not as rule violations.
+4. *Ownership.* The complete parts of a component (cut at no interior tile edge, `EDGE_MARGIN`) are taken
+   in order of authority: owned by their own tile (the centre of the object, their box grown by the boxes
+   of the parts they link to, lies in its core) first, then farther
+   from their tile's edges, in steps of `AUTHORITY_CELLS` mask cells (one cell of difference does not flip
+   the choice), then tile order; scores never decide (they differ between tiles by chance). A complete
+   part is kept unless it is linked to a kept part of another tile (it is then another view of that
+   object: a duplicate). So the tile owning an object decides what it is (one whole, two halves, two
+   neighbours fused), and a copy another tile sees whole wins where the owner saw it cut or not at all.
+5. *Stitching.* A cut part is a duplicate when what it says inside its own tile's core is at least half
+   covered by the kept complete parts. The other cut parts are clipped to their tiles' cores (grown by one
+   pixel so neighbours overlap; in the cores of tiles that have no part in the component, a miss, they keep
+   their area) and unioned; the union's regions (rule 0's gap) are objects. Objects larger
+   than the overlap, up to "stuff" spanning many tiles, come out as their connected regions, each stitched
+   across the seams it crosses.
+6. *Slivers.* A cut part that no neighbour matched (or cut parts linked only to each other), lying outside
+   its own tile's core and within one mask cell of another object, is the edge of an object another tile
+   owns (a few pixels poking into a tile rarely match in shape): it is dropped and counted.
+
+*Coverage.* For every prompt, the output covers what each tile said is object inside its own core, apart
+from the drops of rules 4-6. `MergeStats.coverage` holds per prompt the area the tiles own (each part
+inside its own tile's core, the cores not grown: they partition the image), the area out, and the owned area each rule dropped that no output covers
+(slivers: their whole owned area), in CRS units squared. Area no rule accounts for never disappears.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
 import numpy as np
 import shapely
-from shapely.geometry import Polygon
+from shapely.geometry import MultiLineString, MultiPolygon, Polygon
 
 from .grid import Tile
-from .vectorize import Pieces
+from .vectorize import EDGE_MARGIN, MASK_CELL, Pieces
 
 IOU_MIN = 0.5
+IOS_MIN = 0.8
 #: Candidate pairs compared at a time (bounds the clipped geometries held at once).
 PAIR_CHUNK = 20_000
-IOS_MIN = 0.8
+#: Regions of one mask closer than this many mask cells are one part (rule 0).
+JOIN_CELLS = 1.5
+#: Ownership compares distances to the tile edge in steps of this many mask cells (rule 4).
+AUTHORITY_CELLS = 8
+#: A cut part whose own-core area is covered this much by kept parts is a duplicate (rule 5).
+COVERED = 0.5
+#: Order keys of parts: the piece's order key * PARTS + the part's index in its piece.
+PARTS = 1 << 16
 
 
 @dataclass(frozen=True)
 class TileFrame:
-    """A tile's window, core and exclusive area in the output CRS (polygons)."""
+    """A tile's window, core and exclusive area in the output CRS (polygons), and its interior edges.
+
+    Nothing assumes one uniform grid: tiles of different sizes and scales (sub-tiles of a finer grid whose
+    cores partition their parent's core) merge alike, each with its own frame and `pixel`.
+    """
 
     window: Polygon
     core: Polygon  # grown by one tile pixel
     exclusive: Polygon  # the part of the window no other tile sees (may be empty)
     pixel: float = 1.0  # one tile pixel in CRS units
+    edges: object = None  # the window's edges that border another tile (lines), None when none do
 
 
 def _poly(transform, x0, y0, x1, y1) -> Polygon:
@@ -56,47 +92,67 @@ def _poly(transform, x0, y0, x1, y1) -> Polygon:
 
 
 def tile_frame(tile: Tile, overlap: int) -> TileFrame:
-    """Window, core (+1 px) and exclusive area of `tile` in CRS coordinates."""
+    """Window, core (+1 px), exclusive area and interior edges of `tile` in CRS coordinates."""
     t = tile.transform
     vw, vh = tile.valid_wh
     cx0, cy0, cx1, cy1 = tile.core_tile_px
     left, top, right, bottom = tile.interior
     ex = (overlap if left else 0, overlap if top else 0, vw - (overlap if right else 0), vh - (overlap if bottom else 0))
     excl = _poly(t, *ex) if ex[2] > ex[0] and ex[3] > ex[1] else Polygon()
+    segs = [s for s, on in (([(0, 0), (0, vh)], left), ([(0, 0), (vw, 0)], top), ([(vw, 0), (vw, vh)], right),
+                            ([(0, vh), (vw, vh)], bottom)) if on]
+    edges = MultiLineString([[t @ p for p in s] for s in segs]) if segs else None
     return TileFrame(window=_poly(t, 0, 0, vw, vh), core=_poly(t, cx0 - 1, cy0 - 1, cx1 + 1, cy1 + 1),
-                     exclusive=excl, pixel=abs(t.a * t.e - t.b * t.d) ** 0.5)
+                     exclusive=excl, pixel=abs(t.a * t.e - t.b * t.d) ** 0.5, edges=edges)
+
+
+COVERAGE_KEYS = ("owned", "out", "duplicates", "slivers")
 
 
 @dataclass
 class MergeStats:
     pieces: int = 0
     objects: int = 0
-    band_pieces: int = 0  # pieces that lie in an overlap band (compared)
+    band_pieces: int = 0  # parts that lie in an overlap band (compared)
     pairs_compared: int = 0
-    links: int = 0  # accepted links between pieces
-    merged_groups: int = 0  # objects made of 2+ pieces
-    stitched: int = 0  # objects unioned from cut pieces
-    duplicates_dropped: int = 0  # extra complete copies removed
+    links: int = 0  # links between parts
+    merged_groups: int = 0  # components of 2+ parts
+    stitched: int = 0  # objects unioned from cut parts
+    duplicates_dropped: int = 0  # parts dropped as another view of a kept object
     largest_group: int = 0
-    slivers_dropped: int = 0  # cut pieces outside their tile's core, beside an object another tile owns
-    refused_links: int = 0  # rule violation: a link that would fuse two pieces of one tile
-    unlinked_cut_pieces: int = 0  # rule violation: a piece cut at a seam that no neighbour saw
+    slivers_dropped: int = 0  # cut parts outside their tile's core, beside an object another tile owns
+    parts_split: int = 0  # pieces whose separate regions became separate parts (rule 0)
+    disagreements: int = 0  # components where one tile gave 2+ parts (split, fused): settled by ownership
+    unlinked_cut_pieces: int = 0  # rule violation: a part cut at a seam that no neighbour saw
+    #: per prompt: {"owned", "out", "duplicates", "slivers"} areas in CRS units squared (see the module)
+    coverage: dict = field(default_factory=dict, compare=False)
 
     @property
     def rule_violations(self) -> int:
-        return self.refused_links + self.unlinked_cut_pieces
+        return self.unlinked_cut_pieces
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d["rule_violations"] = self.rule_violations
+        d["coverage"] = {str(k): {n: round(float(v), 6) for n, v in c.items()} for k, c in self.coverage.items()}
         return d
 
     def add(self, other: "MergeStats") -> None:
         for k, v in asdict(other).items():
             if k == "largest_group":
                 self.largest_group = max(self.largest_group, v)
+            elif k == "coverage":
+                for p, c in other.coverage.items():
+                    mine = self.coverage.setdefault(p, dict.fromkeys(COVERAGE_KEYS, 0.0))
+                    for n in COVERAGE_KEYS:
+                        mine[n] += c.get(n, 0.0)
             else:
                 setattr(self, k, getattr(self, k) + v)
+
+    def count(self, prompt, name: str, area: float) -> None:
+        """Add `area` to the coverage figure `name` of `prompt`."""
+        c = self.coverage.setdefault(prompt, dict.fromkeys(COVERAGE_KEYS, 0.0))
+        c[name] += float(area)
 
 
 @dataclass
@@ -109,37 +165,12 @@ class Merged:
     n_tiles: list
 
 
-class _UnionFind:
-    def __init__(self, keys: np.ndarray):
-        self.parent = list(range(len(keys)))
-        self.tiles = [{int(k)} for k in keys]
-
-    def find(self, i: int) -> int:
-        while self.parent[i] != i:
-            self.parent[i] = self.parent[self.parent[i]]
-            i = self.parent[i]
-        return i
-
-    def union(self, a: int, b: int) -> str:
-        ra, rb = self.find(a), self.find(b)
-        if ra == rb:
-            return "same"
-        if self.tiles[ra] & self.tiles[rb]:
-            return "conflict"
-        if len(self.tiles[ra]) < len(self.tiles[rb]):
-            ra, rb = rb, ra
-        self.parent[rb] = ra
-        self.tiles[ra] |= self.tiles[rb]
-        self.tiles[rb] = set()
-        return "joined"
-
-
 def merge_pieces(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float = IOU_MIN,
                  ios_min: float = IOS_MIN) -> tuple[Merged, MergeStats]:
     """Merge `pieces` (from any number of tiles) into objects. `frames` maps tile index -> TileFrame.
 
     The result depends only on the pieces and their order (tile order, as the pipeline concatenates
-    them): ties between equally strong links are broken by that order, never by a spatial index's.
+    them): ties are broken by that order, never by a spatial index's.
     """
     part = _merge_part(pieces, frames, iou_min, ios_min)
     return part.merged, part.stats
@@ -150,179 +181,486 @@ class _Part:
     """One pass of the merge over some pieces: the objects it decided, and what it left to a later pass."""
 
     merged: Merged
-    first: np.ndarray  # per object: order key of its first piece (objects come out in this order)
+    first: np.ndarray  # per object: order key of its first part (objects come out in this order)
     stats: MergeStats
-    deferred: np.ndarray  # local indices of pieces whose objects a later pass decides
-    inside: np.ndarray  # per piece: wholly in its tile's exclusive area (never compared)
-    near: np.ndarray  # per piece: another tile's piece lies within the sliver tolerance (in this pass)
+    deferred: np.ndarray  # indices (into `cols`) of parts whose objects a later pass decides
+    inside: np.ndarray  # per part: wholly in its tile's exclusive area (never compared)
+    near: np.ndarray  # per part: another tile's part lies within the sliver tolerance (in this pass)
+    cols: "_Cols | None" = None  # the parts this pass saw
+
+
+@dataclass
+class _Cols:
+    """Parts as arrays (one row per part)."""
+
+    geoms: np.ndarray
+    score: np.ndarray
+    prompt: np.ndarray
+    keys: np.ndarray
+    complete: np.ndarray
+    edge: np.ndarray
+    order: np.ndarray
+
+    @classmethod
+    def of(cls, pieces: Pieces, order) -> "_Cols":
+        return cls(np.asarray(pieces.geometry, dtype=object), np.asarray(pieces.score, dtype=float),
+                   np.asarray(pieces.prompt), np.asarray(pieces.tile_key, dtype=np.int64),
+                   np.asarray(pieces.complete, dtype=bool), np.asarray(pieces.edge_dist, dtype=float),
+                   np.asarray(order, dtype=np.int64))
+
+    @property
+    def tiles(self) -> np.ndarray:
+        return self.keys // 1024
+
+    def take(self, idx) -> "_Cols":
+        return _Cols(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
+
+    def pieces(self, idx) -> Pieces:
+        idx = np.asarray(idx, dtype=np.int64)
+        return Pieces(list(self.geoms[idx]), self.score[idx].tolist(), self.prompt[idx].tolist(),
+                      self.keys[idx].tolist(), self.complete[idx].tolist(), self.edge[idx].tolist())
+
+
+def _polygons(geom) -> list:
+    """The polygons of `geom` (nested collections flattened; lines and points dropped)."""
+    out = []
+    for g in shapely.get_parts(geom):
+        if g.geom_type == "Polygon":
+            if not g.is_empty:
+                out.append(g)
+        elif g.geom_type in ("MultiPolygon", "GeometryCollection"):
+            out.extend(_polygons(g))
+    return out
+
+
+def _regions(geom, gap: float) -> list:
+    """The connected regions of `geom`, regions within `gap` of each other joined (MultiPolygons)."""
+    polys = _polygons(geom)
+    if len(polys) <= 1:
+        return polys or [geom]
+    arr = np.asarray(polys, dtype=object)
+    a, b = shapely.STRtree(arr).query(arr, predicate="dwithin", distance=gap)
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    _, lab = connected_components(coo_matrix((np.ones(len(a), np.int8), (a, b)), shape=(len(arr),) * 2),
+                                  directed=False)
+    out, seen = [], {}
+    for i, l in enumerate(lab.tolist()):
+        seen.setdefault(l, []).append(polys[i])
+    for ps in seen.values():
+        out.append(ps[0] if len(ps) == 1 else MultiPolygon(ps))
+    return out
+
+
+def _edge_dist(geoms: np.ndarray, frame: TileFrame) -> np.ndarray:
+    """Distance of each geometry to the frame's interior edges, in tile pixels (inf: no interior edge)."""
+    if frame.edges is None:
+        return np.full(len(geoms), np.inf)
+    return shapely.distance(geoms, frame.edges) / frame.pixel
+
+
+def _explode(c: _Cols, frames: Mapping[int, TileFrame], stats: MergeStats) -> _Cols:
+    """Rule 0: one row per part; parts of a cut piece get their own seam flags."""
+    c.order = c.order * PARTS
+    odd = np.flatnonzero(~np.isin(shapely.get_type_id(c.geoms), (3, 6)))  # not (Multi)Polygon: areal part only
+    for i in odd.tolist():
+        c.geoms[i] = _polygonal(c.geoms[i])
+    multi = np.flatnonzero(shapely.get_num_geometries(c.geoms) > 1)
+    units = {}
+    for i in multi.tolist():
+        frame = frames[int(c.keys[i] // 1024)]
+        u = _regions(c.geoms[i], JOIN_CELLS * MASK_CELL * frame.pixel)
+        if len(u) > 1:
+            units[i] = u
+    if not units:
+        return c
+    stats.parts_split += len(units)
+    k = np.ones(len(c.geoms), dtype=np.int64)
+    for i, u in units.items():
+        k[i] = len(u)
+    start = np.cumsum(k) - k
+    rep = np.repeat(np.arange(len(k)), k)
+    out = c.take(rep)
+    out.order = out.order + (np.arange(len(rep)) - start[rep])
+    for i, u in units.items():
+        sl = slice(int(start[i]), int(start[i] + k[i]))
+        g = np.empty(len(u), dtype=object)
+        g[:] = u
+        out.geoms[sl] = g
+        if not c.complete[i]:
+            e = _edge_dist(g, frames[int(c.keys[i] // 1024)])
+            out.edge[sl] = e
+            out.complete[sl] = e >= EDGE_MARGIN
+    return out
 
 
 def _merge_part(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, ios_min: float, *,
                 order=None, foreign=(), reach: float = 0.0, inside=None, near=None, block=None) -> _Part:
     """The merge over `pieces` (given in ascending `order`, their position in the whole job).
 
-    Block pass (`foreign`: windows of tiles outside the block): pieces within `reach` of a foreign window
-    can meet other blocks' pieces, so every object they could belong to (the connected component of their
-    candidate links) is left undecided (`deferred`). Final pass (`inside`, `near` from the block passes,
-    `block` per piece): decides the deferred pieces; pairs within one block were counted there already.
+    First pass (`inside` None): splits the pieces into parts (rule 0). Block pass (`foreign`: windows of
+    tiles outside the block): parts within `reach` of a foreign window can meet other blocks' parts, so
+    every component they belong to is left undecided (`deferred`). Final pass (`inside`, `near` from the
+    block passes, `block` per part): decides the deferred parts; pairs within one block were counted there.
     """
     stats = MergeStats()
     n = len(pieces)
-    out = Merged([], [], [], [])
     if n == 0:
         e = np.zeros(0, dtype=np.int64)
-        return _Part(out, e, stats, e, np.zeros(0, bool), np.zeros(0, bool))
-    order = np.arange(n, dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
-    geoms = np.asarray(pieces.geometry, dtype=object)
-    keys = np.asarray(pieces.tile_key, dtype=np.int64)
-    tiles = keys // 1024
-    prompts = np.asarray(pieces.prompt)
-    complete = np.asarray(pieces.complete, dtype=bool)
-    edge = np.asarray(pieces.edge_dist, dtype=float)
-    scores = np.asarray(pieces.score, dtype=float)
-    final = inside is not None
-
-    if not final:
+        return _Part(Merged([], [], [], []), e, stats, e, np.zeros(0, bool), np.zeros(0, bool))
+    c = _Cols.of(pieces, np.arange(n, dtype=np.int64) if order is None else order)
+    if inside is None:
         stats.pieces = n
-        # 1. candidates: not wholly inside the tile's exclusive area (tiles with several passes: all pieces)
-        ukeys = np.unique(keys)
-        ut = ukeys // 1024
-        multi_pass = np.unique(ut[1:][ut[1:] == ut[:-1]])
-        excl = np.asarray([frames[int(t)].exclusive for t in tiles], dtype=object)
-        inside = shapely.within(geoms, excl)
-        if len(multi_pass):
-            inside &= ~np.isin(tiles, multi_pass)
-        near = np.zeros(n, dtype=bool)
+        c = _explode(c, frames, stats)
+        inside = _inside(c, frames)
+        near = np.zeros(len(c.geoms), dtype=bool)
+        stats.band_pieces = int((~inside).sum())
     else:
-        inside = np.asarray(inside, dtype=bool)
-        near = np.asarray(near, dtype=bool)
-    cand = np.flatnonzero(~inside)
-    if not final:
-        stats.band_pieces = len(cand)
-
-    la = lb = np.zeros(0, dtype=np.int64)  # accepted-candidate links, strongest first
-    if len(cand) > 1:
-        cg = geoms[cand]
-        tree = shapely.STRtree(cg)
-        a, b = tree.query(cg, predicate="intersects")
-        sel = (a < b)
-        a, b = cand[a[sel]], cand[b[sel]]
-        sel = (keys[a] != keys[b]) & (prompts[a] == prompts[b])
-        a, b = a[sel], b[sel]
-        stats.pairs_compared = int((block[a] != block[b]).sum()) if block is not None else len(a)
-        if len(a):
-            band_cache: dict[tuple[int, int], object] = {}
-            bands = np.empty(len(a), dtype=object)
-            for i, (ta, tb) in enumerate(zip(tiles[a].tolist(), tiles[b].tolist())):
-                k = (ta, tb) if ta <= tb else (tb, ta)
-                band = band_cache.get(k)
-                if band is None:
-                    band = frames[ta].window.intersection(frames[tb].window) if ta != tb else frames[ta].window
-                    band_cache[k] = band
-                bands[i] = band
-            area_a, area_b, inter = (np.empty(len(a)) for _ in range(3))
-            for lo in range(0, len(a), PAIR_CHUNK):  # the clipped copies of one chunk at a time
-                sl = slice(lo, lo + PAIR_CHUNK)
-                ga = shapely.intersection(geoms[a[sl]], bands[sl])
-                gb = shapely.intersection(geoms[b[sl]], bands[sl])
-                area_a[sl], area_b[sl] = shapely.area(ga), shapely.area(gb)
-                inter[sl] = shapely.area(shapely.intersection(ga, gb))
-                del ga, gb
-            union = area_a + area_b - inter
-            smaller = np.minimum(area_a, area_b)
-            iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
-            ios = np.divide(inter, smaller, out=np.zeros_like(inter), where=smaller > 0)
-            ok = (iou >= iou_min) | (ios >= ios_min)
-            # strongest first; equal strengths in the pieces' order (the same in every partition)
-            rank = np.lexsort((order[b[ok]], order[a[ok]], -ios[ok], -iou[ok]))
-            la, lb = a[ok][rank], b[ok][rank]
-
-    deferred = np.zeros(n, dtype=bool)
+        inside, near = np.asarray(inside, dtype=bool), np.asarray(near, dtype=bool)
+    la, lb = _links(c, np.flatnonzero(~inside), frames, iou_min, ios_min, block, stats)
+    comp = _components(len(c.geoms), la, lb)
+    deferred = np.zeros(len(c.geoms), dtype=bool)
     if len(foreign):
-        # 2'. a block pass: pieces within reach of another block's windows, and everything linked to them
+        # a block pass: parts within reach of another block's windows, and everything linked to them
         hit = np.unique(shapely.STRtree(np.asarray(foreign, dtype=object)).query(
-            geoms, predicate="dwithin", distance=reach)[0])
+            c.geoms, predicate="dwithin", distance=reach)[0])
         if len(hit):
-            from scipy.sparse import coo_matrix
-            from scipy.sparse.csgraph import connected_components
-
-            graph = coo_matrix((np.ones(len(la), dtype=np.int8), (la, lb)), shape=(n, n))
-            _, comp = connected_components(graph, directed=False)
             deferred = np.isin(comp, np.unique(comp[hit]))
-
-    uf = _UnionFind(keys)
-    for i, j in zip(la.tolist(), lb.tolist()):
-        if deferred[i]:
-            continue
-        r = uf.union(i, j)
-        if r == "joined":
-            stats.links += 1
-        elif r == "conflict":
-            stats.refused_links += 1
-
-    groups: dict[int, list[int]] = {}
-    for i in np.flatnonzero(~deferred).tolist():
-        groups.setdefault(uf.find(i), []).append(i)
-
-    slivers = _slivers(groups, geoms, complete, tiles, frames, near)
-    first = []
-    for members in groups.values():
-        if len(members) == 1:
-            i = members[0]
-            if i in slivers:
-                stats.slivers_dropped += 1
-                continue
-            if not complete[i] and not inside[i] and edge[i] < np.inf:
-                stats.unlinked_cut_pieces += 1
-            out.geometry.append(geoms[i])
-            out.score.append(float(scores[i]))
-            out.prompt.append(prompts[i].item() if hasattr(prompts[i], "item") else prompts[i])
-            out.n_tiles.append(1)
-            first.append(order[i])
-            continue
-        m = np.asarray(members)
-        stats.merged_groups += 1
-        stats.largest_group = max(stats.largest_group, len(m))
-        full = m[complete[m]]
-        if len(full):
-            # ownership: the complete copy farthest from its tile's interior edges
-            best = full[np.lexsort((keys[full], -scores[full], -edge[full]))[0]]
-            stats.duplicates_dropped += len(m) - 1
-            geom = geoms[best]
-            score = float(scores[best])
-        else:
-            cores = np.asarray([frames[int(t)].core for t in tiles[m]], dtype=object)
-            parts = shapely.intersection(geoms[m], cores)
-            geom = shapely.union_all(parts[~shapely.is_empty(parts)])
-            if geom.area <= 0.05 * shapely.area(geoms[m]).max() and _beside_another(m, geoms, tiles, frames, near):
-                # rule 5 for linked slivers: cut pieces that all lie outside their own tiles' cores, next to
-                # an object another tile owns
-                stats.slivers_dropped += len(m)
-                stats.merged_groups -= 1
-                continue
-            if geom.is_empty:
-                geom = shapely.union_all(geoms[m])
-            geom = _polygonal(geom)
-            areas = shapely.area(parts)
-            score = float(np.average(scores[m], weights=areas)) if areas.sum() > 0 else float(scores[m].mean())
-            stats.stitched += 1
-        out.geometry.append(geom)
-        out.score.append(score)
-        out.prompt.append(prompts[m[0]].item() if hasattr(prompts[m[0]], "item") else prompts[m[0]])
-        out.n_tiles.append(len(np.unique(tiles[m])))
-        first.append(order[m[0]])
+    live = ~deferred[la]
+    stats.links = int(live.sum())
+    out, first = _Resolver(c, frames, la[live], lb[live], inside, near, stats).run(comp, deferred)
     stats.objects = len(out.geometry)
     left = np.flatnonzero(deferred)
     if len(left):
-        # what the final pass cannot see: another tile's piece of this block within the sliver tolerance
+        # what the final pass cannot see: another tile's part of this block within the sliver tolerance
         near = near.copy()
-        lone = left[~complete[left]]
-        near[lone] |= _near_other_tile(lone, geoms, tiles, frames)
-    return _Part(out, np.asarray(first, dtype=np.int64), stats, left, inside, near)
+        lone = left[~c.complete[left]]
+        near[lone] |= _near_other_tile(lone, c.geoms, c.tiles, frames)
+    return _Part(out, first, stats, left, inside, near, c)
+
+
+def _inside(c: _Cols, frames: Mapping[int, TileFrame]) -> np.ndarray:
+    """Rule 1: parts wholly in their tile's exclusive area (tiles with several passes: none)."""
+    tiles = c.tiles
+    ukeys = np.unique(c.keys)
+    ut = ukeys // 1024
+    multi_pass = np.unique(ut[1:][ut[1:] == ut[:-1]])
+    excl = np.asarray([frames[int(t)].exclusive for t in tiles], dtype=object)
+    inside = shapely.within(c.geoms, excl)
+    if len(multi_pass):
+        inside &= ~np.isin(tiles, multi_pass)
+    return inside
+
+
+def _links(c: _Cols, cand: np.ndarray, frames, iou_min, ios_min, block, stats) -> tuple[np.ndarray, np.ndarray]:
+    """Rule 2: pairs of candidate parts (one prompt, different tiles) whose masks agree in the shared band."""
+    e = np.zeros(0, dtype=np.int64)
+    if len(cand) < 2:
+        return e, e
+    tiles = c.tiles
+    cg = c.geoms[cand]
+    a, b = shapely.STRtree(cg).query(cg, predicate="intersects")
+    sel = a < b
+    a, b = cand[a[sel]], cand[b[sel]]
+    sel = (c.keys[a] != c.keys[b]) & (c.prompt[a] == c.prompt[b])
+    a, b = a[sel], b[sel]
+    stats.pairs_compared = int((block[a] != block[b]).sum()) if block is not None else len(a)
+    if not len(a):
+        return e, e
+    band_cache: dict[tuple[int, int], object] = {}
+    bands = np.empty(len(a), dtype=object)
+    for i, (ta, tb) in enumerate(zip(tiles[a].tolist(), tiles[b].tolist())):
+        k = (ta, tb) if ta <= tb else (tb, ta)
+        band = band_cache.get(k)
+        if band is None:
+            band = frames[ta].window.intersection(frames[tb].window) if ta != tb else frames[ta].window
+            band_cache[k] = band
+        bands[i] = band
+    area_a, area_b, inter = (np.empty(len(a)) for _ in range(3))
+    for lo in range(0, len(a), PAIR_CHUNK):  # the clipped copies of one chunk at a time
+        sl = slice(lo, lo + PAIR_CHUNK)
+        ga = shapely.intersection(c.geoms[a[sl]], bands[sl])
+        gb = shapely.intersection(c.geoms[b[sl]], bands[sl])
+        area_a[sl], area_b[sl] = shapely.area(ga), shapely.area(gb)
+        inter[sl] = shapely.area(shapely.intersection(ga, gb))
+        del ga, gb
+    union = area_a + area_b - inter
+    smaller = np.minimum(area_a, area_b)
+    iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    ios = np.divide(inter, smaller, out=np.zeros_like(inter), where=smaller > 0)
+    ok = (iou >= iou_min) | (ios >= ios_min)
+    return a[ok], b[ok]
+
+
+def _components(n: int, la: np.ndarray, lb: np.ndarray) -> np.ndarray:
+    """Rule 3: the connected component of every part (a label per part)."""
+    if not len(la):
+        return np.arange(n)
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    _, comp = connected_components(coo_matrix((np.ones(len(la), np.int8), (la, lb)), shape=(n, n)),
+                                   directed=False)
+    return comp
+
+
+class _Resolver:
+    """Rules 4-6 over the decided components of one pass, with the coverage accounting."""
+
+    def __init__(self, c: _Cols, frames, la, lb, inside, near, stats: MergeStats):
+        from scipy.sparse import coo_matrix
+
+        self.c, self.frames, self.inside, self.near, self.stats = c, frames, inside, near, stats
+        n = len(c.geoms)
+        self.tiles = c.tiles
+        adj = coo_matrix((np.ones(2 * len(la), np.int8), (np.r_[la, lb], np.r_[lb, la])), shape=(n, n)).tocsr()
+        self.ptr, self.nbr = adj.indptr, adj.indices
+        cand = np.flatnonzero(~inside)
+        self.cores = np.empty(n, dtype=object)
+        self.cores[cand] = [frames[int(t)].core for t in self.tiles[cand]]
+        # the cores exactly (not grown): they partition the image, so what tiles own is never counted twice
+        exact = {t: frames[t].core.buffer(-frames[t].pixel, join_style="mitre") for t in
+                 np.unique(self.tiles[cand]).tolist()}
+        self.exact = np.empty(n, dtype=object)
+        self.exact[cand] = [exact[t] for t in self.tiles[cand].tolist()]
+        self.owned_area = shapely.area(c.geoms)
+        if len(cand):  # the part inside its own core: most parts lie wholly inside or outside it
+            cg, cc = c.geoms[cand], self.exact[cand]
+            oa = self.owned_area[cand]
+            inside_core = shapely.within(cg, cc)
+            cross = ~inside_core
+            cross[cross] = shapely.intersects(cg[cross], cc[cross])
+            oa[~inside_core & ~cross] = 0.0
+            oa[cross] = shapely.area(shapely.intersection(cg[cross], cc[cross]))
+            self.owned_area[cand] = oa
+        self.owned = np.ones(n, dtype=bool)
+        if len(cand):
+            # owned: the centre of the object (the part's box grown by the boxes of the parts it links to:
+            # the other tiles' views of it) lies in the part's own tile's core. So a tile that splits an
+            # object owns neither half unless it owns the object, and one owner decides for all its parts.
+            b = shapely.bounds(c.geoms)
+            ext = b.copy()
+            for k, fn in ((0, np.minimum), (1, np.minimum), (2, np.maximum), (3, np.maximum)):
+                fn.at(ext[:, k], la, b[lb, k])
+                fn.at(ext[:, k], lb, b[la, k])
+            e = ext[cand]
+            self.owned[cand] = shapely.contains_xy(self.cores[cand], (e[:, 0] + e[:, 2]) / 2, (e[:, 1] + e[:, 3]) / 2)
+        pixel = np.asarray([frames[int(t)].pixel for t in np.unique(self.tiles)])
+        self.edge_q = np.floor(c.edge / (AUTHORITY_CELLS * MASK_CELL))
+        self.gap = JOIN_CELLS * MASK_CELL * (pixel.max() if len(pixel) else 1.0)
+        self.dropped: list[tuple[int, str, float]] = []  # (part, rule, owned area no output covers)
+        self._tree = None
+
+    def run(self, comp: np.ndarray, deferred: np.ndarray) -> tuple[Merged, np.ndarray]:
+        """Objects of every component not deferred, in the order of their first part."""
+        c, st = self.c, self.stats
+        live = np.flatnonzero(~deferred)
+        idx = live[np.argsort(comp[live], kind="stable")]
+        cuts = np.flatnonzero(np.diff(comp[idx])) + 1
+        starts, ends = np.r_[0, cuts], np.r_[cuts, len(idx)]
+        single = (ends - starts) == 1
+        geoms, first, score, prompt, ntiles = self._singles(idx[starts[single]])
+        # the common case at scale, vectorized: two complete views of one object from two tiles
+        s2 = starts[~single & ((ends - starts) == 2)]
+        a, b = idx[s2], idx[s2 + 1]
+        fast = c.complete[a] & c.complete[b] & (self.tiles[a] != self.tiles[b])
+        for col, got in zip((geoms, first, score, prompt, ntiles), self._pairs(a[fast], b[fast])):
+            col.extend(got)
+        # ... and a complete view beside a cut view that its own core area mostly lies under
+        one = c.complete[a] ^ c.complete[b]
+        full, cut = np.where(c.complete[a], a, b)[one], np.where(c.complete[a], b, a)[one]
+        covered = np.zeros(len(a), dtype=bool)
+        covered[np.flatnonzero(one)] = done = self._covered_pairs(full, cut)
+        for col, got in zip((geoms, first, score, prompt, ntiles), self._kept(full[done], cut[done])):
+            col.extend(got)
+        general = np.ones(len(starts), dtype=bool)
+        general[single] = False
+        general[np.flatnonzero(~single & ((ends - starts) == 2))[fast | covered]] = False
+        for s, e in zip(starts[general].tolist(), ends[general].tolist()):
+            for g, f, sc, nt in self._component(idx[s:e]):
+                geoms.append(g)
+                first.append(f)
+                score.append(sc)
+                prompt.append(c.prompt[idx[s]])
+                ntiles.append(nt)
+        first = np.asarray(first, dtype=np.int64)
+        rank = np.argsort(first, kind="stable")
+        out = Merged([geoms[i] for i in rank], [float(score[i]) for i in rank],
+                     [_item(prompt[i]) for i in rank], [int(ntiles[i]) for i in rank])
+        _count(st, "owned", c.prompt[live], self.owned_area[live])
+        _count(st, "out", np.asarray(out.prompt), shapely.area(np.asarray(out.geometry, dtype=object))
+               if out.geometry else np.zeros(0))
+        for rule in ("duplicates", "slivers"):
+            d = [(i, a) for i, r, a in self.dropped if r == rule]
+            if d:
+                _count(st, rule, c.prompt[[i for i, _ in d]], np.asarray([a for _, a in d]))
+        return out, first[rank]
+
+    def _singles(self, lone: np.ndarray):
+        """Components of one part: kept as they are, unless a sliver (rule 6)."""
+        c, st = self.c, self.stats
+        cut = lone[~c.complete[lone]]
+        slivers = _slivers(cut, c.geoms, self.tiles, self.frames, self.near, self.owned_area)
+        if slivers:
+            drop = np.isin(lone, np.fromiter(slivers, dtype=np.int64, count=len(slivers)))
+            for i in lone[drop].tolist():
+                self.dropped.append((i, "slivers", float(self.owned_area[i])))
+            st.slivers_dropped += int(drop.sum())
+            lone = lone[~drop]
+        st.unlinked_cut_pieces += int((~c.complete[lone] & ~self.inside[lone] & (c.edge[lone] < np.inf)).sum())
+        return (list(c.geoms[lone]), c.order[lone].tolist(), c.score[lone].tolist(), list(c.prompt[lone]),
+                [1] * len(lone))
+
+    def _pairs(self, a: np.ndarray, b: np.ndarray):
+        """Rule 4 for components of two complete parts of two tiles: the one of more authority is kept."""
+        c, st = self.c, self.stats
+        oa, ob = ~self.owned[a], ~self.owned[b]
+        ea, eb = self.edge_q[a], self.edge_q[b]
+        a_wins = (oa < ob) | ((oa == ob) & ((ea > eb) | ((ea == eb) & (c.order[a] < c.order[b]))))
+        win, lose = np.where(a_wins, a, b), np.where(a_wins, b, a)
+        acc = lose[self.owned_area[lose] > 0]
+        if len(acc):
+            acc_win = win[self.owned_area[lose] > 0]
+            own = shapely.difference(shapely.intersection(c.geoms[acc], self.exact[acc]), c.geoms[acc_win])
+            self.dropped.extend((i, "duplicates", v) for i, v in zip(acc.tolist(), shapely.area(own).tolist()))
+        return self._kept(win, lose)
+
+    def _covered_pairs(self, full: np.ndarray, cut: np.ndarray) -> np.ndarray:
+        """Whether each cut part's own-core area lies mostly under its complete partner (rule 5), for
+        pairs of different tiles; the uncovered owned area of those is counted."""
+        ok = self.tiles[full] != self.tiles[cut]
+        clip = shapely.intersection(self.c.geoms[cut[ok]], self.exact[cut[ok]])
+        area = shapely.area(clip)
+        cov = shapely.area(shapely.intersection(clip, self.c.geoms[full[ok]]))
+        done = np.zeros(len(full), dtype=bool)
+        done[np.flatnonzero(ok)] = got = cov >= COVERED * area
+        self.dropped.extend((i, "duplicates", v) for i, v in zip(cut[ok][got].tolist(),
+                                                                 (area - cov)[got].clip(0).tolist()))
+        return done
+
+    def _kept(self, win: np.ndarray, lose: np.ndarray):
+        """Objects of two-part components whose `win` part is kept and `lose` part dropped as a duplicate."""
+        c, st = self.c, self.stats
+        st.merged_groups += len(win)
+        st.largest_group = max(st.largest_group, 2 if len(win) else 0)
+        st.duplicates_dropped += len(win)
+        return (list(c.geoms[win]), c.order[win].tolist(), c.score[win].tolist(), list(c.prompt[win]),
+                [2] * len(win))
+
+    def _component(self, m: np.ndarray) -> list:
+        """Rules 4 and 5 for one component of 2+ parts: [(geometry, first, score, n_tiles)]."""
+        c, st, tiles = self.c, self.stats, self.tiles
+        st.merged_groups += 1
+        st.largest_group = max(st.largest_group, len(m))
+        if len(set(c.keys[m].tolist())) < len(m):
+            st.disagreements += 1
+        ntiles = len(set(tiles[m].tolist()))
+        full = m[c.complete[m]]
+        kept: list[int] = []
+        drops: list[tuple[int, str]] = []
+        if len(full):
+            keptset: set[int] = set()
+            for i in full[np.lexsort((c.order[full], -self.edge_q[full], ~self.owned[full]))].tolist():
+                ti = tiles[i]
+                if any(j in keptset and tiles[j] != ti for j in self.nbr[self.ptr[i]:self.ptr[i + 1]].tolist()):
+                    drops.append((i, "duplicates"))
+                else:
+                    kept.append(i)
+                    keptset.add(i)
+        outs = [(c.geoms[i], int(c.order[i]), float(c.score[i]), ntiles) for i in kept]
+        stitch = m[~c.complete[m]]
+        if kept and len(stitch):
+            clipped = shapely.intersection(c.geoms[stitch], self.exact[stitch])
+            ku = c.geoms[kept[0]] if len(kept) == 1 else shapely.union_all(c.geoms[kept])
+            covered = shapely.area(shapely.intersection(clipped, ku)) >= COVERED * shapely.area(clipped)
+            drops += [(i, "duplicates") for i in stitch[covered].tolist()]
+            stitch = stitch[~covered]
+        if len(stitch):
+            got = self._stitch(stitch, np.unique(tiles[m]))
+            if got is None:
+                drops += [(i, "slivers") for i in stitch.tolist()]
+            else:
+                outs += got
+        st.duplicates_dropped += sum(r == "duplicates" for _, r in drops)
+        st.slivers_dropped += sum(r == "slivers" for _, r in drops)
+        self._account(drops, [g for g, *_ in outs])
+        return outs
+
+    def _stitch(self, s: np.ndarray, comp_tiles: np.ndarray):
+        """Rule 5: cut parts clipped to their cores, unioned, split into regions; None for slivers.
+
+        Where a tile said nothing about the object (a miss, a score under the threshold at its edge: it has
+        no part in the component), the parts reaching into its core keep their area there."""
+        c = self.c
+        clipped = shapely.intersection(c.geoms[s], self.cores[s])
+        areas = shapely.area(clipped)
+        geom = shapely.union_all(clipped[areas > 0]) if (areas > 0).any() else Polygon()
+        if geom.area <= 0.05 * shapely.area(c.geoms[s]).max() and self._beside_another(s):
+            return None  # rule 6 for linked slivers: all outside their own cores, next to another object
+        if geom.is_empty:
+            geom = shapely.union_all(c.geoms[s])
+        else:
+            said = shapely.union_all([self.frames[int(t)].core for t in comp_tiles.tolist()])
+            unclaimed = shapely.difference(c.geoms[s], said)
+            unclaimed = unclaimed[shapely.area(unclaimed) > 0]
+            if len(unclaimed):
+                geom = shapely.union_all([geom, *unclaimed])
+        outs = []
+        for r in _regions(_polygonal(geom), self.gap):
+            hit = shapely.intersects(clipped, r) & (areas > 0)
+            if not hit.any():
+                hit = np.ones(len(s), dtype=bool)
+            w = areas[hit]
+            sc = float(np.average(c.score[s[hit]], weights=w)) if w.sum() > 0 else float(c.score[s[hit]].mean())
+            outs.append((r, int(c.order[s[hit]].min()), sc, len(np.unique(self.tiles[s[hit]]))))
+        self.stats.stitched += len(outs)
+        return outs
+
+    def _beside_another(self, members: np.ndarray) -> bool:
+        """Whether a part outside `members`, of a tile outside them, lies within the sliver tolerance of one
+        of them (or an earlier pass saw one: `near`)."""
+        if self.near[members].any():
+            return True
+        if self._tree is None:
+            self._tree = shapely.STRtree(self.c.geoms)
+        mine, own = set(members.tolist()), set(self.tiles[members].tolist())
+        for i in members.tolist():
+            hits = self._tree.query(self.c.geoms[i], predicate="dwithin",
+                                    distance=4 * self.frames[int(self.tiles[i])].pixel)
+            if any(j not in mine and int(self.tiles[j]) not in own for j in hits.tolist()):
+                return True
+        return False
+
+    def _account(self, drops: list, outs: list) -> None:
+        """The owned area of each dropped part that no output of its component covers."""
+        todo = [(i, r) for i, r in drops if self.owned_area[i] > 0]
+        if not todo:
+            return
+        idx = np.asarray([i for i, _ in todo])
+        own = shapely.intersection(self.c.geoms[idx], self.exact[idx])
+        if outs:
+            own = shapely.difference(own, outs[0] if len(outs) == 1 else shapely.union_all(outs))
+        for (i, r), a in zip(todo, shapely.area(own).tolist()):
+            self.dropped.append((i, r, a))
+
+
+def _item(v):
+    return v.item() if hasattr(v, "item") else v
+
+
+def _count(stats: MergeStats, name: str, prompts: np.ndarray, areas: np.ndarray) -> None:
+    """Add `areas` to the coverage figure `name`, per prompt."""
+    if not len(prompts):
+        return
+    keys, inv = np.unique(prompts, return_inverse=True)
+    sums = np.bincount(inv.ravel(), weights=areas, minlength=len(keys))
+    for k, s in zip(keys.tolist(), sums.tolist()):
+        stats.count(k, name, s)
 
 
 def _near_other_tile(idx: np.ndarray, geoms, tiles, frames) -> np.ndarray:
-    """Whether a piece of another tile lies within the sliver tolerance of each piece in `idx`."""
+    """Whether a part of another tile lies within the sliver tolerance of each part in `idx`."""
     out = np.zeros(len(idx), dtype=bool)
     if not len(idx):
         return out
@@ -333,40 +671,20 @@ def _near_other_tile(idx: np.ndarray, geoms, tiles, frames) -> np.ndarray:
     return out
 
 
-def _beside_another(members: np.ndarray, geoms, tiles, frames, near=None) -> bool:
-    """Whether a piece outside the group `members`, of a tile outside it, lies within the sliver
-    tolerance of one of them (or an earlier pass saw one: `near`)."""
-    if near is not None and near[members].any():
-        return True
-    tree = shapely.STRtree(geoms)
-    mine, own = set(members.tolist()), set(tiles[members].tolist())
-    for i in members.tolist():
-        hits = tree.query(geoms[i], predicate="dwithin", distance=4 * frames[int(tiles[i])].pixel)
-        if any(j not in mine and int(tiles[j]) not in own for j in hits.tolist()):
-            return True
-    return False
-
-
-def _slivers(groups, geoms, complete, tiles, frames, near=None) -> set[int]:
-    """Unmatched cut pieces outside their own core that lie against another object (see rule 5).
-    `near`: per piece, another tile's piece is known to lie within the tolerance (from an earlier pass)."""
-    lone = [m[0] for m in groups.values() if len(m) == 1 and not complete[m[0]]]
-    if not lone:
+def _slivers(lone: np.ndarray, geoms, tiles, frames, near, owned_area) -> set[int]:
+    """Unmatched cut parts outside their own core that lie against another object (rule 6).
+    `near`: per part, another tile's part is known to lie within the tolerance (from an earlier pass)."""
+    if not len(lone):
         return set()
-    lone_arr = np.asarray(lone)
-    cores = np.asarray([frames[int(tiles[i])].core for i in lone_arr], dtype=object)
-    owned = shapely.area(shapely.intersection(geoms[lone_arr], cores))
-    outside = lone_arr[owned <= 0.05 * shapely.area(geoms[lone_arr])]
+    outside = lone[owned_area[lone] <= 0.05 * shapely.area(geoms[lone])]
     if not len(outside):
         return set()
-    out = {i for i in outside.tolist() if near is not None and near[i]}
-    rest = np.asarray([i for i in outside.tolist() if i not in out], dtype=np.int64)
-    hits = _near_other_tile(rest, geoms, tiles, frames)
-    out.update(rest[hits].tolist())
+    out = set(outside[near[outside]].tolist())
+    rest = outside[~near[outside]]
+    out.update(rest[_near_other_tile(rest, geoms, tiles, frames)].tolist())
     return out
 
 
-_COLUMNS = ("geometry", "score", "prompt", "tile_key", "complete", "edge_dist")
 
 
 @dataclass
@@ -423,16 +741,12 @@ def merge_block(pieces: Packed, order, frames: Mapping[int, TileFrame], foreign,
                 iou_min: float = IOU_MIN, ios_min: float = IOS_MIN) -> BlockPart:
     """The merge of one block of tiles (a Dask task): `frames` holds the block's tiles, `foreign` the
     windows of other tiles within `reach` of them."""
-    pieces = pieces.unpack(Pieces)
-    part = _merge_part(pieces, frames, iou_min, ios_min, order=order, foreign=foreign, reach=reach)
+    part = _merge_part(pieces.unpack(Pieces), frames, iou_min, ios_min, order=order, foreign=foreign, reach=reach)
     d = part.deferred
-    return BlockPart(Packed.of(part.merged), part.first, part.stats, Packed.of(_take(pieces, d)),
-                     np.asarray(order)[d], part.inside[d], part.near[d])
-
-
-def _take(pieces: Pieces, idx) -> Pieces:
-    idx = list(map(int, idx))
-    return Pieces(*([getattr(pieces, name)[i] for i in idx] for name in _COLUMNS))
+    cols = part.cols
+    rest = Packed.of(cols.pieces(d)) if cols is not None else Packed.of(Pieces())
+    return BlockPart(Packed.of(part.merged), part.first, part.stats, rest,
+                     cols.order[d] if cols is not None else np.zeros(0, np.int64), part.inside[d], part.near[d])
 
 
 def tile_blocks(tiles, block: int) -> dict[int, int]:
@@ -466,7 +780,7 @@ class BlockMerger:
                  iou_min: float = IOU_MIN, ios_min: float = IOS_MIN, on_block=None):
         self.on_block = on_block
         self.emitted = 0  # objects handed to on_block
-        self.frames, self.blocks = frames, dict(blocks)
+        self.frames, self.blocks = dict(frames), dict(blocks)
         self.submit = submit
         self.iou_min, self.ios_min = iou_min, ios_min
         self.reach = 8 * max(f.pixel for f in frames.values()) if frames else 0.0
@@ -475,12 +789,27 @@ class BlockMerger:
         self._tile_block = np.asarray([self.blocks[int(t)] for t in self._tile_ids], dtype=np.int64)
         self._wtree = shapely.STRtree(self._windows) if len(self._windows) else None
         self._waiting: dict[int, set] = {}
+        self._members: dict[int, list] = {}
         for t, b in self.blocks.items():
             self._waiting.setdefault(b, set()).add(int(t))
+            self._members.setdefault(b, []).append(int(t))
         self._pending: dict[int, dict[int, Packed]] = {}
         self.parts: list = []  # BlockPart, or futures of them
         self._undrained: list[int] = []  # indices in `parts` whose objects `drain` has not handed over
         self.single = len(self._waiting) <= 1
+
+    def expect(self, tile_index: int, frame: TileFrame, block: int) -> None:
+        """Register a tile that appears while the run goes (a refined tile's sub-tile), or replace a tile's
+        frame, before its pieces are added: its block waits for it. Its window must lie within the windows
+        given at construction (a sub-tile lies within its parent's): other blocks are found by those."""
+        t = int(tile_index)
+        if block not in self._waiting or self.blocks.get(t, block) != block:
+            raise ValueError(f"tile {t}: block {block} was merged already, or the tile is in another block")
+        if t not in self.blocks:
+            self.blocks[t] = block
+            self._members[block].append(t)
+            self._waiting[block].add(t)
+        self.frames[t] = frame
 
     def add(self, tile_index: int, pieces: "Pieces | Packed | None") -> None:
         """A finished tile's pieces (its tile keys say which tile); merges its block when it is complete."""
@@ -503,7 +832,7 @@ class BlockMerger:
         pieces = Packed.concat([got[t] for t in tiles])
         order = np.concatenate([t * ORDER_TILE + np.arange(len(got[t]), dtype=np.int64) for t in tiles])
         mask = self._tile_block == b
-        mine = self._tile_ids[mask]
+        mine = self._members.get(b, [])
         if self.single:
             foreign = []
         else:

@@ -30,6 +30,7 @@ from .grid import DEFAULT_OVERLAP, TILE_SIZE
 from .model.registry import RuntimeSpec, available_backends
 from .model.runtime import MODEL_SIZE
 from .readers.base import parse_bands
+from .refine import DEFAULT_DEPTH, MAX_DEPTH, MODES as REFINE_MODES
 from .vectorize import EDGE_MARGIN
 
 __all__ = ["Opt", "opt", "Options", "declarations", "DEVICES"]
@@ -81,7 +82,7 @@ class Opt:
 
     def in_range(self, v: float) -> bool:
         return ((self.ge is None or v >= self.ge) and (self.gt is None or v > self.gt)
-                and (self.le is None or v <= self.le) and not (isinstance(v, float) and math.isnan(v)))
+                and (self.le is None or v <= self.le) and not (isinstance(v, float) and not math.isfinite(v)))
 
 
 def opt(default: Any, help: str, **decl: Any) -> Any:
@@ -130,7 +131,8 @@ class Options:
                        job="tiling.overlap", flags=("--overlap",), commands=("segment", "plan"), ge=0)
     scale: float = opt(1.0, "Uniform zoom: 2 for tiny objects, 0.5 for big ones (resampled on read).",
                        job="tiling.scale", flags=("--scale",), commands=("segment", "plan"), gt=0, le=64)
-    gsd: float | None = opt(None, "Target ground sampling distance in CRS units per pixel (overrides --scale).",
+    gsd: float | None = opt(None, "Target sampling distance per pixel (overrides --scale): metres on a lon/lat CRS, "
+                                  "CRS units on a projected one, microns on a slide of known pixel size.",
                             job="tiling.gsd", flags=("--gsd",), commands=("segment", "plan"), gt=0)
     bands: tuple[int, ...] | None = opt(
         None, "Bands as R,G,B (e.g. 4,3,2) or one band for grey; --channels for slides (1-based).",
@@ -138,14 +140,35 @@ class Options:
     squash: bool = opt(False, f"Baseline: the whole image stretched to one {MODEL_SIZE}x{MODEL_SIZE} input, as "
                               "the published callers do.", job="tiling.squash", flags=("--squash",),
                        commands=("segment", "plan"))
-    min_area: float = opt(0.0, "Drop objects smaller than this (CRS units).", job="postprocess.min_area",
-                          flags=("--min-area",), ge=0)
-    simplify: float = opt(0.0, "Simplify polygons with this tolerance (CRS units).", job="postprocess.simplify",
-                          flags=("--simplify",), ge=0)
+    refine: str = opt(REFINE_MODES[0], "auto: a tile where a prompt hits SAM 3's 200-object cap is re-run as 4 sub-tiles "
+                                       "at twice the zoom, for that prompt only, recursively where still saturated "
+                                       "(see sam3tiles.refine); off: such tiles are only reported.",
+                      job="tiling.refine", flags=("--refine",), commands=("segment", "plan"), choices=REFINE_MODES)
+    refine_depth: int = opt(DEFAULT_DEPTH, "Zoom doublings refinement may apply at most.", job="tiling.refine_depth",
+                            flags=("--refine-depth",), commands=("segment", "plan"), ge=0, le=MAX_DEPTH,
+                            note=f"each level doubles the zoom of saturated tiles; {MAX_DEPTH} is 16x")
+    min_area: float = opt(0.0, "Drop objects smaller than this `area`: m² on a lon/lat CRS, else CRS units² "
+                               "(pixels without a CRS).", job="postprocess.min_area", flags=("--min-area",), ge=0)
+    max_area: float | None = opt(None, "Drop objects larger than this (units of --min-area).",
+                                 job="postprocess.max_area", flags=("--max-area",), gt=0)
+    min_score: float = opt(0.5, "Drop objects scored below this.", job="postprocess.min_score",
+                           flags=("--min-score",), ge=0.5, le=1,
+                           note="the model's graphs already drop detections below 0.5, so a lower threshold "
+                                "would keep nothing more")
+    simplify: float = opt(0.0, "Simplify polygons with this tolerance: metres on a lon/lat CRS, else CRS units "
+                               "(pixels without a CRS).", job="postprocess.simplify", flags=("--simplify",), ge=0)
+    layer: str | None = opt(None, "GeoPackage layer to write (default: the output's stem); other layers of an "
+                                  "existing .gpkg are kept, --overwrite replaces only this one.",
+                            job="output.layer", flags=("--layer",), metavar="NAME")
+    geojson_crs: str = opt("wgs84", "GeoJSON of a georeferenced input: wgs84 = RFC 7946 lon/lat; native = the "
+                                    "source CRS.", job="output.geojson_crs", flags=("--geojson-crs",),
+                           choices=("wgs84", "native"))
+    no_preview: bool = opt(False, "Do not write the quicklook OUT.preview.png (the image, objects outlined per "
+                                  "prompt, failed tiles marked).", job="output.no_preview", flags=("--no-preview",))
     retries: int = opt(2, "Retries of a failed tile task before the tile counts as failed.", job="run.retries",
                        ge=0, le=20)
-    strict: bool = opt(False, "Exit with an error when any tile failed.", job="run.strict", flags=("--strict",),
-                       commands=("segment", "run"))
+    strict: bool = opt(False, "Exit with an error (5) when any tile failed or still hit SAM 3's 200-object cap.",
+                       job="run.strict", flags=("--strict",), commands=("segment", "run"))
     progress: bool = opt(False, "Show a progress bar (tqdm.auto: a widget in notebooks).")
     max_in_flight: int | None = opt(None, "Tiles in flight at once (default: from the engine's threads).", ge=1)
     edge_margin: int = opt(EDGE_MARGIN, "Mask pixels at a tile's inner edge treated as cut by the edge.", ge=0)
@@ -155,6 +178,9 @@ class Options:
     box_scope: str = opt("image", "image: every example box acts in every tile (its pixels are pasted into each "
                                   "tile's free margin); tile: a box acts only in the tiles it lies in.",
                          job="prompts.box_scope", flags=("--box-scope",), choices=("image", "tile"))
+    verify_inputs: bool = opt(False, "Tell changed inputs by a hash of their content, not by size, time or ETag "
+                                     "(reads every input once more).", job="run.verify_inputs",
+                              flags=("--verify-inputs",), commands=("segment",))
     asset: str | None = opt(None, "STAC inputs (item JSON files or URLs, or a saved search): the key of the "
                                   "asset to segment (job files: the top-level key `asset`).",
                             flags=("--asset",), commands=("segment", "plan"))
@@ -224,10 +250,14 @@ def check(o: Options) -> None:
         if kind is bool and not isinstance(v, bool):
             raise UsageError(f"{name} must be True or False (got {v!r})")
         if isinstance(v, (int, float)) and not isinstance(v, bool) and not d.in_range(v):
-            raise UsageError(f"{name} must be {d.range_text()} (got {v:g})" + (f": {d.note}" if d.note else ""))
+            finite = " (a finite number)" if isinstance(v, float) and math.isinf(v) else ""
+            raise UsageError(f"{name} must be {d.range_text()}{finite} (got {v:g})" + (f": {d.note}" if d.note else ""))
         allowed = d.allowed()
         if allowed is not None and isinstance(v, str) and v not in allowed:
             raise UsageError(f"{name} {v!r} is not one of {', '.join(allowed)}: choose one of them")
+    if o.max_area is not None and not o.max_area > o.min_area:
+        raise UsageError(f"--max-area {o.max_area:g} must be larger than --min-area {o.min_area:g} (both in the "
+                         "`area` column's units)")
     for problem in cross_problems(o.tile_size, o.overlap, o.squash):
         raise UsageError(problem.format(**{n: named(n) for n in ("tile_size", "overlap")}))
 

@@ -1,8 +1,9 @@
 """A run from its plan to its outputs: plan -> engine -> each input's tiles -> merge -> frames -> write.
 
 `segment_job` checks everything first (`plan.plan_run`), then opens the engine (this process or a Dask
-cluster) and runs each input (`runner.InputRun`: tiles in flight, checkpoints, the merge), builds the
-output frames (`frames`) and writes them, with the run report. The public, typed entry point is
+cluster) and runs each input (`runner.InputRun`: tiles in flight, checkpoints, the merge), whose
+decided objects go to an `ObjectSpool` on disk as merge blocks finish (`writers.stream`), then writes the
+outputs from the spool chunk by chunk, with the run report: driver memory does not grow with the objects. The public, typed entry point is
 `sam3tiles.segment` (api.py); the CLI and job files call `segment_job`.
 """
 
@@ -14,11 +15,13 @@ import os
 import sys
 import time
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any, Sequence
 
 import geopandas as gpd
 
 from .checkpoint import TileStore
+from .checks import disk_errors, record_outputs, replaceable
 from .engine import Engine, open_engine
 from .errors import TilesFailedError
 from .frames import file_metadata
@@ -27,11 +30,13 @@ from .model.registry import runtime_stats
 from .options import Options
 from .plan import InputPlan, RunPlan, check_out, plan_run
 from .prompts import GeoBox
+from .readers.remote import input_name as file_name
 from .report import RunReport
 from .runner import InputResult, InputRun
-from .writers import output_lock
-from .writers.stream import ObjectSpool, write_streamed
+from .writers import output_lock, write_vector
+from .writers.atomic import Deferred, deferred_renames, remove_stale_temps
 from .writers.labels import write_labels
+from .writers.stream import ObjectSpool
 
 log = logging.getLogger(__name__)
 
@@ -77,46 +82,83 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
     if store is not None:
         report.checkpoint["work_dir"] = str(plan.work_dir)
     bar = _progress_bar() if opts.progress else None
+    pending = Deferred()
     gdf = None
-    spool = ObjectSpool(plan.work_dir, simplify=opts.simplify, min_area=opts.min_area)
+    spool = ObjectSpool(plan.work_dir)
     try:
         with _locks(plan.outputs), open_engine(client=client, scheduler=opts.scheduler,
                                                workers=opts.workers) as engine:
             for p in plan.outputs:  # again under the lock: a run that finished meanwhile wrote it
-                check_out(p, plan.overwrite, plan.dataset)
+                check_out(p, plan.overwrite or replaceable(p, plan.work_dir), opts, plan.dataset)
+            for p in (plan.report_path, plan.labels):  # temporary files a killed run left beside them
+                if p is not None:
+                    remove_stale_temps(p)
             _announce(engine, report, bar)
             results = [run_input(engine, plan, inp, report, store, bar, spool) for inp in plan.inputs]
-            write_outputs(plan, results, report, spool)
+            # every output is written under a temporary name; the report is written, then they are all
+            # renamed into place: a run stopped before then leaves no output without its report, and its
+            # rerun is not stopped by "output exists"
+            with deferred_renames(pending):
+                write_outputs(plan, results, report, spool)
+            report.runtime_counters = _counters(engine)
+            _publish(plan, report, store, pending, t_start)
             if return_objects:
                 gdf = spool.read(range(len(plan.inputs)))
-            report.runtime_counters = _counters(engine)
+                gdf.attrs["sam3tiles_report"] = report.as_dict()
     finally:
         spool.close()
-        spool.close()
+        pending.discard()
         if bar is not None:
             bar.close()
         if store is not None:
             report.checkpoint["stored"] = store.puts
             store.close()
-    report.wall_seconds = time.perf_counter() - t_start
-    if plan.report_path is not None:
-        report.write_json(plan.report_path)
-    if gdf is not None:
-        gdf.attrs["sam3tiles_report"] = report.as_dict()
     if opts.strict and report.failed:
         raise TilesFailedError(f"{report.failed} tile(s) failed (see the report); rerun to retry them")
+    _saturation_advice(report, opts)
     return gdf, report
+
+
+def _publish(plan: RunPlan, report: RunReport, store: TileStore | None, pending: Deferred, t_start: float) -> None:
+    """Write the report, record the outputs in the work folder, then rename the outputs into place."""
+    if store is not None:
+        report.checkpoint["stored"] = store.puts
+    report.wall_seconds = time.perf_counter() - t_start
+    if plan.report_path is not None:
+        with disk_errors(plan.report_path.parent, "the report"):
+            report.write_json(plan.report_path)
+    wd = plan.work_dir if store is not None else None
+    record_outputs(wd, pending.files, report.failed, "pending")
+    pending.commit()
+    done = [*plan.outputs, *([plan.labels] if plan.labels is not None else [])]
+    record_outputs(wd, [(p, p) for p in done], report.failed, "done")
+
+
+def _saturation_advice(report: RunReport, opts: Options) -> None:
+    """Tiles still saturated (not refined): one line of advice on stderr; --strict makes it exit 5."""
+    if not report.saturated:
+        return
+    from .refine import advice
+
+    if opts.squash:
+        line = (f"{report.saturated} squashed image(s) hit SAM 3's 200-object cap, so objects are missing: run "
+                "without --squash (tiles, zoomed in where dense)")
+    else:
+        line = advice(report.saturated, opts.refine, opts.refine_depth if opts.refine == "auto" else 0)
+    if opts.strict:
+        raise TilesFailedError(line + " (--strict: the output is written; exit 5)")
+    log.warning(line)
 
 
 def run_input(engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport, store: TileStore | None,
               progress_bar=None, spool: ObjectSpool | None = None) -> InputResult:
     """Segment one input of `plan` through `engine`; its merged objects go to `spool` block by block as
     the merge decides them (not yet written to any output)."""
-    return InputRun(engine, plan, inp, report, store, progress_bar, spool if spool is not None else ObjectSpool()).run()
+    return InputRun(engine, plan, inp, report, store, progress_bar, spool).run()
 
 
 def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport, spool: ObjectSpool) -> None:
-    """Write every output of the run from the spool, chunk by chunk (`writers.stream`).
+    """Write every output of the run from the spool, chunk by chunk.
 
     Per-input outputs are written together at the end: a run killed before then leaves none of them, so
     its rerun resumes instead of stopping at an output that already exists."""
@@ -126,24 +168,40 @@ def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport, 
     report.objects = spool.count()
     report.objects_by_prompt = spool.counts_by_prompt()
     report.merge = merge_total.as_dict()
-    for i, inp in enumerate(plan.inputs):
+    for i, (res, inp) in enumerate(zip(results, plan.inputs)):
         if inp.output is not None:
-            with _timed(report, "write"):
-                write_streamed(spool.frames([i]), inp.output, metadata=_metadata(report, spool.crs_of([i])))
-    everything = range(len(plan.inputs))
+            with _timed(report, "write"), disk_errors(inp.output.parent):
+                write_output(spool, [i], inp.output, plan, [res], report)
     if plan.combined is not None:
-        with _timed(report, "write"):
-            write_streamed(spool.frames(everything), plan.combined,
-                           metadata=_metadata(report, spool.crs_of(everything)), dataset=plan.dataset)
+        with _timed(report, "write"), disk_errors(plan.combined.parent):
+            write_output(spool, range(len(results)), plan.combined, plan, results, report, dataset=plan.dataset)
     if plan.labels is not None:
         inp = plan.inputs[0]
-        with _timed(report, "write"):
+        with _timed(report, "write"), disk_errors(plan.labels.parent, "the label image"):
             write_labels(spool, plan.labels, inp.width, inp.height, inp.transform, inp.crs)
 
 
-def _metadata(report: RunReport, crs) -> dict:
-    """`frames.file_metadata` for an output of CRS `crs` (WKT or None)."""
-    return file_metadata(report, gpd.GeoDataFrame(geometry=gpd.GeoSeries([], crs=crs)))
+def write_output(spool: ObjectSpool, inputs, dest, plan: RunPlan, results: list[InputResult], report: RunReport,
+                 dataset: bool = False) -> None:
+    """One output (by extension; `dataset`: a partitioned GeoParquet folder) of the objects of `inputs`,
+    read from the spool a chunk at a time, and unless --no-preview its quicklook `OUT.preview.png`."""
+    opts = plan.options
+    frames = {file_name(r.source): r.frame for r in results if r.frame is not None}
+    labels = [p.label for p in plan.prompts]
+    crs = spool.crs_of(inputs)
+    meta = file_metadata(report, gpd.GeoDataFrame(geometry=gpd.GeoSeries([], crs=crs)), frames)
+    write_vector(spool.frames(inputs), dest, layer=opts.layer, metadata=meta, frames=frames,
+                 geojson_crs=opts.geojson_crs, prompts=labels, dataset=dataset)
+    if not opts.no_preview:
+        from .quicklook import write_quicklook
+
+        write_quicklook(preview_path(dest, opts.layer), lambda: spool.frames(inputs), results, labels, opts.bands)
+
+
+def preview_path(out: str | os.PathLike, layer: str | None = None) -> Path:
+    """`OUT.preview.png` (`OUT.LAYER.preview.png` for a --layer of a GeoPackage)."""
+    out = str(out).rstrip("/" + os.sep)  # a dataset folder's quicklook lies beside it
+    return Path(f"{out}.{layer}.preview.png" if layer else f"{out}.preview.png")
 
 
 class _timed:

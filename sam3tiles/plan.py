@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,8 @@ from typing import Iterator, Sequence
 
 import geopandas as gpd
 
+from .checks import (check_box_file, check_input, check_options, check_plan, check_work_dir,
+                     replaceable)
 from .errors import InputDataError, PromptError, UsageError
 from .grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from .merge import tile_frame
@@ -28,12 +31,18 @@ from .options import Options
 from .prompts import GeoBox, Prompt, boxes_outside, build_prompts, raster_bounds, read_box_file
 from .readers import Source, Stretch, open_source
 from .readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_hrefs
+from .refine import Refiner
+from .units import Frame, pixel_size
 from .writers import check_output
 from .writers.stream import check_dataset, is_dataset
+from .writers.vector import check_layer
 from .writers.labels import check_labels
 
 #: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
 ENCODE_S, DECODE_S = 0.35, 0.07
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,13 @@ class InputPlan:
     grid: TileGrid | None  # None when squashed
     squash_size: int
     output: Path | None  # its own output (when --out is a folder)
+    pixel_size_um: tuple[float, float] | None = None  # a slide's physical pixel size (OME), when it states one
+
+    @property
+    def frame(self) -> Frame:
+        """The input's frame for units (`units.Frame`)."""
+        return Frame(self.crs, self.transform, self.width, self.height, self.pixel_size_um)
+    files: tuple[str, ...] = ()  # every file its pixels come from (a VRT's sources, ...)
 
     @property
     def bounds(self) -> tuple[float, float, float, float]:
@@ -129,7 +145,8 @@ class RunPlan:
         o = self.options
         return {"scale": o.scale, "gsd": o.gsd, "tile_size": o.tile_size, "overlap": o.overlap, "squash": o.squash,
                 "bands": o.bands, "min_area": o.min_area, "simplify": o.simplify,
-                "prompts": [p.label for p in self.prompts], "boxes": len(self.boxes), "box_scope": o.box_scope}
+                "prompts": [p.label for p in self.prompts], "boxes": len(self.boxes), "box_scope": o.box_scope,
+                "refine": o.refine, "refine_depth": o.refine_depth}
 
     def describe(self) -> list[str]:
         """The plan as lines for the terminal (`run --dry-run`)."""
@@ -142,6 +159,7 @@ class RunPlan:
                  "tiling: " + ("squash (one tile per input)" if o.squash else
                                f"{o.tile_size} px tiles, overlap {o.overlap}"
                                + (f", gsd {o.gsd:g}" if o.gsd else f", scale {o.scale:g}")),
+                 refine_line(o),
                  "output:", *(f"  {p}" + _exists(p, "will be replaced") for p in self.outputs)]
         if self.labels is not None:
             lines.append(f"  {self.labels}  (label image)" + _exists(self.labels, "will be replaced"))
@@ -150,10 +168,19 @@ class RunPlan:
                                                             if self.work_dir.is_dir() else ""))
         lines += [f"tiles: {e['tiles']} (all-nodata tiles are skipped at run time, checkpointed ones resumed)",
                   f"model calls: {e['encodes']} encodes, {e['decodes']} decodes (more when a tile holds more "
-                  "example boxes than a pass takes)",
+                  "example boxes than a pass takes, or refinement adds sub-tiles)",
                   f"estimated GPU time: ~{e['gpu_minutes']:.1f} min at ~{ENCODE_S} s per encode + {DECODE_S} s "
                   "per decode on a desktop GPU"]
         return lines
+
+
+def refine_line(opts: Options) -> str:
+    """What refinement may add to a run (plan, dry run): it is decided per tile while the run goes."""
+    if opts.squash or opts.refine == "off" or opts.refine_depth == 0:
+        return "refinement: off (tiles that hit SAM 3's 200-object cap are reported, not re-run)"
+    return (f"refinement: auto, depth {opts.refine_depth}: a tile where a prompt hits SAM 3's 200-object cap is "
+            f"re-run as up to 4 sub-tiles at twice the zoom (that prompt only), so the run may add tiles: at most "
+            f"4 per saturated tile per level (9 for an image of one tile)")
 
 
 def _exists(p: Path, what: str) -> str:
@@ -173,42 +200,42 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     opts = options or Options()
     if isinstance(text, str):
         text = [text]  # one prompt, not one per letter
+    check_options(opts)
     paths = expand_inputs(inputs, opts.asset)
     per_input, combined = resolve_outputs(paths, out)
+    dest = combined or out
     dataset = is_dataset(out)
+    check_work_dir(work_dir, paths)
+    if work_dir is None and checkpoint and out is not None:
+        work_dir = Path(str(dest).rstrip("/") + ".sam3tiles-work")
+        check_work_dir(work_dir, paths, option="the work folder")
+    ours = work_dir if checkpoint else None  # outputs an unfinished run of this work folder left may be replaced
     for p in [combined, *per_input]:
         if p is not None:
-            check_out(p, overwrite, dataset)
-    label_path = _check_labels(labels, paths, overwrite)
+            check_out(p, overwrite or replaceable(p, ours), opts, dataset)
+    label_path = _check_labels(labels, paths, overwrite or (labels is not None and replaceable(labels, ours)))
+    if report_path is None and dest is not None:
+        report_path = Path(str(dest).rstrip("/") + ".report.json")
     opts, spec = resolve_model(opts)
     geo_boxes = [GeoBox.parse(b) if isinstance(b, str) else b for b in boxes]
-    planned = tuple(plan_input(path, opts, dest) for path, dest in zip(paths, per_input))
+    planned = tuple(plan_input(path, opts, d) for path, d in zip(paths, per_input))
+    check_plan(paths, [f for i in planned for f in i.files], [i.crs for i in planned], [i.n_tiles for i in planned],
+               opts, combined=combined, per_input=per_input, labels=label_path, report=report_path,
+               work_dir=work_dir if checkpoint else None, box_file=box_file)
     crs0 = planned[0].crs
     n_given = len(geo_boxes)
     if box_file:
+        check_box_file(box_file)
         geo_boxes += read_box_file(box_file, crs0)
     check_boxes_inside(geo_boxes, n_given, [i.bounds for i in planned], crs0, box_file)
     prompts = tuple(build_prompts(list(text), geo_boxes))
     if check_prompts and spec.backend != "onnx":
         check_prompts_here(spec, prompts)
-    dest = combined or out
-    if work_dir is None and checkpoint and out is not None:
-        work_dir = Path(str(dest).rstrip("/") + ".sam3tiles-work")
-    if report_path is None and dest is not None:
-        report_path = Path(str(dest).rstrip("/") + ".report.json")
     return RunPlan(inputs=planned, options=opts, spec=spec, model_identity=spec_identity(spec), prompts=prompts,
                    boxes=tuple(geo_boxes), out=str(out) if out is not None else None, combined=combined,
                    labels=label_path, overwrite=overwrite, dataset=dataset,
                    work_dir=Path(work_dir) if (checkpoint and work_dir is not None) else None,
                    report_path=Path(report_path) if report_path is not None else None)
-
-
-def check_out(p: Path, overwrite: bool, dataset: bool) -> None:
-    """`check_output`, or for a partitioned GeoParquet dataset (`name.parquet/`) `check_dataset`."""
-    if dataset:
-        check_dataset(p, overwrite)
-    else:
-        check_output(p, overwrite)
 
 
 def expand_inputs(inputs, asset: str | None = None) -> list[str]:
@@ -225,7 +252,7 @@ def expand_inputs(inputs, asset: str | None = None) -> list[str]:
             out.extend(expand_inputs(read_input_list(s), asset))
         elif looks_like_stac(s, asset):
             out.extend(stac_hrefs(s, asset))
-        elif not is_remote(s) and any(ch in s for ch in "*?["):
+        elif not is_remote(s) and any(ch in s for ch in "*?[") and not os.path.exists(s):  # existing: literal
             hits = sorted(glob.glob(s, recursive=True))
             if not hits:
                 raise UsageError(f"{s}: the pattern matches no file: check the path")
@@ -297,16 +324,48 @@ def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:
 def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPlan:
     """Open one input (its own errors: unreadable, bands, size) and lay out its tiles."""
     with open_source(path, bands=opts.bands) as src:
+        if getattr(src, "levels_read", None) is not None and src.crs is None and src.pixel_size_um is None:
+            log.warning("%s: the slide states no physical pixel size (OME PhysicalSizeX): areas stay in pixels, "
+                        "no area_um2", path)
+        files = tuple(check_input(path, src, opts))  # placeable, a VRT's sources exist
+        grid = None if opts.squash else build_grid(src, opts)
+        if grid is not None and opts.refine == "auto":
+            Refiner(grid, opts.refine_depth)  # refuses a depth whose sub-tile numbers the merge cannot hold
         return InputPlan(path=path, width=src.width, height=src.height, crs=src.crs, transform=src.transform,
-                         bands=tuple(src.bands), band_count=int(src.dataset.count), dtype=str(src.dtype), stretch=src.stretch, identity=src.identity,
-                         grid=None if opts.squash else build_grid(src, opts), squash_size=opts.tile_size,
-                         output=output)
+                         bands=tuple(src.bands), band_count=int(src.dataset.count), dtype=str(src.dtype),
+                         stretch=src.stretch, identity=src.identity_for(verify=opts.verify_inputs), grid=grid, squash_size=opts.tile_size,
+                         output=output, pixel_size_um=src.pixel_size_um, files=files)
+
+
+def check_out(p: Path, overwrite: bool, opts: Options, dataset: bool = False) -> None:
+    """An output path, and with --layer (or an existing GeoPackage) the layer written into it; a partitioned
+    GeoParquet dataset (`name.parquet/`): `check_dataset`."""
+    if dataset:
+        check_dataset(p, overwrite)
+        return
+    check_output(p, overwrite or opts.layer is not None)
+    check_layer(p, opts.layer, overwrite)
+
+
+def gsd_scale(src: Source, gsd: float) -> float:
+    """--gsd in the frame's length unit (metres on a geographic CRS, microns on a slide: `units`)."""
+    size = pixel_size(Frame.of(src))
+    if size is None:
+        raise UsageError(f"--gsd {gsd:g}: {src.path} states no pixel size (no CRS, no OME PhysicalSizeX), so a "
+                         "sampling distance cannot be honoured: zoom with --scale instead")
+    return scale_for_gsd(src.transform, gsd, resolution=size[0])
 
 
 def build_grid(src: Source, opts: Options) -> TileGrid:
-    scale = scale_for_gsd(src.transform, opts.gsd) if opts.gsd else opts.scale
-    return TileGrid(src.width, src.height, scale=scale, tile_size=opts.tile_size, overlap=opts.overlap,
-                    transform=src.transform)
+    scale = gsd_scale(src, opts.gsd) if opts.gsd else opts.scale
+    try:
+        return TileGrid(src.width, src.height, scale=scale, tile_size=opts.tile_size, overlap=opts.overlap,
+                        transform=src.transform)
+    except UsageError as e:
+        if opts.gsd and "--scale" in str(e):  # the user gave --gsd: name it, and the scale it means here
+            raise UsageError(f"--gsd {opts.gsd:g} on {src.path} means a scale of {scale:g}: "
+                             f"{str(e).split(': ', 1)[-1]}; choose a --gsd near the raster's own resolution") from None
+        raise
 
 
 def check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, box_file: str | None) -> None:
@@ -337,15 +396,51 @@ def check_prompts_here(spec: RuntimeSpec, prompts: Sequence[Prompt]) -> None:
         raise PromptError("; ".join(notes))
 
 
-def tile_plan(inp: InputPlan, check_nodata: bool = True) -> gpd.GeoDataFrame:
-    """One row per tile of a planned input: index, row, col, offsets, valid size, has_data; geometry = the
-    tile's window in the CRS (column `core` holds the part the tile owns, as WKT)."""
+def tile_plan(inp: InputPlan, check_nodata: bool = True, report: dict | None = None) -> gpd.GeoDataFrame:
+    """One row per tile of a planned input: index, row, col, depth, offsets, valid size, has_data; geometry =
+    the tile's window in the CRS (column `core` holds the part the tile owns, as WKT). `report`: a run
+    report (dict) of this input; its refined tiles' sub-tiles are added as rows of depth >= 1 (column
+    `refined_prompts` on the refined tiles)."""
+    refined = refined_tiles(report, inp.path) if report and inp.grid is not None else []
+    tiles = list(inp.tiles()) + (sub_tiles(inp.grid, refined) if refined else [])
+    marks = {r["index"]: r["prompts"] for r in refined}
+    depth_of = Refiner(inp.grid, max(len(r["path"]) for r in refined)).depth_of if refined else (lambda i: 0)
     with open_source(inp.path, bands=inp.bands, stretch=inp.stretch) as src:
         rows = []
-        for t in inp.tiles():
+        for t in tiles:
             f = tile_frame(t, inp.overlap)
-            rows.append({"tile": t.index, "row": t.row, "col": t.col, "x0": t.x0, "y0": t.y0,
-                         "valid_w": t.valid_wh[0], "valid_h": t.valid_wh[1],
+            rows.append({"tile": t.index, "row": t.row, "col": t.col, "depth": depth_of(t.index), "x0": t.x0,
+                         "y0": t.y0, "valid_w": t.valid_wh[0], "valid_h": t.valid_wh[1],
                          "has_data": src.tile_has_data(t) if check_nodata else True,
+                         "refined_prompts": ",".join(map(str, marks.get(t.index, []))),
                          "core": f.core.buffer(0).wkt, "geometry": f.window})
     return gpd.GeoDataFrame(rows, geometry="geometry", crs=inp.crs.to_wkt() if inp.crs else None)
+
+
+def refined_tiles(report: dict, path: str) -> list[dict]:
+    """The refined tiles of `path` in a run report: [{"path": [...], "prompts": [...], "index": ...}]."""
+    out = []
+    for t in (report.get("refine") or {}).get("tiles", []):
+        src = t.get("source", "")
+        if src and os.path.abspath(src) != os.path.abspath(path) and os.path.basename(src) != os.path.basename(path):
+            continue
+        out.append({"path": list(t["path"]), "prompts": t.get("prompts", []), "index": t["tile"]})
+    return out
+
+
+def sub_tiles(grid: TileGrid, refined: list[dict]) -> list[Tile]:
+    """The sub-tiles the refined tiles (by their paths from a grid tile) were split into, parents first."""
+    ref = Refiner(grid, max((len(r["path"]) for r in refined), default=1))
+    by_index: dict[int, Tile] = {}
+    out = []
+    for r in sorted(refined, key=lambda r: len(r["path"])):
+        p = r["path"]
+        if len(p) == 1 and not 0 <= p[0] < len(grid):
+            continue  # a report of another grid (other --scale or --overlap): nothing to show
+        tile = grid.tile(*divmod(p[0], grid.shape[1])) if len(p) == 1 else by_index.get(r["index"])
+        if tile is None:
+            continue
+        for s in ref.children(tile):
+            by_index[s.index] = s
+            out.append(s)
+    return out

@@ -37,6 +37,7 @@ class RunReport:
     exemplars: dict = field(default_factory=dict)
     exemplar_notes: list = field(default_factory=list)
     merge: dict = field(default_factory=dict)
+    refine: dict = field(default_factory=dict)  # see refine.RefineStats.add_to
     checkpoint: dict = field(default_factory=dict)  # work_dir, reused (tile-prompt results), stored, partial_tiles
     seconds: dict = field(default_factory=lambda: {s: 0.0 for s in STAGES})
     wall_seconds: float = 0.0
@@ -74,6 +75,16 @@ class RunReport:
                          f"{m.get('links', 0)} links, {m.get('stitched', 0)} stitched, "
                          f"{m.get('duplicates_dropped', 0)} duplicates dropped, largest group "
                          f"{m.get('largest_group', 0)}, rule violations {m.get('rule_violations', 0)}")
+            for k, c in m.get("coverage", {}).items():  # areas in CRS units squared (see sam3tiles.merge)
+                lines.append(f"  {k}: tiles own {c['owned']:.6g}, out {c['out']:.6g}; dropped uncovered: "
+                             f"{c['duplicates']:.3g} as duplicates, {c['slivers']:.3g} as slivers")
+        r = self.refine
+        if r.get("refined"):
+            per = ", ".join(f"depth {k}: {v} tile(s) -> {r['sub_tiles'].get(str(int(k) + 1), 0)} sub-tiles"
+                            for k, v in r["refined"].items())
+            lines.append(f"refined (zoomed in where a prompt hit the 200-object cap): {per}; "
+                         f"{r.get('extra_encodes', 0)} extra encodes; "
+                         f"{r.get('saturated_at_max_depth', 0)} still saturated at depth {r.get('depth')}")
         secs = ", ".join(f"{k} {v:.2f}" for k, v in self.seconds.items() if v > 0)
         lines.append(f"seconds: {secs or '-'}; wall {self.wall_seconds:.2f} ({self.tiles_per_second:.2f} tiles/s)"
                      + ("; read/encode/decode/vectorize are summed over tiles" if self.tiles > 1 else ""))

@@ -5,6 +5,11 @@ the tiles in flight (at most `max_in_flight`, so memory stays flat whatever the 
 tile's bookkeeping, the checkpoint parts it reused or must write, and the `BlockMerger` that takes a
 tile's pieces as soon as it finishes. The tiles' work is the Dask graph of `tasks`: read -> infer ->
 vectorize, one chain per tile.
+
+Nothing is held per tile that waits or has finished: grid tiles are planned (their checkpoints looked
+up) only as they are submitted, sub-tiles of refined tiles wait in a short queue in front of them,
+checkpoint writes go in batches, and each merge block's decided objects go to the `ObjectSpool` (disk)
+as soon as the block's merge is in. So driver memory is flat in the number of tiles and of objects.
 """
 
 from __future__ import annotations
@@ -12,20 +17,23 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
-
 
 from .checkpoint import TileStore, join_parts, prompt_part, tile_key
 from .engine import Engine, _count
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, shippable
+from .frames import objects_frame
 from .grid import Tile
-from .merge import BlockMerger, MergeStats, tile_blocks, tile_frame
+from .merge import BlockMerger, Merged, MergeStats, Packed, tile_blocks, tile_frame
 from .model.registry import RuntimeSpec, get_runtime
 from .plan import InputPlan, RunPlan
 from .prompts import Prompt, box_passes, boxes_outside, tile_boxes
 from .readers.remote import input_name as file_name
+from .refine import RefineHook
 from .report import RunReport
+from .units import Frame
 from .writers.stream import ObjectSpool, SpoolInput
 from .tasks import SourceSpec, TilePrompt, TileResult, infer_task, prepared_prompt, read_task, vectorize_task
 
@@ -40,6 +48,8 @@ class InputResult:
     source: str
     index: int  # the input's index in the ObjectSpool that holds its objects
     merge: MergeStats = field(default_factory=MergeStats)
+    frame: Frame | None = None  # the input's frame (units, pixel grid)
+    marks: list = field(default_factory=list)  # [("failed" | "saturated", source-pixel Window)] for the preview
 
 
 @dataclass
@@ -51,31 +61,34 @@ class _TileWork:
 
 
 class InputRun:
-    """Segment one planned input through `engine`; `run()` returns its merged objects (not yet written).
+    """Segment one planned input through `engine`; its merged objects go to `spool` block by block (not
+    yet written to any output); `run()` returns the input's merge statistics and spool index.
 
-    Counts go into `report` as tiles finish; finished tiles go to `store` (when checkpointing) and their
-    pieces to the merger at once, so a killed run keeps every finished tile."""
+    Counts go into `report` as tiles finish; finished tiles go to `store` (when checkpointing, in
+    batches) and their pieces to the merger at once, so a killed run keeps its finished tiles."""
 
     def __init__(self, engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport,
                  store: TileStore | None, progress_bar=None, spool: ObjectSpool | None = None):
         self.engine, self.plan, self.inp, self.report, self.store, self.bar = engine, plan, inp, report, store, progress_bar
-        self.spool = spool
+        self.spool = spool if spool is not None else ObjectSpool()
+        self.puts = _BatchedPuts(store)
         self.opts = plan.options
         self.spec: RuntimeSpec = plan.spec
         self.source = SourceSpec(inp.path, inp.bands, inp.stretch)
         self.tiles: dict[int, Tile] = {}
         self.work: dict[int, _TileWork] = {}  # tiles planned and not finished only
-        self.queue: Iterator = iter(())  # (tile, [TilePrompt]) still to submit, planned lazily
-        self.more = True
-        self.skipped = 0
-        self.puts = _BatchedPuts(store)
-        self.exemplars = None  # --box-scope image: the example boxes' patches (exemplars.InputExemplars)
+        self.queue: deque = deque()  # sub-tiles to submit next: (tile, [TilePrompt], pasted exemplars or None)
+        self.planned: Iterator = iter(())  # the grid tiles to submit after them, planned lazily
+        self.skipped = 0  # grid tiles that were all nodata
+        self.exemplars: dict = {}  # --box-scope image: tile scale -> the example boxes' patches (InputExemplars)
         self.merger: BlockMerger | None = None
+        self.hook: RefineHook | None = None  # refinement: sub-tiles of tiles that hit the object cap
+        self.slots = 1
 
     def run(self) -> InputResult:
         all_boxes = [b for p in self.plan.prompts for b in p.boxes]
         self.report.boxes_outside += len(boxes_outside(all_boxes, self.inp.bounds))
-        slots, prompt_seconds = model_info(self.engine, self.spec, self.plan.prompts)
+        self.slots, prompt_seconds = model_info(self.engine, self.spec, self.plan.prompts)
         self.report.seconds["prompt"] += prompt_seconds
         self.tiles = {t.index: t for t in self.inp.tiles()}
         self.report.tiles += len(self.tiles)
@@ -86,51 +99,90 @@ class InputRun:
         frames = {i: tile_frame(t, self.inp.overlap) for i, t in self.tiles.items()}
         mb = self.opts.merge_block
         blocks = tile_blocks(list(self.tiles.values()), mb) if mb > 0 else {i: 0 for i in self.tiles}
-        crs = self.inp.crs.to_wkt() if self.inp.crs else None
-        index = self.spool.begin_input(SpoolInput(file_name(self.inp.path), crs, [p.label for p in self.plan.prompts],
-                                                  self.spec.backend, self.plan.model_identity), self.inp.pixel_area)
+        index = self._begin_spool()
         # decided objects go to the spool as each block's merge comes in: memory does not follow them
         self.merger = BlockMerger(frames, blocks, submit=_submit_on(self.engine, self.opts.retries),
-                                  on_block=lambda objects, first: self.spool.add(index, objects, first))
-        self.exemplars = _exemplars_of(self.inp, self.plan.prompts, self.opts)
-        self.queue = (item for tile in self.tiles.values() for item in self._plan_tile(tile, slots))
+                                  on_block=lambda objects, first: self._spool_block(index, objects, first))
+        self.hook = RefineHook(self.inp.grid, self.opts.refine, self.opts.refine_depth, self.plan.prompts,
+                               self.merger, frames, blocks, self.inp.overlap, self.report, self.bar, self.inp.path)
+        self.planned = (item for tile in self.tiles.values() if (item := self.admit(tile)) is not None)
         self._run_queue()
         self.work.clear()
-        _report_exemplars(self.report, self.exemplars, self.inp.overlap, self.inp.path)  # counted as tiles were planned
+        self._report_exemplars(set(self.exemplars))  # grid tiles' and sub-tiles' zooms, counted as planned
+        self.hook.stats.add_to(self.report.refine)
         if self.tiles and self.skipped == len(self.tiles):
             log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", self.inp.path)
         t0 = time.perf_counter()
         _, mstats = self.merger.finish(gather=_gather_on(self.engine))
+        mstats.coverage = {self.plan.prompts[int(k)].label: c for k, c in mstats.coverage.items()}
         self.report.seconds["merge"] += time.perf_counter() - t0
-        return InputResult(self.inp.path, index, mstats)
+        return InputResult(self.inp.path, index, mstats, self.inp.frame, self._marks())
+
+    def _begin_spool(self) -> int:
+        crs = self.inp.crs.to_wkt() if self.inp.crs else None
+        return self.spool.begin_input(SpoolInput(file_name(self.inp.path), crs, self.inp.frame))
+
+    def _spool_block(self, index: int, objects: Packed, first) -> None:
+        """One merge block's decided objects -> output rows (`frames.objects_frame`: areas in the output's
+        units, --simplify, --min-score, --min-area, --max-area) -> the spool."""
+        o = self.opts
+        gdf = objects_frame(objects.unpack(Merged), [p.label for p in self.plan.prompts], frame=self.inp.frame,
+                            source=file_name(self.inp.path), backend=self.spec.backend,
+                            model=self.plan.model_identity, simplify=o.simplify, min_area=o.min_area,
+                            max_area=o.max_area, min_score=o.min_score, order=first)
+        self.spool.add(index, gdf)
+
+    def _marks(self) -> list:
+        """Failed and saturated tiles of this input as source-pixel windows, for the quicklook."""
+        path, tiles = self.inp.path, self.tiles
+        marks = [("failed", tiles[f["tile"]].src_window) for f in self.report.failed_tiles
+                 if f.get("source") == path and f.get("tile") in tiles]
+        return marks + [("saturated", tiles[f["tile"]].src_window) for f in self.report.saturated_tiles
+                        if f.get("source") == path and f.get("tile") in tiles]
+
+    def _report_exemplars(self, scales: set) -> None:
+        for scale in scales & set(self.exemplars):
+            _report_exemplars(self.report, self.exemplars[scale], self.inp.overlap, self.inp.path)
 
     # -- before: what each tile needs ------------------------------------------------------------------
 
-    def _plan_tile(self, tile: Tile, slots: int) -> Iterator[tuple]:
-        """Look the tile's (tile, prompt) parts up in the checkpoints; yield what is missing. Called as
-        tiles are submitted (the queue is a generator), so nothing is held for tiles still waiting.
+    def admit(self, tile: Tile, only: set | None = None) -> tuple | None:
+        """Look the tile's (tile, prompt) parts up in the checkpoints; return what is missing as an item to
+        submit, or None when the checkpoints hold it all (the tile is delivered at once). `only`: the
+        prompt indices the tile runs (a sub-tile: the refined ones). Grid tiles are admitted as they are
+        submitted (`self.planned` is a generator), so nothing is held for tiles still waiting.
 
         Checkpoints hold one result per (tile, prompt): a changed or added prompt recomputes only its part."""
-        ex = self.exemplars
+        ex = self._exemplars_at(tile)
         plan = ex.plan(tile) if ex is not None else None
-        tps = prompts_for_tile(self.plan.prompts, tile, slots, ex.pasted(plan) if plan is not None else None)
+        tps = prompts_for_tile(self.plan.prompts, tile, self.slots, ex.pasted(plan) if plan is not None else None)
+        if only is not None:
+            tps = [tp for tp in tps if tp.index in only]
         entries = self._entries(tile, tps, plan.key(ex.exemplars) if plan is not None else None)
         hits = {k: self.store.get(k) for _, _, k in entries} if self.store is not None else {}
         work = self.work[tile.index] = _TileWork(found=[(i, hits[k]) for i, _, k in entries if hits.get(k) is not None],
                                                  todo=[e for e in entries if hits.get(e[2]) is None])
         self.report.checkpoint["reused"] = self.report.checkpoint.get("reused", 0) + len(work.found)
         if not work.todo:
-            res = join_parts(tile.index, work.found)
             del self.work[tile.index]
-            self._deliver(tile, res)
+            res = join_parts(tile.index, work.found)
             if not res.skipped:
                 self.report.resumed += 1
             self._tick()
-            return
+            self._deliver(tile, res, computed=False)
+            return None
         if work.found:
             self.report.checkpoint["partial_tiles"] = self.report.checkpoint.get("partial_tiles", 0) + 1
         todo = {i for i, _, _ in work.todo}
-        yield tile, [tp for tp in tps if tp.index in todo], plan.for_task(tile, ex.exemplars) if plan is not None else None
+        return (tile, [tp for tp in tps if tp.index in todo],
+                plan.for_task(tile, ex.exemplars) if plan is not None else None)
+
+    def _exemplars_at(self, tile: Tile):
+        """The example boxes' patches at the tile's scale (read once per scale: sub-tiles zoom in), or None."""
+        scale = tile.scale_xy
+        if scale not in self.exemplars:
+            self.exemplars[scale] = _exemplars_of(self.inp, self.plan.prompts, self.opts, scale)
+        return self.exemplars[scale]
 
     def _entries(self, tile: Tile, tps: list[TilePrompt], pastes: list | None = None
                  ) -> list[tuple[int | None, str | None, str]]:
@@ -140,7 +192,7 @@ class InputRun:
                 "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy, list(tile.src_transform)[:6],
                          tile.interior],
                 "model": self.plan.model_identity, "edge_margin": self.opts.edge_margin,
-                "stretch": str(self.source.stretch), "bands": self.source.bands}
+                "stretch": str(self.source.stretch), "bands": self.source.bands, **self.hook.key_part(tile)}
         if pastes is not None:  # the pasted exemplars are part of every prompt's input
             base["exemplars"] = pastes
         entries = [(tp.index, tp.text, tile_key({**base, "prompt": [tp.text, [[(b.cxcywh, b.positive) for b in ps]
@@ -159,6 +211,7 @@ class InputRun:
         self.limit = self.opts.max_in_flight or self.engine.in_flight()
         self.ac = as_completed(loop=client.loop)
         self.in_flight: dict = {}
+        self.more = True
         self._fill()
         recount_at = time.monotonic() + RECOUNT_SECONDS
         try:
@@ -171,8 +224,8 @@ class InputRun:
                 for f in chain:
                     f.release()
                 self._tick()
-                self._next()  # the finished tile's place
-                if self.more and time.monotonic() > recount_at:
+                self._fill()  # the finished tile's place, and its sub-tiles' when it was refined
+                if (self.more or self.queue) and time.monotonic() > recount_at:
                     self._recount()
                     recount_at = time.monotonic() + RECOUNT_SECONDS
         finally:
@@ -182,14 +235,13 @@ class InputRun:
                     f.cancel()
 
     def _fill(self) -> None:
-        while self.more and len(self.in_flight) < self.limit:
-            self._next()
-
-    def _next(self) -> None:
-        item = next(self.queue, None) if self.more else None
-        if item is None:
-            self.more = False
-        else:
+        while len(self.in_flight) < self.limit:
+            item = self.queue.popleft() if self.queue else next(self.planned, None)
+            if item is None:  # planning delivers resumed tiles, whose sub-tiles may join the queue
+                if not self.queue:
+                    self.more = False  # no grid tile left to plan (sub-tiles may still come)
+                    return
+                continue
             self._submit(*item)
 
     def _submit(self, tile: Tile, tps: list[TilePrompt], pastes=None) -> None:
@@ -218,7 +270,7 @@ class InputRun:
         if work.found:  # a tile computed for some prompts only: join the stored parts in prompt order
             parts = work.found + [(i, prompt_part(res, i, text)) for i, text, _ in work.todo]
             res = join_parts(tile.index, sorted(parts, key=lambda e: -1 if e[0] is None else e[0]))
-        self._deliver(tile, res)
+        self._deliver(tile, res, computed=True)
 
     def _failed(self, tile: Tile, exc: BaseException | None) -> None:
         self.work.pop(tile.index, None)
@@ -235,10 +287,17 @@ class InputRun:
         log.warning("tile %d (row %d, col %d) of %s failed: %s", tile.index, tile.row, tile.col, path,
                     short_error(exc))
 
-    def _deliver(self, tile: Tile, res: TileResult) -> None:
+    def _deliver(self, tile: Tile, res: TileResult, computed: bool) -> None:
+        """A finished tile (computed, or whole from the checkpoints): when it saturated, its sub-tiles are
+        admitted at the front of the queue (in index order); then its pieces go to the merger."""
+        for sub, only in reversed(self.hook.arrived(tile, res, computed)):
+            item = self.admit(sub, only)
+            if item is not None:
+                self.queue.appendleft(item)
         self.merger.add(tile.index, res.pieces)
+        res.pieces = None
         self.merger.drain(_results_of)  # merged blocks' objects to the spool, as they come
-        self._account(res)  # the tile's flags into the report: no per-tile result is kept
+        self._account(res, tile.index in self.tiles)  # the tile's flags into the report: no result is kept
 
     def _tick(self) -> None:
         if self.bar is not None:
@@ -246,18 +305,17 @@ class InputRun:
 
     # -- after: the report -----------------------------------------------------------------------------
 
-    def _account(self, r: TileResult) -> None:
+    def _account(self, r: TileResult, grid_tile: bool) -> None:
+        """A delivered tile's flags into the report (saturated tiles are counted by the refine hook: those
+        left unrefined)."""
         report = self.report
-        if r.saturated:
-            report.saturated += 1
-            report.saturated_tiles.append({"source": self.inp.path, "tile": r.tile_index})
         for name in r.unusable_prompts:
             note = f"{name!r}: the {self.spec.backend} backend cannot find it"
             if note not in report.unusable_prompts:
                 report.unusable_prompts.append(note)
         if r.skipped:
             report.skipped += 1
-            self.skipped += 1
+            self.skipped += grid_tile
         for k, v in r.exemplars.items():
             report.exemplars[k] = report.exemplars.get(k, 0) + v
 
@@ -285,6 +343,10 @@ class _BatchedPuts:
         self.items, self.tiles, self.due = [], 0, time.monotonic() + self.SECONDS
 
 
+#: Decoder passes one tile can take (pieces of one pass share a merge key: tile index * 1024 + pass).
+MAX_PASSES = 1024
+
+
 def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int, pasted=None) -> list[TilePrompt]:
     """The prompts as `tile` sees them: its example boxes in tile frame, split into decoder passes of
     `slots` boxes; a box-only prompt without a positive box in the tile is left out. `pasted`: prompt ->
@@ -297,19 +359,25 @@ def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int, pasted=N
         if p.text is None and not any(b.positive for b in boxes):
             continue  # a box-only prompt finds nothing where it has no example
         passes = tuple(tuple(c) for c in box_passes(boxes, slots)) if boxes else ((),)
+        if len(passes) > MAX_PASSES:
+            raise PromptError(f"tile {tile.index} (row {tile.row}, col {tile.col}) holds {len(boxes)} example boxes of "
+                              f"prompt {p.label!r}: {len(passes)} decoder passes of {slots}, more than the "
+                              f"{MAX_PASSES} one tile can take: give fewer example boxes (a few per kind of "
+                              "object is enough) or use --scale below 1")
         out.append(TilePrompt(i, p.model_text, passes))
     return out
 
 
-def _exemplars_of(inp, prompts: Sequence[Prompt], opts):
-    """`--box-scope image`: the example boxes' patches, read once from this input (None: nothing to paste)."""
+def _exemplars_of(inp, prompts: Sequence[Prompt], opts, scale_xy: tuple[float, float]):
+    """`--box-scope image`: the example boxes' patches at `scale_xy` (a tile's), read from this input
+    (None: nothing to paste)."""
     if opts.box_scope == "tile" or inp.grid is None or not any(p.boxes for p in prompts):
         return None
     from .exemplars import input_exemplars
     from .readers import open_source
 
     with open_source(inp.path, bands=inp.bands, stretch=inp.stretch) as src:
-        return input_exemplars(src, prompts, (inp.grid.scale, inp.grid.scale))
+        return input_exemplars(src, prompts, scale_xy)
 
 
 def _report_exemplars(report: RunReport, exemplars, overlap: int, path: str) -> None:

@@ -12,6 +12,7 @@ Two steps, split so that the model worker ships little data:
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -26,10 +27,14 @@ from shapely.geometry import MultiPolygon, shape
 from .grid import Tile
 from .model.runtime import MASK_SIZE, MODEL_SIZE, Detections
 
-#: A mask that comes within this many tile pixels of an interior tile edge counts as touching it (the
-#: 288 grid's cells are 3.5 px, so a cut object's mask can stop up to a cell short of the edge).
-EDGE_MARGIN = 4
 _K = MASK_SIZE / MODEL_SIZE
+#: One cell of the 288 mask grid in tile pixels (3.5): the resolution of every mask, whatever the scale.
+MASK_CELL = MODEL_SIZE / MASK_SIZE
+#: A mask that comes within this many tile pixels of an interior tile edge counts as cut there: a cut
+#: object's mask can stop up to two cells short of the edge (low-res logits fade toward image borders,
+#: then upsampling and thresholding), so 2.5 cells; a complete object that close to the edge is seen
+#: whole by the neighbour, which then owns it.
+EDGE_MARGIN = math.ceil(2.5 * MASK_CELL)
 
 
 @dataclass

@@ -83,6 +83,8 @@ class Case:
     check: Callable[[Path], None] | None = None
     subprocess: bool = False
     writes: bool | None = None  # whether an output is written (default: exit 0 or 5)
+    may_create: tuple[str, ...] = ()  # paths (relative to tmp) outside the output folder a run may write
+    also_writes: tuple[str, ...] = ()  # files in the output folder besides the output and its report
 
 
 def seg(src, *extra, text=("blue",), out="out.gpkg"):
@@ -402,30 +404,430 @@ CASES: dict[str, Case] = {
 }
 
 
+# -- issue 14: nothing lost, nothing silently wrong ----------------------------------------------------------
+# Each case also checks (in test_bad_input) that no file outside the output folder changed or appeared,
+# except under the paths a case names in `may_create`.
+
+def _in(sub):
+    """The square raster inside tmp/`sub`."""
+    def make(tmp):
+        d = tmp / sub
+        d.mkdir(exist_ok=True)
+        return write(d / "square.tif", square_image())
+    return make
+
+
+def seg_sq(*extra, text=("blue",), out="out.gpkg", src=None):
+    return seg(src or _square, *extra, text=text, out=out)
+
+
+def _foreign_dir(tmp):
+    d = tmp / "mine"
+    d.mkdir()
+    (d / "precious.txt").write_text("not sam3tiles'")
+    return d
+
+
+def _marked_dir_with_notes(tmp):
+    from sam3tiles.checks import MARKER
+
+    d = tmp / "work"
+    d.mkdir()
+    (d / MARKER).write_text(json.dumps({"tool": "sam3tiles", "schema": 1}))
+    (d / "notes.txt").write_text("mine")
+    return d
+
+
+def _legacy_dir(tmp):
+    """A work folder of an earlier version: tiles.sqlite only, holding a pickled row (never loaded)."""
+    import pickle
+    import sqlite3
+
+    d = tmp / "legacy"
+    d.mkdir()
+    con = sqlite3.connect(d / "tiles.sqlite")
+    con.execute("CREATE TABLE tiles (key TEXT PRIMARY KEY, schema INTEGER, result BLOB)")
+    con.execute("INSERT INTO tiles VALUES ('k', 2, ?)", (pickle.dumps({"x": 1}),))
+    con.commit()
+    con.close()
+    return d
+
+
+def _gpkg_raster(tmp):
+    p = tmp / "ortho.gpkg"
+    c, h, w = 3, 400, 500
+    with rasterio.open(p, "w", driver="GPKG", width=w, height=h, count=c, dtype="uint8", crs=CRS_DEMO,
+                       transform=rasterio.Affine(PIXEL, 0, ORIGIN[0], 0, -PIXEL, ORIGIN[1])) as dst:
+        dst.write(square_image())
+    return p
+
+
+def _vrt(missing=False):
+    def make(tmp):
+        _square(tmp)
+        src = "gone.tif" if missing else "square.tif"
+        bands = "".join(f'<VRTRasterBand dataType="Byte" band="{b}"><SimpleSource><SourceFilename relativeToVRT="1">'
+                        f"{src}</SourceFilename><SourceBand>{b}</SourceBand></SimpleSource></VRTRasterBand>"
+                        for b in (1, 2, 3))
+        p = tmp / "mosaic.vrt"
+        p.write_text(f'<VRTDataset rasterXSize="500" rasterYSize="400"><SRS>{CRS_DEMO.to_wkt()}</SRS>'
+                     f"<GeoTransform>{ORIGIN[0]},{PIXEL},0,{ORIGIN[1]},0,{-PIXEL}</GeoTransform>{bands}</VRTDataset>")
+        return p
+    return make
+
+
+def _crs_no_transform(tmp):
+    p = tmp / "nogt.tif"
+    with rasterio.open(p, "w", driver="GTiff", width=500, height=400, count=3, dtype="uint8", crs=CRS_DEMO) as dst:
+        dst.write(square_image())
+    return p
+
+
+def _gcp_only(tmp):
+    from rasterio.control import GroundControlPoint as G
+
+    p = tmp / "gcps.tif"
+    gcps = [G(0, 0, ORIGIN[0], ORIGIN[1]), G(0, 500, ORIGIN[0] + 150, ORIGIN[1]), G(400, 0, ORIGIN[0], ORIGIN[1] - 120)]
+    with rasterio.open(p, "w", driver="GTiff", width=500, height=400, count=3, dtype="uint8", gcps=gcps,
+                       crs=CRS_DEMO) as dst:
+        dst.write(square_image())
+    return p
+
+
+def _rpc_only(tmp):
+    from rasterio.rpc import RPC
+
+    p = tmp / "rpcs.tif"
+    rpc = RPC(height_off=0, height_scale=100, lat_off=45, lat_scale=0.1, line_den_coeff=[1] + [0] * 19,
+              line_num_coeff=[0, 1] + [0] * 18, line_off=200, line_scale=200, long_off=10, long_scale=0.1,
+              samp_den_coeff=[1] + [0] * 19, samp_num_coeff=[0, 0, 1] + [0] * 17, samp_off=250, samp_scale=250)
+    with rasterio.open(p, "w", driver="GTiff", width=500, height=400, count=3, dtype="uint8", rpcs=rpc) as dst:
+        dst.write(square_image())
+    return p
+
+
+def _paletted(tmp):
+    p = tmp / "classes.tif"
+    idx = np.zeros((1, 400, 500), np.uint8)
+    idx[0, 120:180, 100:180] = 1
+    with rasterio.open(p, "w", **_profile(1, 400, 500, "uint8", photometric="palette")) as dst:
+        dst.write(idx)
+        dst.write_colormap(1, {0: (*BG, 255), 1: (*BLUE, 255)})
+    return p
+
+
+def _utm34(tmp):
+    p = tmp / "utm34.tif"
+    with rasterio.open(p, "w", **_profile(3, 400, 500, "uint8", crs="EPSG:32634")) as dst:
+        dst.write(square_image())
+    return p
+
+
+def _bracket_name(tmp):
+    """`scene[1].tif` (the square) beside `scene1.tif` (no square): the literal name is meant."""
+    write(tmp / "scene1.tif", square_image(value=BG))
+    return write(tmp / "scene[1].tif", square_image())
+
+
+def _same_stems(tmp):
+    for sub in ("a", "b"):
+        (tmp / sub).mkdir()
+        write(tmp / sub / "scene.tif", square_image())
+    return tmp
+
+
+def _out_dir_named_gpkg(tmp):
+    (tmp / "o" / "out.gpkg").mkdir(parents=True)
+    return _square(tmp)
+
+
+def _lock(body, kind="file", age=60):
+    def make(tmp):
+        (tmp / "o").mkdir(exist_ok=True)
+        lock = tmp / "o" / "out.gpkg.lock"
+        if kind == "dir":
+            lock.mkdir()
+            if body:
+                (lock / "x").write_text(body)
+        else:
+            lock.write_bytes(body.encode() if isinstance(body, str) else json.dumps(body).encode())
+            t = os.stat(lock).st_mtime - age
+            os.utime(lock, (t, t))
+        return _square(tmp)
+    return make
+
+
+def _dead_pid():
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _stale_temps(tmp):
+    (tmp / "o").mkdir(exist_ok=True)
+    (tmp / "o" / ".out.gpkg.report.1a2b3c4d.tmp.json").write_text("{")
+    (tmp / "o" / ".labels.5e6f7a8b.tmp.tif").write_bytes(b"II*\x00")
+    return _square(tmp)
+
+
+def _many_boxes(tmp):
+    """16,400 example boxes in one tile: more decoder passes than a tile can take."""
+    x0, y0, _, _ = square_geo_box()
+    n = 16_400
+    xs = x0 + (np.arange(n) % 160) * 0.3
+    ys = y0 + (np.arange(n) // 160) * 0.1
+    p = tmp / "many.gpkg"
+    gpd.GeoDataFrame({"label": np.ones(n, int)}, geometry=[box(x, y, x + 3, y + 3) for x, y in zip(xs, ys)],
+                     crs=CRS_DEMO.to_wkt()).to_file(p)
+    return p
+
+
+def _empty_geoms(tmp):
+    from shapely.geometry import Polygon
+
+    x0, y0, x1, y1 = square_geo_box()
+    p = tmp / "holes.gpkg"
+    gpd.GeoDataFrame({"label": [1, 1]}, geometry=[box(x0, y0, x1, y1), Polygon()], crs=CRS_DEMO.to_wkt()).to_file(p)
+    return p
+
+
+def _job_file(body: str, name="job.yaml"):
+    def argv(tmp):
+        _square(tmp)
+        (tmp / name).write_text(body)
+        return ["run", str(tmp / name)]
+    return argv
+
+
+def _check_input_kept(name):
+    def check(tmp):
+        with rasterio.open(tmp / name) as ds:
+            assert ds.count >= 1 and ds.driver in ("GTiff", "GPKG")
+    return check
+
+
+def _check_objects_source(expect_source):
+    def check(tmp):
+        rep = json.loads((tmp / "o" / "out.gpkg.report.json").read_text())
+        assert [Path(i).name for i in rep["inputs"]] == [expect_source], rep["inputs"]
+        assert rep["objects"] == 1
+    return check
+
+
+def _deep_flow(n):
+    return "inputs: [square.tif]\nprompts: {text: [blue]}\noutput: {path: o/out.gpkg}\nx: " + "[" * n + "]" * n + "\n"
+
+
+def _deep_block(n):
+    return "inputs: [square.tif]\nprompts: {text: [blue]}\noutput: {path: o/out.gpkg}\nx:\n" + "".join(
+        " " * (i + 1) + f"k{i}:\n" for i in range(n)) + " " * (n + 1) + "v: 1\n"
+
+
+NEW_CASES: dict[str, Case] = {
+    # -- 1. the work folder is owned
+    "work-dir-empty": Case(seg_sq("--work-dir", ""), 2, r"--work-dir is empty \(an unset shell variable\?\)"),
+    "work-dir-blank": Case(seg_sq("--work-dir", "  "), 2, r"--work-dir is empty"),
+    "work-dir-dot": Case(seg_sq("--work-dir", ".", "--fresh"), 2, r"--work-dir \.: that is the current folder"),
+    "work-dir-cwd-absolute": Case(lambda t: seg_sq("--work-dir", str(t), "--fresh")(t), 2, r"the current folder"),
+    # (no --fresh where a regression would clear a folder outside the case's own: /, home, the tmp base)
+    "work-dir-root": Case(seg_sq("--work-dir", "/"), 2, r"--work-dir /: that is the root folder"),
+    "work-dir-home": Case(lambda t: seg_sq("--work-dir", str(Path.home()))(t), 2,
+                          r"(your home folder|a folder above)"),
+    "work-dir-above-cwd": Case(lambda t: seg_sq("--work-dir", str(t.parent))(t), 2,
+                               r"a folder above the current or home folder"),
+    "work-dir-holds-the-input": Case(lambda t: seg(_in("data"), "--work-dir", str(t / "data"), "--fresh")(t), 2,
+                                     r"--work-dir .*data holds the input .*square\.tif"),
+    "work-dir-is-the-input": Case(lambda t: seg_sq("--work-dir", str(_square(t)), "--fresh")(t), 2,
+                                  r"holds the input .*square\.tif"),
+    "work-dir-foreign-folder-fresh": Case(lambda t: seg_sq("--work-dir", str(_foreign_dir(t)), "--fresh")(t), 2,
+                                          r"is not a sam3tiles work folder \(it holds 'precious\.txt'"),
+    "work-dir-foreign-folder": Case(lambda t: seg_sq("--work-dir", str(_foreign_dir(t)))(t), 2,
+                                    r"not a sam3tiles work folder"),
+    "work-dir-is-a-file": Case(lambda t: seg_sq("--work-dir", str(_text(t)))(t), 2, r"is a file, not a folder"),
+    "work-dir-marked-fresh-keeps-other-files": Case(
+        lambda t: seg_sq("--work-dir", str(_marked_dir_with_notes(t)), "--fresh")(t), 0, r"wrote 1 objects",
+        objects=1, may_create=("work/",), check=lambda t: _assert_text(t / "work" / "notes.txt", "mine")),
+    "work-dir-legacy-adopted-pickle-never-loaded": Case(
+        lambda t: seg_sq("--work-dir", str(_legacy_dir(t)), "--fresh")(t), 0, r"wrote 1 objects", objects=1,
+        may_create=("legacy/",)),
+    "job-work-dir-dot": Case(_job(_with(output={"path": "o/out.gpkg", "work_dir": "."})), 2,
+                             r"output\.work_dir .*(holds the input|current folder)"),
+    "job-work-dir-empty": Case(_job(_with(output={"path": "o/out.gpkg", "work_dir": " "})), 2,
+                               r"output\.work_dir: is empty"),
+    # -- 2. no output, label image, report or work folder is an input
+    "labels-is-the-input": Case(lambda t: seg_sq("--labels", str(_square(t)), "--overwrite")(t), 2,
+                                r"--labels .*square\.tif is the input .*square\.tif: it would be replaced",
+                                check=_check_input_kept("square.tif")),
+    "out-is-a-geopackage-raster-input": Case(
+        lambda t: ["segment", str(_gpkg_raster(t)), "-t", "blue", "--backend", "reference", "--overwrite", "--out",
+                   str(t / "ortho.gpkg")], 2, r"--out .*ortho\.gpkg is the input", check=_check_input_kept("ortho.gpkg")),
+    "per-input-output-is-an-input": Case(
+        lambda t: ["segment", str(_gpkg_raster(t)), "-t", "blue", "--backend", "reference", "--overwrite", "--out",
+                   str(t)], 2, r"--out .*ortho\.gpkg is the input"),
+    "labels-is-a-vrt-source": Case(lambda t: seg(_vrt(), "--labels", str(t / "square.tif"), "--overwrite")(t), 2,
+                                   r"--labels .*square\.tif is the input .*square\.tif"),
+    "labels-is-a-link-to-the-input": Case(
+        lambda t: seg_sq("--labels", str(_link(t)), "--overwrite")(t), 2, r"--labels .*link\.tif is the input"),
+    "out-is-the-box-file": Case(lambda t: ["segment", str(_square(t)), "--box-file",
+                                           str(_box_file(CRS_DEMO.to_wkt(), "boxes.gpkg")(t)), "--backend", "reference",
+                                           "--overwrite", "--out", str(t / "boxes.gpkg")], 2,
+                                r"--out .*boxes\.gpkg is the input"),
+    "job-report-is-the-input": Case(_job(_with(output={"path": "o/out.gpkg", "report": "square.tif"})), 2,
+                                    r"square\.tif is the input"),
+    "job-labels-is-the-input": Case(_job(_with(output={"path": "o/out.gpkg", "labels": "square.tif",
+                                                       "overwrite": True})), 2, r"square\.tif is the input"),
+    "two-inputs-same-stem-into-a-folder": Case(
+        lambda t: ["segment", str(_same_stems(t) / "a" / "scene.tif"), str(t / "b" / "scene.tif"), "-t", "blue",
+                   "--backend", "reference", "--out", str(t / "o")], 2, r"would both be written to .*same file name stem"),
+    # -- 5. rasters the tool cannot place, units, tiling
+    "crs-without-geotransform": Case(seg(_crs_no_transform), 3, r"has a CRS \(EPSG:32633\) but no geotransform"),
+    "gcps-only": Case(seg(_gcp_only), 3, r"ground control points only.*gdalwarp -t_srs EPSG:32633"),
+    "rpcs-only": Case(seg(_rpc_only), 3, r"RPCs .*gdalwarp -rpc"),
+    "paletted-expanded-to-rgb": Case(seg(_paletted), 0, r"wrote 1 objects", objects=1),
+    "overlap-0-with-seams": Case(seg_sq("--tile-size", "256", "--overlap", "0"), 2,
+                                 r"--overlap 0 is below the \d+ px the merge needs: objects crossing a seam"),
+    "overlap-5-with-seams": Case(seg_sq("--tile-size", "256", "--overlap", "5"), 2, r"--overlap 5 is below"),
+    "tile-size-65-overlap-0": Case(seg_sq("--tile-size", "65", "--overlap", "0"), 2, r"--overlap 0 is below"),
+    "overlap-0-single-tile-allowed": Case(seg_sq("--overlap", "0"), 0, r"wrote 1 objects", objects=1),
+    "tile-size-1009": Case(seg_sq("--tile-size", "1009"), 2, r"--tile-size.*1009 is not in the range 64<=x<=1008"),
+    "tile-size-4096": Case(seg_sq("--tile-size", "4096"), 2, r"--tile-size.*4096 is not in the range"),
+    "tile-size-63": Case(seg_sq("--tile-size", "63"), 2, r"--tile-size.*63 is not in the range"),
+    "overlap-over-half-the-tile": Case(seg_sq("--overlap", "600"), 2, r"--overlap"),
+    "job-tile-size-2000": Case(_job(_with(tiling={"tile_size": 2000})), 2, r"tiling\.tile_size: must be <= 1008"),
+    "job-dry-run-overlap-0": Case(lambda t: _job(_with(tiling={"tile_size": 256, "overlap": 0}))(t) + ["--dry-run"],
+                                  2, r"tiling\.overlap 0 is below"),
+    # -- 6. literal names; whole-run checks before the first tile
+    "literal-name-with-brackets": Case(seg(_bracket_name), 0, r"wrote 1 objects", objects=1,
+                                       check=_check_objects_source("scene[1].tif")),
+    "job-literal-name-with-brackets": Case(lambda t: _job(_with(inputs=[_bracket_name(t).name]))(t), 0,
+                                           r"wrote 1 objects", objects=1, check=_check_objects_source("scene[1].tif")),
+    "job-bracket-name-missing": Case(_job(_with(inputs=["missing[1].tif"])), 2, r"matches no file"),
+    "out-is-a-directory": Case(seg(_out_dir_named_gpkg), 2, r"--out .*out\.gpkg is a folder, not a file",
+                               keeps=("out.gpkg",)),
+    "inputs-in-different-crss-one-output": Case(
+        lambda t: ["segment", str(_square(t)), str(_utm34(t)), "-t", "blue", "--backend", "reference", "--out",
+                   str(t / "o" / "out.gpkg")], 2, r"different CRSs.*EPSG:32633.*EPSG:32634"),
+    "vrt-with-a-missing-source": Case(seg(_vrt(missing=True)), 3, r"mosaic\.vrt reads .*gone\.tif, which does not exist"),
+    "vrt": Case(seg(_vrt()), 0, r"wrote 1 objects", objects=1),
+    # -- 7. locks and temporary files
+    "lock-empty-file": Case(seg(_lock("")), 0, r"took over the lock .* \(empty\)", objects=1),
+    "lock-garbage": Case(seg(_lock("\x00\x01garbage")), 0, r"took over the lock .*unreadable", objects=1),
+    "lock-pid-none": Case(seg(_lock({"pid": None, "host": None})), 0, r"took over the lock", objects=1),
+    "lock-of-a-dead-process": Case(lambda t: seg(_lock({"pid": _dead_pid(), "host": os.uname().nodename}))(t), 0,
+                                   r"took over the lock .*no longer running", objects=1),
+    "lock-empty-folder": Case(seg(_lock("", kind="dir")), 0, r"was an empty folder in place of the lock", objects=1),
+    "lock-folder-with-files": Case(seg(_lock("x", kind="dir")), 2, r"is a folder with files in it, not a sam3tiles lock",
+                                   keeps=("out.gpkg.lock",)),
+    "lock-of-another-host": Case(seg(_lock({"pid": 1, "host": "elsewhere.example"})), 2,
+                                 r"another run \(pid 1 on elsewhere\.example\)", keeps=("out.gpkg.lock",)),
+    "stale-temps-of-report-and-labels": Case(lambda t: seg(_stale_temps, "--labels", str(t / "o" / "labels.tif"))(t),
+                                             0, r"wrote 1 objects", objects=1, also_writes=("labels.tif",)),
+    # -- 8. user mistakes: exit 2 or 3, naming them
+    "workers-negative": Case(seg_sq("--workers", "-5"), 2, r"--workers.*-5 is not in the range x>=1"),
+    "workers-zero": Case(seg_sq("--workers", "0"), 2, r"--workers.*0 is not in the range"),
+    "threads-negative": Case(seg_sq("--threads", "-1"), 2, r"--threads.*-1 is not in the range"),
+    "gsd-inf": Case(seg_sq("--gsd", "inf"), 2, r"--gsd must be > 0 \(a finite number\) \(got inf\)"),
+    "gsd-nan": Case(seg_sq("--gsd", "nan"), 2, r"--gsd must be .*\(got nan\)"),
+    "gsd-zero": Case(seg_sq("--gsd", "0"), 2, r"--gsd.*0(\.0)? is not in the range x>0"),
+    "gsd-negative": Case(seg_sq("--gsd", "-1"), 2, r"--gsd.*-1(\.0)? is not in the range x>0"),
+    "gsd-tiny": Case(seg_sq("--gsd", "1e-30"), 2, r"--gsd 1e-30 on .*square\.tif .*means a scale of"),
+    "scale-inf": Case(seg_sq("--scale", "inf"), 2, r"--scale.*(\(got inf\)|inf is not in the range)"),
+    "scale-nan": Case(seg_sq("--scale", "nan"), 2, r"--scale.*nan"),
+    "scale-zero": Case(seg_sq("--scale", "0"), 2, r"--scale.*0(\.0)? is not in the range 0<x<=64"),
+    "scale-huge": Case(seg_sq("--scale", "1e9"), 2, r"--scale.*1000000000(\.0)? is not in the range 0<x<=64"),
+    "min-area-nan": Case(seg_sq("--min-area", "nan"), 2, r"--min-area must be >= 0 .*\(got nan\)"),
+    "min-area-negative": Case(seg_sq("--min-area", "-1"), 2, r"--min-area.*-1(\.0)? is not in the range x>=0"),
+    "simplify-inf": Case(seg_sq("--simplify", "inf"), 2, r"--simplify must be >= 0 \(a finite number\) \(got inf\)"),
+    "job-key-is-a-list": Case(_job_file("? [a, b]\n: 1\ninputs: [square.tif]\n"), 2,
+                              r"a key must be a name, not a list"),
+    "job-section-key-is-a-list": Case(_job_file("inputs: [square.tif]\nprompts: {text: blue}\noutput: {path: o/out.gpkg}\n"
+                                                "tiling: {? [1, 2] : 3}\n"), 2, r"a key must be a name, not a list"),
+    "job-5000-levels-flow": Case(_job_file(_deep_flow(5000)), 2, r"nested more than \d+ levels deep"),
+    "job-5000-levels-block": Case(_job_file(_deep_block(5000)), 2, r"nested more than \d+ levels deep"),
+    "job-gsd-inf": Case(_job_file("inputs: [square.tif]\nprompts: {text: blue}\noutput: {path: o/out.gpkg}\n"
+                                  "backend: {name: reference}\ntiling: {gsd: .inf}\n"), 2, r"tiling\.gsd:? must be > 0 \(a finite number\) \(got inf\)"),
+    "job-scale-nan": Case(_job_file("inputs: [square.tif]\nprompts: {text: blue}\noutput: {path: o/out.gpkg}\n"
+                                    "backend: {name: reference}\ntiling: {scale: .nan}\n"), 2, r"tiling\.scale: must be .*\(got nan\)"),
+    "job-min-area-inf": Case(_job_file("inputs: [square.tif]\nprompts: {text: blue}\noutput: {path: o/out.gpkg}\n"
+                                       "postprocess: {min_area: .inf}\n"), 2, r"postprocess\.min_area:? must be >= 0 \(a finite number\) \(got inf\)"),
+    "job-workers-negative": Case(_job(_with(run={"workers": -5})), 2, r"run\.workers: must be >= 1"),
+    "more-than-1024-decoder-passes": Case(lambda t: ["segment", str(_square(t)), "--box-file", str(_many_boxes(t)),
+                                                     "--backend", "reference", "--workers", "1", "--out",
+                                                     str(t / "o" / "out.gpkg")], 2,
+                                          r"holds 16400 example boxes .*decoder passes .*more than the 1024"),
+    "box-file-with-an-empty-geometry": Case(lambda t: ["segment", str(_square(t)), "--box-file", str(_empty_geoms(t)),
+                                                       "--backend", "reference", "--out", str(t / "o" / "out.gpkg")], 3,
+                                            r"holes\.gpkg: feature 2 has an empty geometry"),
+}
+
+
+def _assert_text(path, text):
+    assert path.read_text() == text
+
+
+def _link(tmp):
+    q = tmp / "link.tif"
+    q.symlink_to(_square(tmp))
+    return q
+
+
+CASES.update(NEW_CASES)
+
+
 def _invoke(argv: list[str], in_subprocess: bool, cwd: Path):
     if in_subprocess:
         p = subprocess.run([sys.executable, "-m", "sam3tiles.cli", *argv], capture_output=True, text=True,
                            cwd=cwd, timeout=120)
         return p.returncode, p.stdout, p.stderr
-    r = CliRunner().invoke(cli, argv)
+    import logging
+
+    records: list[str] = []  # under pytest the CLI's logging.basicConfig is a no-op: collect warnings here
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            records.append(f"{record.levelname} {record.name}: {record.getMessage()}\n")
+
+    handler = Collect(logging.WARNING)
+    logging.getLogger().addHandler(handler)
+    try:
+        r = CliRunner().invoke(cli, argv)
+    finally:
+        logging.getLogger().removeHandler(handler)
     assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
-    return r.exit_code, r.stdout, r.stderr
+    return r.exit_code, r.stdout, r.stderr + "".join(records)
+
+
+def _tree(root: Path) -> dict:
+    """Every file and folder under `root` except the output folder 'o': relative path -> bytes (None: folder)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if rel == "o" or rel.startswith("o/"):
+            continue
+        out[rel] = None if p.is_dir() and not p.is_symlink() else p.read_bytes() if p.is_file() else "link"
+    return out
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_bad_input(name, tmp_path):
+def test_bad_input(name, tmp_path, monkeypatch):
     case = CASES[name]
+    monkeypatch.chdir(tmp_path)  # relative paths ('.') name the case's own folder
     argv = case.build(tmp_path)
     out_dir = tmp_path / "o"
     out_dir.mkdir(exist_ok=True)
     before = {p.name: (p.read_bytes() if p.is_file() else None) for p in out_dir.iterdir()}
+    tree = _tree(tmp_path)
     code, stdout, stderr = _invoke(argv, case.subprocess, tmp_path)
     text = stdout + stderr
+    after = _tree(tmp_path)
+    allowed = lambda rel: any(rel == m.rstrip("/") or rel.startswith(m) for m in case.may_create)  # noqa: E731
+    changed = sorted(k for k in set(tree) | set(after) if tree.get(k, 0) != after.get(k, 0) and not allowed(k))
+    assert not changed, f"files outside the output folder changed or appeared: {changed}"
     assert "Traceback" not in text, text
     assert code == case.code, f"exit {code}, expected {case.code}:\n{text}"
     assert re.search(case.message, stderr), f"no /{case.message}/ in:\n{stderr}"
     if code not in (0, 5):
-        assert stderr.startswith("Error: "), stderr
+        assert stderr.startswith("Error: ") or stderr.startswith("Usage: ") and "\nError: " in stderr, stderr
         assert len(stderr.strip().splitlines()) <= 12, stderr
     left = {p.name for p in out_dir.iterdir()}
     for name_kept in case.keeps:  # what was there before is untouched
@@ -433,14 +835,15 @@ def test_bad_input(name, tmp_path):
                                       (out_dir / name_kept).read_bytes() == before[name_kept])
     temps = [n for n in left if ".tmp" in n or n.endswith(".lock") and n not in case.keeps]
     assert not temps, temps
-    outputs = [n for n in left - set(case.keeps) if not n.endswith(".sam3tiles-work")
-               and not n.endswith(".report.json")]
+    outputs = [n for n in left - set(case.keeps) - set(case.also_writes) if not n.endswith(".sam3tiles-work")
+               and not n.endswith(".report.json") and not n.endswith(".preview.png")]
     if case.writes if case.writes is not None else code in (0, 5):
         assert len(outputs) == 1, left
         out = out_dir / outputs[0]
         if case.objects is not None:
             assert len(gpd.read_file(out)) == case.objects
         assert (out_dir / (out.name + ".report.json")).exists()
+        assert (out_dir / (out.name + ".preview.png")).exists()
     else:
         assert outputs == [], f"a failed run left {outputs}"
         if name != "corrupt-block-strict":  # --strict keeps the tiles that finished, for the rerun
@@ -449,8 +852,8 @@ def test_bad_input(name, tmp_path):
         case.check(tmp_path)
 
 
-def test_there_are_at_least_25_cases():
-    assert len(CASES) >= 25
+def test_there_are_at_least_100_cases():
+    assert len(CASES) >= 100
 
 
 def test_documented_exit_codes_match_the_errors():

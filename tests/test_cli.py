@@ -32,6 +32,16 @@ def test_segment_writes_every_format_with_crs(scene, tmp_path, ext):
     r = run("-q", "segment", scene.path, "--text", "blue", "--text", "RED", "--backend", "reference", "--out", out)
     assert r.exit_code == 0, r.output
     gdf = gpd.read_file(out) if ext != ".parquet" else gpd.read_parquet(out)
+    if ext == ".geojson":  # RFC 7946: WGS84 lon/lat, no crs member, named after the file
+        doc = json.loads(out.read_text())
+        assert "crs" not in doc and doc["name"] == "out" and gdf.crs.to_epsg() == 4326
+        x, y = doc["features"][0]["geometry"]["coordinates"][0][0]
+        assert 14 < x < 16 and 36 < y < 38  # lon, lat near the scene (UTM 33N, 500 km E, 4100 km N)
+        gdf = gdf.to_crs(32633)
+    elif ext != ".parquet":
+        import pyogrio
+
+        assert [str(n) for n in pyogrio.list_layers(out)[:, 0]] == ["out"]
     assert gdf.crs is not None and gdf.crs.to_epsg() == 32633
     for col in ("prompt", "score", "area", "area_px", "n_tiles", "source", "backend"):
         assert col in gdf.columns
@@ -40,7 +50,7 @@ def test_segment_writes_every_format_with_crs(scene, tmp_path, ext):
     n_truth = int((scene.truth["class"].isin(["blue", "red"])).sum())
     assert abs(len(gdf) - n_truth) <= 0.03 * n_truth
     assert gdf.geometry.is_valid.all()
-    assert np.allclose(gdf["area"], gdf.geometry.area, rtol=1e-6)
+    assert np.allclose(gdf["area"], gdf.geometry.area, rtol=1e-6 if ext != ".geojson" else 1e-2)
     assert np.allclose(gdf["area_px"], gdf["area"] / 0.09, rtol=1e-6)
     report = json.loads((tmp_path / f"out{ext}.report.json").read_text())
     assert report["objects"] == len(gdf) and report["tiles"] == 9
@@ -65,7 +75,7 @@ def test_output_without_crs_says_so(tmp_path):
 
     db = sqlite3.connect(tmp_path / "o.gpkg")
     desc, srs = db.execute("SELECT c.description, s.srs_name FROM gpkg_contents c JOIN gpkg_spatial_ref_sys s "
-                           "ON c.srs_id = s.srs_id WHERE c.table_name = 'objects'").fetchone()
+                           "ON c.srs_id = s.srs_id WHERE c.table_name = 'o'").fetchone()
     db.close()
     assert desc.startswith("no CRS") and srs == "Undefined SRS"
 

@@ -9,9 +9,10 @@ from affine import Affine
 from shapely.geometry import box
 
 from sam3tiles.grid import TileGrid
+from sam3tiles.testing import frames_and_pieces
 from sam3tiles.merge import merge_pieces, tile_frame
 from sam3tiles.pipeline import segment_job
-from sam3tiles.vectorize import Pieces, tile_key
+from sam3tiles.vectorize import Pieces
 
 from sam3tiles.testing import write_raster
 
@@ -78,32 +79,23 @@ def test_small_object_in_the_overlap_is_kept_once(tmp_path):
 
 
 def _frames_and_pieces(grid, placed):
-    """placed: [(tile (row, col), geometry in CRS, complete)]"""
-    frames = {t.index: tile_frame(t, grid.overlap) for t in grid}
-    p = Pieces()
-    for (r, c), geom, complete in placed:
-        t = grid.tile(r, c)
-        p.geometry.append(geom)
-        p.score.append(0.9)
-        p.prompt.append(0)
-        p.tile_key.append(tile_key(t))
-        p.complete.append(complete)
-        p.edge_dist.append(10.0 if complete else 0.0)
-    return frames, p
+    return frames_and_pieces(grid, placed, complete_edge_dist=10.0)
 
 
-def test_a_link_that_would_fuse_two_objects_of_one_tile_is_refused():
+def test_two_objects_of_one_tile_are_never_fused_by_a_neighbour_that_fuses_them():
     grid = TileGrid(1760, 1008, transform=Affine(1, 0, 0, 0, 1, 0))
     # tile 0 sees two objects A and B side by side in the band; tile 1 sees one blob over both
     a, b = box(800, 100, 850, 300), box(860, 100, 1008, 300)
     blob = box(800, 100, 1100, 300)
     frames, pieces = _frames_and_pieces(grid, [((0, 0), a, True), ((0, 0), b, False), ((0, 1), blob, False)])
     merged, stats = merge_pieces(pieces, frames)
-    assert stats.refused_links == 1
-    assert stats.rule_violations >= 1
-    # A is never fused with B
+    # the disagreement is settled by ownership (tile 0 owns A and B's left end, tile 1 the rest of B):
+    # no rule violation, A never fused with B, and B reaches as far as tile 1 saw it
+    assert stats.disagreements == 1 and stats.rule_violations == 0
     for g in merged.geometry:
         assert not (g.intersects(a.buffer(-1)) and g.intersects(b.buffer(-1)))
+    assert sorted(tuple(round(v) for v in g.bounds) for g in merged.geometry) == [(800, 100, 850, 300),
+                                                                                   (860, 100, 1100, 300)]
 
 
 def test_merge_is_independent_of_piece_order():

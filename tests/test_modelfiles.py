@@ -21,78 +21,86 @@ from sam3tiles.cli.model import model as model_cli
 from sam3tiles.errors import EXIT_MODEL, ModelError, ModelNotFoundError
 
 # ------------------------------------------------------------------------------------------------
-# a fake model hub
+# a local server standing in for the Hugging Face hub
+
+
+REPO, REV = "test-org/sam3-onnx-test", "0123456789abcdef0123456789abcdef01234567"
 
 
 class FakeHub:
-    """Serves `files` on 127.0.0.1 with HTTP Range support and scripted faults per file name.
-
-    Faults (consumed one per request): "503" (an error status), "html" (an error page with status 200),
-    "cut" (half the body, then the connection closes).
+    """Serves files on 127.0.0.1 the way the hub does for huggingface_hub: HEAD and GET on
+    /<repo>/resolve/<revision>/<name> with X-Repo-Commit, ETag and Content-Length (Range honoured), and
+    plain files under /files/<name> (the vocabulary's own URL). Scripted faults per file name, one per
+    GET: "html" (an error page with status 200). Every request is logged with its Authorization header.
     """
 
     def __init__(self, files: dict[str, bytes]):
-        self.files = files
+        self.files = dict(files)
         self.faults: dict[str, list[str]] = {}
-        self.log: list[tuple[str, str | None, int]] = []  # (name, Range header, status)
-        self.ignore_range = False
+        self.log: list[tuple[str, str, str | None, int, str | None]] = []  # (method, name, Range, status, auth)
         hub = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def log_message(self, *args):  # keep the test output clean
                 pass
 
-            def do_GET(self):
-                name = self.path.lstrip("/")
-                rng = self.headers.get("Range")
-                queue = hub.faults.get(name) or []
-                fault = queue.pop(0) if queue else None
-                body = hub.files.get(name)
-                if fault == "503":
-                    return self._reply(name, rng, 503, b"busy", "text/plain")
-                if fault == "html":
-                    return self._reply(name, rng, 200, b"<html><body>We're sorry, an error occurred.</body></html>",
-                                       "text/html")
-                if body is None:
-                    return self._reply(name, rng, 404, b"not found", "text/plain")
-                start = 0
-                if rng and not hub.ignore_range:
-                    start = int(rng.removeprefix("bytes=").split("-")[0])
-                    if start >= len(body):
-                        return self._reply(name, rng, 416, b"", "text/plain")
-                status = 206 if start else 200
-                extra = {"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"} if start else {}
-                part = body[start:]
-                if fault == "cut":
-                    return self._reply(name, rng, status, part[: len(part) // 2], "application/octet-stream",
-                                       extra, length=len(part))
-                return self._reply(name, rng, status, part, "application/octet-stream", extra)
+            def do_HEAD(self):
+                self._serve(head=True)
 
-            def _reply(self, name, rng, status, body, ctype, extra=None, length=None):
-                hub.log.append((name, rng, status))
+            def do_GET(self):
+                self._serve(head=False)
+
+            def _serve(self, head):
+                path = self.path.split("?")[0]
+                prefix = f"/{REPO}/resolve/{REV}/"
+                if path.startswith(prefix):
+                    name = path[len(prefix):]
+                elif path.startswith("/files/"):
+                    name = path[len("/files/"):]
+                else:
+                    name = None
+                rng = self.headers.get("Range")
+                body = hub.files.get(name) if name else None
+                queue = hub.faults.get(name) or []
+                fault = queue.pop(0) if queue and not head else None
+                extra = {"X-Repo-Commit": REV}
+                if body is not None:
+                    extra["ETag"] = f'"{hashlib.sha256(body).hexdigest()}"'
+                if fault == "html":
+                    page = b"<html><body>We're sorry, an error occurred.</body></html>"
+                    body = page + b" " * (len(body) - len(page))  # the right length: only the hash tells
+                if body is None:
+                    return self._reply(head, name, rng, 404, b"not found", {"X-Error-Code": "EntryNotFound"})
+                start = int(rng.removeprefix("bytes=").split("-")[0]) if rng else 0
+                if start >= len(body) and start:
+                    return self._reply(head, name, rng, 416, b"", extra)
+                if start:
+                    extra["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
+                return self._reply(head, name, rng, 206 if start else 200, body[start:], extra)
+
+            def _reply(self, head, name, rng, status, body, extra):
+                hub.log.append(("HEAD" if head else "GET", name, rng, status, self.headers.get("Authorization")))
                 self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body) if length is None else length))
-                for k, v in (extra or {}).items():
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in extra.items():
                     self.send_header(k, v)
                 self.end_headers()
-                self.wfile.write(body)
+                if not head:
+                    self.wfile.write(body)
                 self.wfile.flush()
-                self.close_connection = True
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/files"
-        # the files live under /files/<name>
-        self.files = {f"files/{k}": v for k, v in files.items()}
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
-    def requests(self, name: str) -> list[tuple[str | None, int]]:
-        return [(r, s) for n, r, s in self.log if n == f"files/{name}"]
+    def gets(self, name: str) -> list[tuple[str | None, int]]:
+        return [(r, s) for m, n, r, s, _ in self.log if n == name and m == "GET"]
 
     def fault(self, name: str, *faults: str) -> None:
-        self.faults[f"files/{name}"] = list(faults)
+        self.faults[name] = list(faults)
 
     def close(self) -> None:
         self.server.shutdown()
@@ -105,9 +113,14 @@ def _content(name: str, size: int) -> bytes:
 
 FAKE_SIZES = {f.name: 40_000 + 17_000 * i for i, f in enumerate(mf.MANIFEST)}
 FAKE = {name: _content(name, size) for name, size in FAKE_SIZES.items()}
-FAKE_MANIFEST = tuple(mf.ModelFile(f.name, f"http://invalid.example/{f.name}", hashlib.sha256(FAKE[f.name]).hexdigest(),
-                                   f.licence) for f in mf.MANIFEST)
 BIG = mf.IMAGE_ENCODER + ".data"
+
+
+def fake_manifest(url: str) -> tuple:
+    """The manifest's files with test content: graphs in the fake repo, the vocabulary at a plain URL."""
+    return tuple(mf.ModelFile(f.name, f"{url}/files/{f.name}", hashlib.sha256(FAKE[f.name]).hexdigest(), f.licence,
+                              repo=REPO if f.repo else None, revision=REV if f.repo else None)
+                 for f in mf.MANIFEST)
 
 
 @pytest.fixture
@@ -118,17 +131,22 @@ def hub():
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for var in (mf.MODEL_DIR_ENV, mf.MODEL_URL_ENV, "SAM3TILES_VOCAB"):
+def _clean_env(monkeypatch, tmp_path):
+    import huggingface_hub.constants as hfc
+
+    for var in (mf.MODEL_DIR_ENV, "SAM3TILES_VOCAB", "HF_ENDPOINT", "HF_TOKEN", "HF_HUB_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(hfc, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # a stored login of the machine stays out
+    monkeypatch.setattr(hfc, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))
 
 
-def _fetch(d, hub, **kw):
+def _fetch(d, hub, cache=None, **kw):
     kw.setdefault("progress", False)
     kw.setdefault("backoff", 0.0)
-    kw.setdefault("timeout", 10.0)
     messages: list[str] = []
-    out = mf.fetch(d, files=FAKE_MANIFEST, base_url=hub.url, echo=messages.append, **kw)
+    out = mf.fetch(d, files=fake_manifest(hub.url), endpoint=kw.pop("endpoint", hub.url),
+                   cache_dir=cache or Path(f"{d}.hf-cache"), echo=messages.append, **kw)
     return out, messages
 
 
@@ -151,96 +169,91 @@ def test_fetch_downloads_verifies_and_writes_the_licence_notice(tmp_path, hub, c
     assert mf.SAM_LICENSE_URL in notice and "SAM License" in notice and "accept" in notice
     assert "Copyright (c) 2021 OpenAI" in notice
     assert messages[0].startswith("NOTICE") and mf.SAM_LICENSE_URL in messages[0]
-    err = capsys.readouterr().err  # tqdm's progress bars
-    assert mf.DECODER in err and "100%" in err
-    assert mf.verify(d, FAKE_MANIFEST).ok
-    assert all(status == 200 for _, _, status in hub.log) and len(hub.log) == len(FAKE)
+    assert mf.verify(d, fake_manifest(hub.url)).ok
+    # each file fetched once, the graphs at the pinned revision's paths; hard links to the shared cache's blobs
+    assert all(len(hub.gets(name)) == 1 for name in FAKE)
+    blobs = list(Path(f"{d}.hf-cache").rglob("blobs/*"))
+    assert len(blobs) == len(FAKE) - 1  # every graph file; the vocabulary is not a hub file
+    assert (d / mf.DECODER).stat().st_ino in {b.stat().st_ino for b in blobs}
 
 
-def test_second_fetch_downloads_nothing(tmp_path, hub):
-    _fetch(tmp_path, hub)
+def test_second_fetch_and_a_second_directory_download_nothing(tmp_path, hub):
+    _fetch(tmp_path / "a", hub, cache=tmp_path / "shared")
     hub.log.clear()
-    _, messages = _fetch(tmp_path, hub)
+    _, messages = _fetch(tmp_path / "a", hub, cache=tmp_path / "shared")
     assert hub.log == []
     assert sum("present, sha256 ok" in m for m in messages) == len(FAKE)
+    # another model directory on the same shared cache: the graphs come from the cache, no GET
+    _fetch(tmp_path / "b", hub, cache=tmp_path / "shared")
+    _all_there(tmp_path / "b")
+    assert [n for m, n, *_ in hub.log if m == "GET"] == [mf.VOCAB_NAME]
 
 
-def test_present_file_with_wrong_hash_is_downloaded_again(tmp_path, hub):
-    _fetch(tmp_path, hub)
-    (tmp_path / mf.DECODER).write_bytes(b"corrupt")
-    hub.log.clear()
-    _fetch(tmp_path, hub)
-    _all_there(tmp_path)
-    assert [n for n, _, _ in hub.log] == [f"files/{mf.DECODER}"]
+def test_present_file_with_wrong_hash_is_replaced(tmp_path, hub):
+    d = tmp_path / "m"
+    _fetch(d, hub)
+    (d / mf.DECODER).unlink()  # a hard link: writing into it would change the cached blob too
+    (d / mf.DECODER).write_bytes(b"corrupt")
+    _fetch(d, hub)
+    _all_there(d)
 
 
-def test_partial_download_resumes_with_range(tmp_path, hub):
-    body = FAKE[BIG]
-    tmp_path.mkdir(exist_ok=True)
-    (tmp_path / (BIG + ".part")).write_bytes(body[:30_000])
-    _fetch(tmp_path, hub)
-    _all_there(tmp_path)
-    assert hub.requests(BIG) == [("bytes=30000-", 206)]
-
-
-def test_server_that_ignores_range_restarts_cleanly(tmp_path, hub):
-    hub.ignore_range = True
-    (tmp_path / (BIG + ".part")).write_bytes(b"x" * 1000)  # not even a prefix of the file
-    _fetch(tmp_path, hub)
-    _all_there(tmp_path)
-    assert hub.requests(BIG) == [("bytes=1000-", 200)]
-
-
-def test_complete_part_file_is_accepted_after_416(tmp_path, hub):
-    (tmp_path / (BIG + ".part")).write_bytes(FAKE[BIG])
-    _fetch(tmp_path, hub)
-    _all_there(tmp_path)
-    assert hub.requests(BIG) == [(f"bytes={len(FAKE[BIG])}-", 416)]
-
-
-def test_error_page_is_caught_by_the_hash_and_retried(tmp_path, hub):
+def test_error_page_is_caught_by_the_hash_and_downloaded_again(tmp_path, hub):
     hub.fault(mf.DECODER, "html")
-    _, messages = _fetch(tmp_path, hub)
-    _all_there(tmp_path)
-    assert hub.requests(mf.DECODER) == [(None, 200), (None, 200)]
+    _, messages = _fetch(tmp_path / "m", hub)
+    _all_there(tmp_path / "m")
+    assert len(hub.gets(mf.DECODER)) == 2
     assert any("retrying" in m and "sha256 mismatch" in m for m in messages)
 
 
-def test_server_error_is_retried_and_keeps_the_part(tmp_path, hub):
-    hub.fault(BIG, "cut", "503", "503")
-    _, messages = _fetch(tmp_path, hub, retries=3)
-    _all_there(tmp_path)
-    cut = len(FAKE[BIG]) // 2
-    assert hub.requests(BIG) == [(None, 200), (f"bytes={cut}-", 503), (f"bytes={cut}-", 503),
-                                 (f"bytes={cut}-", 206)]
-    assert any("HTTP 503" in m for m in messages)
+def test_vocabulary_download_resumes_a_partial_file(tmp_path, hub):
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / (mf.VOCAB_NAME + ".part")).write_bytes(FAKE[mf.VOCAB_NAME][:1000])
+    _fetch(d, hub)
+    _all_there(d)
+    assert hub.gets(mf.VOCAB_NAME) == [("bytes=1000-", 206)]
+
+
+def test_whole_part_file_is_used_without_a_request(tmp_path, hub):
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / (mf.VOCAB_NAME + ".part")).write_bytes(FAKE[mf.VOCAB_NAME])
+    _fetch(d, hub)
+    _all_there(d)
+    assert hub.gets(mf.VOCAB_NAME) == []
 
 
 def test_persistent_hash_mismatch_is_a_model_error(tmp_path, hub):
-    bad = tuple(mf.ModelFile(f.name, f.url, "0" * 64 if f.name == mf.DECODER else f.sha256, f.licence)
-                for f in FAKE_MANIFEST)
+    bad = tuple(mf.ModelFile(f.name, f.url, "0" * 64 if f.name == mf.DECODER else f.sha256, f.licence, f.repo,
+                             f.revision) for f in fake_manifest(hub.url))
+    d = tmp_path / "m"
     with pytest.raises(ModelError) as info:
-        mf.fetch(tmp_path, progress=False, retries=2, base_url=hub.url, files=bad, backoff=0.0,
+        mf.fetch(d, progress=False, retries=2, endpoint=hub.url, files=bad, backoff=0.0, cache_dir=tmp_path / "c",
                  echo=lambda m: None)
     message = str(info.value)
     assert "sam3_decoder.onnx" in message and "sha256 mismatch" in message and "3 attempt" in message
-    assert f"sam3tiles model fetch --dir {tmp_path}" in message
-    assert len(hub.requests(mf.DECODER)) == 3
-    assert not (tmp_path / mf.DECODER).exists() and not (tmp_path / (mf.DECODER + ".part")).exists()
+    assert f"sam3tiles model fetch --dir {d}" in message
+    assert len(hub.gets(mf.DECODER)) == 3
+    assert not (d / mf.DECODER).exists()
 
 
-def test_missing_file_on_the_server_fails_fast(tmp_path, hub):
-    del hub.files[f"files/{mf.DECODER}"]
-    with pytest.raises(ModelError, match="HTTP 404"):
-        _fetch(tmp_path, hub, retries=5)
-    assert hub.requests(mf.DECODER) == [(None, 404)]
+def test_missing_file_on_the_hub_fails_fast(tmp_path, hub):
+    del hub.files[mf.DECODER]
+    with pytest.raises(ModelError, match="could not download sam3_decoder.onnx") as info:
+        _fetch(tmp_path / "m", hub, retries=5)
+    assert REPO in str(info.value) and hub.gets(mf.DECODER) == []
+    assert sum(n == mf.DECODER for _, n, *_ in hub.log) == 1  # one HEAD, no retries
 
 
-def test_base_url_from_the_environment(tmp_path, hub, monkeypatch):
-    monkeypatch.setenv(mf.MODEL_URL_ENV, hub.url + "/")
-    mf.fetch(tmp_path, progress=False, files=FAKE_MANIFEST, echo=lambda m: None)
-    _all_there(tmp_path)
-    assert {f.url for f in mf.manifest()} == {f"{hub.url}/{f.name}" for f in mf.MANIFEST}
+def test_hf_endpoint_and_token_from_the_environment(tmp_path, hub, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_TOKEN", "hf_testtoken123")
+    _fetch(tmp_path / "m", hub, endpoint=None)
+    _all_there(tmp_path / "m")
+    auth = {a for m, n, r, s, a in hub.log if n != mf.VOCAB_NAME}
+    assert auth == {"Bearer hf_testtoken123"}
+    assert {a for m, n, r, s, a in hub.log if n == mf.VOCAB_NAME} == {None}  # no token to other hosts
 
 
 def test_unwritable_directory_is_a_model_error(tmp_path, hub):
@@ -300,13 +313,13 @@ def test_require_model_lists_missing_files_and_the_command(tmp_path):
 
 def test_verify_reports_missing_mismatched_and_partial(tmp_path, hub):
     _fetch(tmp_path, hub)
-    report = mf.verify(tmp_path, FAKE_MANIFEST)
-    assert report.ok and [f.size for f in report.files] == [len(FAKE[f.name]) for f in FAKE_MANIFEST]
+    report = mf.verify(tmp_path, fake_manifest(hub.url))
+    assert report.ok and [f.size for f in report.files] == [len(FAKE[f.name]) for f in fake_manifest(hub.url)]
     assert "all files present, sha256 ok" in report.format()
     (tmp_path / mf.DECODER).write_bytes(b"oops")
     (tmp_path / BIG).unlink()
     (tmp_path / (BIG + ".part")).write_bytes(b"12345")
-    report = mf.verify(tmp_path, FAKE_MANIFEST)
+    report = mf.verify(tmp_path, fake_manifest(hub.url))
     assert not report.ok
     assert report.missing == [BIG] and report.mismatched == [mf.DECODER]
     text = report.format()
@@ -318,7 +331,7 @@ def test_verify_accepts_the_vocabulary_from_osam(tmp_path, hub):
     _fetch(tmp_path, hub)
     (tmp_path / mf.VOCAB_NAME).unlink()
     files = tuple(mf.ModelFile(f.name, f.url, mf.VOCAB_SHA256 if f.name == mf.VOCAB_NAME else f.sha256)
-                  for f in FAKE_MANIFEST)
+                  for f in fake_manifest(hub.url))
     report = mf.verify(tmp_path, files)
     assert report.ok
     vocab = next(f for f in report.files if f.name == mf.VOCAB_NAME)
@@ -383,14 +396,14 @@ def test_read_graph_io_on_a_truncated_file(tmp_path):
 
 
 @pytest.fixture
-def fake_manifest(monkeypatch):
-    monkeypatch.setattr(mf, "MANIFEST", FAKE_MANIFEST)
+def fake_files(monkeypatch, hub):
+    monkeypatch.setattr(mf, "MANIFEST", fake_manifest(hub.url))
 
 
-def test_cli_fetch_verify(tmp_path, hub, fake_manifest):
+def test_cli_fetch_verify(tmp_path, hub, fake_files):
     runner = CliRunner()
     d = tmp_path / "m"
-    result = runner.invoke(model_cli, ["fetch", "--dir", str(d), "--url", hub.url, "--no-progress"])
+    result = runner.invoke(model_cli, ["fetch", "--dir", str(d), "--endpoint", hub.url, "--cache-dir", str(tmp_path / "c"), "--no-progress"])
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == str(d)
     assert "NOTICE" in result.stderr and mf.SAM_LICENSE_URL in result.stderr
@@ -408,16 +421,16 @@ def test_cli_fetch_verify(tmp_path, hub, fake_manifest):
     assert result.exit_code == EXIT_MODEL and "missing" in result.stderr
 
 
-def test_cli_verify_uses_the_environment_directory(tmp_path, hub, fake_manifest, monkeypatch):
+def test_cli_verify_uses_the_environment_directory(tmp_path, hub, fake_files, monkeypatch):
     _fetch(tmp_path, hub)
     monkeypatch.setenv(mf.MODEL_DIR_ENV, str(tmp_path))
     result = CliRunner().invoke(model_cli, ["verify"])
     assert result.exit_code == 0 and str(tmp_path) in result.stdout
 
 
-def test_cli_fetch_failure_exit_code(tmp_path, hub, fake_manifest):
-    del hub.files[f"files/{mf.DECODER}"]
-    result = CliRunner().invoke(model_cli, ["fetch", "--dir", str(tmp_path), "--url", hub.url, "--no-progress",
+def test_cli_fetch_failure_exit_code(tmp_path, hub, fake_files):
+    del hub.files[mf.DECODER]
+    result = CliRunner().invoke(model_cli, ["fetch", "--dir", str(tmp_path), "--endpoint", hub.url, "--cache-dir", str(tmp_path / "c"), "--no-progress",
                                             "--retries", "0"])
     assert result.exit_code == EXIT_MODEL
     assert "Error: could not download sam3_decoder.onnx" in result.stderr and "Traceback" not in result.output

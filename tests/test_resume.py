@@ -134,7 +134,8 @@ def test_killed_job_resumes_to_the_uninterrupted_output(scene, tmp_path):
     assert report["checkpoint"]["stored"] == (TILES - tiles_after_term) * PROMPTS
     assert _rows(db) == TILES * PROMPTS
     left = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert left == ["objects.gpkg", "objects.gpkg.report.json", "objects.gpkg.sam3tiles-work"], left
+    assert left == ["objects.gpkg", "objects.gpkg.preview.png", "objects.gpkg.report.json",
+                    "objects.gpkg.sam3tiles-work"], left
     assert 0 < tiles_after_kill < tiles_after_term < TILES
 
     # 5. the same output as one uninterrupted run
@@ -264,7 +265,8 @@ def test_stale_lock_and_temp_files_of_a_killed_run_are_cleaned(small, tmp_path):
     (tmp_path / ".o.0123abcd.tmp.gpkg").write_bytes(b"half a file")
     (tmp_path / ".o.0123abcd.tmp.gpkg-journal").write_bytes(b"")
     _, rep, _ = _run(small.path, ["yellow"], tmp_path, out=out, overwrite=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.gpkg", "o.gpkg.report.json", "o.gpkg.sam3tiles-work"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.gpkg", "o.gpkg.preview.png", "o.gpkg.report.json",
+                                                          "o.gpkg.sam3tiles-work"]
 
 
 def test_folder_output_is_written_at_the_end(small, tmp_path):
@@ -290,7 +292,8 @@ def test_folder_output_is_written_at_the_end(small, tmp_path):
     finally:
         pl.run_input = orig
     assert seen == [[], []]
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["other.gpkg", "small.gpkg"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["other.gpkg", "other.gpkg.preview.png",
+                                                                    "small.gpkg", "small.gpkg.preview.png"]
 
 
 def test_report_json(small, tmp_path):

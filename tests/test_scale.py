@@ -68,7 +68,7 @@ def test_streamed_outputs_equal_the_objects_in_memory_whatever_the_blocks(scene,
     geo = json.loads(pq.read_schema(tmp_path / "o.parquet").metadata[b"geo"])
     bbox = geo["columns"]["geometry"]["bbox"]
     assert np.allclose(bbox, reference.total_bounds)
-    assert b"sam3tiles" in pq.read_schema(tmp_path / "o.parquet").metadata
+    assert b"sam3tiles" in pq.read_schema(tmp_path / "o.parquet").metadata[b"PANDAS_ATTRS"]  # the run's metadata
 
 
 def test_partitioned_dataset_reads_as_one_table(scene, reference, tmp_path, monkeypatch):

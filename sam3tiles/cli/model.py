@@ -43,19 +43,23 @@ def model() -> None:
 @model.command()
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
               help=_DIR_HELP)
-@click.option("--url", "base_url", default=None, metavar="URL",
-              help=f"download every file from URL/<file name> instead (a mirror; also ${modelfiles.MODEL_URL_ENV})")
+@click.option("--endpoint", default=None, metavar="URL",
+              help="Hugging Face hub mirror to download from (default: $HF_ENDPOINT, else huggingface.co)")
+@click.option("--cache-dir", default=None, type=click.Path(file_okay=False),
+              help="huggingface_hub cache (default: $HF_HUB_CACHE or $HF_HOME/hub, shared with other tools)")
 @click.option("--retries", type=click.IntRange(0, 20), default=3, show_default=True,
               help="extra tries per file after a failed or corrupt download")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="show progress bars")
 @_errors
-def fetch(directory: Path | None, base_url: str | None, retries: int, progress: bool) -> None:
+def fetch(directory: Path | None, endpoint: str | None, cache_dir: str | None, retries: int, progress: bool) -> None:
     """Download the pinned SAM 3 ONNX files (v0.3.0, about 3.4 GB) and verify their sha256.
 
-    Finished files are kept and partial downloads resume, so running it again is cheap. The weights are
-    under Meta's SAM License: a notice is written beside them.
+    Downloads go through huggingface_hub: its cache is shared with other tools and resumes partial
+    downloads; a token comes from $HF_TOKEN or `hf auth login`. Files already in the directory with the
+    right hash are kept, so running it again is cheap. The weights are under Meta's SAM License: a notice
+    is written beside them.
     """
-    d = modelfiles.fetch(directory, progress=progress, retries=retries, base_url=base_url,
+    d = modelfiles.fetch(directory, progress=progress, retries=retries, endpoint=endpoint, cache_dir=cache_dir,
                          echo=lambda m: click.echo(m, err=True))
     click.echo(str(d))
 

@@ -13,19 +13,24 @@ from .options import handle_errors, overwrite_opt, registry_options
 @registry_options("plan")
 @click.option("--out", "-o", default=None, help="Write the grid as polygons (.gpkg, .geojson, ...).")
 @click.option("--prompts", type=int, default=1, show_default=True, help="Prompts per tile, for the cost estimate.")
+@click.option("--report", "report_path", default=None, metavar="REPORT.json",
+              help="A previous run's report: also show the sub-tiles its refinement added (written with --out, "
+                   "column depth).")
 @overwrite_opt
 @handle_errors
-def plan(input, out, prompts, overwrite, **options):
+def plan(input, out, prompts, report_path, overwrite, **options):
     """Print the tile count, skipped (all-nodata) tiles and a cost estimate for INPUT; optionally write
     the grid."""
-    from ..plan import DECODE_S, ENCODE_S, plan_input, tile_plan
+    from ..plan import DECODE_S, ENCODE_S, plan_input, refine_line, tile_plan
     from ..writers import check_output, write_vector
 
     opts = Options.from_params(options)
     if out:
         check_output(out, overwrite)
     inp = plan_input(input, opts)  # the pre-flight's own step for one input
-    grid = tile_plan(inp)
+    report = _load_report(report_path) if report_path else None
+    everything = tile_plan(inp, report=report)
+    grid = everything[everything["depth"] == 0]
     click.echo(f"{input}: {inp.width} x {inp.height} px, {inp.band_count} band(s) {inp.dtype}, "
                f"CRS {inp.crs.to_string() if inp.crs else 'none (pixel coordinates)'}")
     st = inp.stretch
@@ -36,6 +41,36 @@ def plan(input, out, prompts, overwrite, **options):
     click.echo(f"tiles: {n} ({rows} rows x {cols} cols), {skipped} skipped (all nodata), {n - skipped} to run")
     click.echo(f"model calls: {n - skipped} encodes, {(n - skipped) * prompts} decodes; at ~{ENCODE_S} s + {DECODE_S} s "
                f"per prompt on a desktop GPU: ~{(n - skipped) * (ENCODE_S + DECODE_S * prompts) / 60:.1f} GPU-minutes")
+    click.echo(refine_line(opts))
+    if report is not None:
+        click.echo(_refined_line(everything, report_path, input))
     if out:
-        write_vector(grid, out, layer="tiles")
+        write_vector(everything, out, layer="tiles")
         click.echo(f"wrote the grid to {out}")
+
+
+def _refined_line(tiles, report_path: str, input: str) -> str:
+    """Where a previous run's refinement happened: refined grid tiles, sub-tiles per depth."""
+    subs = tiles[tiles["depth"] > 0]
+    if not len(subs):
+        return f"refinement in {report_path}: no tile of {input} was refined"
+    per = ", ".join(f"depth {d}: {c}" for d, c in subs["depth"].value_counts().sort_index().items())
+    grid = tiles[tiles["depth"] == 0]
+    return (f"refinement in {report_path}: {int((grid['refined_prompts'] != '').sum())} grid tile(s) refined, "
+            f"{len(subs)} sub-tile(s) ({per})")
+
+
+def _load_report(path: str) -> dict:
+    import json
+
+    from ..errors import UsageError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--report {path}: cannot read it as a sam3tiles run report ({e}): give the "
+                         "<output>.report.json a run wrote") from None
+    if not isinstance(data, dict) or "tiles" not in data:
+        raise UsageError(f"--report {path} is not a sam3tiles run report: give the <output>.report.json a run wrote")
+    return data

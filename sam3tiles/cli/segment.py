@@ -16,9 +16,9 @@ from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, 
               help="An example box in the raster's CRS (repeatable); ',neg' marks a negative example.")
 @click.option("--box-file", default=None, help="Vector file of example boxes (any CRS; optional 'label' "
                                                "column 1/0).")
-@click.option("--out", "-o", required=True, help="Output file (.gpkg, .parquet, .fgb, .geojson), a folder for "
-                                                 "one .gpkg per input, or NAME.parquet/ for a partitioned "
-                                                 "GeoParquet dataset.")
+@click.option("--out", "-o", required=True, help="Output file (.gpkg, .parquet, .fgb, .geojson, .coco.json), a "
+                                                 "folder for one .gpkg per input, or NAME.parquet/ for a "
+                                                 "partitioned GeoParquet dataset.")
 @registry_options("segment")
 @click.option("--labels", default=None, metavar="OUT.tif",
               help="Also write an instance label image (uint32 TIFF aligned with the input, values = the "

@@ -7,8 +7,9 @@ environment variable ``SAM3TILES_MODEL_DIR`` or an explicit directory. Files are
 Pinned release (the one osam 0.4.0 to 0.8.1 runs): Hugging Face ``wkentaro/sam3-onnx-models-v0.3.0`` at
 revision ``895f3980b24a88249898cbe5a44571b15dec2a7f``, about 3.4 GB. The weights are under Meta's SAM
 License; ``fetch`` writes a notice (``LICENSE-SAM.txt``) beside them. The CLIP vocabulary is OpenAI's
-(MIT). ``SAM3TILES_MODEL_URL`` (or ``base_url=``) replaces every file's URL by ``<base>/<file name>``,
-for mirrors and tests.
+(MIT). Downloads go through huggingface_hub (see `fetch`): a mirror is ``$HF_ENDPOINT`` (this replaces
+the former ``SAM3TILES_MODEL_URL``); an offline copy is a directory given to ``--model`` or
+``$SAM3TILES_MODEL_DIR`` and checked with ``sam3tiles model verify``.
 
 The graph contract lives in `contract`; the CLIP vocabulary lookup (`find_vocab`) is here because the
 vocabulary is one of the model files.
@@ -18,25 +19,23 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import http.client
 import os
 import shlex
+import shutil
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import platformdirs
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from ..errors import ModelError, ModelNotFoundError
 
 MODEL_VERSION = "v0.3.0"
 MODEL_DIR_ENV = "SAM3TILES_MODEL_DIR"
-MODEL_URL_ENV = "SAM3TILES_MODEL_URL"
+HF_ENDPOINT_ENV = "HF_ENDPOINT"
 VOCAB_ENV = "SAM3TILES_VOCAB"
 HF_REPO = "wkentaro/sam3-onnx-models-v0.3.0"
 HF_REVISION = "895f3980b24a88249898cbe5a44571b15dec2a7f"
@@ -65,13 +64,15 @@ class ModelFile:
     """One file of the model directory: name, where to get it, its pinned sha256, its licence."""
 
     name: str
-    url: str
+    url: str  # where it lives (for hub files, the pinned revision's resolve URL on huggingface.co)
     sha256: str
     licence: str = SAM_LICENSE_NAME
+    repo: str | None = None  # a Hugging Face model repo: downloaded through huggingface_hub
+    revision: str | None = None
 
 
 def _hf(name: str, sha256: str) -> ModelFile:
-    return ModelFile(name, f"{HF_BASE_URL}/{name}", sha256)
+    return ModelFile(name, f"{HF_BASE_URL}/{name}", sha256, repo=HF_REPO, revision=HF_REVISION)
 
 
 #: Every file of the pinned v0.3.0 model directory (sha256 from the release, see the contract).
@@ -132,16 +133,6 @@ def require_model(directory: str | os.PathLike[str] | None = None) -> Path:
     return d
 
 
-def manifest(base_url: str | None = None, files: Sequence[ModelFile] | None = None) -> tuple[ModelFile, ...]:
-    """The files to fetch; with `base_url` (or ``$SAM3TILES_MODEL_URL``) each URL is ``<base>/<name>``."""
-    entries = tuple(files) if files is not None else MANIFEST
-    base = base_url or os.environ.get(MODEL_URL_ENV)
-    if base:
-        base = base.rstrip("/")
-        entries = tuple(replace(f, url=f"{base}/{f.name}") for f in entries)
-    return entries
-
-
 # --------------------------------------------------------------------------------------------------
 # download
 
@@ -175,95 +166,132 @@ def _default_echo(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-class _Retryable(Exception):
-    """A download attempt that failed in a way worth another try (the .part may be kept)."""
+def _bar_class(progress: bool):
+    """tqdm for huggingface_hub's progress bars: its own, or one that never draws."""
+
+    if progress:
+        return None
+
+    class _Quiet(tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+    return _Quiet
 
 
-def _stream(f: ModelFile, part: Path, progress: bool, timeout: float) -> str:
-    """Download `f.url` into `part` (resuming from its current size); returns the sha256 of the part."""
-    have = part.stat().st_size if part.exists() else 0
-    request = urllib.request.Request(f.url, headers={"User-Agent": "sam3tiles-model-fetch"})
-    if have:
-        request.add_header("Range", f"bytes={have}-")
+def _endpoint(endpoint: str | None) -> str | None:
+    """The hub to download from: `endpoint`, else ``$HF_ENDPOINT`` read now (huggingface_hub reads it once
+    at import), else huggingface_hub's default."""
+    return (endpoint or os.environ.get(HF_ENDPOINT_ENV) or "").rstrip("/") or None
+
+
+def _get(f: ModelFile, d: Path, *, endpoint: str | None, token: str | None, cache_dir: str | None,
+         progress: bool, force: bool) -> Path:
+    """One download attempt: a hub file into the Hugging Face cache (shared with other tools; resumable),
+    any other file into ``<dir>/<name>.part`` (resumed from its size). Returns the downloaded file."""
+    if f.repo is not None:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(f.repo, f.name, revision=f.revision, endpoint=_endpoint(endpoint), token=token,
+                                    cache_dir=cache_dir, force_download=force, tqdm_class=_bar_class(progress)))
+    from huggingface_hub.file_download import http_get
+
+    part = d / (f.name + ".part")
+    if force:
+        part.unlink(missing_ok=True)
+    elif part.is_file() and sha256_file(part) == f.sha256:
+        return part  # a whole part left by a run killed before its rename (a resumed request would get 416)
+    with open(part, "ab") as fh:
+        http_get(f.url, fh, resume_size=fh.tell(), displayed_filename=f.name, tqdm_class=_bar_class(progress))
+    return part
+
+
+def _forget(f: ModelFile, got: Path) -> None:
+    """Drop a download whose hash is wrong (the cached blob too), so the next try fetches it again."""
+    real = Path(os.path.realpath(got))
+    for q in {got, real}:
+        try:
+            q.unlink()
+        except OSError:
+            pass
+
+
+def _place(got: Path, dest: Path) -> None:
+    """Put a verified download at `dest`: a hard link to the cached blob (no second copy; survives a
+    cache clean-up), else a copy; renamed into place so `dest` is never half there."""
+    real = Path(os.path.realpath(got))
+    if real.parent == dest.parent and real.name == dest.name + ".part":
+        os.replace(real, dest)
+        return
+    tmp = dest.with_name(dest.name + ".part")
+    tmp.unlink(missing_ok=True)
     try:
-        response = urllib.request.urlopen(request, timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        if exc.code == 416 and have:  # asked beyond the end: the part is already whole (or too long)
-            return sha256_file(part)
-        raise
-    with response:
-        h = hashlib.sha256()
-        content_range = response.headers.get("Content-Range", "")
-        if have and response.status == 206 and content_range.startswith(f"bytes {have}-"):
-            mode = "ab"
-            with open(part, "rb") as fh:  # hash what is already there, then keep hashing as we append
-                while chunk := fh.read(_CHUNK):
-                    h.update(chunk)
-        else:  # no partial file, or a server that ignored the Range header: start over
-            have = 0
-            mode = "wb"
-        length = response.headers.get("Content-Length")
-        expected = have + int(length) if length is not None and length.isdigit() else None
-        written = have
-        with open(part, mode) as out, tqdm(total=expected, initial=have, unit="B", unit_scale=True,
-                                           unit_divisor=1024, desc=f.name, disable=not progress,
-                                           leave=True, file=sys.stderr) as bar:
-            while chunk := response.read(_CHUNK):
-                out.write(chunk)
-                h.update(chunk)
-                written += len(chunk)
-                bar.update(len(chunk))
-        if expected is not None and written < expected:
-            raise _Retryable(f"the connection closed after {written} of {expected} bytes")
-    return h.hexdigest()
+        os.link(real, tmp)
+    except OSError:
+        shutil.copyfile(real, tmp)
+    os.replace(tmp, dest)
 
 
-def _download(f: ModelFile, dest: Path, *, progress: bool, retries: int, backoff: float, timeout: float,
-              echo: Callable[[str], None]) -> None:
-    part = dest.with_name(dest.name + ".part")
-    attempts = 1 + max(0, retries)
-    last = ""
-    for attempt in range(attempts):
+def _why(exc: BaseException) -> tuple[str, bool]:
+    """(what went wrong in words, whether another try cannot help)."""
+    from huggingface_hub import errors as hf
+
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    permanent = (hf.RepositoryNotFoundError, hf.RevisionNotFoundError, hf.EntryNotFoundError, hf.GatedRepoError,
+                 hf.LocalEntryNotFoundError, hf.DisabledRepoError)
+    if isinstance(exc, permanent):
+        return text, True
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return (f"HTTP {status}: {text}" if status else text), status in (401, 403, 404, 410)
+
+
+def _download(f: ModelFile, d: Path, *, retries: int, backoff: float, echo: Callable[[str], None], **kw) -> None:
+    last, attempt = "", 0
+    for attempt in range(1 + max(0, retries)):
         if attempt:
             delay = backoff * 2 ** (attempt - 1)
             echo(f"retrying {f.name} in {delay:.1f} s ({last})")
             time.sleep(delay)
         try:
-            digest = _stream(f, part, progress, timeout)
-        except urllib.error.HTTPError as exc:
-            last = f"HTTP {exc.code} {exc.reason}"
-            if exc.code in (401, 403, 404, 410):  # the URL is wrong: more tries will not help
+            got = _get(f, d, force=attempt > 0 and last.startswith("sha256"), **kw)
+        except Exception as exc:  # noqa: BLE001 - huggingface_hub and httpx raise many kinds
+            last, permanent = _why(exc)
+            if permanent:
                 break
             continue
-        except (_Retryable, urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-            last = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
-            continue
+        digest = sha256_file(got)
         if digest == f.sha256:
-            os.replace(part, dest)
+            _place(got, d / f.name)
             return
-        last = (f"sha256 mismatch: got {digest[:16]}..., expected {f.sha256[:16]}... (an error page or a "
-                f"corrupt transfer)")
-        part.unlink(missing_ok=True)
+        last = (f"sha256 mismatch: got {digest[:16]}..., expected {f.sha256[:16]}... (an error page, a wrong "
+                f"mirror or a corrupt transfer)")
+        _forget(f, got)
+    where = f"{f.repo} at revision {f.revision} from {_endpoint(kw.get('endpoint')) or 'huggingface.co'}" \
+        if f.repo else f.url
     raise ModelError(
-        f"could not download {f.name} from {f.url} after {attempt + 1} attempt(s): {last}. Check the "
-        f"network or the URL (${MODEL_URL_ENV}), then run `{fetch_command(dest.parent)}` again; "
-        f"finished files are kept and a partial download resumes")
+        f"could not download {f.name} ({where}) after {attempt + 1} attempt(s): {last}. Check the network, "
+        f"the mirror (${HF_ENDPOINT_ENV}), the token ($HF_TOKEN) or offline mode ($HF_HUB_OFFLINE), then run "
+        f"`{fetch_command(d)}` again; finished files are kept and a partial download resumes")
 
 
 def fetch(directory: str | os.PathLike[str] | None = None, progress: bool = True, retries: int = 3, *,
-          base_url: str | None = None, files: Sequence[ModelFile] | None = None, backoff: float = 2.0,
-          timeout: float = 60.0, echo: Callable[[str], None] | None = None) -> Path:
+          endpoint: str | None = None, token: str | None = None, cache_dir: str | os.PathLike | None = None,
+          files: Sequence[ModelFile] | None = None, backoff: float = 2.0,
+          echo: Callable[[str], None] | None = None) -> Path:
     """Download every model file into the model directory, verified by sha256; returns the directory.
 
-    Files already present with the right hash are kept. A download goes to ``<name>.part``, resumes
-    with an HTTP Range request, is retried `retries` times with exponential backoff, is checked
-    against the pinned sha256 (a mismatch deletes the part and retries) and is renamed into place
-    only when whole. Writes ``LICENSE-SAM.txt`` and prints the SAM License notice.
+    The SAM 3 graphs come from the pinned Hugging Face revision through huggingface_hub: its cache
+    (``$HF_HOME``, ``$HF_HUB_CACHE`` or `cache_dir`) is shared with other tools and resumes partial
+    downloads; a mirror is ``$HF_ENDPOINT`` (or `endpoint`); a token is ``$HF_TOKEN`` or the stored login
+    (or `token`). Each file is checked against its pinned sha256 (a mismatch drops it and retries, up to
+    `retries` times with exponential backoff) and then hard-linked (else copied) into the directory.
+    Files already present with the right hash are kept. Writes ``LICENSE-SAM.txt`` and prints the SAM
+    License notice.
     """
     echo = echo or _default_echo
     d = resolve_model_dir(directory)
-    entries = manifest(base_url, files)
+    entries = tuple(files) if files is not None else MANIFEST
     try:
         d.mkdir(parents=True, exist_ok=True)
         (d / LICENSE_NOTICE).write_text(LICENSE_TEXT, encoding="utf-8")
@@ -280,8 +308,9 @@ def fetch(directory: str | os.PathLike[str] | None = None, progress: bool = True
                 continue
             echo(f"{f.name}: present but its sha256 does not match, downloading it again")
             dest.unlink()
-        echo(f"{f.name}: downloading from {f.url}")
-        _download(f, dest, progress=progress, retries=retries, backoff=backoff, timeout=timeout, echo=echo)
+        echo(f"{f.name}: downloading " + (f"from {f.repo}" if f.repo else f"from {f.url}"))
+        _download(f, d, retries=retries, backoff=backoff, echo=echo, endpoint=endpoint, token=token,
+                  cache_dir=str(cache_dir) if cache_dir else None, progress=progress)
         echo(f"{f.name}: done, sha256 ok")
     echo(f"model ready in {d}")
     return d

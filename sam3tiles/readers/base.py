@@ -8,7 +8,6 @@ decimated read (GDAL uses overviews when the file has them).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -73,6 +72,9 @@ class Source:
     `read_window` and `_may_have_nodata`, and set `bands`, `dtype`, `width`, `height`, `crs`, `transform`.
     """
 
+    #: physical pixel size (x, y) in micrometres, for pixel-space images that state it (slides)
+    pixel_size_um: tuple[float, float] | None = None
+
     def __init__(self, path: str | os.PathLike, bands: Sequence[int] | None = None,
                  stretch: Stretch | None | str = "auto"):
         self.path = str(path)
@@ -97,21 +99,21 @@ class Source:
 
     @property
     def identity(self) -> str:
-        """Path, size and modification time (a URL: its ETag, Last-Modified and size): changes when the file
-        does (checkpoint key)."""
-        from .remote import is_remote, remote_stamp
+        """What the pixels come from (every file's path, size and time; an archive member's CRC; a URL's
+        ETag): changes when any of them does (checkpoint key). See `readers.identity`."""
+        return self.identity_for(verify=False)
 
-        if is_remote(self.path):
-            name, stamp = self.path, remote_stamp(self.path)
-        else:
-            name = os.path.abspath(self.path)
-            try:
-                st = os.stat(self.path)
-                stamp = f"{st.st_size}:{st.st_mtime_ns}"
-            except OSError:
-                stamp = "unknown"
-        h = hashlib.sha256(f"{name}|{stamp}|{self.bands}".encode()).hexdigest()
-        return h[:16]
+    def identity_for(self, verify: bool = False) -> str:
+        """`identity`, or with `verify` a hash of the content itself (reads the whole input)."""
+        from .identity import input_identity
+
+        return input_identity(self.path, self.source_files, self.bands, verify=verify,
+                              ds=getattr(self, "_ds", None))
+
+    @property
+    def source_files(self) -> list[str]:
+        """Every file the pixels come from (a VRT's sources, world files, ...); the path by default."""
+        return [self.path]
 
     def _resolve_stretch(self) -> Stretch | None:
         arg = self._stretch_arg

@@ -28,6 +28,7 @@ class RasterSource(Source):
 
     def _reset(self) -> None:
         self._ds = None
+        self._lut = None  # a paletted raster's colour table: index -> (r, g, b, a)
 
     def _open(self) -> None:
         p = Path(self.path)
@@ -65,6 +66,9 @@ class RasterSource(Source):
         self._ds = ds
         self.bands = self._resolve_bands(ds.count)
         self.dtype = np.dtype(ds.dtypes[self.bands[0] - 1])
+        if self.bands == (1,) and ds.colorinterp[0] == rasterio.enums.ColorInterp.palette:
+            self._lut = _palette_lut(ds, self.dtype)
+            self.dtype = np.dtype(np.uint8)  # expanded to RGB: no stretch
         self.stretch = self._resolve_stretch()
 
     def _resolve_bands(self, count: int) -> tuple[int, ...]:
@@ -92,6 +96,12 @@ class RasterSource(Source):
     @property
     def dataset(self):
         return self._ds
+
+    @property
+    def source_files(self) -> list[str]:
+        from .identity import source_files
+
+        return source_files(self._ds, self.path)
 
     @property
     def width(self) -> int:
@@ -139,8 +149,8 @@ class RasterSource(Source):
         w, h = out_wh
         up = out_wh[0] > window.width + 1e-6
         resampling = Resampling.bilinear if up else Resampling.average
-        if abs(window.width - w) < 1e-6 and abs(window.height - h) < 1e-6:
-            resampling = Resampling.nearest
+        if abs(window.width - w) < 1e-6 and abs(window.height - h) < 1e-6 or self._lut is not None:
+            resampling = Resampling.nearest  # palette indices are labels: never averaged
         try:
             data = ds.read(list(self.bands), window=window, out_shape=(len(self.bands), h, w),
                            resampling=resampling, masked=False)
@@ -150,6 +160,10 @@ class RasterSource(Source):
                                   "the file is damaged or truncated") from None
         if data.dtype.kind == "f":
             mask &= np.isfinite(data).all(axis=0)
+        if self._lut is not None:
+            rgba = self._lut[np.clip(data[0], 0, len(self._lut) - 1)]
+            mask &= rgba[..., 3] > 0
+            data = np.ascontiguousarray(rgba[..., :3].transpose(2, 0, 1))
         rgb = self.stretch.apply(data) if self.stretch is not None else data.astype(np.uint8, copy=False)
         if rgb.shape[0] == 1:
             rgb = np.repeat(rgb, 3, axis=0)
@@ -160,6 +174,24 @@ class RasterSource(Source):
         ds = self._ds
         all_valid = all(ds.mask_flag_enums[b - 1] == [rasterio.enums.MaskFlags.all_valid] for b in self.bands)
         return not all_valid or self.dtype.kind == "f"
+
+
+def _palette_lut(ds, dtype: np.dtype) -> np.ndarray:
+    """A paletted band's colour table as an [n, 4] uint8 array (index -> r, g, b, alpha); indices the table
+    does not name are black and transparent (nodata)."""
+    try:
+        cmap = ds.colormap(1)
+    except ValueError:  # a palette interpretation without a table: use the indices as grey
+        cmap = {}
+    n = 256 if dtype.itemsize == 1 else max(256, max(cmap, default=0) + 1)
+    lut = np.zeros((n, 4), np.uint8)
+    if not cmap:
+        lut[:, :3] = np.arange(n)[:, None].clip(0, 255)
+        lut[:, 3] = 255
+    for i, rgba in cmap.items():
+        if 0 <= i < n:
+            lut[i] = rgba[:4] if len(rgba) >= 4 else (*rgba[:3], 255)
+    return lut
 
 
 def _tiff_truncated(path: str) -> tuple[int, int] | None:

@@ -32,24 +32,6 @@ def is_remote(path: str) -> bool:
     return "://" in s or s.startswith("/vsi")
 
 
-def remote_stamp(path: str) -> str:
-    """What identifies a remote file's version: ETag, Last-Modified and size from a one-byte ranged GET (a
-    presigned URL signed for GET refuses HEAD). `/vsicurl/` URLs too; other cloud paths (s3://, /vsis3/,
-    ...) are opened through GDAL's own credentials, which this check has no access to: 'unversioned'
-    (a rerun resumes them; use --fresh after replacing such a file)."""
-    url = path[len("/vsicurl/"):] if path.startswith("/vsicurl/") else path
-    if not url.lower().startswith(("http://", "https://")):
-        return "unversioned"
-    req = urllib.request.Request(url, headers={"Range": "bytes=0-0"})
-    try:
-        with urllib.request.urlopen(req, timeout=STAC_TIMEOUT) as r:
-            h = r.headers
-            size = (h.get("Content-Range") or "").rpartition("/")[2] or h.get("Content-Length", "")
-            return f"etag={h.get('ETag', '')}|modified={h.get('Last-Modified', '')}|size={size}"
-    except OSError as e:
-        raise InputDataError(f"{_redact(url)}: cannot reach it ({e}): check the URL and the network") from None
-
-
 def _redact(url: str) -> str:
     """A URL without its query string (a presigned URL's signature is a credential: never in messages)."""
     parts = urllib.parse.urlsplit(url)

@@ -27,6 +27,7 @@ from affine import Affine
 from rasterio.windows import Window
 
 from ..errors import BandError, InputDataError, RasterReadError
+from ..units import ome_pixel_size_um
 from .base import MAX_PIXELS, STATS_SIDE, Source, Stretch, _first_line
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,9 @@ class SlideSource(Source):
             tf.close()
             raise
         self._tf = tf
+        #: physical pixel size (x, y) in micrometres from the OME metadata (None: unknown)
+        self.pixel_size_um = ome_pixel_size_um(tf.ome_metadata if tf.is_ome else None,
+                                               tf.pages[0].description if tf.pages else None)
         ya, xa = self.axes.index("Y"), self.axes.index("X")
         self._wh = [(s[xa], s[ya]) for s in self.level_shapes]
         w0, h0 = self._wh[0]

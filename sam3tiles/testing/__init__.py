@@ -23,7 +23,7 @@ from shapely.geometry import box
 
 from ..grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid
 from ..merge import tile_frame
-from ..vectorize import EDGE_MARGIN, Pieces
+from ..vectorize import EDGE_MARGIN, Pieces, tile_key
 
 UTM = CRS.from_epsg(32633)
 
@@ -123,3 +123,19 @@ def grid_objects(width: int, height: int, cell: int = 500, seed: int = 0):
                 x, y = i * cell + rng.uniform(lo, hi), j * cell + rng.uniform(lo, hi)
                 out.append(("red", affinity.rotate(box(x, y, x + 10, y + 20), rng.uniform(0, 180))))
     return out
+
+
+def frames_and_pieces(grid: TileGrid, placed, complete_edge_dist: float = 10.0):
+    """Merge input by hand: `placed` is [(tile (row, col), geometry in CRS, complete)]; returns the grid's
+    frames and the Pieces (score 0.9, prompt 0; a complete piece lies `complete_edge_dist` px from its edge)."""
+    frames = {t.index: tile_frame(t, grid.overlap) for t in grid}
+    p = Pieces()
+    for (r, c), geom, complete in placed:
+        t = grid.tile(r, c)
+        p.geometry.append(geom)
+        p.score.append(0.9)
+        p.prompt.append(0)
+        p.tile_key.append(tile_key(t))
+        p.complete.append(complete)
+        p.edge_dist.append(complete_edge_dist if complete else 0.0)
+    return frames, p

@@ -3,15 +3,22 @@ output locks, so a reader never sees half a file and two runs never write one ou
 
 from __future__ import annotations
 
+import contextvars
+import errno
 import glob
 import json
+import logging
 import os
+import shutil
 import socket
+import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import OutputError, OutputExistsError, UsageError
+
+log = logging.getLogger(__name__)
 
 DRIVERS = {".gpkg": "GPKG", ".parquet": "Parquet", ".geoparquet": "Parquet", ".fgb": "FlatGeobuf",
            ".geojson": "GeoJSON", ".json": "GeoJSON"}
@@ -26,6 +33,9 @@ def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise OutputError(f"--out {p}: the folder {parent} does not exist: create it first")
+    if p.is_dir():
+        raise OutputError(f"--out {p} is a folder, not a file: name a file (e.g. {p / 'objects.gpkg'}), or drop "
+                          f"the extension to write one output per input into a folder")
     if not os.access(parent, os.W_OK) or not _can_create_in(parent):
         raise OutputError(f"--out {p}: the folder {parent} is not writable: choose another --out")
     if p.exists() and not overwrite:
@@ -49,9 +59,12 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
     """Temporary files a killed run left beside `path` (call only while holding its lock)."""
     p = Path(path)
     gone = []
-    for q in p.parent.glob(f".{glob.escape(p.stem)}.????????.tmp{glob.escape(p.suffix)}*"):
+    patterns = (f".{glob.escape(p.stem)}.????????.tmp{glob.escape(p.suffix)}*",
+                f".{glob.escape(p.name)}.lock.????????.tmp", f".{glob.escape(p.name)}.lock.????????.stale")
+    patterns += (f".{glob.escape(p.name)}.????????.old",)  # a replaced dataset folder not yet removed
+    for q in (q for pat in patterns for q in p.parent.glob(pat)):
         try:
-            q.unlink()
+            shutil.rmtree(q) if q.is_dir() and not q.is_symlink() else q.unlink()
             gone.append(q)
         except OSError:
             pass
@@ -62,44 +75,114 @@ def _tmp_name(p: Path) -> Path:
     return p.with_name(f".{p.stem}.{uuid.uuid4().hex[:8]}.tmp{p.suffix}")
 
 
+def _remove_temp(tmp: Path) -> None:
+    """A temporary file and the side files a writer may have made beside it (SQLite journals); a
+    temporary folder (a partitioned dataset) with its parts."""
+    if tmp.is_dir() and not tmp.is_symlink():
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    for q in (tmp, *(tmp.with_name(tmp.name + x) for x in ("-journal", "-wal", "-shm"))):
+        try:
+            q.unlink()
+        except OSError:
+            pass
+
+
+_PENDING: contextvars.ContextVar = contextvars.ContextVar("sam3tiles_pending_renames", default=None)
+
+
+def _replace(tmp: Path, p: Path) -> None:
+    """Rename `tmp` to `p`; a folder (a partitioned dataset) over an existing one: the old folder is moved
+    aside first and removed once the new one is in place (a rename cannot replace a non-empty folder)."""
+    if tmp.is_dir() and p.is_dir():
+        old = p.with_name(f".{p.name}.{uuid.uuid4().hex[:8]}.old")
+        os.replace(p, old)
+        os.replace(tmp, p)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, p)
+
+
 @contextmanager
-def atomic_path(path: str | os.PathLike):
-    """Yield a temporary path beside `path`; rename it into place when the block succeeds."""
+def atomic_path(path: str | os.PathLike, folder: bool = False):
+    """Yield a temporary path beside `path`; rename it into place when the block succeeds (inside
+    `deferred_renames`: when that commits). `folder`: the temporary path is a new empty folder (a
+    partitioned dataset), which replaces a folder `path` whole."""
     p = Path(path)
     tmp = _tmp_name(p)
+    pending = _PENDING.get()
+    if folder:
+        tmp.mkdir()
     try:
         yield tmp
-        os.replace(tmp, p)
+        if pending is not None:
+            pending.files.append((tmp, p))
+            tmp = None
+        else:
+            _replace(tmp, p)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        if tmp is not None:
+            _remove_temp(tmp)
+
+
+class Deferred:
+    """Finished files waiting under their temporary names (see `deferred_renames`)."""
+
+    def __init__(self):
+        self.files: list[tuple[Path, Path]] = []
+
+    def commit(self) -> None:
+        """Rename every waiting file into place, in the order they were written."""
+        while self.files:
+            tmp, p = self.files[0]
+            _replace(tmp, p)
+            self.files.pop(0)
+
+    def discard(self) -> None:
+        for tmp, _ in self.files:
+            _remove_temp(tmp)
+        self.files.clear()
+
+
+@contextmanager
+def deferred_renames(pending: Deferred):
+    """Inside the block, files written through `atomic_path` stay under their temporary names until
+    `pending.commit()`; so a run can write its report before its outputs appear (a run killed between
+    the two leaves no output without its report). The caller discards what it did not commit."""
+    token = _PENDING.set(pending)
+    try:
+        yield pending
+    finally:
+        _PENDING.reset(token)
 
 
 @contextmanager
 def output_lock(path: str | os.PathLike):
-    """Hold `<out>.lock` for the run; a live lock from another run is an error naming its owner."""
+    """Hold `<out>.lock` for the run. The lock is written whole under a temporary name and linked into
+    place, so it is never empty or half-written. A lock whose owner is gone (a killed run on this host),
+    an unreadable lock file or an empty folder in its place is taken over with a warning; a live owner
+    (or one on another host) is an error naming it."""
     p = Path(path)
     lock = p.with_name(p.name + ".lock")
-    me = {"pid": os.getpid(), "host": socket.gethostname()}
-    for _ in range(2):
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
+    for _ in range(3):
+        tmp = lock.with_name(f".{lock.name}.{uuid.uuid4().hex[:8]}.tmp")
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            with open(tmp, "w") as f:
+                json.dump(me, f)
+            _link(tmp, lock)
         except FileExistsError:
-            try:
-                owner = json.loads(lock.read_text() or "{}")
-            except (OSError, ValueError):
-                owner = {}
-            if owner.get("host") == me["host"] and not _alive(owner.get("pid")):
-                lock.unlink(missing_ok=True)  # stale lock of a killed run on this host
-                continue
-            raise OutputError(f"--out {p} is being written by another run (pid {owner.get('pid')} on "
-                              f"{owner.get('host')}): wait for it, or delete {lock} if that run is gone") from None
+            _take_over(lock, p, me)
+            continue
         except OSError as e:
-            raise OutputError(f"--out {p}: cannot create a lock file beside it ({e.strerror}): "
-                              "choose a writable folder") from None
-        with os.fdopen(fd, "w") as f:
-            json.dump(me, f)
+            raise OutputError(f"--out {p}: cannot create a lock file in {lock.parent or '.'} ({e.strerror}): "
+                              + ("free disk space there" if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+                                 else "choose a writable folder")) from None
+        finally:
+            tmp.unlink(missing_ok=True)
         break
+    else:
+        raise OutputError(f"--out {p}: another run keeps taking its lock {lock}: wait for it to finish")
     remove_stale_temps(p)  # left by a run killed while writing
     try:
         yield
@@ -107,8 +190,73 @@ def output_lock(path: str | os.PathLike):
         lock.unlink(missing_ok=True)
 
 
+def _link(tmp: Path, lock: Path) -> None:
+    """Put the finished `tmp` in place as `lock`, failing with FileExistsError when a lock exists."""
+    try:
+        os.link(tmp, lock)
+    except FileExistsError:
+        raise
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # no hard links here: create, then fill
+        with os.fdopen(fd, "w") as f:
+            f.write(tmp.read_text())
+
+
+def _take_over(lock: Path, p: Path, me: dict) -> None:
+    """Remove a lock whose owner is gone (with a warning), or raise naming the live owner."""
+    if lock.is_dir():
+        try:
+            lock.rmdir()
+        except OSError:
+            raise OutputError(f"--out {p}: {lock} is a folder with files in it, not a sam3tiles lock: move it away "
+                              "or choose another --out") from None
+        log.warning("%s was an empty folder in place of the lock: removed it", lock)
+        return
+    try:
+        raw = lock.read_bytes()
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return  # released meanwhile
+    except OSError as e:
+        raise OutputError(f"--out {p}: its lock {lock} cannot be read ({e.strerror}): delete it if no run writes "
+                          f"{p}") from None
+    try:
+        owner = json.loads(raw)
+        owner = owner if isinstance(owner, dict) and isinstance(owner.get("pid"), int) else None
+    except ValueError:
+        owner = None
+    if owner is None:
+        if age < 5:  # an older version writes its lock in two steps: give it a moment
+            raise OutputError(f"--out {p} is being locked by another run just now: wait for it, or retry")
+        why = "empty" if not raw.strip() else "unreadable"
+    elif owner.get("host") != me["host"]:
+        raise OutputError(f"--out {p} is being written by another run (pid {owner['pid']} on {owner.get('host')}): "
+                          f"wait for it, or delete {lock} if that run is gone")
+    elif _alive(owner["pid"]):
+        raise OutputError(f"--out {p} is being written by another run (pid {owner['pid']} on {owner['host']}): "
+                          f"wait for it, or delete {lock} if that run is gone")
+    else:
+        why = f"left by pid {owner['pid']}, which is no longer running"
+    # move it aside first: of two runs taking over one stale lock, only one gets it
+    aside = lock.with_name(f".{lock.name}.{uuid.uuid4().hex[:8]}.stale")
+    try:
+        os.rename(lock, aside)
+    except FileNotFoundError:
+        return
+    if aside.read_bytes() != raw:  # a new lock arrived between the read and the rename: give it back
+        try:
+            os.link(aside, lock)
+        finally:
+            aside.unlink(missing_ok=True)
+        raise OutputError(f"--out {p} is being written by another run: wait for it")
+    aside.unlink(missing_ok=True)
+    log.warning("took over the lock %s (%s)", lock, why)
+
+
 def _alive(pid) -> bool:
-    if not isinstance(pid, int):
+    if not isinstance(pid, int) or pid <= 0:
         return False
     try:
         os.kill(pid, 0)

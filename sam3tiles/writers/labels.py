@@ -72,8 +72,9 @@ def write_labels(gdf, path: str | os.PathLike, width: int, height: int, transfor
                     win = Window(x0, y0, w, h)
                     wt = rasterio.windows.transform(win, transform)
                     out = np.zeros((h, w), np.uint32)
-                    bx0, by0, bx1, by1 = rasterio.windows.bounds(win, transform)
-                    geoms, ids = query(min(bx0, bx1), min(by0, by1), max(bx0, bx1), max(by0, by1))
+                    # all four corners: a rotated or sheared transform's window is no axis-aligned box
+                    xs, ys = zip(*(transform * (c, r) for c in (x0, x0 + w) for r in (y0, y0 + h)))
+                    geoms, ids = query(min(xs), min(ys), max(xs), max(ys))
                     if len(ids):
                         _check_ids(ids, p)
                         rasterio.features.rasterize(zip(geoms, ids.astype(np.uint32)), out=out,

@@ -9,7 +9,8 @@ drag and drop). Per feature it reads:
 * `properties.classification`: `{"name": ..., "color": [r, g, b]}`, here the prompt;
 * `properties.name`, `properties.color`;
 * `properties.measurements`: an object of name -> number (QuPath >= 0.4; older versions wrote a list of
-  {name, value}); here score, area_px, n_tiles and the label id;
+  {name, value}); here score, area_px, n_tiles, the label id and, when the slide states its pixel size,
+  "Area µm^2" (QuPath's own name for a calibrated area);
 * `properties.metadata`: an object of name -> string.
 
 Other properties are kept beside these (QuPath ignores them; other readers see the usual columns).
@@ -34,6 +35,8 @@ from PIL import ImageColor
 
 #: Numeric columns written as QuPath measurements (when present).
 MEASUREMENTS = ("score", "area_px", "n_tiles")
+#: Columns written under the name QuPath gives the measurement (its calibrated shape feature).
+QUPATH_NAMES = {"area_um2": "Area µm^2"}
 #: Columns written as QuPath metadata (strings).
 METADATA = ("source", "backend", "model")
 _NAMESPACE = uuid.UUID("5d1c1f6e-6a8f-4b8e-9a55-3a2b7f0c9e11")
@@ -87,12 +90,15 @@ def _polygonal(geom):
     return shapely.union_all(polys)
 
 
-def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None, chunk: int = 5000):
+def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None, chunk: int = 5000,
+                             name: str | None = None):
     """The file's text in pieces: header, one feature per piece, footer (rows converted `chunk` at a time)."""
     cols = [c for c in gdf.columns if c != gdf.geometry.name]
     ids = gdf["id"].to_numpy() if "id" in gdf.columns else np.arange(1, len(gdf) + 1)
     colours: dict[str, list[int]] = {}
     head = {"type": "FeatureCollection"}
+    if name:
+        head["name"] = name  # the layer name GDAL reads (QuPath ignores it)
     if metadata:
         head["sam3tiles"] = metadata
     yield json.dumps(head, default=str)[:-1] + ', "features": [\n'
@@ -114,11 +120,11 @@ def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None
                 props["name"] = f"{name} {oid}"
                 props["classification"] = {"name": name, "color": colour}
             meas = {"id": oid}
-            for k in MEASUREMENTS:
+            for k in (*MEASUREMENTS, *QUPATH_NAMES):
                 if k in rec:
                     v = _number(rec[k])
                     if v is not None:
-                        meas[k] = v
+                        meas[QUPATH_NAMES.get(k, k)] = v
             props["measurements"] = meas
             meta = {k: str(rec[k]) for k in METADATA if k in rec and rec[k] is not None}
             if meta:
@@ -134,11 +140,12 @@ def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None
     yield "\n]}\n"
 
 
-def write_qupath_geojson(gdf: gpd.GeoDataFrame, path: str | os.PathLike, metadata: dict | None = None) -> Path:
+def write_qupath_geojson(gdf: gpd.GeoDataFrame, path: str | os.PathLike, metadata: dict | None = None,
+                         name: str | None = None) -> Path:
     """Write `gdf` (pixel coordinates, no CRS) to `path` as QuPath detections. Not atomic by itself:
     `writers.vector.write_vector` calls it on a temporary name and renames the file into place."""
     p = Path(path)
     with open(p, "w", encoding="utf-8") as f:
-        for piece in feature_collection_lines(gdf, metadata):
+        for piece in feature_collection_lines(gdf, metadata, name=name):
             f.write(piece)
     return p

@@ -2,11 +2,13 @@
 
 The driver never holds every object of a job: `ObjectSpool` is a SQLite file (in the work folder, or a
 temporary folder) that takes each merge block's decided objects as the block finishes, in one transaction
-per block, with --simplify and --min-area already applied. At the end, the outputs are written from it
+per block, as output rows (`frames.objects_frame`: areas in the output's units, --simplify, --min-score,
+--min-area and --max-area already applied). At the end, the outputs are written from it
 chunk by chunk (`CHUNK_ROWS` objects at a time) in job order (input, then the merge's order: tile order
 of each object's first piece), so the ids and the rows are those of a run that held everything in memory,
 whatever order the blocks finished in. GeoPackage and GeoParquet (one file or a partitioned dataset)
-are written a chunk at a time; FlatGeobuf and GeoJSON are built in memory from the spool (small jobs).
+are written a chunk at a time (`writers.vector.write_vector` takes the chunks); FlatGeobuf, GeoJSON and
+COCO are built in memory from the spool (small jobs).
 
 Every output still appears atomically at the end (temporary name, then rename); a killed run leaves only
 the spool in its work folder, which the rerun starts over (its tiles come from the checkpoints).
@@ -14,14 +16,11 @@ the spool in its work folder, which the rerun starts over (its tiles come from t
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 import shutil
 import sqlite3
 import tempfile
 import uuid
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -38,7 +37,8 @@ from ..errors import OutputError, OutputExistsError, UsageError
 CHUNK_ROWS = 20_000
 #: Output names that ask for a partitioned GeoParquet dataset (a folder of parts): `objects.parquet/`.
 DATASET_SUFFIXES = (".parquet", ".geoparquet")
-COLUMNS = ["id", "prompt", "score", "area", "area_px", "n_tiles", "source", "backend", "model"]
+#: The stored columns besides the geometry (`frames.COLUMNS` without the id, which `finalize` gives).
+_STORED = ("prompt", "score", "area", "area_px", "area_um2", "n_tiles")
 
 
 def is_dataset(out: str | os.PathLike | None) -> bool:
@@ -73,11 +73,9 @@ def check_dataset(path: str | os.PathLike, overwrite: bool) -> Path:
 class SpoolInput:
     """What the spool needs of one input to write its rows."""
 
-    source: str  # the `source` column: the input's file name
+    source: str  # the input's file name
     crs: object  # WKT or None
-    labels: list  # prompt index -> prompt label
-    backend: str
-    model: str
+    frame: object = None  # its `units.Frame` (area units, pixel size)
 
 
 class ObjectSpool:
@@ -88,14 +86,14 @@ class ObjectSpool:
     images are burnt window by window from it).
     """
 
-    def __init__(self, folder: str | os.PathLike | None = None, simplify: float = 0.0, min_area: float = 0.0):
+    def __init__(self, folder: str | os.PathLike | None = None):
         self.folder = folder
         self.path: Path | None = None
         self._tmpdir = None
         self._db: sqlite3.Connection | None = None
-        self.simplify, self.min_area = simplify, min_area
         self.inputs: list[SpoolInput] = []
-        self._pixel_area: list[float] = []
+        self._has_um: list[bool] = []
+        self._text: dict[str, int] = {}  # prompt / source / backend / model strings -> their code
         self.rows = 0
         self._finalized = False
 
@@ -113,7 +111,8 @@ class ObjectSpool:
                 db.execute("PRAGMA journal_mode=OFF")  # a scratch file: a killed run starts it over
                 db.execute("PRAGMA synchronous=OFF")
                 db.execute("CREATE TABLE objects (id INTEGER, input INTEGER, ord INTEGER, prompt INTEGER, "
-                           "score REAL, n_tiles INTEGER, area REAL, area_px REAL, wkb BLOB)")
+                           "score REAL, area REAL, area_px REAL, area_um2 REAL, n_tiles INTEGER, "
+                           "source INTEGER, backend INTEGER, model INTEGER, wkb BLOB)")
                 db.execute("CREATE VIRTUAL TABLE boxes USING rtree(oid, minx, maxx, miny, maxy)")
             except (OSError, sqlite3.Error) as e:
                 raise OutputError(f"cannot create the object spool in {folder} ({e}): free disk space or choose "
@@ -121,48 +120,47 @@ class ObjectSpool:
             self._db = db
         return self._db
 
-    def begin_input(self, info: SpoolInput, pixel_area: float) -> int:
+    def begin_input(self, info: SpoolInput) -> int:
         """Register an input; returns its index for `add`."""
         self.inputs.append(info)
-        self._pixel_area.append(pixel_area)
+        f = info.frame  # `units.add_areas` gives area_um2 on slides of known pixel size
+        self._has_um.append(f is not None and f.crs is None and f.pixel_size_um is not None)
         return len(self.inputs) - 1
 
-    def add(self, input_index: int, objects, first: np.ndarray) -> int:
-        """Store one block's decided objects (one transaction); --simplify and --min-area are applied here.
-        Returns the objects kept."""
-        geoms = shapely.from_wkb(objects.wkb) if len(objects) else np.zeros(0, dtype=object)
-        if self.simplify > 0 and len(geoms):
-            geoms = shapely.simplify(geoms, self.simplify, preserve_topology=True)
-        area = shapely.area(geoms)
-        keep = area >= self.min_area if self.min_area > 0 else np.ones(len(geoms), bool)
-        idx = np.flatnonzero(keep)
-        if not len(idx):
+    def _code(self, text: str) -> int:
+        return self._text.setdefault(str(text), len(self._text))
+
+    def add(self, input_index: int, gdf: gpd.GeoDataFrame) -> int:
+        """Store one block's output rows (`frames.objects_frame` with its `_order` column), in one
+        transaction. Returns the rows stored."""
+        if not len(gdf):
             return 0
-        cols = objects.columns
-        wkb = shapely.to_wkb(geoms[idx]) if self.simplify > 0 else objects.wkb[idx]
-        bounds = shapely.bounds(geoms[idx])
-        px = self._pixel_area[input_index]
-        rows = zip([input_index] * len(idx), np.asarray(first)[idx].tolist(),
-                   np.asarray(cols["prompt"])[idx].tolist(), np.asarray(cols["score"], float)[idx].tolist(),
-                   np.asarray(cols["n_tiles"])[idx].tolist(), area[idx].tolist(), (area[idx] / px).tolist(),
-                   list(wkb))
+        geoms = np.asarray(gdf.geometry.values, dtype=object)
+        bounds = shapely.bounds(geoms)
+        n = len(gdf)
+        um = gdf["area_um2"].to_numpy(float) if "area_um2" in gdf.columns else np.full(n, np.nan)
+        codes = {c: [self._code(v) for v in gdf[c]] for c in ("prompt", "source", "backend", "model")}
+        rows = zip([input_index] * n, gdf["_order"].tolist(), codes["prompt"], gdf["score"].astype(float).tolist(),
+                   gdf["area"].astype(float).tolist(), gdf["area_px"].astype(float).tolist(),
+                   [None if np.isnan(v) else float(v) for v in um], gdf["n_tiles"].astype(int).tolist(),
+                   codes["source"], codes["backend"], codes["model"], list(shapely.to_wkb(geoms)))
         db = self.db
         db.execute("BEGIN")
         try:
             start = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM objects").fetchone()[0] + 1
-            db.executemany("INSERT INTO objects (input, ord, prompt, score, n_tiles, area, area_px, wkb) "
-                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            db.executemany("INSERT INTO objects (input, ord, prompt, score, area, area_px, area_um2, n_tiles, source, "
+                           "backend, model, wkb) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
             ok = np.isfinite(bounds).all(axis=1)  # an empty geometry has no box
             db.executemany("INSERT INTO boxes VALUES (?, ?, ?, ?, ?)",
-                           zip(np.arange(start, start + len(idx))[ok].tolist(), bounds[ok, 0].tolist(),
+                           zip(np.arange(start, start + n)[ok].tolist(), bounds[ok, 0].tolist(),
                                bounds[ok, 2].tolist(), bounds[ok, 1].tolist(), bounds[ok, 3].tolist()))
             db.execute("COMMIT")
         except sqlite3.Error as e:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise OutputError(f"cannot write the object spool {self.path} ({e}): free disk space") from None
-        self.rows += len(idx)
-        return len(idx)
+        self.rows += n
+        return n
 
     def finalize(self) -> None:
         """Number the objects 1, 2, ... in job order (input, then merge order)."""
@@ -186,14 +184,16 @@ class ObjectSpool:
                    for i in inputs)
 
     def counts_by_prompt(self) -> dict[str, int]:
-        """Objects per prompt label, over every input."""
-        out: dict[str, int] = {}
-        for i, info in enumerate(self.inputs):
-            for prompt, n in self.db.execute("SELECT prompt, COUNT(*) FROM objects WHERE input = ? GROUP BY prompt",
-                                             (i,)):
-                label = str(info.labels[prompt])
-                out[label] = out.get(label, 0) + n
+        """Objects per prompt label, over every input, most first."""
+        if not self.rows:
+            return {}
+        names = {v: k for k, v in self._text.items()}
+        out = {names[c]: n for c, n in self.db.execute("SELECT prompt, COUNT(*) FROM objects GROUP BY prompt")}
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    def frames_of(self, inputs: Sequence[int]) -> dict:
+        """Source file name -> `units.Frame` of `inputs` (for the writers: units, COCO images)."""
+        return {self.inputs[i].source: self.inputs[i].frame for i in inputs if self.inputs[i].frame is not None}
 
     def crs_of(self, inputs: Sequence[int]):
         """The CRS (WKT or None) shared by `inputs`; different CRSs cannot share one output."""
@@ -212,37 +212,44 @@ class ObjectSpool:
         self.finalize()
         crs = self.crs_of(inputs)
         chunk = chunk or CHUNK_ROWS
+        um = any(self._has_um[i] for i in inputs)
         offset, last, n = None, 0, 0
         sel = ",".join(str(int(i)) for i in inputs) or "-1"
         while True:
-            rows = self.db.execute(f"SELECT id, input, prompt, score, area, area_px, n_tiles, wkb FROM objects "
-                                   f"WHERE id > ? AND input IN ({sel}) ORDER BY id LIMIT ?", (last, chunk)).fetchall()
+            rows = self.db.execute(f"SELECT id, prompt, score, area, area_px, area_um2, n_tiles, source, backend, "
+                                   f"model, wkb FROM objects WHERE id > ? AND input IN ({sel}) ORDER BY id LIMIT ?",
+                                   (last, chunk)).fetchall()
             if offset is None:
                 offset = rows[0][0] - 1 if rows else 0
             if not rows and n:
                 return
             n += 1
-            yield self._frame(rows, offset, crs)
+            yield self._frame(rows, offset, crs, um)
             if not rows:
                 return
             last = rows[-1][0]
 
-    def _frame(self, rows: list, offset: int, crs) -> gpd.GeoDataFrame:
-        cols = list(zip(*rows)) if rows else [[] for _ in range(8)]
-        ids, inp, prompt, score, area, area_px, n_tiles, wkb = cols
-        info = [self.inputs[i] for i in inp]
-        geoms = shapely.from_wkb(np.asarray(wkb, dtype=object)) if rows else []
-        df = pd.DataFrame({
-            "id": np.asarray(ids, dtype=np.int64) - offset,
-            "prompt": pd.Series([str(x.labels[p]) for x, p in zip(info, prompt)], dtype=object),
-            "score": np.asarray(score, dtype=np.float32),
-            "area": np.asarray(area, dtype=np.float64),
-            "area_px": np.asarray(area_px, dtype=np.float64),
-            "n_tiles": np.asarray(n_tiles, dtype=np.int32),
-            "source": pd.Series([x.source for x in info], dtype=object),
-            "backend": pd.Series([x.backend for x in info], dtype=object),
-            "model": pd.Series([x.model for x in info], dtype=object),
-        })
+    def _frame(self, rows: list, offset: int, crs, um: bool) -> gpd.GeoDataFrame:
+        """Rows (id, prompt, score, area, area_px, area_um2, n_tiles, source, backend, model, wkb) -> the
+        output's columns in `frames.COLUMNS` order (`um`: with area_um2)."""
+        from ..frames import COLUMNS
+
+        cols = list(zip(*rows)) if rows else [[] for _ in range(11)]
+        names = {v: k for k, v in self._text.items()}
+
+        def text(col):
+            return pd.Series([names[c] for c in col], dtype=object)
+
+        data = {"id": np.asarray(cols[0], dtype=np.int64) - offset, "prompt": text(cols[1]),
+                "score": np.asarray(cols[2], dtype=np.float32), "area": np.asarray(cols[3], dtype=np.float64),
+                "area_px": np.asarray(cols[4], dtype=np.float64),
+                "area_um2": np.asarray([np.nan if v is None else v for v in cols[5]], dtype=np.float64),
+                "n_tiles": np.asarray(cols[6], dtype=np.int32), "source": text(cols[7]),
+                "backend": text(cols[8]), "model": text(cols[9])}
+        if not um:
+            del data["area_um2"]
+        df = pd.DataFrame({c: data[c] for c in COLUMNS if c in data})
+        geoms = shapely.from_wkb(np.asarray(cols[10], dtype=object)) if rows else []
         return gpd.GeoDataFrame(df, geometry=gpd.GeoSeries(geoms, crs=crs), crs=crs)
 
     def read(self, inputs: Sequence[int]) -> gpd.GeoDataFrame:
@@ -282,96 +289,3 @@ class ObjectSpool:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-# -- writing outputs from the spool --------------------------------------------------------------------------
-
-def write_streamed(frames: Iterator[gpd.GeoDataFrame], path: str | os.PathLike, metadata: dict | None = None,
-                   layer: str = "objects", dataset: bool = False) -> Path:
-    """Write `frames` (chunks of one output, in order) to `path` by format, atomically: GeoPackage and
-    GeoParquet a chunk at a time, a GeoParquet dataset (`dataset`) one part per chunk, other formats in
-    memory through `write_vector`."""
-    from .atomic import DRIVERS, atomic_path
-    from .vector import write_vector
-
-    p = Path(path)
-    if dataset:
-        return _write_dataset(frames, p, metadata)
-    driver = DRIVERS[p.suffix.lower()]
-    if driver == "GPKG":
-        with atomic_path(p) as tmp:
-            for k, frame in enumerate(frames):
-                if k == 0:
-                    write_vector(frame, tmp, layer=layer, metadata=metadata)
-                elif len(frame):
-                    with warnings.catch_warnings():
-                        warnings.filterwarnings("ignore", message=".*crs.*was not provided", category=UserWarning)
-                        frame.to_file(tmp, driver="GPKG", layer=layer, engine="pyogrio", mode="a")
-        return p
-    if driver == "Parquet":
-        for stale in p.parent.glob(f".{glob.escape(p.stem)}.parts.*"):  # left by a killed run (we hold the lock)
-            shutil.rmtree(stale, ignore_errors=True)
-        with atomic_path(p) as tmp, tempfile.TemporaryDirectory(prefix=f".{p.stem}.parts.", dir=p.parent) as d:
-            parts = [_write_part(frame, Path(d) / f"part-{k:05d}.parquet", metadata) for k, frame in enumerate(frames)]
-            _concat_parts(parts, tmp)
-        return p
-    frames = list(frames)
-    gdf = frames[0] if len(frames) == 1 else gpd.GeoDataFrame(pd.concat(frames, ignore_index=True),
-                                                              geometry="geometry", crs=frames[0].crs)
-    return write_vector(gdf, p, metadata=metadata)
-
-
-def _write_part(frame: gpd.GeoDataFrame, path: Path, metadata: dict | None) -> Path:
-    """One GeoParquet part (GeoParquet 1.1 with a covering `bbox` column, so readers skip row groups by
-    extent); no CRS is written as `"crs": null` (unknown), never as WGS84."""
-    from .vector import _patch_parquet
-
-    frame.to_parquet(path, index=False, schema_version="1.1.0", write_covering_bbox=True)
-    _patch_parquet(path, {"sam3tiles": json.dumps(metadata or {})}, no_crs=frame.crs is None)
-    return path
-
-
-def _concat_parts(parts: list[Path], dest: Path) -> None:
-    """Parts -> one GeoParquet file, one part (row group) in memory at a time; the `geo` metadata's bbox
-    and geometry types cover every part."""
-    import pyarrow.parquet as pq
-
-    metas = [json.loads(pq.read_schema(q).metadata[b"geo"]) for q in parts]
-    geo = metas[0]
-    for name, col in geo["columns"].items():
-        boxes = [m["columns"][name].get("bbox") for m in metas if m["columns"][name].get("bbox")]
-        if boxes:
-            b = np.asarray(boxes, dtype=float)
-            col["bbox"] = [b[:, 0].min(), b[:, 1].min(), b[:, 2].max(), b[:, 3].max()]
-        col["geometry_types"] = sorted({t for m in metas for t in m["columns"][name].get("geometry_types", [])})
-    schema = pq.read_schema(parts[0])
-    meta = dict(schema.metadata)
-    meta[b"geo"] = json.dumps(geo).encode()
-    schema = schema.with_metadata(meta)
-    with pq.ParquetWriter(dest, schema) as w:
-        for q in parts:
-            w.write_table(pq.read_table(q).replace_schema_metadata(meta))
-
-
-def _write_dataset(frames: Iterator[gpd.GeoDataFrame], p: Path, metadata: dict | None) -> Path:
-    """A folder of GeoParquet parts (`part-00000.parquet`, ...), written under a temporary name and renamed
-    into place; an existing dataset (checked by `check_dataset`) is replaced only once the new one is whole."""
-    tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex[:8]}.tmp")
-    for stale in p.parent.glob(f".{glob.escape(p.name)}.????????.tmp"):  # left by a killed run (we hold the lock)
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        for k, frame in enumerate(frames):
-            if k == 0 or len(frame):
-                _write_part(frame, tmp / f"part-{k:05d}.parquet", metadata)
-        old = None
-        if p.exists():
-            old = p.with_name(f".{p.name}.{uuid.uuid4().hex[:8]}.tmp")
-            os.replace(p, old)
-        os.replace(tmp, p)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return p

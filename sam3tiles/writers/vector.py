@@ -1,72 +1,246 @@
-"""Writing results: GeoPackage, GeoParquet, FlatGeobuf or GeoJSON by extension, atomically.
+"""Writing results: GeoPackage, GeoParquet, FlatGeobuf, GeoJSON or COCO by extension, atomically.
 
 Every write goes to a temporary name beside the target and is renamed into place, so a reader never
 sees half a file. A lock file stops two runs from writing one output at once.
+
+* Layer names are the output's stem (`buildings.gpkg` -> `buildings`) unless `layer` is given.
+* GeoPackage: a layer is written into an existing GeoPackage by copy, write, rename: the file is copied
+  to the temporary name, the layer is written (or replaced) in the copy, and the copy is renamed over
+  the original. Every other layer stays as it was, a reader never sees a half-written layer, and a run
+  killed while writing leaves the original untouched. A SQLite transaction would avoid the copy, but the
+  layer is written in chunks by GDAL (several transactions) and a replaced layer is dropped and created
+  again, so only the copy keeps the file all-or-nothing; the price is one copy of the existing file.
+* GeoJSON with a CRS is RFC 7946 (WGS84 lon/lat, no `crs` member) unless `geojson_crs="native"`;
+  coordinates keep a tenth of a source pixel. Without a CRS it is QuPath's detection GeoJSON.
+* Objects may come as chunks (an iterator of GeoDataFrames, from `writers.stream.ObjectSpool`): GeoPackage
+  and GeoParquet are written a chunk at a time (GeoParquet: one part per chunk, then joined into one file
+  row group by row group); FlatGeobuf, GeoJSON and COCO join the chunks in memory.
+* A partitioned GeoParquet dataset (`dataset=True`, `name.parquet/`) is a folder of parts
+  `part-00000.parquet`, ... (GeoParquet 1.1, each with a covering `bbox` column), written under a temporary
+  name and renamed into place whole.
+* FlatGeobuf carries the run metadata in its header (title, description, metadata); GeoPackage in the
+  layer's metadata; GeoParquet in its schema (pandas attrs, `sam3tiles` key); GeoJSON as a foreign
+  member `sam3tiles` of the FeatureCollection.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
+from typing import Iterable
 
 import geopandas as gpd
+import numpy as np
+import pandas as pd
 
+from ..errors import OutputError, OutputExistsError, UsageError
+from ..units import Frame, area_unit, coordinate_precision, lonlat_resolution, native_resolution
 from .atomic import DRIVERS, atomic_path
 from .qupath import write_qupath_geojson
 
-#: Written into files without a CRS so that no reader mistakes pixel coordinates for degrees.
 #: Rows written at a time where the format can append (GeoPackage).
 CHUNK_ROWS = 100_000
+#: Written into files without a CRS so that no reader mistakes pixel coordinates for degrees.
 NO_CRS_NOTE = "no CRS: coordinates are source-image pixels (x right, y down), not a map projection"
+GEOJSON_CRS = ("wgs84", "native")
 
 
-def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, layer: str = "objects",
-                 metadata: dict | None = None) -> Path:
-    """Write `gdf` by extension, atomically. A GeoDataFrame without a CRS is written as 'no CRS'."""
+def is_coco(path: str | os.PathLike) -> bool:
+    return str(path).lower().endswith(".coco.json")
+
+
+def layer_name(path: str | os.PathLike, layer: str | None = None) -> str:
+    """The layer an output gets: `layer` when given, else the file's stem."""
+    return layer if layer else Path(path).stem
+
+
+def gpkg_layers(path: str | os.PathLike) -> list[str] | None:
+    """The layer names of a GeoPackage, or None when `path` is not one GDAL can open."""
+    import pyogrio
+
+    try:
+        return [str(n) for n in pyogrio.list_layers(str(path))[:, 0]]
+    except Exception:  # noqa: BLE001 - any failure means "not a GeoPackage we can write into"
+        return None
+
+
+def check_layer(path: str | os.PathLike, layer: str | None, overwrite: bool) -> None:
+    """Before any work: `--layer` needs a .gpkg output; an existing layer of that name is replaced only
+    with `overwrite`. Call after `check_output(path, overwrite or layer is not None)`."""
     p = Path(path)
+    gpkg = p.suffix.lower() == ".gpkg"
+    if layer is not None:
+        if not gpkg:
+            raise UsageError(f"--layer {layer}: only a GeoPackage holds several layers: give an --out ending in "
+                             ".gpkg, or drop --layer")
+        if not layer.strip() or layer.startswith("gpkg_") or layer.startswith("rtree_"):
+            raise UsageError(f"--layer {layer!r} is not a usable layer name: give a name such as buildings")
+    if not gpkg or not p.exists():
+        return
+    layers = gpkg_layers(p)
+    if layers is None:
+        if layer is not None:
+            raise OutputError(f"--out {p} exists but is not a GeoPackage GDAL can open, so --layer cannot write "
+                              "into it: choose another --out")
+        return  # not a GeoPackage: replaced whole (check_output has required --overwrite)
+    name = layer_name(p, layer)
+    if name in layers and not overwrite:
+        raise OutputExistsError(f"--out {p} already holds a layer {name!r}: pass --overwrite to replace that "
+                                f"layer (the other layers are kept), or choose another --layer")
+
+
+def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str | os.PathLike,
+                 layer: str | None = None, metadata: dict | None = None, frames: dict[str, Frame] | None = None,
+                 geojson_crs: str = "wgs84", prompts: list[str] | None = None, dataset: bool = False) -> Path:
+    """Write `gdf` by extension, atomically. A GeoDataFrame without a CRS is written as 'no CRS'.
+
+    `gdf` is one GeoDataFrame or its chunks in order (the first, possibly empty, gives the columns).
+    `frames` (source file name -> `units.Frame`) say each input's pixel grid: they set the GeoJSON
+    coordinate precision, the area unit in the metadata and, for COCO, the images and pixel coordinates.
+    `prompts` are the COCO categories, in order. A .gpkg that exists and holds other layers keeps them.
+    `dataset`: `path` is a partitioned GeoParquet dataset folder (see the module doc).
+    """
+    p = Path(path)
+    chunks = iter([gdf] if isinstance(gdf, gpd.GeoDataFrame) else gdf)
+    first = next(chunks)
+    frames = frames or {}
+    metadata = _json_safe(metadata or {})
+    if dataset:
+        with atomic_path(p, folder=True) as tmp:
+            for k, chunk in enumerate(itertools.chain([first], chunks)):
+                if k == 0 or len(chunk):
+                    _write_parquet(chunk, tmp / f"part-{k:05d}.parquet", metadata)
+        return p
     driver = DRIVERS[p.suffix.lower()]
+    name = layer_name(p, layer)
+    description = _description(first, frames)
+    if driver not in ("GPKG", "Parquet"):  # formats without appends: the chunks joined in memory
+        first = _joined(itertools.chain([first], chunks))
     with atomic_path(p) as tmp:
-        if driver == "Parquet":
-            meta = {"sam3tiles": json.dumps(metadata or {})}
-            gdf.to_parquet(tmp, index=False, schema_version="1.1.0", write_covering_bbox=False)
-            if gdf.crs is None or metadata:
-                _patch_parquet(tmp, meta, no_crs=gdf.crs is None)
+        if is_coco(p):
+            from .coco import write_coco
+
+            write_coco(first, tmp, frames, prompts, metadata)
+        elif driver == "Parquet":
+            _write_parquet_chunks(itertools.chain([first], chunks), tmp, metadata)
         elif driver == "GPKG":
-            kw = {}
-            if metadata:
-                kw["metadata"] = {"sam3tiles": json.dumps(metadata)}
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*crs.*was not provided", category=UserWarning)
-                # in chunks: the WKB of one chunk at a time, not of every object at once
-                for i in range(0, max(len(gdf), 1), CHUNK_ROWS):
-                    part = gdf.iloc[i:i + CHUNK_ROWS]
-                    if i == 0:
-                        part.to_file(tmp, driver=driver, layer=layer, engine="pyogrio", layer_options={
-                            "DESCRIPTION": NO_CRS_NOTE if gdf.crs is None else "sam3tiles objects"}, **kw)
-                    else:
-                        part.to_file(tmp, driver=driver, layer=layer, engine="pyogrio", mode="a")
-        elif driver == "GeoJSON" and gdf.crs is None:
-            write_qupath_geojson(gdf, tmp, metadata)  # pixel space: detections QuPath imports as they are
+            if p.exists() and gpkg_layers(p) is not None:
+                shutil.copy2(p, tmp)  # copy, write the layer into the copy, rename: see the module docstring
+            _write_gpkg(itertools.chain([first], chunks), tmp, name, metadata, description)
+        elif driver == "GeoJSON" and first.crs is None:
+            write_qupath_geojson(first, tmp, metadata, name=name)  # pixel space: detections QuPath imports as they are
+        elif driver == "GeoJSON":
+            _write_geojson(first, tmp, name, metadata, description, frames, geojson_crs)
         else:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*crs.*was not provided", category=UserWarning)
-                gdf.to_file(tmp, driver=driver, engine="pyogrio")
+            _write_ogr(first, tmp, driver, name, {"TITLE": name, "DESCRIPTION": description},
+                       {"sam3tiles": json.dumps(metadata)} if metadata else None)
     return p
 
 
-def _patch_parquet(path: Path, extra: dict, no_crs: bool) -> None:
-    """GeoParquet: `"crs": null` says 'unknown CRS' (an omitted crs would mean WGS84)."""
+def _joined(chunks: Iterable[gpd.GeoDataFrame]) -> gpd.GeoDataFrame:
+    chunks = list(chunks)
+    if len(chunks) == 1:
+        return chunks[0]
+    return gpd.GeoDataFrame(pd.concat(chunks, ignore_index=True), geometry="geometry", crs=chunks[0].crs)
+
+
+def _write_parquet(gdf: gpd.GeoDataFrame, path: Path, metadata: dict) -> Path:
+    """One GeoParquet 1.1 file with a covering `bbox` column (readers skip row groups by extent); no CRS is
+    written as `"crs": null` (pixel space; an omitted crs would mean WGS84)."""
+    out = gdf.copy(deep=False)
+    out.attrs = {"sam3tiles": metadata} if metadata else {}
+    out.to_parquet(path, index=False, schema_version="1.1.0", write_covering_bbox=True)
+    return path
+
+
+def _write_parquet_chunks(chunks: Iterable[gpd.GeoDataFrame], dest: Path, metadata: dict) -> None:
+    """Chunks -> one GeoParquet file: a part per chunk in a temporary folder, then the parts joined one row
+    group at a time; the `geo` metadata's bbox and geometry types cover every part."""
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
-    meta = dict(table.schema.metadata or {})
-    geo = json.loads(meta[b"geo"])
-    if no_crs:
-        for col in geo["columns"].values():
-            col["crs"] = None
-    meta[b"geo"] = json.dumps(geo).encode()
-    for k, v in extra.items():
-        meta[k.encode()] = v.encode()
-    pq.write_table(table.replace_schema_metadata(meta), path)
+    chunks = iter(chunks)
+    first = next(chunks)
+    second = next(chunks, None)
+    if second is None:  # one chunk: written as it is
+        _write_parquet(first, dest, metadata)
+        return
+    with tempfile.TemporaryDirectory(prefix=f".{dest.stem}.parts.", dir=dest.parent) as d:
+        parts = [_write_parquet(c, Path(d) / f"part-{k:05d}.parquet", metadata)
+                 for k, c in enumerate(itertools.chain([first, second], chunks)) if k == 0 or len(c)]
+        metas = [json.loads(pq.read_schema(q).metadata[b"geo"]) for q in parts]
+        geo = metas[0]
+        for name, col in geo["columns"].items():
+            boxes = [m["columns"][name].get("bbox") for m in metas if m["columns"][name].get("bbox")]
+            if boxes:
+                b = np.asarray(boxes, dtype=float)
+                col["bbox"] = [b[:, 0].min(), b[:, 1].min(), b[:, 2].max(), b[:, 3].max()]
+            col["geometry_types"] = sorted({t for m in metas for t in m["columns"][name].get("geometry_types", [])})
+        schema = pq.read_schema(parts[0])
+        meta = dict(schema.metadata)
+        meta[b"geo"] = json.dumps(geo).encode()
+        with pq.ParquetWriter(dest, schema.with_metadata(meta)) as w:
+            for q in parts:
+                w.write_table(pq.read_table(q).replace_schema_metadata(meta))
+
+
+def _json_safe(metadata: dict) -> dict:
+    return json.loads(json.dumps(metadata, default=str))
+
+
+def _description(gdf: gpd.GeoDataFrame, frames: dict[str, Frame]) -> str:
+    text = NO_CRS_NOTE if gdf.crs is None else "sam3tiles objects"
+    if frames:
+        frame = next(iter(frames.values()))
+        text += f"; area: {area_unit(frame)}; area_px: source pixels"
+        if any(f.pixel_size_um for f in frames.values()):
+            text += "; area_um2: square micrometres"
+    return text
+
+
+def _write_ogr(gdf, path: Path, driver: str, layer: str, layer_options: dict, layer_metadata: dict | None,
+               **kw) -> None:
+    import pyogrio
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*crs.*was not provided", category=UserWarning)
+        warnings.filterwarnings("ignore", message=".*'crs' was not provided", category=RuntimeWarning)
+        pyogrio.write_dataframe(gdf, path, driver=driver, layer=layer, layer_options=layer_options,
+                                layer_metadata=layer_metadata, **kw)
+
+
+def _write_gpkg(chunks: Iterable[gpd.GeoDataFrame], path: Path, layer: str, metadata: dict,
+                description: str) -> None:
+    """In chunks: the WKB of one chunk at a time, not of every object at once. The first chunk replaces
+    a layer of that name (GDAL drops only that table); the others are appended to it."""
+    meta = {"sam3tiles": json.dumps(metadata)} if metadata else None
+    k = 0
+    for gdf in chunks:
+        for i in range(0, max(len(gdf), 1), CHUNK_ROWS):
+            part = gdf.iloc[i:i + CHUNK_ROWS]
+            if k == 0:
+                _write_ogr(part, path, "GPKG", layer, {"DESCRIPTION": description}, meta)
+            elif len(part):
+                _write_ogr(part, path, "GPKG", layer, {}, None, append=True)
+            k += 1
+
+
+def _write_geojson(gdf, path: Path, layer: str, metadata: dict, description: str, frames: dict[str, Frame],
+                   geojson_crs: str) -> None:
+    if geojson_crs not in GEOJSON_CRS:
+        raise UsageError(f"--geojson-crs {geojson_crs!r}: choose wgs84 (RFC 7946) or native")
+    options = {"DESCRIPTION": description, "WRITE_NAME": "YES"}
+    if metadata:
+        options["FOREIGN_MEMBERS_COLLECTION"] = json.dumps({"sam3tiles": metadata})
+    if geojson_crs == "wgs84":
+        options["RFC7946"] = "YES"  # GDAL reprojects to WGS84 lon/lat and writes no crs member
+        res = min((lonlat_resolution(f) for f in frames.values()), default=0.0)
+    else:
+        res = min((native_resolution(f) for f in frames.values()), default=0.0)
+    if res > 0:
+        options["COORDINATE_PRECISION"] = str(coordinate_precision(res))
+    _write_ogr(gdf, path, "GeoJSON", layer, options, None)

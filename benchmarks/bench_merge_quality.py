@@ -1,0 +1,255 @@
+"""Merge quality against a misbehaving model: sam3tiles' merge beside SAHI, naive tiling and squashing.
+
+    python -m benchmarks.bench_merge_quality [--size 3000 2500] [--seeds 1 2 3] [--behaviours all ...] [--smoke]
+
+Generated scenes (`sam3tiles.demo`: vehicles `red`, buildings `blue`, fields larger than a tile
+`yellow`) are cut into the pipeline's tiles; the reference backend, wrapped by `MisbehavingRuntime` with
+one behaviour of ../shared/model-behaviour.md (or all together), answers every tile, and the SAME per-tile
+pieces go to each method:
+
+* `sam3tiles`: `merge_pieces`;
+* `sahi-gnmm` / `sahi-nms`: SAHI's own postprocess (`GreedyNMMPostprocess` with its defaults IOS 0.5, and
+  `NMSPostprocess`, IOS 0.5, per category), on the pieces as SAHI `ObjectPrediction`s (needs `pip install
+  sahi`, the `bench` extra; the columns are left out without it);
+* `centre`: naive tiling, each piece kept by the tile whose core holds its box centre, no linking;
+* `squash`: the whole image squashed into one model input (the published callers' baseline).
+
+Per class, summed over seeds: F1 at IoU >= 0.5, duplicates and fragments, and the IoU of every object
+larger than a tile with its best single prediction (mean and minimum). `floor` is what the tiles that own
+each object said (the owning tile's own copies; objects not whole in their owner counted as found), plus
+the false positives each tile said inside its own core: no merge can beat it when the owner itself split,
+fused or missed an object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import shapely
+from affine import Affine
+
+from .common import emit, table
+
+METHODS = ("sam3tiles", "sahi-gnmm", "sahi-nms", "centre", "squash")
+PROMPTS = ("red", "blue", "yellow")
+
+
+def tile_pieces(path, behaviour, squash: bool = False):
+    """(per-tile Pieces, frames, tiles, transform) of the scene at `path` answered by the misbehaving model."""
+    from sam3tiles.grid import TileGrid, squash_tile
+    from sam3tiles.merge import tile_frame
+    from sam3tiles.model.misbehaving import MisbehavingRuntime
+    from sam3tiles.model.reference import ReferenceRuntime
+    from sam3tiles.readers import open_source
+    from sam3tiles.vectorize import crop_detections, pieces_from_crops
+
+    rt = MisbehavingRuntime(ReferenceRuntime(), behaviour)
+    prompts = [rt.prepare_prompt(p) for p in PROMPTS]
+    with open_source(path) as src:
+        tiles = [squash_tile(src.width, src.height, src.transform)] if squash else \
+            list(TileGrid(src.width, src.height, transform=src.transform))
+        overlap = TileGrid(src.width, src.height).overlap
+        out = []
+        for tile in tiles:
+            image = src.read_tile(tile)
+            emb = rt.encode(image)
+            holes = None if image.valid[: tile.valid_wh[1], : tile.valid_wh[0]].all() else image.valid
+            crops = [c for k, p in enumerate(prompts)
+                     for c in crop_detections(rt.decode(emb, p), k, 0, tile.valid_wh, holes)]
+            out.append(pieces_from_crops(crops, tile))
+        return out, {t.index: tile_frame(t, overlap) for t in tiles}, tiles, src.transform, (src.height, src.width)
+
+
+def merge_sam3tiles(per_tile, frames, **_):
+    from sam3tiles.merge import merge_pieces
+    from sam3tiles.vectorize import Pieces
+
+    merged, stats = merge_pieces(Pieces.concat(per_tile), frames)
+    return list(zip(merged.prompt, merged.geometry)), stats
+
+
+def merge_centre(per_tile, frames, **_):
+    out = []
+    for p in per_tile:
+        for g, k, pr in zip(p.geometry, p.tile_key, p.prompt):
+            x0, y0, x1, y1 = g.bounds
+            if frames[k // 1024].core.contains(shapely.Point((x0 + x1) / 2, (y0 + y1) / 2)):
+                out.append((pr, g))
+    return out, None
+
+
+def merge_sahi(per_tile, frames, transform, shape, kind="gnmm", **_):
+    from sahi.postprocess.combine import GreedyNMMPostprocess, NMSPostprocess
+    from sahi.prediction import ObjectPrediction
+
+    inv = ~transform
+    to_px = [inv.a, inv.b, inv.d, inv.e, inv.c, inv.f]
+    preds = []
+    for p in per_tile:
+        for g, pr, sc in zip(p.geometry, p.prompt, p.score):
+            gp = shapely.affinity.affine_transform(g, to_px)
+            rings = [np.asarray(poly.exterior.coords).ravel().tolist() for poly in shapely.get_parts(gp)
+                     if poly.geom_type == "Polygon"]
+            x0, y0, x1, y1 = gp.bounds
+            preds.append(ObjectPrediction(bbox=[x0, y0, x1, y1], category_id=int(pr), segmentation=rings,
+                                          score=float(sc), full_shape=list(shape)))
+    post = (GreedyNMMPostprocess if kind == "gnmm" else NMSPostprocess)(
+        match_threshold=0.5, match_metric="IOS", class_agnostic=False)
+    to_crs = [transform.a, transform.b, transform.d, transform.e, transform.c, transform.f]
+    out = []
+    for op in post(preds):
+        polys = [shapely.Polygon(np.asarray(r).reshape(-1, 2)) for r in op.mask.segmentation if len(r) >= 6]
+        g = shapely.make_valid(shapely.MultiPolygon(polys) if len(polys) > 1 else polys[0])
+        out.append((op.category.id, shapely.affinity.affine_transform(g, to_crs)))
+    return out, None
+
+
+def _large_ious(preds, truth) -> list[float]:
+    """Per object larger than a tile: the IoU with its best single prediction."""
+    out = []
+    pg = np.asarray(preds, dtype=object)
+    tree = shapely.STRtree(pg) if len(pg) else None
+    for t in truth:
+        hits = tree.query(t, predicate="intersects") if tree is not None else []
+        out.append(max((t.intersection(pg[j]).area / t.union(pg[j]).area for j in hits), default=0.0))
+    return out
+
+
+def floor_preds(per_tile, frames, truth_by_class, transform):
+    """What each object's owning tile said: its pieces inside the object (whole copies, halves), or the
+    object itself when it is not whole in its owner (then stitching decides, not ownership)."""
+    out = []
+    by_tile = {}
+    for p in per_tile:
+        for g, k, pr in zip(p.geometry, p.tile_key, p.prompt):
+            by_tile.setdefault((k // 1024, pr), []).append(g)
+    for (tile, k), geoms in by_tile.items():  # what the owners said where nothing is: false positives
+        truth = shapely.union_all(truth_by_class.get(k, []))
+        for g in geoms:
+            for q in shapely.get_parts(g):
+                x0, y0, x1, y1 = q.bounds
+                if not q.intersects(truth) and frames[tile].core.contains(shapely.Point((x0 + x1) / 2, (y0 + y1) / 2)):
+                    out.append((k, q))
+    for k, truth in truth_by_class.items():
+        for t in truth:
+            c = t.centroid
+            owner = next((i for i, f in frames.items() if f.core.contains(c)), None)
+            if owner is None or not frames[owner].window.buffer(-10 * frames[owner].pixel).contains(t):
+                out.append((k, t))
+                continue
+            for g in by_tile.get((owner, k), []):  # each mask's regions inside the object, as one copy
+                parts = [q for q in shapely.get_parts(g) if q.intersects(t) and q.intersection(t).area >= 0.5 * q.area]
+                if parts:
+                    out.append((k, shapely.union_all(parts)))
+    return out
+
+
+def score(preds, truth_by_class, tile_extent: float) -> dict:
+    from sam3tiles.evaluate import evaluate_class
+
+    out = {}
+    for k, truth in truth_by_class.items():
+        mine = [g for c, g in preds if c == k]
+        r = evaluate_class(mine, truth)
+        big = [t for t in truth if max(t.bounds[2] - t.bounds[0], t.bounds[3] - t.bounds[1]) > tile_extent]
+        out[PROMPTS[k]] = {"tp": r["tp"], "fp": r["fp"], "fn": r["fn"], "duplicates": r["duplicates"],
+                           "fragments": r["fragments"], "large_iou": _large_ious(mine, big)}
+    return out
+
+
+def run_scene(path, truth, behaviour: str, methods, sahi_ok: bool) -> dict:
+    """{method: {class: counts}} for one scene and one behaviour."""
+    per_tile, frames, tiles, transform, shape = tile_pieces(path, behaviour)
+    truth_by_class = {k: list(truth.geometry[truth["class"] == c]) for k, c in enumerate(PROMPTS)}
+    extent = tiles[0].size * abs(transform.a)
+    res, seconds = {}, {}
+    for m in methods:
+        t0 = time.perf_counter()
+        if m == "sam3tiles":
+            preds, stats = merge_sam3tiles(per_tile, frames)
+            res["coverage"] = stats.as_dict()["coverage"]
+            res["violations"] = stats.rule_violations
+        elif m.startswith("sahi"):
+            if not sahi_ok:
+                continue
+            preds, _ = merge_sahi(per_tile, frames, transform, shape, kind=m.split("-")[1])
+        elif m == "centre":
+            preds, _ = merge_centre(per_tile, frames)
+        else:
+            sq, sframes, *_ = tile_pieces(path, behaviour, squash=True)
+            preds = [(pr, g) for p in sq for g, pr in zip(p.geometry, p.prompt)]
+        seconds[m] = time.perf_counter() - t0
+        res[m] = score(preds, truth_by_class, extent)
+    res["floor"] = score(floor_preds(per_tile, frames, truth_by_class, transform), truth_by_class, extent)
+    res["seconds"] = seconds
+    return res
+
+
+def _f1(c) -> float:
+    d = 2 * c["tp"] + c["fp"] + c["fn"]
+    return 2 * c["tp"] / d if d else 1.0
+
+
+def summarise(results: dict, methods) -> dict:
+    """{class: [(behaviour, method, f1, dups, frags, large mean, large min)]} summed over seeds."""
+    rows: dict = {}
+    for beh, per_seed in results.items():
+        for m in [*methods, "floor"]:
+            for cls in PROMPTS:
+                got = [r[m][cls] for r in per_seed if m in r]
+                if not got:
+                    continue
+                tot = {k: sum(g[k] for g in got) for k in ("tp", "fp", "fn", "duplicates", "fragments")}
+                big = [v for g in got for v in g["large_iou"]]
+                rows.setdefault(cls, []).append(
+                    (beh, m, round(_f1(tot), 3), tot["duplicates"], tot["fragments"],
+                     round(float(np.mean(big)), 3) if big else None, round(float(min(big)), 3) if big else None))
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=int, nargs=2, default=[3000, 2500])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--behaviours", nargs="+", default=None, help="presets of sam3tiles.model.misbehaving")
+    ap.add_argument("--methods", nargs="+", default=list(METHODS))
+    ap.add_argument("--smoke", action="store_true", help="one small scene, one seed, reference and semantic")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.size, args.seeds, args.behaviours = [1800, 1500], [1], ["reference", "semantic"]
+    from sam3tiles.demo import write_scene
+    from sam3tiles.model.misbehaving import BEHAVIOURS
+
+    try:
+        import sahi  # noqa: F401
+        sahi_ok = True
+    except ImportError:
+        sahi_ok = False
+    behaviours = args.behaviours or list(BEHAVIOURS)
+    results: dict = {b: [] for b in behaviours}
+    with tempfile.TemporaryDirectory() as d:
+        for seed in args.seeds:
+            scene = write_scene(Path(d) / f"s{seed}.tif", *args.size, seed=seed)
+            for b in behaviours:
+                results[b].append(run_scene(scene.path, scene.truth, b, args.methods, sahi_ok))
+    rows = summarise(results, args.methods)
+    out = {"size": args.size, "seeds": args.seeds, "sahi": sahi_ok, "tables": rows,
+           "violations": {b: sum(r.get("violations", 0) for r in v) for b, v in results.items()},
+           "coverage": {b: [r.get("coverage") for r in v] for b, v in results.items()}}
+    if args.json:
+        emit(out, True)
+        return 0
+    for cls, r in rows.items():
+        print(f"\n== {cls} ({args.size[0]}x{args.size[1]}, seeds {args.seeds})")
+        print(table([list(x) for x in r], ["behaviour", "method", "F1", "dups", "frags", "large IoU", "min"]))
+    print("\nrule violations (sam3tiles):", out["violations"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

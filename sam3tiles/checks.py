@@ -1,0 +1,407 @@
+"""Pre-flight checks that keep a run from losing data or giving a silently wrong answer.
+
+Pure functions over paths, numbers and open rasters; the pipeline calls them before the first tile. Each
+raises a `Sam3TilesError` whose message names the problem and the fix:
+
+* the work folder is *owned*: it carries a marker file, and only marked folders are cleared, and then
+  only of the files sam3tiles writes (`claim_work_dir`, `clear_work_dir`); a suspicious `--work-dir`
+  (empty, `/`, home, the current folder or one above it, a folder holding inputs) is refused;
+* no output, label image, report or work folder is an input, or holds one (`check_not_inputs`);
+* rasters the tool cannot place (a CRS but no geotransform, GCPs or RPCs only) are refused with the
+  `gdalwarp` command that fixes them (`check_placeable`); an overlap too small for the merge, or a tile size the model cannot take, is refused
+  (`check_tiling`);
+* numbers from the command line or a job are finite and in range (`check_options`).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import math
+import numbers
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .errors import CRSError, OutputError, UsageError
+from .readers.identity import local_path_of
+
+log = logging.getLogger(__name__)
+
+#: The file that marks a folder as a sam3tiles work folder (JSON: tool, schema).
+MARKER = "sam3tiles-work.json"
+#: Every file sam3tiles writes in a work folder; `clear_work_dir` deletes these and nothing else.
+OWN_FILES = (MARKER, "tiles.sqlite", "tiles.sqlite-wal", "tiles.sqlite-shm", "tiles.sqlite-journal", "outputs.json")
+#: Smallest tile the pipeline lays out (pixels); the largest is what the model takes (MODEL_SIZE).
+MIN_TILE = 64
+
+
+# -- the work folder --------------------------------------------------------------------------------------
+
+def _real(p: str | os.PathLike) -> Path:
+    return Path(os.path.realpath(os.path.expanduser(str(p))))
+
+
+def _is_within(child: Path, parent: Path) -> bool:
+    return child == parent or parent in child.parents
+
+
+def check_work_dir(value, inputs: Sequence[str] = (), option: str = "--work-dir") -> Path | None:
+    """Refuse a work folder that a `--fresh` could never safely clear, before anything is written.
+
+    `value` None means "not given" (fine). Refused (exit 2): an empty or blank value (an unset shell
+    variable), `/`, the home folder or one above it, the current folder or one above it, a folder that
+    holds an input, a file, and an existing folder holding files sam3tiles did not write."""
+    if value is None:
+        return None
+    text = str(value)
+    if not text.strip():
+        raise UsageError(f"{option} is empty (an unset shell variable?): name a folder for the checkpoints, or "
+                         "leave it out to use <output>.sam3tiles-work beside the output")
+    p = _real(text)
+    home = _real(Path.home())
+    cwd = _real(os.getcwd())
+    if p == Path(p.anchor) or _is_within(home, p) or _is_within(cwd, p):
+        what = "the root folder" if p == Path(p.anchor) else "your home folder" if _is_within(home, p) and \
+            p == home else "the current folder" if p == cwd else "a folder above the current or home folder"
+        raise UsageError(f"{option} {text}: that is {what}, which sam3tiles will not use for checkpoints (a --fresh "
+                         "would have to clear it): name a new folder, e.g. out.sam3tiles-work")
+    for i in inputs:
+        local = local_path_of(i)
+        if local is not None and _is_within(_real(local), p):
+            raise UsageError(f"{option} {text} holds the input {i}: checkpoints go in a folder of their own; "
+                             "name a new folder outside the inputs'")
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{option} {text} is a file, not a folder: name a new folder for the checkpoints")
+    if p.is_dir() and not is_work_dir(p):
+        foreign = sorted(e.name for e in p.iterdir() if not _own(e.name))
+        if foreign:
+            raise UsageError(f"{option} {text} is not a sam3tiles work folder (it holds {foreign[0]!r}"
+                             f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}, and no {MARKER}): "
+                             "name a new or empty folder for the checkpoints")
+    return p
+
+
+def _own(name: str) -> bool:
+    """A file sam3tiles writes in a work folder, or the temporary file of one (`.<stem>.<hex8>.tmp<ext>`)."""
+    if name in OWN_FILES:
+        return True
+    return any(name.startswith(f".{Path(f).stem}.") and ".tmp" in name for f in (MARKER, "outputs.json"))
+
+
+def is_work_dir(path: str | os.PathLike) -> bool:
+    """Whether `path` carries the marker sam3tiles writes into every work folder it creates."""
+    try:
+        data = json.loads((Path(path) / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("tool") == "sam3tiles"
+
+
+def claim_work_dir(path: str | os.PathLike) -> Path:
+    """Create the work folder (or adopt one holding only sam3tiles' files) and mark it as ours."""
+    p = Path(path)
+    if p.is_dir() and not is_work_dir(p):
+        foreign = [e.name for e in p.iterdir() if not _own(e.name)]
+        if foreign:  # checked before the run too; a folder that changed since is still not ours
+            raise UsageError(f"--work-dir {p} is not a sam3tiles work folder (it holds {foreign[0]!r}): name a new "
+                             "or empty folder for the checkpoints")
+    p.mkdir(parents=True, exist_ok=True)
+    if not is_work_dir(p):
+        from .writers.atomic import atomic_path
+
+        with atomic_path(p / MARKER) as tmp:
+            tmp.write_text(json.dumps({"tool": "sam3tiles", "schema": 1,
+                                       "note": "checkpoints of sam3tiles; safe to delete when no run uses them"}))
+    return p
+
+
+def clear_work_dir(path: str | os.PathLike) -> list[Path]:
+    """`--fresh`: delete the files sam3tiles wrote in a marked work folder, then the folder if it is empty.
+    Anything else in it stays; an unmarked folder holding other files is refused (exit 2)."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    if not p.is_dir():
+        raise UsageError(f"--work-dir {p} is a file, not a folder: name a new folder for the checkpoints")
+    if not is_work_dir(p):
+        foreign = [e.name for e in p.iterdir() if not _own(e.name)]
+        if foreign:
+            raise UsageError(f"--fresh: {p} is not a sam3tiles work folder (no {MARKER}; it holds {foreign[0]!r}): "
+                             "nothing was deleted; name the work folder of the run to start over")
+    gone = []
+    for q in sorted(p.iterdir()):
+        if q.name != MARKER and _own(q.name) and (q.is_file() or q.is_symlink()):
+            q.unlink()
+            gone.append(q)
+    if [e.name for e in p.iterdir()] in ([], [MARKER]):
+        (p / MARKER).unlink(missing_ok=True)
+        p.rmdir()
+    # else other files stay, and so do the folder and its marker (it is still ours)
+    return gone
+
+
+# -- outputs that would destroy inputs -------------------------------------------------------------------
+
+def check_not_inputs(inputs: Iterable[str], targets: Sequence[tuple[str, str | os.PathLike | None]]) -> None:
+    """No output, label image, report or work folder may be an input (or a file an input reads, such as a
+    VRT's source) or, for folders, hold one. `inputs`: paths of every file the run reads; `targets`:
+    (option, path) pairs, None paths skipped. Exit 2 naming both."""
+    locals_ = [(i, _real(lp)) for i in inputs if (lp := local_path_of(i)) is not None]
+    for option, target in targets:
+        if target is None:
+            continue
+        t = _real(target)
+        for given, real in locals_:
+            if real == t or (option in ("--work-dir",) and _is_within(real, t)):
+                verb = "is" if real == t else "holds"
+                raise UsageError(f"{option} {target} {verb} the input {given}: it would be "
+                                 f"{'replaced' if real == t else 'cleared'}; write to another path")
+        for given, real in locals_:
+            if t.exists() and real.exists():
+                try:
+                    if os.path.samefile(real, t):
+                        raise UsageError(f"{option} {target} is the input {given} (a link to it): write to "
+                                         "another path")
+                except OSError:
+                    pass
+
+
+def check_distinct_outputs(inputs: Sequence[str], outputs: Sequence[Path | None]) -> None:
+    """Per-input outputs in one folder: two inputs with the same name stem would write one file."""
+    seen: dict[Path, str] = {}
+    for i, o in zip(inputs, outputs):
+        if o is None:
+            continue
+        key = _real(o)
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {i} would both be written to {o} (same file name stem): give --out "
+                             "a file name (one combined output) or rename one of them")
+        seen[key] = i
+
+
+# -- rasters the tool cannot place ------------------------------------------------------------------------
+
+def check_placeable(path: str, ds) -> None:
+    """Refuse a raster whose pixels cannot be placed in its CRS: a CRS with no geotransform, or
+    georeferencing by GCPs or RPCs only (the tool does not warp): exit 3 with the gdalwarp command."""
+    if ds is None:
+        return
+    identity = ds.transform.is_identity if hasattr(ds.transform, "is_identity") else ds.transform == ds.transform.identity()
+    if not identity:
+        return
+    stem = Path(local_path_of(path) or path).with_suffix("").name + "_warped.tif"
+    try:
+        gcps, gcp_crs = ds.gcps
+    except Exception:  # noqa: BLE001 - drivers without GCP support
+        gcps, gcp_crs = [], None
+    if gcps:
+        srs = f" -t_srs {gcp_crs.to_string()}" if gcp_crs else ""
+        raise CRSError(f"{path} is georeferenced by {len(gcps)} ground control points only, which sam3tiles does "
+                       f"not warp: warp it first, e.g. gdalwarp{srs} -r bilinear {path} {stem}")
+    rpcs = getattr(ds, "rpcs", None)
+    if rpcs:
+        raise CRSError(f"{path} is georeferenced by RPCs (a satellite sensor model) only, which sam3tiles does "
+                       f"not orthorectify: warp it first, e.g. gdalwarp -rpc -t_srs EPSG:4326 [-to RPC_DEM=dem.tif] "
+                       f"-r bilinear {path} {stem}")
+    if ds.crs is not None:
+        raise CRSError(f"{path} has a CRS ({ds.crs.to_string()}) but no geotransform, so its pixels cannot be placed "
+                       "in it: add the transform (gdal_edit.py -a_ullr ULX ULY LRX LRY) or drop the CRS "
+                       "(gdal_edit.py -unsetgt -unsetcrs) to work in pixel coordinates")
+
+
+def min_overlap(edge_margin: int) -> int:
+    """The smallest overlap (tile pixels) the merge needs to join an object cut by a seam: two cells of
+    the model's mask grid (so both tiles see the object beyond the cut) plus the edge margin that marks
+    pieces touching a tile's edge."""
+    from .model.runtime import MASK_SIZE, MODEL_SIZE
+
+    return math.ceil(2 * MODEL_SIZE / MASK_SIZE) + int(edge_margin)
+
+
+def check_tiling(tile_size: int, overlap: int, edge_margin: int, squash: bool = False,
+                 single_tile: bool = False) -> None:
+    """The tile size must fit the model's input; the overlap must be large enough for the merge to keep its
+    promise (objects cut by a seam are joined), unless there is no seam (squash, one tile)."""
+    from .model.runtime import MODEL_SIZE
+
+    if not MIN_TILE <= tile_size <= MODEL_SIZE:
+        raise UsageError(f"--tile-size {tile_size}: the model takes tiles of {MIN_TILE} to {MODEL_SIZE} pixels "
+                         f"(its input is {MODEL_SIZE}x{MODEL_SIZE}): use --scale to zoom out instead")
+    if squash or single_tile:
+        return
+    need = min_overlap(edge_margin)
+    if overlap < need:
+        raise UsageError(f"--overlap {overlap} is below the {need} px the merge needs: objects crossing a seam "
+                         f"would be cut in two and not joined. Use --overlap {need} or more (default 256)")
+    if overlap > tile_size // 2 - 1:
+        raise UsageError(f"--overlap {overlap} must be less than half of --tile-size {tile_size}, at most "
+                         f"{tile_size // 2 - 1}")
+
+
+def check_options(opts) -> None:
+    """Numbers given to `segment` (command line, job file or API) that no run can use: exit 2."""
+    def finite(name, v, lo=None, lo_open=False):
+        if v is None:
+            return
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            raise UsageError(f"{name} must be a number, got {v!r}") from None
+        if not math.isfinite(x) or (lo is not None and (x <= lo if lo_open else x < lo)):
+            bound = f" {'>' if lo_open else '>='} {lo:g}" if lo is not None else ""
+            raise UsageError(f"{name} must be a finite number{bound}, got {v}")
+
+    finite("--scale", opts.scale, 0, lo_open=True)
+    finite("--gsd", opts.gsd, 0, lo_open=True)
+    finite("--min-area", opts.min_area, 0)
+    finite("--simplify", opts.simplify, 0)
+    for name, v, lo in (("--workers", opts.workers, 1), ("--threads", opts.threads, 0),
+                        ("--retries", opts.retries, 0), ("--merge-block", opts.merge_block, 0),
+                        ("--tile-size", opts.tile_size, MIN_TILE), ("--overlap", opts.overlap, 0)):
+        if v is None and name == "--workers":
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
+            raise UsageError(f"{name} must be a whole number >= {lo}, got {v!r}")
+
+
+# -- full disks ---------------------------------------------------------------------------------------------
+
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def is_disk_full(e: BaseException, folder: str | os.PathLike | None = None) -> bool:
+    """An OSError (or GDAL/SQLite error text) that says the disk or quota is full, or any write error in
+    a folder whose file system has (almost) no space left: GDAL's GeoPackage driver, for one, then fails
+    with an unrelated SQLite message ("no such table")."""
+    if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+        return True
+    text = str(e).lower()
+    if any(w in text for w in ("no space left", "disk is full", "database or disk is full", "quota exceeded",
+                               "file too large")):
+        return True
+    if folder is None:
+        return False
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 1 << 20  # under 1 MiB left
+
+
+@contextmanager
+def disk_errors(folder: str | os.PathLike, what: str = "the output"):
+    """Turn a full disk while writing into an exit-2 error naming the folder (the writers leave nothing)."""
+    try:
+        yield
+    except Exception as e:
+        if not isinstance(e, (OutputError, KeyboardInterrupt)) and is_disk_full(e, folder):
+            raise OutputError(f"no space left writing {what} in {folder} (the disk or quota is full): free space "
+                              "there or choose another folder, then rerun (finished tiles are checkpointed)") from None
+        raise
+
+
+# -- the whole run, before the first tile --------------------------------------------------------------------
+
+def check_input(path: str, src, opts) -> list[str]:
+    """Per-input checks on an open source; returns every file its pixels come from."""
+    from .errors import RasterReadError
+    from .readers.identity import local_path_of
+
+    ds = getattr(src, "_ds", None)
+    if ds is not None and hasattr(ds, "gcps"):
+        check_placeable(path, ds)
+    files = list(src.source_files)
+    for f in files[1:]:
+        local = local_path_of(f)
+        if local is not None and not os.path.exists(local):
+            raise RasterReadError(f"{path} reads {f}, which does not exist (a VRT's source moved or deleted): "
+                                  "restore it or rebuild the VRT (gdalbuildvrt)")
+    return files
+
+
+def check_plan(inputs: Sequence[str], files: Sequence[str], crss: Sequence, tile_counts: Sequence[int], opts, *,
+               combined=None, per_input: Sequence = (), labels=None, report=None, work_dir=None,
+               box_file=None) -> None:
+    """Whole-run checks: tiling, one CRS per combined output, distinct per-input outputs, and no output,
+    label image, report or work folder that is (or holds) an input."""
+    check_tiling(opts.tile_size, opts.overlap, opts.edge_margin, squash=opts.squash,
+                 single_tile=all(n <= 1 for n in tile_counts))
+    one_output = not any(p is not None for p in per_input)  # a combined output, or the API's one frame
+    if one_output and len({None if c is None else c.to_wkt() for c in crss}) > 1:
+        names = [f"{i} ({c.to_string() if c is not None else 'no CRS'})" for i, c in zip(inputs, crss)]
+        raise UsageError("the inputs are in different CRSs, so they cannot share one output: " + ", ".join(names[:3])
+                         + ("..." if len(names) > 3 else "") + ": give --out a folder (one output per input) or "
+                         "reproject them to one CRS")
+    check_distinct_outputs(inputs, per_input)
+    reads = [*files, *([box_file] if box_file else [])]
+    targets = [("--out", combined), *[("--out", p) for p in per_input], ("--labels", labels),
+               ("--report", report), ("--work-dir", work_dir)]
+    check_not_inputs(reads, targets)
+
+
+def check_box_file(path: str) -> None:
+    """A box file's features must have geometries: a null or empty one is named (exit 3), not blamed on
+    the CRS later."""
+    from .errors import InputDataError
+
+    if not os.path.isfile(path):
+        return  # the reader names a missing file
+    try:
+        import pyogrio
+
+        geoms = pyogrio.read_dataframe(path, columns=[]).geometry
+    except Exception:  # noqa: BLE001 - an unreadable file: the reader says why
+        return
+    bad = [i for i, g in enumerate(geoms) if g is None or g.is_empty]
+    if bad:
+        raise InputDataError(f"--box-file {path}: feature {bad[0] + 1}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''} "
+                             "has an empty geometry, so it is no example box: remove it or draw its box")
+
+
+# -- outputs an earlier run of the same job left unfinished ----------------------------------------------------
+# `outputs.json` in the work folder records each output a run put in place (size, time, inode, the run's
+# failed tiles, and whether all its renames finished). A rerun may replace such an output without
+# --overwrite when it is unchanged since and that run was not complete (tiles failed: exit 5; or killed
+# between its renames): the docs' "rerun the same command" then does what it says.
+
+def _stamp(p: Path) -> list | None:
+    try:
+        st = p.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _records(work_dir) -> dict:
+    try:
+        data = json.loads((Path(work_dir) / "outputs.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def replaceable(output, work_dir) -> bool:
+    """Whether `output` is an unchanged output of an unfinished earlier run of this work folder."""
+    if work_dir is None or not is_work_dir(work_dir):
+        return False
+    rec = _records(work_dir).get(str(_real(output)))
+    if not isinstance(rec, dict) or rec.get("stamp") != _stamp(Path(output)):
+        return False
+    return bool(rec.get("failed")) or rec.get("state") != "done"
+
+
+def record_outputs(work_dir, files: Sequence[tuple[Path, Path]], failed: int, state: str) -> None:
+    """Record the outputs (temporary name, final name) a run puts in place; see `replaceable`."""
+    if work_dir is None or not is_work_dir(work_dir):
+        return
+    from .writers.atomic import atomic_path
+
+    recs = _records(work_dir)
+    for tmp, final in files:
+        stamp = _stamp(tmp) if tmp.exists() else _stamp(final)  # a rename keeps size, time and inode
+        recs[str(_real(final))] = {"stamp": stamp, "failed": int(failed), "state": state}
+    with atomic_path(Path(work_dir) / "outputs.json") as t:
+        t.write_text(json.dumps(recs, indent=1))

@@ -1,0 +1,168 @@
+"""The quicklook `OUT.preview.png`: the image overview, each object outlined in its prompt's colour,
+failed tiles (red, crossed) and saturated tiles (orange) marked, and a legend.
+
+Bounded in size and time whatever the image size: the picture is at most `MAX_SIDE` pixels a side, and
+the image is read from a pyramid level or GDAL overview at most `READ_BUDGET` pixels large. An image
+without such a level is not drawn (a grey background, said in the legend), since decimating it would
+decode the whole image. Several inputs in one output get one panel each (the first `MAX_PANELS`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+from rasterio.windows import Window
+
+from .errors import RasterReadError
+from .readers import open_source
+from .readers.remote import input_name
+from .units import to_pixels
+from .writers.atomic import atomic_path
+from .writers.qupath import class_colour
+
+log = logging.getLogger(__name__)
+
+MAX_SIDE = 1024
+READ_BUDGET = 16_000_000  # pixels of the level read for the overview
+MAX_PANELS = 16
+FAILED = (230, 20, 20)
+SATURATED = (255, 150, 0)
+NO_IMAGE = (70, 70, 70)
+
+
+def read_cost(src, out_wh: tuple[int, int]) -> int:
+    """Pixels decoded to read the whole image at `out_wh`: the size of the level (slide) or overview
+    (GDAL) such a read uses."""
+    w, h = out_wh
+    if hasattr(src, "level_for"):  # a slide: pyramid levels
+        lw, lh = src._wh[src.level_for(w / src.width, h / src.height)]
+        return int(lw) * int(lh)
+    try:
+        factors = src.dataset.overviews(src.bands[0])
+    except Exception:  # noqa: BLE001 - no overview information: assume none
+        factors = []
+    f = max([x for x in factors if x <= src.width / max(w, 1)], default=1)
+    return int(src.width / f) * int(src.height / f)
+
+
+def overview(path: str, bands, out_wh: tuple[int, int]) -> np.ndarray | None:
+    """RGB uint8 [h, w, 3] of the whole image at `out_wh`, or None when no level is small enough."""
+    try:
+        with open_source(path, bands=bands) as src:
+            if read_cost(src, out_wh) > READ_BUDGET:
+                log.info("%s: no pyramid level or overview near %dx%d px: the preview shows outlines only "
+                         "(gdaladdo builds overviews)", path, *out_wh)
+                return None
+            rgb, valid = src.read_window(Window(0, 0, src.width, src.height), out_wh)
+    except RasterReadError as e:  # a damaged block (its tiles failed too): the outlines are still worth seeing
+        log.warning("the preview of %s is drawn without the image: %s", path, e)
+        return None
+    return np.ascontiguousarray(np.moveaxis(rgb, 0, -1))
+
+
+def _panel(res, side: int, bands) -> tuple[Image.Image, bool]:
+    """The panel of one input: its overview (dimmed) or grey, failed and saturated tiles marked."""
+    f = res.frame
+    k = min(1.0, side / max(f.width, f.height))  # never larger than the image
+    pw, ph = max(1, round(f.width * k)), max(1, round(f.height * k))
+    rgb = overview(res.source, bands, (pw, ph))
+    if rgb is None:
+        img = Image.new("RGB", (pw, ph), NO_IMAGE)
+    else:  # dimmed, so that outlines stand out on any image
+        img = Image.fromarray((rgb.astype(np.uint16) * 3 // 4).astype(np.uint8))
+    draw = ImageDraw.Draw(img)
+    sx, sy = pw / f.width, ph / f.height
+    for kind, win in res.marks:
+        box = [win.col_off * sx, win.row_off * sy, (win.col_off + win.width) * sx, (win.row_off + win.height) * sy]
+        colour = FAILED if kind == "failed" else SATURATED
+        draw.rectangle(box, outline=colour, width=2)
+        if kind == "failed":
+            draw.line(box, fill=colour, width=1)
+            draw.line([box[0], box[3], box[2], box[1]], fill=colour, width=1)
+    return img, rgb is not None
+
+
+def _outline(draw, objs, f, sx: float, sy: float, colours: dict[str, tuple]) -> None:
+    """Outline `objs` (in frame `f`) at `sx`, `sy` panel pixels per source pixel, in their prompts' colours."""
+    if len(objs):
+        geoms = to_pixels(np.asarray(objs.geometry.values, dtype=object), f)
+        for g, prompt in zip(geoms, objs["prompt"].to_numpy()):
+            colour = colours[str(prompt)]
+            for part in getattr(g, "geoms", [g]):
+                if part is None or part.is_empty or part.geom_type != "Polygon":
+                    continue
+                xy = np.asarray(part.exterior.coords) * (sx, sy)
+                if np.ptp(xy[:, 0]) < 1.5 and np.ptp(xy[:, 1]) < 1.5:
+                    draw.point(tuple(xy.mean(axis=0)), fill=colour)
+                else:
+                    draw.line([tuple(p) for p in xy], fill=colour, width=1)
+
+
+def write_quicklook(path: str | os.PathLike, objects, results: Sequence, prompts: Sequence[str], bands=None) -> Path:
+    """Write the quicklook of `objects` (the objects of `results`, the inputs' `InputResult`s) to `path`.
+
+    `objects`: a GeoDataFrame, or a callable returning its chunks (GeoDataFrames, e.g. from
+    `writers.stream.ObjectSpool.frames`): they are drawn a chunk at a time, never all in memory."""
+    chunks = objects if callable(objects) else (lambda: [objects])
+    panels = [r for r in results if r.frame is not None][:MAX_PANELS]
+    cols = max(1, math.ceil(math.sqrt(len(panels))))
+    rows = max(1, math.ceil(len(panels) / cols))
+    side = MAX_SIDE // cols
+    colours = {str(p): tuple(class_colour(p)) for p in prompts}
+    font = ImageFont.load_default()
+    images, drawn, draws = [], [], {}
+    for r in panels:
+        img, ok = _panel(r, side, bands)
+        draws[input_name(r.source)] = (ImageDraw.Draw(img), r.frame, img.width / r.frame.width,
+                                       img.height / r.frame.height)
+        images.append(img)
+        drawn.append(ok)
+    counts: dict[str, int] = {}
+    for gdf in chunks():
+        for p, n in (gdf["prompt"].value_counts().items() if "prompt" in gdf.columns else []):
+            colours.setdefault(str(p), tuple(class_colour(p)))
+            counts[str(p)] = counts.get(str(p), 0) + int(n)
+        for name, (draw, frame, sx, sy) in draws.items():
+            objs = gdf[gdf["source"] == name] if "source" in gdf.columns else gdf
+            _outline(draw, objs, frame, sx, sy, colours)
+    if len(panels) > 1:
+        for img, r in zip(images, panels):
+            ImageDraw.Draw(img).text((4, 4), input_name(r.source), fill=(255, 255, 255), font=font)
+    legend = _legend_lines(counts, colours, results, panels, drawn)
+    width = max([cols * side] + [0]) if len(panels) > 1 else (images[0].width if images else MAX_SIDE // 2)
+    height = (rows * side if len(panels) > 1 else (images[0].height if images else 0)) + 16 * len(legend) + 8
+    canvas = Image.new("RGB", (max(width, 320), height), (255, 255, 255))
+    for i, img in enumerate(images):
+        canvas.paste(img, ((i % cols) * side, (i // cols) * side) if len(panels) > 1 else (0, 0))
+    draw = ImageDraw.Draw(canvas)
+    y = height - 16 * len(legend) - 4
+    for colour, text in legend:
+        if colour is not None:
+            draw.rectangle([6, y + 2, 18, y + 12], outline=colour, width=2)
+        draw.text((24, y), text, fill=(0, 0, 0), font=font)
+        y += 16
+    p = Path(path)
+    with atomic_path(p) as tmp:
+        canvas.save(tmp, format="PNG", compress_level=3)  # level 6 took seconds on a 1024 px picture
+    return p
+
+
+def _legend_lines(counts: dict, colours: dict, results, panels, drawn) -> list[tuple]:
+    lines = [(colour, f"{name}: {int(counts.get(name, 0))} object(s)") for name, colour in colours.items()]
+    failed = sum(k == "failed" for r in results for k, _ in r.marks)
+    saturated = sum(k == "saturated" for r in results for k, _ in r.marks)
+    if failed:
+        lines.append((FAILED, f"failed tile(s): {failed} (crossed)"))
+    if saturated:
+        lines.append((SATURATED, f"saturated tile(s): {saturated} (may miss objects)"))
+    if not all(drawn):
+        lines.append((NO_IMAGE, "grey: no overview small enough to draw the image (build overviews)"))
+    if len(results) > len(panels):
+        lines.append((None, f"{len(results) - len(panels)} more input(s) not drawn"))
+    return lines

@@ -1,0 +1,188 @@
+"""Input identity: what a checkpoint key says about the pixels' origin, so a changed input is never
+resumed from results computed on its old content.
+
+The identity of an input is a hash over every file its pixels come from (GDAL's file list: the raster,
+a VRT's sources, world files, .aux.xml, external overviews, masks), each identified by:
+
+* a local file: its absolute path, size and modification time (ns);
+* a member of a local archive (`/vsizip/`, `/vsitar/`, `/vsigzip/`): the archive's identity plus, for zip,
+  the member's size and CRC-32;
+* an http(s) URL or `/vsicurl/` path: the server's ETag, Last-Modified and size (a one-byte ranged GET:
+  a presigned URL signed for GET refuses HEAD). A URL's query string (a presigned URL's signature, new
+  each time it is signed) is no part of its identity when the server gives an ETag or Last-Modified, so a
+  re-signed URL of an unchanged file resumes;
+* anything else (`/vsis3/`, ...) or a server that gives none of these: unknown. An unknown identity is
+  new on every run (its checkpoints are never reused) and a warning says so.
+
+With `verify=True` (`--verify-inputs`) the content itself is hashed: the bytes of local files, the decoded
+pixels and georeferencing of the rest. Slower (the whole input is read once), exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import uuid
+import zipfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+REMOTE_PREFIXES = ("/vsicurl/", "/vsicurl_streaming/")
+_RUN_NONCE = uuid.uuid4().hex  # an unknown identity matches nothing stored by another run
+
+
+def local_path_of(path: str) -> str | None:
+    """The local file behind a path GDAL reads: the path itself, the archive of a /vsizip/ (/vsitar/,
+    /vsigzip/) path; None for URLs and remote /vsi paths."""
+    s = str(path)
+    if "://" in s and not s.startswith("file://"):
+        return None
+    s = s.removeprefix("file://")
+    if not s.startswith("/vsi"):
+        return s
+    rest = s
+    while rest.startswith("/vsi"):
+        head, _, rest = rest[1:].partition("/")
+        if head in ("vsicurl", "vsis3", "vsigs", "vsiaz", "vsiadls", "vsioss", "vsiswift", "vsiwebhdfs",
+                    "vsihdfs", "vsimem", "vsicurl_streaming", "vsis3_streaming", "vsigs_streaming",
+                    "vsiaz_streaming"):
+            return None
+        rest = "/" + rest if not rest.startswith("{") else rest.strip("{}")
+    # the longest prefix that is a file is the archive
+    parts = Path(rest).parts
+    for n in range(len(parts), 0, -1):
+        cand = str(Path(*parts[:n]))
+        if os.path.isfile(cand):
+            return cand
+    return rest
+
+
+def _local_stamp(path: str) -> str | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _zip_member(archive: str, member: str) -> str | None:
+    try:
+        with zipfile.ZipFile(archive) as z:
+            info = z.getinfo(member.lstrip("/"))
+    except (OSError, KeyError, zipfile.BadZipFile, ValueError):
+        return None
+    return f"{member}:{info.file_size}:{info.CRC:08x}"
+
+
+def _http_stamp(url: str) -> str | None:
+    """ETag / Last-Modified / size from a one-byte ranged GET (10 s timeout); None when the server gives
+    neither an ETag nor a Last-Modified."""
+    import urllib.request
+
+    try:
+        req = urllib.request.Request(url, headers={"Range": "bytes=0-0"})
+        with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 - the user's own input URL
+            h = r.headers
+            size = (h.get("Content-Range") or "").rpartition("/")[2] or h.get("Content-Length")
+            parts = [h.get("ETag"), h.get("Last-Modified"), size]
+    except Exception:  # noqa: BLE001 - unreachable from here: the identity is unknown
+        return None
+    if not (parts[0] or parts[1]):
+        return None
+    return f"{url_without_query(url)}:" + "|".join(p or "" for p in parts)
+
+
+def url_without_query(url: str) -> str:
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((u.scheme, u.netloc, u.path, "", ""))
+
+
+def file_stamp(path: str) -> str | None:
+    """The identity of one file GDAL reads (see the module doc); None when it cannot be told."""
+    s = str(path)
+    if s.startswith(REMOTE_PREFIXES) or s.startswith(("http://", "https://")):
+        url = s
+        for pre in REMOTE_PREFIXES:
+            url = url.removeprefix(pre)
+        return _http_stamp(url) if url.startswith(("http://", "https://")) else None
+    if not s.startswith("/vsi"):
+        return _local_stamp(s.removeprefix("file://"))
+    archive = local_path_of(s)
+    if archive is None or not os.path.isfile(archive):
+        return None
+    stamp = _local_stamp(archive)
+    inner = s[s.index(archive) + len(archive):] if archive in s else ""
+    if inner and s.startswith("/vsizip/") and zipfile.is_zipfile(archive):
+        member = _zip_member(archive, inner)
+        if member is None:
+            return None
+        stamp += "!" + member
+    elif inner:
+        stamp += "!" + inner
+    return stamp
+
+
+def source_files(ds, path: str) -> list[str]:
+    """Every file the pixels of an open rasterio dataset come from (GDAL's list; the path when it has none)."""
+    try:
+        files = list(ds.files) if ds is not None else []
+    except Exception:  # noqa: BLE001 - drivers without a file list
+        files = []
+    return files or [str(path)]
+
+
+def input_identity(path: str, files: list[str], bands, verify: bool = False, ds=None) -> str:
+    """A 16-hex-digit identity of input `path` whose pixels come from `files` (see the module doc)."""
+    h = hashlib.sha256()
+    h.update(f"{_name(path)}|{bands}".encode())
+    unknown = []
+    for f in files:
+        if verify:
+            h.update(content_hash(f, ds if f == files[0] else None).encode())
+            continue
+        stamp = file_stamp(f)
+        if stamp is None:
+            unknown.append(f)
+            stamp = f"unknown:{f}:{_RUN_NONCE}"
+        h.update(stamp.encode())
+    if unknown:
+        log.warning("%s: cannot tell whether %s changed since an earlier run (no size/time/ETag): its checkpoints "
+                    "will not be reused; --verify-inputs hashes its content instead", path, unknown[0])
+    return h.hexdigest()[:16]
+
+
+def _name(path: str) -> str:
+    """What names an input in its identity: an absolute path; a URL without its query string (its stamp
+    says which version; see the module doc)."""
+    if "://" not in path and not path.startswith("/vsi"):
+        return os.path.abspath(path)
+    return url_without_query(path) if "://" in path else path
+
+
+def content_hash(path: str, ds=None) -> str:
+    """SHA-256 of a local file's bytes, or of the decoded pixels and georeferencing of anything else."""
+    local = path if not path.startswith("/vsi") and "://" not in path else None
+    h = hashlib.sha256()
+    if local is not None and Path(local).is_file():
+        with open(local, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                h.update(chunk)
+        return h.hexdigest()
+    import rasterio
+
+    if not hasattr(ds, "block_windows"):  # not a rasterio dataset (a slide reader)
+        ds = None
+    own = ds is None
+    ds = ds or rasterio.open(path)
+    try:
+        h.update(f"{ds.width}x{ds.height}|{ds.count}|{ds.dtypes}|{tuple(ds.transform)}|{ds.crs}".encode())
+        for _, win in ds.block_windows(1):
+            h.update(ds.read(window=win).tobytes())
+    finally:
+        if own:
+            ds.close()
+    return h.hexdigest()

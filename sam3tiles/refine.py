@@ -1,0 +1,236 @@
+"""Adaptive zoom for dense scenes: a tile whose answer hits SAM 3's 200-object cap is re-run as sub-tiles
+at twice the zoom, only there, only for the prompts that hit the cap, recursively up to a depth.
+
+Why: SAM 3 returns at most 200 instances per image and prompt, so a 1008 px tile of a car park or of a
+slide at 40x silently loses objects. Zooming the whole image (`--scale 2`) costs 4x everywhere; here the
+extra cost follows the density.
+
+The rules (see `Refiner`):
+
+* *Geometry.* `TileGrid.split`: the sub-tiles' cores partition the parent's core (2x2 quadrants at twice
+  the zoom); their windows keep overlap/2 sub-tile pixels of context where it fits, as on the grid. They
+  are read from the source at that zoom (a slide: the pyramid level matching it).
+* *Per prompt.* A sub-tile runs only the prompts its parent saturated (one encode for all of them).
+* *Merge.* Sub-tiles are tiles of a finer grid inside the parent's core; for a refined prompt the
+  parent's pieces are replaced by theirs, except the parent's pieces larger than half the sub-tile
+  overlap (in parent pixels): those objects may be cut in every sub-tile, so the parent's copy stays and
+  the merge links the sub-tiles' pieces of it to that copy (one object, the complete copy or a stitch).
+  Smaller objects are whole in at least one sub-tile (sub-tile windows overlap by the overlap) or in the
+  neighbouring parent tile, so the parent's coarse copy of them is dropped: never two copies of one.
+  Refined tiles and their sub-tiles share every pixel with another window, so none has an exclusive area.
+* *Indices.* A sub-tile's index is a pure function of its parent's index and position: checkpoints and the
+  merge order are the same in every run, resumed or not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import shapely
+
+from .errors import UsageError
+from .grid import Tile, TileGrid
+
+MODES = ("auto", "off")
+DEFAULT_DEPTH = 2
+#: Deepest refinement accepted: 4 levels is 16x the zoom (sub-tile indices stay within int64 order keys).
+MAX_DEPTH = 4
+#: Most sub-tiles one split makes (4x4 at most, since the overlap is under half a tile).
+BRANCH = 16
+#: Largest tile index the merge's order keys hold (tile index * 2**24 within int64).
+MAX_INDEX = 2**39 - 1
+
+
+@dataclass
+class RefineStats:
+    """What refinement did for one run (all inputs): the report's `refine` section."""
+
+    mode: str = "auto"
+    depth: int = DEFAULT_DEPTH
+    refined: dict = field(default_factory=dict)  # depth of the refined tile (0: grid tile) -> tiles refined
+    sub_tiles: dict = field(default_factory=dict)  # depth of the sub-tiles -> sub-tiles made
+    extra_encodes: int = 0  # sub-tiles encoded in this run (resumed ones cost nothing)
+    saturated_at_max_depth: int = 0  # tiles still saturated where no deeper level is allowed
+    tiles: list = field(default_factory=list)  # one record per refined tile (see Refiner.refine)
+
+    def add_to(self, d: dict) -> dict:
+        """Sum this input's figures into the report's `refine` dict `d` (several inputs share one)."""
+        d["mode"], d["depth"] = self.mode, self.depth
+        for name in ("refined", "sub_tiles"):
+            per = d.setdefault(name, {})
+            for k, v in getattr(self, name).items():
+                per[str(k)] = per.get(str(k), 0) + v
+        for name in ("extra_encodes", "saturated_at_max_depth"):
+            d[name] = d.get(name, 0) + getattr(self, name)
+        d.setdefault("tiles", []).extend(self.tiles)
+        return d
+
+
+class Refiner:
+    """Refinement of one input's grid: which tiles to split, their sub-tiles, the parent's kept pieces.
+
+    `n_tiles`: tiles of the grid (indices 0..n-1). Sub-tile indices follow: depth d holds BRANCH**d slots per
+    grid tile, so `depth_of` and `path` are arithmetic on the index.
+    """
+
+    def __init__(self, grid: TileGrid, depth: int, source: str = ""):
+        self.grid, self.depth, self.source = grid, depth, source
+        self.n = len(grid)
+        self.offsets = [0]
+        for d in range(depth + 1):
+            self.offsets.append(self.offsets[-1] + self.n * BRANCH**d)
+        if self.offsets[-1] > MAX_INDEX:
+            raise UsageError(f"--refine-depth {depth} on a grid of {self.n} tiles needs more tile numbers than "
+                             f"the merge holds: use --refine-depth {max(0, depth - 1)} or a coarser --scale")
+        self.refined: set[int] = set()  # tiles whose sub-tiles replace them for some prompts
+        self.at_max: set[int] = set()  # saturated tiles that may not be refined further
+
+    def depth_of(self, index: int) -> int:
+        d = 0
+        while index >= self.offsets[d + 1]:
+            d += 1
+        return d
+
+    def path(self, index: int) -> list[int]:
+        """[grid tile index, position in its split, position in the next split, ...]."""
+        d = self.depth_of(index)
+        if d == 0:
+            return [index]
+        local = index - self.offsets[d]
+        parent = self.offsets[d - 1] + local // BRANCH
+        return self.path(parent) + [local % BRANCH]
+
+    def children(self, tile: Tile) -> list[Tile]:
+        """The sub-tiles of `tile` (any depth), with their indices."""
+        d = self.depth_of(tile.index)
+        first = self.offsets[d + 1] + (tile.index - self.offsets[d]) * BRANCH
+        subs = self.grid.split(tile, first)
+        if len(subs) > BRANCH:  # unreachable while the overlap is under half a tile (TileGrid checks it)
+            raise UsageError(f"tile {tile.index} splits into {len(subs)} sub-tiles: lower --overlap")
+        return subs
+
+    def refine(self, tile: Tile, saturated: tuple[int, ...], pieces, pixel: float, stats: RefineStats,
+               labels=None) -> list[Tile]:
+        """The sub-tiles to run for a finished tile whose prompts `saturated` hit the cap (none: []).
+
+        `pieces` (the tile's Pieces, CRS) lose, for the refined prompts, every piece not larger than half
+        the sub-tile overlap (`pixel`: one tile pixel in CRS units); see the module docstring. Saturated
+        tiles at the maximum depth are counted in `stats` and kept whole.
+        """
+        if not saturated or tile.scale_xy[0] != tile.scale_xy[1]:
+            return []
+        d = self.depth_of(tile.index)
+        if d >= self.depth:
+            self.at_max.add(tile.index)
+            stats.saturated_at_max_depth += 1
+            return []
+        subs = self.children(tile)
+        self.refined.add(tile.index)
+        stats.refined[d] = stats.refined.get(d, 0) + 1
+        stats.sub_tiles[d + 1] = stats.sub_tiles.get(d + 1, 0) + len(subs)
+        if pieces is not None:
+            keep_larger_pieces(pieces, set(saturated), self.grid.overlap / 2 * pixel)
+        sx = tile.transform
+        core = shapely.box(*tile.core_tile_px)
+        bounds = shapely.affinity.affine_transform(core, sx.to_shapely()).bounds
+        stats.tiles.append({"source": self.source, "tile": tile.index, "depth": d, "path": self.path(tile.index),
+                            "prompts": [labels[i] if labels else i for i in saturated],
+                            "sub_tiles": len(subs), "core_bounds": [round(v, 6) for v in bounds]})
+        return subs
+
+
+class RefineHook:
+    """What a tile loop calls as each tile's result arrives (`arrived`): counts saturation, and for a tile
+    to refine registers its sub-tiles with the merger and returns them with the prompts they run. The loop
+    then looks them up in the checkpoints and queues the rest at the front (one call, no second pass).
+
+    `grid`: None for a squashed run (never refined); `prompts`: the run's prompts (label, text);
+    `frames`, `blocks`: the loop's merge frames and blocks (updated here); `report`: the RunReport
+    (saturated tiles, tile count); `bar`: the progress bar or None.
+
+    Box-only prompts are not refined: a sub-tile finds their objects only through an example in it or
+    pasted into it (`--box-scope image`), and a paste may fit in no sub-tile's margin at twice the zoom,
+    while the parent's pieces of the prompt would be dropped; such tiles stay counted as saturated.
+    Prompts with text and boxes are refined; their sub-tiles get the example boxes like any tile.
+    """
+
+    def __init__(self, grid: TileGrid | None, mode: str, depth: int, prompts, merger, frames: dict,
+                 blocks: dict, overlap: int, report, bar=None, source: str = ""):
+        depth = depth if mode == "auto" else 0
+        self.refiner = Refiner(grid, depth, source) if grid is not None else None
+        self.prompts, self.merger = prompts, merger
+        self.frames, self.blocks, self.overlap, self.report, self.bar, self.source = (frames, blocks, overlap,
+                                                                                      report, bar, source)
+        self.stats = RefineStats(mode=mode if grid is not None else "off", depth=depth)
+
+    def depth_of(self, index: int) -> int:
+        return self.refiner.depth_of(index) if self.refiner is not None else 0
+
+    def arrived(self, tile: Tile, res, computed: bool) -> list[tuple[Tile, set]]:
+        """[(sub-tile, {prompt indices it runs})] for the finished tile (mostly []); call before the tile's
+        pieces go to the merger (they lose what the sub-tiles replace)."""
+        if computed and not res.skipped and self.depth_of(tile.index):
+            self.stats.extra_encodes += 1
+        # box-only prompts are not refined (see the class notes)
+        todo = tuple(i for i in res.saturated_prompts if self.prompts[i].text is not None)
+        subs = []
+        if self.refiner is not None and todo:
+            subs = self.refiner.refine(tile, todo, res.pieces, self.frames[tile.index].pixel, self.stats,
+                                       [p.label for p in self.prompts])
+        if res.saturated and not subs:
+            self.report.saturated += 1
+            self.report.saturated_tiles.append({"source": self.source, "tile": tile.index,
+                                                "depth": self.depth_of(tile.index)})
+        if not subs:
+            return []
+        from .merge import tile_frame
+
+        block = self.blocks[tile.index]
+        self.frames[tile.index] = shared_frame(self.frames[tile.index])
+        self.merger.expect(tile.index, self.frames[tile.index], block)
+        for sub in subs:
+            self.frames[sub.index] = shared_frame(tile_frame(sub, self.overlap))
+            self.blocks[sub.index] = block
+            self.merger.expect(sub.index, self.frames[sub.index], block)
+        self.report.tiles += len(subs)
+        if self.bar is not None:
+            self.bar.total = (self.bar.total or 0) + len(subs)
+        return [(sub, set(todo)) for sub in subs]
+
+    def key_part(self, tile: Tile) -> dict:
+        """What a sub-tile adds to its checkpoint key: its index (it is in the stored pieces)."""
+        return {"sub_tile": tile.index} if self.depth_of(tile.index) else {}
+
+
+def keep_larger_pieces(pieces, prompts: set, size: float) -> int:
+    """Drop, in place, the pieces of `prompts` whose bounding box is at most `size` (CRS units) on both
+    sides: sub-tiles see those objects whole. Returns how many were dropped."""
+    if not len(pieces):
+        return 0
+    b = shapely.bounds(np.asarray(pieces.geometry, dtype=object))
+    big = np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]) > size
+    keep = [i for i, p in enumerate(pieces.prompt) if p not in prompts or big[i]]
+    if len(keep) == len(pieces):
+        return 0
+    for name in pieces.__dataclass_fields__:
+        col = getattr(pieces, name)
+        setattr(pieces, name, [col[i] for i in keep])
+    return len(b) - len(keep)
+
+
+def shared_frame(frame):
+    """A refined tile's or sub-tile's merge frame: no exclusive area (another window sees all of it)."""
+    from shapely.geometry import Polygon
+
+    return replace(frame, exclusive=Polygon())
+
+
+def advice(still: int, mode: str, depth: int) -> str:
+    """One line for stderr about tiles whose answer may still miss objects."""
+    if mode == "off" or depth == 0:
+        return (f"{still} tile(s) hit SAM 3's 200-object cap, so objects there are missing: rerun with "
+                f"--refine auto (re-runs only those tiles zoomed in)")
+    fix = f"--refine-depth {depth + 1}" if depth < MAX_DEPTH else "a larger --scale"
+    return (f"{still} tile(s) still hit SAM 3's 200-object cap at --refine-depth {depth}, so objects there "
+            f"may be missing: rerun with {fix}")
