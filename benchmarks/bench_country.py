@@ -3,7 +3,7 @@ is measured is the driver and the scheduler, not a model.
 
     python -m benchmarks.bench_country --tiles 10000
     python -m benchmarks.bench_country --tiles 100000      # ~ an hour of CPU on 2 cores
-    python -m benchmarks.bench_country --tiles 400 --json  # the smoke size the tests run
+    python -m benchmarks.bench_country --smoke             # the smoke size the tests run (36 tiles)
 
 The synthetic source is a GDAL VRT mosaic of R x R copies of one small generated scene (no big file is
 written), read at a `--scale` chosen so the grid has about `--tiles` tiles. The job runs in a fresh
@@ -114,7 +114,10 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="threads of the (one) worker process")
     ap.add_argument("--measure", action="store_true", help="(internal) measure in this process")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="36 tiles: seconds (what the tests run)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.tiles = 36
     if args.measure:
         emit(measure(args.tiles, args.workers), args.json)
         return 0
