@@ -48,7 +48,7 @@ inside its own tile's core, the cores not grown: they partition the image), the 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Mapping
+from typing import Iterator, Mapping, MutableMapping
 
 import numpy as np
 import shapely
@@ -104,6 +104,32 @@ def tile_frame(tile: Tile, overlap: int) -> TileFrame:
     edges = MultiLineString([[t @ p for p in s] for s in segs]) if segs else None
     return TileFrame(window=_poly(t, 0, 0, vw, vh), core=_poly(t, cx0 - 1, cy0 - 1, cx1 + 1, cy1 + 1),
                      exclusive=excl, pixel=abs(t.a * t.e - t.b * t.d) ** 0.5, edges=edges)
+
+
+class TileFrames(MutableMapping):
+    """Tile index -> `TileFrame` of a grid's tiles, made when asked and not kept (four polygons, ~2 KB a
+    tile: 200 MB for a 10^5-tile grid held for nothing); frames set here (a refined tile's shared frame,
+    its sub-tiles') are kept."""
+
+    def __init__(self, tiles: Mapping[int, Tile], overlap: int):
+        self.tiles, self.overlap, self._set = tiles, overlap, {}
+
+    def __getitem__(self, i: int) -> TileFrame:
+        f = self._set.get(i)
+        return f if f is not None else tile_frame(self.tiles[i], self.overlap)
+
+    def __setitem__(self, i: int, frame: TileFrame) -> None:
+        self._set[int(i)] = frame
+
+    def __delitem__(self, i: int) -> None:
+        raise TypeError("a tile's frame cannot be removed")
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self.tiles
+        yield from (i for i in self._set if i not in self.tiles)
+
+    def __len__(self) -> int:
+        return len(self.tiles) + sum(i not in self.tiles for i in self._set)
 
 
 COVERAGE_KEYS = ("owned", "out", "duplicates", "slivers")
@@ -780,12 +806,18 @@ class BlockMerger:
                  iou_min: float = IOU_MIN, ios_min: float = IOS_MIN, on_block=None):
         self.on_block = on_block
         self.emitted = 0  # objects handed to on_block
-        self.frames, self.blocks = dict(frames), dict(blocks)
+        self.frames = frames if isinstance(frames, TileFrames) else dict(frames)  # lazy ones stay lazy
+        self.blocks = dict(blocks)
         self.submit = submit
         self.iou_min, self.ios_min = iou_min, ios_min
-        self.reach = 8 * max(f.pixel for f in frames.values()) if frames else 0.0
         self._tile_ids = np.asarray(sorted(frames), dtype=np.int64)
-        self._windows = np.asarray([frames[int(t)].window for t in self._tile_ids], dtype=object)
+        pixel, windows = 0.0, []
+        for t in self._tile_ids.tolist():  # one frame at a time: only the windows are kept
+            f = frames[t]
+            pixel = max(pixel, f.pixel)
+            windows.append(f.window)
+        self.reach = 8 * pixel
+        self._windows = np.asarray(windows, dtype=object)
         self._tile_block = np.asarray([self.blocks[int(t)] for t in self._tile_ids], dtype=np.int64)
         self._wtree = shapely.STRtree(self._windows) if len(self._windows) else None
         self._waiting: dict[int, set] = {}

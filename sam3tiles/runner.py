@@ -26,7 +26,7 @@ from .engine import Engine, _count
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, shippable
 from .frames import objects_frame
 from .grid import Tile
-from .merge import BlockMerger, Merged, MergeStats, Packed, tile_blocks, tile_frame
+from .merge import BlockMerger, Merged, MergeStats, Packed, TileFrames, tile_blocks
 from .model.registry import RuntimeSpec, get_runtime
 from .plan import InputPlan, RunPlan
 from .prompts import Prompt, box_passes, boxes_outside, tile_boxes
@@ -96,7 +96,7 @@ class InputRun:
             self.bar.total = (self.bar.total or 0) + len(self.tiles)
             # no refresh(): a bar drawn before its delay is not closed with a newline, so an error message
             # would follow it on the same line
-        frames = {i: tile_frame(t, self.inp.overlap) for i, t in self.tiles.items()}
+        frames = TileFrames(self.tiles, self.inp.overlap)  # made when asked: not 2 KB held per tile
         mb = self.opts.merge_block
         blocks = tile_blocks(list(self.tiles.values()), mb) if mb > 0 else {i: 0 for i in self.tiles}
         index = self._begin_spool()
@@ -326,7 +326,7 @@ class _BatchedPuts:
     also on an error or SIGTERM; a SIGKILL loses at most one batch, which the rerun recomputes."""
 
     BATCH = 64
-    SECONDS = 2.0
+    SECONDS = 0.5
 
     def __init__(self, store: TileStore | None):
         self.store, self.items, self.tiles, self.due = store, [], 0, time.monotonic() + self.SECONDS
