@@ -34,11 +34,8 @@ SCENE = 2000  # side of the generated scene (pixels)
 STRIDE = 752  # model pixels between tile origins at the default tile size and overlap
 
 
-def make_source(folder: Path, tiles: int, land: float = 1.0) -> tuple[Path, float]:
-    """A VRT mosaic of copies of one scene and the scale that gives about `tiles` tiles. `land` < 1: only
-    the copies inside a disc of that fraction of the area are placed, the rest is nodata (sea around a
-    country): those tiles are read and skipped, so the run costs less per tile while the driver still
-    plans, submits, checkpoints and merges every tile."""
+def make_source(folder: Path, tiles: int) -> tuple[Path, float]:
+    """A VRT mosaic of copies of one scene and the scale that gives about `tiles` tiles."""
     from sam3tiles.demo import write_scene
 
     scene = folder / "scene.tif"
@@ -53,16 +50,14 @@ def make_source(folder: Path, tiles: int, land: float = 1.0) -> tuple[Path, floa
             f'<SimpleSource><SourceFilename relativeToVRT="1">scene.tif</SourceFilename><SourceBand>{b}</SourceBand>'
             f'<SrcRect xOff="0" yOff="0" xSize="{SCENE}" ySize="{SCENE}"/>'
             f'<DstRect xOff="{i * SCENE}" yOff="{j * SCENE}" xSize="{SCENE}" ySize="{SCENE}"/></SimpleSource>'
-            for j in range(copies) for i in range(copies)
-            if land >= 1 or ((i + 0.5) / copies - 0.5) ** 2 + ((j + 0.5) / copies - 0.5) ** 2 <= land / math.pi)
-        nodata = "<NoDataValue>0</NoDataValue>" if land < 1 else ""
-        bands.append(f'<VRTRasterBand dataType="Byte" band="{b}">{nodata}{srcs}</VRTRasterBand>')
+            for j in range(copies) for i in range(copies))
+        bands.append(f'<VRTRasterBand dataType="Byte" band="{b}">{srcs}</VRTRasterBand>')
     vrt = folder / "country.vrt"
     vrt.write_text(f'<VRTDataset rasterXSize="{side}" rasterYSize="{side}">{"".join(bands)}</VRTDataset>')
     return vrt, scale
 
 
-def measure(tiles: int, workers: int, land: float = 1.0) -> dict:
+def measure(tiles: int, workers: int) -> dict:
     import psutil
     from distributed import Client, LocalCluster
 
@@ -70,7 +65,7 @@ def measure(tiles: int, workers: int, land: float = 1.0) -> dict:
 
     proc = psutil.Process()
     with tempfile.TemporaryDirectory(prefix="bench_country_") as tmp:
-        src, scale = make_source(Path(tmp), tiles, land)
+        src, scale = make_source(Path(tmp), tiles)
         cluster = LocalCluster(n_workers=1, threads_per_worker=workers, processes=True, dashboard_address=None,
                                resources={"GPU": 1}, silence_logs=50)
         client = Client(cluster)
@@ -105,7 +100,7 @@ def measure(tiles: int, workers: int, land: float = 1.0) -> dict:
     step = max(1, len(curve) // 12)
     from sam3tiles.engine import Engine
 
-    return {"tiles": n, "nodata_tiles": report.skipped, "objects": report.objects, "wall_s": round(wall, 1), "tiles_per_s": round(n / wall, 1),
+    return {"tiles": n, "objects": report.objects, "wall_s": round(wall, 1), "tiles_per_s": round(n / wall, 1),
             "peak_rss_mb": round(peak["rss"] / 2**20), "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "driver_cpu_ms_per_tile": round(1000 * cpu / n, 2), "main_thread_cpu_ms_per_tile": round(1000 * main / n, 2),
             "tasks_alive_peak": peak["tasks"],
@@ -118,18 +113,16 @@ def main(argv=None) -> int:
     ap.add_argument("--tiles", type=int, default=10_000)
     ap.add_argument("--workers", type=int, default=2, help="threads of the (one) worker process")
     ap.add_argument("--measure", action="store_true", help="(internal) measure in this process")
-    ap.add_argument("--land", type=float, default=1.0, help="fraction of the mosaic that holds the scene (the "
-                    "rest is nodata: cheaper tiles, the same driver work per tile)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="36 tiles: seconds (what the tests run)")
     args = ap.parse_args(argv)
     if args.smoke:
         args.tiles = 36
     if args.measure:
-        emit(measure(args.tiles, args.workers, args.land), args.json)
+        emit(measure(args.tiles, args.workers), args.json)
         return 0
     cmd = [sys.executable, "-m", "benchmarks.bench_country", "--tiles", str(args.tiles), "--workers",
-           str(args.workers), "--land", str(args.land), "--measure", "--json"]
+           str(args.workers), "--measure", "--json"]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     if out.returncode != 0:

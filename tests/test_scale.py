@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import geopandas as gpd
@@ -237,3 +238,23 @@ def test_remote_file_changed_between_runs_is_recomputed_not_resumed(served, tmp_
         assert changed["resumed"] == 0 and changed["done"] == changed["tiles"] == first.tiles
     finally:
         shutil.copy2(backup, cog)
+
+
+def test_cloud_paths_are_identified_through_gdal(served, capfd, monkeypatch):
+    """s3:// gs:// az:// and /vsis3/-like paths: the ETag / Last-Modified / size come from GDAL's own request
+    (its credentials). Checked through /vsicurl/, the same GDAL call; a changed file changes the stamp,
+    even in the process that saw the old one (GDAL's cache is cleared first)."""
+    from sam3tiles.readers.identity import file_stamp, gdal_stamp
+
+    d, url = served
+    (d / "v.bin").write_bytes(b"1" * 100)
+    first = gdal_stamp(f"/vsicurl/{url}/v.bin")
+    assert first is not None and first.endswith("|100")
+    assert gdal_stamp(f"/vsicurl/{url}/v.bin") == first
+    time.sleep(0.01)
+    (d / "v.bin").write_bytes(b"2" * 120)
+    assert gdal_stamp(f"/vsicurl/{url}/v.bin") not in (None, first)
+    # a cloud path GDAL cannot reach (no network here): unknown (never resumed), and no GDAL error printed
+    monkeypatch.setenv("AWS_NO_SIGN_REQUEST", "YES")  # no credential search (seconds on a machine off EC2)
+    assert file_stamp("s3://no-such-bucket-sam3tiles/x.tif") is None
+    assert "ERROR" not in capfd.readouterr().err

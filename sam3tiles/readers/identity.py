@@ -11,7 +11,9 @@ a VRT's sources, world files, .aux.xml, external overviews, masks), each identif
   a presigned URL signed for GET refuses HEAD). A URL's query string (a presigned URL's signature, new
   each time it is signed) is no part of its identity when the server gives an ETag or Last-Modified, so a
   re-signed URL of an unchanged file resumes;
-* anything else (`/vsis3/`, ...) or a server that gives none of these: unknown. An unknown identity is
+* a cloud path (`s3://`, `gs://`, `az://`, `/vsis3/`, `/vsigs/`, `/vsiaz/`, ...): the same headers,
+  asked through GDAL itself (`VSIGetFileMetadata(path, "HEADERS")`: GDAL's own credentials and options);
+* anything else, a server that gives none of these, or a GDAL library that cannot be reached: unknown. An unknown identity is
   new on every run (its checkpoints are never reused) and a warning says so.
 
 With `verify=True` (`--verify-inputs`) the content itself is hashed: the bytes of local files, the decoded
@@ -30,6 +32,10 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 REMOTE_PREFIXES = ("/vsicurl/", "/vsicurl_streaming/")
+#: URL schemes rasterio hands to GDAL's cloud file systems, and their GDAL prefixes.
+CLOUD_SCHEMES = {"s3": "/vsis3/", "gs": "/vsigs/", "az": "/vsiaz/", "azure": "/vsiaz/", "oss": "/vsioss/"}
+CLOUD_PREFIXES = ("/vsis3/", "/vsigs/", "/vsiaz/", "/vsiadls/", "/vsioss/", "/vsiswift/", "/vsis3_streaming/",
+                  "/vsigs_streaming/", "/vsiaz_streaming/")
 _RUN_NONCE = uuid.uuid4().hex  # an unknown identity matches nothing stored by another run
 
 
@@ -101,9 +107,67 @@ def url_without_query(url: str) -> str:
     return urllib.parse.urlunsplit((u.scheme, u.netloc, u.path, "", ""))
 
 
+def _libgdal():
+    """The GDAL library rasterio runs on (ctypes), or None when it cannot be found."""
+    import ctypes
+    import glob as _glob
+
+    import rasterio
+
+    here = os.path.dirname(rasterio.__file__)
+    for cand in [*sorted(_glob.glob(here + ".libs/libgdal*")), "libgdal.so", "libgdal.dylib", "gdal.dll"]:
+        try:
+            lib = ctypes.CDLL(cand)
+            lib.VSIGetFileMetadata.restype = ctypes.POINTER(ctypes.c_char_p)
+            lib.VSIGetFileMetadata.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p]
+            lib.CSLDestroy.argtypes = [ctypes.POINTER(ctypes.c_char_p)]
+            lib.VSICurlPartialClearCache.argtypes = [ctypes.c_char_p]
+            return lib
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def gdal_stamp(path: str) -> str | None:
+    """ETag / Last-Modified / size of a file on one of GDAL's network file systems (`/vsis3/...`, or an
+    `s3://` / `gs://` / `az://` URL), from GDAL's own request with its credentials; None when unknown."""
+    scheme, sep, rest = path.partition("://")
+    vsi = CLOUD_SCHEMES[scheme.lower()] + rest if sep and scheme.lower() in CLOUD_SCHEMES else path
+    lib = _libgdal()
+    if lib is None:
+        return None
+    try:
+        lib.CPLPushErrorHandler(lib.CPLQuietErrorHandler)  # an unreachable file: unknown, said once by the caller
+        try:
+            lib.VSICurlPartialClearCache(vsi.encode())  # not what this process saw of the file before
+            md = lib.VSIGetFileMetadata(vsi.encode(), b"HEADERS", None)
+        finally:
+            lib.CPLPopErrorHandler()
+    except Exception:  # noqa: BLE001 - a GDAL that cannot answer: unknown
+        return None
+    if not md:
+        return None
+    headers = {}
+    try:
+        i = 0
+        while md[i] is not None:
+            k, _, v = md[i].decode("utf-8", "replace").partition("=")
+            headers[k.strip().lower()] = v.strip()
+            i += 1
+    finally:
+        lib.CSLDestroy(md)
+    parts = [headers.get("etag"), headers.get("last-modified"), headers.get("content-length")]
+    if not (parts[0] or parts[1]):
+        return None
+    return f"{url_without_query(vsi)}:" + "|".join(p or "" for p in parts)
+
+
 def file_stamp(path: str) -> str | None:
     """The identity of one file GDAL reads (see the module doc); None when it cannot be told."""
     s = str(path)
+    scheme = s.partition("://")[0].lower() if "://" in s else ""
+    if scheme in CLOUD_SCHEMES or s.startswith(CLOUD_PREFIXES):
+        return gdal_stamp(s)
     if s.startswith(REMOTE_PREFIXES) or s.startswith(("http://", "https://")):
         url = s
         for pre in REMOTE_PREFIXES:
