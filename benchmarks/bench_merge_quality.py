@@ -119,33 +119,89 @@ def _large_ious(preds, truth) -> list[float]:
     return out
 
 
+def _owner(frames, t):
+    """The tile owning truth object `t`: its core holds the centroid (cores overlap by a pixel: the one
+    whose window holds most of `t`)."""
+    c = t.centroid
+    hits = [i for i, f in frames.items() if f.core.contains(c)]
+    return max(hits, key=lambda i: frames[i].window.intersection(t).area, default=None)
+
+
+def _centre_in_core(frame, q) -> bool:
+    x0, y0, x1, y1 = q.bounds
+    return frame.core.contains(shapely.Point((x0 + x1) / 2, (y0 + y1) / 2))
+
+
 def floor_preds(per_tile, frames, truth_by_class, transform):
-    """What each object's owning tile said: its pieces inside the object (whole copies, halves), or the
-    object itself when it is not whole in its owner (then stitching decides, not ownership)."""
+    """What the tiles' own outputs allow any merge that follows ownership (the merge's rules 4-5).
+
+    * An object whole in its owning tile (clear of the owner's interior edges by 10 px): the owner's
+      copies (each mask's regions inside the object, as one copy: two halves stay two); when the owner
+      has none (a miss), one whole copy another tile saw (a merge keeps it: it cannot tell a miss from a
+      false positive).
+    * An object cut in its owner (stitching decides): the union of every tile's regions of it, clipped
+      to it: the area outside no tile covered cannot come out. Complete regions lying inside it, clear of
+      its outline by a mask cell, that their own tile owns (box centre in its core) are extra objects the
+      tiles reported (a false positive inside a field).
+    * False positives: regions touching no object that their own tile owns, or complete ones whose
+      owning tile reported nothing of the prompt there (a merge keeps those, as it keeps a miss's copy).
+    """
+    from sam3tiles.vectorize import MASK_CELL
+
     out = []
-    by_tile = {}
+    by_tile: dict = {}
     for p in per_tile:
-        for g, k, pr in zip(p.geometry, p.tile_key, p.prompt):
-            by_tile.setdefault((k // 1024, pr), []).append(g)
-    for (tile, k), geoms in by_tile.items():  # what the owners said where nothing is: false positives
+        for g, k, pr, comp in zip(p.geometry, p.tile_key, p.prompt, p.complete):
+            by_tile.setdefault((k // 1024, pr), []).append((g, bool(comp)))
+    for (tile, k), geoms in by_tile.items():
         truth = shapely.union_all(truth_by_class.get(k, []))
-        for g in geoms:
+        for g, comp in geoms:
             for q in shapely.get_parts(g):
-                x0, y0, x1, y1 = q.bounds
-                if not q.intersects(truth) and frames[tile].core.contains(shapely.Point((x0 + x1) / 2, (y0 + y1) / 2)):
+                if q.intersects(truth):
+                    continue
+                if _centre_in_core(frames[tile], q):
+                    out.append((k, q))
+                elif comp and not _owner_said(by_tile, frames, tile, k, q):
                     out.append((k, q))
     for k, truth in truth_by_class.items():
         for t in truth:
-            c = t.centroid
-            owner = next((i for i, f in frames.items() if f.core.contains(c)), None)
-            if owner is None or not frames[owner].window.buffer(-10 * frames[owner].pixel).contains(t):
-                out.append((k, t))
+            owner = _owner(frames, t)
+            f = frames.get(owner)
+            if f is not None and (f.edges is None or t.distance(f.edges) > 10 * f.pixel) and f.window.contains(t):
+                copies = _copies(by_tile.get((owner, k), []), t)
+                for tile in ([] if copies else sorted(i for i, kk in by_tile if kk == k and i != owner)):
+                    copies = _copies([(g, c) for g, c in by_tile[(tile, k)] if c], t)[:1]
+                    if copies:
+                        break
+                out += [(k, c) for c in copies]
                 continue
-            for g in by_tile.get((owner, k), []):  # each mask's regions inside the object, as one copy
-                parts = [q for q in shapely.get_parts(g) if q.intersects(t) and q.intersection(t).area >= 0.5 * q.area]
-                if parts:
-                    out.append((k, shapely.union_all(parts)))
+            views = [q for (tile, kk), geoms in by_tile.items() if kk == k for g, _ in geoms
+                     for q in shapely.get_parts(g) if q.intersects(t) and q.intersection(t).area >= 0.5 * q.area]
+            got = shapely.union_all(views).intersection(t) if views else None
+            if got is not None and got.area > 0:
+                out.append((k, got))
+            inner = t.buffer(-MASK_CELL * (f.pixel if f is not None else abs(transform.a)))
+            out += [(k, q) for (tile, kk), geoms in by_tile.items() if kk == k for g, c in geoms if c
+                    for q in shapely.get_parts(g) if q.within(inner) and _centre_in_core(frames[tile], q)]
     return out
+
+
+def _copies(geoms, t) -> list:
+    """Each mask's regions inside `t` (at least half of the region's area), as one copy per mask."""
+    out = []
+    for g, _ in geoms:
+        parts = [q for q in shapely.get_parts(g) if q.intersects(t) and q.intersection(t).area >= 0.5 * q.area]
+        if parts:
+            out.append(shapely.union_all(parts))
+    return out
+
+
+def _owner_said(by_tile, frames, tile, k, q) -> bool:
+    """Whether the tile owning `q`'s box centre (not `tile`) reported prompt `k` overlapping `q`."""
+    x0, y0, x1, y1 = q.bounds
+    c = shapely.Point((x0 + x1) / 2, (y0 + y1) / 2)
+    owners = [i for i, f in frames.items() if i != tile and f.core.contains(c)]
+    return any(g.intersects(q) and g.intersection(q).area > 0 for i in owners for g, _ in by_tile.get((i, k), []))
 
 
 def score(preds, truth_by_class, tile_extent: float) -> dict:
@@ -171,6 +227,7 @@ def run_scene(path, truth, behaviour: str, methods, sahi_ok: bool) -> dict:
         t0 = time.perf_counter()
         if m == "sam3tiles":
             preds, stats = merge_sam3tiles(per_tile, frames)
+            mine = preds
             res["coverage"] = stats.as_dict()["coverage"]
             res["violations"] = stats.rule_violations
         elif m.startswith("sahi"):
@@ -184,7 +241,10 @@ def run_scene(path, truth, behaviour: str, methods, sahi_ok: bool) -> dict:
             preds = [(pr, g) for p in sq for g, pr in zip(p.geometry, p.prompt)]
         seconds[m] = time.perf_counter() - t0
         res[m] = score(preds, truth_by_class, extent)
-    res["floor"] = score(floor_preds(per_tile, frames, truth_by_class, transform), truth_by_class, extent)
+    floor = floor_preds(per_tile, frames, truth_by_class, transform)
+    res["floor"] = score(floor, truth_by_class, extent)
+    if "sam3tiles" in methods:  # the merge against what the tiles allow: what it lost or added itself
+        res["vs-floor"] = score(mine, {k: [g for c, g in floor if c == k] for k in truth_by_class}, np.inf)
     res["seconds"] = seconds
     return res
 
@@ -198,7 +258,7 @@ def summarise(results: dict, methods) -> dict:
     """{class: [(behaviour, method, f1, dups, frags, large mean, large min)]} summed over seeds."""
     rows: dict = {}
     for beh, per_seed in results.items():
-        for m in [*methods, "floor"]:
+        for m in [*methods, "floor", "vs-floor"]:
             for cls in PROMPTS:
                 got = [r[m][cls] for r in per_seed if m in r]
                 if not got:
