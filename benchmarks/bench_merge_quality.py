@@ -1,11 +1,12 @@
 """Merge quality against a misbehaving model: sam3tiles' merge beside SAHI, naive tiling and squashing.
 
     python -m benchmarks.bench_merge_quality [--size 3000 2500] [--seeds 1 2 3] [--behaviours all ...] [--smoke]
+        [--onnx-n1] [--cap-refine 2000]
 
-Generated scenes (`sam3tiles.demo`: vehicles `red`, buildings `blue`, fields larger than a tile
-`yellow`) are cut into the pipeline's tiles; the reference backend, wrapped by `MisbehavingRuntime` with
-one behaviour of ../shared/model-behaviour.md (or all together), answers every tile, and the SAME per-tile
-pieces go to each method:
+Generated scenes (`sam3tiles.demo`: vehicles `red` of about 10 x 20 px, buildings `blue`, one field larger
+than a tile `yellow`) are cut into the pipeline's tiles; the reference backend, wrapped by
+`MisbehavingRuntime` with one behaviour of ../shared/model-behaviour.md (or all together), answers every
+tile, and the SAME per-tile pieces go to each method:
 
 * `sam3tiles`: `merge_pieces`;
 * `sahi-gnmm` / `sahi-nms`: SAHI's own postprocess (`GreedyNMMPostprocess` with its defaults IOS 0.5, and
@@ -15,10 +16,29 @@ pieces go to each method:
 * `squash`: the whole image squashed into one model input (the published callers' baseline).
 
 Per class, summed over seeds: F1 at IoU >= 0.5, duplicates and fragments, and the IoU of every object
-larger than a tile with its best single prediction (mean and minimum). `floor` is what the tiles that own
-each object said (the owning tile's own copies; objects not whole in their owner counted as found), plus
-the false positives each tile said inside its own core: no merge can beat it when the owner itself split,
-fused or missed an object.
+larger than a tile with its best single prediction (mean and minimum).
+
+`floor` is what the tiles' own outputs allow any merge that follows ownership (`floor_preds`): the owning
+tile's copies of each object (a miss: one whole copy another tile saw), for an object cut in its owner the
+union of every tile's view of it clipped to it, and the false positives the tiles reported (inside their
+own cores, or whole where the owner said nothing). No merge beats it where the owner itself split, grew,
+shrank or missed an object, or reported a false positive; where it is under 0.97 the tiles, not the
+merge, set the limit:
+
+* `grow`: a mask cell is 3.5 px at scale 1 and a vehicle about 200 px^2; the reference mask covers ~0.8 of
+  it (IoU ~0.78), one cell of erosion leaves 0.2-0.4 of it (IoU 0.2-0.4 < 0.5): every shrunk vehicle is a
+  miss and a false positive whatever the merge does (grown ones reach IoU ~0.57);
+* `false_pos`: each tile's spurious blobs cost one false positive each; with one field per scene the
+  field's F1 cannot reach 0.97;
+* `cap` (20 per pass, so that it bites on these sparse scenes): objects past the cap are gone from the
+  owner's answer; SAM 3's real cap is 200 and the pipeline refines tiles that reach it (`--cap-refine`).
+
+`vs-floor` scores the merge's output against the floor's objects instead of the truth: what the merge
+itself lost or added (F1 1.0: it kept exactly what the owning tiles said).
+
+`--onnx-n1`: the ONNX contract graphs answering each prompt with one mask (N = 1), same path: union IoU
+per class, beside the floor (every tile's pieces inside its own core). `--cap-refine SIZE`: SAM 3's 200 cap
+through the whole pipeline on a dense scene, `--refine auto` against `off` (`run_cap_refine`).
 """
 
 from __future__ import annotations
@@ -38,8 +58,9 @@ METHODS = ("sam3tiles", "sahi-gnmm", "sahi-nms", "centre", "squash")
 PROMPTS = ("red", "blue", "yellow")
 
 
-def tile_pieces(path, behaviour, squash: bool = False):
-    """(per-tile Pieces, frames, tiles, transform) of the scene at `path` answered by the misbehaving model."""
+def tile_pieces(path, behaviour, squash: bool = False, runtime=None):
+    """(per-tile Pieces, frames, tiles, transform) of the scene at `path` answered by the misbehaving model
+    (or by `runtime`, as it is)."""
     from sam3tiles.grid import TileGrid, squash_tile
     from sam3tiles.merge import tile_frame
     from sam3tiles.model.misbehaving import MisbehavingRuntime
@@ -47,7 +68,7 @@ def tile_pieces(path, behaviour, squash: bool = False):
     from sam3tiles.readers import open_source
     from sam3tiles.vectorize import crop_detections, pieces_from_crops
 
-    rt = MisbehavingRuntime(ReferenceRuntime(), behaviour)
+    rt = runtime if runtime is not None else MisbehavingRuntime(ReferenceRuntime(), behaviour)
     prompts = [rt.prepare_prompt(p) for p in PROMPTS]
     with open_source(path) as src:
         tiles = [squash_tile(src.width, src.height, src.transform)] if squash else \
@@ -249,6 +270,69 @@ def run_scene(path, truth, behaviour: str, methods, sahi_ok: bool) -> dict:
     return res
 
 
+def union_ious(per_tile, frames, merged, truth_by_class) -> dict:
+    """Per class: union IoU of the merge's output with the truth, and of the floor (every tile's pieces
+    inside its own core, the cores partition the image: what the tiles said is object)."""
+    out = {}
+    for k, truth in truth_by_class.items():
+        t = shapely.union_all(truth)
+        said = [shapely.intersection(g, frames[int(tk) // 1024].core) for p in per_tile
+                for g, tk, pr in zip(p.geometry, p.tile_key, p.prompt) if pr == k]
+        floor = shapely.union_all(said) if said else shapely.Polygon()
+        got = shapely.union_all([g for c, g in merged if c == k])
+        out[PROMPTS[k]] = {n: round(float(g.intersection(t).area / g.union(t).area), 3) if not g.is_empty else 0.0
+                           for n, g in (("sam3tiles", got), ("floor", floor))}
+    return out
+
+
+def run_onnx_n1(size, seeds) -> list:
+    """The contract graphs answering each prompt with ONE mask (grid 1: N <= 1 per tile and prompt)
+    through the same per-tile path and the merge: union IoU per class and seed."""
+    from sam3tiles.demo import write_scene
+    from sam3tiles.model.onnx import OnnxRuntime
+    from sam3tiles.testing.graphs import build_contract_models
+
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        rt = OnnxRuntime(build_contract_models(Path(d) / "model", decoder="colour", grid=1), device="cpu")
+        for seed in seeds:
+            scene = write_scene(Path(d) / f"n1_{seed}.tif", *size, seed=seed)
+            per_tile, frames, *_ = tile_pieces(scene.path, None, runtime=rt)
+            merged, _ = merge_sam3tiles(per_tile, frames)
+            truth = {k: list(scene.truth.geometry[scene.truth["class"] == c]) for k, c in enumerate(PROMPTS)}
+            for cls, v in union_ious(per_tile, frames, merged, truth).items():
+                rows.append([seed, cls, v["sam3tiles"], v["floor"]])
+    return rows
+
+
+def run_cap_refine(size: int, seeds, behaviours=("cap=200", "all")) -> list:
+    """The 200-object cap through the whole pipeline: `bench_refine`'s uniformly dense scene (about 300
+    vehicles per tile), the misbehaving model at SAM 3's real cap, `--refine auto` (tiles that hit the cap
+    re-run zoomed in, issue 11) against `--refine off`. The per-tile tables above cannot show this: they
+    feed one grid's answers to the merge, and their `cap` preset (20) lies under the pipeline's
+    saturation threshold (95% of 200), so no refinement could see it."""
+    import functools
+
+    from sam3tiles.evaluate import evaluate
+    from sam3tiles.model.misbehaving import MisbehavingRuntime
+    from sam3tiles.model.reference import ReferenceRuntime
+    from sam3tiles.pipeline import segment_job
+
+    from .bench_refine import make_scene
+
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for seed in seeds:
+            scene = make_scene(Path(d), "uniform", size, seed)
+            for b in behaviours:
+                for refine in ("auto", "off"):
+                    gdf, rep = segment_job(str(scene.path), ["red"], checkpoint=False, workers=1, refine=refine,
+                                           backend=functools.partial(MisbehavingRuntime, ReferenceRuntime(), b))
+                    r = evaluate(gdf, scene.truth).iloc[0]
+                    rows.append([seed, b, refine, len(scene.truth), round(float(r.f1), 3), rep.tiles, rep.saturated])
+    return rows
+
+
 def _f1(c) -> float:
     d = 2 * c["tp"] + c["fp"] + c["fn"]
     return 2 * c["tp"] / d if d else 1.0
@@ -278,6 +362,9 @@ def main(argv=None) -> int:
     ap.add_argument("--behaviours", nargs="+", default=None, help="presets of sam3tiles.model.misbehaving")
     ap.add_argument("--methods", nargs="+", default=list(METHODS))
     ap.add_argument("--smoke", action="store_true", help="one small scene, one seed, reference and semantic")
+    ap.add_argument("--onnx-n1", action="store_true", help="also the ONNX contract graphs with one mask per prompt")
+    ap.add_argument("--cap-refine", type=int, default=0, metavar="SIZE",
+                    help="also the 200 cap through the pipeline with --refine auto/off on a SIZE x SIZE dense scene")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -301,6 +388,10 @@ def main(argv=None) -> int:
     out = {"size": args.size, "seeds": args.seeds, "sahi": sahi_ok, "tables": rows,
            "violations": {b: sum(r.get("violations", 0) for r in v) for b, v in results.items()},
            "coverage": {b: [r.get("coverage") for r in v] for b, v in results.items()}}
+    if args.onnx_n1:
+        out["onnx_n1"] = run_onnx_n1(args.size, args.seeds)
+    if args.cap_refine:
+        out["cap_refine"] = run_cap_refine(args.cap_refine, args.seeds)
     if args.json:
         emit(out, True)
         return 0
@@ -308,6 +399,12 @@ def main(argv=None) -> int:
         print(f"\n== {cls} ({args.size[0]}x{args.size[1]}, seeds {args.seeds})")
         print(table([list(x) for x in r], ["behaviour", "method", "F1", "dups", "frags", "large IoU", "min"]))
     print("\nrule violations (sam3tiles):", out["violations"])
+    if args.onnx_n1:
+        print("\n== ONNX contract graphs, one mask per prompt (N = 1): union IoU with the truth")
+        print(table(out["onnx_n1"], ["seed", "class", "sam3tiles", "floor"]))
+    if args.cap_refine:
+        print(f"\n== SAM 3's 200 cap through the pipeline ({args.cap_refine} px dense scene, vehicles F1)")
+        print(table(out["cap_refine"], ["seed", "behaviour", "refine", "truth", "F1", "tiles", "saturated"]))
     return 0
 
 
