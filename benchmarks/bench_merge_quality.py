@@ -161,14 +161,12 @@ def floor_preds(per_tile, frames, truth_by_class, transform):
       has none (a miss), one whole copy another tile saw (a merge keeps it: it cannot tell a miss from a
       false positive).
     * An object cut in its owner (stitching decides): the union of every tile's regions of it, clipped
-      to it: the area outside no tile covered cannot come out. Complete regions lying inside it, clear of
-      its outline by a mask cell, that their own tile owns (box centre in its core) are extra objects the
-      tiles reported (a false positive inside a field).
+      to it: the area outside no tile covered cannot come out. Complete regions smaller than half of it
+      lying (>= 0.8) inside it that their own tile owns (box centre in its core) are extra objects the
+      tiles reported (a false positive inside a field: the merge keeps it, as it keeps any owned part).
     * False positives: regions touching no object that their own tile owns, or complete ones whose
       owning tile reported nothing of the prompt there (a merge keeps those, as it keeps a miss's copy).
     """
-    from sam3tiles.vectorize import MASK_CELL
-
     out = []
     by_tile: dict = {}
     for p in per_tile:
@@ -201,9 +199,9 @@ def floor_preds(per_tile, frames, truth_by_class, transform):
             got = shapely.union_all(views).intersection(t) if views else None
             if got is not None and got.area > 0:
                 out.append((k, got))
-            inner = t.buffer(-MASK_CELL * (f.pixel if f is not None else abs(transform.a)))
             out += [(k, q) for (tile, kk), geoms in by_tile.items() if kk == k for g, c in geoms if c
-                    for q in shapely.get_parts(g) if q.within(inner) and _centre_in_core(frames[tile], q)]
+                    for q in shapely.get_parts(g) if q.area < 0.5 * t.area and
+                    q.intersection(t).area >= 0.8 * q.area and _centre_in_core(frames[tile], q)]
     return out
 
 

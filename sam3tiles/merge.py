@@ -619,17 +619,19 @@ class _Resolver:
         return outs
 
     def _nested(self, kept: list, stitched: list) -> set:
-        """Positions in `kept` of complete parts their own tile does not own that lie (>= `IOS_MIN`) inside
-        one stitched object: the tiles owning that area said it is part of the larger object, so the part
+        """Positions in `kept` of complete parts whose box centre lies outside their tile's core that lie
+        (>= `IOS_MIN`) inside one stitched object: the tiles owning that area said it is part of the larger object, so the part
         is another view of it (rule 4: the owner decides)."""
         if not kept or not stitched:
             return set()
         regions = np.asarray([g for g, *_ in stitched], dtype=object)
         out = set()
         for k, i in enumerate(kept):
-            if self.owned[i]:
-                continue
             g = self.c.geoms[i]
+            x0, y0, x1, y1 = g.bounds
+            # its own centre, not the one grown by its links: those are the large object's cut parts
+            if shapely.contains_xy(self.cores[i], (x0 + x1) / 2, (y0 + y1) / 2):
+                continue
             inter = shapely.area(shapely.intersection(regions, g))
             if inter.max() >= IOS_MIN * shapely.area(g):
                 out.add(k)
