@@ -158,8 +158,8 @@ def floor_preds(per_tile, frames, truth_by_class, transform):
 
     * An object whole in its owning tile (clear of the owner's interior edges by 10 px): the owner's
       copies (each mask's regions inside the object, as one copy: two halves stay two); when the owner
-      has none (a miss), one whole copy another tile saw (a merge keeps it: it cannot tell a miss from a
-      false positive).
+      has none (a miss), one copy another tile saw (a merge keeps it, whole or cut: it cannot tell a miss
+      from a false positive).
     * An object cut in its owner (stitching decides): the union of every tile's regions of it, clipped
       to it: the area outside no tile covered cannot come out. Complete regions smaller than half of it
       lying (>= 0.8) inside it that their own tile owns (box centre in its core) are extra objects the
@@ -189,7 +189,7 @@ def floor_preds(per_tile, frames, truth_by_class, transform):
             if f is not None and (f.edges is None or t.distance(f.edges) > 10 * f.pixel) and f.window.contains(t):
                 copies = _copies(by_tile.get((owner, k), []), t)
                 for tile in ([] if copies else sorted(i for i, kk in by_tile if kk == k and i != owner)):
-                    copies = _copies([(g, c) for g, c in by_tile[(tile, k)] if c], t)[:1]
+                    copies = _copies(by_tile[(tile, k)], t)[:1]
                     if copies:
                         break
                 out += [(k, c) for c in copies]
