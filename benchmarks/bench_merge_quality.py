@@ -164,8 +164,9 @@ def floor_preds(per_tile, frames, truth_by_class, transform):
       to it: the area outside no tile covered cannot come out. Complete regions smaller than half of it
       lying (>= 0.8) inside it that their own tile owns (box centre in its core) are extra objects the
       tiles reported (a false positive inside a field: the merge keeps it, as it keeps any owned part).
-    * False positives: regions touching no object that their own tile owns, or complete ones whose
-      owning tile reported nothing of the prompt there (a merge keeps those, as it keeps a miss's copy).
+    * False positives: regions mostly outside every object that their own tile owns, or whose owning
+      tile reported nothing of the prompt there (a merge keeps those, whole or cut, as it keeps the copy
+      of an object the owner missed).
     """
     out = []
     by_tile: dict = {}
@@ -174,13 +175,11 @@ def floor_preds(per_tile, frames, truth_by_class, transform):
             by_tile.setdefault((k // 1024, pr), []).append((g, bool(comp)))
     for (tile, k), geoms in by_tile.items():
         truth = shapely.union_all(truth_by_class.get(k, []))
-        for g, comp in geoms:
+        for g, _ in geoms:
             for q in shapely.get_parts(g):
-                if q.intersects(truth):
-                    continue
-                if _centre_in_core(frames[tile], q):
-                    out.append((k, q))
-                elif comp and not _owner_said(by_tile, frames, tile, k, q):
+                if q.intersection(truth).area >= 0.5 * q.area:
+                    continue  # a view of an object (below)
+                if _centre_in_core(frames[tile], q) or not _owner_said(by_tile, frames, tile, k, q):
                     out.append((k, q))
     for k, truth in truth_by_class.items():
         for t in truth:
