@@ -38,7 +38,7 @@ def one(size: int, folder: Path) -> list[dict]:
             frame = Frame.of(src)
             k = min(1.0, quicklook.MAX_SIDE / size)
             cost = quicklook.read_cost(src, (round(size * k), round(size * k)))
-        res = InputResult(str(scene.path), gdf, frame=frame)
+        res = InputResult(str(scene.path), 0, frame=frame)
         t0 = time.perf_counter()
         out = quicklook.write_quicklook(folder / f"p{size}{overviews}.png", gdf, [res], ["red", "blue", "yellow"])
         rows.append({"size": size, "overviews": overviews, "objects": len(gdf), "seconds": round(time.perf_counter() - t0, 3),

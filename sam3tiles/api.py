@@ -10,6 +10,7 @@ import geopandas as gpd
 from .options import Options
 from .pipeline import segment_job
 from .prompts import GeoBox
+from .report import RunReport
 
 #: What `segment` takes as inputs: a path, URL or glob, an open rasterio dataset, or a list of them.
 Inputs = Union[str, os.PathLike, Any, Iterable[Union[str, os.PathLike, Any]]]
@@ -33,7 +34,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             strict: bool = _D.strict, progress: bool = _D.progress, max_in_flight: int | None = _D.max_in_flight,
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
-            box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs) -> gpd.GeoDataFrame:
+            box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs,
+            asset: str | None = _D.asset, return_objects: bool = True) -> "gpd.GeoDataFrame | RunReport":
     """Segment one or more rasters with text prompts and/or example boxes; returns the objects.
 
     Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
@@ -42,14 +44,16 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
     tiles are read, segmented and merged a few at a time.
 
     Args:
-        inputs: a path, URL or glob, an open rasterio dataset (read again by its `name`), or a list of
-            them. A numpy array is refused: write it to a GeoTIFF with rasterio (with its transform and
+        inputs: a path, URL (presigned ones too: never a glob), s3:// gs:// or /vsi path, glob, STAC item
+            or saved search (JSON file or URL; see `asset`), .txt list of inputs, an open rasterio dataset
+            (read again by its `name`), or a list of them. A numpy array is refused: write it to a GeoTIFF with rasterio (with its transform and
             CRS) and pass the path.
         prompts: what to find: one text ("building") or several (["building", "car"]).
         boxes: example boxes "MINX,MINY,MAXX,MAXY[,neg]" (or `GeoBox`) in the raster's CRS.
         box_file: a vector file of example boxes (any CRS; optional 'label' column 1/0).
-        out: write the objects there (.gpkg, .parquet, .fgb, .geojson, .coco.json), or into a folder (one .gpkg per
-            input); with `out`, checkpoints are kept beside it and a rerun resumes.
+        out: write the objects there (.gpkg, .parquet, .fgb, .geojson, .coco.json; "name.parquet/": a
+            partitioned GeoParquet dataset), or into a folder (one .gpkg per input); with `out`,
+            checkpoints are kept beside it and a rerun resumes.
         overwrite: replace an existing output.
         labels: also write a uint32 label image aligned with the (single) input (values = `id`).
         work_dir, fresh, checkpoint: checkpoint folder; ignore checkpoints; keep none at all.
@@ -78,14 +82,17 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         verify_inputs: tell changed inputs by a hash of their content (checkpoints), not size/time/ETag.
         box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
             free margin, see `sam3tiles.exemplars`); "tile": a box acts only in the tiles it lies in.
+        asset: STAC inputs: the key of the asset to segment.
+        return_objects: False for huge jobs: return only the `RunReport` (its `output` is the path
+            written). Objects stream to disk as merge blocks finish either way; True reads them back.
     """
     changes = {k: v for k, v in locals().items() if k in _OPTION_NAMES}
     changes = {k: v for k, v in changes.items() if options is None or v != getattr(_D, k)}
-    gdf, _ = segment_job(inputs, [prompts] if isinstance(prompts, str) else list(prompts), boxes=boxes,
+    gdf, report = segment_job(inputs, [prompts] if isinstance(prompts, str) else list(prompts), boxes=boxes,
                          box_file=None if box_file is None else str(box_file), out=out, overwrite=overwrite,
                          options=options, client=client, work_dir=work_dir, fresh=fresh, checkpoint=checkpoint,
-                         report_path=report_path, labels=labels, **changes)
-    return gdf
+                         report_path=report_path, labels=labels, return_objects=return_objects, **changes)
+    return gdf if return_objects else report
 
 
 _OPTION_NAMES = frozenset(Options.__dataclass_fields__)

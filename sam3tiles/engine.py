@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,6 +54,15 @@ def _count(client) -> tuple[int, int]:
     return max(threads, 1), gpu
 
 
+def _quiet_if_interrupted() -> None:
+    """Ctrl-C or SIGTERM (not an Exception) while the main thread waited on a future: the wait is
+    abandoned, and closing the client ends its coroutine with AllExit, which asyncio would log with a
+    traceback after the run's own one-line message. Silence asyncio's logger, as the process is ending."""
+    exc = sys.exc_info()[1]
+    if exc is not None and not isinstance(exc, Exception):
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+
+
 @contextmanager
 def open_engine(client=None, scheduler: str | None = None, workers: int | None = None):
     """Yield an Engine. `client` (an existing distributed.Client) wins, then `scheduler` (an address, or
@@ -91,6 +101,7 @@ def open_engine(client=None, scheduler: str | None = None, workers: int | None =
             log.info("Dask dashboard: %s", c.dashboard_link)
             yield Engine(c, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu)
         finally:
+            _quiet_if_interrupted()
             c.close()
         return
     n = workers or max(1, min(4, os.cpu_count() or 1))
@@ -108,5 +119,6 @@ def open_engine(client=None, scheduler: str | None = None, workers: int | None =
         try:
             yield Engine(c, distributed=False, gpu_resource=True, threads=n + 1)
         finally:
+            _quiet_if_interrupted()
             c.close()
             cluster.close()

@@ -24,12 +24,13 @@ COLUMNS = ["id", "prompt", "score", "area", "area_px", "area_um2", "n_tiles", "s
 
 def objects_frame(merged: Merged, labels: list[str], *, frame: Frame, source: str, backend: str, model: str,
                   simplify: float = 0.0, min_area: float = 0.0, max_area: float | None = None,
-                  min_score: float = 0.5) -> gpd.GeoDataFrame:
+                  min_score: float = 0.5, order=None) -> gpd.GeoDataFrame:
     """One input's merged objects as rows (no id yet: ids are given when outputs are written).
 
     `labels`: the output's `prompt` value per prompt index; `frame`: the input's CRS, pixel grid and
     pixel size (`units.Frame`). `simplify` is in the frame's length unit (metres on a lon/lat CRS), the
-    areas in `units.area_unit`; rows below `min_score` or outside [min_area, max_area] are dropped."""
+    areas in `units.area_unit`; rows below `min_score` or outside [min_area, max_area] are dropped.
+    `order`: per object, its order key (`merge.BlockMerger`'s `first`), kept in an `_order` column."""
     wkt = frame.crs.to_wkt() if frame.crs is not None else None
     geoms = merged.geometry
     tolerance = length_to_crs(frame, simplify)
@@ -41,6 +42,8 @@ def objects_frame(merged: Merged, labels: list[str], *, frame: Frame, source: st
         "n_tiles": np.asarray(merged.n_tiles, dtype=np.int32),
     }, geometry=gpd.GeoSeries(geoms, crs=wkt), crs=wkt)
     add_areas(gdf, frame)
+    if order is not None:
+        gdf["_order"] = np.asarray(order, dtype=np.int64)
     keep = gdf["score"].to_numpy() >= np.float32(min_score)
     if min_area > 0:
         keep &= gdf["area"].to_numpy() >= min_area

@@ -34,6 +34,7 @@ from .options import Opt, Options, cross_problems
 from .pipeline import execute
 from .plan import RunPlan, plan_run
 from .prompts import GeoBox
+from .readers.remote import is_remote
 from .options import fields as registry_fields
 
 __all__ = ["Job", "LoadedJob", "load_job", "parse_job", "job_options", "job_call", "plan_job", "run_job", "job_words"]
@@ -139,6 +140,7 @@ class Job(_Section):
 
     description: str | None = None
     inputs: list[str] = Field(min_length=1)
+    asset: str | None = None  # STAC inputs: the key of the asset to segment
     prompts: Prompts
     backend: Backend = Field(default_factory=Backend)
     tiling: Tiling = Field(default_factory=Tiling)
@@ -351,6 +353,9 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
         if not item.strip():
             problems.append(f"inputs[{i}]: is empty: give a path or a glob")
             continue
+        if is_remote(item):  # a URL (never a glob) or a GDAL /vsi path: GDAL opens it
+            inputs.append(item)
+            continue
         path = _abs(base, item)
         if not check_files:
             inputs.append(path)
@@ -402,7 +407,7 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
     if problems:
         raise _fail(name, problems)
     return LoadedJob(job=job, source=name, base=base, inputs=list(dict.fromkeys(inputs)), box_file=box_file,
-                     model=model, output=_abs(base, out.path),
+                     model=model, output=_abs(base, out.path) + ("/" if out.path.endswith("/") else ""),
                      work_dir=_abs(base, out.work_dir) if out.work_dir else None,
                      report=_abs(base, out.report) if out.report else None,
                      labels=_abs(base, out.labels) if out.labels else None)
@@ -418,6 +423,7 @@ def job_options(lj: LoadedJob, *, strict: bool | None = None, progress: bool = F
             section, key = d.job.split(".", 1)
             given[f.name] = getattr(getattr(lj.job, section), key)
     given["model"] = lj.model  # resolved against the job file's folder
+    given["asset"] = lj.job.asset
     if strict is not None:
         given["strict"] = strict
     return Options(**given, progress=progress)
@@ -439,11 +445,14 @@ def plan_job(lj: LoadedJob, *, strict: bool | None = None, progress: bool = Fals
     return plan_run(kw.pop("inputs"), kw.pop("text"), check_prompts=check_prompts, **kw)
 
 
-def run_job(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, progress: bool = False):
-    """Run a loaded job: (GeoDataFrame, RunReport), as `segment_job` returns them."""
+def run_job(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, progress: bool = False,
+            return_objects: bool = True):
+    """Run a loaded job: (GeoDataFrame, RunReport), as `segment_job` returns them (None instead of the
+    objects with `return_objects=False`: they are in the output)."""
     t_start = time.perf_counter()
     with job_words(lj):
-        return execute(plan_job(lj, strict=strict, progress=progress), fresh=fresh, t_start=t_start)
+        return execute(plan_job(lj, strict=strict, progress=progress), fresh=fresh, t_start=t_start,
+                       return_objects=return_objects)
 
 
 #: Command-line options in error messages, and the job keys that set them: the arguments of a run here,

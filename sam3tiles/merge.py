@@ -55,8 +55,8 @@ inside its own tile's core, the cores not grown: they partition the image), the 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Iterator, Mapping, MutableMapping
 
 import numpy as np
 import shapely
@@ -116,6 +116,32 @@ def tile_frame(tile: Tile, overlap: int) -> TileFrame:
     edges = MultiLineString([[t @ p for p in s] for s in segs]) if segs else None
     return TileFrame(window=_poly(t, 0, 0, vw, vh), core=_poly(t, cx0 - 1, cy0 - 1, cx1 + 1, cy1 + 1),
                      exclusive=excl, pixel=abs(t.a * t.e - t.b * t.d) ** 0.5, edges=edges)
+
+
+class TileFrames(MutableMapping):
+    """Tile index -> `TileFrame` of a grid's tiles, made when asked and not kept (four polygons, ~2 KB a
+    tile: 200 MB for a 10^5-tile grid held for nothing); frames set here (a refined tile's shared frame,
+    its sub-tiles') are kept."""
+
+    def __init__(self, tiles: Mapping[int, Tile], overlap: int):
+        self.tiles, self.overlap, self._set = tiles, overlap, {}
+
+    def __getitem__(self, i: int) -> TileFrame:
+        f = self._set.get(i)
+        return f if f is not None else tile_frame(self.tiles[i], self.overlap)
+
+    def __setitem__(self, i: int, frame: TileFrame) -> None:
+        self._set[int(i)] = frame
+
+    def __delitem__(self, i: int) -> None:
+        raise TypeError("a tile's frame cannot be removed")
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self.tiles
+        yield from (i for i in self._set if i not in self.tiles)
+
+    def __len__(self) -> int:
+        return len(self.tiles) + sum(i not in self.tiles for i in self._set)
 
 
 COVERAGE_KEYS = ("owned", "out", "duplicates", "slivers")
@@ -824,16 +850,29 @@ class BlockMerger:
     edges wait for the small final pass of `finish`, so memory follows the objects, not the pieces of
     the whole image. The result equals `merge_pieces` over all pieces in tile order: same objects, same
     order, same statistics.
+
+    `on_block(objects: Packed, first: np.ndarray)`: when given, decided objects are handed over as soon as
+    their block's merge is in (`drain`) instead of being held until `finish`; `first` is each object's
+    order key (sorting by it gives `merge_pieces`'s order). `finish` then returns no objects, only the
+    statistics, and memory no longer follows the objects either.
     """
 
     def __init__(self, frames: Mapping[int, TileFrame], blocks: Mapping[int, int], submit=None,
-                 iou_min: float = IOU_MIN, ios_min: float = IOS_MIN):
-        self.frames, self.blocks = dict(frames), dict(blocks)
+                 iou_min: float = IOU_MIN, ios_min: float = IOS_MIN, on_block=None):
+        self.on_block = on_block
+        self.emitted = 0  # objects handed to on_block
+        self.frames = frames if isinstance(frames, TileFrames) else dict(frames)  # lazy ones stay lazy
+        self.blocks = dict(blocks)
         self.submit = submit
         self.iou_min, self.ios_min = iou_min, ios_min
-        self.reach = 8 * max(f.pixel for f in frames.values()) if frames else 0.0
         self._tile_ids = np.asarray(sorted(frames), dtype=np.int64)
-        self._windows = np.asarray([frames[int(t)].window for t in self._tile_ids], dtype=object)
+        pixel, windows = 0.0, []
+        for t in self._tile_ids.tolist():  # one frame at a time: only the windows are kept
+            f = frames[t]
+            pixel = max(pixel, f.pixel)
+            windows.append(f.window)
+        self.reach = 8 * pixel
+        self._windows = np.asarray(windows, dtype=object)
         self._tile_block = np.asarray([self.blocks[int(t)] for t in self._tile_ids], dtype=np.int64)
         self._wtree = shapely.STRtree(self._windows) if len(self._windows) else None
         self._waiting: dict[int, set] = {}
@@ -843,6 +882,7 @@ class BlockMerger:
             self._members.setdefault(b, []).append(int(t))
         self._pending: dict[int, dict[int, Packed]] = {}
         self.parts: list = []  # BlockPart, or futures of them
+        self._undrained: list[int] = []  # indices in `parts` whose objects `drain` has not handed over
         self.single = len(self._waiting) <= 1
 
     def expect(self, tile_index: int, frame: TileFrame, block: int) -> None:
@@ -888,15 +928,40 @@ class BlockMerger:
         job = (pieces, order, {int(t): self.frames[int(t)] for t in mine}, foreign, self.reach, self.iou_min,
                self.ios_min)
         self.parts.append(self.submit(merge_block, job) if self.submit is not None else merge_block(*job))
+        self._undrained.append(len(self.parts) - 1)
 
     def close(self) -> None:
         """Merge the blocks still open: their missing tiles (failed ones) will never arrive."""
         for b in sorted(self._waiting):
             self._run(b)
 
+    def drain(self, gather=None, wait: bool = False) -> int:
+        """Hand the decided objects of every merged block to `on_block` (without `wait`: only blocks whose
+        merge has finished) and keep only what the final pass needs. Returns the objects handed over."""
+        if self.on_block is None:
+            return 0
+        local = [i for i in self._undrained if isinstance(self.parts[i], BlockPart)]
+        ready = [i for i in self._undrained if not isinstance(self.parts[i], BlockPart)
+                 and (wait or self.parts[i].done())]
+        got = dict(zip(ready, gather([self.parts[i] for i in ready]) if ready else []))
+        got.update({i: self.parts[i] for i in local})
+        self._undrained = [i for i in self._undrained if i not in got]
+        n = 0
+        for i, part in sorted(got.items()):
+            if len(part.first):
+                self.on_block(part.objects, part.first)
+                n += len(part.first)
+            self.parts[i] = replace(part, objects=Packed.of(Merged([], [], [], [])), first=part.first[:0])
+        self.emitted += n
+        return n
+
     def finish(self, gather=None) -> tuple[Merged, MergeStats]:
-        """Close the open blocks, gather every block's part (`gather` for futures), then the final pass."""
+        """Close the open blocks, gather every block's part (`gather` for futures), then the final pass.
+        With `on_block`, the objects go there (the returned `Merged` is empty)."""
         self.close()
+        if self.on_block is not None:
+            self.drain(gather, wait=True)
+            gather = None
         parts = gather(self.parts) if gather is not None else self.parts
         self.parts = []
         stats = MergeStats()
@@ -912,6 +977,12 @@ class BlockMerger:
                           near=np.concatenate([p.near for p in parts])[sort] if parts else np.zeros(0, bool),
                           block=piece_block)
         stats.add(fin.stats)
+        if self.on_block is not None:
+            if len(fin.first):
+                self.on_block(Packed.of(fin.merged), fin.first)
+            self.emitted += len(fin.first)
+            stats.objects = self.emitted
+            return Merged([], [], [], []), stats
         firsts = np.concatenate([p.first for p in parts] + [fin.first])
         objs = []
         for k in range(len(parts)):  # one part at a time: its WKB goes as its shapely objects come

@@ -181,6 +181,9 @@ class Options:
     verify_inputs: bool = opt(False, "Tell changed inputs by a hash of their content, not by size, time or ETag "
                                      "(reads every input once more).", job="run.verify_inputs",
                               flags=("--verify-inputs",), commands=("segment",))
+    asset: str | None = opt(None, "STAC inputs (item JSON files or URLs, or a saved search): the key of the "
+                                  "asset to segment (job files: the top-level key `asset`).",
+                            flags=("--asset",), commands=("segment", "plan"))
 
     def __post_init__(self) -> None:
         for f, d in fields(type(self)):

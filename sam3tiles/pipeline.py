@@ -1,8 +1,9 @@
 """A run from its plan to its outputs: plan -> engine -> each input's tiles -> merge -> frames -> write.
 
 `segment_job` checks everything first (`plan.plan_run`), then opens the engine (this process or a Dask
-cluster) and runs each input (`runner.InputRun`: tiles in flight, checkpoints, the merge), builds the
-output frames (`frames`) and writes them, with the run report. The public, typed entry point is
+cluster) and runs each input (`runner.InputRun`: tiles in flight, checkpoints, the merge), whose
+decided objects go to an `ObjectSpool` on disk as merge blocks finish (`writers.stream`), then writes the
+outputs from the spool chunk by chunk, with the run report: driver memory does not grow with the objects. The public, typed entry point is
 `sam3tiles.segment` (api.py); the CLI and job files call `segment_job`.
 """
 
@@ -23,17 +24,19 @@ from .checkpoint import TileStore
 from .checks import disk_errors, record_outputs, replaceable
 from .engine import Engine, open_engine
 from .errors import TilesFailedError
-from .frames import combine, file_metadata, finish
+from .frames import file_metadata
 from .merge import MergeStats
 from .model.registry import runtime_stats
 from .options import Options
 from .plan import InputPlan, RunPlan, check_out, plan_run
 from .prompts import GeoBox
+from .readers.remote import input_name as file_name
 from .report import RunReport
 from .runner import InputResult, InputRun
 from .writers import output_lock, write_vector
 from .writers.atomic import Deferred, deferred_renames, remove_stale_temps
 from .writers.labels import write_labels
+from .writers.stream import ObjectSpool
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +45,20 @@ def segment_job(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBo
                 box_file: str | None = None, out: str | os.PathLike | None = None, overwrite: bool = False,
                 options: Options | None = None, client=None, work_dir: str | os.PathLike | None = None,
                 fresh: bool = False, checkpoint: bool = True, report_path: str | os.PathLike | None = None,
-                labels: str | os.PathLike | None = None, **kwargs: Any) -> tuple[gpd.GeoDataFrame, RunReport]:
+                labels: str | os.PathLike | None = None, return_objects: bool = True,
+                **kwargs: Any) -> tuple[gpd.GeoDataFrame | None, RunReport]:
     """`segment` plus its RunReport. Keyword arguments not named here set `Options` fields (on a copy:
     the caller's `options` are not changed). `labels`: also write a uint32 instance label image (ids =
-    the output's `id`) aligned with the (single) input."""
+    the output's `id`) aligned with the (single) input.
+
+    Objects go to disk as merge blocks finish (`writers.stream.ObjectSpool`), so memory does not grow
+    with their number; `return_objects=False` returns (None, report) and never loads them all (huge jobs:
+    read the output instead). With True (default) they are read back into one GeoDataFrame."""
     t_start = time.perf_counter()
     plan = plan_run(inputs, text, boxes=boxes, box_file=box_file, out=out, overwrite=overwrite,
                     options=with_options(options, kwargs), labels=labels, work_dir=work_dir,
                     checkpoint=checkpoint, report_path=report_path)
-    return execute(plan, client=client, fresh=fresh, t_start=t_start)
+    return execute(plan, client=client, fresh=fresh, t_start=t_start, return_objects=return_objects)
 
 
 def with_options(options: Options | None, changes: dict) -> Options:
@@ -63,8 +71,8 @@ def with_options(options: Options | None, changes: dict) -> Options:
     return dataclasses.replace(options or Options(), **changes)
 
 
-def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float | None = None
-            ) -> tuple[gpd.GeoDataFrame, RunReport]:
+def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float | None = None,
+            return_objects: bool = True) -> tuple[gpd.GeoDataFrame | None, RunReport]:
     """Run a checked plan: every input's tiles, the merge, the outputs and the report."""
     t_start = time.perf_counter() if t_start is None else t_start
     opts = plan.options
@@ -75,31 +83,36 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
         report.checkpoint["work_dir"] = str(plan.work_dir)
     bar = _progress_bar() if opts.progress else None
     pending = Deferred()
+    gdf = None
+    spool = ObjectSpool(plan.work_dir)
     try:
         with _locks(plan.outputs), open_engine(client=client, scheduler=opts.scheduler,
                                                workers=opts.workers) as engine:
             for p in plan.outputs:  # again under the lock: a run that finished meanwhile wrote it
-                check_out(p, plan.overwrite or replaceable(p, plan.work_dir), opts)
+                check_out(p, plan.overwrite or replaceable(p, plan.work_dir), opts, plan.dataset)
             for p in (plan.report_path, plan.labels):  # temporary files a killed run left beside them
                 if p is not None:
                     remove_stale_temps(p)
             _announce(engine, report, bar)
-            results = [run_input(engine, plan, inp, report, store, bar) for inp in plan.inputs]
+            results = [run_input(engine, plan, inp, report, store, bar, spool) for inp in plan.inputs]
             # every output is written under a temporary name; the report is written, then they are all
             # renamed into place: a run stopped before then leaves no output without its report, and its
             # rerun is not stopped by "output exists"
             with deferred_renames(pending):
-                gdf = write_outputs(plan, results, report)
+                write_outputs(plan, results, report, spool)
             report.runtime_counters = _counters(engine)
             _publish(plan, report, store, pending, t_start)
+            if return_objects:
+                gdf = spool.read(range(len(plan.inputs)))
+                gdf.attrs["sam3tiles_report"] = report.as_dict()
     finally:
+        spool.close()
         pending.discard()
         if bar is not None:
             bar.close()
         if store is not None:
             report.checkpoint["stored"] = store.puts
             store.close()
-    gdf.attrs["sam3tiles_report"] = report.as_dict()
     if opts.strict and report.failed:
         raise TilesFailedError(f"{report.failed} tile(s) failed (see the report); rerun to retry them")
     _saturation_advice(report, opts)
@@ -119,6 +132,8 @@ def _publish(plan: RunPlan, report: RunReport, store: TileStore | None, pending:
     pending.commit()
     done = [*plan.outputs, *([plan.labels] if plan.labels is not None else [])]
     record_outputs(wd, [(p, p) for p in done], report.failed, "done")
+
+
 def _saturation_advice(report: RunReport, opts: Options) -> None:
     """Tiles still saturated (not refined): one line of advice on stderr; --strict makes it exit 5."""
     if not report.saturated:
@@ -136,53 +151,56 @@ def _saturation_advice(report: RunReport, opts: Options) -> None:
 
 
 def run_input(engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport, store: TileStore | None,
-              progress_bar=None) -> InputResult:
-    """Segment one input of `plan` through `engine`; returns its merged objects (not yet written)."""
-    return InputRun(engine, plan, inp, report, store, progress_bar).run()
+              progress_bar=None, spool: ObjectSpool | None = None) -> InputResult:
+    """Segment one input of `plan` through `engine`; its merged objects go to `spool` block by block as
+    the merge decides them (not yet written to any output)."""
+    return InputRun(engine, plan, inp, report, store, progress_bar, spool).run()
 
 
-def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport) -> gpd.GeoDataFrame:
-    """Write every output of the run; returns all objects in one frame.
+def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport, spool: ObjectSpool) -> None:
+    """Write every output of the run from the spool, chunk by chunk.
 
     Per-input outputs are written together at the end: a run killed before then leaves none of them, so
     its rerun resumes instead of stopping at an output that already exists."""
-    for res, inp in zip(results, plan.inputs):
-        if inp.output is not None:
-            with _timed(report, "write"), disk_errors(inp.output.parent):
-                write_output(finish(res.gdf), inp.output, plan, [res], report)
-    gdf = combine([r.gdf for r in results])
     merge_total = MergeStats()
     for r in results:
         merge_total.add(r.merge)
-    report.objects = len(gdf)
-    report.objects_by_prompt = ({str(k): int(v) for k, v in gdf["prompt"].value_counts().items()}
-                                if len(gdf) else {})
+    report.objects = spool.count()
+    report.objects_by_prompt = spool.counts_by_prompt()
     report.merge = merge_total.as_dict()
+    for i, (res, inp) in enumerate(zip(results, plan.inputs)):
+        if inp.output is not None:
+            with _timed(report, "write"), disk_errors(inp.output.parent):
+                write_output(spool, [i], inp.output, plan, [res], report)
     if plan.combined is not None:
         with _timed(report, "write"), disk_errors(plan.combined.parent):
-            write_output(gdf, plan.combined, plan, results, report)
+            write_output(spool, range(len(results)), plan.combined, plan, results, report, dataset=plan.dataset)
     if plan.labels is not None:
         inp = plan.inputs[0]
         with _timed(report, "write"), disk_errors(plan.labels.parent, "the label image"):
-            write_labels(gdf, plan.labels, inp.width, inp.height, inp.transform, inp.crs)
-    return gdf
+            write_labels(spool, plan.labels, inp.width, inp.height, inp.transform, inp.crs)
 
 
-def write_output(gdf: gpd.GeoDataFrame, dest, plan: RunPlan, results: list[InputResult], report: RunReport) -> None:
-    """One output file (by extension) and, unless --no-preview, its quicklook `OUT.preview.png`."""
+def write_output(spool: ObjectSpool, inputs, dest, plan: RunPlan, results: list[InputResult], report: RunReport,
+                 dataset: bool = False) -> None:
+    """One output (by extension; `dataset`: a partitioned GeoParquet folder) of the objects of `inputs`,
+    read from the spool a chunk at a time, and unless --no-preview its quicklook `OUT.preview.png`."""
     opts = plan.options
-    frames = {os.path.basename(r.source): r.frame for r in results if r.frame is not None}
+    frames = {file_name(r.source): r.frame for r in results if r.frame is not None}
     labels = [p.label for p in plan.prompts]
-    write_vector(gdf, dest, layer=opts.layer, metadata=file_metadata(report, gdf, frames), frames=frames,
-                 geojson_crs=opts.geojson_crs, prompts=labels)
+    crs = spool.crs_of(inputs)
+    meta = file_metadata(report, gpd.GeoDataFrame(geometry=gpd.GeoSeries([], crs=crs)), frames)
+    write_vector(spool.frames(inputs), dest, layer=opts.layer, metadata=meta, frames=frames,
+                 geojson_crs=opts.geojson_crs, prompts=labels, dataset=dataset)
     if not opts.no_preview:
         from .quicklook import write_quicklook
 
-        write_quicklook(preview_path(dest, opts.layer), gdf, results, labels, opts.bands)
+        write_quicklook(preview_path(dest, opts.layer), lambda: spool.frames(inputs), results, labels, opts.bands)
 
 
 def preview_path(out: str | os.PathLike, layer: str | None = None) -> Path:
     """`OUT.preview.png` (`OUT.LAYER.preview.png` for a --layer of a GeoPackage)."""
+    out = str(out).rstrip("/" + os.sep)  # a dataset folder's quicklook lies beside it
     return Path(f"{out}.{layer}.preview.png" if layer else f"{out}.preview.png")
 
 

@@ -30,9 +30,11 @@ from .model.registry import RuntimeSpec, get_runtime, spec_identity
 from .options import Options
 from .prompts import GeoBox, Prompt, boxes_outside, build_prompts, raster_bounds, read_box_file
 from .readers import Source, Stretch, open_source
+from .readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_hrefs
 from .refine import Refiner
 from .units import Frame, pixel_size
 from .writers import check_output
+from .writers.stream import check_dataset, is_dataset
 from .writers.vector import check_layer
 from .writers.labels import check_labels
 
@@ -116,6 +118,7 @@ class RunPlan:
     overwrite: bool
     work_dir: Path | None  # checkpoints; None: none kept
     report_path: Path | None
+    dataset: bool = False  # the combined output is a partitioned GeoParquet dataset (`name.parquet/`)
 
     @property
     def paths(self) -> list[str]:
@@ -198,9 +201,10 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     if isinstance(text, str):
         text = [text]  # one prompt, not one per letter
     check_options(opts)
-    paths = expand_inputs(inputs)
+    paths = expand_inputs(inputs, opts.asset)
     per_input, combined = resolve_outputs(paths, out)
     dest = combined or out
+    dataset = is_dataset(out)
     check_work_dir(work_dir, paths)
     if work_dir is None and checkpoint and out is not None:
         work_dir = Path(str(dest).rstrip("/") + ".sam3tiles-work")
@@ -208,7 +212,7 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     ours = work_dir if checkpoint else None  # outputs an unfinished run of this work folder left may be replaced
     for p in [combined, *per_input]:
         if p is not None:
-            check_out(p, overwrite or replaceable(p, ours), opts)
+            check_out(p, overwrite or replaceable(p, ours), opts, dataset)
     label_path = _check_labels(labels, paths, overwrite or (labels is not None and replaceable(labels, ours)))
     if report_path is None and dest is not None:
         report_path = Path(str(dest).rstrip("/") + ".report.json")
@@ -229,20 +233,26 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
         check_prompts_here(spec, prompts)
     return RunPlan(inputs=planned, options=opts, spec=spec, model_identity=spec_identity(spec), prompts=prompts,
                    boxes=tuple(geo_boxes), out=str(out) if out is not None else None, combined=combined,
-                   labels=label_path, overwrite=overwrite,
+                   labels=label_path, overwrite=overwrite, dataset=dataset,
                    work_dir=Path(work_dir) if (checkpoint and work_dir is not None) else None,
                    report_path=Path(report_path) if report_path is not None else None)
 
 
-def expand_inputs(inputs) -> list[str]:
+def expand_inputs(inputs, asset: str | None = None) -> list[str]:
     """Paths, URLs, globs or open rasterio datasets (one or a list) -> a list of paths, globs expanded and
-    sorted; a glob that matches nothing is an error, and so is an in-memory array (it has no frame)."""
+    sorted; a glob that matches nothing is an error, and so is an in-memory array (it has no frame).
+    A URL or /vsi path is never a glob (a presigned URL's '?'); STAC items and item collections become
+    their assets' hrefs (`asset`: the key; see `readers.remote`); a `.txt` file lists inputs, one a line."""
     if isinstance(inputs, (str, os.PathLike)) or _is_dataset(inputs) or _is_array(inputs):
         inputs = [inputs]
     out: list[str] = []
     for item in inputs:
         s = input_name(item)
-        if "://" not in s and any(ch in s for ch in "*?[") and not os.path.exists(s):  # existing: literal
+        if s.lower().endswith(".txt") and not is_remote(s):
+            out.extend(expand_inputs(read_input_list(s), asset))
+        elif looks_like_stac(s, asset):
+            out.extend(stac_hrefs(s, asset))
+        elif not is_remote(s) and any(ch in s for ch in "*?[") and not os.path.exists(s):  # existing: literal
             hits = sorted(glob.glob(s, recursive=True))
             if not hits:
                 raise UsageError(f"{s}: the pattern matches no file: check the path")
@@ -288,7 +298,7 @@ def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[l
     if not p.is_dir():
         raise UsageError(f"--out {p}: for several inputs give an existing folder (one .gpkg each) or a file "
                          "name ending in .gpkg/.parquet/.fgb/.geojson (one combined output)")
-    return [p / (Path(i).stem + ".gpkg") for i in inputs], None
+    return [p / (Path(file_name(i)).stem + ".gpkg") for i in inputs], None
 
 
 def _check_labels(labels, paths: list[str], overwrite: bool) -> Path | None:
@@ -327,8 +337,12 @@ def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPla
                          output=output, pixel_size_um=src.pixel_size_um, files=files)
 
 
-def check_out(p: Path, overwrite: bool, opts: Options) -> None:
-    """An output path, and with --layer (or an existing GeoPackage) the layer written into it."""
+def check_out(p: Path, overwrite: bool, opts: Options, dataset: bool = False) -> None:
+    """An output path, and with --layer (or an existing GeoPackage) the layer written into it; a partitioned
+    GeoParquet dataset (`name.parquet/`): `check_dataset`."""
+    if dataset:
+        check_dataset(p, overwrite)
+        return
     check_output(p, overwrite or opts.layer is not None)
     check_layer(p, opts.layer, overwrite)
 

@@ -21,6 +21,7 @@ from rasterio.windows import Window
 
 from .errors import RasterReadError
 from .readers import open_source
+from .readers.remote import input_name
 from .units import to_pixels
 from .writers.atomic import atomic_path
 from .writers.qupath import class_colour
@@ -65,7 +66,8 @@ def overview(path: str, bands, out_wh: tuple[int, int]) -> np.ndarray | None:
     return np.ascontiguousarray(np.moveaxis(rgb, 0, -1))
 
 
-def _panel(res, objs, side: int, bands, colours: dict[str, tuple]) -> tuple[Image.Image, bool]:
+def _panel(res, side: int, bands) -> tuple[Image.Image, bool]:
+    """The panel of one input: its overview (dimmed) or grey, failed and saturated tiles marked."""
     f = res.frame
     k = min(1.0, side / max(f.width, f.height))  # never larger than the image
     pw, ph = max(1, round(f.width * k)), max(1, round(f.height * k))
@@ -83,6 +85,11 @@ def _panel(res, objs, side: int, bands, colours: dict[str, tuple]) -> tuple[Imag
         if kind == "failed":
             draw.line(box, fill=colour, width=1)
             draw.line([box[0], box[3], box[2], box[1]], fill=colour, width=1)
+    return img, rgb is not None
+
+
+def _outline(draw, objs, f, sx: float, sy: float, colours: dict[str, tuple]) -> None:
+    """Outline `objs` (in frame `f`) at `sx`, `sy` panel pixels per source pixel, in their prompts' colours."""
     if len(objs):
         geoms = to_pixels(np.asarray(objs.geometry.values, dtype=object), f)
         for g, prompt in zip(geoms, objs["prompt"].to_numpy()):
@@ -95,28 +102,39 @@ def _panel(res, objs, side: int, bands, colours: dict[str, tuple]) -> tuple[Imag
                     draw.point(tuple(xy.mean(axis=0)), fill=colour)
                 else:
                     draw.line([tuple(p) for p in xy], fill=colour, width=1)
-    return img, rgb is not None
 
 
-def write_quicklook(path: str | os.PathLike, gdf, results: Sequence, prompts: Sequence[str], bands=None) -> Path:
-    """Write the quicklook of `gdf` (the objects of `results`, the inputs' `InputResult`s) to `path`."""
+def write_quicklook(path: str | os.PathLike, objects, results: Sequence, prompts: Sequence[str], bands=None) -> Path:
+    """Write the quicklook of `objects` (the objects of `results`, the inputs' `InputResult`s) to `path`.
+
+    `objects`: a GeoDataFrame, or a callable returning its chunks (GeoDataFrames, e.g. from
+    `writers.stream.ObjectSpool.frames`): they are drawn a chunk at a time, never all in memory."""
+    chunks = objects if callable(objects) else (lambda: [objects])
     panels = [r for r in results if r.frame is not None][:MAX_PANELS]
     cols = max(1, math.ceil(math.sqrt(len(panels))))
     rows = max(1, math.ceil(len(panels) / cols))
     side = MAX_SIDE // cols
     colours = {str(p): tuple(class_colour(p)) for p in prompts}
-    for p in gdf["prompt"].unique() if "prompt" in gdf.columns else []:
-        colours.setdefault(str(p), tuple(class_colour(p)))
     font = ImageFont.load_default()
-    images, drawn = [], []
+    images, drawn, draws = [], [], {}
     for r in panels:
-        objs = gdf[gdf["source"] == os.path.basename(r.source)] if "source" in gdf.columns else gdf
-        img, ok = _panel(r, objs, side, bands, colours)
-        if len(panels) > 1:
-            ImageDraw.Draw(img).text((4, 4), os.path.basename(r.source), fill=(255, 255, 255), font=font)
+        img, ok = _panel(r, side, bands)
+        draws[input_name(r.source)] = (ImageDraw.Draw(img), r.frame, img.width / r.frame.width,
+                                       img.height / r.frame.height)
         images.append(img)
         drawn.append(ok)
-    legend = _legend_lines(gdf, colours, results, panels, drawn)
+    counts: dict[str, int] = {}
+    for gdf in chunks():
+        for p, n in (gdf["prompt"].value_counts().items() if "prompt" in gdf.columns else []):
+            colours.setdefault(str(p), tuple(class_colour(p)))
+            counts[str(p)] = counts.get(str(p), 0) + int(n)
+        for name, (draw, frame, sx, sy) in draws.items():
+            objs = gdf[gdf["source"] == name] if "source" in gdf.columns else gdf
+            _outline(draw, objs, frame, sx, sy, colours)
+    if len(panels) > 1:
+        for img, r in zip(images, panels):
+            ImageDraw.Draw(img).text((4, 4), input_name(r.source), fill=(255, 255, 255), font=font)
+    legend = _legend_lines(counts, colours, results, panels, drawn)
     width = max([cols * side] + [0]) if len(panels) > 1 else (images[0].width if images else MAX_SIDE // 2)
     height = (rows * side if len(panels) > 1 else (images[0].height if images else 0)) + 16 * len(legend) + 8
     canvas = Image.new("RGB", (max(width, 320), height), (255, 255, 255))
@@ -135,8 +153,7 @@ def write_quicklook(path: str | os.PathLike, gdf, results: Sequence, prompts: Se
     return p
 
 
-def _legend_lines(gdf, colours: dict, results, panels, drawn) -> list[tuple]:
-    counts = gdf["prompt"].value_counts() if "prompt" in gdf.columns else {}
+def _legend_lines(counts: dict, colours: dict, results, panels, drawn) -> list[tuple]:
     lines = [(colour, f"{name}: {int(counts.get(name, 0))} object(s)") for name, colour in colours.items()]
     failed = sum(k == "failed" for r in results for k, _ in r.marks)
     saturated = sum(k == "saturated" for r in results for k, _ in r.marks)

@@ -5,6 +5,11 @@ the tiles in flight (at most `max_in_flight`, so memory stays flat whatever the 
 tile's bookkeeping, the checkpoint parts it reused or must write, and the `BlockMerger` that takes a
 tile's pieces as soon as it finishes. The tiles' work is the Dask graph of `tasks`: read -> infer ->
 vectorize, one chain per tile.
+
+Nothing is held per tile that waits or has finished: grid tiles are planned (their checkpoints looked
+up) only as they are submitted, sub-tiles of refined tiles wait in a short queue in front of them,
+checkpoint writes go in batches, and each merge block's decided objects go to the `ObjectSpool` (disk)
+as soon as the block's merge is in. So driver memory is flat in the number of tiles and of objects.
 """
 
 from __future__ import annotations
@@ -14,22 +19,22 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Sequence
-
-import geopandas as gpd
+from typing import Iterator, Sequence
 
 from .checkpoint import TileStore, join_parts, prompt_part, tile_key
 from .engine import Engine, _count
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, shippable
 from .frames import objects_frame
 from .grid import Tile
-from .merge import BlockMerger, MergeStats, tile_blocks, tile_frame
+from .merge import BlockMerger, Merged, MergeStats, Packed, TileFrames, tile_blocks
 from .model.registry import RuntimeSpec, get_runtime
 from .plan import InputPlan, RunPlan
 from .prompts import Prompt, box_passes, boxes_outside, tile_boxes
+from .readers.remote import input_name as file_name
 from .refine import RefineHook
 from .report import RunReport
 from .units import Frame
+from .writers.stream import ObjectSpool, SpoolInput
 from .tasks import SourceSpec, TilePrompt, TileResult, infer_task, prepared_prompt, read_task, vectorize_task
 
 log = logging.getLogger(__name__)
@@ -41,7 +46,7 @@ RECOUNT_SECONDS = 10.0
 @dataclass
 class InputResult:
     source: str
-    gdf: gpd.GeoDataFrame
+    index: int  # the input's index in the ObjectSpool that holds its objects
     merge: MergeStats = field(default_factory=MergeStats)
     frame: Frame | None = None  # the input's frame (units, pixel grid)
     marks: list = field(default_factory=list)  # [("failed" | "saturated", source-pixel Window)] for the preview
@@ -56,21 +61,25 @@ class _TileWork:
 
 
 class InputRun:
-    """Segment one planned input through `engine`; `run()` returns its merged objects (not yet written).
+    """Segment one planned input through `engine`; its merged objects go to `spool` block by block (not
+    yet written to any output); `run()` returns the input's merge statistics and spool index.
 
-    Counts go into `report` as tiles finish; finished tiles go to `store` (when checkpointing) and their
-    pieces to the merger at once, so a killed run keeps every finished tile."""
+    Counts go into `report` as tiles finish; finished tiles go to `store` (when checkpointing, in
+    batches) and their pieces to the merger at once, so a killed run keeps its finished tiles."""
 
     def __init__(self, engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport,
-                 store: TileStore | None, progress_bar=None):
+                 store: TileStore | None, progress_bar=None, spool: ObjectSpool | None = None):
         self.engine, self.plan, self.inp, self.report, self.store, self.bar = engine, plan, inp, report, store, progress_bar
+        self.spool = spool if spool is not None else ObjectSpool()
+        self.puts = _BatchedPuts(store)
         self.opts = plan.options
         self.spec: RuntimeSpec = plan.spec
         self.source = SourceSpec(inp.path, inp.bands, inp.stretch)
         self.tiles: dict[int, Tile] = {}
-        self.results: dict[int, TileResult] = {}  # bookkeeping only: pieces go straight to the merger
-        self.work: dict[int, _TileWork] = {}
-        self.queue: deque = deque()  # (tile, [TilePrompt], pasted exemplars or None) still to submit
+        self.work: dict[int, _TileWork] = {}  # tiles planned and not finished only
+        self.queue: deque = deque()  # sub-tiles to submit next: (tile, [TilePrompt], pasted exemplars or None)
+        self.planned: Iterator = iter(())  # the grid tiles to submit after them, planned lazily
+        self.skipped = 0  # grid tiles that were all nodata
         self.exemplars: dict = {}  # --box-scope image: tile scale -> the example boxes' patches (InputExemplars)
         self.merger: BlockMerger | None = None
         self.hook: RefineHook | None = None  # refinement: sub-tiles of tiles that hit the object cap
@@ -87,30 +96,41 @@ class InputRun:
             self.bar.total = (self.bar.total or 0) + len(self.tiles)
             # no refresh(): a bar drawn before its delay is not closed with a newline, so an error message
             # would follow it on the same line
-        frames = {i: tile_frame(t, self.inp.overlap) for i, t in self.tiles.items()}
+        frames = TileFrames(self.tiles, self.inp.overlap)  # made when asked: not 2 KB held per tile
         mb = self.opts.merge_block
         blocks = tile_blocks(list(self.tiles.values()), mb) if mb > 0 else {i: 0 for i in self.tiles}
-        self.merger = BlockMerger(frames, blocks, submit=_submit_on(self.engine, self.opts.retries))
+        index = self._begin_spool()
+        # decided objects go to the spool as each block's merge comes in: memory does not follow them
+        self.merger = BlockMerger(frames, blocks, submit=_submit_on(self.engine, self.opts.retries),
+                                  on_block=lambda objects, first: self._spool_block(index, objects, first))
         self.hook = RefineHook(self.inp.grid, self.opts.refine, self.opts.refine_depth, self.plan.prompts,
                                self.merger, frames, blocks, self.inp.overlap, self.report, self.bar, self.inp.path)
-        for tile in self.tiles.values():
-            self.admit(tile)
-        grid_scale = {t.scale_xy for t in self.tiles.values()}
-        self._report_exemplars(grid_scale)  # every grid tile is planned by now
+        self.planned = (item for tile in self.tiles.values() if (item := self.admit(tile)) is not None)
         self._run_queue()
         self.work.clear()
-        self._report_exemplars(set(self.exemplars) - grid_scale)  # the sub-tiles' zooms, when they have run
+        self._report_exemplars(set(self.exemplars))  # grid tiles' and sub-tiles' zooms, counted as planned
         self.hook.stats.add_to(self.report.refine)
-        self._account()
+        if self.tiles and self.skipped == len(self.tiles):
+            log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", self.inp.path)
         t0 = time.perf_counter()
-        merged, mstats = self.merger.finish(gather=_gather_on(self.engine))
+        _, mstats = self.merger.finish(gather=_gather_on(self.engine))
         mstats.coverage = {self.plan.prompts[int(k)].label: c for k, c in mstats.coverage.items()}
         self.report.seconds["merge"] += time.perf_counter() - t0
+        return InputResult(self.inp.path, index, mstats, self.inp.frame, self._marks())
+
+    def _begin_spool(self) -> int:
+        crs = self.inp.crs.to_wkt() if self.inp.crs else None
+        return self.spool.begin_input(SpoolInput(file_name(self.inp.path), crs, self.inp.frame))
+
+    def _spool_block(self, index: int, objects: Packed, first) -> None:
+        """One merge block's decided objects -> output rows (`frames.objects_frame`: areas in the output's
+        units, --simplify, --min-score, --min-area, --max-area) -> the spool."""
         o = self.opts
-        gdf = objects_frame(merged, [p.label for p in self.plan.prompts], frame=self.inp.frame, source=self.inp.path,
-                            backend=self.spec.backend, model=self.plan.model_identity, simplify=o.simplify,
-                            min_area=o.min_area, max_area=o.max_area, min_score=o.min_score)
-        return InputResult(self.inp.path, gdf, mstats, self.inp.frame, self._marks())
+        gdf = objects_frame(objects.unpack(Merged), [p.label for p in self.plan.prompts], frame=self.inp.frame,
+                            source=file_name(self.inp.path), backend=self.spec.backend,
+                            model=self.plan.model_identity, simplify=o.simplify, min_area=o.min_area,
+                            max_area=o.max_area, min_score=o.min_score, order=first)
+        self.spool.add(index, gdf)
 
     def _marks(self) -> list:
         """Failed and saturated tiles of this input as source-pixel windows, for the quicklook."""
@@ -126,9 +146,11 @@ class InputRun:
 
     # -- before: what each tile needs ------------------------------------------------------------------
 
-    def admit(self, tile: Tile, only: set | None = None, front: bool = False) -> None:
-        """Look the tile's (tile, prompt) parts up in the checkpoints; queue what is missing (`front`: to
-        run next, as sub-tiles are). `only`: the prompt indices the tile runs (a sub-tile: the refined ones).
+    def admit(self, tile: Tile, only: set | None = None) -> tuple | None:
+        """Look the tile's (tile, prompt) parts up in the checkpoints; return what is missing as an item to
+        submit, or None when the checkpoints hold it all (the tile is delivered at once). `only`: the
+        prompt indices the tile runs (a sub-tile: the refined ones). Grid tiles are admitted as they are
+        submitted (`self.planned` is a generator), so nothing is held for tiles still waiting.
 
         Checkpoints hold one result per (tile, prompt): a changed or added prompt recomputes only its part."""
         ex = self._exemplars_at(tile)
@@ -142,18 +164,18 @@ class InputRun:
                                                  todo=[e for e in entries if hits.get(e[2]) is None])
         self.report.checkpoint["reused"] = self.report.checkpoint.get("reused", 0) + len(work.found)
         if not work.todo:
+            del self.work[tile.index]
             res = join_parts(tile.index, work.found)
             if not res.skipped:
                 self.report.resumed += 1
             self._tick()
             self._deliver(tile, res, computed=False)
-            return
+            return None
         if work.found:
             self.report.checkpoint["partial_tiles"] = self.report.checkpoint.get("partial_tiles", 0) + 1
         todo = {i for i, _, _ in work.todo}
-        item = (tile, [tp for tp in tps if tp.index in todo],
+        return (tile, [tp for tp in tps if tp.index in todo],
                 plan.for_task(tile, ex.exemplars) if plan is not None else None)
-        self.queue.appendleft(item) if front else self.queue.append(item)
 
     def _exemplars_at(self, tile: Tile):
         """The example boxes' patches at the tile's scale (read once per scale: sub-tiles zoom in), or None."""
@@ -189,6 +211,7 @@ class InputRun:
         self.limit = self.opts.max_in_flight or self.engine.in_flight()
         self.ac = as_completed(loop=client.loop)
         self.in_flight: dict = {}
+        self.more = True
         self._fill()
         recount_at = time.monotonic() + RECOUNT_SECONDS
         try:
@@ -202,17 +225,24 @@ class InputRun:
                     f.release()
                 self._tick()
                 self._fill()  # the finished tile's place, and its sub-tiles' when it was refined
-                if self.queue and time.monotonic() > recount_at:
+                if (self.more or self.queue) and time.monotonic() > recount_at:
                     self._recount()
                     recount_at = time.monotonic() + RECOUNT_SECONDS
         finally:
+            self.puts.flush()
             for _, chain in self.in_flight.values():
                 for f in chain:
                     f.cancel()
 
     def _fill(self) -> None:
-        while self.queue and len(self.in_flight) < self.limit:
-            self._submit(*self.queue.popleft())
+        while len(self.in_flight) < self.limit:
+            item = self.queue.popleft() if self.queue else next(self.planned, None)
+            if item is None:  # planning delivers resumed tiles, whose sub-tiles may join the queue
+                if not self.queue:
+                    self.more = False  # no grid tile left to plan (sub-tiles may still come)
+                    return
+                continue
+            self._submit(*item)
 
     def _submit(self, tile: Tile, tps: list[TilePrompt], pastes=None) -> None:
         client, retries = self.engine.client, self.opts.retries
@@ -234,15 +264,16 @@ class InputRun:
             self.report.seconds[k] = self.report.seconds.get(k, 0.0) + v
         if not res.skipped:
             self.report.done += 1
-        work = self.work[tile.index]
+        work = self.work.pop(tile.index)
         if self.store is not None:
-            self.store.put_many([(k, prompt_part(res, i, text)) for i, text, k in work.todo])
+            self.puts.add([(k, prompt_part(res, i, text)) for i, text, k in work.todo])
         if work.found:  # a tile computed for some prompts only: join the stored parts in prompt order
             parts = work.found + [(i, prompt_part(res, i, text)) for i, text, _ in work.todo]
             res = join_parts(tile.index, sorted(parts, key=lambda e: -1 if e[0] is None else e[0]))
         self._deliver(tile, res, computed=True)
 
     def _failed(self, tile: Tile, exc: BaseException | None) -> None:
+        self.work.pop(tile.index, None)
         if isinstance(exc, ModelError):
             raise exc
         path, retries = self.source.path, self.opts.retries
@@ -259,11 +290,14 @@ class InputRun:
     def _deliver(self, tile: Tile, res: TileResult, computed: bool) -> None:
         """A finished tile (computed, or whole from the checkpoints): when it saturated, its sub-tiles are
         admitted at the front of the queue (in index order); then its pieces go to the merger."""
-        self.results[tile.index] = res
         for sub, only in reversed(self.hook.arrived(tile, res, computed)):
-            self.admit(sub, only, front=True)
+            item = self.admit(sub, only)
+            if item is not None:
+                self.queue.appendleft(item)
         self.merger.add(tile.index, res.pieces)
         res.pieces = None
+        self.merger.drain(_results_of)  # merged blocks' objects to the spool, as they come
+        self._account(res, tile.index in self.tiles)  # the tile's flags into the report: no result is kept
 
     def _tick(self) -> None:
         if self.bar is not None:
@@ -271,19 +305,42 @@ class InputRun:
 
     # -- after: the report -----------------------------------------------------------------------------
 
-    def _account(self) -> None:
+    def _account(self, r: TileResult, grid_tile: bool) -> None:
+        """A delivered tile's flags into the report (saturated tiles are counted by the refine hook: those
+        left unrefined)."""
         report = self.report
-        for r in self.results.values():  # saturated tiles are counted by the refine hook (those left unrefined)
-            for name in r.unusable_prompts:
-                note = f"{name!r}: the {self.spec.backend} backend cannot find it"
-                if note not in report.unusable_prompts:
-                    report.unusable_prompts.append(note)
-            if r.skipped:
-                report.skipped += 1
-            for k, v in r.exemplars.items():
-                report.exemplars[k] = report.exemplars.get(k, 0) + v
-        if self.tiles and all(i in self.results and self.results[i].skipped for i in self.tiles):
-            log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", self.inp.path)
+        for name in r.unusable_prompts:
+            note = f"{name!r}: the {self.spec.backend} backend cannot find it"
+            if note not in report.unusable_prompts:
+                report.unusable_prompts.append(note)
+        if r.skipped:
+            report.skipped += 1
+            self.skipped += grid_tile
+        for k, v in r.exemplars.items():
+            report.exemplars[k] = report.exemplars.get(k, 0) + v
+
+
+class _BatchedPuts:
+    """Checkpoint writes in batches (one SQLite transaction per `BATCH` tiles or `SECONDS`), not one per
+    tile: at 10^5 tiles the per-transaction cost dominates the driver. `flush` runs when the tiles end,
+    also on an error or SIGTERM; a SIGKILL loses at most one batch, which the rerun recomputes."""
+
+    BATCH = 64
+    SECONDS = 0.5
+
+    def __init__(self, store: TileStore | None):
+        self.store, self.items, self.tiles, self.due = store, [], 0, time.monotonic() + self.SECONDS
+
+    def add(self, items: list) -> None:
+        self.items += items
+        self.tiles += 1
+        if self.tiles >= self.BATCH or time.monotonic() > self.due:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.store is not None and self.items:
+            self.store.put_many(self.items)
+        self.items, self.tiles, self.due = [], 0, time.monotonic() + self.SECONDS
 
 
 #: Decoder passes one tile can take (pieces of one pass share a merge key: tile index * 1024 + pass).
@@ -374,6 +431,18 @@ def _submit_on(engine: Engine, retries: int):
         return client.submit(_call, fn, data, pure=False, retries=retries)
 
     return submit
+
+
+def _results_of(futs) -> list:
+    """The results of finished futures, one by one (no gather task: a SIGTERM arriving meanwhile leaves no
+    orphaned gather behind to log a traceback when the client closes), each released once read."""
+    out = []
+    for f in futs:
+        try:
+            out.append(f.result())
+        finally:
+            f.release()
+    return out
 
 
 def _gather_on(engine: Engine):

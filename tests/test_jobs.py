@@ -44,7 +44,7 @@ MINIMAL = "inputs: [a.tif]\nprompts: {text: [blue]}\noutput: {path: o.gpkg}\n"
 
 @pytest.mark.parametrize("text, expect", [
     ("inputs: [a.tif]\nprompts: {text: [blue]}\noutput: {path: o.gpkg}\ncolour: red\n",
-     ["colour: unknown key: remove it or use one of backend, description, inputs, output, postprocess, prompts, "
+     ["colour: unknown key: remove it or use one of asset, backend, description, inputs, output, postprocess, prompts, "
       "run, tiling"]),
     (MINIMAL + "tiling: {scael: 2}\n", ["tiling.scael: unknown key: did you mean 'scale'? remove it or use one "
                                          "of bands, gsd, overlap, refine, refine_depth, scale, squash, tile_size"]),

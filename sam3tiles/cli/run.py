@@ -39,10 +39,10 @@ def run(ctx, job_file, dry_run, fresh, verbose, quiet, strict=None):
         for line in lines:
             click.echo(line)
         return
-    gdf, report = run_job(lj, fresh=fresh, strict=strict or None, progress=not quiet)
+    _, report = run_job(lj, fresh=fresh, strict=strict or None, progress=not quiet, return_objects=False)
     if not quiet:
         click.echo(report.summary(), err=True)
-        click.echo(f"wrote {len(gdf)} objects to {lj.output}", err=True)
+        click.echo(f"wrote {report.objects} objects to {lj.output}", err=True)
     if report.failed:
         ctx.exit(EXIT_FAILED_TILES)
 

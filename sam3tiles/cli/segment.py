@@ -16,8 +16,9 @@ from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, 
               help="An example box in the raster's CRS (repeatable); ',neg' marks a negative example.")
 @click.option("--box-file", default=None, help="Vector file of example boxes (any CRS; optional 'label' "
                                                "column 1/0).")
-@click.option("--out", "-o", required=True, help="Output file (.gpkg, .parquet, .fgb, .geojson, .coco.json), or a folder "
-                                                 "for one .gpkg per input.")
+@click.option("--out", "-o", required=True, help="Output file (.gpkg, .parquet, .fgb, .geojson, .coco.json), a "
+                                                 "folder for one .gpkg per input, or NAME.parquet/ for a "
+                                                 "partitioned GeoParquet dataset.")
 @registry_options("segment")
 @click.option("--labels", default=None, metavar="OUT.tif",
               help="Also write an instance label image (uint32 TIFF aligned with the input, values = the "
@@ -31,7 +32,8 @@ from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, 
 @handle_errors
 def segment(ctx, inputs, texts, boxes, box_file, out, work_dir, fresh, overwrite, verbose, quiet, labels=None,
             **options):
-    """Segment INPUTS (rasters or globs) with SAM 3, tile by tile, and write merged polygons to --out.
+    """Segment INPUTS (rasters, globs, URLs, STAC items, .txt lists) with SAM 3, tile by tile, and write merged
+    polygons to --out (a file; a folder for one .gpkg per input; NAME.parquet/ for a GeoParquet dataset).
 
     \b
     Examples:
@@ -43,10 +45,11 @@ def segment(ctx, inputs, texts, boxes, box_file, out, work_dir, fresh, overwrite
 
     quiet = quiet + (ctx.obj or {}).get("quiet", 0)
     opts = Options.from_params(options, progress=not quiet)
-    gdf, report = segment_job(list(inputs), list(texts), boxes=list(boxes), box_file=box_file, out=out,
-                              overwrite=overwrite, options=opts, work_dir=work_dir, fresh=fresh, labels=labels)
+    _, report = segment_job(list(inputs), list(texts), boxes=list(boxes), box_file=box_file, out=out,
+                            overwrite=overwrite, options=opts, work_dir=work_dir, fresh=fresh, labels=labels,
+                            return_objects=False)
     if not quiet:
         click.echo(report.summary(), err=True)
-        click.echo(f"wrote {len(gdf)} objects to {out}", err=True)
+        click.echo(f"wrote {report.objects} objects to {out}", err=True)
     if report.failed:
         ctx.exit(EXIT_FAILED_TILES)

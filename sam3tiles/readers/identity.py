@@ -7,8 +7,13 @@ a VRT's sources, world files, .aux.xml, external overviews, masks), each identif
 * a local file: its absolute path, size and modification time (ns);
 * a member of a local archive (`/vsizip/`, `/vsitar/`, `/vsigzip/`): the archive's identity plus, for zip,
   the member's size and CRC-32;
-* an http(s) URL or `/vsicurl/` path: the server's ETag, Last-Modified and Content-Length (a HEAD request);
-* anything else (`/vsis3/`, ...) or a server that gives none of these: unknown. An unknown identity is
+* an http(s) URL or `/vsicurl/` path: the server's ETag, Last-Modified and size (a one-byte ranged GET:
+  a presigned URL signed for GET refuses HEAD). A URL's query string (a presigned URL's signature, new
+  each time it is signed) is no part of its identity when the server gives an ETag or Last-Modified, so a
+  re-signed URL of an unchanged file resumes;
+* a cloud path (`s3://`, `gs://`, `az://`, `/vsis3/`, `/vsigs/`, `/vsiaz/`, ...): the same headers,
+  asked through GDAL itself (`VSIGetFileMetadata(path, "HEADERS")`: GDAL's own credentials and options);
+* anything else, a server that gives none of these, or a GDAL library that cannot be reached: unknown. An unknown identity is
   new on every run (its checkpoints are never reused) and a warning says so.
 
 With `verify=True` (`--verify-inputs`) the content itself is hashed: the bytes of local files, the decoded
@@ -27,6 +32,10 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 REMOTE_PREFIXES = ("/vsicurl/", "/vsicurl_streaming/")
+#: URL schemes rasterio hands to GDAL's cloud file systems, and their GDAL prefixes.
+CLOUD_SCHEMES = {"s3": "/vsis3/", "gs": "/vsigs/", "az": "/vsiaz/", "azure": "/vsiaz/", "oss": "/vsioss/"}
+CLOUD_PREFIXES = ("/vsis3/", "/vsigs/", "/vsiaz/", "/vsiadls/", "/vsioss/", "/vsiswift/", "/vsis3_streaming/",
+                  "/vsigs_streaming/", "/vsiaz_streaming/")
 _RUN_NONCE = uuid.uuid4().hex  # an unknown identity matches nothing stored by another run
 
 
@@ -74,24 +83,91 @@ def _zip_member(archive: str, member: str) -> str | None:
 
 
 def _http_stamp(url: str) -> str | None:
-    """ETag / Last-Modified / Content-Length of a HEAD request (10 s timeout); None when none is given."""
+    """ETag / Last-Modified / size from a one-byte ranged GET (10 s timeout); None when the server gives
+    neither an ETag nor a Last-Modified."""
     import urllib.request
 
     try:
-        req = urllib.request.Request(url, method="HEAD")
+        req = urllib.request.Request(url, headers={"Range": "bytes=0-0"})
         with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 - the user's own input URL
             h = r.headers
-            parts = [h.get("ETag"), h.get("Last-Modified"), h.get("Content-Length")]
+            size = (h.get("Content-Range") or "").rpartition("/")[2] or h.get("Content-Length")
+            parts = [h.get("ETag"), h.get("Last-Modified"), size]
     except Exception:  # noqa: BLE001 - unreachable from here: the identity is unknown
         return None
-    if not any(parts):
+    if not (parts[0] or parts[1]):
         return None
-    return f"{url}:" + "|".join(p or "" for p in parts)
+    return f"{url_without_query(url)}:" + "|".join(p or "" for p in parts)
+
+
+def url_without_query(url: str) -> str:
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((u.scheme, u.netloc, u.path, "", ""))
+
+
+def _libgdal():
+    """The GDAL library rasterio runs on (ctypes), or None when it cannot be found."""
+    import ctypes
+    import glob as _glob
+
+    import rasterio
+
+    here = os.path.dirname(rasterio.__file__)
+    for cand in [*sorted(_glob.glob(here + ".libs/libgdal*")), "libgdal.so", "libgdal.dylib", "gdal.dll"]:
+        try:
+            lib = ctypes.CDLL(cand)
+            lib.VSIGetFileMetadata.restype = ctypes.POINTER(ctypes.c_char_p)
+            lib.VSIGetFileMetadata.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p]
+            lib.CSLDestroy.argtypes = [ctypes.POINTER(ctypes.c_char_p)]
+            lib.VSICurlPartialClearCache.argtypes = [ctypes.c_char_p]
+            return lib
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def gdal_stamp(path: str) -> str | None:
+    """ETag / Last-Modified / size of a file on one of GDAL's network file systems (`/vsis3/...`, or an
+    `s3://` / `gs://` / `az://` URL), from GDAL's own request with its credentials; None when unknown."""
+    scheme, sep, rest = path.partition("://")
+    vsi = CLOUD_SCHEMES[scheme.lower()] + rest if sep and scheme.lower() in CLOUD_SCHEMES else path
+    lib = _libgdal()
+    if lib is None:
+        return None
+    try:
+        lib.CPLPushErrorHandler(lib.CPLQuietErrorHandler)  # an unreachable file: unknown, said once by the caller
+        try:
+            lib.VSICurlPartialClearCache(vsi.encode())  # not what this process saw of the file before
+            md = lib.VSIGetFileMetadata(vsi.encode(), b"HEADERS", None)
+        finally:
+            lib.CPLPopErrorHandler()
+    except Exception:  # noqa: BLE001 - a GDAL that cannot answer: unknown
+        return None
+    if not md:
+        return None
+    headers = {}
+    try:
+        i = 0
+        while md[i] is not None:
+            k, _, v = md[i].decode("utf-8", "replace").partition("=")
+            headers[k.strip().lower()] = v.strip()
+            i += 1
+    finally:
+        lib.CSLDestroy(md)
+    parts = [headers.get("etag"), headers.get("last-modified"), headers.get("content-length")]
+    if not (parts[0] or parts[1]):
+        return None
+    return f"{url_without_query(vsi)}:" + "|".join(p or "" for p in parts)
 
 
 def file_stamp(path: str) -> str | None:
     """The identity of one file GDAL reads (see the module doc); None when it cannot be told."""
     s = str(path)
+    scheme = s.partition("://")[0].lower() if "://" in s else ""
+    if scheme in CLOUD_SCHEMES or s.startswith(CLOUD_PREFIXES):
+        return gdal_stamp(s)
     if s.startswith(REMOTE_PREFIXES) or s.startswith(("http://", "https://")):
         url = s
         for pre in REMOTE_PREFIXES:
@@ -126,7 +202,7 @@ def source_files(ds, path: str) -> list[str]:
 def input_identity(path: str, files: list[str], bands, verify: bool = False, ds=None) -> str:
     """A 16-hex-digit identity of input `path` whose pixels come from `files` (see the module doc)."""
     h = hashlib.sha256()
-    h.update(f"{os.path.abspath(path) if '://' not in path and not path.startswith('/vsi') else path}|{bands}".encode())
+    h.update(f"{_name(path)}|{bands}".encode())
     unknown = []
     for f in files:
         if verify:
@@ -141,6 +217,14 @@ def input_identity(path: str, files: list[str], bands, verify: bool = False, ds=
         log.warning("%s: cannot tell whether %s changed since an earlier run (no size/time/ETag): its checkpoints "
                     "will not be reused; --verify-inputs hashes its content instead", path, unknown[0])
     return h.hexdigest()[:16]
+
+
+def _name(path: str) -> str:
+    """What names an input in its identity: an absolute path; a URL without its query string (its stamp
+    says which version; see the module doc)."""
+    if "://" not in path and not path.startswith("/vsi"):
+        return os.path.abspath(path)
+    return url_without_query(path) if "://" in path else path
 
 
 def content_hash(path: str, ds=None) -> str:

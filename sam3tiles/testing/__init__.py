@@ -119,7 +119,8 @@ def grid_objects(width: int, height: int, cell: int = 500, seed: int = 0):
                 x, y = i * cell + rng.uniform(10, cell - w - 10), j * cell + rng.uniform(10, cell - h - 10)
                 out.append(("blue", box(x, y, x + w, y + h)))
             else:
-                x, y = i * cell + rng.uniform(20, cell - 40), j * cell + rng.uniform(20, cell - 40)
+                lo, hi = 20, max(21, cell - 40)  # small cells: the vehicle still fits its cell
+                x, y = i * cell + rng.uniform(lo, hi), j * cell + rng.uniform(lo, hi)
                 out.append(("red", affinity.rotate(box(x, y, x + 10, y + 20), rng.uniform(0, 180))))
     return out
 

@@ -9,6 +9,7 @@ import glob
 import json
 import logging
 import os
+import shutil
 import socket
 import time
 import uuid
@@ -60,9 +61,10 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
     gone = []
     patterns = (f".{glob.escape(p.stem)}.????????.tmp{glob.escape(p.suffix)}*",
                 f".{glob.escape(p.name)}.lock.????????.tmp", f".{glob.escape(p.name)}.lock.????????.stale")
+    patterns += (f".{glob.escape(p.name)}.????????.old",)  # a replaced dataset folder not yet removed
     for q in (q for pat in patterns for q in p.parent.glob(pat)):
         try:
-            q.unlink()
+            shutil.rmtree(q) if q.is_dir() and not q.is_symlink() else q.unlink()
             gone.append(q)
         except OSError:
             pass
@@ -74,7 +76,11 @@ def _tmp_name(p: Path) -> Path:
 
 
 def _remove_temp(tmp: Path) -> None:
-    """A temporary file and the side files a writer may have made beside it (SQLite journals)."""
+    """A temporary file and the side files a writer may have made beside it (SQLite journals); a
+    temporary folder (a partitioned dataset) with its parts."""
+    if tmp.is_dir() and not tmp.is_symlink():
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
     for q in (tmp, *(tmp.with_name(tmp.name + x) for x in ("-journal", "-wal", "-shm"))):
         try:
             q.unlink()
@@ -85,20 +91,35 @@ def _remove_temp(tmp: Path) -> None:
 _PENDING: contextvars.ContextVar = contextvars.ContextVar("sam3tiles_pending_renames", default=None)
 
 
+def _replace(tmp: Path, p: Path) -> None:
+    """Rename `tmp` to `p`; a folder (a partitioned dataset) over an existing one: the old folder is moved
+    aside first and removed once the new one is in place (a rename cannot replace a non-empty folder)."""
+    if tmp.is_dir() and p.is_dir():
+        old = p.with_name(f".{p.name}.{uuid.uuid4().hex[:8]}.old")
+        os.replace(p, old)
+        os.replace(tmp, p)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, p)
+
+
 @contextmanager
-def atomic_path(path: str | os.PathLike):
+def atomic_path(path: str | os.PathLike, folder: bool = False):
     """Yield a temporary path beside `path`; rename it into place when the block succeeds (inside
-    `deferred_renames`: when that commits)."""
+    `deferred_renames`: when that commits). `folder`: the temporary path is a new empty folder (a
+    partitioned dataset), which replaces a folder `path` whole."""
     p = Path(path)
     tmp = _tmp_name(p)
     pending = _PENDING.get()
+    if folder:
+        tmp.mkdir()
     try:
         yield tmp
         if pending is not None:
             pending.files.append((tmp, p))
             tmp = None
         else:
-            os.replace(tmp, p)
+            _replace(tmp, p)
     finally:
         if tmp is not None:
             _remove_temp(tmp)
@@ -114,7 +135,7 @@ class Deferred:
         """Rename every waiting file into place, in the order they were written."""
         while self.files:
             tmp, p = self.files[0]
-            os.replace(tmp, p)
+            _replace(tmp, p)
             self.files.pop(0)
 
     def discard(self) -> None:

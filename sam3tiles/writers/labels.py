@@ -50,21 +50,13 @@ def write_labels(gdf, path: str | os.PathLike, width: int, height: int, transfor
     """Write `gdf`'s polygons as a uint32 instance label image of `width` x `height` pixels.
 
     Ids come from `id_column` (1, 2, ... in row order when the column is missing); they must fit uint32.
+    `gdf` may also be anything with `query(minx, miny, maxx, maxy) -> (geometries, ids)` in id order (e.g.
+    `writers.stream.ObjectSpool`), so the objects need not all be in memory.
     `block` (a multiple of 256) is the side of the pieces rasterized and written at a time.
     """
     p = Path(path)
     block = max(TIFF_BLOCK, int(block) // TIFF_BLOCK * TIFF_BLOCK)
-    geoms = np.asarray(gdf.geometry.values, dtype=object) if len(gdf) else np.asarray([], dtype=object)
-    ids = (np.asarray(gdf[id_column], dtype=np.int64) if id_column in gdf.columns
-           else np.arange(1, len(gdf) + 1, dtype=np.int64))
-    if len(ids) and (ids.min() < 1 or ids.max() > np.iinfo(np.uint32).max):
-        raise UsageError(f"--labels {p}: object ids must lie in 1..{np.iinfo(np.uint32).max} for a uint32 "
-                         f"label image (got {ids.min()}..{ids.max()})")
-    keep = np.asarray([g is not None and not g.is_empty for g in geoms], bool) if len(geoms) else np.zeros(0, bool)
-    geoms, ids = geoms[keep], ids[keep]
-    order = np.argsort(ids, kind="stable")  # rasterize in id order: the higher id wins an overlap
-    geoms, ids = geoms[order], ids[order]
-    tree = shapely.STRtree(geoms) if len(geoms) else None
+    query = gdf.query if hasattr(gdf, "query") and not hasattr(gdf, "geometry") else _frame_query(gdf, id_column, p)
     profile = dict(driver="GTiff", width=int(width), height=int(height), count=1, dtype="uint32", nodata=None,
                    tiled=True, blockxsize=TIFF_BLOCK, blockysize=TIFF_BLOCK, compress="deflate", predictor=1,
                    BIGTIFF="IF_SAFER", transform=transform)
@@ -80,12 +72,39 @@ def write_labels(gdf, path: str | os.PathLike, width: int, height: int, transfor
                     win = Window(x0, y0, w, h)
                     wt = rasterio.windows.transform(win, transform)
                     out = np.zeros((h, w), np.uint32)
-                    if tree is not None:
-                        # all four corners: a rotated or sheared transform's window is no axis-aligned box
-                        xs, ys = zip(*(transform * (c, r) for c in (x0, x0 + w) for r in (y0, y0 + h)))
-                        hits = np.sort(tree.query(shapely.box(min(xs), min(ys), max(xs), max(ys))))
-                        if len(hits):
-                            rasterio.features.rasterize(zip(geoms[hits], ids[hits].astype(np.uint32)), out=out,
-                                                        transform=wt, dtype="uint32")
+                    # all four corners: a rotated or sheared transform's window is no axis-aligned box
+                    xs, ys = zip(*(transform * (c, r) for c in (x0, x0 + w) for r in (y0, y0 + h)))
+                    geoms, ids = query(min(xs), min(ys), max(xs), max(ys))
+                    if len(ids):
+                        _check_ids(ids, p)
+                        rasterio.features.rasterize(zip(geoms, ids.astype(np.uint32)), out=out,
+                                                    transform=wt, dtype="uint32")
                     dst.write(out, 1, window=win)
     return p
+
+
+def _check_ids(ids: np.ndarray, p: Path) -> None:
+    if len(ids) and (ids.min() < 1 or ids.max() > np.iinfo(np.uint32).max):
+        raise UsageError(f"--labels {p}: object ids must lie in 1..{np.iinfo(np.uint32).max} for a uint32 "
+                         f"label image (got {ids.min()}..{ids.max()})")
+
+
+def _frame_query(gdf, id_column: str, p: Path):
+    """`query(minx, miny, maxx, maxy) -> (geometries, ids)` in id order over a GeoDataFrame (an STRtree)."""
+    geoms = np.asarray(gdf.geometry.values, dtype=object) if len(gdf) else np.asarray([], dtype=object)
+    ids = (np.asarray(gdf[id_column], dtype=np.int64) if id_column in gdf.columns
+           else np.arange(1, len(gdf) + 1, dtype=np.int64))
+    _check_ids(ids, p)
+    keep = np.asarray([g is not None and not g.is_empty for g in geoms], bool) if len(geoms) else np.zeros(0, bool)
+    geoms, ids = geoms[keep], ids[keep]
+    order = np.argsort(ids, kind="stable")  # rasterize in id order: the higher id wins an overlap
+    geoms, ids = geoms[order], ids[order]
+    tree = shapely.STRtree(geoms) if len(geoms) else None
+
+    def query(minx, miny, maxx, maxy):
+        if tree is None:
+            return geoms, ids
+        hits = np.sort(tree.query(shapely.box(minx, miny, maxx, maxy)))
+        return geoms[hits], ids[hits]
+
+    return query

@@ -12,6 +12,12 @@ sees half a file. A lock file stops two runs from writing one output at once.
   again, so only the copy keeps the file all-or-nothing; the price is one copy of the existing file.
 * GeoJSON with a CRS is RFC 7946 (WGS84 lon/lat, no `crs` member) unless `geojson_crs="native"`;
   coordinates keep a tenth of a source pixel. Without a CRS it is QuPath's detection GeoJSON.
+* Objects may come as chunks (an iterator of GeoDataFrames, from `writers.stream.ObjectSpool`): GeoPackage
+  and GeoParquet are written a chunk at a time (GeoParquet: one part per chunk, then joined into one file
+  row group by row group); FlatGeobuf, GeoJSON and COCO join the chunks in memory.
+* A partitioned GeoParquet dataset (`dataset=True`, `name.parquet/`) is a folder of parts
+  `part-00000.parquet`, ... (GeoParquet 1.1, each with a covering `bbox` column), written under a temporary
+  name and renamed into place whole.
 * FlatGeobuf carries the run metadata in its header (title, description, metadata); GeoPackage in the
   layer's metadata; GeoParquet in its schema (pandas attrs, `sam3tiles` key); GeoJSON as a foreign
   member `sam3tiles` of the FeatureCollection.
@@ -19,13 +25,18 @@ sees half a file. A lock file stops two runs from writing one output at once.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
+import tempfile
 import warnings
 from pathlib import Path
+from typing import Iterable
 
 import geopandas as gpd
+import numpy as np
+import pandas as pd
 
 from ..errors import OutputError, OutputExistsError, UsageError
 from ..units import Frame, area_unit, coordinate_precision, lonlat_resolution, native_resolution
@@ -83,43 +94,98 @@ def check_layer(path: str | os.PathLike, layer: str | None, overwrite: bool) -> 
                                 f"layer (the other layers are kept), or choose another --layer")
 
 
-def write_vector(gdf: gpd.GeoDataFrame, path: str | os.PathLike, layer: str | None = None,
-                 metadata: dict | None = None, frames: dict[str, Frame] | None = None,
-                 geojson_crs: str = "wgs84", prompts: list[str] | None = None) -> Path:
+def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str | os.PathLike,
+                 layer: str | None = None, metadata: dict | None = None, frames: dict[str, Frame] | None = None,
+                 geojson_crs: str = "wgs84", prompts: list[str] | None = None, dataset: bool = False) -> Path:
     """Write `gdf` by extension, atomically. A GeoDataFrame without a CRS is written as 'no CRS'.
 
+    `gdf` is one GeoDataFrame or its chunks in order (the first, possibly empty, gives the columns).
     `frames` (source file name -> `units.Frame`) say each input's pixel grid: they set the GeoJSON
     coordinate precision, the area unit in the metadata and, for COCO, the images and pixel coordinates.
     `prompts` are the COCO categories, in order. A .gpkg that exists and holds other layers keeps them.
+    `dataset`: `path` is a partitioned GeoParquet dataset folder (see the module doc).
     """
     p = Path(path)
-    driver = DRIVERS[p.suffix.lower()]
+    chunks = iter([gdf] if isinstance(gdf, gpd.GeoDataFrame) else gdf)
+    first = next(chunks)
     frames = frames or {}
     metadata = _json_safe(metadata or {})
+    if dataset:
+        with atomic_path(p, folder=True) as tmp:
+            for k, chunk in enumerate(itertools.chain([first], chunks)):
+                if k == 0 or len(chunk):
+                    _write_parquet(chunk, tmp / f"part-{k:05d}.parquet", metadata)
+        return p
+    driver = DRIVERS[p.suffix.lower()]
     name = layer_name(p, layer)
-    description = _description(gdf, frames)
+    description = _description(first, frames)
+    if driver not in ("GPKG", "Parquet"):  # formats without appends: the chunks joined in memory
+        first = _joined(itertools.chain([first], chunks))
     with atomic_path(p) as tmp:
         if is_coco(p):
             from .coco import write_coco
 
-            write_coco(gdf, tmp, frames, prompts, metadata)
+            write_coco(first, tmp, frames, prompts, metadata)
         elif driver == "Parquet":
-            out = gdf.copy(deep=False)
-            out.attrs = {"sam3tiles": metadata} if metadata else {}
-            # written once; geopandas writes "crs": null for pixel space (an omitted crs would mean WGS84)
-            out.to_parquet(tmp, index=False, schema_version="1.1.0", write_covering_bbox=True)
+            _write_parquet_chunks(itertools.chain([first], chunks), tmp, metadata)
         elif driver == "GPKG":
             if p.exists() and gpkg_layers(p) is not None:
                 shutil.copy2(p, tmp)  # copy, write the layer into the copy, rename: see the module docstring
-            _write_gpkg(gdf, tmp, name, metadata, description)
-        elif driver == "GeoJSON" and gdf.crs is None:
-            write_qupath_geojson(gdf, tmp, metadata, name=name)  # pixel space: detections QuPath imports as they are
+            _write_gpkg(itertools.chain([first], chunks), tmp, name, metadata, description)
+        elif driver == "GeoJSON" and first.crs is None:
+            write_qupath_geojson(first, tmp, metadata, name=name)  # pixel space: detections QuPath imports as they are
         elif driver == "GeoJSON":
-            _write_geojson(gdf, tmp, name, metadata, description, frames, geojson_crs)
+            _write_geojson(first, tmp, name, metadata, description, frames, geojson_crs)
         else:
-            _write_ogr(gdf, tmp, driver, name, {"TITLE": name, "DESCRIPTION": description},
+            _write_ogr(first, tmp, driver, name, {"TITLE": name, "DESCRIPTION": description},
                        {"sam3tiles": json.dumps(metadata)} if metadata else None)
     return p
+
+
+def _joined(chunks: Iterable[gpd.GeoDataFrame]) -> gpd.GeoDataFrame:
+    chunks = list(chunks)
+    if len(chunks) == 1:
+        return chunks[0]
+    return gpd.GeoDataFrame(pd.concat(chunks, ignore_index=True), geometry="geometry", crs=chunks[0].crs)
+
+
+def _write_parquet(gdf: gpd.GeoDataFrame, path: Path, metadata: dict) -> Path:
+    """One GeoParquet 1.1 file with a covering `bbox` column (readers skip row groups by extent); no CRS is
+    written as `"crs": null` (pixel space; an omitted crs would mean WGS84)."""
+    out = gdf.copy(deep=False)
+    out.attrs = {"sam3tiles": metadata} if metadata else {}
+    out.to_parquet(path, index=False, schema_version="1.1.0", write_covering_bbox=True)
+    return path
+
+
+def _write_parquet_chunks(chunks: Iterable[gpd.GeoDataFrame], dest: Path, metadata: dict) -> None:
+    """Chunks -> one GeoParquet file: a part per chunk in a temporary folder, then the parts joined one row
+    group at a time; the `geo` metadata's bbox and geometry types cover every part."""
+    import pyarrow.parquet as pq
+
+    chunks = iter(chunks)
+    first = next(chunks)
+    second = next(chunks, None)
+    if second is None:  # one chunk: written as it is
+        _write_parquet(first, dest, metadata)
+        return
+    with tempfile.TemporaryDirectory(prefix=f".{dest.stem}.parts.", dir=dest.parent) as d:
+        parts = [_write_parquet(c, Path(d) / f"part-{k:05d}.parquet", metadata)
+                 for k, c in enumerate(itertools.chain([first, second], chunks)) if k == 0 or len(c)]
+        metas = [json.loads(pq.read_schema(q).metadata[b"geo"]) for q in parts]
+        geo = metas[0]
+        for name, col in geo["columns"].items():
+            boxes = [m["columns"][name].get("bbox") for m in metas if m["columns"][name].get("bbox")]
+            if boxes:
+                b = np.asarray(boxes, dtype=float)
+                col["bbox"] = [b[:, 0].min(), b[:, 1].min(), b[:, 2].max(), b[:, 3].max()]
+            col["geometry_types"] = sorted({t for m in metas for t in m["columns"][name].get("geometry_types", [])})
+        schema = pq.read_schema(parts[0])
+        meta = dict(schema.metadata)
+        meta[b"geo"] = json.dumps(geo).encode()
+        with pq.ParquetWriter(dest, schema.with_metadata(meta)) as w:
+            for q in parts:
+                w.write_table(pq.read_table(q).replace_schema_metadata(meta))
 
 
 def _json_safe(metadata: dict) -> dict:
@@ -147,16 +213,20 @@ def _write_ogr(gdf, path: Path, driver: str, layer: str, layer_options: dict, la
                                 layer_metadata=layer_metadata, **kw)
 
 
-def _write_gpkg(gdf, path: Path, layer: str, metadata: dict, description: str) -> None:
+def _write_gpkg(chunks: Iterable[gpd.GeoDataFrame], path: Path, layer: str, metadata: dict,
+                description: str) -> None:
     """In chunks: the WKB of one chunk at a time, not of every object at once. The first chunk replaces
     a layer of that name (GDAL drops only that table); the others are appended to it."""
     meta = {"sam3tiles": json.dumps(metadata)} if metadata else None
-    for i in range(0, max(len(gdf), 1), CHUNK_ROWS):
-        part = gdf.iloc[i:i + CHUNK_ROWS]
-        if i == 0:
-            _write_ogr(part, path, "GPKG", layer, {"DESCRIPTION": description}, meta)
-        else:
-            _write_ogr(part, path, "GPKG", layer, {}, None, append=True)
+    k = 0
+    for gdf in chunks:
+        for i in range(0, max(len(gdf), 1), CHUNK_ROWS):
+            part = gdf.iloc[i:i + CHUNK_ROWS]
+            if k == 0:
+                _write_ogr(part, path, "GPKG", layer, {"DESCRIPTION": description}, meta)
+            elif len(part):
+                _write_ogr(part, path, "GPKG", layer, {}, None, append=True)
+            k += 1
 
 
 def _write_geojson(gdf, path: Path, layer: str, metadata: dict, description: str, frames: dict[str, Frame],

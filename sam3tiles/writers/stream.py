@@ -1,0 +1,291 @@
+"""Objects streamed to disk as merge blocks finish, then written to the outputs in job order.
+
+The driver never holds every object of a job: `ObjectSpool` is a SQLite file (in the work folder, or a
+temporary folder) that takes each merge block's decided objects as the block finishes, in one transaction
+per block, as output rows (`frames.objects_frame`: areas in the output's units, --simplify, --min-score,
+--min-area and --max-area already applied). At the end, the outputs are written from it
+chunk by chunk (`CHUNK_ROWS` objects at a time) in job order (input, then the merge's order: tile order
+of each object's first piece), so the ids and the rows are those of a run that held everything in memory,
+whatever order the blocks finished in. GeoPackage and GeoParquet (one file or a partitioned dataset)
+are written a chunk at a time (`writers.vector.write_vector` takes the chunks); FlatGeobuf, GeoJSON and
+COCO are built in memory from the spool (small jobs).
+
+Every output still appears atomically at the end (temporary name, then rename); a killed run leaves only
+the spool in its work folder, which the rerun starts over (its tiles come from the checkpoints).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import shapely
+
+from ..errors import OutputError, OutputExistsError, UsageError
+
+#: Objects per chunk written to an output (and per part of a partitioned GeoParquet dataset); bounds the
+#: shapely objects held at once (~2.5 KB each).
+CHUNK_ROWS = 20_000
+#: Output names that ask for a partitioned GeoParquet dataset (a folder of parts): `objects.parquet/`.
+DATASET_SUFFIXES = (".parquet", ".geoparquet")
+#: The stored columns besides the geometry (`frames.COLUMNS` without the id, which `finalize` gives).
+_STORED = ("prompt", "score", "area", "area_px", "area_um2", "n_tiles")
+
+
+def is_dataset(out: str | os.PathLike | None) -> bool:
+    """Whether `out` names a partitioned GeoParquet dataset: a name ending in `.parquet/` (or an existing
+    folder named `*.parquet`)."""
+    if out is None:
+        return False
+    s = os.fspath(out)
+    p = Path(s)
+    return p.suffix.lower() in DATASET_SUFFIXES and (s.endswith(("/", os.sep)) or p.is_dir())
+
+
+def check_dataset(path: str | os.PathLike, overwrite: bool) -> Path:
+    """Validate a dataset folder before any work: writable parent; an existing one only with `overwrite`,
+    and only when it holds nothing but Parquet parts (never delete what sam3tiles did not write)."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"--out {p}/: the folder {parent} does not exist: create it first")
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"--out {p}/: the folder {parent} is not writable: choose another --out")
+    if p.exists():
+        if not overwrite:
+            raise OutputExistsError(f"--out {p}/ exists: pass --overwrite to replace it, or choose another name")
+        if not p.is_dir() or any(not q.name.endswith(".parquet") for q in p.iterdir()):
+            raise OutputError(f"--out {p}/: it holds files that are not Parquet parts, so it is not a dataset "
+                              "sam3tiles wrote: choose another name (nothing was deleted)")
+    return p
+
+
+@dataclass
+class SpoolInput:
+    """What the spool needs of one input to write its rows."""
+
+    source: str  # the input's file name
+    crs: object  # WKT or None
+    frame: object = None  # its `units.Frame` (area units, pixel size)
+
+
+class ObjectSpool:
+    """Decided objects on disk, per input, with their job order; ids assigned by `finalize`.
+
+    `add` takes one merge block's objects (`merge.Packed` of `Merged`, WKB) and their order keys; only
+    the block's objects are ever in memory. An R-tree over the objects' boxes serves `query` (label
+    images are burnt window by window from it).
+    """
+
+    def __init__(self, folder: str | os.PathLike | None = None):
+        self.folder = folder
+        self.path: Path | None = None
+        self._tmpdir = None
+        self._db: sqlite3.Connection | None = None
+        self.inputs: list[SpoolInput] = []
+        self._has_um: list[bool] = []
+        self._text: dict[str, int] = {}  # prompt / source / backend / model strings -> their code
+        self.rows = 0
+        self._finalized = False
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        # created on first use, so a run that fails before any tile leaves no work folder behind
+        if self._db is None:
+            folder = self.folder
+            if folder is None:
+                self._tmpdir = folder = tempfile.mkdtemp(prefix="sam3tiles-spool-")
+            try:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+                self.path = Path(folder) / f"objects-{uuid.uuid4().hex[:8]}.spool.sqlite"
+                db = sqlite3.connect(self.path, isolation_level=None)
+                db.execute("PRAGMA journal_mode=OFF")  # a scratch file: a killed run starts it over
+                db.execute("PRAGMA synchronous=OFF")
+                db.execute("CREATE TABLE objects (id INTEGER, input INTEGER, ord INTEGER, prompt INTEGER, "
+                           "score REAL, area REAL, area_px REAL, area_um2 REAL, n_tiles INTEGER, "
+                           "source INTEGER, backend INTEGER, model INTEGER, wkb BLOB)")
+                db.execute("CREATE VIRTUAL TABLE boxes USING rtree(oid, minx, maxx, miny, maxy)")
+            except (OSError, sqlite3.Error) as e:
+                raise OutputError(f"cannot create the object spool in {folder} ({e}): free disk space or choose "
+                                  "another --work-dir") from None
+            self._db = db
+        return self._db
+
+    def begin_input(self, info: SpoolInput) -> int:
+        """Register an input; returns its index for `add`."""
+        self.inputs.append(info)
+        f = info.frame  # `units.add_areas` gives area_um2 on slides of known pixel size
+        self._has_um.append(f is not None and f.crs is None and f.pixel_size_um is not None)
+        return len(self.inputs) - 1
+
+    def _code(self, text: str) -> int:
+        return self._text.setdefault(str(text), len(self._text))
+
+    def add(self, input_index: int, gdf: gpd.GeoDataFrame) -> int:
+        """Store one block's output rows (`frames.objects_frame` with its `_order` column), in one
+        transaction. Returns the rows stored."""
+        if not len(gdf):
+            return 0
+        geoms = np.asarray(gdf.geometry.values, dtype=object)
+        bounds = shapely.bounds(geoms)
+        n = len(gdf)
+        um = gdf["area_um2"].to_numpy(float) if "area_um2" in gdf.columns else np.full(n, np.nan)
+        codes = {c: [self._code(v) for v in gdf[c]] for c in ("prompt", "source", "backend", "model")}
+        rows = zip([input_index] * n, gdf["_order"].tolist(), codes["prompt"], gdf["score"].astype(float).tolist(),
+                   gdf["area"].astype(float).tolist(), gdf["area_px"].astype(float).tolist(),
+                   [None if np.isnan(v) else float(v) for v in um], gdf["n_tiles"].astype(int).tolist(),
+                   codes["source"], codes["backend"], codes["model"], list(shapely.to_wkb(geoms)))
+        db = self.db
+        db.execute("BEGIN")
+        try:
+            start = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM objects").fetchone()[0] + 1
+            db.executemany("INSERT INTO objects (input, ord, prompt, score, area, area_px, area_um2, n_tiles, source, "
+                           "backend, model, wkb) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            ok = np.isfinite(bounds).all(axis=1)  # an empty geometry has no box
+            db.executemany("INSERT INTO boxes VALUES (?, ?, ?, ?, ?)",
+                           zip(np.arange(start, start + n)[ok].tolist(), bounds[ok, 0].tolist(),
+                               bounds[ok, 2].tolist(), bounds[ok, 1].tolist(), bounds[ok, 3].tolist()))
+            db.execute("COMMIT")
+        except sqlite3.Error as e:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise OutputError(f"cannot write the object spool {self.path} ({e}): free disk space") from None
+        self.rows += n
+        return n
+
+    def finalize(self) -> None:
+        """Number the objects 1, 2, ... in job order (input, then merge order)."""
+        if self._finalized:
+            return
+        db = self.db
+        db.execute("BEGIN")
+        # in SQLite, not in Python: the numbering of millions of objects costs no driver memory
+        db.execute("CREATE TEMP TABLE numbering (r INTEGER PRIMARY KEY, id INTEGER)")
+        db.execute("INSERT INTO numbering SELECT rowid, ROW_NUMBER() OVER (ORDER BY input, ord) FROM objects")
+        db.execute("UPDATE objects SET id = numbering.id FROM numbering WHERE numbering.r = objects.rowid")
+        db.execute("DROP TABLE numbering")
+        db.execute("COMMIT")
+        db.execute("CREATE INDEX objects_id ON objects (id)")
+        self._finalized = True
+
+    def count(self, inputs: Sequence[int] | None = None) -> int:
+        if inputs is None:
+            return self.rows
+        return sum(self.db.execute("SELECT COUNT(*) FROM objects WHERE input = ?", (i,)).fetchone()[0]
+                   for i in inputs)
+
+    def counts_by_prompt(self) -> dict[str, int]:
+        """Objects per prompt label, over every input, most first."""
+        if not self.rows:
+            return {}
+        names = {v: k for k, v in self._text.items()}
+        out = {names[c]: n for c, n in self.db.execute("SELECT prompt, COUNT(*) FROM objects GROUP BY prompt")}
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    def frames_of(self, inputs: Sequence[int]) -> dict:
+        """Source file name -> `units.Frame` of `inputs` (for the writers: units, COCO images)."""
+        return {self.inputs[i].source: self.inputs[i].frame for i in inputs if self.inputs[i].frame is not None}
+
+    def crs_of(self, inputs: Sequence[int]):
+        """The CRS (WKT or None) shared by `inputs`; different CRSs cannot share one output."""
+        from pyproj import CRS
+
+        crs = [self.inputs[i].crs for i in inputs]
+        if any((c is None) != (crs[0] is None) or (c is not None and CRS(c) != CRS(crs[0])) for c in crs[1:]):
+            raise UsageError("the inputs are in different CRSs, so they cannot share one output: give --out a "
+                             "folder (one output per input)")
+        return crs[0] if crs else None
+
+    def frames(self, inputs: Sequence[int], chunk: int | None = None) -> Iterator[gpd.GeoDataFrame]:
+        """The objects of `inputs` in job order, `chunk` rows at a time, ids counted from 1 over `inputs`
+        (one input: its own numbering; all inputs: the combined output's). Always yields at least one
+        (possibly empty) frame, so an output with no objects still gets its columns."""
+        self.finalize()
+        crs = self.crs_of(inputs)
+        chunk = chunk or CHUNK_ROWS
+        um = any(self._has_um[i] for i in inputs)
+        offset, last, n = None, 0, 0
+        sel = ",".join(str(int(i)) for i in inputs) or "-1"
+        while True:
+            rows = self.db.execute(f"SELECT id, prompt, score, area, area_px, area_um2, n_tiles, source, backend, "
+                                   f"model, wkb FROM objects WHERE id > ? AND input IN ({sel}) ORDER BY id LIMIT ?",
+                                   (last, chunk)).fetchall()
+            if offset is None:
+                offset = rows[0][0] - 1 if rows else 0
+            if not rows and n:
+                return
+            n += 1
+            yield self._frame(rows, offset, crs, um)
+            if not rows:
+                return
+            last = rows[-1][0]
+
+    def _frame(self, rows: list, offset: int, crs, um: bool) -> gpd.GeoDataFrame:
+        """Rows (id, prompt, score, area, area_px, area_um2, n_tiles, source, backend, model, wkb) -> the
+        output's columns in `frames.COLUMNS` order (`um`: with area_um2)."""
+        from ..frames import COLUMNS
+
+        cols = list(zip(*rows)) if rows else [[] for _ in range(11)]
+        names = {v: k for k, v in self._text.items()}
+
+        def text(col):
+            return pd.Series([names[c] for c in col], dtype=object)
+
+        data = {"id": np.asarray(cols[0], dtype=np.int64) - offset, "prompt": text(cols[1]),
+                "score": np.asarray(cols[2], dtype=np.float32), "area": np.asarray(cols[3], dtype=np.float64),
+                "area_px": np.asarray(cols[4], dtype=np.float64),
+                "area_um2": np.asarray([np.nan if v is None else v for v in cols[5]], dtype=np.float64),
+                "n_tiles": np.asarray(cols[6], dtype=np.int32), "source": text(cols[7]),
+                "backend": text(cols[8]), "model": text(cols[9])}
+        if not um:
+            del data["area_um2"]
+        df = pd.DataFrame({c: data[c] for c in COLUMNS if c in data})
+        geoms = shapely.from_wkb(np.asarray(cols[10], dtype=object)) if rows else []
+        return gpd.GeoDataFrame(df, geometry=gpd.GeoSeries(geoms, crs=crs), crs=crs)
+
+    def read(self, inputs: Sequence[int]) -> gpd.GeoDataFrame:
+        """Every object of `inputs` in memory (what `segment()` returns; small jobs)."""
+        frames = list(self.frames(inputs))
+        if len(frames) == 1:
+            return frames[0]
+        return gpd.GeoDataFrame(pd.concat(frames, ignore_index=True), geometry="geometry", crs=frames[0].crs)
+
+    def query(self, minx: float, miny: float, maxx: float, maxy: float, input_index: int = 0):
+        """(geometries, ids) of the objects of one input whose boxes meet the box, in id order (ids as in
+        that input's own numbering)."""
+        self.finalize()
+        base = self.db.execute("SELECT MIN(id) FROM objects WHERE input = ?", (input_index,)).fetchone()[0] or 1
+        rows = self.db.execute("SELECT o.id, o.wkb FROM boxes b JOIN objects o ON o.rowid = b.oid "
+                               "WHERE b.minx <= ? AND b.maxx >= ? AND b.miny <= ? AND b.maxy >= ? AND o.input = ? "
+                               "ORDER BY o.id", (maxx, minx, maxy, miny, input_index)).fetchall()
+        if not rows:
+            return np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64)
+        ids, wkb = zip(*rows)
+        return shapely.from_wkb(np.asarray(wkb, dtype=object)), np.asarray(ids, dtype=np.int64) - (base - 1)
+
+    def close(self) -> None:
+        """Close and delete the spool file (and its temporary folder)."""
+        if self._db is None:
+            return
+        try:
+            self._db.close()
+        finally:
+            self._db = None
+            self.path.unlink(missing_ok=True)
+            if self._tmpdir is not None:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+    def __enter__(self) -> "ObjectSpool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
