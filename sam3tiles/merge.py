@@ -439,8 +439,9 @@ def _tolerant(c: _Cols, a, b, bands, area_a, area_b, frames, ios_min) -> np.ndar
     `LINK_CELLS` mask cells of the larger (masks that moved by a cell between tiles)."""
     small_a = area_a <= area_b
     s, l = np.where(small_a, a, b), np.where(small_a, b, a)
-    tol = LINK_CELLS * MASK_CELL * np.maximum(*(np.asarray([frames[int(t)].pixel for t in c.tiles[x].tolist()])
-                                                for x in (a, b)))
+    ut, inv = np.unique(np.r_[c.tiles[a], c.tiles[b]], return_inverse=True)
+    pix = np.asarray([frames[int(t)].pixel for t in ut.tolist()])[inv.ravel()]  # one frame per tile (lazy frames)
+    tol = LINK_CELLS * MASK_CELL * np.maximum(pix[: len(a)], pix[len(a):])
     gs = shapely.intersection(c.geoms[s], bands)
     gl = shapely.buffer(shapely.intersection(c.geoms[l], bands), tol, quad_segs=2)
     area_s = np.minimum(area_a, area_b)
