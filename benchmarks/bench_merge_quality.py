@@ -185,7 +185,8 @@ def floor_preds(per_tile, frames, truth_by_class, transform):
         for t in truth:
             owner = _owner(frames, t)
             f = frames.get(owner)
-            if f is not None and (f.edges is None or t.distance(f.edges) > 10 * f.pixel) and f.window.contains(t):
+            clear = f is not None and (f.edges is None or t.distance(f.edges) > 10 * f.pixel)
+            if clear and f.window.contains(t):
                 copies = _copies(by_tile.get((owner, k), []), t)
                 for tile in ([] if copies else sorted(i for i, kk in by_tile if kk == k and i != owner)):
                     copies = _copies(by_tile[(tile, k)], t)[:1]
@@ -194,7 +195,7 @@ def floor_preds(per_tile, frames, truth_by_class, transform):
                 out += [(k, c) for c in copies]
                 continue
             views = [q for (tile, kk), geoms in by_tile.items() if kk == k for g, _ in geoms
-                     for q in shapely.get_parts(g) if q.intersects(t) and q.intersection(t).area >= 0.5 * q.area]
+                     for q in shapely.get_parts(g) if _mostly_in(q, t)]
             got = shapely.union_all(views).intersection(t) if views else None
             if got is not None and got.area > 0:
                 out.append((k, got))
@@ -208,10 +209,14 @@ def _copies(geoms, t) -> list:
     """Each mask's regions inside `t` (at least half of the region's area), as one copy per mask."""
     out = []
     for g, _ in geoms:
-        parts = [q for q in shapely.get_parts(g) if q.intersects(t) and q.intersection(t).area >= 0.5 * q.area]
+        parts = [q for q in shapely.get_parts(g) if _mostly_in(q, t)]
         if parts:
             out.append(shapely.union_all(parts))
     return out
+
+
+def _mostly_in(q, t) -> bool:
+    return q.intersects(t) and q.intersection(t).area >= 0.5 * q.area
 
 
 def _owner_said(by_tile, frames, tile, k, q) -> bool:
@@ -219,7 +224,8 @@ def _owner_said(by_tile, frames, tile, k, q) -> bool:
     x0, y0, x1, y1 = q.bounds
     c = shapely.Point((x0 + x1) / 2, (y0 + y1) / 2)
     owners = [i for i, f in frames.items() if i != tile and f.core.contains(c)]
-    return any(g.intersects(q) and g.intersection(q).area > 0 for i in owners for g, _ in by_tile.get((i, k), []))
+    return any(g.intersects(q) and g.intersection(q).area > 0
+               for i in owners for g, _ in by_tile.get((i, k), []))
 
 
 def score(preds, truth_by_class, tile_extent: float) -> dict:
@@ -277,8 +283,8 @@ def union_ious(per_tile, frames, merged, truth_by_class) -> dict:
                 for g, tk, pr in zip(p.geometry, p.tile_key, p.prompt) if pr == k]
         floor = shapely.union_all(said) if said else shapely.Polygon()
         got = shapely.union_all([g for c, g in merged if c == k])
-        out[PROMPTS[k]] = {n: round(float(g.intersection(t).area / g.union(t).area), 3) if not g.is_empty else 0.0
-                           for n, g in (("sam3tiles", got), ("floor", floor))}
+        out[PROMPTS[k]] = {n: round(float(g.intersection(t).area / g.union(t).area), 3) if not g.is_empty
+                           else 0.0 for n, g in (("sam3tiles", got), ("floor", floor))}
     return out
 
 
@@ -323,10 +329,11 @@ def run_cap_refine(size: int, seeds, behaviours=("cap=200", "all")) -> list:
             scene = make_scene(Path(d), "uniform", size, seed)
             for b in behaviours:
                 for refine in ("auto", "off"):
-                    gdf, rep = segment_job(str(scene.path), ["red"], checkpoint=False, workers=1, refine=refine,
-                                           backend=functools.partial(MisbehavingRuntime, ReferenceRuntime(), b))
-                    r = evaluate(gdf, scene.truth).iloc[0]
-                    rows.append([seed, b, refine, len(scene.truth), round(float(r.f1), 3), rep.tiles, rep.saturated])
+                    backend = functools.partial(MisbehavingRuntime, ReferenceRuntime(), b)
+                    gdf, rep = segment_job(str(scene.path), ["red"], checkpoint=False, workers=1,
+                                           refine=refine, backend=backend)
+                    f1 = round(float(evaluate(gdf, scene.truth).iloc[0].f1), 3)
+                    rows.append([seed, b, refine, len(scene.truth), f1, rep.tiles, rep.saturated])
     return rows
 
 
@@ -359,9 +366,10 @@ def main(argv=None) -> int:
     ap.add_argument("--behaviours", nargs="+", default=None, help="presets of sam3tiles.model.misbehaving")
     ap.add_argument("--methods", nargs="+", default=list(METHODS))
     ap.add_argument("--smoke", action="store_true", help="one small scene, one seed, reference and semantic")
-    ap.add_argument("--onnx-n1", action="store_true", help="also the ONNX contract graphs with one mask per prompt")
+    ap.add_argument("--onnx-n1", action="store_true",
+                    help="also the ONNX contract graphs with one mask per prompt")
     ap.add_argument("--cap-refine", type=int, default=0, metavar="SIZE",
-                    help="also the 200 cap through the pipeline with --refine auto/off on a SIZE x SIZE dense scene")
+                    help="also the 200 cap through the pipeline, --refine auto/off, SIZE x SIZE dense scene")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.smoke:

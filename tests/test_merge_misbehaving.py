@@ -248,3 +248,27 @@ def test_a_blob_inside_a_stitched_field_that_its_tile_does_not_own_is_a_view_of_
     assert len(merged.geometry) == 1 and merged.geometry[0].contains(blob)
     c = stats.coverage[0]
     assert c["out"] >= c["owned"] - 1e-6
+
+
+def test_blocked_merge_equals_the_single_merge_with_every_behaviour_on(scene):
+    # the tolerant links, the sliver tolerance and the nested-part rule decide alike in a block's pass and
+    # in the final pass over parts near block edges
+    import sys
+    from pathlib import Path
+
+    from sam3tiles.merge import merge_blocked, tile_blocks
+
+    root = str(Path(__file__).resolve().parents[1])
+    sys.path.insert(0, root)
+    try:
+        from benchmarks.bench_merge_quality import tile_pieces
+    finally:
+        sys.path.remove(root)
+    per_tile, frames, tiles, *_ = tile_pieces(scene.path, "all")
+    pieces = Pieces.concat(per_tile)
+    single, s1 = merge_pieces(pieces, frames)
+    blocked, s2 = merge_blocked(pieces, frames, tile_blocks(tiles, 1))
+    assert len(single.geometry) == len(blocked.geometry) > 100
+    assert all(a.equals(b) for a, b in zip(single.geometry, blocked.geometry))
+    for name in ("links", "duplicates_dropped", "slivers_dropped", "rule_violations"):
+        assert getattr(s1, name) == getattr(s2, name), name
