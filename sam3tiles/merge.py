@@ -17,7 +17,12 @@ mask can stop short of the tile edge. The rules, in order:
 2. *Links by mask overlap in the shared band.* Two parts of one prompt from tiles A and B are compared
    inside A's window intersected with B's: there both tiles saw the same pixels, so two views of one
    object agree (IoU >= 0.5), also when one view is cut by its tile edge. Intersection over the smaller
-   >= 0.8 links part-whole views. Boxes are never used: touching neighbours do not fuse.
+   >= 0.8 links part-whole views. Masks move by a mask cell between tiles (a grown copy beside a shrunk
+   one, a half beside a shrunk whole: for a 3 x 6 cell vehicle IoU and IoS fall far below those bounds), so
+   a pair that fails both is compared once more with `LINK_CELLS` (1) cell of tolerance: the smaller
+   clipped part lying >= 0.8 within one cell of the other. A neighbour one cell away shares only a strip
+   of one cell with that tolerance, so touching objects wider than about 2 cells do not link. Boxes are
+   never used: touching neighbours do not fuse.
 3. *Components.* The connected components of the links are settled one at a time; no link is refused.
    Tiles that disagree (whole in one, two halves in another; two neighbours fused in one) are settled by
    rule 4 and counted as `disagreements`, not as rule violations.
@@ -28,7 +33,9 @@ mask can stop short of the tile edge. The rules, in order:
    the choice), then tile order; scores never decide (they differ between tiles by chance). A complete
    part is kept unless it is linked to a kept part of another tile (it is then another view of that
    object: a duplicate). So the tile owning an object decides what it is (one whole, two halves, two
-   neighbours fused), and a copy another tile sees whole wins where the owner saw it cut or not at all.
+   neighbours fused), and a copy another tile sees whole wins where the owner saw it cut or not at all;
+   but a complete part its tile does not own that lies inside an object stitched from the owners' cut
+   parts (a blob inside a field that only a neighbour reported) is another view of that object.
 5. *Stitching.* A cut part is a duplicate when what it says inside its own tile's core is at least half
    covered by the kept complete parts. The other cut parts are clipped to their tiles' cores (grown by one
    pixel so neighbours overlap; in the cores of tiles that have no part in the component, a miss, they keep
@@ -37,7 +44,8 @@ mask can stop short of the tile edge. The rules, in order:
    across the seams it crosses.
 6. *Slivers.* A cut part that no neighbour matched (or cut parts linked only to each other), lying outside
    its own tile's core and within one mask cell of another object, is the edge of an object another tile
-   owns (a few pixels poking into a tile rarely match in shape): it is dropped and counted.
+   owns (a few pixels poking into a tile rarely match in shape): it is dropped and counted. "Beside" is
+   within `SLIVER_CELLS` (2) mask cells: each of the two copies can move by a cell.
 
 *Coverage.* For every prompt, the output covers what each tile said is object inside its own core, apart
 from the drops of rules 4-6. `MergeStats.coverage` holds per prompt the area the tiles own (each part
@@ -63,6 +71,10 @@ IOS_MIN = 0.8
 PAIR_CHUNK = 20_000
 #: Regions of one mask closer than this many mask cells are one part (rule 0).
 JOIN_CELLS = 1.5
+#: Link tolerance for pairs that fail IoU and IoS (rule 2): masks move by this many cells between tiles.
+LINK_CELLS = 1.0
+#: A cut part within this many mask cells of another tile's part lies beside it (rule 6).
+SLIVER_CELLS = 2.0
 #: Ownership compares distances to the tile edge in steps of this many mask cells (rule 4).
 AUTHORITY_CELLS = 8
 #: A cut part whose own-core area is covered this much by kept parts is a duplicate (rule 5).
@@ -416,7 +428,25 @@ def _links(c: _Cols, cand: np.ndarray, frames, iou_min, ios_min, block, stats) -
     iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
     ios = np.divide(inter, smaller, out=np.zeros_like(inter), where=smaller > 0)
     ok = (iou >= iou_min) | (ios >= ios_min)
+    retry = np.flatnonzero(~ok & (inter > 0))
+    if len(retry):
+        ok[retry] = _tolerant(c, a[retry], b[retry], bands[retry], area_a[retry], area_b[retry], frames, ios_min)
     return a[ok], b[ok]
+
+
+def _tolerant(c: _Cols, a, b, bands, area_a, area_b, frames, ios_min) -> np.ndarray:
+    """Rule 2's second look: the smaller of each pair (clipped to the band) lies >= `ios_min` within
+    `LINK_CELLS` mask cells of the larger (masks that moved by a cell between tiles)."""
+    small_a = area_a <= area_b
+    s, l = np.where(small_a, a, b), np.where(small_a, b, a)
+    ut, inv = np.unique(np.r_[c.tiles[a], c.tiles[b]], return_inverse=True)
+    pix = np.asarray([frames[int(t)].pixel for t in ut.tolist()])[inv.ravel()]  # one frame per tile (lazy frames)
+    tol = LINK_CELLS * MASK_CELL * np.maximum(pix[: len(a)], pix[len(a):])
+    gs = shapely.intersection(c.geoms[s], bands)
+    gl = shapely.buffer(shapely.intersection(c.geoms[l], bands), tol, quad_segs=2)
+    area_s = np.minimum(area_a, area_b)
+    inter = shapely.area(shapely.intersection(gs, gl))
+    return inter >= ios_min * area_s
 
 
 def _components(n: int, la: np.ndarray, lb: np.ndarray) -> np.ndarray:
@@ -607,11 +637,32 @@ class _Resolver:
             if got is None:
                 drops += [(i, "slivers") for i in stitch.tolist()]
             else:
-                outs += got
+                nested = self._nested(kept, got)
+                drops += [(kept[k], "duplicates") for k in nested]
+                outs = [o for k, o in enumerate(outs) if k not in nested] + got
         st.duplicates_dropped += sum(r == "duplicates" for _, r in drops)
         st.slivers_dropped += sum(r == "slivers" for _, r in drops)
         self._account(drops, [g for g, *_ in outs])
         return outs
+
+    def _nested(self, kept: list, stitched: list) -> set:
+        """Positions in `kept` of complete parts whose box centre lies outside their tile's core that lie
+        (>= `IOS_MIN`) inside one stitched object: the tiles owning that area said it is part of the larger object, so the part
+        is another view of it (rule 4: the owner decides)."""
+        if not kept or not stitched:
+            return set()
+        regions = np.asarray([g for g, *_ in stitched], dtype=object)
+        out = set()
+        for k, i in enumerate(kept):
+            g = self.c.geoms[i]
+            x0, y0, x1, y1 = g.bounds
+            # its own centre, not the one grown by its links: those are the large object's cut parts
+            if shapely.contains_xy(self.cores[i], (x0 + x1) / 2, (y0 + y1) / 2):
+                continue
+            inter = shapely.area(shapely.intersection(regions, g))
+            if inter.max() >= IOS_MIN * shapely.area(g):
+                out.add(k)
+        return out
 
     def _stitch(self, s: np.ndarray, comp_tiles: np.ndarray):
         """Rule 5: cut parts clipped to their cores, unioned, split into regions; None for slivers.
@@ -653,7 +704,7 @@ class _Resolver:
         mine, own = set(members.tolist()), set(self.tiles[members].tolist())
         for i in members.tolist():
             hits = self._tree.query(self.c.geoms[i], predicate="dwithin",
-                                    distance=4 * self.frames[int(self.tiles[i])].pixel)
+                                    distance=_sliver_tol(self.frames[int(self.tiles[i])]))
             if any(j not in mine and int(self.tiles[j]) not in own for j in hits.tolist()):
                 return True
         return False
@@ -685,6 +736,11 @@ def _count(stats: MergeStats, name: str, prompts: np.ndarray, areas: np.ndarray)
         stats.count(k, name, s)
 
 
+def _sliver_tol(frame: TileFrame) -> float:
+    """Rule 6's distance in CRS units: `SLIVER_CELLS` mask cells of the tile."""
+    return SLIVER_CELLS * MASK_CELL * frame.pixel
+
+
 def _near_other_tile(idx: np.ndarray, geoms, tiles, frames) -> np.ndarray:
     """Whether a part of another tile lies within the sliver tolerance of each part in `idx`."""
     out = np.zeros(len(idx), dtype=bool)
@@ -692,7 +748,7 @@ def _near_other_tile(idx: np.ndarray, geoms, tiles, frames) -> np.ndarray:
         return out
     tree = shapely.STRtree(geoms)
     for k, i in enumerate(idx.tolist()):
-        near = tree.query(geoms[i], predicate="dwithin", distance=4 * frames[int(tiles[i])].pixel)
+        near = tree.query(geoms[i], predicate="dwithin", distance=_sliver_tol(frames[int(tiles[i])]))
         out[k] = bool((tiles[near] != tiles[i]).any())
     return out
 

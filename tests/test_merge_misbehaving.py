@@ -217,3 +217,58 @@ def test_misbehaving_answers_merge_into_whole_objects(scene, beh):
         assert best >= 0.97
     cov = rep.merge["coverage"]
     assert cov and all(c["owned"] > 0 and c["out"] > 0 for c in cov.values())
+
+
+def test_small_object_whose_masks_moved_by_a_cell_is_one_object():
+    # a 20 x 10 px vehicle at x 882..902 in the band of tiles 0 and 1: tile 1 (the owner) sees it shrunk by
+    # a mask cell (3.5 px), tile 0 as a half grown by a cell (IoU 0.29, IoS 0.61): another view, not a
+    # second object
+    shrunk = box(882, 200, 898.5, 206.5)
+    half = box(878.5, 196.5, 892, 210)
+    assert shrunk.intersection(half).area / min(shrunk.area, half.area) < 0.8
+    frames, pieces = _frames_and_pieces(GRID, [((0, 1), shrunk, True), ((0, 0), half, True)])
+    merged, stats = merge_pieces(pieces, frames)
+    assert [g.bounds for g in merged.geometry] == [shrunk.bounds] and stats.links == 1
+    # a neighbour whose mask overlaps it by half a pixel is not another view of it
+    beside = box(882, 206, 902, 216)
+    frames, pieces = _frames_and_pieces(GRID, [((0, 1), shrunk, True), ((0, 0), beside, True)])
+    merged, stats = merge_pieces(pieces, frames)
+    assert len(merged.geometry) == 2 and stats.links == 0
+
+
+def test_a_blob_inside_a_stitched_field_that_its_tile_does_not_own_is_a_view_of_the_field():
+    # a field larger than both tiles, cut in each; tile 0 also reports a small complete blob inside the
+    # field in tile 1's core: tile 1 said that area is field, so the blob is a duplicate (its area covered)
+    field_ = box(400, 100, 1700, 700)
+    blob = box(1000, 300, 1012, 312)
+    frames, pieces = _frames_and_pieces(GRID, [((0, 0), field_.intersection(box(0, 0, 1008, 1008)), False),
+                                               ((0, 0), blob, True),
+                                               ((0, 1), field_.intersection(box(784, 0, 1792, 1008)), False)])
+    merged, stats = merge_pieces(pieces, frames)
+    assert len(merged.geometry) == 1 and merged.geometry[0].contains(blob)
+    c = stats.coverage[0]
+    assert c["out"] >= c["owned"] - 1e-6
+
+
+def test_blocked_merge_equals_the_single_merge_with_every_behaviour_on(scene):
+    # the tolerant links, the sliver tolerance and the nested-part rule decide alike in a block's pass and
+    # in the final pass over parts near block edges
+    import sys
+    from pathlib import Path
+
+    from sam3tiles.merge import merge_blocked, tile_blocks
+
+    root = str(Path(__file__).resolve().parents[1])
+    sys.path.insert(0, root)
+    try:
+        from benchmarks.bench_merge_quality import tile_pieces
+    finally:
+        sys.path.remove(root)
+    per_tile, frames, tiles, *_ = tile_pieces(scene.path, "all")
+    pieces = Pieces.concat(per_tile)
+    single, s1 = merge_pieces(pieces, frames)
+    blocked, s2 = merge_blocked(pieces, frames, tile_blocks(tiles, 1))
+    assert len(single.geometry) == len(blocked.geometry) > 100
+    assert all(a.equals(b) for a, b in zip(single.geometry, blocked.geometry))
+    for name in ("links", "duplicates_dropped", "slivers_dropped", "rule_violations"):
+        assert getattr(s1, name) == getattr(s2, name), name
