@@ -258,3 +258,21 @@ def test_cloud_paths_are_identified_through_gdal(served, capfd, monkeypatch):
     monkeypatch.setenv("AWS_NO_SIGN_REQUEST", "YES")  # no credential search (seconds on a machine off EC2)
     assert file_stamp("s3://no-such-bucket-sam3tiles/x.tif") is None
     assert "ERROR" not in capfd.readouterr().err
+
+
+def test_a_killed_runs_spool_is_removed_by_the_next_run_but_not_a_living_one(tmp_path):
+    """A walltime kill leaves the spool (about the output's size) in the work folder: the rerun removes it;
+    a spool another living run holds in the same folder stays."""
+    stale = tmp_path / "objects-deadbeef.spool.sqlite"
+    stale.write_bytes(b"x" * 1000)
+    mine = tmp_path / "my-notes.sqlite"  # not a spool: never touched
+    mine.write_bytes(b"y")
+    living = stream.ObjectSpool(tmp_path)
+    living.db  # created, and held
+    other = stream.ObjectSpool(tmp_path)
+    other.db
+    assert not stale.exists() and mine.exists()
+    assert living.path.exists() and other.path.exists()
+    other.close()
+    living.close()
+    assert not living.path.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["my-notes.sqlite"]

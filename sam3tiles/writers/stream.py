@@ -91,6 +91,7 @@ class ObjectSpool:
         self.path: Path | None = None
         self._tmpdir = None
         self._db: sqlite3.Connection | None = None
+        self._lock: int | None = None  # a file descriptor holding an flock on the spool while it lives
         self.inputs: list[SpoolInput] = []
         self._has_um: list[bool] = []
         self._text: dict[str, int] = {}  # prompt / source / backend / model strings -> their code
@@ -106,8 +107,10 @@ class ObjectSpool:
                 self._tmpdir = folder = tempfile.mkdtemp(prefix="sam3tiles-spool-")
             try:
                 Path(folder).mkdir(parents=True, exist_ok=True)
+                remove_stale_spools(folder)
                 self.path = Path(folder) / f"objects-{uuid.uuid4().hex[:8]}.spool.sqlite"
                 db = sqlite3.connect(self.path, isolation_level=None)
+                self._lock = _hold(self.path)
                 db.execute("PRAGMA journal_mode=OFF")  # a scratch file: a killed run starts it over
                 db.execute("PRAGMA synchronous=OFF")
                 db.execute("CREATE TABLE objects (id INTEGER, input INTEGER, ord INTEGER, prompt INTEGER, "
@@ -280,6 +283,9 @@ class ObjectSpool:
             self._db.close()
         finally:
             self._db = None
+            if self._lock is not None:
+                os.close(self._lock)
+                self._lock = None
             self.path.unlink(missing_ok=True)
             if self._tmpdir is not None:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
@@ -289,3 +295,42 @@ class ObjectSpool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _hold(path: Path) -> int | None:
+    """An exclusive flock on `path` for as long as the spool lives (None where flock is not available)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: stale spools are not cleaned up
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def remove_stale_spools(folder: str | os.PathLike) -> list[Path]:
+    """Spool files a killed run left in `folder` (a walltime kill leaves one per run, each about the
+    output's size): those no living spool holds (`_hold`) are removed."""
+    try:
+        import fcntl
+    except ImportError:
+        return []
+    gone = []
+    for q in Path(folder).glob("objects-????????.spool.sqlite"):
+        try:
+            fd = os.open(q, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            q.unlink(missing_ok=True)
+            gone.append(q)
+        except OSError:
+            pass  # held: a run using this work folder now
+        finally:
+            os.close(fd)
+    return gone
