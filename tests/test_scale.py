@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 import shapely
 from click.testing import CliRunner
-
 from range_server import serve
+
 from sam3tiles.demo import write_scene
 from sam3tiles.errors import UsageError
 from sam3tiles.pipeline import segment_job
