@@ -30,14 +30,14 @@ from .common import ROOT, emit, smoke
 from .synthetic import cached_scene
 
 
-def measure(size: int, prompts: list[str], workers: int | None, cell: int = 500) -> dict:
+def measure(size: int, prompts: list[str], workers: int | None, cell: int = 500, refine: str = "auto") -> dict:
     path = cached_scene(size, size, cell)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         _, report = segment_job(str(path), prompts, backend="reference", out=f"{tmp}/out.gpkg",
-                                workers=workers, return_objects=False)  # as the CLI runs it
+                                workers=workers, refine=refine, return_objects=False)  # as the CLI runs it
         wall = time.perf_counter() - t0
-    return {"size": size, "cell": cell, "tiles": report.tiles, "objects": report.objects, "wall_s": round(wall, 1),
+    return {"size": size, "cell": cell, "refine": refine, "tiles": report.tiles, "saturated": report.saturated, "objects": report.objects, "wall_s": round(wall, 1),
             "tiles_per_s": round(report.tiles / wall, 2),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
@@ -49,6 +49,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--cell", type=int, action="append", default=None,
                     help="one object per CELL x CELL px (default 500; repeat to compare densities)")
+    ap.add_argument("--refine", default="auto", choices=("auto", "off"),
+                    help="off: dense tiles are not refined (the same tiles at every density: memory against objects "
+                         "alone; tiles over the 200 cap lose objects)")
     ap.add_argument("--measure", action="store_true", help="(internal) measure in this process")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="a 1500 px scene, in this process (checks the code)")
@@ -58,7 +61,7 @@ def main(argv=None) -> int:
         args.size, args.measure = 1500, True
     cells = args.cell or [500]
     if args.measure:
-        emit(measure(args.size, prompts, args.workers, cells[0]), args.json)
+        emit(measure(args.size, prompts, args.workers, cells[0], args.refine), args.json)
         return 0
     runs = []
     for cell in cells:
@@ -66,7 +69,7 @@ def main(argv=None) -> int:
         subprocess.run([sys.executable, "-c", "from benchmarks.synthetic import cached_scene; "
                         f"cached_scene({args.size}, {args.size}, {cell})"], cwd=ROOT, check=True)
         cmd = [sys.executable, "-m", "benchmarks.bench_memory", "--size", str(args.size), "--cell", str(cell),
-               "--measure", "--json"]
+               "--refine", args.refine, "--measure", "--json"]
         for t in prompts:
             cmd += ["--text", t]
         if args.workers:
