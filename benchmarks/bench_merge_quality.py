@@ -50,7 +50,6 @@ from pathlib import Path
 
 import numpy as np
 import shapely
-from affine import Affine
 
 from .common import emit, table
 

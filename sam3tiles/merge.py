@@ -570,7 +570,7 @@ class _Resolver:
 
     def _pairs(self, a: np.ndarray, b: np.ndarray):
         """Rule 4 for components of two complete parts of two tiles: the one of more authority is kept."""
-        c, st = self.c, self.stats
+        c = self.c
         oa, ob = ~self.owned[a], ~self.owned[b]
         ea, eb = self.edge_q[a], self.edge_q[b]
         a_wins = (oa < ob) | ((oa == ob) & ((ea > eb) | ((ea == eb) & (c.order[a] < c.order[b]))))

@@ -32,12 +32,6 @@ def is_remote(path: str) -> bool:
     return "://" in s or s.startswith("/vsi")
 
 
-def _redact(url: str) -> str:
-    """A URL without its query string (a presigned URL's signature is a credential: never in messages)."""
-    parts = urllib.parse.urlsplit(url)
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")) + ("?..." if parts.query else "")
-
-
 def input_name(path: str) -> str:
     """The input's file name (the `source` column, per-input output names): for a URL, the last segment of
     its path, without the query string (a presigned URL's signature is no part of the name)."""

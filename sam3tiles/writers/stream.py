@@ -37,8 +37,6 @@ from ..errors import OutputError, OutputExistsError, UsageError
 CHUNK_ROWS = 20_000
 #: Output names that ask for a partitioned GeoParquet dataset (a folder of parts): `objects.parquet/`.
 DATASET_SUFFIXES = (".parquet", ".geoparquet")
-#: The stored columns besides the geometry (`frames.COLUMNS` without the id, which `finalize` gives).
-_STORED = ("prompt", "score", "area", "area_px", "area_um2", "n_tiles")
 
 
 def is_dataset(out: str | os.PathLike | None) -> bool:
