@@ -18,7 +18,7 @@ Inputs = Union[str, os.PathLike, Any, Iterable[Union[str, os.PathLike, Any]]]
 _D = Options()  # the registry's defaults, so the signature below cannot drift from them
 
 
-def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequence[GeoBox | str] = (),
+def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequence[GeoBox | str | tuple | Any] = (),
             box_file: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
             overwrite: bool = False, labels: str | os.PathLike | None = None,
             work_dir: str | os.PathLike | None = None, fresh: bool = False, checkpoint: bool = True,
@@ -49,7 +49,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             (read again by its `name`), or a list of them. A numpy array is refused: write it to a GeoTIFF with rasterio (with its transform and
             CRS) and pass the path.
         prompts: what to find: one text ("building") or several (["building", "car"]).
-        boxes: example boxes "MINX,MINY,MAXX,MAXY[,neg]" (or `GeoBox`) in the raster's CRS.
+        boxes: example boxes in the raster's CRS: (minx, miny, maxx, maxy[, positive]) tuples, shapely
+            geometries (their bounds), `GeoBox`, or text "MINX,MINY,MAXX,MAXY[,neg]".
         box_file: a vector file of example boxes (any CRS; optional 'label' column 1/0).
         out: write the objects there (.gpkg, .parquet, .fgb, .geojson, .coco.json; "name.parquet/": a
             partitioned GeoParquet dataset), or into a folder (one .gpkg per input); with `out`,

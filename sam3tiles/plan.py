@@ -217,7 +217,7 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     if report_path is None and dest is not None:
         report_path = Path(str(dest).rstrip("/") + ".report.json")
     opts, spec = resolve_model(opts)
-    geo_boxes = [GeoBox.parse(b) if isinstance(b, str) else b for b in boxes]
+    geo_boxes = [GeoBox.coerce(b) for b in boxes]
     planned = tuple(plan_input(path, opts, d) for path, d in zip(paths, per_input))
     check_plan(paths, [f for i in planned for f in i.files], [i.crs for i in planned], [i.n_tiles for i in planned],
                opts, combined=combined, per_input=per_input, labels=label_path, report=report_path,

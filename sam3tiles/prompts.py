@@ -49,6 +49,35 @@ class GeoBox:
             raise UsageError(f"--box {text!r}: needs MINX < MAXX and MINY < MAXY")
         return cls(x0, y0, x1, y1, label)
 
+    @classmethod
+    def coerce(cls, value) -> "GeoBox":
+        """An example box from what `boxes=` takes: a GeoBox; text 'MINX,MINY,MAXX,MAXY[,neg]'; a tuple
+        (minx, miny, maxx, maxy[, positive]); a shapely geometry (its bounds, positive). Anything else is a
+        UsageError naming the forms."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            return cls.parse(value)
+        forms = ("give boxes as (minx, miny, maxx, maxy) tuples, 'MINX,MINY,MAXX,MAXY[,neg]' text, shapely "
+                 "geometries (their bounds) or sam3tiles.GeoBox, in the raster's CRS")
+        if hasattr(value, "geom_type") and hasattr(value, "bounds"):  # shapely: its bounding box
+            b = tuple(value.bounds) if not value.is_empty else ()
+            if len(b) != 4 or not (b[2] > b[0] and b[3] > b[1]):
+                raise UsageError(f"example box {value.wkt[:60]}: a {value.geom_type} without area is no box: {forms}")
+            return cls(*(float(v) for v in b))
+        if isinstance(value, (tuple, list)) and len(value) in (4, 5):
+            label = value[4] if len(value) == 5 else True
+            if isinstance(label, str):
+                return cls.parse(",".join(map(str, value)))
+            try:
+                x0, y0, x1, y1 = (float(v) for v in value[:4])
+            except (TypeError, ValueError):
+                raise UsageError(f"example box {value!r}: the coordinates must be numbers: {forms}") from None
+            if not all(math.isfinite(v) for v in (x0, y0, x1, y1)) or x1 <= x0 or y1 <= y0:
+                raise UsageError(f"example box {value!r}: needs minx < maxx and miny < maxy: {forms}")
+            return cls(x0, y0, x1, y1, bool(label))
+        raise UsageError(f"example box {value!r:.80}: not a box: {forms}")
+
 
 @dataclass(frozen=True)
 class Prompt:

@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from .checkpoint import TileStore, join_parts, prompt_part, tile_key
+from .checkpoint import TileStore, encode_result, join_parts, prompt_part, tile_key
 from .engine import Engine, _count
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, shippable
 from .frames import objects_frame
@@ -332,14 +332,17 @@ class _BatchedPuts:
         self.store, self.items, self.tiles, self.due = store, [], 0, time.monotonic() + self.SECONDS
 
     def add(self, items: list) -> None:
-        self.items += items
+        """Queue [(key, TileResult)]: each row is encoded now, not at the flush, so the batch shares no
+        mutable state with the results it was given (delivery hands their pieces on and drops them)."""
+        if self.store is not None:
+            self.items += [(k, encode_result(r)) for k, r in items]
         self.tiles += 1
         if self.tiles >= self.BATCH or time.monotonic() > self.due:
             self.flush()
 
     def flush(self) -> None:
         if self.store is not None and self.items:
-            self.store.put_many(self.items)
+            self.store.put_encoded(self.items)
         self.items, self.tiles, self.due = [], 0, time.monotonic() + self.SECONDS
 
 
