@@ -80,11 +80,28 @@ class GeoBox:
 
 
 @dataclass(frozen=True)
+class ExampleImage:
+    """An example from another image (`--example-image`): the chip's whole extent is one exemplar. `digest`:
+    a hash of the file's bytes (checkpoint keys: a changed chip invalidates the tiles it reached)."""
+
+    path: str
+    positive: bool = True
+    digest: str = ""
+
+
+@dataclass(frozen=True)
 class Prompt:
-    """One thing to find: a text, example boxes, or both. Box-only prompts send SAM 3 the text 'visual'."""
+    """One thing to find: a text, example boxes or example images, or both. Prompts without text send
+    SAM 3 the text 'visual'."""
 
     text: str | None
     boxes: tuple[GeoBox, ...] = field(default=())
+    images: tuple[ExampleImage, ...] = field(default=())
+
+    @property
+    def examples(self) -> tuple:
+        """Every exemplar of the prompt: its boxes, then its example images."""
+        return self.boxes + self.images
 
     def __post_init__(self) -> None:
         if self.text is not None:
@@ -95,8 +112,8 @@ class Prompt:
                 raise PromptError(f"a --text prompt is {len(t)} characters long: SAM 3 reads at most 30 word "
                                   "tokens; shorten it")
             object.__setattr__(self, "text", t)
-        elif not self.boxes:
-            raise PromptError("a prompt needs a text or at least one example box")
+        elif not self.boxes and not self.images:
+            raise PromptError("a prompt needs a text, an example box or an example image")
 
     @property
     def model_text(self) -> str:
@@ -110,16 +127,17 @@ class Prompt:
         return self.text
 
 
-def build_prompts(texts: Sequence[str], boxes: Sequence[GeoBox]) -> list[Prompt]:
-    """Boxes go with every text prompt; without texts they form one box-only prompt."""
-    if not texts and not boxes:
-        raise PromptError("nothing to find: give --text (e.g. --text building) or example boxes (--box/--box-file)")
+def build_prompts(texts: Sequence[str], boxes: Sequence[GeoBox], images: Sequence[ExampleImage] = ()) -> list[Prompt]:
+    """Boxes and example images go with every text prompt; without texts they form one prompt."""
+    if not texts and not boxes and not images:
+        raise PromptError("nothing to find: give --text (e.g. --text building), example boxes (--box/--box-file) "
+                          "or example images (--example-image)")
     seen: dict[str, Prompt] = {}
     for t in texts:
-        p = Prompt(t, tuple(boxes))
+        p = Prompt(t, tuple(boxes), tuple(images))
         seen.setdefault(p.text.lower(), p)  # type: ignore[union-attr]
     if not texts:
-        return [Prompt(None, tuple(boxes))]
+        return [Prompt(None, tuple(boxes), tuple(images))]
     return list(seen.values())
 
 
