@@ -97,7 +97,7 @@ def write_chip(tmp: Path, size: int, seed: int, geo: bool) -> Path:
     from sam3tiles.testing import write_raster
 
     other = tmp / f"other{seed}.tif"
-    truth = write_scene(other, max(3 * size, 600), size, seed + 100)
+    truth = write_scene(other, max(5 * size, 900), size, seed + 100)
     x0, y0, x1, y1 = pick(truth, "blue", size)
     with rasterio.open(other) as ds:
         chip = ds.read(window=((y0, y1), (x0, x1)))

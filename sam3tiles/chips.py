@@ -76,7 +76,7 @@ def _open(img: ExampleImage, bands: Sequence[int] | None = None):
     try:
         return open_source(img.path, bands=bands)
     except BandError as e:
-        raise BandError(f"--example-image {img.path}: {str(e).split(': ', 1)[-1]}; an example image needs 3 "
+        raise BandError(f"--example-image {img.path}: {str(e).split(': ', 1)[0]}; an example image needs 3 "
                         "bands (R,G,B, optionally alpha), 1 (grey), or the input's band count") from None
     except InputDataError as e:
         raise InputDataError(f"--example-image {img.path}: cannot be used as an example ({e})") from None

@@ -11,9 +11,12 @@ features cannot be handed from one tile to another: its pixels must be in each t
    padding, or its context margin outside the core (overlap/2 on interior sides, content that a
    neighbour owns and sees). A paste keeps `GUARD` pixels from the core (grown by the merge's one pixel)
    and from other pastes, so no mask cell of the pasted copy can touch the core. Among the free
-   positions each paste takes the one farthest from the core (the tile's corners first, then flush
-   against an outer edge), then the one hiding the fewest content pixels: the paste stays as far as it
-   can from anything the tile owns and prefers padding to content.
+   positions each paste takes one hiding no content (padding, or the exemplar strip) when there is one,
+   then the one farthest from the core (the tile's corners first, then flush against an outer edge),
+   then the one hiding the fewest content pixels, then the bottom-right one (the same corner in every
+   tile: an object crossing a seam is then never hidden from both sides). A paste over content clips the real objects it hides
+   (rule 4), so padding always wins. Exemplars too large for any margin get a strip: `sam3tiles.strip`.
+   Patches are laid out largest first (`layout`), so a small one never takes the room a large one needs.
 3. *Bound and choice.* At most `MAX_PASTES` exemplars are pasted per tile: every paste hides up to a
    ~110 px square of context margin, and on the 1-slot decoder (v0.3.0) every exemplar is one more
    decoder pass per prompt. Order: for each prompt whose tile holds no positive example, its nearest
@@ -184,7 +187,10 @@ def place(tile: Tile, w: int, h: int, taken: Sequence[tuple]) -> tuple[int, int]
             if any(_hit(r, b) for b in blocked):
                 continue
             hidden = max(0, min(vw, x + w) - x) * max(0, min(vh, y + h) - y)
-            rank = (-_gap(r, core), hidden, y, x)
+            # padding before content, then far from the core, then the bottom-right first: every tile takes
+            # the same corner, so a tile's paste hides only what its bottom-right neighbours own, and those
+            # hide their own bottom-right, never the same object from the other side of the seam
+            rank = (hidden > 0, -_gap(r, core), hidden, -y, -x)
             if best_rank is None or rank < best_rank:
                 best, best_rank = (x, y), rank
     return best
@@ -393,7 +399,8 @@ class InputExemplars:
     boxes: list
     exemplars: list[Exemplar | None]
     scale: float = 1.0
-    counts: dict = field(default_factory=lambda: {"in_place": 0, "no_room": 0, "over_bound": 0})
+    counts: dict = field(default_factory=lambda: dict.fromkeys(
+        ("in_place", "no_room", "over_bound", "margin", "padding", "strip"), 0))
     _no_room: dict = field(default_factory=dict)  # exemplar index -> tiles it fitted nowhere in
 
     def plan(self, tile: Tile) -> TilePlan:

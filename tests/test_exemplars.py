@@ -236,3 +236,6 @@ def test_exemplar_benchmark_smoke(capsys):
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert r["none_far"]["pred"] == 0 and r["pasted_far"]["tp"] > 0 and r["pasted_home"]["tp"] == r["in_place"]["tp"]
     assert r["ms"]["encode"] > 0 and r["box_slots"] == 1
+    # issue 19: a building too large for the margin (the strip), and a chip cut from another scene
+    assert r["strip_px"] > 0 and r["strip_pasted_far"]["tp"] > 0 and r["strip_none_far"]["pred"] == 0
+    assert r["chip_far"]["tp"] > 0
