@@ -18,8 +18,9 @@ Inputs = Union[str, os.PathLike, Any, Iterable[Union[str, os.PathLike, Any]]]
 _D = Options()  # the registry's defaults, so the signature below cannot drift from them
 
 
-def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequence[GeoBox | str] = (),
-            box_file: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
+def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequence[GeoBox | str | tuple | Any] = (),
+            box_file: str | os.PathLike | None = None, example_images: Sequence[str | os.PathLike] = (),
+            out: str | os.PathLike | None = None,
             overwrite: bool = False, labels: str | os.PathLike | None = None,
             work_dir: str | os.PathLike | None = None, fresh: bool = False, checkpoint: bool = True,
             report_path: str | os.PathLike | None = None, client: Any = None, options: Options | None = None,
@@ -49,8 +50,11 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             (read again by its `name`), or a list of them. A numpy array is refused: write it to a GeoTIFF with rasterio (with its transform and
             CRS) and pass the path.
         prompts: what to find: one text ("building") or several (["building", "car"]).
-        boxes: example boxes "MINX,MINY,MAXX,MAXY[,neg]" (or `GeoBox`) in the raster's CRS.
+        boxes: example boxes in the raster's CRS: (minx, miny, maxx, maxy[, positive]) tuples, shapely
+            geometries (their bounds), `GeoBox`, or text "MINX,MINY,MAXX,MAXY[,neg]".
         box_file: a vector file of example boxes (any CRS; optional 'label' column 1/0).
+        example_images: exemplars from other images, "PATH[,neg]" (a folder or glob: every image in it);
+            see `sam3tiles.chips`.
         out: write the objects there (.gpkg, .parquet, .fgb, .geojson, .coco.json; "name.parquet/": a
             partitioned GeoParquet dataset), or into a folder (one .gpkg per input); with `out`,
             checkpoints are kept beside it and a rerun resumes.
@@ -89,7 +93,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
     changes = {k: v for k, v in locals().items() if k in _OPTION_NAMES}
     changes = {k: v for k, v in changes.items() if options is None or v != getattr(_D, k)}
     gdf, report = segment_job(inputs, [prompts] if isinstance(prompts, str) else list(prompts), boxes=boxes,
-                         box_file=None if box_file is None else str(box_file), out=out, overwrite=overwrite,
+                         box_file=None if box_file is None else str(box_file),
+                         example_images=[str(e) for e in example_images], out=out, overwrite=overwrite,
                          options=options, client=client, work_dir=work_dir, fresh=fresh, checkpoint=checkpoint,
                          report_path=report_path, labels=labels, return_objects=return_objects, **changes)
     return gdf if return_objects else report

@@ -99,7 +99,12 @@ class TileStore:
 
     def put_many(self, items: list[tuple[str, TileResult]]) -> None:
         """Store several results in one transaction: all of them or, if the process dies, none."""
-        blobs = [(key, SCHEMA, encode_result(r)) for key, r in items]
+        self.put_encoded([(key, encode_result(r)) for key, r in items])
+
+    def put_encoded(self, items: list[tuple[str, bytes]]) -> None:
+        """`put_many` of rows already encoded (`encode_result`): what a batch of writes holds, so a row
+        is fixed when it is queued and nothing done to the result afterwards can reach it."""
+        blobs = [(key, SCHEMA, blob) for key, blob in items]
         with self._lock:
             db = self._db
             db.execute("BEGIN")

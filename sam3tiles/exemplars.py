@@ -11,9 +11,12 @@ features cannot be handed from one tile to another: its pixels must be in each t
    padding, or its context margin outside the core (overlap/2 on interior sides, content that a
    neighbour owns and sees). A paste keeps `GUARD` pixels from the core (grown by the merge's one pixel)
    and from other pastes, so no mask cell of the pasted copy can touch the core. Among the free
-   positions each paste takes the one farthest from the core (the tile's corners first, then flush
-   against an outer edge), then the one hiding the fewest content pixels: the paste stays as far as it
-   can from anything the tile owns and prefers padding to content.
+   positions each paste takes one hiding no content (padding, or the exemplar strip) when there is one,
+   then the one farthest from the core (the tile's corners first, then flush against an outer edge),
+   then the one hiding the fewest content pixels, then the bottom-right one (the same corner in every
+   tile: an object crossing a seam is then never hidden from both sides). A paste over content clips the real objects it hides
+   (rule 4), so padding always wins. Exemplars too large for any margin get a strip: `sam3tiles.strip`.
+   Patches are laid out largest first (`layout`), so a small one never takes the room a large one needs.
 3. *Bound and choice.* At most `MAX_PASTES` exemplars are pasted per tile: every paste hides up to a
    ~110 px square of context margin, and on the 1-slot decoder (v0.3.0) every exemplar is one more
    decoder pass per prompt. Order: for each prompt whose tile holds no positive example, its nearest
@@ -42,7 +45,7 @@ from rasterio.windows import Window
 
 from .grid import Tile
 from .model.runtime import MASK_SIZE, MODEL_SIZE, Detections, ExampleBox, TileImage
-from .prompts import GeoBox, Prompt, tile_boxes
+from .prompts import ExampleImage, GeoBox, Prompt, tile_boxes
 from .vectorize import InstanceCrop, crop_detections
 
 #: Grid pixels of context read around an example box.
@@ -52,21 +55,25 @@ MARGIN = 8
 GUARD = 16
 #: Exemplars pasted into one tile at most (see the module notes).
 MAX_PASTES = 4
+#: The largest exemplar (its smaller side, grid pixels at the run's scale) a tile input takes: a third of
+#: it, so the exemplar strip (`sam3tiles.strip`) leaves the tile two thirds of its input.
+LIMIT = MODEL_SIZE // 3
 _CELL = MODEL_SIZE / MASK_SIZE
 _RIM = 4  # one mask cell, rounded up: bilinear upsampling reads one cell either side
 
 
 @dataclass(frozen=True, eq=False)
 class Exemplar:
-    """One example box's patch: `rgb` uint8 [3,h,w], `valid` bool [h,w], `box_px` the box inside the patch
-    (x0, y0, x1, y1, patch pixels), `centre` the box centre and `grid_xyxy` the box in grid pixels."""
+    """One exemplar's patch: `rgb` uint8 [3,h,w], `valid` bool [h,w], `box_px` the box inside the patch
+    (x0, y0, x1, y1, patch pixels; an example image's whole extent), `centre` the box centre and
+    `grid_xyxy` the box in grid pixels."""
 
     index: int
-    box: GeoBox
+    box: GeoBox | ExampleImage
     rgb: np.ndarray
     valid: np.ndarray
     box_px: tuple[float, float, float, float]
-    centre: tuple[float, float]
+    centre: tuple[float, float] | None  # None: an example image (it lies nowhere in the input)
     grid_xyxy: tuple[float, float, float, float] = (-math.inf, -math.inf, math.inf, math.inf)
 
     @property
@@ -84,33 +91,57 @@ class Paste:
     w: int
     h: int
     box: ExampleBox
+    where: str = "margin"  # "margin" (hides context a neighbour owns), "padding" or "strip" (see `paste_area`)
 
     @property
     def xyxy(self) -> tuple[int, int, int, int]:
         return (self.x0, self.y0, self.x0 + self.w, self.y0 + self.h)
 
 
-def distinct_boxes(prompts: Sequence[Prompt]) -> list[GeoBox]:
-    """Every prompt's example boxes, each once, in order of appearance."""
-    return list(dict.fromkeys(b for p in prompts for b in p.boxes))
+def distinct_boxes(prompts: Sequence[Prompt]) -> list:
+    """Every prompt's exemplars (example boxes, then example images), each once, in order of appearance."""
+    return list(dict.fromkeys(b for p in prompts for b in p.examples))
 
 
-def read_exemplars(src, boxes: Sequence[GeoBox], scale_xy: tuple[float, float]) -> list[Exemplar | None]:
-    """Each box's patch from `src` (any `readers.Source`) at `scale_xy` grid pixels per source pixel; None
-    for a box that misses the source. Reads `len(boxes)` small windows, once per input."""
+def patch_window(src_transform, width: int, height: int, b: GeoBox, scale_xy: tuple[float, float]):
+    """Where box `b`'s patch lies in grid pixels: ((bx0, by0, bx1, by1) the box clipped to the image,
+    (gx0, gy0, gx1, gy1) the patch: the box plus `MARGIN` of context, whole pixels), or None when the box
+    misses the image (`width` x `height` source pixels)."""
     sx, sy = scale_xy
-    inv = ~src.transform
-    gw, gh = math.ceil(src.width * sx - 1e-9), math.ceil(src.height * sy - 1e-9)
+    inv = ~src_transform
+    gw, gh = math.ceil(width * sx - 1e-9), math.ceil(height * sy - 1e-9)
+    xs, ys = zip(*(inv @ (x, y) for x, y in ((b.minx, b.miny), (b.maxx, b.maxy), (b.minx, b.maxy), (b.maxx, b.miny))))
+    bx0, bx1 = max(min(xs) * sx, 0.0), min(max(xs) * sx, float(gw))
+    by0, by1 = max(min(ys) * sy, 0.0), min(max(ys) * sy, float(gh))
+    if bx1 - bx0 < 1 or by1 - by0 < 1:
+        return None
+    gx0, gy0 = max(0, math.floor(bx0) - MARGIN), max(0, math.floor(by0) - MARGIN)
+    gx1, gy1 = min(gw, math.ceil(bx1) + MARGIN), min(gh, math.ceil(by1) + MARGIN)
+    return (bx0, by0, bx1, by1), (gx0, gy0, gx1, gy1)
+
+
+def read_exemplars(src, boxes: Sequence, scale_xy: tuple[float, float],
+                   chips: dict | None = None) -> list[Exemplar | None]:
+    """Each exemplar's patch at `scale_xy` grid pixels per source pixel: an example box's from `src` (any
+    `readers.Source`), None for a box that misses it; an example image's (`ExampleImage`) from its file,
+    resampled by `chips[image]` = (chip pixels -> source pixels of `src`, `chips.chip_factor`; the bands to
+    read) times the scale. Reads `len(boxes)` small windows, once per input and scale."""
+    from .chips import read_chip
+
+    sx, sy = scale_xy
     out: list[Exemplar | None] = []
     for i, b in enumerate(boxes):
-        xs, ys = zip(*(inv @ (x, y) for x, y in ((b.minx, b.miny), (b.maxx, b.maxy), (b.minx, b.maxy), (b.maxx, b.miny))))
-        bx0, bx1 = max(min(xs) * sx, 0.0), min(max(xs) * sx, float(gw))
-        by0, by1 = max(min(ys) * sy, 0.0), min(max(ys) * sy, float(gh))
-        if bx1 - bx0 < 1 or by1 - by0 < 1:
+        if isinstance(b, ExampleImage):
+            factor, bands = (chips or {}).get(b, (1.0, None))
+            rgb, valid = read_chip(b, factor * sx, bands)
+            h, w = valid.shape
+            out.append(Exemplar(i, b, rgb, valid, (0.0, 0.0, float(w), float(h)), None))
+            continue
+        win = patch_window(src.transform, src.width, src.height, b, scale_xy)
+        if win is None:
             out.append(None)
             continue
-        gx0, gy0 = max(0, math.floor(bx0) - MARGIN), max(0, math.floor(by0) - MARGIN)
-        gx1, gy1 = min(gw, math.ceil(bx1) + MARGIN), min(gh, math.ceil(by1) + MARGIN)
+        (bx0, by0, bx1, by1), (gx0, gy0, gx1, gy1) = win
         w, h = gx1 - gx0, gy1 - gy0
         rgb, valid = src.read_window(Window(gx0 / sx, gy0 / sy, w / sx, h / sy), (w, h))
         out.append(Exemplar(i, b, np.ascontiguousarray(rgb), valid,
@@ -156,10 +187,42 @@ def place(tile: Tile, w: int, h: int, taken: Sequence[tuple]) -> tuple[int, int]
             if any(_hit(r, b) for b in blocked):
                 continue
             hidden = max(0, min(vw, x + w) - x) * max(0, min(vh, y + h) - y)
-            rank = (-_gap(r, core), hidden, y, x)
+            # padding before content, then far from the core, then the bottom-right first: every tile takes
+            # the same corner, so a tile's paste hides only what its bottom-right neighbours own, and those
+            # hide their own bottom-right, never the same object from the other side of the seam
+            rank = (hidden > 0, -_gap(r, core), hidden, -y, -x)
             if best_rank is None or rank < best_rank:
                 best, best_rank = (x, y), rank
     return best
+
+
+def paste_area(tile: Tile, r: tuple) -> str:
+    """Where a paste (x0, y0, x1, y1 tile pixels) lies: "margin" when it hides tile content (context a
+    neighbour owns), "strip" when it lies beyond the window of a grid narrowed below the model input (the
+    exemplar strip, `sam3tiles.strip`), else "padding" (an edge tile's input past the image)."""
+    vw, vh = tile.valid_wh
+    if r[0] < vw and r[1] < vh:
+        return "margin"
+    if tile.size < MODEL_SIZE and (r[0] >= tile.size or r[1] >= tile.size):
+        return "strip"
+    return "padding"
+
+
+def layout(tile: Tile, sizes: Sequence[tuple[int, int]]) -> list[tuple[int, int]] | None:
+    """Top-left positions for patches of `sizes` (w, h) in `tile`, or None when they do not all fit. The
+    largest (by its smaller side) are placed first: they need the widest free area (padding or strip),
+    which a small one placed before could take."""
+    order = sorted(range(len(sizes)), key=lambda k: (-min(sizes[k]), k))
+    at: list = [None] * len(sizes)
+    taken: list[tuple] = []
+    for k in order:
+        w, h = sizes[k]
+        p = place(tile, w, h, taken)
+        if p is None:
+            return None
+        at[k] = p
+        taken.append((p[0], p[1], p[0] + w, p[1] + h))
+    return at
 
 
 @dataclass
@@ -167,25 +230,27 @@ class TilePlan:
     """One tile's exemplars: pasted (`pastes`), used where they lie (`in_place`), or left out."""
 
     pastes: list[Paste] = field(default_factory=list)
-    in_place: int = 0
+    in_place: set = field(default_factory=set)  # exemplar indices used where they lie
     no_room: list[int] = field(default_factory=list)  # exemplar indices that fit nowhere in this tile
     over_bound: list[int] = field(default_factory=list)  # left out: MAX_PASTES were pasted already
 
-    def boxes_for(self, prompt: Prompt, boxes: Sequence[GeoBox]) -> list[ExampleBox]:
-        """The pasted copies' boxes of `prompt`'s example boxes (`boxes`: the job's distinct boxes)."""
+    def boxes_for(self, prompt: Prompt, boxes: Sequence) -> list[ExampleBox]:
+        """The pasted copies' boxes of `prompt`'s exemplars (`boxes`: the job's distinct exemplars)."""
         index = {b: i for i, b in enumerate(boxes)}
-        mine = {index[b] for b in prompt.boxes}
+        mine = {index[b] for b in prompt.examples if b in index}
         return [p.box for p in self.pastes if p.exemplar in mine]
 
     def key(self, exemplars: Sequence[Exemplar | None]) -> list | None:
-        """What the checkpoint key needs: each paste's box (CRS), label and position; None without pastes."""
+        """What the checkpoint key needs: each paste's exemplar (a box in the CRS, or an example image's
+        content hash and size at this scale), label and position; None without pastes."""
         if not self.pastes:
             return None
         out = []
         for p in self.pastes:
             b = exemplars[p.exemplar].box  # type: ignore[union-attr]
-            out.append([b.minx, b.miny, b.maxx, b.maxy, b.positive, p.x0, p.y0, p.w, p.h])
-        return ["exemplar-1", MARGIN, GUARD, out]
+            what = [b.minx, b.miny, b.maxx, b.maxy] if isinstance(b, GeoBox) else ["image", b.digest]
+            out.append([*what, b.positive, p.x0, p.y0, p.w, p.h])
+        return ["exemplar-2", MARGIN, GUARD, out]
 
     def for_task(self, tile: Tile, exemplars: Sequence[Exemplar | None]) -> TilePastes | None:
         if not self.pastes:
@@ -195,53 +260,54 @@ class TilePlan:
         return TilePastes(items, tile.core_tile_px)
 
 
-def _priority(tile: Tile, prompts: Sequence[Prompt], boxes: Sequence[GeoBox], exemplars, in_place: set) -> list[int]:
+def _priority(tile: Tile, prompts: Sequence[Prompt], boxes: Sequence, exemplars, in_place: set) -> list[int]:
     """Exemplar indices to paste in `tile`, most wanted first (see the module notes, rule 3)."""
     cx, cy = tile.x0 + tile.valid_wh[0] / 2, tile.y0 + tile.valid_wh[1] / 2
 
     def dist(i: int) -> float:
-        ex = exemplars[i]
-        return math.hypot(ex.centre[0] - cx, ex.centre[1] - cy)
+        c = exemplars[i].centre
+        return math.inf if c is None else math.hypot(c[0] - cx, c[1] - cy)  # example images after boxes
 
     index = {b: i for i, b in enumerate(boxes)}
     todo = sorted((i for i, e in enumerate(exemplars) if e is not None and i not in in_place), key=lambda i: (dist(i), i))
     first: list[int] = []
     for want in (True, False):
         for p in prompts:
-            mine = [index[b] for b in p.boxes if b.positive == want]
+            mine = [index[b] for b in p.examples if b in index and b.positive == want]
             if not mine or any(i in in_place for i in mine):
                 continue
             pick = next((i for i in todo if i in mine and i not in first), None)
             if pick is not None:
                 first.append(pick)
-    return first + [i for i in todo if i not in first]
+    rest = [i for i in todo if i not in first]
+    return first + [i for i in rest if exemplars[i].box.positive] + [i for i in rest if not exemplars[i].box.positive]
 
 
-def plan_tile(tile: Tile, prompts: Sequence[Prompt], boxes: Sequence[GeoBox],
+def plan_tile(tile: Tile, prompts: Sequence[Prompt], boxes: Sequence,
               exemplars: Sequence[Exemplar | None]) -> TilePlan:
     """Which exemplars `tile` uses in place, which it gets pasted, and where (module notes, rules 2-3)."""
     plan = TilePlan()
     window = tile.window_xyxy
-    in_place = {i for i, b in enumerate(boxes) if exemplars[i] is not None
-                and _hit(exemplars[i].grid_xyxy, window) and tile_boxes([b], tile)}
-    plan.in_place = len(in_place)
-    taken: list[tuple] = []
-    for i in _priority(tile, prompts, boxes, exemplars, in_place):
-        if len(plan.pastes) >= MAX_PASTES:
+    plan.in_place = {i for i, b in enumerate(boxes) if exemplars[i] is not None and isinstance(b, GeoBox)
+                     and _hit(exemplars[i].grid_xyxy, window) and tile_boxes([b], tile)}
+    chosen: list[int] = []
+    at: list = []
+    for i in _priority(tile, prompts, boxes, exemplars, plan.in_place):
+        if len(chosen) >= MAX_PASTES:
             plan.over_bound.append(i)
             continue
-        ex = exemplars[i]
-        w, h = ex.wh
-        at = place(tile, w, h, taken)
-        if at is None:
+        trial = layout(tile, [exemplars[j].wh for j in chosen + [i]])
+        if trial is None:
             plan.no_room.append(i)
             continue
-        x, y = at
+        chosen, at = chosen + [i], trial
+    for i, (x, y) in zip(chosen, at):
+        ex = exemplars[i]
+        w, h = ex.wh
         bx0, by0, bx1, by1 = ex.box_px
         box = ExampleBox(((x + (bx0 + bx1) / 2) / MODEL_SIZE, (y + (by0 + by1) / 2) / MODEL_SIZE,
                           (bx1 - bx0) / MODEL_SIZE, (by1 - by0) / MODEL_SIZE), ex.box.positive)
-        plan.pastes.append(Paste(i, x, y, w, h, box))
-        taken.append((x, y, x + w, y + h))
+        plan.pastes.append(Paste(i, x, y, w, h, box, paste_area(tile, (x, y, x + w, y + h))))
     return plan
 
 
@@ -292,6 +358,7 @@ class PasteScreen:
     pasted: int = 0
     dropped: int = 0
     clipped: int = 0
+    by_prompt: dict = field(default_factory=dict)  # "dropped.<prompt index>", "clipped.<prompt index>"
 
     def crops(self, det: Detections, prompt: int, pass_index: int, valid_wh: tuple[int, int],
               holes: np.ndarray | None) -> list[InstanceCrop]:
@@ -304,15 +371,16 @@ class PasteScreen:
         if not on.any():
             return crop_detections(det, prompt, pass_index, valid_wh, holes)
         reach = (m & self.core).any(axis=(1, 2))
-        self.dropped += int((on & ~reach).sum())
         cut = on & reach
-        self.clipped += int(cut.sum())
+        for name, n in (("dropped", int((on & ~reach).sum())), ("clipped", int(cut.sum()))):
+            setattr(self, name, getattr(self, name) + n)
+            self.by_prompt[f"{name}.{prompt}"] = self.by_prompt.get(f"{name}.{prompt}", 0) + n
         out = crop_detections(_subset(det, ~on), prompt, pass_index, valid_wh, holes)
         kept = crop_detections(_subset(det, cut), prompt, pass_index, valid_wh, self.crop_valid)
         return out + ([replace(c, cut=True) for c in kept] if self.hides_content else kept)
 
     def stats(self) -> dict:
-        return {"pasted": self.pasted, "dropped": self.dropped, "clipped": self.clipped}
+        return {"pasted": self.pasted, "dropped": self.dropped, "clipped": self.clipped, **self.by_prompt}
 
 
 def _subset(det: Detections, sel: np.ndarray) -> Detections:
@@ -323,19 +391,32 @@ def _subset(det: Detections, sel: np.ndarray) -> Detections:
 
 @dataclass
 class InputExemplars:
-    """The exemplars of one input and the plans of its tiles; `counts` sums what the plans did."""
+    """The exemplars of one input and the plans of its tiles; `counts` sums what the plans did: tile-exemplar
+    pairs in_place / no_room / over_bound and pastes by area (margin / padding / strip), in all and per
+    prompt ("margin.<prompt index>", ...)."""
 
     prompts: Sequence[Prompt]
-    boxes: list[GeoBox]
+    boxes: list
     exemplars: list[Exemplar | None]
-    counts: dict = field(default_factory=lambda: {"in_place": 0, "no_room": 0, "over_bound": 0})
+    scale: float = 1.0
+    counts: dict = field(default_factory=lambda: dict.fromkeys(
+        ("in_place", "no_room", "over_bound", "margin", "padding", "strip"), 0))
     _no_room: dict = field(default_factory=dict)  # exemplar index -> tiles it fitted nowhere in
 
     def plan(self, tile: Tile) -> TilePlan:
         plan = plan_tile(tile, self.prompts, self.boxes, self.exemplars)
-        self.counts["in_place"] += plan.in_place
-        self.counts["no_room"] += len(plan.no_room)
-        self.counts["over_bound"] += len(plan.over_bound)
+        c = self.counts
+        index = {b: i for i, b in enumerate(self.boxes)}
+        for k, p in enumerate(self.prompts):
+            mine = {index[b] for b in p.examples if b in index}
+            for name, n in [("in_place", len(plan.in_place & mine))] + [(q.where, 1) for q in plan.pastes
+                                                                          if q.exemplar in mine]:
+                c[f"{name}.{k}"] = c.get(f"{name}.{k}", 0) + n
+        c["in_place"] += len(plan.in_place)
+        c["no_room"] += len(plan.no_room)
+        c["over_bound"] += len(plan.over_bound)
+        for q in plan.pastes:
+            c[q.where] = c.get(q.where, 0) + 1
         for i in plan.no_room:
             self._no_room[i] = self._no_room.get(i, 0) + 1
         return plan
@@ -351,23 +432,54 @@ class InputExemplars:
             ex = self.exemplars[i]
             w, h = ex.wh  # type: ignore[union-attr]
             b = ex.box  # type: ignore[union-attr]
-            need = 2 * (min(w, h) + GUARD + 1)
-            out.append(f"example box {b.minx:g},{b.miny:g},{b.maxx:g},{b.maxy:g} is {w}x{h} px with its context at "
-                       f"this scale and fits in no free margin of {n} tile(s) (overlap {overlap}): there it acts only "
-                       f"where it lies. Use --overlap {need} or more, or a smaller --scale")
+            what = (f"example box {b.minx:g},{b.miny:g},{b.maxx:g},{b.maxy:g}" if isinstance(b, GeoBox)
+                    else f"example image {b.path}")
+            side = min(ex.box_px[2] - ex.box_px[0], ex.box_px[3] - ex.box_px[1])  # type: ignore[union-attr]
+            fix = (too_large_fix(side, self.scale) if side > LIMIT else
+                   f"rerun with --box-scope image and the default --tile-size so the run adds an exemplar strip, "
+                   f"or a smaller --scale (overlap {overlap})")
+            out.append(f"{what} is {w}x{h} px with its context at this scale and fits in no free margin or strip of "
+                       f"{n} tile(s): there it acts only where it lies. {fix}")
         if self.counts["over_bound"]:
-            out.append(f"{len([e for e in self.exemplars if e is not None])} example boxes: a tile takes at most "
-                       f"{MAX_PASTES} pasted ones (the nearest, see sam3tiles.exemplars); {self.counts['over_bound']} "
+            out.append(f"{len([e for e in self.exemplars if e is not None])} exemplars: a tile takes at most "
+                       f"{MAX_PASTES} pasted ones (docs/exemplars.md says which); {self.counts['over_bound']} "
                        "tile-exemplar pairs were left out")
         return out
 
 
-def input_exemplars(src, prompts: Sequence[Prompt], scale_xy: tuple[float, float]) -> InputExemplars | None:
-    """The exemplars of `prompts` read from `src` (None when no prompt has a box inside it)."""
-    boxes = distinct_boxes(prompts)
-    if not boxes:
+def too_large_fix(side: float, scale: float) -> str:
+    """The fix for an exemplar of `side` grid pixels (smaller side) over `LIMIT`."""
+    s = math.floor(scale * LIMIT / side * 100) / 100
+    return (f"Its smaller side is {side:.0f} px at this scale, over the {LIMIT} px (a third of SAM 3's "
+            f"{MODEL_SIZE} px input) an exemplar may take: use --scale {s:g} or below, or a tighter box")
+
+
+def input_exemplars(src, prompts: Sequence[Prompt], scale_xy: tuple[float, float],
+                    chips: dict | None = None, boxes: bool = True) -> InputExemplars | None:
+    """The exemplars of `prompts` read from `src` and their example images' files (None when no prompt has
+    an exemplar for this input). `boxes` False (--box-scope tile): example images only."""
+    found = [b for b in distinct_boxes(prompts) if boxes or isinstance(b, ExampleImage)]
+    if not found:
         return None
-    exemplars = read_exemplars(src, boxes, scale_xy)
+    exemplars = read_exemplars(src, found, scale_xy, chips)
     if all(e is None for e in exemplars):
         return None
-    return InputExemplars(prompts, boxes, exemplars)
+    return InputExemplars(prompts, found, exemplars, scale=scale_xy[0])
+
+
+def report_by_prompt(report, inp, prompts: Sequence[Prompt]) -> None:
+    """The run report's exemplar figures: the strip's extra tiles (`strip_px`, `extra_tiles`, summed over
+    the inputs) and, per prompt label, exemplars given, used in place, pasted by area, detections on
+    pastes dropped and clipped (`report.exemplars_by_prompt`, from the flat per-prompt counters)."""
+    e = report.exemplars
+    if inp.exemplar_strip:
+        e["strip_px"] = max(e.get("strip_px", 0), inp.exemplar_strip)
+        e["extra_tiles"] = e.get("extra_tiles", 0) + inp.n_tiles - inp.base_tiles
+    out = {}
+    for k, p in enumerate(prompts):
+        row = {"given": len(p.examples), "boxes": len(p.boxes), "images": len(p.images)}
+        for name in ("in_place", "margin", "padding", "strip", "dropped", "clipped"):
+            row[name] = e.get(f"{name}.{k}", 0)
+        row["pasted"] = row["margin"] + row["padding"] + row["strip"]
+        out[p.label] = row
+    report.exemplars_by_prompt = out

@@ -60,8 +60,9 @@ class Prompts(_Section):
     boxes: list[str] = Field(default_factory=list)
     box_file: str | None = None
     box_scope: Literal["image", "tile"] = "image"  # image: boxes act in every tile; tile: where they lie
+    example_images: list[str] = Field(default_factory=list)  # "PATH[,neg]", a folder or a glob (sam3tiles.chips)
 
-    _lists = field_validator("text", "boxes", mode="before")(_as_list)
+    _lists = field_validator("text", "boxes", "example_images", mode="before")(_as_list)
 
 
 def _job_type(f, d: Opt, cls: type) -> Any:
@@ -300,6 +301,7 @@ class LoadedJob:
     base: Path  # the folder relative paths are resolved against
     inputs: list[str] = field(default_factory=list)
     box_file: str | None = None
+    example_images: list[str] = field(default_factory=list)  # resolved against the job file's folder
     model: str | None = None
     output: str = ""
     work_dir: str | None = None
@@ -377,8 +379,10 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
         box_file = _abs(base, job.prompts.box_file)
         if check_files and not os.path.isfile(box_file):
             problems.append(f"prompts.box_file: no such file: {box_file}")
-    if not job.prompts.text and not job.prompts.boxes and job.prompts.box_file is None:
-        problems.append("prompts: nothing to find: give text (e.g. text: [building]), boxes or box_file")
+    if not job.prompts.text and not job.prompts.boxes and job.prompts.box_file is None and not job.prompts.example_images:
+        problems.append("prompts: nothing to find: give text (e.g. text: [building]), boxes, box_file or "
+                        "example_images")
+    example_images = [_abs(base, e) for e in job.prompts.example_images]
     for i, t in enumerate(job.prompts.text):
         if not t.strip():
             problems.append(f"prompts.text[{i}]: is empty: give words such as 'building'")
@@ -407,7 +411,7 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
     if problems:
         raise _fail(name, problems)
     return LoadedJob(job=job, source=name, base=base, inputs=list(dict.fromkeys(inputs)), box_file=box_file,
-                     model=model, output=_abs(base, out.path) + ("/" if out.path.endswith("/") else ""),
+                     example_images=example_images, model=model, output=_abs(base, out.path) + ("/" if out.path.endswith("/") else ""),
                      work_dir=_abs(base, out.work_dir) if out.work_dir else None,
                      report=_abs(base, out.report) if out.report else None,
                      labels=_abs(base, out.labels) if out.labels else None)
@@ -433,7 +437,7 @@ def job_call(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, 
     """The keyword arguments of the `segment_job(...)` call that runs `lj`."""
     j = lj.job
     return dict(inputs=lj.inputs, text=list(j.prompts.text), boxes=list(j.prompts.boxes), box_file=lj.box_file,
-                out=lj.output, overwrite=j.output.overwrite, options=job_options(lj, strict=strict, progress=progress),
+                example_images=list(lj.example_images), out=lj.output, overwrite=j.output.overwrite, options=job_options(lj, strict=strict, progress=progress),
                 work_dir=lj.work_dir, fresh=fresh, report_path=lj.report, labels=lj.labels)
 
 
@@ -459,6 +463,7 @@ def run_job(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, p
 #: every registry option with a flag and a job key after (`run` takes --strict and --fresh itself).
 _OPTION_KEYS = [("pass --overwrite", "set output.overwrite: true"), ("--overwrite", "output.overwrite"),
                 ("--out ", "output.path "), ("--box-file ", "prompts.box_file "), ("--box ", "prompts.boxes "),
+                ("--example-image ", "prompts.example_images "),
                 ("--text ", "prompts.text "), ("--text prompt", "prompts.text entry"),
                 ("--work-dir", "output.work_dir"), ("--labels", "output.labels")]
 # longest flag first: --refine-depth is rewritten before --refine, which it starts with

@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 
 
 def segment_job(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox | str] = (),
-                box_file: str | None = None, out: str | os.PathLike | None = None, overwrite: bool = False,
+                box_file: str | None = None, example_images: Sequence[str] = (),
+                out: str | os.PathLike | None = None, overwrite: bool = False,
                 options: Options | None = None, client=None, work_dir: str | os.PathLike | None = None,
                 fresh: bool = False, checkpoint: bool = True, report_path: str | os.PathLike | None = None,
                 labels: str | os.PathLike | None = None, return_objects: bool = True,
@@ -55,7 +56,8 @@ def segment_job(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBo
     with their number; `return_objects=False` returns (None, report) and never loads them all (huge jobs:
     read the output instead). With True (default) they are read back into one GeoDataFrame."""
     t_start = time.perf_counter()
-    plan = plan_run(inputs, text, boxes=boxes, box_file=box_file, out=out, overwrite=overwrite,
+    plan = plan_run(inputs, text, boxes=boxes, box_file=box_file, example_images=example_images, out=out,
+                    overwrite=overwrite,
                     options=with_options(options, kwargs), labels=labels, work_dir=work_dir,
                     checkpoint=checkpoint, report_path=report_path)
     return execute(plan, client=client, fresh=fresh, t_start=t_start, return_objects=return_objects)

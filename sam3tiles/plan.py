@@ -28,6 +28,7 @@ from .tileframe import tile_frame
 from .model.files import require_model
 from .model.registry import RuntimeSpec, get_runtime, spec_identity
 from .options import Options
+from .chips import parse_example_images
 from .prompts import GeoBox, Prompt, boxes_outside, build_prompts, raster_bounds, read_box_file
 from .readers import Source, Stretch, open_source
 from .readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_hrefs
@@ -69,6 +70,12 @@ class InputPlan:
         """The input's frame for units (`units.Frame`)."""
         return Frame(self.crs, self.transform, self.width, self.height, self.pixel_size_um)
     files: tuple[str, ...] = ()  # every file its pixels come from (a VRT's sources, ...)
+    # exemplars (`sam3tiles.strip`): the strip the grid leaves in each tile input (0: none), the tiles the
+    # grid had without it, each example image's (image, chip -> source pixels, bands to read), a note
+    exemplar_strip: int = 0
+    base_tiles: int = 0
+    chips: tuple = ()
+    exemplar_note: str = ""
 
     @property
     def bounds(self) -> tuple[float, float, float, float]:
@@ -98,8 +105,10 @@ class InputPlan:
     def describe(self) -> str:
         crs = self.crs.to_string() if self.crs else "no CRS (pixel coordinates)"
         stretch = "" if self.stretch is None else f", stretched {self.stretch.lo[0]:g}..{self.stretch.hi[0]:g}"
+        strip = (f" ({self.base_tiles} without the {self.exemplar_strip} px exemplar strip)"
+                 if self.exemplar_strip else "")
         return (f"{self.path}: {self.width} x {self.height} px, bands {','.join(map(str, self.bands))} "
-                f"{self.dtype}{stretch}, {crs}: {self.n_tiles} tile(s)")
+                f"{self.dtype}{stretch}, {crs}: {self.n_tiles} tile(s){strip}")
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,8 @@ class RunPlan:
         return {"scale": o.scale, "gsd": o.gsd, "tile_size": o.tile_size, "overlap": o.overlap, "squash": o.squash,
                 "bands": o.bands, "min_area": o.min_area, "simplify": o.simplify,
                 "prompts": [p.label for p in self.prompts], "boxes": len(self.boxes), "box_scope": o.box_scope,
+                "example_images": [im.path for im in dict.fromkeys(i for p in self.prompts for i in p.images)],
+                "exemplar_strip": max((i.exemplar_strip for i in self.inputs), default=0),
                 "refine": o.refine, "refine_depth": o.refine_depth}
 
     def describe(self) -> list[str]:
@@ -160,6 +171,7 @@ class RunPlan:
                                f"{o.tile_size} px tiles, overlap {o.overlap}"
                                + (f", gsd {o.gsd:g}" if o.gsd else f", scale {o.scale:g}")),
                  refine_line(o),
+                 *exemplar_lines(self.inputs),
                  "output:", *(f"  {p}" + _exists(p, "will be replaced") for p in self.outputs)]
         if self.labels is not None:
             lines.append(f"  {self.labels}  (label image)" + _exists(self.labels, "will be replaced"))
@@ -172,6 +184,19 @@ class RunPlan:
                   f"estimated GPU time: ~{e['gpu_minutes']:.1f} min at ~{ENCODE_S} s per encode + {DECODE_S} s "
                   "per decode on a desktop GPU"]
         return lines
+
+
+def exemplar_lines(inputs: Sequence[InputPlan]) -> list[str]:
+    """What the exemplars cost (plan, dry run): the strip's extra tiles per input, and notes."""
+    from .strip import strip_line
+
+    out = [f"  {os.path.basename(i.path)}: {strip_line(i.exemplar_strip, i.n_tiles, i.base_tiles, i.grid.tile_size)}"
+           for i in inputs if i.exemplar_strip and i.grid is not None]
+    out += [f"  {os.path.basename(i.path)}: {i.exemplar_note}" for i in inputs if i.exemplar_note]
+    extra = sum(i.n_tiles - i.base_tiles for i in inputs if i.exemplar_strip)
+    return ([f"exemplars: +{extra} tiles (+{extra} encodes) for the exemplar strip"] if extra else
+            ["exemplars: pasted into free margins and padding, no extra tiles"] if any(i.chips for i in inputs)
+            else []) + out
 
 
 def refine_line(opts: Options) -> str:
@@ -188,6 +213,7 @@ def _exists(p: Path, what: str) -> str:
 
 
 def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] = (), box_file: str | None = None,
+             example_images: Sequence[str] = (),
              out: str | os.PathLike | None = None, overwrite: bool = False, options: Options | None = None,
              labels: str | os.PathLike | None = None, work_dir: str | os.PathLike | None = None,
              checkpoint: bool = True, report_path: str | os.PathLike | None = None,
@@ -217,7 +243,7 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     if report_path is None and dest is not None:
         report_path = Path(str(dest).rstrip("/") + ".report.json")
     opts, spec = resolve_model(opts)
-    geo_boxes = [GeoBox.parse(b) if isinstance(b, str) else b for b in boxes]
+    geo_boxes = [GeoBox.coerce(b) for b in boxes]
     planned = tuple(plan_input(path, opts, d) for path, d in zip(paths, per_input))
     check_plan(paths, [f for i in planned for f in i.files], [i.crs for i in planned], [i.n_tiles for i in planned],
                opts, combined=combined, per_input=per_input, labels=label_path, report=report_path,
@@ -228,7 +254,8 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
         check_box_file(box_file)
         geo_boxes += read_box_file(box_file, crs0)
     check_boxes_inside(geo_boxes, n_given, [i.bounds for i in planned], crs0, box_file)
-    prompts = tuple(build_prompts(list(text), geo_boxes))
+    prompts = tuple(build_prompts(list(text), geo_boxes, parse_example_images(example_images)))
+    planned = tuple(with_exemplars(i, prompts, opts) for i in planned)
     if check_prompts and spec.backend != "onnx":
         check_prompts_here(spec, prompts)
     return RunPlan(inputs=planned, options=opts, spec=spec, model_identity=spec_identity(spec), prompts=prompts,
@@ -335,6 +362,40 @@ def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPla
                          bands=tuple(src.bands), band_count=int(src.dataset.count), dtype=str(src.dtype),
                          stretch=src.stretch, identity=src.identity_for(verify=opts.verify_inputs), grid=grid, squash_size=opts.tile_size,
                          output=output, pixel_size_um=src.pixel_size_um, files=files)
+
+
+def with_exemplars(inp: InputPlan, prompts: Sequence[Prompt], opts: Options) -> InputPlan:
+    """`inp` with its example images checked (bands, pixel size, size at the run's scale) and, when its
+    exemplars do not fit a tile's free margin, its grid narrowed to leave an exemplar strip
+    (`sam3tiles.strip`; --box-scope tile: example images only)."""
+    from .chips import chip_bands, chip_factor, chip_wh, check_chip_size
+    from .exemplars import LIMIT
+    from .strip import choose_strip, patch_sizes
+
+    images = list(dict.fromkeys(im for p in prompts for im in p.images))
+    boxes = list(dict.fromkeys(b for p in prompts for b in p.boxes)) if opts.box_scope == "image" else []
+    if inp.grid is None or not (images or boxes):
+        return inp
+    scale, chips, patches = inp.grid.scale, [], []
+    for im in images:
+        bands = chip_bands(im, inp.band_count, inp.bands)
+        factor, w, h = chip_factor(im, inp.frame, bands)
+        wh = chip_wh(w, h, factor * scale)
+        check_chip_size(im, wh, scale, LIMIT)
+        chips.append((im, factor, bands))
+        patches.append((wh[0], wh[1], float(min(wh))))
+    patches += patch_sizes(inp.transform, inp.width, inp.height, boxes, scale)
+    choice = choose_strip(patches, inp.grid.tile_size, inp.grid.overlap)
+    grid = inp.grid
+    if choice.strip:
+        grid = dataclasses.replace(grid, tile_size=choice.tile_size)
+        if opts.refine == "auto":
+            Refiner(grid, opts.refine_depth)
+    note = choice.refused and f"exemplars too large for the free margin act only where they lie: {choice.refused}"
+    if note:
+        log.warning("%s: %s", inp.path, note)
+    return dataclasses.replace(inp, grid=grid, exemplar_strip=choice.strip, base_tiles=len(inp.grid),
+                               chips=tuple(chips), exemplar_note=note)
 
 
 def check_out(p: Path, overwrite: bool, opts: Options, dataset: bool = False) -> None:

@@ -49,13 +49,59 @@ class GeoBox:
             raise UsageError(f"--box {text!r}: needs MINX < MAXX and MINY < MAXY")
         return cls(x0, y0, x1, y1, label)
 
+    @classmethod
+    def coerce(cls, value) -> "GeoBox":
+        """An example box from what `boxes=` takes: a GeoBox; text 'MINX,MINY,MAXX,MAXY[,neg]'; a tuple
+        (minx, miny, maxx, maxy[, positive]); a shapely geometry (its bounds, positive). Anything else is a
+        UsageError naming the forms."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            return cls.parse(value)
+        forms = ("give boxes as (minx, miny, maxx, maxy) tuples, 'MINX,MINY,MAXX,MAXY[,neg]' text, shapely "
+                 "geometries (their bounds) or sam3tiles.GeoBox, in the raster's CRS")
+        if hasattr(value, "geom_type") and hasattr(value, "bounds"):  # shapely: its bounding box
+            b = tuple(value.bounds) if not value.is_empty else ()
+            if len(b) != 4 or not (b[2] > b[0] and b[3] > b[1]):
+                raise UsageError(f"example box {value.wkt[:60]}: a {value.geom_type} without area is no box: {forms}")
+            return cls(*(float(v) for v in b))
+        if isinstance(value, (tuple, list)) and len(value) in (4, 5):
+            label = value[4] if len(value) == 5 else True
+            if isinstance(label, str):
+                return cls.parse(",".join(map(str, value)))
+            try:
+                x0, y0, x1, y1 = (float(v) for v in value[:4])
+            except (TypeError, ValueError):
+                raise UsageError(f"example box {value!r}: the coordinates must be numbers: {forms}") from None
+            if not all(math.isfinite(v) for v in (x0, y0, x1, y1)) or x1 <= x0 or y1 <= y0:
+                raise UsageError(f"example box {value!r}: needs minx < maxx and miny < maxy: {forms}")
+            return cls(x0, y0, x1, y1, bool(label))
+        raise UsageError(f"example box {value!r:.80}: not a box: {forms}")
+
+
+@dataclass(frozen=True)
+class ExampleImage:
+    """An example from another image (`--example-image`): the chip's whole extent is one exemplar. `digest`:
+    a hash of the file's bytes (checkpoint keys: a changed chip invalidates the tiles it reached)."""
+
+    path: str
+    positive: bool = True
+    digest: str = ""
+
 
 @dataclass(frozen=True)
 class Prompt:
-    """One thing to find: a text, example boxes, or both. Box-only prompts send SAM 3 the text 'visual'."""
+    """One thing to find: a text, example boxes or example images, or both. Prompts without text send
+    SAM 3 the text 'visual'."""
 
     text: str | None
     boxes: tuple[GeoBox, ...] = field(default=())
+    images: tuple[ExampleImage, ...] = field(default=())
+
+    @property
+    def examples(self) -> tuple:
+        """Every exemplar of the prompt: its boxes, then its example images."""
+        return self.boxes + self.images
 
     def __post_init__(self) -> None:
         if self.text is not None:
@@ -66,8 +112,8 @@ class Prompt:
                 raise PromptError(f"a --text prompt is {len(t)} characters long: SAM 3 reads at most 30 word "
                                   "tokens; shorten it")
             object.__setattr__(self, "text", t)
-        elif not self.boxes:
-            raise PromptError("a prompt needs a text or at least one example box")
+        elif not self.boxes and not self.images:
+            raise PromptError("a prompt needs a text, an example box or an example image")
 
     @property
     def model_text(self) -> str:
@@ -81,16 +127,17 @@ class Prompt:
         return self.text
 
 
-def build_prompts(texts: Sequence[str], boxes: Sequence[GeoBox]) -> list[Prompt]:
-    """Boxes go with every text prompt; without texts they form one box-only prompt."""
-    if not texts and not boxes:
-        raise PromptError("nothing to find: give --text (e.g. --text building) or example boxes (--box/--box-file)")
+def build_prompts(texts: Sequence[str], boxes: Sequence[GeoBox], images: Sequence[ExampleImage] = ()) -> list[Prompt]:
+    """Boxes and example images go with every text prompt; without texts they form one prompt."""
+    if not texts and not boxes and not images:
+        raise PromptError("nothing to find: give --text (e.g. --text building), example boxes (--box/--box-file) "
+                          "or example images (--example-image)")
     seen: dict[str, Prompt] = {}
     for t in texts:
-        p = Prompt(t, tuple(boxes))
+        p = Prompt(t, tuple(boxes), tuple(images))
         seen.setdefault(p.text.lower(), p)  # type: ignore[union-attr]
     if not texts:
-        return [Prompt(None, tuple(boxes))]
+        return [Prompt(None, tuple(boxes), tuple(images))]
     return list(seen.values())
 
 

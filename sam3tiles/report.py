@@ -35,6 +35,8 @@ class RunReport:
     boxes_outside: int = 0
     # --box-scope image: in_place, no_room, over_bound (tile-exemplar pairs), pasted, dropped, clipped (detections)
     exemplars: dict = field(default_factory=dict)
+    # per prompt label: given, in_place, pasted (margin, padding, strip), dropped, clipped (exemplars.report_by_prompt)
+    exemplars_by_prompt: dict = field(default_factory=dict)
     exemplar_notes: list = field(default_factory=list)
     merge: dict = field(default_factory=dict)
     refine: dict = field(default_factory=dict)  # see refine.RefineStats.add_to
@@ -95,9 +97,16 @@ class RunReport:
         for p in self.unusable_prompts:
             lines.append(f"prompt finds nothing: {p}")
         e = self.exemplars
-        if e.get("pasted") or e.get("dropped"):
-            lines.append(f"exemplars: {e.get('pasted', 0)} pasted into tiles, {e.get('in_place', 0)} used where they "
-                         f"lie; {e.get('dropped', 0)} detections on pastes dropped, {e.get('clipped', 0)} clipped")
+        if e.get("pasted") or e.get("dropped") or e.get("extra_tiles"):
+            lines.append(f"exemplars: {e.get('pasted', 0)} pasted into tiles ({e.get('margin', 0)} margin, "
+                         f"{e.get('padding', 0)} padding, {e.get('strip', 0)} strip), {e.get('in_place', 0)} used where "
+                         f"they lie; {e.get('dropped', 0)} detections on pastes dropped, {e.get('clipped', 0)} clipped"
+                         + (f"; the {e['strip_px']} px strip cost +{e['extra_tiles']} tiles (encodes)"
+                            if e.get("extra_tiles") else ""))
+            for label, r in self.exemplars_by_prompt.items():
+                lines.append(f"  {label}: {r['given']} exemplar(s) given, pasted {r['pasted']} times ({r['margin']} "
+                             f"margin, {r['padding']} padding, {r['strip']} strip), {r['in_place']} in place; "
+                             f"{r['dropped']} detections on pastes dropped, {r['clipped']} clipped")
         lines.extend(self.exemplar_notes)
         if self.boxes_outside:
             lines.append(f"{self.boxes_outside} example box(es) lie outside every tile and were not used")

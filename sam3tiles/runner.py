@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from .checkpoint import TileStore, join_parts, prompt_part, tile_key
+from .checkpoint import TileStore, encode_result, join_parts, prompt_part, tile_key
 from .engine import Engine, _count
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, shippable
 from .frames import objects_frame
@@ -145,6 +145,10 @@ class InputRun:
     def _report_exemplars(self, scales: set) -> None:
         for scale in scales & set(self.exemplars):
             _report_exemplars(self.report, self.exemplars[scale], self.inp.overlap, self.inp.path)
+        if self.exemplars and any(v is not None for v in self.exemplars.values()):
+            from .exemplars import report_by_prompt
+
+            report_by_prompt(self.report, self.inp, self.plan.prompts)
 
     # -- before: what each tile needs ------------------------------------------------------------------
 
@@ -352,14 +356,17 @@ class _BatchedPuts:
         self.store, self.items, self.tiles, self.due = store, [], 0, time.monotonic() + self.SECONDS
 
     def add(self, items: list) -> None:
-        self.items += items
+        """Queue [(key, TileResult)]: each row is encoded now, not at the flush, so the batch shares no
+        mutable state with the results it was given (delivery hands their pieces on and drops them)."""
+        if self.store is not None:
+            self.items += [(k, encode_result(r)) for k, r in items]
         self.tiles += 1
         if self.tiles >= self.BATCH or time.monotonic() > self.due:
             self.flush()
 
     def flush(self) -> None:
         if self.store is not None and self.items:
-            self.store.put_many(self.items)
+            self.store.put_encoded(self.items)
         self.items, self.tiles, self.due = [], 0, time.monotonic() + self.SECONDS
 
 
@@ -374,7 +381,7 @@ def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int, pasted=N
     out = []
     for i, p in enumerate(prompts):
         boxes = tile_boxes(p.boxes, tile) if p.boxes else []
-        if pasted is not None and p.boxes:
+        if pasted is not None and p.examples:
             boxes += pasted(p)
         if p.text is None and not any(b.positive for b in boxes):
             continue  # a box-only prompt finds nothing where it has no example
@@ -391,13 +398,14 @@ def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int, pasted=N
 def _exemplars_of(inp, prompts: Sequence[Prompt], opts, scale_xy: tuple[float, float]):
     """`--box-scope image`: the example boxes' patches at `scale_xy` (a tile's), read from this input
     (None: nothing to paste)."""
-    if opts.box_scope == "tile" or inp.grid is None or not any(p.boxes for p in prompts):
+    boxes = opts.box_scope != "tile"  # example images are pasted whatever the box scope
+    if inp.grid is None or not any(p.images or (boxes and p.boxes) for p in prompts):
         return None
     from .exemplars import input_exemplars
     from .readers import open_source
 
     with open_source(inp.path, bands=inp.bands, stretch=inp.stretch) as src:
-        return input_exemplars(src, prompts, scale_xy)
+        return input_exemplars(src, prompts, scale_xy, {im: (f, b) for im, f, b in inp.chips}, boxes=boxes)
 
 
 def _report_exemplars(report: RunReport, exemplars, overlap: int, path: str) -> None:

@@ -166,7 +166,7 @@ def test_bound_and_choice_of_pasted_exemplars():
     assert all(not tile_boxes([b], far) for b in boxes)
     near = grid.tile(0, 0)
     plan0 = plan_tile(near, prompts, boxes, ex)
-    assert plan0.in_place >= 1 and all(p.exemplar not in {0} for p in plan0.pastes)
+    assert len(plan0.in_place) >= 1 and all(p.exemplar not in {0} for p in plan0.pastes)
     key = plan.key(ex)
     moved = list(ex)
     moved[6] = Exemplar(6, GeoBox(boxes[6].minx + 1, boxes[6].miny, boxes[6].maxx + 1, boxes[6].maxy),
@@ -218,7 +218,7 @@ def test_screen_drops_copies_and_clips_real_objects_reaching_the_core():
     det = Detections(np.asarray([[v / 1008 for v in r] for r in rects], np.float32), np.full(3, 0.9, np.float32),
                      np.stack([mask(*r)[None] for r in rects]))
     crops = screen.crops(det, 0, 0, tile.valid_wh, None)
-    assert screen.stats() == {"pasted": 1, "dropped": 1, "clipped": 1}
+    assert screen.stats() == {"pasted": 1, "dropped": 1, "clipped": 1, "dropped.0": 1, "clipped.0": 1}
     pieces = pieces_from_crops(crops, tile)
     assert len(pieces) == 2 and sorted(pieces.complete) == [False, True]
     clipped = pieces.geometry[pieces.complete.index(False)]
@@ -236,3 +236,6 @@ def test_exemplar_benchmark_smoke(capsys):
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert r["none_far"]["pred"] == 0 and r["pasted_far"]["tp"] > 0 and r["pasted_home"]["tp"] == r["in_place"]["tp"]
     assert r["ms"]["encode"] > 0 and r["box_slots"] == 1
+    # issue 19: a building too large for the margin (the strip), and a chip cut from another scene
+    assert r["strip_px"] > 0 and r["strip_pasted_far"]["tp"] > 0 and r["strip_none_far"]["pred"] == 0
+    assert r["chip_far"]["tp"] > 0

@@ -24,6 +24,7 @@ def configure_logging(verbose: int, quiet: int) -> None:
     level = logging.WARNING - 10 * verbose + 10 * quiet
     logging.basicConfig(level=max(logging.DEBUG, level), format="%(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
+    logging.getLogger().setLevel(max(logging.DEBUG, level))  # again after the subcommand's own -v/-q
     for noisy in ("distributed", "rasterio", "fiona", "pyogrio", "tornado", "asyncio"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, level) if verbose < 2 else logging.DEBUG)
     # a failed task is retried, then reported by the pipeline (one line per tile); the worker's own
@@ -38,6 +39,9 @@ def handle_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         ctx = click.get_current_context()
+        verbose, quiet = verbosity(ctx)
+        if ctx.params.get("verbose") or ctx.params.get("quiet"):  # given after the subcommand: same meaning
+            configure_logging(verbose, quiet)
         previous = _catch_sigterm()
         try:
             return fn(*args, **kwargs)
@@ -56,7 +60,7 @@ def handle_errors(fn):
             click.echo("Error: out of memory: lower --workers, or run on a machine with more memory", err=True)
             ctx.exit(EXIT_INTERNAL)
         except Exception as e:  # noqa: BLE001 - the last line of defence for a clean exit
-            if (ctx.find_root().params.get("verbose") or 0) >= 2 or ctx.obj and ctx.obj.get("verbose", 0) >= 2:
+            if verbose >= 2:
                 raise
             click.echo(f"Error: internal error ({type(e).__name__}: {e}). This is a bug in sam3tiles: rerun "
                        "with -vv for the traceback and report it.", err=True)
@@ -66,6 +70,16 @@ def handle_errors(fn):
                 signal.signal(signal.SIGTERM, previous)
 
     return wrapper
+
+
+def verbosity(ctx) -> tuple[int, int]:
+    """(-v count, -q count) given before and after the subcommand together: they mean the same there."""
+    root = ctx.find_root()
+    v = q = 0
+    for c in {id(root): root, id(ctx): ctx}.values():
+        v += c.params.get("verbose") or 0
+        q += c.params.get("quiet") or 0
+    return v, q
 
 
 class Terminated(KeyboardInterrupt):

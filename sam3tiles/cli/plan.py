@@ -12,22 +12,31 @@ from .options import handle_errors, overwrite_opt, registry_options
 @click.argument("input")
 @registry_options("plan")
 @click.option("--out", "-o", default=None, help="Write the grid as polygons (.gpkg, .geojson, ...).")
+@click.option("--box", "boxes", multiple=True, metavar="MINX,MINY,MAXX,MAXY[,neg]",
+              help="Example boxes of the run: with --box-scope image, the extra tiles an exemplar strip costs.")
+@click.option("--example-image", "example_images", multiple=True, metavar="PATH[,neg]",
+              help="Example images of the run (as for segment): checked, and their strip's cost shown.")
 @click.option("--prompts", type=int, default=1, show_default=True, help="Prompts per tile, for the cost estimate.")
 @click.option("--report", "report_path", default=None, metavar="REPORT.json",
               help="A previous run's report: also show the sub-tiles its refinement added (written with --out, "
                    "column depth).")
 @overwrite_opt
 @handle_errors
-def plan(input, out, prompts, report_path, overwrite, **options):
+def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **options):
     """Print the tile count, skipped (all-nodata) tiles and a cost estimate for INPUT; optionally write
     the grid."""
-    from ..plan import DECODE_S, ENCODE_S, plan_input, refine_line, tile_plan
+    from ..chips import parse_example_images
+    from ..plan import DECODE_S, ENCODE_S, exemplar_lines, plan_input, refine_line, tile_plan, with_exemplars
+    from ..prompts import GeoBox, build_prompts
     from ..writers import check_output, write_vector
 
     opts = Options.from_params(options)
     if out:
         check_output(out, overwrite)
     inp = plan_input(input, opts)  # the pre-flight's own step for one input
+    if boxes or example_images:
+        inp = with_exemplars(inp, build_prompts([], [GeoBox.parse(b) for b in boxes],
+                                                parse_example_images(example_images)), opts)
     report = _load_report(report_path) if report_path else None
     everything = tile_plan(inp, report=report)
     grid = everything[everything["depth"] == 0]
@@ -42,6 +51,8 @@ def plan(input, out, prompts, report_path, overwrite, **options):
     click.echo(f"model calls: {n - skipped} encodes, {(n - skipped) * prompts} decodes; at ~{ENCODE_S} s + {DECODE_S} s "
                f"per prompt on a desktop GPU: ~{(n - skipped) * (ENCODE_S + DECODE_S * prompts) / 60:.1f} GPU-minutes")
     click.echo(refine_line(opts))
+    for line in exemplar_lines([inp]):
+        click.echo(line)
     if report is not None:
         click.echo(_refined_line(everything, report_path, input))
     if out:

@@ -14,6 +14,9 @@ from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, 
 @click.option("--text", "-t", "texts", multiple=True, help="What to find, e.g. --text building (repeatable).")
 @click.option("--box", "boxes", multiple=True, metavar="MINX,MINY,MAXX,MAXY[,neg]",
               help="An example box in the raster's CRS (repeatable); ',neg' marks a negative example.")
+@click.option("--example-image", "example_images", multiple=True, metavar="PATH[,neg]",
+              help="An example from another image (repeatable; a folder or glob: every image in it): the chip's "
+                   "whole extent is one exemplar, resampled to the run's pixel size when georeferenced.")
 @click.option("--box-file", default=None, help="Vector file of example boxes (any CRS; optional 'label' "
                                                "column 1/0).")
 @click.option("--out", "-o", required=True, help="Output file (.gpkg, .parquet, .fgb, .geojson, .coco.json), a "
@@ -30,7 +33,7 @@ from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, 
 @quiet_opt
 @click.pass_context
 @handle_errors
-def segment(ctx, inputs, texts, boxes, box_file, out, work_dir, fresh, overwrite, verbose, quiet, labels=None,
+def segment(ctx, inputs, texts, boxes, example_images, box_file, out, work_dir, fresh, overwrite, verbose, quiet, labels=None,
             **options):
     """Segment INPUTS (rasters, globs, URLs, STAC items, .txt lists) with SAM 3, tile by tile, and write merged
     polygons to --out (a file; a folder for one .gpkg per input; NAME.parquet/ for a GeoParquet dataset).
@@ -45,7 +48,8 @@ def segment(ctx, inputs, texts, boxes, box_file, out, work_dir, fresh, overwrite
 
     quiet = quiet + (ctx.obj or {}).get("quiet", 0)
     opts = Options.from_params(options, progress=not quiet)
-    _, report = segment_job(list(inputs), list(texts), boxes=list(boxes), box_file=box_file, out=out,
+    _, report = segment_job(list(inputs), list(texts), boxes=list(boxes), box_file=box_file,
+                            example_images=list(example_images), out=out,
                             overwrite=overwrite, options=opts, work_dir=work_dir, fresh=fresh, labels=labels,
                             return_objects=False)
     if not quiet:
