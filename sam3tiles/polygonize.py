@@ -51,6 +51,30 @@ class Boxes:
         return cls(a[:, 0], a[:, 1], a[:, 2] - a[:, 0], a[:, 3] - a[:, 1], a[:, 4], a[:, 5], a[:, 6], a[:, 7])
 
 
+def _interp_axis(p0: int, p1: int, c0: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    g = (np.arange(p0, p1) + 0.5) * _K - 0.5
+    g = np.clip(g, 0, MASK_SIZE - 1)
+    i0 = np.floor(g).astype(np.int64)
+    w = (g - i0).astype(np.float32)
+    i1 = np.minimum(i0 + 1, MASK_SIZE - 1)
+    return np.clip(i0 - c0, 0, n - 1), np.clip(i1 - c0, 0, n - 1), w
+
+
+def upsample(crop) -> np.ndarray:
+    """One instance's (`vectorize.InstanceCrop`) binary mask over its box, bool [y1-y0, x1-x0]: bilinear probabilities > 0.5."""
+    x0, y0, x1, y1 = crop.box_px
+    r0, c0 = crop.cell0
+    p = crop.probs.astype(np.float32)
+    ri0, ri1, wr = _interp_axis(y0, y1, r0, p.shape[0])
+    ci0, ci1, wc = _interp_axis(x0, x1, c0, p.shape[1])
+    rows = p[ri0] * (1 - wr)[:, None] + p[ri1] * wr[:, None]
+    full = rows[:, ci0] * (1 - wc)[None, :] + rows[:, ci1] * wc[None, :]
+    mask = full > 0.5
+    if crop.valid is not None:
+        mask &= crop.valid
+    return mask
+
+
 def shelf_pack(w: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
     """Canvas origins (sx, sy) for boxes of sizes w x h, none overlapping, and the canvas (height, width).
     Tallest first, left to right in shelves about as wide as the square root of the total area."""
@@ -69,7 +93,7 @@ def shelf_pack(w: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray, tu
 
 def _axis(p0: np.ndarray, c0: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bilinear source cells (crop-relative) and weights for tile pixels p0 (one per pixel), as
-    `vectorize._interp_axis`: cell centres at (i + 0.5) * 3.5 px, clamped to the 288 grid and the crop."""
+    `_interp_axis`: cell centres at (i + 0.5) * 3.5 px, clamped to the 288 grid and the crop."""
     g = np.clip((p0 + 0.5) * _K - 0.5, 0, MASK_SIZE - 1)
     i0 = np.floor(g).astype(np.int64)
     w = (g - i0).astype(np.float32)
@@ -79,7 +103,7 @@ def _axis(p0: np.ndarray, c0: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np
 
 def _small_masks(crops, idx: np.ndarray, b: Boxes, sx, sy, width: int):
     """Thresholded bilinear masks of the instances `idx`, all at once and separably as
-    `vectorize.upsample` does it (crop rows interpolated to pixel rows, then to pixel columns), with the
+    `upsample` does it (crop rows interpolated to pixel rows, then to pixel columns), with the
     same float32 arithmetic in the same order (bit-identical): a handful of gathers over every box pixel
     instead of a dozen numpy calls per object. Returns, per pixel that is on: its flat canvas index, its
     instance, and its row and column in the instance's box."""
@@ -124,8 +148,6 @@ def _small_masks(crops, idx: np.ndarray, b: Boxes, sx, sy, width: int):
 def _paint(crops, b: Boxes, sx: np.ndarray, sy: np.ndarray, shape) -> tuple[np.ndarray, np.ndarray]:
     """The packed label canvas (instance k has label k + 1) and each instance's mask extent in box
     pixels, int64 [n, 4] (col0, row0, col1, row1, end exclusive; -1 where the mask is empty)."""
-    from .vectorize import upsample
-
     canvas = np.zeros(shape, np.int32)
     ext = np.full((len(crops), 4), -1, np.int64)
     large = b.w * b.h > _LARGE_PX

@@ -26,6 +26,7 @@ from shapely.geometry import MultiPolygon, shape
 
 from .grid import Tile
 from .model.runtime import MASK_SIZE, MODEL_SIZE, Detections
+from .polygonize import polygonize_crops, upsample
 
 _K = MASK_SIZE / MODEL_SIZE
 #: One cell of the 288 mask grid in tile pixels (3.5): the resolution of every mask, whatever the scale.
@@ -78,30 +79,6 @@ def crop_detections(det: Detections, prompt: int, pass_index: int, valid_wh: tup
     return out
 
 
-def _interp_axis(p0: int, p1: int, c0: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    g = (np.arange(p0, p1) + 0.5) * _K - 0.5
-    g = np.clip(g, 0, MASK_SIZE - 1)
-    i0 = np.floor(g).astype(np.int64)
-    w = (g - i0).astype(np.float32)
-    i1 = np.minimum(i0 + 1, MASK_SIZE - 1)
-    return np.clip(i0 - c0, 0, n - 1), np.clip(i1 - c0, 0, n - 1), w
-
-
-def upsample(crop: InstanceCrop) -> np.ndarray:
-    """The instance's binary mask over its box, bool [y1-y0, x1-x0]: bilinear probabilities > 0.5."""
-    x0, y0, x1, y1 = crop.box_px
-    r0, c0 = crop.cell0
-    p = crop.probs.astype(np.float32)
-    ri0, ri1, wr = _interp_axis(y0, y1, r0, p.shape[0])
-    ci0, ci1, wc = _interp_axis(x0, x1, c0, p.shape[1])
-    rows = p[ri0] * (1 - wr)[:, None] + p[ri1] * wr[:, None]
-    full = rows[:, ci0] * (1 - wc)[None, :] + rows[:, ci1] * wc[None, :]
-    mask = full > 0.5
-    if crop.valid is not None:
-        mask &= crop.valid
-    return mask
-
-
 @dataclass
 class Pieces:
     """Column store of polygon pieces from one or more tiles (cheap to ship, concatenate and index)."""
@@ -151,8 +128,6 @@ def pieces_from_crops(crops: Sequence[InstanceCrop], tile: Tile, edge_margin: in
     """Polygons in the source CRS for one tile's instances, with their seam flags. All instances are
     upsampled and polygonized in one batch (`polygonize.polygonize_crops`); the result equals doing it
     per instance with `upsample` and `mask_to_geometry`."""
-    from .polygonize import polygonize_crops
-
     out = Pieces()
     left, top, right, bottom = tile.interior
     vw, vh = tile.valid_wh
