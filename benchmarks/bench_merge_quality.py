@@ -59,10 +59,10 @@ METHODS = ("sam3tiles", "sahi-gnmm", "sahi-nms", "centre", "squash")
 PROMPTS = ("red", "blue", "yellow")
 
 
-def tile_pieces(path, behaviour, squash: bool = False, runtime=None):
+def tile_pieces(path, behaviour, squash: bool = False, runtime=None, overlap: int | None = None):
     """(per-tile Pieces, frames, tiles, transform) of the scene at `path` answered by the misbehaving model
-    (or by `runtime`, as it is)."""
-    from sam3tiles.grid import TileGrid, squash_tile
+    (or by `runtime`, as it is); `overlap`: the grid's overlap in tile px (None: the default)."""
+    from sam3tiles.grid import DEFAULT_OVERLAP, TileGrid, squash_tile
     from sam3tiles.tileframe import tile_frame
     from sam3tiles.model.misbehaving import MisbehavingRuntime
     from sam3tiles.model.reference import ReferenceRuntime
@@ -72,9 +72,9 @@ def tile_pieces(path, behaviour, squash: bool = False, runtime=None):
     rt = runtime if runtime is not None else MisbehavingRuntime(ReferenceRuntime(), behaviour)
     prompts = [rt.prepare_prompt(p) for p in PROMPTS]
     with open_source(path) as src:
+        overlap = DEFAULT_OVERLAP if overlap is None else overlap
         tiles = [squash_tile(src.width, src.height, src.transform)] if squash else \
-            list(TileGrid(src.width, src.height, transform=src.transform))
-        overlap = TileGrid(src.width, src.height).overlap
+            list(TileGrid(src.width, src.height, transform=src.transform, overlap=overlap))
         out = []
         for tile in tiles:
             image = src.read_tile(tile)
@@ -242,9 +242,9 @@ def score(preds, truth_by_class, tile_extent: float) -> dict:
     return out
 
 
-def run_scene(path, truth, behaviour: str, methods, sahi_ok: bool) -> dict:
+def run_scene(path, truth, behaviour: str, methods, sahi_ok: bool, overlap: int | None = None) -> dict:
     """{method: {class: counts}} for one scene and one behaviour."""
-    per_tile, frames, tiles, transform, shape = tile_pieces(path, behaviour)
+    per_tile, frames, tiles, transform, shape = tile_pieces(path, behaviour, overlap=overlap)
     truth_by_class = {k: list(truth.geometry[truth["class"] == c]) for k, c in enumerate(PROMPTS)}
     extent = tiles[0].size * abs(transform.a)
     res, seconds = {}, {}
@@ -309,7 +309,7 @@ def run_onnx_n1(size, seeds) -> list:
     return rows
 
 
-def run_cap_refine(size: int, seeds, behaviours=("cap=200", "all")) -> list:
+def run_cap_refine(size: int, seeds, behaviours=("cap=200", "all"), overlap: int | None = None) -> list:
     """The 200-object cap through the whole pipeline: `bench_refine`'s uniformly dense scene (about 300
     vehicles per tile), the misbehaving model at SAM 3's real cap, `--refine auto` (tiles that hit the cap
     re-run zoomed in, issue 11) against `--refine off`. The per-tile tables above cannot show this: they
@@ -331,8 +331,9 @@ def run_cap_refine(size: int, seeds, behaviours=("cap=200", "all")) -> list:
             for b in behaviours:
                 for refine in ("auto", "off"):
                     backend = functools.partial(MisbehavingRuntime, ReferenceRuntime(), b)
+                    extra = {} if overlap is None else {"overlap": overlap}
                     gdf, rep = segment_job(str(scene.path), ["red"], checkpoint=False, workers=1,
-                                           refine=refine, backend=backend)
+                                           refine=refine, backend=backend, **extra)
                     f1 = round(float(evaluate(gdf, scene.truth).iloc[0].f1), 3)
                     rows.append([seed, b, refine, len(scene.truth), f1, rep.tiles, rep.saturated])
     return rows
@@ -371,6 +372,8 @@ def main(argv=None) -> int:
                     help="also the ONNX contract graphs with one mask per prompt")
     ap.add_argument("--cap-refine", type=int, default=0, metavar="SIZE",
                     help="also the 200 cap through the pipeline, --refine auto/off, SIZE x SIZE dense scene")
+    ap.add_argument("--overlap", type=int, default=None,
+                    help="the grid's overlap in tile px (default: the pipeline's default)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -389,15 +392,15 @@ def main(argv=None) -> int:
         for seed in args.seeds:
             scene = write_scene(Path(d) / f"s{seed}.tif", *args.size, seed=seed)
             for b in behaviours:
-                results[b].append(run_scene(scene.path, scene.truth, b, args.methods, sahi_ok))
+                results[b].append(run_scene(scene.path, scene.truth, b, args.methods, sahi_ok, args.overlap))
     rows = summarise(results, args.methods)
-    out = {"size": args.size, "seeds": args.seeds, "sahi": sahi_ok, "tables": rows,
+    out = {"size": args.size, "seeds": args.seeds, "sahi": sahi_ok, "overlap": args.overlap, "tables": rows,
            "violations": {b: sum(r.get("violations", 0) for r in v) for b, v in results.items()},
            "coverage": {b: [r.get("coverage") for r in v] for b, v in results.items()}}
     if args.onnx_n1:
         out["onnx_n1"] = run_onnx_n1(args.size, args.seeds)
     if args.cap_refine:
-        out["cap_refine"] = run_cap_refine(args.cap_refine, args.seeds)
+        out["cap_refine"] = run_cap_refine(args.cap_refine, args.seeds, overlap=args.overlap)
     if args.json:
         emit(out, True)
         return 0

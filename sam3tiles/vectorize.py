@@ -27,6 +27,7 @@ from shapely.geometry import MultiPolygon, shape
 from .grid import Tile
 from .piecekey import piece_key
 from .model.runtime import MASK_SIZE, MODEL_SIZE, Detections
+from .polygonize import polygonize_crops, upsample
 
 _K = MASK_SIZE / MODEL_SIZE
 #: One cell of the 288 mask grid in tile pixels (3.5): the resolution of every mask, whatever the scale.
@@ -79,30 +80,6 @@ def crop_detections(det: Detections, prompt: int, pass_index: int, valid_wh: tup
     return out
 
 
-def _interp_axis(p0: int, p1: int, c0: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    g = (np.arange(p0, p1) + 0.5) * _K - 0.5
-    g = np.clip(g, 0, MASK_SIZE - 1)
-    i0 = np.floor(g).astype(np.int64)
-    w = (g - i0).astype(np.float32)
-    i1 = np.minimum(i0 + 1, MASK_SIZE - 1)
-    return np.clip(i0 - c0, 0, n - 1), np.clip(i1 - c0, 0, n - 1), w
-
-
-def upsample(crop: InstanceCrop) -> np.ndarray:
-    """The instance's binary mask over its box, bool [y1-y0, x1-x0]: bilinear probabilities > 0.5."""
-    x0, y0, x1, y1 = crop.box_px
-    r0, c0 = crop.cell0
-    p = crop.probs.astype(np.float32)
-    ri0, ri1, wr = _interp_axis(y0, y1, r0, p.shape[0])
-    ci0, ci1, wc = _interp_axis(x0, x1, c0, p.shape[1])
-    rows = p[ri0] * (1 - wr)[:, None] + p[ri1] * wr[:, None]
-    full = rows[:, ci0] * (1 - wc)[None, :] + rows[:, ci1] * wc[None, :]
-    mask = full > 0.5
-    if crop.valid is not None:
-        mask &= crop.valid
-    return mask
-
-
 @dataclass
 class Pieces:
     """Column store of polygon pieces from one or more tiles (cheap to ship, concatenate and index)."""
@@ -149,33 +126,21 @@ def mask_to_geometry(mask: np.ndarray, transform: Affine):
 
 
 def pieces_from_crops(crops: Sequence[InstanceCrop], tile: Tile, edge_margin: int = EDGE_MARGIN) -> Pieces:
-    """Polygons in the source CRS for one tile's instances, with their seam flags."""
+    """Polygons in the source CRS for one tile's instances, with their seam flags. All instances are
+    upsampled and polygonized in one batch (`polygonize.polygonize_crops`); the result equals doing it
+    per instance with `upsample` and `mask_to_geometry`."""
     out = Pieces()
     left, top, right, bottom = tile.interior
     vw, vh = tile.valid_wh
-    base = tile.transform
-    for c in crops:
-        mask = upsample(c)
-        if not mask.any():
-            continue
-        x0, y0 = c.box_px[0], c.box_px[1]
-        rows = np.flatnonzero(mask.any(axis=1))
-        cols = np.flatnonzero(mask.any(axis=0))
-        mx0, mx1 = x0 + cols[0], x0 + cols[-1] + 1
-        my0, my1 = y0 + rows[0], y0 + rows[-1] + 1
-        dists = []
-        if left:
-            dists.append(mx0)
-        if top:
-            dists.append(my0)
-        if right:
-            dists.append(vw - mx1)
-        if bottom:
-            dists.append(vh - my1)
-        edge_dist = 0.0 if c.cut else float(min(dists)) if dists else float("inf")
-        geom = mask_to_geometry(mask, base @ Affine.translation(x0, y0))
+    geoms, ext = polygonize_crops(crops, tile.transform)
+    for c, geom, (ex0, ey0, ex1, ey1) in zip(crops, geoms, ext.tolist()):
         if geom is None or geom.is_empty:
             continue
+        x0, y0 = c.box_px[0], c.box_px[1]
+        mx0, mx1, my0, my1 = x0 + ex0, x0 + ex1, y0 + ey0, y0 + ey1
+        dists = [d for d, interior in ((mx0, left), (my0, top), (vw - mx1, right), (vh - my1, bottom))
+                 if interior]
+        edge_dist = 0.0 if c.cut else float(min(dists)) if dists else float("inf")
         out.geometry.append(geom)
         out.score.append(c.score)
         out.prompt.append(c.prompt)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -145,14 +146,20 @@ class Source:
 
 
 _LIBC = None
+_TRIM = {"last": 0.0, "cost": 0.0}
+#: A trim may take this share of a process's time at most (see `trim_heap`).
+TRIM_SHARE = 0.05
 
 
 def trim_heap() -> None:
-    """Hand freed heap pages back to the OS (glibc's malloc_trim; a no-op elsewhere), about 3 ms a tile.
+    """Hand freed heap pages back to the OS (glibc's malloc_trim; a no-op elsewhere).
 
     Every tile allocates and frees megabytes of short-lived arrays between the small, long-lived polygons
     of earlier tiles; glibc keeps those freed pages, so without a trim the resident size grows by about
     2.5 KB per object found instead of the 0.6 KB the polygons need (measured on the reference backend).
+    A trim walks the whole heap (10-20 ms on a worker holding thousands of polygons, more than the rest
+    of a tile's read), so it runs only when the last one's cost is at most `TRIM_SHARE` of the time since:
+    the freed pages in between are reused by the next tiles' arrays, so the resident size stays bounded.
     """
     global _LIBC
     if _LIBC is None:
@@ -161,8 +168,11 @@ def trim_heap() -> None:
             _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
         except (OSError, AttributeError):
             _LIBC = False
-    if _LIBC:
+    now = time.perf_counter()
+    if _LIBC and now - _TRIM["last"] >= _TRIM["cost"] / TRIM_SHARE:
         _LIBC.malloc_trim(0)
+        _TRIM["last"] = time.perf_counter()
+        _TRIM["cost"] = _TRIM["last"] - now
 
 
 def _first_line(e: Exception) -> str:

@@ -29,6 +29,7 @@ class RasterSource(Source):
     def _reset(self) -> None:
         self._ds = None
         self._lut = None  # a paletted raster's colour table: index -> (r, g, b, a)
+        self._all_valid: bool | None = None  # every chosen band all-valid (see read_window), once known
 
     def _open(self) -> None:
         p = Path(self.path)
@@ -154,7 +155,11 @@ class RasterSource(Source):
         try:
             data = ds.read(list(self.bands), window=window, out_shape=(len(self.bands), h, w),
                            resampling=resampling, masked=False)
-            mask = ds.dataset_mask(window=window, out_shape=(h, w), resampling=Resampling.nearest) > 0
+            if self._all_valid is None:
+                self._all_valid = not self._may_have_nodata()
+            # every band all-valid (no nodata, mask or alpha; not float): GDAL's mask is 255 everywhere
+            mask = np.ones((h, w), bool) if self._all_valid and self._lut is None else \
+                ds.dataset_mask(window=window, out_shape=(h, w), resampling=Resampling.nearest) > 0
         except RasterioIOError as e:
             raise RasterReadError(f"{self.path}: cannot read window {window} ({_first_line(e)}): "
                                   "the file is damaged or truncated") from None
@@ -167,7 +172,8 @@ class RasterSource(Source):
         rgb = self.stretch.apply(data) if self.stretch is not None else data.astype(np.uint8, copy=False)
         if rgb.shape[0] == 1:
             rgb = np.repeat(rgb, 3, axis=0)
-        rgb[:, ~mask] = 0
+        if not mask.all():
+            rgb[:, ~mask] = 0
         return rgb, mask
 
     def _may_have_nodata(self) -> bool:
