@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
-from typing import Any, Iterable, Sequence, Union
+from typing import Any, Callable, Iterable, ParamSpec, Sequence, Union
 
 import geopandas as gpd
 
@@ -35,7 +37,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
             box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs,
-            asset: str | None = _D.asset, return_objects: bool = True) -> "gpd.GeoDataFrame | RunReport":
+            asset: str | None = _D.asset) -> gpd.GeoDataFrame:
     """Segment one or more rasters with text prompts and/or example boxes; returns the objects.
 
     Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
@@ -83,16 +85,48 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
             free margin, see `sam3tiles.exemplars`); "tile": a box acts only in the tiles it lies in.
         asset: STAC inputs: the key of the asset to segment.
-        return_objects: False for huge jobs: return only the `RunReport` (its `output` is the path
-            written). Objects stream to disk as merge blocks finish either way; True reads them back.
+
+    Huge jobs: `segment_report(...)` (same arguments) writes `out` and returns only the `RunReport`,
+    never loading every object. Objects stream to disk as merge blocks finish either way.
     """
-    changes = {k: v for k, v in locals().items() if k in _OPTION_NAMES}
-    changes = {k: v for k, v in changes.items() if options is None or v != getattr(_D, k)}
-    gdf, report = segment_job(inputs, [prompts] if isinstance(prompts, str) else list(prompts), boxes=boxes,
-                         box_file=None if box_file is None else str(box_file), out=out, overwrite=overwrite,
-                         options=options, client=client, work_dir=work_dir, fresh=fresh, checkpoint=checkpoint,
-                         report_path=report_path, labels=labels, return_objects=return_objects, **changes)
-    return gdf if return_objects else report
+    gdf, _ = _run(locals(), return_objects=True)
+    assert gdf is not None  # return_objects=True always reads the objects back
+    return gdf
 
 
 _OPTION_NAMES = frozenset(Options.__dataclass_fields__)
+_P = ParamSpec("_P")
+
+
+def _run(args: dict[str, Any], *, return_objects: bool) -> tuple[gpd.GeoDataFrame | None, RunReport]:
+    """`segment`'s arguments (by name) -> `segment_job`: option keywords become `Options` changes."""
+    options = args["options"]
+    changes = {k: v for k, v in args.items() if k in _OPTION_NAMES}
+    changes = {k: v for k, v in changes.items() if options is None or v != getattr(_D, k)}
+    prompts, box_file = args["prompts"], args["box_file"]
+    return segment_job(args["inputs"], [prompts] if isinstance(prompts, str) else list(prompts),
+                       boxes=args["boxes"], box_file=None if box_file is None else str(box_file),
+                       out=args["out"], overwrite=args["overwrite"], options=options, client=args["client"],
+                       work_dir=args["work_dir"], fresh=args["fresh"], checkpoint=args["checkpoint"],
+                       report_path=args["report_path"], labels=args["labels"],
+                       return_objects=return_objects, **changes)
+
+
+def _report_only(f: Callable[_P, gpd.GeoDataFrame]) -> Callable[_P, RunReport]:
+    """`f`'s signature (so type checkers check every keyword), returning the run's `RunReport`."""
+    signature = inspect.signature(f)
+
+    @functools.wraps(f)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> RunReport:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return _run(dict(bound.arguments), return_objects=False)[1]
+
+    return run
+
+
+segment_report = _report_only(segment)
+segment_report.__name__ = segment_report.__qualname__ = "segment_report"
+segment_report.__doc__ = """`segment` for jobs too big to hold in memory: the same arguments (give `out`), the objects
+    are written to `out` as merge blocks finish and never all loaded; returns the `RunReport` (its `output`
+    is the path written, `inputs` the inputs as given)."""
