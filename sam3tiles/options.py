@@ -147,8 +147,10 @@ class Options:
     refine_depth: int = opt(DEFAULT_DEPTH, "Zoom doublings refinement may apply at most.", job="tiling.refine_depth",
                             flags=("--refine-depth",), commands=("segment", "plan"), ge=0, le=MAX_DEPTH,
                             note=f"each level doubles the zoom of saturated tiles; {MAX_DEPTH} is 16x")
-    min_area: float = opt(0.0, "Drop objects smaller than this `area`: m² on a lon/lat CRS, else CRS units² "
-                               "(pixels without a CRS).", job="postprocess.min_area", flags=("--min-area",), ge=0)
+    min_area: float = opt(0.0, "Drop objects smaller than this area, in the unit of the output's area column: "
+                               "area_m2 on a lon/lat or metre CRS, area_ft2/area_us_ft2/... (CRS units²) "
+                               "on others, area_px (pixels) without a CRS.",
+                          job="postprocess.min_area", flags=("--min-area",), ge=0)
     max_area: float | None = opt(None, "Drop objects larger than this (units of --min-area).",
                                  job="postprocess.max_area", flags=("--max-area",), gt=0)
     min_score: float = opt(0.5, "Drop objects scored below this.", job="postprocess.min_score",
@@ -257,7 +259,7 @@ def check(o: Options) -> None:
             raise UsageError(f"{name} {v!r} is not one of {', '.join(allowed)}: choose one of them")
     if o.max_area is not None and not o.max_area > o.min_area:
         raise UsageError(f"--max-area {o.max_area:g} must be larger than --min-area {o.min_area:g} (both in the "
-                         "`area` column's units)")
+                         "area column's units: area_m2, area_px, ...)")
     for problem in cross_problems(o.tile_size, o.overlap, o.squash):
         raise UsageError(problem.format(**{n: named(n) for n in ("tile_size", "overlap")}))
 

@@ -30,7 +30,7 @@ from .model.registry import runtime_stats
 from .options import Options
 from .plan import InputPlan, RunPlan, check_out, plan_run
 from .prompts import GeoBox
-from .readers.remote import input_name as file_name
+from .readers.remote import source_name
 from .report import RunReport
 from .runner import InputResult, InputRun
 from .writers import output_lock, write_vector
@@ -186,7 +186,7 @@ def write_output(spool: ObjectSpool, inputs, dest, plan: RunPlan, results: list[
     """One output (by extension; `dataset`: a partitioned GeoParquet folder) of the objects of `inputs`,
     read from the spool a chunk at a time, and unless --no-preview its quicklook `OUT.preview.png`."""
     opts = plan.options
-    frames = {file_name(r.source): r.frame for r in results if r.frame is not None}
+    frames = {source_name(r.source): r.frame for r in results if r.frame is not None}
     labels = [p.label for p in plan.prompts]
     crs = spool.crs_of(inputs)
     meta = file_metadata(report, gpd.GeoDataFrame(geometry=gpd.GeoSeries([], crs=crs)), frames)

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OutputError, OutputExistsError, UsageError
-from ..units import Frame, area_unit, coordinate_precision, lonlat_resolution, native_resolution
+from ..units import Frame, area_column, area_unit, coordinate_precision, lonlat_resolution, native_resolution
 from .atomic import DRIVERS, atomic_path
 from .qupath import write_qupath_geojson
 
@@ -196,7 +196,9 @@ def _description(gdf: gpd.GeoDataFrame, frames: dict[str, Frame]) -> str:
     text = NO_CRS_NOTE if gdf.crs is None else "sam3tiles objects"
     if frames:
         frame = next(iter(frames.values()))
-        text += f"; area: {area_unit(frame)}; area_px: source pixels"
+        if frame.crs is not None:
+            text += f"; {area_column(frame)}: {area_unit(frame)}"
+        text += "; area_px: source pixels"
         if any(f.pixel_size_um for f in frames.values()):
             text += "; area_um2: square micrometres"
     return text
