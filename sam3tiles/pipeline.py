@@ -34,6 +34,7 @@ from .readers.remote import source_name
 from .report import RunReport
 from .runner import InputResult, InputRun
 from .writers import output_lock, write_vector
+from .writers.vector import readers_note
 from .writers.atomic import Deferred, deferred_renames, remove_stale_temps
 from .writers.labels import write_labels
 from .writers.stream import ObjectSpool
@@ -192,6 +193,9 @@ def write_output(spool: ObjectSpool, inputs, dest, plan: RunPlan, results: list[
     meta = file_metadata(report, gpd.GeoDataFrame(geometry=gpd.GeoSeries([], crs=crs)), frames)
     write_vector(spool.frames(inputs), dest, layer=opts.layer, metadata=meta, frames=frames,
                  geojson_crs=opts.geojson_crs, prompts=labels, dataset=dataset)
+    note = readers_note(dest)
+    if note is not None:
+        report.output_notes.append(note)
     if not opts.no_preview:
         from .quicklook import write_quicklook
 

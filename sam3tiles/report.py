@@ -36,6 +36,7 @@ class RunReport:
     # --box-scope image: in_place, no_room, over_bound (tile-exemplar pairs), pasted, dropped, clipped (detections)
     exemplars: dict = field(default_factory=dict)
     exemplar_notes: list = field(default_factory=list)
+    output_notes: list = field(default_factory=list)  # e.g. which tools open a GeoParquet output
     merge: dict = field(default_factory=dict)
     refine: dict = field(default_factory=dict)  # see refine.RefineStats.add_to
     checkpoint: dict = field(default_factory=dict)  # work_dir, reused (tile-prompt results), stored, partial_tiles
@@ -99,6 +100,7 @@ class RunReport:
             lines.append(f"exemplars: {e.get('pasted', 0)} pasted into tiles, {e.get('in_place', 0)} used where they "
                          f"lie; {e.get('dropped', 0)} detections on pastes dropped, {e.get('clipped', 0)} clipped")
         lines.extend(self.exemplar_notes)
+        lines.extend(self.output_notes)
         if self.boxes_outside:
             lines.append(f"{self.boxes_outside} example box(es) lie outside every tile and were not used")
         return "\n".join(lines)
