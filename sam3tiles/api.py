@@ -27,7 +27,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             report_path: str | os.PathLike | None = None, client: Any = None, options: Options | None = None,
             backend: str | object = _D.backend, model: str | None = _D.model, device: str = _D.device,
             threads: int = _D.threads, workers: int | None = _D.workers, scheduler: str | None = _D.scheduler,
-            tile_size: int = _D.tile_size, overlap: int = _D.overlap, scale: float = _D.scale,
+            tile_size: int = _D.tile_size, overlap: int | float = _D.overlap, scale: float = _D.scale,
             gsd: float | None = _D.gsd, bands: tuple[int, ...] | str | None = _D.bands, squash: bool = _D.squash,
             refine: str = _D.refine, refine_depth: int = _D.refine_depth,
             min_area: float = _D.min_area, max_area: float | None = _D.max_area, min_score: float = _D.min_score,
@@ -37,7 +37,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
             box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs,
-            asset: str | None = _D.asset) -> gpd.GeoDataFrame:
+            asset: str | None = _D.asset, progress_format: str = _D.progress_format) -> gpd.GeoDataFrame:
     """Segment one or more rasters with text prompts and/or example boxes; returns the objects.
 
     Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
@@ -66,7 +66,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             "simulated"; the model backend registry may accept more.
         model, device, threads: the ONNX model folder, "auto"/"cpu"/"cuda", onnxruntime threads.
         workers, scheduler: CPU threads of a local run; a dask.distributed scheduler address.
-        tile_size, overlap: tile side and overlap in (scaled) pixels (tile_size at most 1008).
+        tile_size, overlap: tile side and overlap in (scaled) pixels (tile_size at most 1008); an overlap
+            below 1 is a fraction of the tile side (0.2 -> 202 px of 1008).
         scale, gsd: uniform zoom, or a target ground sampling distance (CRS units per pixel).
         bands, squash: bands as (R, G, B) or one band, 1-based; the whole image as one squashed tile.
         refine, refine_depth: "auto": a tile where a prompt hits SAM 3's 200-object cap is re-run as
@@ -85,6 +86,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
             free margin, see `sam3tiles.exemplars`); "tile": a box acts only in the tiles it lies in.
         asset: STAC inputs: the key of the asset to segment.
+        progress_format: "bar", or "json": JSON lines on stderr (see `sam3tiles.progress`).
 
     Huge jobs: `segment_report(...)` (same arguments) writes `out` and returns only the `RunReport`,
     never loading every object. Objects stream to disk as merge blocks finish either way.

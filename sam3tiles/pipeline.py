@@ -29,6 +29,7 @@ from .merge import MergeStats
 from .model.registry import runtime_stats
 from .options import Options
 from .plan import InputPlan, RunPlan, check_out, plan_run
+from .progress import progress_bar
 from .prompts import GeoBox
 from .readers.remote import source_name
 from .report import RunReport
@@ -82,7 +83,8 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
     store = TileStore(plan.work_dir, fresh=fresh) if plan.work_dir is not None else None
     if store is not None:
         report.checkpoint["work_dir"] = str(plan.work_dir)
-    bar = _progress_bar() if opts.progress else None
+    json_progress = opts.progress_format == "json"  # for programs driving the CLI: even with -q
+    bar = progress_bar(opts.progress_format) if opts.progress or json_progress else None
     pending = Deferred()
     gdf = None
     spool = ObjectSpool(plan.work_dir)
@@ -220,12 +222,6 @@ class _timed:
     def __exit__(self, *exc):
         self.report.seconds[self.stage] += time.perf_counter() - self.t0
         return False
-
-
-def _progress_bar():
-    from tqdm.auto import tqdm  # a widget in notebooks, a text bar in terminals
-
-    return tqdm(total=0, unit="tile", desc="tiles", dynamic_ncols=True, delay=1.0)
 
 
 def _announce(engine: Engine, report: RunReport, bar) -> None:

@@ -95,3 +95,36 @@ def test_segment_report_returns_only_the_report(twins, tmp_path):
     assert isinstance(report, RunReport) and report.output == str(out) and report.objects > 0
     assert len(gpd.read_parquet(out)) == report.objects
     assert math.isfinite(report.wall_seconds)
+
+
+# -- command-line habits ------------------------------------------------------------------------------
+
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from sam3tiles.cli.main import cli
+
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_prompt_alias_overlap_fraction_and_positional_output(twins, tmp_path):
+    src = twins[0]
+    r = _cli("-q", "segment", src, "--prompt", "red", "--backend", "reference", "--overlap", "0.2",
+             "--tile-size", "512", tmp_path / "o.gpkg")
+    assert r.exit_code == 0, r.output
+    gdf = gpd.read_file(tmp_path / "o.gpkg")
+    report = json.loads((tmp_path / "o.gpkg.report.json").read_text())
+    assert set(gdf["prompt"]) == {"red"} and report["parameters"]["overlap"] == round(0.2 * 512) == 102
+    with_out = _cli("-q", "segment", src, "-t", "red", "--backend", "reference", "--out", tmp_path / "p.gpkg",
+                    "--overlap", "102", "--tile-size", "512")
+    assert with_out.exit_code == 0 and len(gpd.read_file(tmp_path / "p.gpkg")) == len(gdf)
+    # both outputs, differing: refused before any work; the same twice is one
+    r = _cli("segment", src, "-t", "red", "--backend", "reference", tmp_path / "a.gpkg", "--out", tmp_path / "b.gpkg")
+    assert r.exit_code == UsageError.exit_code and "two outputs" in r.output
+    assert not (tmp_path / "a.gpkg").exists() and not (tmp_path / "b.gpkg").exists()
+    r = _cli("segment", src, "-t", "red", "--backend", "reference")
+    assert r.exit_code == UsageError.exit_code and "no output given" in r.output
+    assert sam3tiles.Options(overlap=0.2).overlap == 202  # of the default 1008 px tile
+    for bad in ("1.5", "-0.2", "many"):
+        r = _cli("segment", src, "-t", "red", "--backend", "reference", "--overlap", bad, tmp_path / "c.gpkg")
+        assert r.exit_code == UsageError.exit_code and "--overlap" in r.output and "Traceback" not in r.output
