@@ -28,7 +28,7 @@ def one(size: int, folder: Path) -> list[dict]:
 
     scene = write_scene(folder / f"scene{size}.tif", size, size, seed=1)
     gdf = scene.truth.rename(columns={"class": "prompt"})
-    gdf["source"] = scene.path.name
+    gdf["source"] = str(scene.path)
     rows = []
     for overviews in (False, True):
         if overviews:

@@ -4,8 +4,8 @@ Aspect-preserving overlapping tiles, one image embedding per tile, text or examp
 merged across seams into polygons in the source CRS. See `sam3tiles.segment`.
 """
 
-from .api import segment
+from .api import segment, segment_report
 from .options import Options
 from .version import __version__
 
-__all__ = ["segment", "Options", "__version__"]
+__all__ = ["segment", "segment_report", "Options", "__version__"]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
-from typing import Any, Iterable, Sequence, Union
+from typing import Any, Callable, Iterable, ParamSpec, Sequence, Union
 
 import geopandas as gpd
 
@@ -26,7 +28,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             report_path: str | os.PathLike | None = None, client: Any = None, options: Options | None = None,
             backend: str | object = _D.backend, model: str | None = _D.model, device: str = _D.device,
             threads: int = _D.threads, workers: int | None = _D.workers, scheduler: str | None = _D.scheduler,
-            tile_size: int = _D.tile_size, overlap: int = _D.overlap, scale: float = _D.scale,
+            tile_size: int = _D.tile_size, overlap: int | float = _D.overlap, scale: float = _D.scale,
             gsd: float | None = _D.gsd, bands: tuple[int, ...] | str | None = _D.bands, squash: bool = _D.squash,
             refine: str = _D.refine, refine_depth: int = _D.refine_depth,
             min_area: float = _D.min_area, max_area: float | None = _D.max_area, min_score: float = _D.min_score,
@@ -36,7 +38,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
             box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs,
-            asset: str | None = _D.asset, return_objects: bool = True) -> "gpd.GeoDataFrame | RunReport":
+            asset: str | None = _D.asset, progress_format: str = _D.progress_format) -> gpd.GeoDataFrame:
     """Segment one or more rasters with text prompts and/or example boxes; returns the objects.
 
     Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
@@ -68,7 +70,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             "simulated"; the model backend registry may accept more.
         model, device, threads: the ONNX model folder, "auto"/"cpu"/"cuda", onnxruntime threads.
         workers, scheduler: CPU threads of a local run; a dask.distributed scheduler address.
-        tile_size, overlap: tile side and overlap in (scaled) pixels (tile_size at most 1008).
+        tile_size, overlap: tile side and overlap in (scaled) pixels (tile_size at most 1008); an overlap
+            below 1 is a fraction of the tile side (0.2 -> 202 px of 1008).
         scale, gsd: uniform zoom, or a target ground sampling distance (CRS units per pixel).
         bands, squash: bands as (R, G, B) or one band, 1-based; the whole image as one squashed tile.
         refine, refine_depth: "auto": a tile where a prompt hits SAM 3's 200-object cap is re-run as
@@ -87,17 +90,49 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
             free margin, see `sam3tiles.exemplars`); "tile": a box acts only in the tiles it lies in.
         asset: STAC inputs: the key of the asset to segment.
-        return_objects: False for huge jobs: return only the `RunReport` (its `output` is the path
-            written). Objects stream to disk as merge blocks finish either way; True reads them back.
+        progress_format: "bar", or "json": JSON lines on stderr (see `sam3tiles.progress`).
+
+    Huge jobs: `segment_report(...)` (same arguments) writes `out` and returns only the `RunReport`,
+    never loading every object. Objects stream to disk as merge blocks finish either way.
     """
-    changes = {k: v for k, v in locals().items() if k in _OPTION_NAMES}
-    changes = {k: v for k, v in changes.items() if options is None or v != getattr(_D, k)}
-    gdf, report = segment_job(inputs, [prompts] if isinstance(prompts, str) else list(prompts), boxes=boxes,
-                         box_file=None if box_file is None else str(box_file),
-                         example_images=[str(e) for e in example_images], out=out, overwrite=overwrite,
-                         options=options, client=client, work_dir=work_dir, fresh=fresh, checkpoint=checkpoint,
-                         report_path=report_path, labels=labels, return_objects=return_objects, **changes)
-    return gdf if return_objects else report
+    gdf, _ = _run(locals(), return_objects=True)
+    assert gdf is not None  # return_objects=True always reads the objects back
+    return gdf
 
 
 _OPTION_NAMES = frozenset(Options.__dataclass_fields__)
+_P = ParamSpec("_P")
+
+
+def _run(args: dict[str, Any], *, return_objects: bool) -> tuple[gpd.GeoDataFrame | None, RunReport]:
+    """`segment`'s arguments (by name) -> `segment_job`: option keywords become `Options` changes."""
+    options = args["options"]
+    changes = {k: v for k, v in args.items() if k in _OPTION_NAMES}
+    changes = {k: v for k, v in changes.items() if options is None or v != getattr(_D, k)}
+    prompts, box_file = args["prompts"], args["box_file"]
+    return segment_job(args["inputs"], [prompts] if isinstance(prompts, str) else list(prompts),
+                       boxes=args["boxes"], box_file=None if box_file is None else str(box_file),
+                       example_images=[str(e) for e in args["example_images"]], out=args["out"], overwrite=args["overwrite"], options=options, client=args["client"],
+                       work_dir=args["work_dir"], fresh=args["fresh"], checkpoint=args["checkpoint"],
+                       report_path=args["report_path"], labels=args["labels"],
+                       return_objects=return_objects, **changes)
+
+
+def _report_only(f: Callable[_P, gpd.GeoDataFrame]) -> Callable[_P, RunReport]:
+    """`f`'s signature (so type checkers check every keyword), returning the run's `RunReport`."""
+    signature = inspect.signature(f)
+
+    @functools.wraps(f)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> RunReport:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return _run(dict(bound.arguments), return_objects=False)[1]
+
+    return run
+
+
+segment_report = _report_only(segment)
+segment_report.__name__ = segment_report.__qualname__ = "segment_report"
+segment_report.__doc__ = """`segment` for jobs too big to hold in memory: the same arguments (give `out`), the objects
+    are written to `out` as merge blocks finish and never all loaded; returns the `RunReport` (its `output`
+    is the path written, `inputs` the inputs as given)."""

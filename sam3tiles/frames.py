@@ -1,25 +1,37 @@
 """Merged objects -> the output GeoDataFrame: columns, CRS, areas, the id column, the file metadata.
 
-Columns: id, prompt, score, area (`units.area_unit`: m² on a lon/lat CRS, CRS units squared on a
-projected one, pixels without a CRS), area_px (source pixels), area_um2 (slides of known pixel size),
-n_tiles, source, backend, model, geometry in the source CRS (no CRS for plain images: pixel coordinates, y down).
+Columns: id, prompt, score, the area named for its unit (`units.area_column`: area_m2 on a lon/lat or
+metre CRS, area_ft2 / area_us_ft2 / ... on other projected CRSs, none without a CRS), area_px (source
+pixels), area_um2 (slides of known pixel size), n_tiles, source (the input as given: path as passed, URL
+without its query), backend, model, geometry in the source CRS (no CRS for plain images: pixel
+coordinates, y down).
 """
 
 from __future__ import annotations
-
-import os
 
 import geopandas as gpd
 import numpy as np
 import pandas as pd
 
 from .errors import UsageError
-from .units import Frame, add_areas, area_unit, length_to_crs
+from .units import Frame, add_areas, area_column, area_unit, length_to_crs
 from .merge import Merged
 from .report import RunReport
 from .writers import NO_CRS_NOTE
 
-COLUMNS = ["id", "prompt", "score", "area", "area_px", "area_um2", "n_tiles", "source", "backend", "model"]
+COLUMNS = ["id", "prompt", "score", "area_px", "area_um2", "n_tiles", "source", "backend", "model"]
+_HEAD, _TAIL = COLUMNS[:3], COLUMNS[5:]
+
+
+def ordered(columns) -> list[str]:
+    """The outputs' column order: id, prompt, score, the unit-named area column, area_px, area_um2,
+    n_tiles, source, backend, model, then any others (geometry) as they come."""
+    columns = list(columns)
+    unit = [c for c in columns if c.startswith("area_") and c not in ("area_px", "area_um2")]
+    areas = unit + [c for c in ("area_px", "area_um2") if c in columns]
+    known = [*_HEAD, *areas, *_TAIL]
+    return [c for c in _HEAD if c in columns] + areas + [c for c in _TAIL if c in columns] + \
+        [c for c in columns if c not in known]
 
 
 def objects_frame(merged: Merged, labels: list[str], *, frame: Frame, source: str, backend: str, model: str,
@@ -45,12 +57,13 @@ def objects_frame(merged: Merged, labels: list[str], *, frame: Frame, source: st
     if order is not None:
         gdf["_order"] = np.asarray(order, dtype=np.int64)
     keep = gdf["score"].to_numpy() >= np.float32(min_score)
+    area = gdf[area_column(frame)].to_numpy()
     if min_area > 0:
-        keep &= gdf["area"].to_numpy() >= min_area
+        keep &= area >= min_area
     if max_area is not None:
-        keep &= gdf["area"].to_numpy() <= max_area
+        keep &= area <= max_area
     gdf = gdf[keep]
-    gdf["source"] = os.path.basename(source)
+    gdf["source"] = source
     gdf["backend"] = backend
     gdf["model"] = model
     return gdf.reset_index(drop=True)
@@ -60,8 +73,7 @@ def finish(gdf: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
     """The id column (1..n) and the column order of the outputs."""
     gdf = gdf.copy()
     gdf.insert(0, "id", np.arange(1, len(gdf) + 1, dtype=np.int64))
-    cols = [c for c in COLUMNS if c in gdf.columns] + [c for c in gdf.columns if c not in COLUMNS]
-    return gdf[cols]
+    return gdf[ordered(gdf.columns)]
 
 
 def combine(frames: list[gpd.GeoDataFrame]) -> gpd.GeoDataFrame:
@@ -83,7 +95,10 @@ def file_metadata(report: RunReport, gdf: gpd.GeoDataFrame, frames: dict[str, Fr
     if gdf.crs is None:
         meta["crs"] = NO_CRS_NOTE
     if frames:
-        meta["units"] = {"area": area_unit(next(iter(frames.values()))), "area_px": "source pixels"}
+        frame = next(iter(frames.values()))
+        meta["units"] = {"area_px": "source pixels"}
+        if frame.crs is not None:
+            meta["units"] = {area_column(frame): area_unit(frame), **meta["units"]}
         if any(f.pixel_size_um for f in frames.values()):
             meta["units"]["area_um2"] = "square micrometres (OME physical pixel size)"
     return meta

@@ -29,6 +29,7 @@ from .errors import UsageError
 from .grid import DEFAULT_OVERLAP, TILE_SIZE
 from .model.registry import RuntimeSpec, available_backends
 from .model.runtime import MODEL_SIZE
+from .progress import PROGRESS_FORMATS
 from .readers.base import parse_bands
 from .refine import DEFAULT_DEPTH, MAX_DEPTH, MODES as REFINE_MODES
 from .vectorize import EDGE_MARGIN
@@ -97,6 +98,25 @@ def _bands(v: Any) -> tuple[int, ...] | None:
     return bands
 
 
+def _overlap(v: Any) -> int | float:
+    """--overlap as given: whole pixels, or a fraction of the tile below 1 (made pixels by `Options`)."""
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            raise UsageError(f"--overlap {v!r}: give pixels (256) or a fraction of the tile (0.2)") from None
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def _fraction_overlap(o: "Options") -> None:
+    """An overlap below 1 is a fraction of the tile side: pixels, rounded (0.2 of 1008 -> 202)."""
+    v = o.overlap
+    if isinstance(v, float) and 0 < v < 1 and isinstance(o.tile_size, (int, float)):
+        object.__setattr__(o, "overlap", round(v * o.tile_size))
+
+
 def _backends() -> tuple[str, ...]:
     """Built-ins, then backends installed under the entry-point group sam3tiles.backends."""
     return available_backends()
@@ -126,9 +146,12 @@ class Options:
                          flags=("--tile-size",), commands=("segment", "plan"), ge=64, le=MODEL_SIZE,
                          note=f"a tile is read into SAM 3's {MODEL_SIZE}x{MODEL_SIZE} input, so it can be no "
                               f"larger; use --scale to zoom out instead")
-    overlap: int = opt(DEFAULT_OVERLAP, "Overlap between tiles in (scaled) pixels. Objects up to this size are "
-                                        "kept once by ownership; larger ones are stitched across seams.",
-                       job="tiling.overlap", flags=("--overlap",), commands=("segment", "plan"), ge=0)
+    overlap: int = opt(DEFAULT_OVERLAP, "Overlap between tiles in (scaled) pixels, or below 1 a fraction of "
+                                        "--tile-size (0.2: 202 px of 1008, as SAHI's overlap ratio). Objects "
+                                        "up to this size are kept once by ownership; larger ones are stitched "
+                                        "across seams.",
+                       job="tiling.overlap", flags=("--overlap",), commands=("segment", "plan"), ge=0,
+                       parse=lambda v: _overlap(v), metavar="PX|FRACTION")
     scale: float = opt(1.0, "Uniform zoom: 2 for tiny objects, 0.5 for big ones (resampled on read).",
                        job="tiling.scale", flags=("--scale",), commands=("segment", "plan"), gt=0, le=64)
     gsd: float | None = opt(None, "Target sampling distance per pixel (overrides --scale): metres on a lon/lat CRS, "
@@ -147,8 +170,10 @@ class Options:
     refine_depth: int = opt(DEFAULT_DEPTH, "Zoom doublings refinement may apply at most.", job="tiling.refine_depth",
                             flags=("--refine-depth",), commands=("segment", "plan"), ge=0, le=MAX_DEPTH,
                             note=f"each level doubles the zoom of saturated tiles; {MAX_DEPTH} is 16x")
-    min_area: float = opt(0.0, "Drop objects smaller than this `area`: m² on a lon/lat CRS, else CRS units² "
-                               "(pixels without a CRS).", job="postprocess.min_area", flags=("--min-area",), ge=0)
+    min_area: float = opt(0.0, "Drop objects smaller than this area, in the unit of the output's area column: "
+                               "area_m2 on a lon/lat or metre CRS, area_ft2/area_us_ft2/... (CRS units²) "
+                               "on others, area_px (pixels) without a CRS.",
+                          job="postprocess.min_area", flags=("--min-area",), ge=0)
     max_area: float | None = opt(None, "Drop objects larger than this (units of --min-area).",
                                  job="postprocess.max_area", flags=("--max-area",), gt=0)
     min_score: float = opt(0.5, "Drop objects scored below this.", job="postprocess.min_score",
@@ -169,7 +194,7 @@ class Options:
                        ge=0, le=20)
     strict: bool = opt(False, "Exit with an error (5) when any tile failed or still hit SAM 3's 200-object cap.",
                        job="run.strict", flags=("--strict",), commands=("segment", "run"))
-    progress: bool = opt(False, "Show a progress bar (tqdm.auto: a widget in notebooks).")
+    progress: bool = opt(False, "Show a progress bar (a widget in notebooks with ipywidgets, else text).")
     max_in_flight: int | None = opt(None, "Tiles in flight at once (default: from the engine's threads).", ge=1)
     edge_margin: int = opt(EDGE_MARGIN, "Mask pixels at a tile's inner edge treated as cut by the edge.", ge=0)
     encode_seconds: float = opt(0.1, "Simulated backend: seconds per encode.", ge=0)
@@ -184,6 +209,11 @@ class Options:
     asset: str | None = opt(None, "STAC inputs (item JSON files or URLs, or a saved search): the key of the "
                                   "asset to segment (job files: the top-level key `asset`).",
                             flags=("--asset",), commands=("segment", "plan"))
+    # -- where GIS tools drive the run (issue 23) ------------------------------------------------------
+    progress_format: str = opt("bar", "bar: a progress bar (none with -q); json: one JSON line per update on "
+                                      "stderr, even with -q, for programs driving the command line (the QGIS "
+                                      "provider; see sam3tiles.progress).",
+                               flags=("--progress",), commands=("segment",), choices=PROGRESS_FORMATS)
 
     def __post_init__(self) -> None:
         for f, d in fields(type(self)):
@@ -192,6 +222,7 @@ class Options:
                 object.__setattr__(self, f.name, d.parse(v))
             elif isinstance(v, float) and v.is_integer() and value_type(f.name, type(self)) is int:
                 object.__setattr__(self, f.name, int(v))  # 512.0 from a YAML or JSON number
+        _fraction_overlap(self)
         check(self)
 
     def runtime_spec(self) -> RuntimeSpec:
@@ -257,7 +288,7 @@ def check(o: Options) -> None:
             raise UsageError(f"{name} {v!r} is not one of {', '.join(allowed)}: choose one of them")
     if o.max_area is not None and not o.max_area > o.min_area:
         raise UsageError(f"--max-area {o.max_area:g} must be larger than --min-area {o.min_area:g} (both in the "
-                         "`area` column's units)")
+                         "area column's units: area_m2, area_px, ...)")
     for problem in cross_problems(o.tile_size, o.overlap, o.squash):
         raise UsageError(problem.format(**{n: named(n) for n in ("tile_size", "overlap")}))
 

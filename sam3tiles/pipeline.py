@@ -29,11 +29,13 @@ from .merge import MergeStats
 from .model.registry import runtime_stats
 from .options import Options
 from .plan import InputPlan, RunPlan, check_out, plan_run
+from .progress import progress_bar
 from .prompts import GeoBox
-from .readers.remote import input_name as file_name
+from .readers.remote import source_name
 from .report import RunReport
 from .runner import InputResult, InputRun
 from .writers import output_lock, write_vector
+from .writers.vector import readers_note
 from .writers.atomic import Deferred, deferred_renames, remove_stale_temps
 from .writers.labels import write_labels
 from .writers.stream import ObjectSpool
@@ -83,7 +85,8 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
     store = TileStore(plan.work_dir, fresh=fresh) if plan.work_dir is not None else None
     if store is not None:
         report.checkpoint["work_dir"] = str(plan.work_dir)
-    bar = _progress_bar() if opts.progress else None
+    json_progress = opts.progress_format == "json"  # for programs driving the CLI: even with -q
+    bar = progress_bar(opts.progress_format) if opts.progress or json_progress else None
     pending = Deferred()
     gdf = None
     spool = ObjectSpool(plan.work_dir)
@@ -193,12 +196,15 @@ def write_output(spool: ObjectSpool, inputs, dest, plan: RunPlan, results: list[
     """One output (by extension; `dataset`: a partitioned GeoParquet folder) of the objects of `inputs`,
     read from the spool a chunk at a time, and unless --no-preview its quicklook `OUT.preview.png`."""
     opts = plan.options
-    frames = {file_name(r.source): r.frame for r in results if r.frame is not None}
+    frames = {source_name(r.source): r.frame for r in results if r.frame is not None}
     labels = [p.label for p in plan.prompts]
     crs = spool.crs_of(inputs)
     meta = file_metadata(report, gpd.GeoDataFrame(geometry=gpd.GeoSeries([], crs=crs)), frames)
     write_vector(spool.frames(inputs), dest, layer=opts.layer, metadata=meta, frames=frames,
                  geojson_crs=opts.geojson_crs, prompts=labels, dataset=dataset)
+    note = readers_note(dest)
+    if note is not None:
+        report.output_notes.append(note)
     if not opts.no_preview:
         from .quicklook import write_quicklook
 
@@ -237,12 +243,6 @@ class _timed:
     def __exit__(self, *exc):
         self.report.seconds[self.stage] += time.perf_counter() - self.t0
         return False
-
-
-def _progress_bar():
-    from tqdm.auto import tqdm  # a widget in notebooks, a text bar in terminals
-
-    return tqdm(total=0, unit="tile", desc="tiles", dynamic_ncols=True, delay=1.0)
 
 
 def _announce(engine: Engine, report: RunReport, bar) -> None:

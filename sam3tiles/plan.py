@@ -325,7 +325,14 @@ def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[l
     if not p.is_dir():
         raise UsageError(f"--out {p}: for several inputs give an existing folder (one .gpkg each) or a file "
                          "name ending in .gpkg/.parquet/.fgb/.geojson (one combined output)")
-    return [p / (Path(file_name(i)).stem + ".gpkg") for i in inputs], None
+    outs = [p / (Path(file_name(i)).stem + ".gpkg") for i in inputs]
+    seen: dict[Path, str] = {}
+    for i, o in zip(inputs, outs):
+        if o in seen:  # a/visual.tif and b/visual.tif: one would overwrite the other's objects
+            raise UsageError(f"--out {p}: {seen[o]} and {i} would both be written to {o.name}: give --out a "
+                             "file (one combined output with a `source` column) or segment them separately")
+        seen[o] = i
+    return outs, None
 
 
 def _check_labels(labels, paths: list[str], overwrite: bool) -> Path | None:

@@ -21,7 +21,7 @@ from rasterio.windows import Window
 
 from .errors import RasterReadError
 from .readers import open_source
-from .readers.remote import input_name
+from .readers.remote import input_name, source_name
 from .units import to_pixels
 from .writers.atomic import atomic_path
 from .writers.qupath import class_colour
@@ -162,7 +162,7 @@ def write_quicklook(path: str | os.PathLike, objects, results: Sequence, prompts
     images, drawn, draws = [], [], {}
     for r in panels:
         img, ok = _panel(r, side, bands)
-        draws[input_name(r.source)] = (ImageDraw.Draw(img), r.frame, img.width / r.frame.width,
+        draws[source_name(r.source)] = (ImageDraw.Draw(img), r.frame, img.width / r.frame.width,
                                        img.height / r.frame.height)
         images.append(img)
         drawn.append(ok)

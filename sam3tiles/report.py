@@ -38,6 +38,7 @@ class RunReport:
     # per prompt label: given, in_place, pasted (margin, padding, strip), dropped, clipped (exemplars.report_by_prompt)
     exemplars_by_prompt: dict = field(default_factory=dict)
     exemplar_notes: list = field(default_factory=list)
+    output_notes: list = field(default_factory=list)  # e.g. which tools open a GeoParquet output
     merge: dict = field(default_factory=dict)
     refine: dict = field(default_factory=dict)  # see refine.RefineStats.add_to
     checkpoint: dict = field(default_factory=dict)  # work_dir, reused (tile-prompt results), stored, partial_tiles
@@ -108,6 +109,7 @@ class RunReport:
                              f"margin, {r['padding']} padding, {r['strip']} strip), {r['in_place']} in place; "
                              f"{r['dropped']} detections on pastes dropped, {r['clipped']} clipped")
         lines.extend(self.exemplar_notes)
+        lines.extend(self.output_notes)
         if self.boxes_outside:
             lines.append(f"{self.boxes_outside} example box(es) lie outside every tile and were not used")
         return "\n".join(lines)

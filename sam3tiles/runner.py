@@ -31,7 +31,7 @@ from .model.registry import RuntimeSpec, get_runtime
 from .piecekey import PASSES_PER_TILE
 from .plan import InputPlan, RunPlan
 from .prompts import Prompt, box_passes, boxes_outside, tile_boxes
-from .readers.remote import input_name as file_name
+from .readers.remote import source_name
 from .refine import RefineHook
 from .report import RunReport
 from .tileframe import TileFrames
@@ -122,14 +122,14 @@ class InputRun:
 
     def _begin_spool(self) -> int:
         crs = self.inp.crs.to_wkt() if self.inp.crs else None
-        return self.spool.begin_input(SpoolInput(file_name(self.inp.path), crs, self.inp.frame))
+        return self.spool.begin_input(SpoolInput(source_name(self.inp.path), crs, self.inp.frame))
 
     def _spool_block(self, index: int, objects: Packed, first) -> None:
         """One merge block's decided objects -> output rows (`frames.objects_frame`: areas in the output's
         units, --simplify, --min-score, --min-area, --max-area) -> the spool."""
         o = self.opts
         gdf = objects_frame(objects.unpack(Merged), [p.label for p in self.plan.prompts], frame=self.inp.frame,
-                            source=file_name(self.inp.path), backend=self.spec.backend,
+                            source=source_name(self.inp.path), backend=self.spec.backend,
                             model=self.plan.model_identity, simplify=o.simplify, min_area=o.min_area,
                             max_area=o.max_area, min_score=o.min_score, order=first)
         self.spool.add(index, gdf)

@@ -1,14 +1,18 @@
-"""Units: what `area`, `--min-area`, `--max-area`, `--simplify` and `--gsd` mean on each kind of input.
+"""Units: what the area columns, `--min-area`, `--max-area`, `--simplify` and `--gsd` mean on each kind of input.
 
 * *projected CRS* (UTM, a national grid): the CRS's own units, as the CRS says (metres, US feet).
 * *geographic CRS* (lon/lat, EPSG:4326): degrees are no unit for an area or a tolerance, so lengths are
-  metres and `area` is square metres, measured on a Lambert azimuthal equal-area projection centred on
+  metres and the area is square metres, measured on a Lambert azimuthal equal-area projection centred on
   the image (on the source's own datum): an equal-area projection keeps every area exact, and centring
   it on the image keeps the shapes near the truth as well.
 * *no CRS* (slides, plain images): source pixels. When the physical pixel size is known (OME
   PhysicalSizeX/Y of a slide) `--gsd` is microns per pixel and outputs carry `area_um2`.
 
-`area_px` (source pixels) is written everywhere. This module holds values and arithmetic only; readers
+The area column is named for its unit (`area_column`), never plain `area` (GeoPandas' own
+`GeoDataFrame.area` hides such a column from `gdf.area`): `area_m2` on a lon/lat CRS or a metre CRS,
+`area_ft2` (international foot), `area_us_ft2` (US survey foot), `area_km2`, else `area_<unit>2` with
+the unit's name in lower case and underscores; without a CRS the pixel is the unit and `area_px` is the
+area column. `area_px` (source pixels) is written everywhere. This module holds values and arithmetic only; readers
 report the pixel size (`Source.pixel_size_um`), the pipeline builds a `Frame` per input.
 """
 
@@ -124,27 +128,47 @@ def length_to_crs(frame: Frame, length: float) -> float:
     return length / max(metres_per_degree(frame))
 
 
+#: CRS linear unit names (pyproj) -> the short unit in the area column's name
+_SHORT_UNIT = {"metre": "m", "meter": "m", "kilometre": "km", "foot": "ft", "US survey foot": "us_ft"}
+
+
+def area_column(frame: Frame | None) -> str:
+    """The name of the column --min-area / --max-area act on, named for its unit (see the module
+    docstring): `area_m2` on a lon/lat or metre CRS, `area_ft2`, `area_us_ft2`, ...; `area_px` without a CRS."""
+    if frame is None or frame.crs is None:
+        return "area_px"
+    if frame.geographic:
+        return "area_m2"
+    unit = frame.crs_unit()
+    short = _SHORT_UNIT.get(unit) or re.sub(r"[^0-9a-z]+", "_", unit.lower()).strip("_") or "crs_unit"
+    return f"area_{short}2"
+
+
 def area_unit(frame: Frame) -> str:
-    """What the `area` column (and --min-area / --max-area) holds, in words for docs and metadata."""
+    """What the area column (`area_column`; --min-area / --max-area) holds, in words for docs and metadata."""
     if frame.crs is None:
         return "square source pixels (no CRS)"
     if frame.geographic:
         lon, lat = frame.centre_lonlat
         return (f"square metres, measured on a Lambert azimuthal equal-area projection centred on the image "
                 f"(lat {lat:.5f}, lon {lon:.5f})")
-    return f"square {frame.crs_unit()}s (CRS units)"
+    unit = frame.crs_unit()
+    plural = unit[:-4] + "feet" if unit.endswith("foot") else unit + "s" if unit.endswith("metre") else unit + " units"
+    return f"square {plural} (CRS units)"
 
 
 def add_areas(gdf, frame: Frame):
-    """Add `area` (see `area_unit`), `area_px` (source pixels) and, when the pixel size is known,
-    `area_um2`. Never calls geopandas' `.area` on degrees (its warning would reach the user)."""
+    """Add the area column `area_column(frame)` (see `area_unit`; none without a CRS), `area_px` (source
+    pixels) and, when the pixel size is known, `area_um2`. Never calls geopandas' `.area` on degrees
+    (its warning would reach the user)."""
     geoms = np.asarray(gdf.geometry.values, dtype=object)
     crs_area = shapely.area(geoms) if len(geoms) else np.zeros(0)
     gdf["area_px"] = crs_area / frame.pixel_area
+    name = area_column(frame)
     if frame.geographic and len(geoms):
-        gdf["area"] = gdf.geometry.to_crs(equal_area_crs(frame)).area.to_numpy()
-    else:
-        gdf["area"] = crs_area
+        gdf[name] = gdf.geometry.to_crs(equal_area_crs(frame)).area.to_numpy()
+    elif frame.crs is not None:
+        gdf[name] = crs_area
     if frame.crs is None and frame.pixel_size_um is not None:
         gdf["area_um2"] = gdf["area_px"] * (frame.pixel_size_um[0] * frame.pixel_size_um[1])
     return gdf

@@ -77,7 +77,7 @@ def _check_squares(gdf: gpd.GeoDataFrame, name: str) -> None:
     assert len(gdf) == len(SQUARES), gdf
     assert set(gdf["backend"]) == {name} and set(gdf["prompt"]) == {"squares"}
     # 60 px squares of 0.5 m pixels: 900 m2 each, whatever tile they were found in
-    assert np.allclose(sorted(gdf["area"]), 900.0, rtol=0.08)
+    assert np.allclose(sorted(gdf["area_m2"]), 900.0, rtol=0.08)
 
 
 def test_object_backend_in_process(scene):

@@ -43,15 +43,15 @@ def test_segment_writes_every_format_with_crs(scene, tmp_path, ext):
 
         assert [str(n) for n in pyogrio.list_layers(out)[:, 0]] == ["out"]
     assert gdf.crs is not None and gdf.crs.to_epsg() == 32633
-    for col in ("prompt", "score", "area", "area_px", "n_tiles", "source", "backend"):
+    for col in ("prompt", "score", "area_m2", "area_px", "n_tiles", "source", "backend"):
         assert col in gdf.columns
     assert set(gdf["prompt"]) == {"blue", "RED"}
-    assert (gdf["backend"] == "reference").all() and (gdf["source"] == "scene.tif").all()
+    assert (gdf["backend"] == "reference").all() and (gdf["source"] == str(scene.path)).all()
     n_truth = int((scene.truth["class"].isin(["blue", "red"])).sum())
     assert abs(len(gdf) - n_truth) <= 0.03 * n_truth
     assert gdf.geometry.is_valid.all()
-    assert np.allclose(gdf["area"], gdf.geometry.area, rtol=1e-6 if ext != ".geojson" else 1e-2)
-    assert np.allclose(gdf["area_px"], gdf["area"] / 0.09, rtol=1e-6)
+    assert np.allclose(gdf["area_m2"], gdf.geometry.area, rtol=1e-6 if ext != ".geojson" else 1e-2)
+    assert np.allclose(gdf["area_px"], gdf["area_m2"] / 0.09, rtol=1e-6)
     report = json.loads((tmp_path / f"out{ext}.report.json").read_text())
     assert report["objects"] == len(gdf) and report["tiles"] == 9
 

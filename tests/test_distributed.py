@@ -35,7 +35,7 @@ distributed = pytest.importorskip("distributed")
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ["red", "blue", "yellow"]
-COMPARED = ["prompt", "score", "n_tiles", "area", "area_px"]
+COMPARED = ["prompt", "score", "n_tiles", "area_m2", "area_px"]
 
 
 @pytest.fixture(scope="module")
@@ -230,7 +230,7 @@ def test_many_inputs_per_input_outputs_and_combined_with_source(tmp_path, cluste
     folder.mkdir()
     for i in range(2):
         write_scene(folder / f"s{i}.tif", 1300, 1100, seed=10 + i)
-    singles = {p.name: segment_job(str(p), PROMPTS, backend="reference", checkpoint=False)[0]
+    singles = {str(p): segment_job(str(p), PROMPTS, backend="reference", checkpoint=False)[0]
                for p in sorted(folder.glob("*.tif"))}
 
     outdir = tmp_path / "out"

@@ -86,19 +86,19 @@ def test_lonlat_min_area_in_square_metres_keeps_every_vehicle(lonlat, tmp_path):
     pix = gpd.GeoSeries([shapely.affinity.affine_transform(g, _inverse(frame.transform)) for g in gdf.geometry])
     order = [int(np.argmin([c.centroid.distance(p.centroid) for c in cars])) for p in pix]
     assert sorted(order) == list(range(len(cars)))  # one object per vehicle
-    # `area` is the polygons' true ground area: the geodesic area on the WGS84 ellipsoid agrees to 0.5 %
+    # `area_m2` is the polygons' true ground area: the geodesic area on the WGS84 ellipsoid agrees to 0.5 %
     from pyproj import Geod
 
     geodesic = np.asarray([abs(Geod(ellps="WGS84").geometry_area_perimeter(g)[0]) for g in gdf.geometry])
-    assert np.allclose(gdf["area"], geodesic, rtol=0.005)
-    assert np.allclose(gdf["area"] / gdf["area_px"], PIXEL_M ** 2, rtol=0.01)  # m^2 per pixel at this latitude
+    assert np.allclose(gdf["area_m2"], geodesic, rtol=0.005)
+    assert np.allclose(gdf["area_m2"] / gdf["area_px"], PIXEL_M ** 2, rtol=0.01)  # m^2 per pixel at this latitude
     # and near the vehicles' drawn area: the reference backend's colour match loses the bilinear edge band
     # (about half a source pixel a side, -13 % on 10x20 px), a segmentation error, not a unit one
-    ratio = gdf["area"].to_numpy() / truth[order]
+    ratio = gdf["area_m2"].to_numpy() / truth[order]
     assert np.all(np.abs(ratio - 1) < 0.2) and abs(np.median(ratio) - 1) < 0.15, ratio
     # the unit is in the layer's metadata; a larger --min-area in m^2 drops them all
     meta = json.loads(pyogrio.read_info(tmp_path / "cars.gpkg")["layer_metadata"]["sam3tiles"])
-    assert meta["units"]["area"].startswith("square metres") and "equal-area" in meta["units"]["area"]
+    assert meta["units"]["area_m2"].startswith("square metres") and "equal-area" in meta["units"]["area_m2"]
     again, report = run(path, ["red"], min_area=40, gsd=0.075, checkpoint=True, work_dir=tmp_path / "work")
     assert len(again) == 0 and report.resumed == report.tiles  # (the tiles come from the checkpoints)
 
@@ -118,7 +118,7 @@ def test_lonlat_gsd_and_simplify_are_metres(lonlat):
     plain, _ = run(path, ["red"])
     simple, _ = run(path, ["red"], simplify=0.2)
     assert len(plain) == len(simple)
-    assert np.all(np.abs(simple["area"].to_numpy() / plain["area"].to_numpy() - 1) < 0.1)
+    assert np.all(np.abs(simple["area_m2"].to_numpy() / plain["area_m2"].to_numpy() - 1) < 0.1)
 
 
 def test_gsd_without_a_pixel_size_is_refused(tmp_path):
@@ -171,7 +171,7 @@ def utm_objects():
     polys = [shapely.box(500000 + 3 * i, 4100000, 500002.1 + 3 * i, 4100001.2) for i in range(5)]
     gdf = gpd.GeoDataFrame({"id": np.arange(1, 6), "prompt": ["car"] * 5, "score": np.full(5, 0.9, np.float32)},
                            geometry=polys, crs=32633)
-    gdf["area"] = gdf.geometry.area
+    gdf["area_m2"] = gdf.geometry.area
     frame = Frame(CRS.from_epsg(32633), Affine(0.3, 0, 500000, 0, -0.3, 4100010), 100, 100)
     return gdf, {"s.tif": frame}
 
@@ -287,8 +287,8 @@ def test_min_score_and_max_area(lonlat, tmp_path):
     cut = float(np.median(base["score"]))
     high, _ = run(path, ["red"], min_score=cut)
     assert len(high) == int((base["score"] >= np.float32(cut)).sum()) and (high["score"] >= np.float32(cut)).all()
-    small, _ = run(path, ["red"], max_area=float(np.median(base["area"])))
-    assert 0 < len(small) < len(base) and (small["area"] <= np.median(base["area"])).all()
+    small, _ = run(path, ["red"], max_area=float(np.median(base["area_m2"])))
+    assert 0 < len(small) < len(base) and (small["area_m2"] <= np.median(base["area_m2"])).all()
     r = cli_run(path, "-t", "red", "--out", tmp_path / "o.gpkg", "--min-score", "0.3")
     assert r.exit_code == UsageError.exit_code and "0.5" in r.output and not (tmp_path / "o.gpkg").exists()
     with pytest.raises(UsageError, match="already drop"):

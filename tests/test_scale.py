@@ -45,10 +45,10 @@ def reference(scene):
     return gdf
 
 
-def _same(a: gpd.GeoDataFrame, b: gpd.GeoDataFrame) -> None:
-    """Same rows in the same order: ids, columns and exact geometries."""
+def _same(a: gpd.GeoDataFrame, b: gpd.GeoDataFrame, source: bool = True) -> None:
+    """Same rows in the same order: ids, columns and exact geometries (`source`: the same input, too)."""
     assert len(a) == len(b)
-    cols = ["id", "prompt", "score", "area", "area_px", "n_tiles", "source", "backend", "model"]
+    cols = ["id", "prompt", "score", "area_m2", "area_px", "n_tiles", "backend", "model"] + ["source"] * source
     pd.testing.assert_frame_equal(pd.DataFrame(a[cols]).reset_index(drop=True),
                                   pd.DataFrame(b[cols]).reset_index(drop=True), check_dtype=False)
     assert bool(shapely.equals_exact(np.asarray(a.geometry.values), np.asarray(b.geometry.values), 0).all())
@@ -142,14 +142,15 @@ def test_presigned_url_and_stac_item_give_the_local_objects(served, reference, t
     d, url = served
     presigned = f"{url}/scene.tif?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=ab%2Fcd&X-Amz-Expires=3600"
     gdf, rep = segment_job(presigned, PROMPTS, backend="reference", checkpoint=False)
-    assert set(gdf["source"]) == {"scene.tif"}  # the signature is no part of the name
-    _same(gdf, reference)
+    assert set(gdf["source"]) == {f"{url}/scene.tif"}  # the URL as given; its signature is no part of it
+    _same(gdf, reference, source=False)
     log = (d / "requests.log").read_text()
     assert "GET /scene.tif?X-Amz-Algorithm" in log  # the query string reached the server
     # a STAC item over HTTP (relative href), and one on disk pointing at the URL
     for item in (f"{url}/item.json", _local_item(d, tmp_path, f"{url}/scene.tif")):
         got, _ = segment_job(item, PROMPTS, backend="reference", checkpoint=False, asset="visual")
-        _same(got, reference)
+        _same(got, reference, source=False)
+        assert set(got["source"]) == {f"{url}/scene.tif"}  # the asset's href
     # an item collection (a saved STAC search) and a text file of inputs expand to their rasters
     coll = tmp_path / "search.json"
     coll.write_text(json.dumps({"type": "FeatureCollection", "features": [json.loads((d / "item.json").read_text())

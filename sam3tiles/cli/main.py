@@ -27,10 +27,11 @@ def _register() -> None:
     from .evaluate import evaluate
     from .model import model
     from .plan import plan
+    from .qgis import qgis
     from .run import run
     from .segment import segment
 
-    for cmd in (segment, plan, evaluate, demo, model, run):
+    for cmd in (segment, plan, evaluate, demo, model, run, qgis):
         cli.add_command(cmd)
 
 

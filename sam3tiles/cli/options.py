@@ -114,6 +114,8 @@ def _click_type(kind, d):
     allowed = d.allowed()
     if allowed is not None:
         return click.Choice(list(allowed))
+    if d.parse is not None:  # its parser takes the text (`Options` checks the value)
+        return click.STRING
     if kind not in (int, float):
         return None
     lo = d.ge if d.ge is not None else d.gt

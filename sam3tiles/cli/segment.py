@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import click
 
-from ..errors import EXIT_FAILED_TILES
+from ..errors import EXIT_FAILED_TILES, UsageError
 from ..options import Options
 from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, verbose_opt
 
 
 @click.command(short_help="Segment rasters into polygons.")
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("--text", "-t", "texts", multiple=True, help="What to find, e.g. --text building (repeatable).")
+@click.option("--text", "--prompt", "-t", "texts", multiple=True,
+              help="What to find, e.g. --text building (repeatable; --prompt is the same).")
 @click.option("--box", "boxes", multiple=True, metavar="MINX,MINY,MAXX,MAXY[,neg]",
               help="An example box in the raster's CRS (repeatable); ',neg' marks a negative example.")
 @click.option("--example-image", "example_images", multiple=True, metavar="PATH[,neg]",
@@ -19,9 +20,10 @@ from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, 
                    "whole extent is one exemplar, resampled to the run's pixel size when georeferenced.")
 @click.option("--box-file", default=None, help="Vector file of example boxes (any CRS; optional 'label' "
                                                "column 1/0).")
-@click.option("--out", "-o", required=True, help="Output file (.gpkg, .parquet, .fgb, .geojson, .coco.json), a "
-                                                 "folder for one .gpkg per input, or NAME.parquet/ for a "
-                                                 "partitioned GeoParquet dataset.")
+@click.option("--out", "-o", default=None, help="Output file (.gpkg, .parquet, .fgb, .geojson, .coco.json), a "
+                                                "folder for one .gpkg per input, or NAME.parquet/ for a "
+                                                "partitioned GeoParquet dataset. Also as the last argument "
+                                                "(rio style: segment IN.tif OUT.gpkg).")
 @registry_options("segment")
 @click.option("--labels", default=None, metavar="OUT.tif",
               help="Also write an instance label image (uint32 TIFF aligned with the input, values = the "
@@ -47,8 +49,9 @@ def segment(ctx, inputs, texts, boxes, example_images, box_file, out, work_dir, 
     from ..pipeline import segment_job  # geopandas, dask: loaded when a command runs, not for --help
 
     quiet = quiet + (ctx.obj or {}).get("quiet", 0)
+    inputs, out = positional_output(list(inputs), out)
     opts = Options.from_params(options, progress=not quiet)
-    _, report = segment_job(list(inputs), list(texts), boxes=list(boxes), box_file=box_file,
+    _, report = segment_job(inputs, list(texts), boxes=list(boxes), box_file=box_file,
                             example_images=list(example_images), out=out,
                             overwrite=overwrite, options=opts, work_dir=work_dir, fresh=fresh, labels=labels,
                             return_objects=False)
@@ -57,3 +60,25 @@ def segment(ctx, inputs, texts, boxes, example_images, box_file, out, work_dir, 
         click.echo(f"wrote {report.objects} objects to {out}", err=True)
     if report.failed:
         ctx.exit(EXIT_FAILED_TILES)
+
+
+#: What only an output is: an input never ends so (.geojson and .json may be STAC inputs: see below).
+_OUTPUT_ONLY = (".gpkg", ".parquet", ".geoparquet", ".fgb", ".coco.json", ".parquet/", ".geoparquet/")
+
+
+def positional_output(inputs: list[str], out: str | None) -> tuple[list[str], str]:
+    """rio style: `segment IN.tif OUT.gpkg`. The last argument is the output when it names one
+    (`_OUTPUT_ONLY`; without --out also .geojson or a folder ending in '/'); given with a different --out,
+    refused."""
+    last = inputs[-1] if len(inputs) > 1 else None
+    low = (last or "").lower()
+    is_out = last is not None and (low.endswith(_OUTPUT_ONLY) or
+                                   (out is None and (low.endswith(".geojson") or last.endswith(("/", "\\")))))
+    if is_out and out is not None and out != last:
+        raise UsageError(f"two outputs given: --out {out} and {last} (the last argument): give one")
+    if is_out:
+        return inputs[:-1], last
+    if out is None:
+        raise UsageError("no output given: add --out OUT.gpkg (or the output as the last argument: "
+                         "segment IN.tif OUT.gpkg)")
+    return inputs, out

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import platformdirs
-from tqdm.auto import tqdm
 
 from ..errors import ModelError, ModelNotFoundError
 
@@ -171,8 +170,9 @@ def _bar_class(progress: bool):
 
     if progress:
         return None
+    from ..progress import tqdm_class  # not tqdm.auto: it warns at import in a kernel without ipywidgets
 
-    class _Quiet(tqdm):
+    class _Quiet(tqdm_class()):
         def __init__(self, *args, **kwargs):
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)

@@ -32,6 +32,19 @@ def is_remote(path: str) -> bool:
     return "://" in s or s.startswith("/vsi")
 
 
+def source_name(path: str) -> str:
+    """The input as given, for the `source` column: a path as passed, a URL without its query string
+    and fragment (a presigned URL's signature is no part of the name). Two inputs that share a file
+    name (a/visual.tif, b/visual.tif: STAC assets, tiled deliveries) keep two sources."""
+    s = str(path)
+    if "://" in s:
+        u = urllib.parse.urlsplit(s)
+        s = urllib.parse.urlunsplit((u.scheme, u.netloc, u.path, "", ""))
+        if s.startswith("/vsi") and "?" in s:  # /vsicurl/https://...?sig: urlsplit saw no scheme
+            s = s.split("?", 1)[0]
+    return s
+
+
 def input_name(path: str) -> str:
     """The input's file name (the `source` column, per-input output names): for a URL, the last segment of
     its path, without the query string (a presigned URL's signature is no part of the name)."""

@@ -24,6 +24,7 @@ import geopandas as gpd
 import numpy as np
 import shapely
 
+from ..readers.remote import input_name
 from ..units import Frame, to_pixels
 
 
@@ -88,7 +89,7 @@ def coco_lines(gdf: gpd.GeoDataFrame, frames: dict[str, Frame], prompts: list[st
     images = []
     for n in names:
         f = frames.get(n)
-        images.append({"id": image_ids[n], "file_name": n, "width": f.width if f else None,
+        images.append({"id": image_ids[n], "file_name": input_name(n), "width": f.width if f else None,
                        "height": f.height if f else None})
     head = {"info": {"description": "sam3tiles instance segmentation", "version": str((metadata or {}).get("version", "")),
                      "date_created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

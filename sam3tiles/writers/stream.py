@@ -31,6 +31,7 @@ import pandas as pd
 import shapely
 
 from ..errors import OutputError, OutputExistsError, UsageError
+from ..units import area_column
 
 #: Objects per chunk written to an output (and per part of a partitioned GeoParquet dataset); bounds the
 #: shapely objects held at once (~2.5 KB each).
@@ -71,7 +72,7 @@ def check_dataset(path: str | os.PathLike, overwrite: bool) -> Path:
 class SpoolInput:
     """What the spool needs of one input to write its rows."""
 
-    source: str  # the input's file name
+    source: str  # the input as given (`readers.remote.source_name`)
     crs: object  # WKT or None
     frame: object = None  # its `units.Frame` (area units, pixel size)
 
@@ -92,6 +93,7 @@ class ObjectSpool:
         self._lock: int | None = None  # a file descriptor holding an flock on the spool while it lives
         self.inputs: list[SpoolInput] = []
         self._has_um: list[bool] = []
+        self._area: list[str] = []
         self._text: dict[str, int] = {}  # prompt / source / backend / model strings -> their code
         self.rows = 0
         self._finalized = False
@@ -126,6 +128,7 @@ class ObjectSpool:
         self.inputs.append(info)
         f = info.frame  # `units.add_areas` gives area_um2 on slides of known pixel size
         self._has_um.append(f is not None and f.crs is None and f.pixel_size_um is not None)
+        self._area.append(area_column(f))  # the unit-named area column (area_px without a CRS)
         return len(self.inputs) - 1
 
     def _code(self, text: str) -> int:
@@ -142,7 +145,7 @@ class ObjectSpool:
         um = gdf["area_um2"].to_numpy(float) if "area_um2" in gdf.columns else np.full(n, np.nan)
         codes = {c: [self._code(v) for v in gdf[c]] for c in ("prompt", "source", "backend", "model")}
         rows = zip([input_index] * n, gdf["_order"].tolist(), codes["prompt"], gdf["score"].astype(float).tolist(),
-                   gdf["area"].astype(float).tolist(), gdf["area_px"].astype(float).tolist(),
+                   gdf[self._area[input_index]].astype(float).tolist(), gdf["area_px"].astype(float).tolist(),
                    [None if np.isnan(v) else float(v) for v in um], gdf["n_tiles"].astype(int).tolist(),
                    codes["source"], codes["backend"], codes["model"], list(shapely.to_wkb(geoms)))
         db = self.db
@@ -225,15 +228,16 @@ class ObjectSpool:
             if not rows and n:
                 return
             n += 1
-            yield self._frame(rows, offset, crs, um)
+            yield self._frame(rows, offset, crs, um, self._area[inputs[0]] if len(inputs) else "area_px")
             if not rows:
                 return
             last = rows[-1][0]
 
-    def _frame(self, rows: list, offset: int, crs, um: bool) -> gpd.GeoDataFrame:
+    def _frame(self, rows: list, offset: int, crs, um: bool, area: str) -> gpd.GeoDataFrame:
         """Rows (id, prompt, score, area, area_px, area_um2, n_tiles, source, backend, model, wkb) -> the
-        output's columns in `frames.COLUMNS` order (`um`: with area_um2)."""
-        from ..frames import COLUMNS
+        output's columns in `frames.ordered` order (`um`: with area_um2; `area`: the area column's name,
+        `units.area_column`, which is area_px itself without a CRS)."""
+        from ..frames import ordered
 
         cols = list(zip(*rows)) if rows else [[] for _ in range(11)]
         names = {v: k for k, v in self._text.items()}
@@ -242,14 +246,14 @@ class ObjectSpool:
             return pd.Series([names[c] for c in col], dtype=object)
 
         data = {"id": np.asarray(cols[0], dtype=np.int64) - offset, "prompt": text(cols[1]),
-                "score": np.asarray(cols[2], dtype=np.float32), "area": np.asarray(cols[3], dtype=np.float64),
+                "score": np.asarray(cols[2], dtype=np.float32), area: np.asarray(cols[3], dtype=np.float64),
                 "area_px": np.asarray(cols[4], dtype=np.float64),
                 "area_um2": np.asarray([np.nan if v is None else v for v in cols[5]], dtype=np.float64),
                 "n_tiles": np.asarray(cols[6], dtype=np.int32), "source": text(cols[7]),
                 "backend": text(cols[8]), "model": text(cols[9])}
         if not um:
             del data["area_um2"]
-        df = pd.DataFrame({c: data[c] for c in COLUMNS if c in data})
+        df = pd.DataFrame({c: data[c] for c in ordered(data)})
         geoms = shapely.from_wkb(np.asarray(cols[10], dtype=object)) if rows else []
         return gpd.GeoDataFrame(df, geometry=gpd.GeoSeries(geoms, crs=crs), crs=crs)
 

@@ -39,15 +39,33 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OutputError, OutputExistsError, UsageError
-from ..units import Frame, area_unit, coordinate_precision, lonlat_resolution, native_resolution
+from ..units import Frame, area_column, area_unit, coordinate_precision, lonlat_resolution, native_resolution
 from .atomic import DRIVERS, atomic_path
 from .qupath import write_qupath_geojson
 
 #: Rows written at a time where the format can append (GeoPackage).
 CHUNK_ROWS = 100_000
+#: The GeoPackage version of new files: 1.2, what GDAL 3.6 (Debian 12, QGIS 3.22 LTS) writes itself. GDAL
+#: >= 3.7 writes 1.4 by default, on which GDAL 3.6 warns at every open ("user_version ... may only be
+#: partially supported") and its validate_gpkg.py fails (1.4's R-tree update6/update7 triggers, where
+#: 1.2 has update1/update3). A layer added to an existing file keeps that file's version (and GDAL writes
+#: the triggers of that version). Measured: docs/outputs.md.
+GPKG_VERSION = "1.2"
 #: Written into files without a CRS so that no reader mistakes pixel coordinates for degrees.
 NO_CRS_NOTE = "no CRS: coordinates are source-image pixels (x right, y down), not a map projection"
 GEOJSON_CRS = ("wgs84", "native")
+#: Who opens a GeoParquet output (docs/outputs.md): said in the run report, since LTS GIS stacks do not.
+PARQUET_READERS = ("{path}: GeoParquet 1.1 opens in geopandas, pyarrow, DuckDB, GDAL >= 3.5 built with its "
+                   "Parquet driver (ogrinfo --formats | grep Parquet) and the QGIS builds on such a GDAL "
+                   "(conda-forge, OSGeo4W); not in Debian/Ubuntu's GDAL or QGIS packages (no Parquet driver): "
+                   "write a .gpkg for those")
+
+
+def readers_note(path: str | os.PathLike) -> str | None:
+    """A line for the run report naming the tools that open `path`'s format, where common ones cannot."""
+    if Path(str(path).rstrip("/")).suffix.lower() in (".parquet", ".geoparquet"):
+        return PARQUET_READERS.format(path=path)
+    return None
 
 
 def is_coco(path: str | os.PathLike) -> bool:
@@ -196,7 +214,9 @@ def _description(gdf: gpd.GeoDataFrame, frames: dict[str, Frame]) -> str:
     text = NO_CRS_NOTE if gdf.crs is None else "sam3tiles objects"
     if frames:
         frame = next(iter(frames.values()))
-        text += f"; area: {area_unit(frame)}; area_px: source pixels"
+        if frame.crs is not None:
+            text += f"; {area_column(frame)}: {area_unit(frame)}"
+        text += "; area_px: source pixels"
         if any(f.pixel_size_um for f in frames.values()):
             text += "; area_um2: square micrometres"
     return text
@@ -223,7 +243,8 @@ def _write_gpkg(chunks: Iterable[gpd.GeoDataFrame], path: Path, layer: str, meta
         for i in range(0, max(len(gdf), 1), CHUNK_ROWS):
             part = gdf.iloc[i:i + CHUNK_ROWS]
             if k == 0:
-                _write_ogr(part, path, "GPKG", layer, {"DESCRIPTION": description}, meta)
+                new = {} if path.exists() else {"dataset_options": {"VERSION": GPKG_VERSION}}
+                _write_ogr(part, path, "GPKG", layer, {"DESCRIPTION": description}, meta, **new)
             elif len(part):
                 _write_ogr(part, path, "GPKG", layer, {}, None, append=True)
             k += 1

@@ -1,0 +1,199 @@
+"""`sam3tiles:segment`: the sam3tiles command line run as a subprocess from QGIS Processing.
+
+The command is found from the Processing setting "sam3tiles command", else $SAM3TILES_CLI (a command line,
+e.g. "/opt/venv/bin/python -m sam3tiles"), else `sam3tiles` on PATH. It runs with `--progress json`
+(one JSON object a line: {"event": "progress", "percent": ...}), which is streamed to the feedback; a
+cancel terminates it (SIGTERM: the command removes its temporary files; its outputs are written under
+temporary names and renamed at the end, so a cancelled run leaves no output behind).
+"""
+
+import json
+import os
+import queue
+import shlex
+import shutil
+import subprocess
+import threading
+
+from qgis.core import (QgsProcessing, QgsProcessingAlgorithm, QgsProcessingException,
+                       QgsProcessingParameterDefinition, QgsProcessingParameterEnum,
+                       QgsProcessingParameterFeatureSource, QgsProcessingParameterFile,
+                       QgsProcessingParameterNumber, QgsProcessingParameterRasterLayer,
+                       QgsProcessingParameterString, QgsProcessingParameterVectorDestination)
+
+CLI_SETTING = "SAM3TILES_CLI"
+BACKENDS = ["onnx", "reference", "simulated"]
+DEVICES = ["auto", "cpu", "cuda"]
+#: seconds a cancelled command has to clean up before it is killed
+GRACE_SECONDS = 30
+
+
+def cli_command():
+    """The sam3tiles command line as a list: the Processing setting, else $SAM3TILES_CLI, else PATH."""
+    setting = None
+    try:
+        from processing.core.ProcessingConfig import ProcessingConfig
+
+        setting = ProcessingConfig.getSetting(CLI_SETTING)
+    except Exception:  # noqa: BLE001 - no Processing plugin or no such setting
+        pass
+    for value in (setting, os.environ.get("SAM3TILES_CLI")):
+        if value and str(value).strip():
+            return shlex.split(str(value))
+    found = shutil.which("sam3tiles")
+    if found:
+        return [found]
+    raise QgsProcessingException(
+        "the sam3tiles command was not found: install it (pip install sam3tiles, in a Python >= 3.10 "
+        "environment), then set Settings > Options > Processing > Providers > sam3tiles > sam3tiles command "
+        "(or $SAM3TILES_CLI) to its sam3tiles executable")
+
+
+def _layer_path(source):
+    """A layer's file path (without GDAL/OGR '|option' suffixes)."""
+    return source.split("|", 1)[0]
+
+
+class SegmentAlgorithm(QgsProcessingAlgorithm):
+    def name(self):
+        return "segment"
+
+    def displayName(self):  # noqa: N802
+        return "Segment (SAM 3, tiled)"
+
+    def shortHelpString(self):  # noqa: N802
+        return ("Segments a raster of any size with SAM 3, tile by tile, from comma-separated text prompts "
+                "and/or a layer of example boxes, and writes merged polygons in the raster's CRS (columns id, "
+                "prompt, score, area_m2 or the CRS unit's, area_px, n_tiles, source). Runs the sam3tiles "
+                "command line; see its README.")
+
+    def createInstance(self):  # noqa: N802
+        return SegmentAlgorithm()
+
+    def initAlgorithm(self, config=None):  # noqa: N802
+        self.addParameter(QgsProcessingParameterRasterLayer("INPUT", "Raster"))
+        self.addParameter(QgsProcessingParameterString("PROMPTS", "Prompts (comma-separated text, e.g. "
+                                                                  "building, car)", optional=True))
+        self.addParameter(QgsProcessingParameterFeatureSource(
+            "BOXES", "Example boxes (polygons; optional 'label' field 1/0)", [QgsProcessing.TypeVectorPolygon],
+            optional=True))
+        self.addParameter(QgsProcessingParameterEnum("BACKEND", "Backend", BACKENDS, defaultValue=0))
+        self.addParameter(QgsProcessingParameterFile("MODEL", "SAM 3 model folder (default: sam3tiles' cache)",
+                                                     behavior=QgsProcessingParameterFile.Folder, optional=True))
+        self.addParameter(QgsProcessingParameterEnum("DEVICE", "Device", DEVICES, defaultValue=0))
+        self.addParameter(QgsProcessingParameterNumber("SCALE", "Scale (2: zoom in for tiny objects)",
+                                                       QgsProcessingParameterNumber.Double, 1.0, minValue=0.01))
+        self.addParameter(QgsProcessingParameterNumber("MIN_SCORE", "Minimum score",
+                                                       QgsProcessingParameterNumber.Double, 0.5, minValue=0.5,
+                                                       maxValue=1.0))
+        self.addParameter(QgsProcessingParameterNumber("MIN_AREA", "Minimum area (the area column's unit)",
+                                                       QgsProcessingParameterNumber.Double, 0.0, minValue=0.0))
+        advanced = [
+            QgsProcessingParameterNumber("TILE_SIZE", "Tile size (px)", QgsProcessingParameterNumber.Integer,
+                                         1008, minValue=64, maxValue=1008),
+            QgsProcessingParameterNumber("OVERLAP", "Overlap (px, or below 1 a fraction of the tile)",
+                                         QgsProcessingParameterNumber.Double, 256, minValue=0.0),
+            QgsProcessingParameterString("EXTRA", "More sam3tiles segment arguments (e.g. --refine off)",
+                                         optional=True),
+        ]
+        for p in advanced:
+            p.setFlags(p.flags() | QgsProcessingParameterDefinition.FlagAdvanced)
+            self.addParameter(p)
+        self.addParameter(QgsProcessingParameterVectorDestination("OUTPUT", "Objects",
+                                                                  QgsProcessing.TypeVectorPolygon))
+
+    def command(self, parameters, context, feedback):
+        """The sam3tiles segment command line for these parameters (and the output path)."""
+        raster = self.parameterAsRasterLayer(parameters, "INPUT", context)
+        if raster is None:
+            raise QgsProcessingException("INPUT: choose a raster layer or file")
+        prompts = [p.strip() for p in (self.parameterAsString(parameters, "PROMPTS", context) or "").split(",")]
+        prompts = [p for p in prompts if p]
+        out = self.parameterAsOutputLayer(parameters, "OUTPUT", context)
+        cmd = cli_command() + ["segment", _layer_path(raster.source()), "--out", out, "--progress", "json"]
+        for p in prompts:
+            cmd += ["--text", p]
+        boxes = None
+        if parameters.get("BOXES") is not None:
+            boxes = self.parameterAsCompatibleSourceLayerPath(parameters, "BOXES", context, ["gpkg", "shp"],
+                                                              "gpkg", feedback)
+            if boxes:
+                cmd += ["--box-file", _layer_path(boxes)]
+        if not prompts and not boxes:
+            raise QgsProcessingException("give PROMPTS (comma-separated text) or a BOXES layer of examples")
+        cmd += ["--backend", BACKENDS[self.parameterAsEnum(parameters, "BACKEND", context)],
+                "--device", DEVICES[self.parameterAsEnum(parameters, "DEVICE", context)]]
+        model = self.parameterAsFile(parameters, "MODEL", context)
+        if model:
+            cmd += ["--model", model]
+        for key, flag in (("SCALE", "--scale"), ("MIN_SCORE", "--min-score"), ("MIN_AREA", "--min-area"),
+                          ("OVERLAP", "--overlap")):
+            cmd += [flag, "%g" % self.parameterAsDouble(parameters, key, context)]
+        cmd += ["--tile-size", str(self.parameterAsInt(parameters, "TILE_SIZE", context))]
+        cmd += shlex.split(self.parameterAsString(parameters, "EXTRA", context) or "")
+        if os.path.exists(out):  # QGIS asked before choosing an existing file
+            cmd.append("--overwrite")
+        return cmd, out
+
+    def processAlgorithm(self, parameters, context, feedback):  # noqa: N802
+        cmd, out = self.command(parameters, context, feedback)
+        feedback.pushCommandInfo(" ".join(shlex.quote(c) for c in cmd))
+        rc, tail = run_streamed(cmd, feedback)
+        if feedback.isCanceled():
+            raise QgsProcessingException("cancelled: the sam3tiles run was stopped and wrote no output "
+                                         "(rerun to resume from its checkpointed tiles)")
+        if rc != 0:
+            raise QgsProcessingException(f"sam3tiles exited with status {rc}: " + " | ".join(tail[-5:]))
+        return {"OUTPUT": out}
+
+
+def _reader(stream, lines):
+    for line in iter(stream.readline, ""):
+        lines.put(line.rstrip("\n"))
+    lines.put(None)
+
+
+def run_streamed(cmd, feedback):
+    """Run `cmd`; its JSON progress lines -> feedback progress, other lines -> the log. A cancel
+    terminates it (then kills it after GRACE_SECONDS). Returns (exit status, the last text lines)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHOME"}  # QGIS's own, not the command's
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                text=True, bufsize=1, env=env)
+    except OSError as e:
+        raise QgsProcessingException(f"cannot start {cmd[0]}: {e}: check the sam3tiles command setting")
+    lines, tail = queue.Queue(), []
+    threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
+    done = False
+    while not done:
+        if feedback.isCanceled() and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        try:
+            line = lines.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if line is None:
+            done = True
+        else:
+            _show(line, feedback, tail)
+    return proc.wait(), tail
+
+
+def _show(line, feedback, tail):
+    try:
+        event = json.loads(line) if line.startswith("{") else None
+    except ValueError:
+        event = None
+    if isinstance(event, dict) and event.get("event") == "progress":
+        feedback.setProgress(float(event.get("percent", 0.0)))
+    elif isinstance(event, dict) and event.get("event") == "message":
+        feedback.pushInfo(str(event.get("text", "")))
+    elif isinstance(event, dict) and event.get("event") == "end":
+        feedback.setProgress(100.0)
+    elif line.strip():
+        tail.append(line)
+        (feedback.reportError if line.startswith("Error") else feedback.pushInfo)(line)

@@ -1,0 +1,114 @@
+"""The QGIS door: `sam3tiles qgis install` writes the plugin; Debian's headless QGIS 3.22 (/usr/bin/python3
+with python3-qgis, QT_QPA_PLATFORM=offscreen) runs `processing.run("sam3tiles:segment", ...)`, which runs
+our command line as a subprocess: the same objects as the CLI, progress streamed, a cancel leaving no
+output. Skipped where /usr/bin/python3 cannot import qgis (CI installs python3-qgis)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import geopandas as gpd
+import pytest
+import shapely
+from click.testing import CliRunner
+
+from sam3tiles.cli.main import cli
+from sam3tiles.cli.qgis import PLUGIN, plugin_source
+from sam3tiles.demo import write_scene
+
+ROOT = Path(__file__).resolve().parents[1]
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def _has_qgis() -> bool:
+    if not Path(SYSTEM_PYTHON).exists():
+        return False
+    r = subprocess.run([SYSTEM_PYTHON, "-c", "import qgis.core"], capture_output=True, env=_env(), timeout=120)
+    return r.returncode == 0
+
+
+def _env() -> dict:
+    """For QGIS's python: our checkout's sam3tiles for the CLI it starts (SAM3TILES_CLI, this venv)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME",)}
+    env.update(PYTHONPATH=str(ROOT), QT_QPA_PLATFORM="offscreen", SAM3TILES_CLI=f"{sys.executable} -m sam3tiles")
+    return env
+
+
+needs_qgis = pytest.mark.skipif(not _has_qgis(), reason="/usr/bin/python3 cannot import qgis "
+                                                        "(apt-get install python3-qgis qgis-providers)")
+
+
+def test_install_writes_the_plugin_folder_and_refuses_to_clobber(tmp_path):
+    r = CliRunner().invoke(cli, ["qgis", "install", "--dest", str(tmp_path)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    folder = tmp_path / PLUGIN
+    meta = (folder / "metadata.txt").read_text()
+    assert "name=sam3tiles" in meta and "qgisMinimumVersion=3.22" in meta and "hasProcessingProvider=yes" in meta
+    tree = ast.parse((folder / "__init__.py").read_text())
+    assert {"classFactory", "provider"} <= {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    again = CliRunner().invoke(cli, ["qgis", "install", "--dest", str(tmp_path)])
+    assert again.exit_code != 0 and "--overwrite" in again.output
+    assert CliRunner().invoke(cli, ["qgis", "install", "--dest", str(tmp_path), "--overwrite"]).exit_code == 0
+    (tmp_path / "other" / PLUGIN).mkdir(parents=True)  # a folder of that name that is not ours: kept
+    r = CliRunner().invoke(cli, ["qgis", "install", "--dest", str(tmp_path / "other"), "--overwrite"])
+    assert r.exit_code != 0 and "not the sam3tiles plugin" in r.output
+
+
+def test_the_main_package_never_imports_the_plugin():
+    for path in (ROOT / "sam3tiles").rglob("*.py"):
+        if plugin_source() in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import) or (isinstance(node, ast.ImportFrom) and node.level == 0):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            elif isinstance(node, ast.ImportFrom):  # relative: `from .qgis import qgis` is the CLI command
+                names = [n for n in [node.module or "", *(a.name for a in node.names)] if "qgis_plugin" in n]
+            else:
+                continue
+            bad = [n for n in names if n.split(".")[0] in ("qgis", "processing", PLUGIN) or "qgis_plugin" in n]
+            assert not bad, (path, bad)
+
+
+def _qgis_run(plugins: Path, params: dict, *extra: str) -> dict:
+    r = subprocess.run([SYSTEM_PYTHON, str(ROOT / "tests" / "qgis_run.py"), str(plugins), json.dumps(params),
+                        *extra], capture_output=True, text=True, env=_env(), timeout=300)
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line is not None, r.stdout + r.stderr
+    return json.loads(line[len("RESULT "):])
+
+
+@needs_qgis
+def test_processing_segment_gives_the_cli_objects(tmp_path):
+    scene = write_scene(tmp_path / "scene.tif", 900, 700, seed=5).path
+    CliRunner().invoke(cli, ["qgis", "install", "--dest", str(tmp_path / "plugins")], catch_exceptions=False)
+    out = tmp_path / "qgis.gpkg"
+    res = _qgis_run(tmp_path / "plugins", {"INPUT": str(scene), "PROMPTS": "red, blue", "BACKEND": 1,
+                                           "TILE_SIZE": 512, "OVERLAP": 128, "OUTPUT": str(out)})
+    assert res["ok"], res
+    r = CliRunner().invoke(cli, ["-q", "segment", str(scene), "-t", "red", "-t", "blue", "--backend", "reference",
+                                 "--tile-size", "512", "--overlap", "128", "--out", str(tmp_path / "cli.gpkg")],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    a, b = gpd.read_file(out), gpd.read_file(tmp_path / "cli.gpkg")
+    assert len(a) == len(b) > 10 and res["layer_valid"] and res["features"] == len(a)
+    cols = ["id", "prompt", "score", "area_m2", "area_px", "n_tiles", "source"]
+    assert a[cols].equals(b[cols]) and shapely.equals_exact(a.geometry.values, b.geometry.values, 0).all()
+    assert res["progress"] and res["progress"][-1] == 100 and any(0 < v < 100 for v in res["progress"])
+
+
+@needs_qgis
+def test_processing_cancel_stops_the_run_and_leaves_no_output(tmp_path):
+    scene = write_scene(tmp_path / "big.tif", 3000, 3000, seed=6).path  # ~200 tiles of 256 px: seconds
+    CliRunner().invoke(cli, ["qgis", "install", "--dest", str(tmp_path / "plugins")], catch_exceptions=False)
+    out = tmp_path / "cancelled.gpkg"
+    res = _qgis_run(tmp_path / "plugins", {"INPUT": str(scene), "PROMPTS": "red", "BACKEND": 1, "TILE_SIZE": 256,
+                                           "OVERLAP": 64, "OUTPUT": str(out)}, "cancel")
+    assert not res["ok"] and "cancelled" in res["error"], res
+    left = {p.name for p in tmp_path.iterdir() if p.name.startswith("cancelled")}
+    # no output, no report, no temporaries: only the checkpoints a rerun resumes from (and the lock file)
+    assert not out.exists() and left <= {"cancelled.gpkg.sam3tiles-work", "cancelled.gpkg.lock"}, left
