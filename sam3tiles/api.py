@@ -55,7 +55,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             partitioned GeoParquet dataset), or into a folder (one .gpkg per input); with `out`,
             checkpoints are kept beside it and a rerun resumes.
         overwrite: replace an existing output.
-        labels: also write a uint32 label image aligned with the (single) input (values = `id`).
+        labels: also write a uint32 label pyramid aligned with the (single) input (values = `id`): `.tif` (COG
+            GeoTIFF; a slide's: pyramidal OME-TIFF) or `.ome.zarr` (see `writers.labels`).
         work_dir, fresh, checkpoint: checkpoint folder; ignore checkpoints; keep none at all.
         report_path: the run report JSON (default: beside `out`).
         client: a `distributed.Client` to run on (default: an in-process cluster, or `scheduler`).

@@ -178,7 +178,8 @@ def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport, 
     if plan.labels is not None:
         inp = plan.inputs[0]
         with _timed(report, "write"), disk_errors(plan.labels.parent, "the label image"):
-            write_labels(spool, plan.labels, inp.width, inp.height, inp.transform, inp.crs)
+            write_labels(spool, plan.labels, inp.width, inp.height, inp.transform, inp.crs, levels=inp.levels or None,
+                         pixel_size_um=inp.pixel_size_um)
 
 
 def write_output(spool: ObjectSpool, inputs, dest, plan: RunPlan, results: list[InputResult], report: RunReport,
