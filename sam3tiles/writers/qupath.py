@@ -40,6 +40,20 @@ QUPATH_NAMES = {"area_um2": "Area µm^2"}
 #: Columns written as QuPath metadata (strings).
 METADATA = ("source", "backend", "model")
 _NAMESPACE = uuid.UUID("5d1c1f6e-6a8f-4b8e-9a55-3a2b7f0c9e11")
+#: The name of the pixel grid the files' `crs` member states (an engineering CRS: GDAL and QGIS read it as
+#: such, not as the lon/lat they assume for a GeoJSON without one). QuPath ignores the member.
+PIXEL_CRS_NAME = "sam3tiles source image pixels (x right, y down)"
+PIXEL_CRS_WKT = (f'ENGCRS["{PIXEL_CRS_NAME}",EDATUM["source image, full resolution"],CS[Cartesian,2],'
+                 'AXIS["x (right)",east,ORDER[1],LENGTHUNIT["pixel",1]],'
+                 'AXIS["y (down)",south,ORDER[2],LENGTHUNIT["pixel",1]]]')
+
+
+def is_pixel_crs(crs) -> bool:
+    """Whether `crs` (pyproj CRS, WKT or None) is the pixel grid our QuPath GeoJSON names."""
+    if crs is None:
+        return False
+    name = getattr(crs, "name", None) or str(crs)
+    return PIXEL_CRS_NAME in str(name)
 
 
 def class_colour(name: str) -> list[int]:
