@@ -192,7 +192,8 @@ def write_output(spool: ObjectSpool, inputs, dest, plan: RunPlan, results: list[
     crs = spool.crs_of(inputs)
     meta = file_metadata(report, gpd.GeoDataFrame(geometry=gpd.GeoSeries([], crs=crs)), frames)
     write_vector(spool.frames(inputs), dest, layer=opts.layer, metadata=meta, frames=frames,
-                 geojson_crs=opts.geojson_crs, prompts=labels, dataset=dataset)
+                 geojson_crs=opts.geojson_crs, prompts=labels, dataset=dataset,
+                 qupath_type=opts.qupath_type)
     if not opts.no_preview:
         from .quicklook import write_quicklook
 

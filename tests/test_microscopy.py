@@ -224,7 +224,7 @@ def test_no_crs_outputs_say_so(bf_run, tmp_path):
 
 
 # -- QuPath GeoJSON and the CLI -----------------------------------------------------------------------------
-def validate_qupath(path, prompts, width, height) -> list[dict]:
+def validate_qupath(path, prompts, width, height, object_type="detection") -> list[dict]:
     """The shape QuPath's GeoJSON import reads: a FeatureCollection of Features with a UUID id, a
     (Multi)Polygon in pixel coordinates and properties objectType / classification{name,color} /
     measurements{name: number}."""
@@ -240,7 +240,8 @@ def validate_qupath(path, prompts, width, height) -> list[dict]:
         x0, y0, x1, y1 = shape.bounds
         assert 0 <= x0 and 0 <= y0 and x1 <= width and y1 <= height
         props = f["properties"]
-        assert props["objectType"] == "detection"
+        assert props["objectType"] == object_type
+        assert props.get("isLocked") is (False if object_type == "annotation" else None)
         cls = props["classification"]
         assert cls["name"] in prompts
         assert len(cls["color"]) == 3 and all(isinstance(c, int) and 0 <= c <= 255 for c in cls["color"])
@@ -296,3 +297,24 @@ def test_sixteen_bit_fluorescence_is_stretched_once(slides):
     gdf, report = run(slide.path, ["white"])
     assert_found(gdf, slide.truth)
 
+
+
+def test_qupath_annotations_on_request(slides, tmp_path):
+    """--qupath-type annotation: QuPath's editable objects (objectType annotation, unlocked), with the same
+    classification, measurements and geometry as the detections."""
+    from sam3tiles.cli.main import cli
+
+    args = ["segment", str(slides["rect"].path), "--text", "indigo", "--backend", "reference", "--workers", "2",
+            "--no-preview", "-q"]
+    det, ann = tmp_path / "det.geojson", tmp_path / "ann.geojson"
+    assert CliRunner().invoke(cli, [*args, "--out", str(det)]).exit_code == 0
+    res = CliRunner().invoke(cli, [*args, "--out", str(ann), "--qupath-type", "annotation"])
+    assert res.exit_code == 0, res.output
+    d = validate_qupath(det, ["indigo"], 800, 700)
+    a = validate_qupath(ann, ["indigo"], 800, 700, object_type="annotation")
+    assert len(a) == len(d) > 0
+    for fa, fd in zip(a, d):
+        assert fa["geometry"] == fd["geometry"] and fa["properties"]["measurements"] == fd["properties"]["measurements"]
+        assert fa["properties"]["classification"] == fd["properties"]["classification"]
+    res = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "x.geojson"), "--qupath-type", "cell"])
+    assert res.exit_code == UsageError.exit_code and "'annotation'" in res.output

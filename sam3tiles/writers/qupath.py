@@ -1,11 +1,13 @@
-"""GeoJSON that QuPath imports as it is: one detection object per segmented object.
+"""GeoJSON that QuPath imports as it is: one detection (or annotation) object per segmented object.
 
 QuPath (v0.4 and later) reads a GeoJSON FeatureCollection feature by feature (File > Import objects, or
 drag and drop). Per feature it reads:
 
 * `id`: a UUID string (other ids are ignored), so we write a UUID derived from the source and the id;
 * `geometry`: Polygon or MultiPolygon in full-resolution pixel coordinates, origin top-left, y down;
-* `properties.objectType`: "detection" (else it makes annotations);
+* `properties.objectType`: "detection" (default: light, fixed objects, for many cells) or "annotation"
+  (`--qupath-type annotation`: objects one edits by hand; written with `isLocked: false`, as QuPath
+  exports annotations);
 * `properties.classification`: `{"name": ..., "color": [r, g, b]}`, here the prompt;
 * `properties.name`, `properties.color`;
 * `properties.measurements`: an object of name -> number (QuPath >= 0.4; older versions wrote a list of
@@ -104,9 +106,15 @@ def _polygonal(geom):
     return shapely.union_all(polys)
 
 
+OBJECT_TYPES = ("detection", "annotation")
+
+
 def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None, chunk: int = 5000,
-                             name: str | None = None):
-    """The file's text in pieces: header, one feature per piece, footer (rows converted `chunk` at a time)."""
+                             name: str | None = None, object_type: str = "detection"):
+    """The file's text in pieces: header, one feature per piece, footer (rows converted `chunk` at a time).
+    `object_type`: QuPath's objectType, "detection" or "annotation"."""
+    if object_type not in OBJECT_TYPES:
+        raise ValueError(f"object_type must be one of {OBJECT_TYPES}, got {object_type!r}")
     cols = [c for c in gdf.columns if c != gdf.geometry.name]
     ids = gdf["id"].to_numpy() if "id" in gdf.columns else np.arange(1, len(gdf) + 1)
     colours: dict[str, list[int]] = {}
@@ -127,7 +135,9 @@ def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None
             if geoms[i] is None:
                 continue
             oid = int(ids[start + i])
-            props: dict = {"objectType": "detection"}
+            props: dict = {"objectType": object_type}
+            if object_type == "annotation":
+                props["isLocked"] = False
             if "prompt" in rec:
                 name = str(rec["prompt"])
                 colour = colours.setdefault(name, class_colour(name))
@@ -155,11 +165,11 @@ def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None
 
 
 def write_qupath_geojson(gdf: gpd.GeoDataFrame, path: str | os.PathLike, metadata: dict | None = None,
-                         name: str | None = None) -> Path:
-    """Write `gdf` (pixel coordinates, no CRS) to `path` as QuPath detections. Not atomic by itself:
-    `writers.vector.write_vector` calls it on a temporary name and renames the file into place."""
+                         name: str | None = None, object_type: str = "detection") -> Path:
+    """Write `gdf` (pixel coordinates, no CRS) to `path` as QuPath detections or annotations. Not atomic by
+    itself: `writers.vector.write_vector` calls it on a temporary name and renames the file into place."""
     p = Path(path)
     with open(p, "w", encoding="utf-8") as f:
-        for piece in feature_collection_lines(gdf, metadata, name=name):
+        for piece in feature_collection_lines(gdf, metadata, name=name, object_type=object_type):
             f.write(piece)
     return p

@@ -96,7 +96,8 @@ def check_layer(path: str | os.PathLike, layer: str | None, overwrite: bool) -> 
 
 def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str | os.PathLike,
                  layer: str | None = None, metadata: dict | None = None, frames: dict[str, Frame] | None = None,
-                 geojson_crs: str = "wgs84", prompts: list[str] | None = None, dataset: bool = False) -> Path:
+                 geojson_crs: str = "wgs84", prompts: list[str] | None = None, dataset: bool = False,
+                 qupath_type: str = "detection") -> Path:
     """Write `gdf` by extension, atomically. A GeoDataFrame without a CRS is written as 'no CRS'.
 
     `gdf` is one GeoDataFrame or its chunks in order (the first, possibly empty, gives the columns).
@@ -104,6 +105,7 @@ def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str
     coordinate precision, the area unit in the metadata and, for COCO, the images and pixel coordinates.
     `prompts` are the COCO categories, in order. A .gpkg that exists and holds other layers keeps them.
     `dataset`: `path` is a partitioned GeoParquet dataset folder (see the module doc).
+    `qupath_type`: "detection" or "annotation", the objectType of QuPath GeoJSON (pixel space).
     """
     p = Path(path)
     chunks = iter([gdf] if isinstance(gdf, gpd.GeoDataFrame) else gdf)
@@ -133,7 +135,7 @@ def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str
                 shutil.copy2(p, tmp)  # copy, write the layer into the copy, rename: see the module docstring
             _write_gpkg(itertools.chain([first], chunks), tmp, name, metadata, description)
         elif driver == "GeoJSON" and first.crs is None:
-            write_qupath_geojson(first, tmp, metadata, name=name)  # pixel space: detections QuPath imports as they are
+            write_qupath_geojson(first, tmp, metadata, name=name, object_type=qupath_type)  # pixel space: QuPath
         elif driver == "GeoJSON":
             _write_geojson(first, tmp, name, metadata, description, frames, geojson_crs)
         else:
