@@ -35,7 +35,7 @@ from .refine import Refiner
 from .units import Frame, pixel_size
 from .writers import check_output
 from .writers.stream import check_dataset, is_dataset
-from .writers.vector import check_layer
+from .writers.vector import check_geojson_frame, check_layer
 from .writers.labels import check_labels, check_labels_for, label_format
 
 #: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
@@ -228,6 +228,8 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
                work_dir=work_dir if checkpoint else None, box_file=box_file)
     if label_path is not None:
         check_labels_for(label_path, planned[0].crs)
+    if combined is not None:
+        check_geojson_frame(combined, planned[0].crs)
     crs0 = planned[0].crs
     n_given = len(geo_boxes)
     if box_file:

@@ -16,6 +16,9 @@ drag and drop). Per feature it reads:
 * `properties.metadata`: an object of name -> string.
 
 Other properties are kept beside these (QuPath ignores them; other readers see the usual columns).
+The FeatureCollection names its frame in a `crs` member (GeoJSON 2008 style): an engineering CRS of the
+slide's pixels (`PIXEL_CRS_WKT`), so GDAL and QGIS do not read the pixel coordinates as WGS84 lon/lat, as
+they do for a GeoJSON without one. QuPath ignores the member, as it ignores `name` and `sam3tiles`.
 The file is streamed feature by feature, so a million nuclei do not need a second copy in memory.
 """
 
@@ -118,7 +121,8 @@ def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None
     cols = [c for c in gdf.columns if c != gdf.geometry.name]
     ids = gdf["id"].to_numpy() if "id" in gdf.columns else np.arange(1, len(gdf) + 1)
     colours: dict[str, list[int]] = {}
-    head = {"type": "FeatureCollection"}
+    # the pixel grid, named: GDAL and QGIS would otherwise take the coordinates for lon/lat (QuPath ignores it)
+    head = {"type": "FeatureCollection", "crs": {"type": "name", "properties": {"name": PIXEL_CRS_WKT}}}
     if name:
         head["name"] = name  # the layer name GDAL reads (QuPath ignores it)
     if metadata:
