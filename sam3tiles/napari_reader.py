@@ -38,11 +38,22 @@ def get_reader(path):
     low = p.lower()
     if low.endswith(".ome.zarr") and os.path.isdir(p):
         return read_labels
+    if low.endswith((".parquet", ".geoparquet")) and os.path.isdir(p):
+        return read_vector  # a partitioned GeoParquet dataset (`name.parquet/`)
     if low.endswith(VECTOR) and os.path.isfile(p) and not low.endswith(".coco.json"):
-        return read_vector
+        return read_vector if not low.endswith(".json") or _feature_collection(p) else None
     if low.endswith(RASTER) and os.path.isfile(p) and _our_tiff(p):
         return read_labels
     return None
+
+
+def _feature_collection(p: str) -> bool:
+    """A `.json` that is a GeoJSON FeatureCollection (not a run report or a COCO file)."""
+    try:
+        with open(p, encoding="utf-8", errors="replace") as f:
+            return '"FeatureCollection"' in f.read(4096)
+    except OSError:
+        return False
 
 
 def _one(path) -> str:

@@ -96,3 +96,30 @@ def test_label_images_open_as_multiscale_labels_layers(outputs, plugin, tmp_path
     from sam3tiles.napari_reader import get_reader
 
     assert get_reader(str(tmp_path / "other.tif")) is None and get_reader(str(d / "labels.ome.tif")) is not None
+
+
+def test_georeferenced_outputs_share_one_north_up_frame(plugin, tmp_path):
+    """A map CRS: shapes at (-y, x); the COG label image's affine puts its pixels in that same frame."""
+    import geopandas as gpd
+    from affine import Affine
+
+    from sam3tiles.writers.labels import write_labels
+
+    t = Affine(0.5, 0, 500000, 0, -0.5, 6000000)
+    box = shapely.box(500100, 5999800, 500130, 5999850)  # 60 x 100 px at col 200, row 300
+    gdf = gpd.GeoDataFrame({"id": [1], "prompt": ["roof"], "score": [0.9]}, geometry=[box], crs="EPSG:32633")
+    write_vector(gdf, tmp_path / "o.gpkg")
+    write_labels(gdf, tmp_path / "l.tif", 400, 500, transform=t, crs="EPSG:32633")
+    [(shapes, kw, _)] = read(tmp_path / "o.gpkg", plugin)
+    assert np.allclose(shapes[0][:, 0].min(), -5999850) and np.allclose(shapes[0][:, 1].min(), 500100)
+    [(levels, lkw, kind)] = read(tmp_path / "l.tif", plugin)
+    assert kind == "labels" and kw["name"] == "roof"
+    m = np.asarray(lkw["affine"])
+    row, col = 300 + 50, 200 + 30  # a pixel inside the box
+    world = m @ [row + 0.5, col + 0.5, 1]
+    assert np.asarray(levels[0])[row, col] == 1
+    assert shapely.Point(world[1], -world[0]).within(box)
+    (tmp_path / "report.json").write_text('{"objects": 1}')
+    from sam3tiles.napari_reader import get_reader
+
+    assert get_reader(str(tmp_path / "report.json")) is None
