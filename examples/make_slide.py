@@ -3,7 +3,7 @@
     python examples/make_slide.py                                   # 40000 x 40000 brightfield slide
     python examples/make_slide.py --size 8000 --mode fluorescence --out examples/data/nuclei.ome.tif
     sam3tiles segment examples/data/slide.ome.tif --text indigo --backend reference \
-        --out slide.geojson --labels slide-labels.tif
+        --out slide.qupath.geojson --labels slide-labels.ome.tif
 
 The slide is written tile by tile, every pyramid level rendered from the object list, so its size is
 limited by the disk, not the memory (40000^2 RGB: about 2.5 GB on disk, a few minutes). The truth is

@@ -33,7 +33,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             refine: str = _D.refine, refine_depth: int = _D.refine_depth,
             min_area: float = _D.min_area, max_area: float | None = _D.max_area, min_score: float = _D.min_score,
             simplify: float = _D.simplify, layer: str | None = _D.layer, geojson_crs: str = _D.geojson_crs,
-            no_preview: bool = _D.no_preview, retries: int = _D.retries,
+            qupath_type: str = _D.qupath_type, no_preview: bool = _D.no_preview, retries: int = _D.retries,
             strict: bool = _D.strict, progress: bool = _D.progress, max_in_flight: int | None = _D.max_in_flight,
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
@@ -61,7 +61,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             partitioned GeoParquet dataset), or into a folder (one .gpkg per input); with `out`,
             checkpoints are kept beside it and a rerun resumes.
         overwrite: replace an existing output.
-        labels: also write a uint32 label image aligned with the (single) input (values = `id`).
+        labels: also write a uint32 label pyramid aligned with the (single) input (values = `id`): `.tif` (COG
+            GeoTIFF; a slide's: pyramidal OME-TIFF) or `.ome.zarr` (see `writers.labels`).
         work_dir, fresh, checkpoint: checkpoint folder; ignore checkpoints; keep none at all.
         report_path: the run report JSON (default: beside `out`).
         client: a `distributed.Client` to run on (default: an in-process cluster, or `scheduler`).
@@ -82,6 +83,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         min_score: drop objects scored below it (0.5..1; the graphs already drop scores below 0.5).
         layer, geojson_crs, no_preview: the GeoPackage layer (default: the file's stem; other layers are
             kept); GeoJSON in "wgs84" (RFC 7946) or "native"; skip the quicklook OUT.preview.png.
+        qupath_type: QuPath GeoJSON objects as "detection" (default) or "annotation" (editable in QuPath).
         retries, strict: retries per tile; raise when any tile failed or still hit the 200-object cap.
         progress: a progress bar (tqdm.auto: a widget in notebooks).
         max_in_flight, edge_margin, encode_seconds, decode_seconds, merge_block: tuning and testing knobs

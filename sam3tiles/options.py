@@ -188,6 +188,9 @@ class Options:
     geojson_crs: str = opt("wgs84", "GeoJSON of a georeferenced input: wgs84 = RFC 7946 lon/lat; native = the "
                                     "source CRS.", job="output.geojson_crs", flags=("--geojson-crs",),
                            choices=("wgs84", "native"))
+    qupath_type: str = opt("detection", "QuPath GeoJSON (pixel space): detection = fixed objects (light, for many "
+                                        "cells); annotation = editable objects, to correct by hand in QuPath.",
+                           job="output.qupath_type", flags=("--qupath-type",), choices=("detection", "annotation"))
     no_preview: bool = opt(False, "Do not write the quicklook OUT.preview.png (the image, objects outlined per "
                                   "prompt, failed tiles marked).", job="output.no_preview", flags=("--no-preview",))
     retries: int = opt(2, "Retries of a failed tile task before the tile counts as failed.", job="run.retries",

@@ -188,7 +188,8 @@ def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport, 
     if plan.labels is not None:
         inp = plan.inputs[0]
         with _timed(report, "write"), disk_errors(plan.labels.parent, "the label image"):
-            write_labels(spool, plan.labels, inp.width, inp.height, inp.transform, inp.crs)
+            write_labels(spool, plan.labels, inp.width, inp.height, inp.transform, inp.crs, levels=inp.levels or None,
+                         pixel_size_um=inp.pixel_size_um)
 
 
 def write_output(spool: ObjectSpool, inputs, dest, plan: RunPlan, results: list[InputResult], report: RunReport,
@@ -201,7 +202,8 @@ def write_output(spool: ObjectSpool, inputs, dest, plan: RunPlan, results: list[
     crs = spool.crs_of(inputs)
     meta = file_metadata(report, gpd.GeoDataFrame(geometry=gpd.GeoSeries([], crs=crs)), frames)
     write_vector(spool.frames(inputs), dest, layer=opts.layer, metadata=meta, frames=frames,
-                 geojson_crs=opts.geojson_crs, prompts=labels, dataset=dataset)
+                 geojson_crs=opts.geojson_crs, prompts=labels, dataset=dataset,
+                 qupath_type=opts.qupath_type)
     note = readers_note(dest)
     if note is not None:
         report.output_notes.append(note)

@@ -36,8 +36,8 @@ from .refine import Refiner
 from .units import Frame, pixel_size
 from .writers import check_output
 from .writers.stream import check_dataset, is_dataset
-from .writers.vector import check_layer
-from .writers.labels import check_labels
+from .writers.vector import check_geojson_frame, check_layer
+from .writers.labels import check_labels, check_labels_for, label_format
 
 #: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
 ENCODE_S, DECODE_S = 0.35, 0.07
@@ -76,6 +76,7 @@ class InputPlan:
     base_tiles: int = 0
     chips: tuple = ()
     exemplar_note: str = ""
+    levels: tuple[tuple[int, int], ...] = ()  # a slide's pyramid levels (width, height), full resolution first
 
     @property
     def bounds(self) -> tuple[float, float, float, float]:
@@ -174,7 +175,10 @@ class RunPlan:
                  *exemplar_lines(self.inputs),
                  "output:", *(f"  {p}" + _exists(p, "will be replaced") for p in self.outputs)]
         if self.labels is not None:
-            lines.append(f"  {self.labels}  (label image)" + _exists(self.labels, "will be replaced"))
+            inp = self.inputs[0]
+            kind = {"cog": "GeoTIFF, COG layout", "ome-tiff": "pyramidal OME-TIFF", "ome-zarr": "OME-Zarr"}[
+                label_format(self.labels, inp.crs, inp.levels)]
+            lines.append(f"  {self.labels}  (label image, {kind})" + _exists(self.labels, "will be replaced"))
         if self.work_dir is not None:
             lines.append(f"checkpoints: {self.work_dir}" + ("  (exists: a run resumes from it; --fresh starts over)"
                                                             if self.work_dir.is_dir() else ""))
@@ -248,6 +252,10 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     check_plan(paths, [f for i in planned for f in i.files], [i.crs for i in planned], [i.n_tiles for i in planned],
                opts, combined=combined, per_input=per_input, labels=label_path, report=report_path,
                work_dir=work_dir if checkpoint else None, box_file=box_file)
+    if label_path is not None:
+        check_labels_for(label_path, planned[0].crs)
+    if combined is not None:
+        check_geojson_frame(combined, planned[0].crs)
     crs0 = planned[0].crs
     n_given = len(geo_boxes)
     if box_file:
@@ -368,7 +376,8 @@ def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPla
         return InputPlan(path=path, width=src.width, height=src.height, crs=src.crs, transform=src.transform,
                          bands=tuple(src.bands), band_count=int(src.dataset.count), dtype=str(src.dtype),
                          stretch=src.stretch, identity=src.identity_for(verify=opts.verify_inputs), grid=grid, squash_size=opts.tile_size,
-                         output=output, pixel_size_um=src.pixel_size_um, files=files)
+                         output=output, pixel_size_um=src.pixel_size_um, files=files,
+                         levels=tuple(getattr(src, "level_sizes", ()) or ()))
 
 
 def with_exemplars(inp: InputPlan, prompts: Sequence[Prompt], opts: Options) -> InputPlan:

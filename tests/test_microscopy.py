@@ -8,8 +8,9 @@ segmented by the real pipeline (reference backend) in full-resolution pixel spac
 * --scale 0.5 / 0.25 read pyramid levels 1 / 2, never the full resolution;
 * 16-bit fluorescence: one global 2-98 % stretch, --channels picks the nuclear channel;
 * --labels: a uint32 label image that agrees with the polygons (IoU >= 0.99 each, same ids);
-* .geojson without a CRS: QuPath detections of the documented shape; GeoPackage and GeoParquet say
-  "no CRS".
+* .qupath.geojson: QuPath detections (or annotations) of the documented shape, whose `crs` member GDAL
+  reads as a pixel grid, not lon/lat; a plain .geojson of a slide is refused; GeoPackage and GeoParquet
+  say "no CRS".
 """
 
 from __future__ import annotations
@@ -224,7 +225,7 @@ def test_no_crs_outputs_say_so(bf_run, tmp_path):
 
 
 # -- QuPath GeoJSON and the CLI -----------------------------------------------------------------------------
-def validate_qupath(path, prompts, width, height) -> list[dict]:
+def validate_qupath(path, prompts, width, height, object_type="detection") -> list[dict]:
     """The shape QuPath's GeoJSON import reads: a FeatureCollection of Features with a UUID id, a
     (Multi)Polygon in pixel coordinates and properties objectType / classification{name,color} /
     measurements{name: number}."""
@@ -240,7 +241,8 @@ def validate_qupath(path, prompts, width, height) -> list[dict]:
         x0, y0, x1, y1 = shape.bounds
         assert 0 <= x0 and 0 <= y0 and x1 <= width and y1 <= height
         props = f["properties"]
-        assert props["objectType"] == "detection"
+        assert props["objectType"] == object_type
+        assert props.get("isLocked") is (False if object_type == "annotation" else None)
         cls = props["classification"]
         assert cls["name"] in prompts
         assert len(cls["color"]) == 3 and all(isinstance(c, int) and 0 <= c <= 255 for c in cls["color"])
@@ -254,7 +256,7 @@ def validate_qupath(path, prompts, width, height) -> list[dict]:
 def test_cli_fluorescence_channels_geojson_and_labels(slides, tmp_path):
     from sam3tiles.cli.main import cli
 
-    out, labels = tmp_path / "nuclei.geojson", tmp_path / "nuclei_labels.tif"
+    out, labels = tmp_path / "nuclei.qupath.geojson", tmp_path / "nuclei_labels.tif"
     args = ["segment", str(slides["fl3"].path), "--text", "white", "--backend", "reference", "--channels", "1",
             "--workers", "2", "--out", str(out), "--labels", str(labels), "-q"]
     res = CliRunner().invoke(cli, args)
@@ -296,3 +298,52 @@ def test_sixteen_bit_fluorescence_is_stretched_once(slides):
     gdf, report = run(slide.path, ["white"])
     assert_found(gdf, slide.truth)
 
+
+
+def test_qupath_annotations_on_request(slides, tmp_path):
+    """--qupath-type annotation: QuPath's editable objects (objectType annotation, unlocked), with the same
+    classification, measurements and geometry as the detections."""
+    from sam3tiles.cli.main import cli
+
+    args = ["segment", str(slides["rect"].path), "--text", "indigo", "--backend", "reference", "--workers", "2",
+            "--no-preview", "-q"]
+    det, ann = tmp_path / "det.qupath.geojson", tmp_path / "ann.qupath.geojson"
+    assert CliRunner().invoke(cli, [*args, "--out", str(det)]).exit_code == 0
+    res = CliRunner().invoke(cli, [*args, "--out", str(ann), "--qupath-type", "annotation"])
+    assert res.exit_code == 0, res.output
+    d = validate_qupath(det, ["indigo"], 800, 700)
+    a = validate_qupath(ann, ["indigo"], 800, 700, object_type="annotation")
+    assert len(a) == len(d) > 0
+    for fa, fd in zip(a, d):
+        assert fa["geometry"] == fd["geometry"] and fa["properties"]["measurements"] == fd["properties"]["measurements"]
+        assert fa["properties"]["classification"] == fd["properties"]["classification"]
+    res = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "x.qupath.geojson"), "--qupath-type", "cell"])
+    assert res.exit_code == UsageError.exit_code and "'annotation'" in res.output
+
+
+def test_pixel_space_geojson_is_never_taken_for_lon_lat(slides, tmp_path):
+    """A plain .geojson of a slide is refused before any work (GIS tools would read its pixels as lon/lat);
+    the .qupath.geojson names its pixel grid, which GDAL reads as an engineering CRS, not WGS84."""
+    from sam3tiles.cli.main import cli
+    from sam3tiles.writers.qupath import is_pixel_crs
+
+    args = ["segment", str(slides["rect"].path), "--text", "indigo", "--backend", "reference", "--no-preview", "-q"]
+    res = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "cells.geojson")])
+    assert res.exit_code == UsageError.exit_code and "cells.qupath.geojson" in res.output and "lon/lat" in res.output
+    assert not list(tmp_path.iterdir())  # nothing written, not even a work folder or a report
+    out = tmp_path / "cells.qupath.geojson"
+    assert CliRunner().invoke(cli, [*args, "--out", str(out)]).exit_code == 0
+    validate_qupath(out, ["indigo"], 800, 700)
+    back = gpd.read_file(out)
+    assert back.crs is not None and not back.crs.is_geographic and is_pixel_crs(back.crs)
+    assert pyogrio_layer(out) == "cells"
+    with pytest.raises(UsageError, match="has a CRS"):
+        write_vector(back.set_crs("EPSG:32633", allow_override=True), tmp_path / "utm.qupath.geojson")
+    with pytest.raises(UsageError, match="qupath.geojson"):
+        write_vector(back.set_crs(None, allow_override=True), tmp_path / "plain.geojson")
+
+
+def pyogrio_layer(path) -> str:
+    import pyogrio
+
+    return str(pyogrio.list_layers(path)[0, 0])

@@ -143,7 +143,7 @@ def test_slide_area_um2_and_gsd_in_microns(tmp_path):
     with open_source(slide.path) as src:
         assert src.pixel_size_um == (0.25, 0.25)
         assert _gsd_scale(src, 0.5) == pytest.approx(0.5)  # 0.5 um per pixel: half the resolution
-    out = tmp_path / "nuclei.geojson"
+    out = tmp_path / "nuclei.qupath.geojson"
     gdf, _ = run(slide.path, ["indigo"], out=out)
     assert len(gdf) > 10
     assert np.allclose(gdf["area_um2"], gdf["area_px"] * 0.0625)

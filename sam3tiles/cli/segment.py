@@ -25,9 +25,10 @@ from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, 
                                                 "partitioned GeoParquet dataset. Also as the last argument "
                                                 "(rio style: segment IN.tif OUT.gpkg).")
 @registry_options("segment")
-@click.option("--labels", default=None, metavar="OUT.tif",
-              help="Also write an instance label image (uint32 TIFF aligned with the input, values = the "
-                   "output's id column; one input only).")
+@click.option("--labels", default=None, metavar="OUT.tif|OUT.ome.zarr",
+              help="Also write an instance label pyramid (uint32, values = the output's id column; one input "
+                   "only): .tif is a GeoTIFF in COG layout (nodata 0), or for a slide a pyramidal OME-TIFF "
+                   "with its levels and pixel size; .ome.zarr is OME-Zarr (NGFF 0.4) with an image-label group.")
 @click.option("--work-dir", default=None, help="Checkpoint folder (default: beside the output).")
 @click.option("--fresh", is_flag=True, help="Ignore checkpoints and start over.")
 @overwrite_opt

@@ -4,37 +4,63 @@ Pixel value = the object's `id` (the same id as in the vector output), 0 = backg
 an object when its centre lies inside the polygon (GDAL's rasterize rule), so a polygon that follows
 pixel edges gives exactly its pixels. Where two objects overlap, the higher id wins.
 
-The image is a tiled, deflate-compressed GeoTIFF (BigTIFF when large) with the source's transform and
-CRS (none for slides: plain pixel grid). It is written one block at a time, each block rasterizing only
-the polygons that reach it (an STRtree query), so memory stays flat whatever the image's size. The file
-is written under a temporary name and renamed into place.
+The format follows the name and the input:
+
+* `.tif` of a georeferenced raster (or any raster that is not a slide): a GeoTIFF in COG layout, 256 px
+  deflate tiles, nodata 0, overviews by nearest sampling down to one tile, the source's transform and
+  CRS (none: plain pixel grid). Level 0 is written block by block to a scratch GeoTIFF, GDAL adds the
+  overviews, and GDAL's COG driver copies both into place (its block cache held to GDAL_CACHEMAX).
+* `.tif` / `.ome.tif` of a slide: a pyramidal OME-TIFF with the slide's levels (the same sizes, so the
+  same downsample factors) and its physical pixel size (`writers.ome`).
+* `.ome.zarr`: OME-Zarr (NGFF 0.4) with an image-label group (`writers.ome`).
+
+Every level is built a block at a time, each block burning only the polygons that reach it (an STRtree or
+the spool's R-tree), so memory stays flat whatever the image's size. The output is written under a
+temporary name and renamed into place.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
 import rasterio
-import rasterio.features
+import rasterio.shutil
+import rasterio.windows
 import shapely
 from affine import Affine
-from rasterio.windows import Window
+from rasterio.enums import Resampling
 
 from ..errors import OutputError, OutputExistsError, UsageError
 from .atomic import atomic_path
+from .pyramid import BLOCK, CHUNK, Levels, burn, fill_levels, overview_factors
 
-SUFFIXES = (".tif", ".tiff")
-TIFF_BLOCK = 256
+SUFFIXES = (".tif", ".tiff", ".ome.zarr")
+TIFF_BLOCK = CHUNK
+#: GDAL's block cache while writing (bytes): its default, 5 % of the RAM, would grow with the image.
+GDAL_CACHE = 256 * 2 ** 20
+#: Tag (GeoTIFF metadata) and OME name marking a sam3tiles label image (the napari reader looks for it).
+TAG = "SAM3TILES_LABELS"
+
+
+def is_zarr(path: str | os.PathLike) -> bool:
+    return str(path).rstrip("/" + os.sep).lower().endswith(".ome.zarr")
+
+
+def is_ome_tiff(path: str | os.PathLike) -> bool:
+    return str(path).lower().endswith((".ome.tif", ".ome.tiff"))
 
 
 def check_labels(path: str | os.PathLike, overwrite: bool) -> Path:
-    """Validate a --labels path before any work: .tif/.tiff, writable folder, no clash."""
-    p = Path(path)
-    if p.suffix.lower() not in SUFFIXES:
-        raise UsageError(f"--labels {p}: a label image is a TIFF: end the name with .tif or .tiff")
+    """Validate a --labels path before any work: .tif/.tiff/.ome.zarr, writable folder, no clash; an
+    existing .ome.zarr is replaced only when sam3tiles wrote it."""
+    p = Path(str(path).rstrip("/" + os.sep))
+    if not (p.suffix.lower() in (".tif", ".tiff") or is_zarr(p)):
+        raise UsageError(f"--labels {p}: a label image is a TIFF or an OME-Zarr: end the name with .tif, .tiff, "
+                         ".ome.tif or .ome.zarr")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise OutputError(f"--labels {p}: the folder {parent} does not exist: create it first")
@@ -42,45 +68,108 @@ def check_labels(path: str | os.PathLike, overwrite: bool) -> Path:
         raise OutputError(f"--labels {p}: the folder {parent} is not writable: choose another path")
     if p.exists() and not overwrite:
         raise OutputExistsError(f"--labels {p} exists: pass --overwrite to replace it, or choose another name")
+    if p.exists() and is_zarr(p) and not _our_zarr(p):
+        raise OutputError(f"--labels {p} exists and is not an OME-Zarr sam3tiles wrote, so it is not replaced: "
+                          "choose another name (nothing was deleted)")
+    if p.exists() and not is_zarr(p) and p.is_dir():
+        raise OutputError(f"--labels {p} is a folder: name a file")
     return p
 
 
+def _our_zarr(p: Path) -> bool:
+    import json
+
+    try:
+        return "sam3tiles" in json.loads((p / ".zattrs").read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def check_labels_for(path: Path, crs) -> None:
+    """The label format must keep the input's frame: OME formats hold no CRS, so a georeferenced input
+    needs a GeoTIFF (`.tif`)."""
+    if crs is not None and (is_zarr(path) or is_ome_tiff(path)):
+        raise UsageError(f"--labels {path}: OME-TIFF and OME-Zarr hold no CRS, so the labels of this georeferenced "
+                         f"raster would lose their place on the map: name it {Path(path).name.split('.')[0]}.tif "
+                         "for a GeoTIFF (COG layout) with the raster's CRS")
+
+
 def write_labels(gdf, path: str | os.PathLike, width: int, height: int, transform: Affine = Affine.identity(),
-                 crs=None, block: int = 1024, id_column: str = "id") -> Path:
+                 crs=None, block: int = BLOCK, id_column: str = "id", levels=None,
+                 pixel_size_um: tuple[float, float] | None = None) -> Path:
     """Write `gdf`'s polygons as a uint32 instance label image of `width` x `height` pixels.
 
     Ids come from `id_column` (1, 2, ... in row order when the column is missing); they must fit uint32.
     `gdf` may also be anything with `query(minx, miny, maxx, maxy) -> (geometries, ids)` in id order (e.g.
     `writers.stream.ObjectSpool`), so the objects need not all be in memory.
+    `levels`: a slide's pyramid level sizes ((width, height), level 0 first): with them a `.tif` is a
+    pyramidal OME-TIFF of those levels; `pixel_size_um` (x, y): its physical pixel size in µm.
     `block` (a multiple of 256) is the side of the pieces rasterized and written at a time.
     """
-    p = Path(path)
+    p = Path(str(path).rstrip("/" + os.sep))
     block = max(TIFF_BLOCK, int(block) // TIFF_BLOCK * TIFF_BLOCK)
     query = gdf.query if hasattr(gdf, "query") and not hasattr(gdf, "geometry") else _frame_query(gdf, id_column, p)
-    profile = dict(driver="GTiff", width=int(width), height=int(height), count=1, dtype="uint32", nodata=None,
-                   tiled=True, blockxsize=TIFF_BLOCK, blockysize=TIFF_BLOCK, compress="deflate", predictor=1,
+    check_labels_for(p, crs)
+    pieces = burn(query, int(width), int(height), transform, lambda ids: _check_ids(ids, p), block)
+    kind = label_format(p, crs, levels)
+    if kind == "ome-zarr":
+        _write_zarr(pieces, p, Levels.of(width, height, levels), pixel_size_um, block)
+    elif kind == "ome-tiff":
+        _write_ome_tiff(pieces, p, Levels.of(width, height, levels), pixel_size_um, block)
+    else:
+        _write_cog(pieces, p, int(width), int(height), transform, crs)
+    return p
+
+
+def label_format(path: str | os.PathLike, crs=None, levels=None) -> str:
+    """"ome-zarr", "ome-tiff" (a slide's `.tif`, or any `.ome.tif`) or "cog" (a GeoTIFF)."""
+    if is_zarr(path):
+        return "ome-zarr"
+    return "ome-tiff" if crs is None and (levels or is_ome_tiff(path)) else "cog"
+
+
+def _write_zarr(pieces, p: Path, levels: Levels, pixel_size_um, block: int) -> None:
+    from .ome import label_name, open_ome_zarr
+
+    with atomic_path(p, folder=True) as tmp:
+        arrays = open_ome_zarr(tmp, label_name(p), levels, pixel_size_um,
+                               note={"values": "object id of the vector output; 0: background"})
+        fill_levels(arrays, levels, pieces, block)
+
+
+def _write_ome_tiff(pieces, p: Path, levels: Levels, pixel_size_um, block: int) -> None:
+    from .ome import write_ome_tiff
+    from .pyramid import create_levels, open_group
+
+    with atomic_path(p) as tmp, tempfile.TemporaryDirectory(prefix=tmp.name + ".levels.", dir=p.parent) as scratch:
+        arrays = create_levels(open_group(scratch), levels)
+        fill_levels(arrays, levels, pieces, block)
+        write_ome_tiff(arrays, levels, tmp, pixel_size_um)
+
+
+def _write_cog(pieces, p: Path, width: int, height: int, transform: Affine, crs) -> None:
+    """Level 0 to a scratch tiled GeoTIFF, overviews by nearest, then GDAL's COG driver copy."""
+    profile = dict(driver="GTiff", width=width, height=height, count=1, dtype="uint32", nodata=0, tiled=True,
+                   blockxsize=TIFF_BLOCK, blockysize=TIFF_BLOCK, compress="deflate", predictor=2,
                    BIGTIFF="IF_SAFER", transform=transform)
     if crs is not None:
         profile["crs"] = crs
-    with atomic_path(p) as tmp, warnings.catch_warnings():
+    with atomic_path(p) as tmp, warnings.catch_warnings(), rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE):
         warnings.simplefilter("ignore", rasterio.errors.NotGeoreferencedWarning)
-        with rasterio.open(tmp, "w", **profile) as dst:
-            for y0 in range(0, height, block):
-                h = min(block, height - y0)
-                for x0 in range(0, width, block):
-                    w = min(block, width - x0)
-                    win = Window(x0, y0, w, h)
-                    wt = rasterio.windows.transform(win, transform)
-                    out = np.zeros((h, w), np.uint32)
-                    # all four corners: a rotated or sheared transform's window is no axis-aligned box
-                    xs, ys = zip(*(transform * (c, r) for c in (x0, x0 + w) for r in (y0, y0 + h)))
-                    geoms, ids = query(min(xs), min(ys), max(xs), max(ys))
-                    if len(ids):
-                        _check_ids(ids, p)
-                        rasterio.features.rasterize(zip(geoms, ids.astype(np.uint32)), out=out,
-                                                    transform=wt, dtype="uint32")
-                    dst.write(out, 1, window=win)
-    return p
+        base = tmp.with_name(tmp.name + ".base.tif")  # beside it: removed with the stale temporaries
+        try:
+            with rasterio.open(base, "w", **profile) as dst:
+                dst.update_tags(**{TAG: "object id of the vector output; 0: background"})
+                for x0, y0, out in pieces:
+                    dst.write(out, 1, window=rasterio.windows.Window(x0, y0, out.shape[1], out.shape[0]))
+                factors = overview_factors(width, height)
+                if factors:
+                    dst.build_overviews(factors, Resampling.nearest)
+            rasterio.shutil.copy(base, tmp, driver="COG", COMPRESS="DEFLATE", PREDICTOR="YES", BLOCKSIZE=TIFF_BLOCK,
+                                 OVERVIEWS="FORCE_USE_EXISTING" if factors else "NONE", BIGTIFF="IF_SAFER")
+        finally:
+            for q in (base, base.with_name(base.name + ".ovr"), base.with_name(base.name + ".aux.xml")):
+                q.unlink(missing_ok=True)
 
 
 def _check_ids(ids: np.ndarray, p: Path) -> None:

@@ -1,11 +1,13 @@
-"""GeoJSON that QuPath imports as it is: one detection object per segmented object.
+"""GeoJSON that QuPath imports as it is: one detection (or annotation) object per segmented object.
 
 QuPath (v0.4 and later) reads a GeoJSON FeatureCollection feature by feature (File > Import objects, or
 drag and drop). Per feature it reads:
 
 * `id`: a UUID string (other ids are ignored), so we write a UUID derived from the source and the id;
 * `geometry`: Polygon or MultiPolygon in full-resolution pixel coordinates, origin top-left, y down;
-* `properties.objectType`: "detection" (else it makes annotations);
+* `properties.objectType`: "detection" (default: light, fixed objects, for many cells) or "annotation"
+  (`--qupath-type annotation`: objects one edits by hand; written with `isLocked: false`, as QuPath
+  exports annotations);
 * `properties.classification`: `{"name": ..., "color": [r, g, b]}`, here the prompt;
 * `properties.name`, `properties.color`;
 * `properties.measurements`: an object of name -> number (QuPath >= 0.4; older versions wrote a list of
@@ -14,6 +16,9 @@ drag and drop). Per feature it reads:
 * `properties.metadata`: an object of name -> string.
 
 Other properties are kept beside these (QuPath ignores them; other readers see the usual columns).
+The FeatureCollection names its frame in a `crs` member (GeoJSON 2008 style): an engineering CRS of the
+slide's pixels (`PIXEL_CRS_WKT`), so GDAL and QGIS do not read the pixel coordinates as WGS84 lon/lat, as
+they do for a GeoJSON without one. QuPath ignores the member, as it ignores `name` and `sam3tiles`.
 The file is streamed feature by feature, so a million nuclei do not need a second copy in memory.
 """
 
@@ -40,6 +45,20 @@ QUPATH_NAMES = {"area_um2": "Area µm^2"}
 #: Columns written as QuPath metadata (strings).
 METADATA = ("source", "backend", "model")
 _NAMESPACE = uuid.UUID("5d1c1f6e-6a8f-4b8e-9a55-3a2b7f0c9e11")
+#: The name of the pixel grid the files' `crs` member states (an engineering CRS: GDAL and QGIS read it as
+#: such, not as the lon/lat they assume for a GeoJSON without one). QuPath ignores the member.
+PIXEL_CRS_NAME = "sam3tiles source image pixels (x right, y down)"
+PIXEL_CRS_WKT = (f'ENGCRS["{PIXEL_CRS_NAME}",EDATUM["source image, full resolution"],CS[Cartesian,2],'
+                 'AXIS["x (right)",east,ORDER[1],LENGTHUNIT["pixel",1]],'
+                 'AXIS["y (down)",south,ORDER[2],LENGTHUNIT["pixel",1]]]')
+
+
+def is_pixel_crs(crs) -> bool:
+    """Whether `crs` (pyproj CRS, WKT or None) is the pixel grid our QuPath GeoJSON names."""
+    if crs is None:
+        return False
+    name = getattr(crs, "name", None) or str(crs)
+    return PIXEL_CRS_NAME in str(name)
 
 
 def class_colour(name: str) -> list[int]:
@@ -90,13 +109,20 @@ def _polygonal(geom):
     return shapely.union_all(polys)
 
 
+OBJECT_TYPES = ("detection", "annotation")
+
+
 def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None, chunk: int = 5000,
-                             name: str | None = None):
-    """The file's text in pieces: header, one feature per piece, footer (rows converted `chunk` at a time)."""
+                             name: str | None = None, object_type: str = "detection"):
+    """The file's text in pieces: header, one feature per piece, footer (rows converted `chunk` at a time).
+    `object_type`: QuPath's objectType, "detection" or "annotation"."""
+    if object_type not in OBJECT_TYPES:
+        raise ValueError(f"object_type must be one of {OBJECT_TYPES}, got {object_type!r}")
     cols = [c for c in gdf.columns if c != gdf.geometry.name]
     ids = gdf["id"].to_numpy() if "id" in gdf.columns else np.arange(1, len(gdf) + 1)
     colours: dict[str, list[int]] = {}
-    head = {"type": "FeatureCollection"}
+    # the pixel grid, named: GDAL and QGIS would otherwise take the coordinates for lon/lat (QuPath ignores it)
+    head = {"type": "FeatureCollection", "crs": {"type": "name", "properties": {"name": PIXEL_CRS_WKT}}}
     if name:
         head["name"] = name  # the layer name GDAL reads (QuPath ignores it)
     if metadata:
@@ -113,7 +139,9 @@ def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None
             if geoms[i] is None:
                 continue
             oid = int(ids[start + i])
-            props: dict = {"objectType": "detection"}
+            props: dict = {"objectType": object_type}
+            if object_type == "annotation":
+                props["isLocked"] = False
             if "prompt" in rec:
                 name = str(rec["prompt"])
                 colour = colours.setdefault(name, class_colour(name))
@@ -141,11 +169,11 @@ def feature_collection_lines(gdf: gpd.GeoDataFrame, metadata: dict | None = None
 
 
 def write_qupath_geojson(gdf: gpd.GeoDataFrame, path: str | os.PathLike, metadata: dict | None = None,
-                         name: str | None = None) -> Path:
-    """Write `gdf` (pixel coordinates, no CRS) to `path` as QuPath detections. Not atomic by itself:
-    `writers.vector.write_vector` calls it on a temporary name and renames the file into place."""
+                         name: str | None = None, object_type: str = "detection") -> Path:
+    """Write `gdf` (pixel coordinates, no CRS) to `path` as QuPath detections or annotations. Not atomic by
+    itself: `writers.vector.write_vector` calls it on a temporary name and renames the file into place."""
     p = Path(path)
     with open(p, "w", encoding="utf-8") as f:
-        for piece in feature_collection_lines(gdf, metadata, name=name):
+        for piece in feature_collection_lines(gdf, metadata, name=name, object_type=object_type):
             f.write(piece)
     return p

@@ -11,7 +11,10 @@ sees half a file. A lock file stops two runs from writing one output at once.
   layer is written in chunks by GDAL (several transactions) and a replaced layer is dropped and created
   again, so only the copy keeps the file all-or-nothing; the price is one copy of the existing file.
 * GeoJSON with a CRS is RFC 7946 (WGS84 lon/lat, no `crs` member) unless `geojson_crs="native"`;
-  coordinates keep a tenth of a source pixel. Without a CRS it is QuPath's detection GeoJSON.
+  coordinates keep a tenth of a source pixel. Without a CRS (pixel space) it is QuPath's GeoJSON and
+  must be named `*.qupath.geojson`: GIS tools read a plain GeoJSON as lon/lat, so a plain `.geojson` of
+  pixel coordinates is refused (`check_geojson_frame`); the QuPath file also names its pixel grid in a
+  `crs` member, which GDAL/QGIS read as an engineering CRS, not lon/lat (`writers.qupath`).
 * Objects may come as chunks (an iterator of GeoDataFrames, from `writers.stream.ObjectSpool`): GeoPackage
   and GeoParquet are written a chunk at a time (GeoParquet: one part per chunk, then joined into one file
   row group by row group); FlatGeobuf, GeoJSON and COCO join the chunks in memory.
@@ -72,9 +75,37 @@ def is_coco(path: str | os.PathLike) -> bool:
     return str(path).lower().endswith(".coco.json")
 
 
+QUPATH_SUFFIX = ".qupath.geojson"
+
+
+def is_qupath(path: str | os.PathLike) -> bool:
+    """QuPath's flavour of GeoJSON (pixel coordinates) by name: `*.qupath.geojson`."""
+    return str(path).lower().endswith(QUPATH_SUFFIX)
+
+
+def check_geojson_frame(path: str | os.PathLike, crs) -> None:
+    """A GeoJSON output must say its frame by its name: pixel space (no CRS) only as `.qupath.geojson`
+    (a GIS tool reads a plain GeoJSON as WGS84 lon/lat: a silently wrong place on the map), a CRS only as
+    plain `.geojson` (QuPath's flavour is in slide pixels)."""
+    p = Path(path)
+    if DRIVERS.get(p.suffix.lower()) != "GeoJSON" or is_coco(p):
+        return
+    base = p.name[: -len(QUPATH_SUFFIX)] if is_qupath(p) else p.stem
+    if crs is None and not is_qupath(p):
+        raise UsageError(f"--out {p}: the input has no CRS (pixel coordinates), and GIS tools read a plain GeoJSON "
+                         f"as WGS84 lon/lat, so the objects would be drawn at wrong places without a warning: name "
+                         f"it {base}{QUPATH_SUFFIX} for QuPath's GeoJSON in pixels, or write {base}.gpkg or "
+                         f"{base}.parquet (they say 'no CRS')")
+    if crs is not None and is_qupath(p):
+        raise UsageError(f"--out {p}: QuPath's GeoJSON is in slide pixels, but the input has a CRS: name it "
+                         f"{base}.geojson for RFC 7946 lon/lat (or --geojson-crs native), or write {base}.gpkg")
+
+
 def layer_name(path: str | os.PathLike, layer: str | None = None) -> str:
-    """The layer an output gets: `layer` when given, else the file's stem."""
-    return layer if layer else Path(path).stem
+    """The layer an output gets: `layer` when given, else the file's stem (`x.qupath.geojson`: x)."""
+    if layer:
+        return layer
+    return Path(path).name[: -len(QUPATH_SUFFIX)] if is_qupath(path) else Path(path).stem
 
 
 def gpkg_layers(path: str | os.PathLike) -> list[str] | None:
@@ -114,7 +145,8 @@ def check_layer(path: str | os.PathLike, layer: str | None, overwrite: bool) -> 
 
 def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str | os.PathLike,
                  layer: str | None = None, metadata: dict | None = None, frames: dict[str, Frame] | None = None,
-                 geojson_crs: str = "wgs84", prompts: list[str] | None = None, dataset: bool = False) -> Path:
+                 geojson_crs: str = "wgs84", prompts: list[str] | None = None, dataset: bool = False,
+                 qupath_type: str = "detection") -> Path:
     """Write `gdf` by extension, atomically. A GeoDataFrame without a CRS is written as 'no CRS'.
 
     `gdf` is one GeoDataFrame or its chunks in order (the first, possibly empty, gives the columns).
@@ -122,6 +154,7 @@ def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str
     coordinate precision, the area unit in the metadata and, for COCO, the images and pixel coordinates.
     `prompts` are the COCO categories, in order. A .gpkg that exists and holds other layers keeps them.
     `dataset`: `path` is a partitioned GeoParquet dataset folder (see the module doc).
+    `qupath_type`: "detection" or "annotation", the objectType of QuPath GeoJSON (pixel space).
     """
     p = Path(path)
     chunks = iter([gdf] if isinstance(gdf, gpd.GeoDataFrame) else gdf)
@@ -150,8 +183,9 @@ def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str
             if p.exists() and gpkg_layers(p) is not None:
                 shutil.copy2(p, tmp)  # copy, write the layer into the copy, rename: see the module docstring
             _write_gpkg(itertools.chain([first], chunks), tmp, name, metadata, description)
-        elif driver == "GeoJSON" and first.crs is None:
-            write_qupath_geojson(first, tmp, metadata, name=name)  # pixel space: detections QuPath imports as they are
+        elif driver == "GeoJSON" and (first.crs is None or is_qupath(p)):
+            check_geojson_frame(p, first.crs)
+            write_qupath_geojson(first, tmp, metadata, name=name, object_type=qupath_type)  # pixel space: QuPath
         elif driver == "GeoJSON":
             _write_geojson(first, tmp, name, metadata, description, frames, geojson_crs)
         else:

@@ -1,0 +1,188 @@
+"""The napari reader (npe2 plugin, `sam3tiles/napari.yaml`): our vector outputs as shapes layers, our label
+images as labels layers. Install with `pip install "sam3tiles[napari]"`, then drop a file on napari.
+
+Nothing here imports napari: each reader returns napari's LayerData tuples `(data, kwargs, layer_type)`,
+so it runs (and is tested) through npe2 alone.
+
+* Vector outputs (.gpkg, .geojson / .qupath.geojson, .parquet, .fgb): one shapes layer per prompt, named
+  after it, in the prompt's colour (the QuPath classification colour, `writers.qupath.class_colour`),
+  polygons as (row, col) vertices: pixel space (slides: x right, y down) gives row = y, col = x; a CRS
+  gives row = -y, col = x (north up, in CRS units). Holes are not drawn (napari's shapes have none);
+  a MultiPolygon gives one shape per part. `id`, `score`, `prompt` (and the area columns) are features.
+* Label images (.tif / .ome.tif written by `--labels`, .ome.zarr): a labels layer, the pyramid as a
+  multiscale list of lazy arrays (zarr, read as napari asks), in the pixel frame of the shapes above
+  (a GeoTIFF's transform becomes the layer's affine in the same (-y, x) frame). TIFFs that are not a
+  sam3tiles label image are left to other readers (None).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+VECTOR = (".gpkg", ".geojson", ".json", ".parquet", ".geoparquet", ".fgb")
+RASTER = (".tif", ".tiff")
+FEATURES = ("id", "score", "prompt", "area", "area_px", "area_um2", "n_tiles")
+
+
+def get_reader(path):
+    """npe2 `get_reader`: the reader function for one of our outputs, or None."""
+    if isinstance(path, (list, tuple)):
+        if len(path) != 1:
+            return None
+        path = path[0]
+    p = str(path).rstrip("/" + os.sep)
+    low = p.lower()
+    if low.endswith(".ome.zarr") and os.path.isdir(p):
+        return read_labels
+    if low.endswith((".parquet", ".geoparquet")) and os.path.isdir(p):
+        return read_vector  # a partitioned GeoParquet dataset (`name.parquet/`)
+    if low.endswith(VECTOR) and os.path.isfile(p) and not low.endswith(".coco.json"):
+        return read_vector if not low.endswith(".json") or _feature_collection(p) else None
+    if low.endswith(RASTER) and os.path.isfile(p) and _our_tiff(p):
+        return read_labels
+    return None
+
+
+def _feature_collection(p: str) -> bool:
+    """A `.json` that is a GeoJSON FeatureCollection (not a run report or a COCO file)."""
+    try:
+        with open(p, encoding="utf-8", errors="replace") as f:
+            return '"FeatureCollection"' in f.read(4096)
+    except OSError:
+        return False
+
+
+def _one(path) -> str:
+    return str(path[0] if isinstance(path, (list, tuple)) else path).rstrip("/" + os.sep)
+
+
+# -- vectors -----------------------------------------------------------------------------------------------
+def read_vector(path, stack: bool = False) -> list[tuple]:
+    """Shapes layers (one per prompt) of a sam3tiles vector output."""
+    p = _one(path)
+    gdf = _read_frame(p)
+    flip = _has_crs(gdf)
+    prompts = gdf["prompt"].astype(str) if "prompt" in gdf.columns else np.full(len(gdf), Path(p).stem)
+    layers = []
+    for name in dict.fromkeys(prompts):
+        part = gdf[np.asarray(prompts == name)]
+        shapes, rows = _shapes(part.geometry.values, flip)
+        feats = {c: _column(part[c].to_numpy()[rows]) for c in FEATURES if c in part.columns}
+        layers.append((shapes, _shape_kwargs(name, feats, len(shapes)), "shapes"))
+    return layers
+
+
+def _read_frame(p: str):
+    import geopandas as gpd
+
+    if p.lower().endswith((".parquet", ".geoparquet")):
+        return gpd.read_parquet(p)
+    return gpd.read_file(p)
+
+
+def _has_crs(gdf) -> bool:
+    """A map CRS (north up: rows are -y). Pixel space: no CRS, or the pixel grid a .qupath.geojson names."""
+    from .writers.qupath import is_pixel_crs
+
+    if "objectType" in gdf.columns:  # QuPath's flavour: pixels, whatever CRS GDAL assumed (older files)
+        return False
+    return gdf.crs is not None and not is_pixel_crs(gdf.crs)
+
+
+def _shapes(geoms, flip: bool) -> tuple[list[np.ndarray], list[int]]:
+    """(row, col) vertex arrays of every polygon part, and the row of the frame each came from."""
+    shapes, rows = [], []
+    for i, g in enumerate(geoms):
+        if g is None or g.is_empty:
+            continue
+        for poly in getattr(g, "geoms", [g]):
+            if poly.geom_type != "Polygon":
+                continue
+            xy = np.asarray(poly.exterior.coords)[:-1, :2]  # napari closes the ring itself
+            shapes.append(np.column_stack([-xy[:, 1], xy[:, 0]]) if flip else xy[:, ::-1].copy())
+            rows.append(i)
+    return shapes, rows
+
+
+def _column(values: np.ndarray) -> list:
+    return [v.item() if isinstance(v, np.generic) else v for v in values]
+
+
+def _shape_kwargs(name: str, features: dict, n: int) -> dict:
+    from .writers.qupath import class_colour
+
+    r, g, b = (c / 255 for c in class_colour(name))
+    return {"name": name, "shape_type": ["polygon"] * n, "edge_color": [r, g, b, 1.0],
+            "face_color": [r, g, b, 0.25], "edge_width": 1, "features": features}
+
+
+# -- label images ------------------------------------------------------------------------------------------
+def _our_tiff(p: str) -> bool:
+    """A label image --labels wrote: the OME name or the GeoTIFF tag (`writers.labels`)."""
+    import tifffile
+
+    from .writers.labels import TAG
+    from .writers.ome import LABELS_NAME
+
+    try:
+        with tifffile.TiffFile(p) as tf:
+            gdal = tf.pages[0].tags.get(42112)
+            return (tf.is_ome and LABELS_NAME in (tf.ome_metadata or "")) or bool(gdal and TAG in str(gdal.value))
+    except Exception:  # noqa: BLE001 - not a TIFF tifffile reads: not ours
+        return False
+
+
+def read_labels(path, stack: bool = False) -> list[tuple]:
+    """A labels layer: every level of the pyramid, full resolution first (lazy zarr arrays)."""
+    p = _one(path)
+    if p.lower().endswith(".ome.zarr"):
+        return _zarr_layers(p)
+    import tifffile
+    import zarr
+
+    tf = tifffile.TiffFile(p)  # stays open: napari reads the levels lazily, tile by tile
+    node = zarr.open(tf.aszarr(series=0), mode="r")
+    levels = [node[str(i)] for i in range(len(tf.series[0].levels))] if len(tf.series[0].levels) > 1 else [node]
+    kwargs = {"name": Path(p).name.split(".")[0], "multiscale": len(levels) > 1}
+    if tf.is_geotiff:
+        kwargs["affine"] = _geo_affine(tf)
+    kwargs["metadata"] = {"path": p}
+    return [(levels if len(levels) > 1 else levels[0], kwargs, "labels")]
+
+
+def _zarr_layers(p: str) -> list[tuple]:
+    """Each image-label group the OME-Zarr lists (root `labels`, else `labels/.zattrs`)."""
+    import zarr
+
+    root = Path(p)
+    names = _attrs(root).get("labels") or [f"labels/{n}" for n in _attrs(root / "labels").get("labels", [])]
+    layers = []
+    for name in names:
+        group = zarr.open_group(str(root / name), mode="r")
+        ms = _attrs(root / name)["multiscales"][0]
+        levels = [group[d["path"]] for d in ms["datasets"]]
+        meta = {"path": str(root / name), "multiscales": ms}
+        layers.append((levels if len(levels) > 1 else levels[0],
+                       {"name": ms.get("name", Path(name).name), "multiscale": len(levels) > 1, "metadata": meta},
+                       "labels"))
+    return layers
+
+
+def _attrs(folder: Path) -> dict:
+    try:
+        return json.loads((folder / ".zattrs").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _geo_affine(tf) -> list[list[float]]:
+    """The GeoTIFF's pixel -> CRS transform as napari's 3x3 affine in the (-y, x) frame of the shapes."""
+    import rasterio
+
+    with rasterio.open(tf.filehandle.path) as ds:
+        t = ds.transform
+    return [[-t.e, -t.d, -t.f], [t.b, t.a, t.c], [0.0, 0.0, 1.0]]

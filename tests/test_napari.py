@@ -1,0 +1,125 @@
+"""The napari plugin through npe2 (no viewer): its manifest, the entry point naming it, and our outputs
+opened as napari layer data with the right coordinates (vertices in (row, col), checked against the
+slide's own pixels and the label image)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import shapely
+import tifffile
+
+import sam3tiles
+from sam3tiles.pipeline import segment_job
+from sam3tiles.slidegen import write_slide
+from sam3tiles.writers import write_vector
+
+npe2 = pytest.importorskip("npe2")
+MANIFEST = Path(sam3tiles.__file__).parent / "napari.yaml"
+PROMPTS = ["indigo", "crimson"]
+
+
+@pytest.fixture(scope="module")
+def plugin():
+    from npe2 import PluginManager, PluginManifest
+
+    pm = PluginManager.instance()
+    manifest = PluginManifest.from_file(MANIFEST)
+    if manifest.name not in pm:
+        pm.register(manifest)
+    yield pm
+    pm.unregister(manifest.name)
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("napari")
+    slide = write_slide(d / "s.ome.tif", 900, 640, seed=7, shape="rect", levels=2)
+    gdf, _ = segment_job(str(slide.path), PROMPTS, backend="reference", workers=2, checkpoint=False,
+                         out=d / "o.gpkg", labels=d / "labels.ome.tif")
+    write_vector(gdf, d / "o.qupath.geojson")
+    write_vector(gdf, d / "o.parquet")
+    return slide, gdf, d
+
+
+def read(path, plugin):
+    return npe2.read([str(path)], stack=False, plugin_name="sam3tiles")
+
+
+def test_entry_point_names_the_manifest():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((Path(sam3tiles.__file__).parent.parent / "pyproject.toml").read_text())
+    assert project["project"]["entry-points"]["napari.manifest"] == {"sam3tiles": "sam3tiles:napari.yaml"}
+    assert "napari.yaml" in project["tool"]["setuptools"]["package-data"]["sam3tiles"]
+    assert npe2.PluginManifest.from_file(MANIFEST).name == project["project"]["name"]
+    assert "npe2" in " ".join(project["project"]["optional-dependencies"]["napari"])
+
+
+@pytest.mark.parametrize("name", ["o.gpkg", "o.qupath.geojson", "o.parquet"])
+def test_vector_outputs_open_as_shapes_layers_in_row_col_order(outputs, plugin, name):
+    slide, gdf, d = outputs
+    layers = read(d / name, plugin)
+    assert sorted(kw["name"] for _, kw, kind in layers if kind == "shapes") == sorted(set(gdf["prompt"]))
+    image = tifffile.imread(slide.path, level=0)  # (rows, cols, RGB)
+    for data, kw, kind in layers:
+        mine = gdf[gdf["prompt"] == kw["name"]]
+        assert kind == "shapes" and len(data) == len(mine) == len(kw["features"]["id"])
+        assert sorted(kw["features"]["id"]) == sorted(mine["id"]) and all(0.5 <= s <= 1 for s in kw["features"]["score"])
+        assert kw["edge_color"] != layers[0][1]["edge_color"] or kw is layers[0][1]  # one colour per prompt
+        verts, oid = data[0], kw["features"]["id"][0]
+        geom = mine.set_index("id").geometry[oid]
+        assert np.allclose(verts, np.asarray(geom.exterior.coords)[:-1, ::-1], atol=1e-3)  # (row, col) = (y, x)
+        # the source pixel under the shape's inside point is the object's colour, not the background
+        r, c = shapely.Polygon(verts[:, ::-1]).representative_point().coords[0][::-1]
+        assert not np.allclose(image[int(r), int(c)], image[0, 0], atol=30)
+        truth = slide.truth.geometry[slide.truth.intersects(shapely.Point(c, r))]
+        assert len(truth) == 1 and abs(truth.iloc[0].bounds[1] - verts[:, 0].min()) <= 3  # rows are y
+
+
+def test_label_images_open_as_multiscale_labels_layers(outputs, plugin, tmp_path):
+    slide, gdf, d = outputs
+    [(levels, kw, kind)] = read(d / "labels.ome.tif", plugin)
+    assert kind == "labels" and kw["multiscale"] and [lvl.shape for lvl in levels] == [(640, 900), (320, 450)]
+    shapes = {kw["features"]["id"][i]: v for data, kw, _ in read(d / "o.gpkg", plugin) for i, v in enumerate(data)}
+    oid, verts = next(iter(shapes.items()))
+    r, c = shapely.Polygon(verts[:, ::-1]).representative_point().coords[0][::-1]
+    assert levels[0][int(r), int(c)] == oid  # the same (row, col) frame as the shapes
+    from sam3tiles.writers.labels import write_labels
+
+    write_labels(gdf, tmp_path / "l.ome.zarr", 900, 640, levels=slide.levels, pixel_size_um=(0.25, 0.25))
+    [(zlevels, zkw, zkind)] = read(tmp_path / "l.ome.zarr", plugin)
+    assert zkind == "labels" and zkw["multiscale"] and (np.asarray(zlevels[0]) == np.asarray(levels[0])).all()
+    # a TIFF sam3tiles did not write is left to other readers
+    tifffile.imwrite(tmp_path / "other.tif", np.zeros((10, 10), np.uint32))
+    from sam3tiles.napari_reader import get_reader
+
+    assert get_reader(str(tmp_path / "other.tif")) is None and get_reader(str(d / "labels.ome.tif")) is not None
+
+
+def test_georeferenced_outputs_share_one_north_up_frame(plugin, tmp_path):
+    """A map CRS: shapes at (-y, x); the COG label image's affine puts its pixels in that same frame."""
+    import geopandas as gpd
+    from affine import Affine
+
+    from sam3tiles.writers.labels import write_labels
+
+    t = Affine(0.5, 0, 500000, 0, -0.5, 6000000)
+    box = shapely.box(500100, 5999800, 500130, 5999850)  # 60 x 100 px at col 200, row 300
+    gdf = gpd.GeoDataFrame({"id": [1], "prompt": ["roof"], "score": [0.9]}, geometry=[box], crs="EPSG:32633")
+    write_vector(gdf, tmp_path / "o.gpkg")
+    write_labels(gdf, tmp_path / "l.tif", 400, 500, transform=t, crs="EPSG:32633")
+    [(shapes, kw, _)] = read(tmp_path / "o.gpkg", plugin)
+    assert np.allclose(shapes[0][:, 0].min(), -5999850) and np.allclose(shapes[0][:, 1].min(), 500100)
+    [(levels, lkw, kind)] = read(tmp_path / "l.tif", plugin)
+    assert kind == "labels" and kw["name"] == "roof"
+    m = np.asarray(lkw["affine"])
+    row, col = 300 + 50, 200 + 30  # a pixel inside the box
+    world = m @ [row + 0.5, col + 0.5, 1]
+    assert np.asarray(levels[0])[row, col] == 1
+    assert shapely.Point(world[1], -world[0]).within(box)
+    (tmp_path / "report.json").write_text('{"objects": 1}')
+    from sam3tiles.napari_reader import get_reader
+
+    assert get_reader(str(tmp_path / "report.json")) is None
