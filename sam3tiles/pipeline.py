@@ -30,6 +30,7 @@ from .model.registry import runtime_stats
 from .options import Options
 from .plan import InputPlan, RunPlan, check_out, plan_run
 from .prompts import GeoBox
+from .readers import gdal_env
 from .readers.remote import input_name as file_name
 from .report import RunReport
 from .runner import InputResult, InputRun
@@ -71,6 +72,7 @@ def with_options(options: Options | None, changes: dict) -> Options:
     return dataclasses.replace(options or Options(), **changes)
 
 
+@gdal_env()
 def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float | None = None,
             return_objects: bool = True) -> tuple[gpd.GeoDataFrame | None, RunReport]:
     """Run a checked plan: every input's tiles, the merge, the outputs and the report."""

@@ -232,9 +232,8 @@ class ObjectSpool:
 
     def _frame(self, rows: list, offset: int, crs, um: bool) -> gpd.GeoDataFrame:
         """Rows (id, prompt, score, area, area_px, area_um2, n_tiles, source, backend, model, wkb) -> the
-        output's columns in `frames.COLUMNS` order (`um`: with area_um2)."""
-        from ..frames import COLUMNS
-
+        output's columns, in that order (`um`: with area_um2). It is the order of `frames.COLUMNS` (the
+        output table's definition, a layer above: tests/test_outputs.py holds the two equal)."""
         cols = list(zip(*rows)) if rows else [[] for _ in range(11)]
         names = {v: k for k, v in self._text.items()}
 
@@ -249,7 +248,7 @@ class ObjectSpool:
                 "backend": text(cols[8]), "model": text(cols[9])}
         if not um:
             del data["area_um2"]
-        df = pd.DataFrame({c: data[c] for c in COLUMNS if c in data})
+        df = pd.DataFrame(data)
         geoms = shapely.from_wkb(np.asarray(cols[10], dtype=object)) if rows else []
         return gpd.GeoDataFrame(df, geometry=gpd.GeoSeries(geoms, crs=crs), crs=crs)
 
