@@ -32,6 +32,7 @@ from .plan import InputPlan, RunPlan, check_out, plan_run
 from .progress import progress_bar
 from .prompts import GeoBox
 from .readers.remote import source_name
+from .readers import gdal_env
 from .report import RunReport
 from .runner import InputResult, InputRun
 from .writers import output_lock, write_vector
@@ -75,6 +76,7 @@ def with_options(options: Options | None, changes: dict) -> Options:
     return dataclasses.replace(options or Options(), **changes)
 
 
+@gdal_env()
 def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float | None = None,
             return_objects: bool = True) -> tuple[gpd.GeoDataFrame | None, RunReport]:
     """Run a checked plan: every input's tiles, the merge, the outputs and the report."""

@@ -30,7 +30,7 @@ from .model.registry import RuntimeSpec, get_runtime, spec_identity
 from .options import Options
 from .chips import parse_example_images
 from .prompts import GeoBox, Prompt, boxes_outside, build_prompts, raster_bounds, read_box_file
-from .readers import Source, Stretch, open_source
+from .readers import Source, Stretch, gdal_env, open_source
 from .readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_hrefs
 from .refine import Refiner
 from .units import Frame, pixel_size
@@ -363,6 +363,7 @@ def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:
     return opts, spec
 
 
+@gdal_env()
 def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPlan:
     """Open one input (its own errors: unreadable, bands, size) and lay out its tiles."""
     with open_source(path, bands=opts.bands) as src:
@@ -473,6 +474,7 @@ def check_prompts_here(spec: RuntimeSpec, prompts: Sequence[Prompt]) -> None:
         raise PromptError("; ".join(notes))
 
 
+@gdal_env()
 def tile_plan(inp: InputPlan, check_nodata: bool = True, report: dict | None = None) -> gpd.GeoDataFrame:
     """One row per tile of a planned input: index, row, col, depth, offsets, valid size, has_data; geometry =
     the tile's window in the CRS (column `core` holds the part the tile owns, as WKT). `report`: a run

@@ -16,7 +16,7 @@ from .model.registry import RuntimeSpec, get_runtime
 from .errors import shippable
 from .grid import Tile
 from .model.runtime import MAX_QUERIES, ExampleBox, PreparedPrompt, TileImage
-from .readers import RasterSource, Stretch, open_source
+from .readers import RasterSource, Stretch, gdal_env, open_source
 from .vectorize import EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, pieces_from_crops
 
 #: A tile whose decoder pass returns at least this many objects is reported as saturated (SAM 3 keeps
@@ -85,7 +85,8 @@ def _open_source(spec: SourceSpec) -> RasterSource:
 def read_task(spec: SourceSpec, tile: Tile) -> tuple[TileImage | None, float]:
     """The tile's model input, or None when every pixel is nodata (the tile is skipped)."""
     t0 = time.perf_counter()
-    image = _open_source(spec).read_tile(tile)
+    with gdal_env():  # a distributed worker is another process: the run's GDAL configuration goes with the read
+        image = _open_source(spec).read_tile(tile)
     if not image.valid.any():
         return None, time.perf_counter() - t0
     return image, time.perf_counter() - t0

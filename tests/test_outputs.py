@@ -26,6 +26,7 @@ from rasterio.crs import CRS
 from sam3tiles.cli.main import cli
 from sam3tiles.demo import COLOURS, layout
 from sam3tiles.errors import UsageError
+from sam3tiles.frames import COLUMNS
 from sam3tiles.pipeline import segment_job
 from sam3tiles.plan import gsd_scale as _gsd_scale
 from sam3tiles.readers import open_source
@@ -79,6 +80,7 @@ def test_lonlat_min_area_in_square_metres_keeps_every_vehicle(lonlat, tmp_path):
         gdf, _ = run(path, ["red"], min_area=5, gsd=0.075, out=tmp_path / "cars.gpkg", checkpoint=True,
                      work_dir=tmp_path / "work")
     assert not [w for w in caught if "geographic CRS" in str(w.message)]
+    assert list(gdf.columns) == [c for c in COLUMNS if c != "area_um2"] + ["geometry"]  # no pixel size: no um2
     assert len(gdf) == len(cars)
     truth = np.asarray([g.area for g in cars]) * PIXEL_M ** 2  # about 18 m^2 each
     with open_source(path) as src:
@@ -146,6 +148,7 @@ def test_slide_area_um2_and_gsd_in_microns(tmp_path):
     out = tmp_path / "nuclei.qupath.geojson"
     gdf, _ = run(slide.path, ["indigo"], out=out)
     assert len(gdf) > 10
+    assert list(gdf.columns) == [*COLUMNS, "geometry"]  # the spool's rows come back as the output table
     assert np.allclose(gdf["area_um2"], gdf["area_px"] * 0.0625)
     doc = json.loads(out.read_text())
     assert doc["name"] == "nuclei" and pyogrio.list_layers(out)[0, 0] == "nuclei"

@@ -101,3 +101,55 @@ def test_unreadable_files(tmp_path, content):
     p.write_bytes(content)
     with pytest.raises(RasterReadError):
         RasterSource(p)
+
+
+_GDAL_CACHE = """
+import os, sys
+import rasterio
+from rasterio.env import get_gdal_config
+
+before = get_gdal_config("GDAL_CACHEMAX")
+import sam3tiles, sam3tiles.pipeline, sam3tiles.readers  # noqa: E401,F401  importing configures nothing
+from sam3tiles.readers import gdal_env
+assert ("GDAL_CACHEMAX" in os.environ) == (sys.argv[1] == "user"), os.environ.get("GDAL_CACHEMAX")
+assert get_gdal_config("GDAL_CACHEMAX") == before
+with gdal_env():
+    inside = get_gdal_config("GDAL_CACHEMAX")
+print(before, inside, get_gdal_config("GDAL_CACHEMAX"))
+"""
+
+
+@pytest.mark.parametrize("who", ["run", "user"])
+def test_gdal_is_configured_by_the_run_not_by_importing(who):
+    # importing sam3tiles leaves GDAL and the environment alone; the run's context caps GDAL's block cache
+    # at 256 MB for its duration, and a GDAL_CACHEMAX the user set wins
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "GDAL_CACHEMAX"}
+    if who == "user":
+        env["GDAL_CACHEMAX"] = "100"
+    run = subprocess.run([sys.executable, "-c", _GDAL_CACHE, who], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    before, inside, after = (int(v) for v in run.stdout.split())
+    assert after == before
+    assert inside == (100 * 2**20 if who == "user" else 256 * 2**20)
+
+
+def test_every_read_of_a_run_is_in_the_run_s_gdal_configuration(raster_factory, monkeypatch):
+    from rasterio.env import get_gdal_config
+
+    seen = []
+    read = RasterSource.read_window
+
+    def recording(self, window, out_wh):
+        seen.append(get_gdal_config("GDAL_CACHEMAX"))
+        return read(self, window, out_wh)
+
+    monkeypatch.delenv("GDAL_CACHEMAX", raising=False)
+    monkeypatch.setattr(RasterSource, "read_window", recording)
+    data = np.full((3, 1200, 1500), 120, np.uint8)
+    data[:, 100:200, 100:300] = np.array([20, 20, 235], np.uint8)[:, None, None]
+    segment_job(str(raster_factory(data)), ["blue"], backend="reference", checkpoint=False)
+    assert len(seen) >= 4 and set(seen) == {256 * 2**20}  # the tiles' reads, on the engine's worker threads

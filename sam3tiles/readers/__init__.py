@@ -9,6 +9,7 @@ import os
 from typing import Sequence
 
 from .base import MAX_PIXELS, STATS_SIDE, Source, Stretch, parse_bands, trim_heap
+from .env import gdal_env
 from .raster import RasterSource
 from .slide import SlideSource, is_slide
 
@@ -22,5 +23,5 @@ def open_source(path: str | os.PathLike, bands: Sequence[int] | None = None,
     return RasterSource(path, bands=bands, stretch=stretch)
 
 
-__all__ = ["MAX_PIXELS", "STATS_SIDE", "RasterSource", "SlideSource", "Source", "Stretch", "is_slide",
-           "open_source", "parse_bands", "trim_heap"]
+__all__ = ["MAX_PIXELS", "STATS_SIDE", "RasterSource", "SlideSource", "Source", "Stretch", "gdal_env",
+           "is_slide", "open_source", "parse_bands", "trim_heap"]

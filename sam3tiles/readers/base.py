@@ -23,11 +23,6 @@ from ..model.runtime import MODEL_SIZE, TileImage
 log = logging.getLogger(__name__)
 
 
-# GDAL's block cache defaults to 5% of the machine's memory per process (1.2 GB on a 24 GB machine), and a
-# tile-by-tile reader that never revisits a block gains nothing from it: cap it unless the user chose.
-# (Measured: a 20000x20000 GeoTIFF peaked at 1.6 GB RSS with the default, 0.64 GB with 256 MB.)
-os.environ.setdefault("GDAL_CACHEMAX", "256")
-
 #: Longest side of the decimated read used for the global stretch statistics.
 STATS_SIDE = 1024
 #: Largest raster accepted (pixels); headers claiming more are treated as corrupt.

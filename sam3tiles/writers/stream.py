@@ -235,10 +235,9 @@ class ObjectSpool:
 
     def _frame(self, rows: list, offset: int, crs, um: bool, area: str) -> gpd.GeoDataFrame:
         """Rows (id, prompt, score, area, area_px, area_um2, n_tiles, source, backend, model, wkb) -> the
-        output's columns in `frames.ordered` order (`um`: with area_um2; `area`: the area column's name,
-        `units.area_column`, which is area_px itself without a CRS)."""
-        from ..frames import ordered
-
+        output's columns, in that order (`um`: with area_um2; `area`: the area column's name,
+        `units.area_column`, which is area_px itself without a CRS). It is the order of `frames.ordered` (the
+        output table's definition, a layer above: tests/test_outputs.py holds the two equal)."""
         cols = list(zip(*rows)) if rows else [[] for _ in range(11)]
         names = {v: k for k, v in self._text.items()}
 
@@ -253,7 +252,7 @@ class ObjectSpool:
                 "backend": text(cols[8]), "model": text(cols[9])}
         if not um:
             del data["area_um2"]
-        df = pd.DataFrame({c: data[c] for c in ordered(data)})
+        df = pd.DataFrame(data)
         geoms = shapely.from_wkb(np.asarray(cols[10], dtype=object)) if rows else []
         return gpd.GeoDataFrame(df, geometry=gpd.GeoSeries(geoms, crs=crs), crs=crs)
 
