@@ -80,7 +80,9 @@ def test_lonlat_min_area_in_square_metres_keeps_every_vehicle(lonlat, tmp_path):
         gdf, _ = run(path, ["red"], min_area=5, gsd=0.075, out=tmp_path / "cars.gpkg", checkpoint=True,
                      work_dir=tmp_path / "work")
     assert not [w for w in caught if "geographic CRS" in str(w.message)]
-    assert list(gdf.columns) == [c for c in COLUMNS if c != "area_um2"] + ["geometry"]  # no pixel size: no um2
+    # the spool's rows come back as the output table; no pixel size: no um2; lon/lat: the area in m^2
+    assert list(gdf.columns) == ["id", "prompt", "score", "area_m2", "area_px", "n_tiles", "source", "backend",
+                                 "model", "geometry"]
     assert len(gdf) == len(cars)
     truth = np.asarray([g.area for g in cars]) * PIXEL_M ** 2  # about 18 m^2 each
     with open_source(path) as src:
