@@ -262,7 +262,8 @@ def test_dry_run_checks_the_label_image(tmp_path):
     (tmp_path / "job.yaml").write_text(job % "o-labels.tif")
     r = CliRunner().invoke(cli, ["run", str(tmp_path / "job.yaml"), "--dry-run"])
     assert r.exit_code == 0, r.output
-    assert f"{tmp_path / 'o-labels.tif'}  (label image)" in r.stdout
+    assert f"{tmp_path / 'o-labels.tif'}  (label image, GeoTIFF, COG layout)" in r.stdout
     (tmp_path / "job.yaml").write_text(job % "o-labels.png")
     r = CliRunner().invoke(cli, ["run", str(tmp_path / "job.yaml"), "--dry-run"])
-    assert r.exit_code == 2 and r.stderr.startswith("Error: output.labels ") and ".tif or .tiff" in r.stderr
+    assert r.exit_code == 2 and r.stderr.startswith("Error: output.labels ") and ".tif, .tiff" in r.stderr
+    assert ".ome.zarr" in r.stderr

@@ -134,6 +134,12 @@ def test_georeferenced_labels_are_a_cog_with_nodata_and_overviews(tmp_path):
         half = ov.read(1)
     assert half.shape == (850, 1050) and set(np.unique(half)) <= set(np.unique(data))
     assert (data == burnt(gdf, 2100, 1700, t)).all()
+    # the COG layout as rio-cogeo / GDAL's validator check it: every IFD before any tile data, tiles of the
+    # smallest overview first, full resolution last
+    with tifffile.TiffFile(path) as tf:
+        ifds = [pg.offset for pg in tf.pages]
+        first = [min(o for o in pg.dataoffsets if o) for pg in tf.pages]
+    assert len(ifds) == 5 and max(ifds) < min(first) and first == sorted(first, reverse=True)
     if shutil.which("gdalinfo"):
         info = subprocess.run(["gdalinfo", str(path)], capture_output=True, text=True, check=True).stdout
         assert "NoData Value=0" in info and "Overviews: 1050x850" in info and "LAYOUT=COG" in info

@@ -123,3 +123,19 @@ def test_georeferenced_outputs_share_one_north_up_frame(plugin, tmp_path):
     from sam3tiles.napari_reader import get_reader
 
     assert get_reader(str(tmp_path / "report.json")) is None
+
+
+def test_napari_builds_the_layers(outputs, plugin):
+    """Where napari itself is installed (`.[napari]`): it takes our layer data as it is (no viewer)."""
+    pytest.importorskip("napari")
+    from napari.layers import Labels, Layer, Shapes
+
+    slide, gdf, d = outputs
+    for name, cls in (("o.gpkg", Shapes), ("o.qupath.geojson", Shapes), ("labels.ome.tif", Labels)):
+        for data, meta, kind in read(d / name, plugin):
+            layer = Layer.create(data, meta, kind)
+            assert isinstance(layer, cls) and layer.name == meta["name"]
+            if cls is Shapes:
+                assert len(layer.data) == len(layer.features) and set(layer.features["prompt"]) == {meta["name"]}
+            else:
+                assert layer.multiscale and [tuple(a.shape) for a in layer.data] == [(640, 900), (320, 450)]
