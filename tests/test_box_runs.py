@@ -103,12 +103,14 @@ def test_boxes_take_tuples_shapely_geometries_and_geoboxes(scene):
     path, truth = scene
     rect = _far_exemplar(truth, "blue")
     g = _crs(rect)
-    forms = [tuple(g.bounds), g, GeoBox(*g.bounds), _box_arg(rect), shapely.Point(g.centroid).buffer(1)]
+    forms = [tuple(g.bounds), list(g.bounds), g, GeoBox(*g.bounds), _box_arg(rect), (*g.bounds, True)]
+    assert all(GeoBox.coerce(f) == GeoBox(*g.bounds) for f in forms)
+    assert GeoBox.coerce((*g.bounds, False)) == GeoBox(*g.bounds, positive=False) == GeoBox.coerce((*g.bounds, "neg"))
     results = []
-    for form in forms[:4]:
+    for form in (tuple(g.bounds), _box_arg(rect)):  # a tuple runs as its text does
         gdf, _ = segment_job(str(path), [], boxes=[form], backend="reference", checkpoint=False, box_scope="tile")
         results.append(sorted(x.wkb for x in gdf.geometry))
-    assert results[0] and all(r == results[0] for r in results)
-    for bad in ([1, 2, 3], "x", object(), (3, 2, 1, 0), shapely.Point(1, 1)):
+    assert results[0] and results[0] == results[1]
+    for bad in ([1, 2, 3], "x", object(), (3, 2, 1, 0), shapely.Point(1, 1), ("a", 1, 2, 3)):
         with pytest.raises(UsageError, match="box"):
             segment_job(str(path), [], boxes=[bad], backend="reference", checkpoint=False)
