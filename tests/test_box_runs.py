@@ -83,7 +83,19 @@ def test_box_only_cli_run_killed_midway_resumes_to_the_same_output(scene, tmp_pa
     assert len(a) > 0 and sorted(a.geometry.to_wkb()) == sorted(b.geometry.to_wkb())
 
 
-def test_verbosity_flags_mean_the_same_before_and_after_the_subcommand(tmp_path, monkeypatch):
+@pytest.fixture
+def logging_levels():
+    """-v/-vv set process-wide logger levels: put them back for the tests that follow."""
+    import logging
+
+    names = ["", "distributed", "distributed.worker", "rasterio", "fiona", "pyogrio", "tornado", "asyncio"]
+    saved = {n: logging.getLogger(n).level for n in names}
+    yield
+    for n, level in saved.items():
+        logging.getLogger(n).setLevel(level)
+
+
+def test_verbosity_flags_mean_the_same_before_and_after_the_subcommand(tmp_path, monkeypatch, logging_levels):
     import sam3tiles.pipeline as pipeline
 
     def boom(*a, **k):
