@@ -172,7 +172,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if a.smoke:
-        a.sizes, a.seeds, a.side = [160], [0], 1500
+        a.sizes, a.seeds, a.side = [160], [0], 1100
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for size in a.sizes:

@@ -379,9 +379,10 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
         box_file = _abs(base, job.prompts.box_file)
         if check_files and not os.path.isfile(box_file):
             problems.append(f"prompts.box_file: no such file: {box_file}")
-    if not job.prompts.text and not job.prompts.boxes and job.prompts.box_file is None and not job.prompts.example_images:
-        problems.append("prompts: nothing to find: give text (e.g. text: [building]), boxes, box_file or "
-                        "example_images")
+    pr = job.prompts
+    if not pr.text and not pr.boxes and pr.box_file is None and not pr.example_images:
+        problems.append("prompts: nothing to find: give text (e.g. text: [building]), boxes or box_file "
+                        "(or example_images)")
     example_images = [_abs(base, e) for e in job.prompts.example_images]
     for i, t in enumerate(job.prompts.text):
         if not t.strip():

@@ -166,7 +166,8 @@ class RunPlan:
         model = f", model {o.model}, device {o.device}" if self.spec.backend == "onnx" else ""
         lines = [f"inputs: {len(self.inputs)}", *(f"  {i.describe()}" for i in self.inputs),
                  "prompts: " + ", ".join(repr(p.label) for p in self.prompts)
-                 + (f" ({len(self.boxes)} example box(es), box scope {o.box_scope})" if self.boxes else ""),
+                 + (f" ({len(self.boxes)} example box(es), box scope {o.box_scope})" if self.boxes else "")
+                 + (f" ({n} example image(s))" if (n := len({i for p in self.prompts for i in p.images})) else ""),
                  f"backend: {self.spec.backend}{model}",
                  "tiling: " + ("squash (one tile per input)" if o.squash else
                                f"{o.tile_size} px tiles, overlap {o.overlap}"

@@ -12,7 +12,8 @@ does not fit the margin (the strip holds it upright along either edge); exemplar
 cost nothing and keep the default grid.
 
 Cost: the narrowed grid has more tiles, about ((1008 - overlap) / (1008 - S - overlap))^2 as many (one
-encode each): 1.0x for boxes up to ~95 px, ~1.6x at 160 px, ~2.6x at 250 px, ~3.9x at the limit. `plan`
+encode each): 1.0x for boxes up to 94 px, 1.41x at 100 px, 1.74x at 160 px, 2.39x at 250 px, 3.56x at
+the limit (docs/exemplars.md). `plan`
 and `run --dry-run` print it; the run report counts it (`exemplars.extra_tiles`).
 
 Limit: a box up to `LIMIT` (a third of the model input, 336 px) on its smaller side at the run's scale.

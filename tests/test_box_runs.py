@@ -83,7 +83,19 @@ def test_box_only_cli_run_killed_midway_resumes_to_the_same_output(scene, tmp_pa
     assert len(a) > 0 and sorted(a.geometry.to_wkb()) == sorted(b.geometry.to_wkb())
 
 
-def test_verbosity_flags_mean_the_same_before_and_after_the_subcommand(tmp_path, monkeypatch):
+@pytest.fixture
+def logging_levels():
+    """-v/-vv set process-wide logger levels: put them back for the tests that follow."""
+    import logging
+
+    names = ["", "distributed", "distributed.worker", "rasterio", "fiona", "pyogrio", "tornado", "asyncio"]
+    saved = {n: logging.getLogger(n).level for n in names}
+    yield
+    for n, level in saved.items():
+        logging.getLogger(n).setLevel(level)
+
+
+def test_verbosity_flags_mean_the_same_before_and_after_the_subcommand(tmp_path, monkeypatch, logging_levels):
     import sam3tiles.pipeline as pipeline
 
     def boom(*a, **k):
@@ -103,12 +115,14 @@ def test_boxes_take_tuples_shapely_geometries_and_geoboxes(scene):
     path, truth = scene
     rect = _far_exemplar(truth, "blue")
     g = _crs(rect)
-    forms = [tuple(g.bounds), g, GeoBox(*g.bounds), _box_arg(rect), shapely.Point(g.centroid).buffer(1)]
+    forms = [tuple(g.bounds), list(g.bounds), g, GeoBox(*g.bounds), _box_arg(rect), (*g.bounds, True)]
+    assert all(GeoBox.coerce(f) == GeoBox(*g.bounds) for f in forms)
+    assert GeoBox.coerce((*g.bounds, False)) == GeoBox(*g.bounds, positive=False) == GeoBox.coerce((*g.bounds, "neg"))
     results = []
-    for form in forms[:4]:
+    for form in (tuple(g.bounds), _box_arg(rect)):  # a tuple runs as its text does
         gdf, _ = segment_job(str(path), [], boxes=[form], backend="reference", checkpoint=False, box_scope="tile")
         results.append(sorted(x.wkb for x in gdf.geometry))
-    assert results[0] and all(r == results[0] for r in results)
-    for bad in ([1, 2, 3], "x", object(), (3, 2, 1, 0), shapely.Point(1, 1)):
+    assert results[0] and results[0] == results[1]
+    for bad in ([1, 2, 3], "x", object(), (3, 2, 1, 0), shapely.Point(1, 1), ("a", 1, 2, 3)):
         with pytest.raises(UsageError, match="box"):
             segment_job(str(path), [], boxes=[bad], backend="reference", checkpoint=False)
