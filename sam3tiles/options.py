@@ -200,7 +200,7 @@ class Options:
     progress: bool = opt(False, "Show a progress bar (a widget in notebooks with ipywidgets, else text).")
     max_in_flight: int | None = opt(None, "Tiles in flight at once (default: from the engine's threads).", ge=1)
     edge_margin: int = opt(EDGE_MARGIN, "Mask pixels at a tile's inner edge treated as cut by the edge.", ge=0)
-    encode_seconds: float = opt(0.1, "Simulated backend: seconds per encode.", ge=0)
+    encode_seconds: float = opt(0.1, "Simulated backend: seconds per encode.", job="backend.encode_seconds", ge=0)
     decode_seconds: float = opt(0.01, "Simulated backend: seconds per decode.", ge=0)
     merge_block: int = opt(8, "Tiles per side of a merge block (blocks merge in parallel; 0: one merge).", ge=0)
     box_scope: str = opt("image", "image: every example box acts in every tile (its pixels are pasted into each "

@@ -27,7 +27,10 @@ from sam3tiles.pipeline import segment_job
 JOB = """\
 inputs: [scene.tif]
 prompts: {text: [blue, red]}
-backend: {name: simulated}     # the reference backend plus 0.1 s per encode: a run that takes seconds
+# the reference backend plus 0.75 s per encode: 18 s of encodes on 2 workers, so each kill below lands while
+# tiles are still running however fast the CPU work around them is (0.1 s let a run finish all 48 tiles
+# while a second, refused run was still starting on a loaded machine)
+backend: {name: simulated, encode_seconds: 0.75}
 tiling: {scale: 2.0}
 output: {path: out/objects.gpkg}
 run: {workers: 2}
@@ -140,8 +143,9 @@ def test_killed_job_resumes_to_the_uninterrupted_output(scene, tmp_path):
 
     # 5. the same output as one uninterrupted run
     clear_cache()
-    segment_job(str(scene), ["blue", "red"], backend="simulated", encode_seconds=0.0, decode_seconds=0.0,
-                scale=2.0, workers=2, out=tmp_path / "uninterrupted.gpkg", checkpoint=False)
+    # the same input as the job gave it (`source` is the input as given: the symlink beside the job file)
+    segment_job(str(tmp_path / "scene.tif"), ["blue", "red"], backend="simulated", encode_seconds=0.0,
+                decode_seconds=0.0, scale=2.0, workers=2, out=tmp_path / "uninterrupted.gpkg", checkpoint=False)
     a, b = _table(out), _table(tmp_path / "uninterrupted.gpkg")
     assert len(a) == len(b) > 100
     pd.testing.assert_frame_equal(a, b)
