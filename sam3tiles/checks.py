@@ -184,30 +184,27 @@ def check_distinct_outputs(inputs: Sequence[str], outputs: Sequence[Path | None]
 
 # -- rasters the tool cannot place ------------------------------------------------------------------------
 
-def check_placeable(path: str, ds) -> None:
+def check_placeable(path: str, src) -> None:
     """Refuse a raster whose pixels cannot be placed in its CRS: a CRS with no geotransform, or
-    georeferencing by GCPs or RPCs only (the tool does not warp): exit 3 with the gdalwarp command."""
-    if ds is None:
+    georeferencing by GCPs or RPCs only (the tool does not warp): exit 3 with the gdalwarp command.
+    `src`: an open `readers.Source`."""
+    if src is None:
         return
-    identity = ds.transform.is_identity if hasattr(ds.transform, "is_identity") else ds.transform == ds.transform.identity()
+    identity = src.transform.is_identity if hasattr(src.transform, "is_identity") else src.transform == src.transform.identity()
     if not identity:
         return
     stem = Path(local_path_of(path) or path).with_suffix("").name + "_warped.tif"
-    try:
-        gcps, gcp_crs = ds.gcps
-    except Exception:  # noqa: BLE001 - drivers without GCP support
-        gcps, gcp_crs = [], None
+    gcps, gcp_crs = src.gcps
     if gcps:
         srs = f" -t_srs {gcp_crs.to_string()}" if gcp_crs else ""
         raise CRSError(f"{path} is georeferenced by {len(gcps)} ground control points only, which sam3tiles does "
                        f"not warp: warp it first, e.g. gdalwarp{srs} -r bilinear {path} {stem}")
-    rpcs = getattr(ds, "rpcs", None)
-    if rpcs:
+    if src.rpcs:
         raise CRSError(f"{path} is georeferenced by RPCs (a satellite sensor model) only, which sam3tiles does "
                        f"not orthorectify: warp it first, e.g. gdalwarp -rpc -t_srs EPSG:4326 [-to RPC_DEM=dem.tif] "
                        f"-r bilinear {path} {stem}")
-    if ds.crs is not None:
-        raise CRSError(f"{path} has a CRS ({ds.crs.to_string()}) but no geotransform, so its pixels cannot be placed "
+    if src.crs is not None:
+        raise CRSError(f"{path} has a CRS ({src.crs.to_string()}) but no geotransform, so its pixels cannot be placed "
                        "in it: add the transform (gdal_edit.py -a_ullr ULX ULY LRX LRY) or drop the CRS "
                        "(gdal_edit.py -unsetgt -unsetcrs) to work in pixel coordinates")
 
@@ -310,9 +307,7 @@ def check_input(path: str, src, opts) -> list[str]:
     from .errors import RasterReadError
     from .readers.identity import local_path_of
 
-    ds = getattr(src, "_ds", None)
-    if ds is not None and hasattr(ds, "gcps"):
-        check_placeable(path, ds)
+    check_placeable(path, src)
     files = list(src.source_files)
     for f in files[1:]:
         local = local_path_of(f)

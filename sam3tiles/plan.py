@@ -325,7 +325,7 @@ def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:
 def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPlan:
     """Open one input (its own errors: unreadable, bands, size) and lay out its tiles."""
     with open_source(path, bands=opts.bands) as src:
-        if getattr(src, "levels_read", None) is not None and src.crs is None and src.pixel_size_um is None:
+        if src.kind == "slide" and src.crs is None and src.pixel_size_um is None:
             log.warning("%s: the slide states no physical pixel size (OME PhysicalSizeX): areas stay in pixels, "
                         "no area_um2", path)
         files = tuple(check_input(path, src, opts))  # placeable, a VRT's sources exist
@@ -333,7 +333,7 @@ def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPla
         if grid is not None and opts.refine == "auto":
             Refiner(grid, opts.refine_depth)  # refuses a depth whose sub-tile numbers the merge cannot hold
         return InputPlan(path=path, width=src.width, height=src.height, crs=src.crs, transform=src.transform,
-                         bands=tuple(src.bands), band_count=int(src.dataset.count), dtype=str(src.dtype),
+                         bands=tuple(src.bands), band_count=int(src.band_count), dtype=str(src.dtype),
                          stretch=src.stretch, identity=src.identity_for(verify=opts.verify_inputs), grid=grid, squash_size=opts.tile_size,
                          output=output, pixel_size_um=src.pixel_size_um, files=files)
 
