@@ -20,8 +20,7 @@ from typing import Iterator, Sequence
 
 import geopandas as gpd
 
-from .checks import (check_box_file, check_input, check_options, check_plan, check_work_dir,
-                     replaceable)
+from .checks import check_box_file, check_input, check_plan, check_work_dir, replaceable
 from .errors import InputDataError, PromptError, UsageError
 from .grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from .tileframe import tile_frame
@@ -200,7 +199,6 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     opts = options or Options()
     if isinstance(text, str):
         text = [text]  # one prompt, not one per letter
-    check_options(opts)
     paths = expand_inputs(inputs, opts.asset)
     per_input, combined = resolve_outputs(paths, out)
     dest = combined or out
