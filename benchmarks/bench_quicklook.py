@@ -37,7 +37,7 @@ def one(size: int, folder: Path) -> list[dict]:
         with open_source(scene.path) as src:
             frame = Frame.of(src)
             k = min(1.0, quicklook.MAX_SIDE / size)
-            cost = quicklook.read_cost(src, (round(size * k), round(size * k)))
+            cost = src.read_cost((round(size * k), round(size * k)))
         res = InputResult(str(scene.path), 0, frame=frame)
         t0 = time.perf_counter()
         out = quicklook.write_quicklook(folder / f"p{size}{overviews}.png", gdf, [res], ["red", "blue", "yellow"])

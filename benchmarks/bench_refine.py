@@ -84,24 +84,28 @@ def make_scene(folder: Path, kind: str, size: int, seed: int):
 
 
 class LevelSpy:
-    """Counts the pyramid levels a slide's windows are read from (in-process workers only)."""
+    """Counts the pyramid levels a slide's windows are read from (in-process workers only), from each
+    read's `SlideSource.levels_read` (the reader's own count of window reads per level)."""
 
     def __enter__(self):
         from sam3tiles.readers.slide import SlideSource
 
         self.levels: dict[int, int] = {}
-        self.cls, self.original = SlideSource, SlideSource._read_level
+        self.cls, self.original = SlideSource, SlideSource.read_window
         spy = self
 
-        def read_level(src, level, *a):
-            spy.levels[level] = spy.levels.get(level, 0) + 1
-            return spy.original(src, level, *a)
+        def read_window(slide, *a):
+            before = dict(slide.levels_read)
+            out = spy.original(slide, *a)
+            for level, n in slide.levels_read.items():
+                spy.levels[level] = spy.levels.get(level, 0) + n - before.get(level, 0)
+            return out
 
-        SlideSource._read_level = read_level
+        SlideSource.read_window = read_window
         return self
 
     def __exit__(self, *exc):
-        self.cls._read_level = self.original
+        self.cls.read_window = self.original
 
 
 def encodes(report) -> int:

@@ -8,9 +8,12 @@ raises a `Sam3TilesError` whose message names the problem and the fix:
   (empty, `/`, home, the current folder or one above it, a folder holding inputs) is refused;
 * no output, label image, report or work folder is an input, or holds one (`check_not_inputs`);
 * rasters the tool cannot place (a CRS but no geotransform, GCPs or RPCs only) are refused with the
-  `gdalwarp` command that fixes them (`check_placeable`); an overlap too small for the merge, or a tile size the model cannot take, is refused
-  (`check_tiling`);
-* numbers from the command line or a job are finite and in range (`check_options`).
+  `gdalwarp` command that fixes them (`check_placeable`); an overlap too small for the merge is refused
+  (`check_tiling`).
+
+Each option's own range, and the rules between options that need nothing but options (the overlap under
+half a tile), live with the options (`options.Options`, `options.cross_problems`); they are checked when
+`Options` is built, before any of these.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import errno
 import json
 import logging
 import math
-import numbers
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,8 +36,6 @@ log = logging.getLogger(__name__)
 MARKER = "sam3tiles-work.json"
 #: Every file sam3tiles writes in a work folder; `clear_work_dir` deletes these and nothing else.
 OWN_FILES = (MARKER, "tiles.sqlite", "tiles.sqlite-wal", "tiles.sqlite-shm", "tiles.sqlite-journal", "outputs.json")
-#: Smallest tile the pipeline lays out (pixels); the largest is what the model takes (MODEL_SIZE).
-MIN_TILE = 64
 
 
 # -- the work folder --------------------------------------------------------------------------------------
@@ -184,30 +184,27 @@ def check_distinct_outputs(inputs: Sequence[str], outputs: Sequence[Path | None]
 
 # -- rasters the tool cannot place ------------------------------------------------------------------------
 
-def check_placeable(path: str, ds) -> None:
+def check_placeable(path: str, src) -> None:
     """Refuse a raster whose pixels cannot be placed in its CRS: a CRS with no geotransform, or
-    georeferencing by GCPs or RPCs only (the tool does not warp): exit 3 with the gdalwarp command."""
-    if ds is None:
+    georeferencing by GCPs or RPCs only (the tool does not warp): exit 3 with the gdalwarp command.
+    `src`: an open `readers.Source`."""
+    if src is None:
         return
-    identity = ds.transform.is_identity if hasattr(ds.transform, "is_identity") else ds.transform == ds.transform.identity()
+    identity = src.transform.is_identity if hasattr(src.transform, "is_identity") else src.transform == src.transform.identity()
     if not identity:
         return
     stem = Path(local_path_of(path) or path).with_suffix("").name + "_warped.tif"
-    try:
-        gcps, gcp_crs = ds.gcps
-    except Exception:  # noqa: BLE001 - drivers without GCP support
-        gcps, gcp_crs = [], None
+    gcps, gcp_crs = src.gcps
     if gcps:
         srs = f" -t_srs {gcp_crs.to_string()}" if gcp_crs else ""
         raise CRSError(f"{path} is georeferenced by {len(gcps)} ground control points only, which sam3tiles does "
                        f"not warp: warp it first, e.g. gdalwarp{srs} -r bilinear {path} {stem}")
-    rpcs = getattr(ds, "rpcs", None)
-    if rpcs:
+    if src.rpcs:
         raise CRSError(f"{path} is georeferenced by RPCs (a satellite sensor model) only, which sam3tiles does "
                        f"not orthorectify: warp it first, e.g. gdalwarp -rpc -t_srs EPSG:4326 [-to RPC_DEM=dem.tif] "
                        f"-r bilinear {path} {stem}")
-    if ds.crs is not None:
-        raise CRSError(f"{path} has a CRS ({ds.crs.to_string()}) but no geotransform, so its pixels cannot be placed "
+    if src.crs is not None:
+        raise CRSError(f"{path} has a CRS ({src.crs.to_string()}) but no geotransform, so its pixels cannot be placed "
                        "in it: add the transform (gdal_edit.py -a_ullr ULX ULY LRX LRY) or drop the CRS "
                        "(gdal_edit.py -unsetgt -unsetcrs) to work in pixel coordinates")
 
@@ -223,48 +220,15 @@ def min_overlap(edge_margin: int) -> int:
 
 def check_tiling(tile_size: int, overlap: int, edge_margin: int, squash: bool = False,
                  single_tile: bool = False) -> None:
-    """The tile size must fit the model's input; the overlap must be large enough for the merge to keep its
-    promise (objects cut by a seam are joined), unless there is no seam (squash, one tile)."""
-    from .model.runtime import MODEL_SIZE
-
-    if not MIN_TILE <= tile_size <= MODEL_SIZE:
-        raise UsageError(f"--tile-size {tile_size}: the model takes tiles of {MIN_TILE} to {MODEL_SIZE} pixels "
-                         f"(its input is {MODEL_SIZE}x{MODEL_SIZE}): use --scale to zoom out instead")
+    """The overlap must be large enough for the merge to keep its promise (objects cut by a seam are
+    joined), unless there is no seam (squash, one tile). The tile size's range and the overlap's upper
+    bound are the options' own rules (`options.Options`): refused when the options were built."""
     if squash or single_tile:
         return
     need = min_overlap(edge_margin)
     if overlap < need:
         raise UsageError(f"--overlap {overlap} is below the {need} px the merge needs: objects crossing a seam "
                          f"would be cut in two and not joined. Use --overlap {need} or more (default 256)")
-    if overlap > tile_size // 2 - 1:
-        raise UsageError(f"--overlap {overlap} must be less than half of --tile-size {tile_size}, at most "
-                         f"{tile_size // 2 - 1}")
-
-
-def check_options(opts) -> None:
-    """Numbers given to `segment` (command line, job file or API) that no run can use: exit 2."""
-    def finite(name, v, lo=None, lo_open=False):
-        if v is None:
-            return
-        try:
-            x = float(v)
-        except (TypeError, ValueError):
-            raise UsageError(f"{name} must be a number, got {v!r}") from None
-        if not math.isfinite(x) or (lo is not None and (x <= lo if lo_open else x < lo)):
-            bound = f" {'>' if lo_open else '>='} {lo:g}" if lo is not None else ""
-            raise UsageError(f"{name} must be a finite number{bound}, got {v}")
-
-    finite("--scale", opts.scale, 0, lo_open=True)
-    finite("--gsd", opts.gsd, 0, lo_open=True)
-    finite("--min-area", opts.min_area, 0)
-    finite("--simplify", opts.simplify, 0)
-    for name, v, lo in (("--workers", opts.workers, 1), ("--threads", opts.threads, 0),
-                        ("--retries", opts.retries, 0), ("--merge-block", opts.merge_block, 0),
-                        ("--tile-size", opts.tile_size, MIN_TILE), ("--overlap", opts.overlap, 0)):
-        if v is None and name == "--workers":
-            continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
-            raise UsageError(f"{name} must be a whole number >= {lo}, got {v!r}")
 
 
 # -- full disks ---------------------------------------------------------------------------------------------
@@ -310,9 +274,7 @@ def check_input(path: str, src, opts) -> list[str]:
     from .errors import RasterReadError
     from .readers.identity import local_path_of
 
-    ds = getattr(src, "_ds", None)
-    if ds is not None and hasattr(ds, "gcps"):
-        check_placeable(path, ds)
+    check_placeable(path, src)
     files = list(src.source_files)
     for f in files[1:]:
         local = local_path_of(f)

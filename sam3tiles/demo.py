@@ -160,11 +160,11 @@ def write_scene(path: str | Path, width: int = 4000, height: int = 3000, seed: i
 def overlay_png(raster: str | Path, layers: list[tuple[gpd.GeoDataFrame, tuple[int, int, int]]],
                 out: str | Path, max_side: int = 1600) -> Path:
     """A downsampled picture of the raster with polygon outlines drawn on it."""
-    with rasterio.open(raster) as src:
-        f = max(src.width, src.height) / max_side
-        w, h = max(1, round(src.width / max(f, 1))), max(1, round(src.height / max(f, 1)))
-        data = src.read([1, 2, 3], out_shape=(3, h, w), resampling=rasterio.enums.Resampling.average)
-        inv = ~(src.transform @ Affine.scale(src.width / w, src.height / h))
+    with rasterio.open(raster) as ds:
+        f = max(ds.width, ds.height) / max_side
+        w, h = max(1, round(ds.width / max(f, 1))), max(1, round(ds.height / max(f, 1)))
+        data = ds.read([1, 2, 3], out_shape=(3, h, w), resampling=rasterio.enums.Resampling.average)
+        inv = ~(ds.transform @ Affine.scale(ds.width / w, ds.height / h))
     if data.dtype != np.uint8:
         lo, hi = np.nanpercentile(data, (2, 98))
         data = np.clip((data - lo) * 255.0 / max(hi - lo, 1e-9), 0, 255).astype(np.uint8)

@@ -26,11 +26,20 @@ from rasterio.windows import Window
 from .errors import UsageError
 
 TILE_SIZE = 1008
+#: Smallest tile the pipeline lays out (pixels); the largest is what the model takes (MODEL_SIZE).
+MIN_TILE = 64
 #: Default overlap in tile pixels. Objects up to this size are whole in at least one tile (kept once
 #: by ownership); larger ones are stitched across seams. 256 px is a quarter of a tile: buildings and
 #: vehicles at 0.1-0.5 m are whole, and every core keeps >= 128 px of context from any tile edge,
 #: where SAM 3's masks are weakest. Cost: (1008/752)^2 = 1.8x the tiles of a grid without overlap.
 DEFAULT_OVERLAP = 256
+
+
+def max_overlap(tile_size: int) -> int:
+    """The largest overlap (tile pixels) a tile size allows: under half a tile, so every tile keeps a core
+    and a split into sub-tiles stays within 4x4 (`refine.BRANCH`). The one statement of the rule:
+    `options.cross_problems` words it for callers, `TileGrid` holds it as its invariant."""
+    return tile_size // 2 - 1
 
 
 @dataclass(frozen=True)
@@ -92,8 +101,8 @@ class TileGrid:
             raise UsageError(f"image of {self.width}x{self.height} pixels has nothing to tile")
         if not (self.scale > 0 and math.isfinite(self.scale)):
             raise UsageError(f"--scale must be a positive number, got {self.scale}")
-        if not 0 <= self.overlap < self.tile_size // 2:
-            raise UsageError(f"--overlap must be between 0 and {self.tile_size // 2 - 1} pixels, got {self.overlap}")
+        if not 0 <= self.overlap <= max_overlap(self.tile_size):
+            raise UsageError(f"--overlap must be between 0 and {max_overlap(self.tile_size)} pixels, got {self.overlap}")
         if self.scaled_wh[0] * self.scaled_wh[1] > 4e12:
             raise UsageError(f"--scale {self.scale} makes the image {self.scaled_wh[0]:.0f}x{self.scaled_wh[1]:.0f} "
                              "grid pixels: choose a smaller scale")

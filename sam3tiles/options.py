@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from .errors import UsageError
-from .grid import DEFAULT_OVERLAP, TILE_SIZE
+from .grid import DEFAULT_OVERLAP, MIN_TILE, TILE_SIZE, max_overlap
 from .model.registry import RuntimeSpec, available_backends
-from .model.runtime import MODEL_SIZE
+from .model.runtime import DEVICES, MODEL_SIZE
 from .progress import PROGRESS_FORMATS
 from .readers.base import parse_bands
 from .refine import DEFAULT_DEPTH, MAX_DEPTH, MODES as REFINE_MODES
@@ -36,7 +36,6 @@ from .vectorize import EDGE_MARGIN
 
 __all__ = ["Opt", "opt", "Options", "declarations", "DEVICES"]
 
-DEVICES = ("auto", "cpu", "cuda")
 #: Commands that take registry options on the command line.
 COMMANDS = ("segment", "plan", "run")
 
@@ -143,7 +142,7 @@ class Options:
     scheduler: str | None = opt(None, "Address of a dask.distributed scheduler (or $SAM3TILES_SCHEDULER).",
                                 job="run.scheduler", flags=("--scheduler",), envvar="SAM3TILES_SCHEDULER")
     tile_size: int = opt(TILE_SIZE, f"Tile side in pixels; SAM 3 takes {MODEL_SIZE}.", job="tiling.tile_size",
-                         flags=("--tile-size",), commands=("segment", "plan"), ge=64, le=MODEL_SIZE,
+                         flags=("--tile-size",), commands=("segment", "plan"), ge=MIN_TILE, le=MODEL_SIZE,
                          note=f"a tile is read into SAM 3's {MODEL_SIZE}x{MODEL_SIZE} input, so it can be no "
                               f"larger; use --scale to zoom out instead")
     overlap: int = opt(DEFAULT_OVERLAP, "Overlap between tiles in (scaled) pixels, or below 1 a fraction of "
@@ -299,7 +298,7 @@ def check(o: Options) -> None:
 def cross_problems(tile_size: int, overlap: int, squash: bool) -> list[str]:
     """The rules between options, as messages with {tile_size} and {overlap} for the options' names
     (flags on the command line, keys in a job file)."""
-    if not squash and overlap > tile_size // 2 - 1:
-        return [f"{{overlap}}: must be less than half of {{tile_size}}, at most {tile_size // 2 - 1} "
+    if not squash and overlap > max_overlap(tile_size):
+        return [f"{{overlap}}: must be less than half of {{tile_size}}, at most {max_overlap(tile_size)} "
                 f"(got {overlap})"]
     return []

@@ -20,8 +20,7 @@ from typing import Iterator, Sequence
 
 import geopandas as gpd
 
-from .checks import (check_box_file, check_input, check_options, check_plan, check_work_dir,
-                     replaceable)
+from .checks import check_box_file, check_input, check_plan, check_work_dir, replaceable
 from .errors import InputDataError, PromptError, UsageError
 from .grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from .tileframe import tile_frame
@@ -231,7 +230,6 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     opts = options or Options()
     if isinstance(text, str):
         text = [text]  # one prompt, not one per letter
-    check_options(opts)
     paths = expand_inputs(inputs, opts.asset)
     per_input, combined = resolve_outputs(paths, out)
     dest = combined or out
@@ -368,7 +366,7 @@ def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:
 def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPlan:
     """Open one input (its own errors: unreadable, bands, size) and lay out its tiles."""
     with open_source(path, bands=opts.bands) as src:
-        if getattr(src, "levels_read", None) is not None and src.crs is None and src.pixel_size_um is None:
+        if src.kind == "slide" and src.crs is None and src.pixel_size_um is None:
             log.warning("%s: the slide states no physical pixel size (OME PhysicalSizeX): areas stay in pixels, "
                         "no area_um2", path)
         files = tuple(check_input(path, src, opts))  # placeable, a VRT's sources exist
@@ -376,7 +374,7 @@ def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPla
         if grid is not None and opts.refine == "auto":
             Refiner(grid, opts.refine_depth)  # refuses a depth whose sub-tile numbers the merge cannot hold
         return InputPlan(path=path, width=src.width, height=src.height, crs=src.crs, transform=src.transform,
-                         bands=tuple(src.bands), band_count=int(src.dataset.count), dtype=str(src.dtype),
+                         bands=tuple(src.bands), band_count=int(src.band_count), dtype=str(src.dtype),
                          stretch=src.stretch, identity=src.identity_for(verify=opts.verify_inputs), grid=grid, squash_size=opts.tile_size,
                          output=output, pixel_size_um=src.pixel_size_um, files=files,
                          levels=tuple(getattr(src, "level_sizes", ()) or ()))

@@ -36,21 +36,6 @@ SATURATED = (255, 150, 0)
 NO_IMAGE = (70, 70, 70)
 
 
-def read_cost(src, out_wh: tuple[int, int]) -> int:
-    """Pixels decoded to read the whole image at `out_wh`: the size of the level (slide) or overview
-    (GDAL) such a read uses."""
-    w, h = out_wh
-    if hasattr(src, "level_for"):  # a slide: pyramid levels
-        lw, lh = src._wh[src.level_for(w / src.width, h / src.height)]
-        return int(lw) * int(lh)
-    try:
-        factors = src.dataset.overviews(src.bands[0])
-    except Exception:  # noqa: BLE001 - no overview information: assume none
-        factors = []
-    f = max([x for x in factors if x <= src.width / max(w, 1)], default=1)
-    return int(src.width / f) * int(src.height / f)
-
-
 _PREFETCHED: dict = {}  # (path, bands, out_wh) -> Future of `_read_overview`, see `prefetch`
 
 
@@ -99,7 +84,7 @@ def overview(path: str, bands, out_wh: tuple[int, int]) -> np.ndarray | None:
 def _read_overview(path: str, bands, out_wh: tuple[int, int]) -> np.ndarray | None:
     try:
         with open_source(path, bands=bands) as src:
-            if read_cost(src, out_wh) > READ_BUDGET:
+            if src.read_cost(out_wh) > READ_BUDGET:
                 log.info("%s: no pyramid level or overview near %dx%d px: the preview shows outlines only "
                          "(gdaladdo builds overviews)", path, *out_wh)
                 return None

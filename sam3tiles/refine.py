@@ -32,7 +32,7 @@ import shapely
 from .errors import UsageError
 from .grid import Tile, TileGrid
 from .piecekey import MAX_INDEX
-from .tileframe import tile_frame
+from .tileframe import TileFrame, tile_frame
 
 MODES = ("auto", "off")
 DEFAULT_DEPTH = 2
@@ -149,9 +149,9 @@ class Refinement:
     the tile hit the object cap and is left as it is (counted in the report). Empty for most tiles."""
 
     sub_tiles: tuple[Tile, ...] = ()
-    sub_frames: tuple = ()  # TileFrame per sub-tile, CRS
-    frame: object = None  # the refined tile's TileFrame, None when not refined
-    prompts: frozenset = frozenset()
+    sub_frames: tuple[TileFrame, ...] = ()  # one per sub-tile, CRS
+    frame: TileFrame | None = None  # the refined tile's new frame, None when not refined
+    prompts: frozenset[int] = frozenset()
     saturated: bool = False
 
 
@@ -183,7 +183,7 @@ class RefineHook:
     def depth_of(self, index: int) -> int:
         return self.refiner.depth_of(index) if self.refiner is not None else 0
 
-    def arrived(self, tile: Tile, res, computed: bool, frame) -> Refinement:
+    def arrived(self, tile: Tile, res, computed: bool, frame: TileFrame) -> Refinement:
         """The refinement of a finished tile whose merge frame is `frame` (mostly `NOTHING`); call before
         the tile's pieces go to the merger (they lose, in place, what the sub-tiles replace)."""
         if computed and not res.skipped and self.depth_of(tile.index):

@@ -32,7 +32,7 @@ from .piecekey import PASSES_PER_TILE
 from .plan import InputPlan, RunPlan
 from .prompts import Prompt, box_passes, boxes_outside, tile_boxes
 from .readers.remote import source_name
-from .refine import RefineHook
+from .refine import RefineHook, Refinement
 from .report import RunReport
 from .tileframe import TileFrames
 from .units import Frame
@@ -305,7 +305,7 @@ class InputRun:
         # the tile's flags into the report: no result is kept
         self._account(tile, res, tile.index in self.tiles, refinement.saturated)
 
-    def _refine(self, tile: Tile, r) -> None:
+    def _refine(self, tile: Tile, r: Refinement) -> None:
         """A refined tile's sub-tiles join its merge block (all registered before any is admitted: a
         resumed one is delivered at once) and go to the front of the queue, in index order."""
         block = self.merger.blocks[tile.index]

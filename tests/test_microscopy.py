@@ -103,7 +103,7 @@ def test_is_slide_only_for_ome_and_pyramids(slides, tmp_path):
     with open_source(slides["bf"].path) as src:
         assert isinstance(src, SlideSource)
         assert (src.width, src.height, src.count, src.crs) == (3000, 2500, 3, None)
-        assert src.transform == Affine.identity() and src.dataset.count == 3
+        assert src.transform == Affine.identity() and src.band_count == 3
         assert src.n_levels == 3 and src.stretch is None
 
 

@@ -138,6 +138,38 @@ def test_values_of_the_wrong_type_or_range_are_refused(kw, message):
     assert Options(tile_size=512.0, overlap=100).tile_size == 512  # a whole float from YAML/JSON
 
 
+@pytest.mark.parametrize("name, value", [
+    ("scale", float("inf")), ("scale", 0.0), ("gsd", float("inf")), ("gsd", -1.0), ("min_area", float("inf")),
+    ("min_area", -1.0), ("simplify", float("nan")), ("simplify", -0.5), ("workers", 0), ("workers", True),
+    ("threads", -1), ("retries", -1), ("merge_block", -1), ("tile_size", 63), ("overlap", -1),
+])
+def test_each_option_s_own_range_is_checked_once_when_built(name, value):
+    # the only check of these ranges (checks.check_options repeated them; TileGrid keeps its own invariant)
+    from sam3tiles.options import named
+
+    with pytest.raises(UsageError, match=rf"^{named(name)} must be "):
+        Options(**{name: value})
+
+
+def test_one_statement_of_the_overlap_rule_and_the_devices():
+    from sam3tiles.grid import TileGrid, max_overlap
+    from sam3tiles.model.registry import RuntimeSpec
+    from sam3tiles.model.runtime import DEVICES
+    from sam3tiles.options import declarations
+
+    for tile_size in (64, 512, 513, 1008):
+        most = max_overlap(tile_size)
+        assert Options(tile_size=tile_size, overlap=most).overlap == most
+        assert TileGrid(3000, 2000, tile_size=tile_size, overlap=most).overlap == most
+        with pytest.raises(UsageError, match=f"at most {most} "):
+            Options(tile_size=tile_size, overlap=most + 1)
+        with pytest.raises(UsageError, match=f"between 0 and {most} pixels"):
+            TileGrid(3000, 2000, tile_size=tile_size, overlap=most + 1)
+    assert declarations()["device"].allowed() == DEVICES
+    with pytest.raises(UsageError, match="choose auto, cpu or cuda"):
+        RuntimeSpec(backend="reference", device="tpu")
+
+
 def test_a_single_string_is_one_prompt(small):
     gdf = sam3tiles.segment(small, "red", backend="reference", checkpoint=False)
     assert len(gdf) > 0 and set(gdf["prompt"]) == {"red"}

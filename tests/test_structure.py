@@ -107,3 +107,48 @@ def test_the_piece_key_base_lives_in_one_module():
              if p.name != "piecekey.py" and p.name != Path(__file__).name
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not found, f"the piece key's arithmetic outside sam3tiles/piecekey.py: {found}"
+
+
+def _reader_names() -> tuple[set[str], set[str]]:
+    """(the `Source` interface's public names, every private name the readers define)."""
+    interface, private = set(), set()
+    for p in (ROOT / "readers").glob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    names = ([item.name] if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) else
+                             [t.id for t in getattr(item, "targets", [getattr(item, "target", None)])
+                              if isinstance(t, ast.Name)])
+                    for n in names:
+                        if n.startswith("_") and not n.startswith("__"):
+                            private.add(n)
+                        elif node.name == "Source" and not n.startswith("_"):
+                            interface.add(n)
+            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+                  and node.attr.startswith("_") and not node.attr.startswith("__")):
+                private.add(node.attr)
+    return interface, private
+
+
+def test_nothing_outside_the_readers_uses_more_than_the_source_interface():
+    # code outside readers/ reads an image through `readers.Source`'s declared members only: no reader's
+    # private attribute on any object, and on an open source (named `src`) nothing but the interface,
+    # probed or not (getattr / hasattr)
+    interface, private = _reader_names()
+    assert {"width", "height", "crs", "transform", "levels", "read_cost", "identity_for", "may_have_nodata",
+            "band_count", "kind"} <= interface
+    here = Path(__file__).parent
+    found = []
+    paths = [p for p in ROOT.rglob("*.py") if "readers" not in p.relative_to(ROOT).parts]
+    for p in paths + sorted((here.parent / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                who, name = node.value.id, node.attr
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                  and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and isinstance(node.args[1], ast.Constant)):
+                who, name = node.args[0].id, node.args[1].value
+            else:
+                continue
+            if (who not in ("self", "cls") and name in private) or (who == "src" and name not in interface):
+                found.append(f"{p.relative_to(here.parent)}:{node.lineno} {who}.{name}")
+    assert not found, f"reader internals used outside sam3tiles/readers/: {found}"

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import ContractError, ModelError
 from .contract import CONTRACT, EMBEDDING_OUTPUTS, TensorSpec, check_graph, raise_for_differences
 from .files import DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, require_model
-from .runtime import MODEL_SIZE, Detections, ExampleBox, PreparedPrompt, TileImage
+from .runtime import DEVICES, MODEL_SIZE, Detections, ExampleBox, PreparedPrompt, TileImage
 from .tokenizer import get_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -102,8 +102,8 @@ class OnnxRuntime:
                  intra_op_threads: int = 0, inter_op_threads: int = 0, io_binding: bool | None = None):
         import onnxruntime as ort
 
-        if device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
+        if device not in DEVICES:
+            raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
         self.model_dir = require_model(model_dir)
         self._tokenizer = get_tokenizer(self.model_dir)
         self.requested_device = device

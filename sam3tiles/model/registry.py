@@ -32,7 +32,7 @@ import cloudpickle
 from ..errors import ModelError, UsageError
 from .onnx import OnnxRuntime  # imports onnxruntime (an optional extra) only when it builds a session
 from .reference import ReferenceRuntime
-from .runtime import ModelRuntime
+from .runtime import DEVICES, ModelRuntime
 from .simulated import SimulatedGpuRuntime
 
 BUILTIN = ("onnx", "reference", "simulated")
@@ -87,8 +87,8 @@ class RuntimeSpec:
         if not self.token and self.backend not in BUILTIN and self.backend not in installed_backends():
             raise UsageError(f"unknown backend {self.backend!r}: choose one of {', '.join(available_backends())} "
                              f"(other backends register under the entry-point group {ENTRY_POINT_GROUP!r})")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise UsageError(f"unknown device {self.device!r}: choose auto, cpu or cuda")
+        if self.device not in DEVICES:
+            raise UsageError(f"unknown device {self.device!r}: choose {', '.join(DEVICES[:-1])} or {DEVICES[-1]}")
 
     @classmethod
     def of(cls, backend: Backend, **options: Any) -> "RuntimeSpec":

@@ -61,15 +61,78 @@ def parse_bands(text: str | Sequence[int] | None) -> tuple[int, ...] | None:
 
 
 class Source:
-    """What every reader shares: construction, pickling by path (Dask workers reopen it), the context
-    manager, the checkpoint identity, the stretch choice and the padded 1008x1008 model input.
+    """A reader: one open image, read window by window. The interface below is all that code outside
+    `readers/` uses (tests/test_structure.py checks it); a new reader (Zarr, xarray, a STAC mosaic)
+    provides these members and nothing else is asked of it.
+
+    * `path`; `width`, `height`: the full-resolution size in source pixels; `crs` (None: pixel space)
+      and `transform` (source pixel -> CRS; the identity in pixel space); `pixel_size_um` (pixel-space
+      images that state it); `gcps`, `rpcs`: georeferencing by ground control points or a sensor model
+      only (the run refuses those: it does not warp).
+    * `kind`: "raster" (read by GDAL) or "slide" (a pyramid read by tifffile); `bands` (1-based, as
+      read), `band_count` (bands or channels in the file), `dtype` (the file's), `stretch` (to uint8).
+    * `levels`: (width, height) of every resolution a read can decode from, full resolution first (a
+      slide's pyramid levels, a raster's overviews); `read_cost(out_wh)`: pixels decoded to read the
+      whole image at `out_wh` (the level or overview such a read uses).
+    * `identity`, `identity_for(verify)`, `source_files`: what the pixels come from (checkpoint keys).
+    * `read_window`, `read_tile`, `tile_has_data`, `may_have_nodata()`, `compute_stretch`; `close`, and
+      the context manager. Pickles by path: Dask workers reopen it.
 
     Subclasses implement `_open`, `_reset` (forget open handles), `close`, `compute_stretch`,
-    `read_window` and `_may_have_nodata`, and set `bands`, `dtype`, `width`, `height`, `crs`, `transform`.
+    `read_window`, `may_have_nodata`, `read_cost` and `levels`, and set `bands`, `dtype`, `width`,
+    `height`, `crs`, `transform`, `band_count`.
     """
 
+    kind: str = "raster"
+    path: str
+    width: int  # source pixels
+    height: int
+    crs: object  # rasterio CRS, None in pixel space
+    transform: object  # Affine: source pixel (col, row) -> CRS
+    bands: tuple[int, ...]
+    dtype: np.dtype
+    stretch: Stretch | None
     #: physical pixel size (x, y) in micrometres, for pixel-space images that state it (slides)
     pixel_size_um: tuple[float, float] | None = None
+    #: (ground control points, their CRS): a file placed by GCPs only; none by default
+    gcps: tuple[list, object] = ((), None)
+    #: the file's RPCs (a sensor model), or None
+    rpcs: object = None
+
+    @property
+    def band_count(self) -> int:
+        """Bands (channels) in the file, whatever `bands` reads."""
+        raise NotImplementedError
+
+    @property
+    def levels(self) -> list[tuple[int, int]]:
+        """(width, height) of each resolution a read can decode from, full resolution first."""
+        raise NotImplementedError
+
+    def read_cost(self, out_wh: tuple[int, int]) -> int:
+        """Pixels decoded to read the whole image at `out_wh` (width, height)."""
+        raise NotImplementedError
+
+    def read_window(self, window, out_wh: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        """The source-pixel `window` (rasterio Window) resampled to `out_wh` (width, height): (RGB uint8
+        [3, h, w] after the stretch, validity [h, w] bool)."""
+        raise NotImplementedError
+
+    def compute_stretch(self, percentiles: tuple[float, float] = (2.0, 98.0)) -> Stretch:
+        """One stretch for the whole image from a decimated read (see the readers)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the open file handles (the reader reopens by path when unpickled)."""
+        raise NotImplementedError
+
+    def may_have_nodata(self) -> bool:
+        """Whether any pixel can be nodata (masked, alpha 0 or NaN): False lets `tile_has_data` skip a read."""
+        raise NotImplementedError
+
+    def _gdal_dataset(self):
+        """The open rasterio dataset (content hashes read it block by block), None for other readers."""
+        return None
 
     def __init__(self, path: str | os.PathLike, bands: Sequence[int] | None = None,
                  stretch: Stretch | None | str = "auto"):
@@ -104,7 +167,7 @@ class Source:
         from .identity import input_identity
 
         return input_identity(self.path, self.source_files, self.bands, verify=verify,
-                              ds=getattr(self, "_ds", None))
+                              ds=self._gdal_dataset())
 
     @property
     def source_files(self) -> list[str]:
@@ -132,7 +195,7 @@ class Source:
 
     def tile_has_data(self, tile: Tile) -> bool:
         """False when every pixel of the tile is nodata (masked, alpha 0, or NaN)."""
-        if not self._may_have_nodata():
+        if not self.may_have_nodata():
             return True
         try:
             return bool(self.read_window(tile.src_window, tile.valid_wh)[1].any())

@@ -96,7 +96,41 @@ class RasterSource(Source):
     # -- properties --------------------------------------------------------------------------------
     @property
     def dataset(self):
+        """The open rasterio dataset (inside `readers/` only: not part of the `Source` interface)."""
         return self._ds
+
+    def _gdal_dataset(self):
+        return self._ds
+
+    @property
+    def band_count(self) -> int:
+        return self._ds.count
+
+    def _overviews(self) -> list[int]:
+        try:
+            return list(self._ds.overviews(self.bands[0]))
+        except Exception:  # noqa: BLE001 - no overview information: assume none
+            return []
+
+    @property
+    def levels(self) -> list[tuple[int, int]]:
+        return [(int(self.width / f), int(self.height / f)) for f in [1, *self._overviews()]]
+
+    def read_cost(self, out_wh: tuple[int, int]) -> int:
+        # GDAL reads from the coarsest overview at least as fine as the output along x
+        f = max([x for x in self._overviews() if x <= self.width / max(out_wh[0], 1)], default=1)
+        return int(self.width / f) * int(self.height / f)
+
+    @property
+    def gcps(self):
+        try:
+            return self._ds.gcps
+        except Exception:  # noqa: BLE001 - drivers without GCP support
+            return [], None
+
+    @property
+    def rpcs(self):
+        return getattr(self._ds, "rpcs", None)
 
     @property
     def source_files(self) -> list[str]:
@@ -176,7 +210,7 @@ class RasterSource(Source):
             rgb[:, ~mask] = 0
         return rgb, mask
 
-    def _may_have_nodata(self) -> bool:
+    def may_have_nodata(self) -> bool:
         ds = self._ds
         all_valid = all(ds.mask_flag_enums[b - 1] == [rasterio.enums.MaskFlags.all_valid] for b in self.bands)
         return not all_valid or self.dtype.kind == "f"

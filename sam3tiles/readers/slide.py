@@ -78,6 +78,7 @@ class SlideSource(Source):
     RGB(A) image, and refuses other counts. Pickles by path, so Dask workers reopen it.
     """
 
+    kind = "slide"
     crs = None
     transform = Affine.identity()
 
@@ -195,6 +196,18 @@ class SlideSource(Source):
     @property
     def n_levels(self) -> int:
         return len(self._wh)
+
+    @property
+    def band_count(self) -> int:
+        return self.count
+
+    @property
+    def levels(self) -> list[tuple[int, int]]:
+        return [(int(w), int(h)) for w, h in self._wh]
+
+    def read_cost(self, out_wh: tuple[int, int]) -> int:
+        lw, lh = self._wh[self.level_for(out_wh[0] / self.width, out_wh[1] / self.height)]
+        return int(lw) * int(lh)
 
     def close(self) -> None:
         self._arrays = []
@@ -359,7 +372,7 @@ class SlideSource(Source):
             out[i] = np.asarray(img.resize((w, h), resample=resample, box=tuple(rel)))
         return out
 
-    def _may_have_nodata(self) -> bool:
+    def may_have_nodata(self) -> bool:
         return self.dtype.kind == "f"  # slides have no nodata mask; NaN-only tiles are skipped
 
 
