@@ -190,7 +190,7 @@ class RasterSource(Source):
             data = ds.read(list(self.bands), window=window, out_shape=(len(self.bands), h, w),
                            resampling=resampling, masked=False)
             if self._all_valid is None:
-                self._all_valid = not self._may_have_nodata()
+                self._all_valid = not self.may_have_nodata()
             # every band all-valid (no nodata, mask or alpha; not float): GDAL's mask is 255 everywhere
             mask = np.ones((h, w), bool) if self._all_valid and self._lut is None else \
                 ds.dataset_mask(window=window, out_shape=(h, w), resampling=Resampling.nearest) > 0
