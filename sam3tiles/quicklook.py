@@ -35,7 +35,7 @@ from .writers.qupath import class_colour
 log = logging.getLogger(__name__)
 
 MAX_SIDE = 1024
-READ_BUDGET = 64_000_000  # pixels decoded for the picture: a level, an overview, or the image itself
+READ_BUDGET = 32_000_000  # pixels decoded for the picture: a level, an overview, or the image itself
 MAX_PANELS = 16
 FAILED = (230, 20, 20)
 SATURATED = (255, 150, 0)
