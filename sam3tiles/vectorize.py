@@ -23,6 +23,7 @@ from affine import Affine
 from shapely.geometry import MultiPolygon, shape
 
 from .grid import Tile
+from .piecekey import piece_key
 from .model.runtime import MASK_SIZE, MODEL_SIZE, Detections
 
 _K = MASK_SIZE / MODEL_SIZE
@@ -128,7 +129,7 @@ class Pieces:
 
 def tile_key(tile: Tile, pass_index: int = 0) -> int:
     """Pieces of one tile and one decoder pass share a key; the merge never fuses two pieces of one key."""
-    return tile.index * 1024 + pass_index
+    return piece_key(tile.index, pass_index)
 
 
 def mask_to_geometry(mask: np.ndarray, transform: Affine):
