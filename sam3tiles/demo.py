@@ -180,3 +180,18 @@ def overlay_png(raster: str | Path, layers: list[tuple[gpd.GeoDataFrame, tuple[i
     out = Path(out)
     img.save(out)
     return out
+
+
+def add_overviews(path, min_side: int = 256) -> list[int]:
+    """Build internal overviews (2, 4, 8, ... until the smallest side is under `min_side`, averaged), as
+    a COG has them: viewers and the quicklook read them instead of the full image. Returns the factors."""
+    from rasterio.enums import Resampling
+
+    with rasterio.open(path, "r+") as ds:
+        factors, f = [], 2
+        while min(ds.width, ds.height) / f >= min_side // 2:
+            factors.append(f)
+            f *= 2
+        if factors:
+            ds.build_overviews(factors, Resampling.average)
+    return factors

@@ -31,6 +31,7 @@ from .options import Options
 from .plan import InputPlan, RunPlan, check_out, plan_run
 from .progress import progress_bar
 from .prompts import GeoBox
+from .quiet import run_filters
 from .readers.remote import source_name
 from .readers import gdal_env
 from .report import RunReport
@@ -59,11 +60,11 @@ def segment_job(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBo
     with their number; `return_objects=False` returns (None, report) and never loads them all (huge jobs:
     read the output instead). With True (default) they are read back into one GeoDataFrame."""
     t_start = time.perf_counter()
-    plan = plan_run(inputs, text, boxes=boxes, box_file=box_file, example_images=example_images, out=out,
-                    overwrite=overwrite,
-                    options=with_options(options, kwargs), labels=labels, work_dir=work_dir,
-                    checkpoint=checkpoint, report_path=report_path)
-    return execute(plan, client=client, fresh=fresh, t_start=t_start, return_objects=return_objects)
+    with run_filters():  # the inputs are opened while planning too
+        plan = plan_run(inputs, text, boxes=boxes, box_file=box_file, example_images=example_images, out=out,
+                        overwrite=overwrite, options=with_options(options, kwargs), labels=labels,
+                        work_dir=work_dir, checkpoint=checkpoint, report_path=report_path)
+        return execute(plan, client=client, fresh=fresh, t_start=t_start, return_objects=return_objects)
 
 
 def with_options(options: Options | None, changes: dict) -> Options:
@@ -93,8 +94,8 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
     gdf = None
     spool = ObjectSpool(plan.work_dir)
     try:
-        with _locks(plan.outputs), open_engine(client=client, scheduler=opts.scheduler,
-                                               workers=opts.workers) as engine:
+        with run_filters(), _locks(plan.outputs), open_engine(client=client, scheduler=opts.scheduler,
+                                                             workers=opts.workers) as engine:
             for p in plan.outputs:  # again under the lock: a run that finished meanwhile wrote it
                 check_out(p, plan.overwrite or replaceable(p, plan.work_dir), opts, plan.dataset)
             for p in (plan.report_path, plan.labels):  # temporary files a killed run left beside them

@@ -34,13 +34,20 @@ def in_notebook() -> bool:
 
 def tqdm_class():
     """The tqdm to draw with: the notebook widget in a kernel with ipywidgets, else the text bar."""
-    if in_notebook() and importlib.util.find_spec("ipywidgets") is not None:
+    if in_notebook() and _has_ipywidgets():
         from tqdm.notebook import tqdm
 
         return tqdm
     from tqdm.std import tqdm
 
     return tqdm
+
+
+def _has_ipywidgets() -> bool:
+    try:
+        return importlib.util.find_spec("ipywidgets") is not None
+    except (ImportError, ValueError):  # a broken or blocked install: no widget
+        return False
 
 
 def progress_bar(fmt: str = "bar"):

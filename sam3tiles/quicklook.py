@@ -2,9 +2,15 @@
 failed tiles (red, crossed) and saturated tiles (orange) marked, and a legend.
 
 Bounded in size and time whatever the image size: the picture is at most `MAX_SIDE` pixels a side, and
-the image is read from a pyramid level or GDAL overview at most `READ_BUDGET` pixels large. An image
-without such a level is not drawn (a grey background, said in the legend), since decimating it would
-decode the whole image. Several inputs in one output get one panel each (the first `MAX_PANELS`).
+the image is read from a pyramid level or GDAL overview at most `READ_BUDGET` pixels large, or, without
+one, by GDAL's decimated read of the image itself when it is no larger than that (measured: a 5000x4000
+GeoTIFF without overviews, the demo's size, in 0.7 s and 131 MB resident; docs/outputs.md). A larger
+image without such a level is not drawn (a grey background, said in the legend: `gdaladdo` builds
+overviews), since decimating it would decode it whole. Several inputs in one output get one panel each
+(the first `MAX_PANELS`).
+
+Outlines contrast with any background: each is drawn in its prompt's colour over a 3 px halo, dark for a
+light colour and light for a dark one, so a blue outline on blue roofs or a red one on red cars shows.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from .writers.qupath import class_colour
 log = logging.getLogger(__name__)
 
 MAX_SIDE = 1024
-READ_BUDGET = 16_000_000  # pixels of the level read for the overview
+READ_BUDGET = 32_000_000  # pixels decoded for the picture: a level, an overview, or the image itself
 MAX_PANELS = 16
 FAILED = (230, 20, 20)
 SATURATED = (255, 150, 0)
@@ -85,8 +91,8 @@ def _read_overview(path: str, bands, out_wh: tuple[int, int]) -> np.ndarray | No
     try:
         with open_source(path, bands=bands) as src:
             if src.read_cost(out_wh) > READ_BUDGET:
-                log.info("%s: no pyramid level or overview near %dx%d px: the preview shows outlines only "
-                         "(gdaladdo builds overviews)", path, *out_wh)
+                log.info("%s: no pyramid level or overview near %dx%d px and too large to decimate: the preview "
+                         "shows outlines only (gdaladdo builds overviews)", path, *out_wh)
                 return None
             rgb, valid = src.read_window(Window(0, 0, src.width, src.height), out_wh)
     except RasterReadError as e:  # a damaged block (its tiles failed too): the outlines are still worth seeing
@@ -116,20 +122,32 @@ def _panel(res, side: int, bands) -> tuple[Image.Image, bool]:
     return img, rgb is not None
 
 
+def halo(colour: tuple) -> tuple:
+    """The stroke under an outline of `colour`: near-black for a light colour, white for a dark one."""
+    r, g, b = colour[:3]
+    return (20, 20, 20) if 0.2126 * r + 0.7152 * g + 0.0722 * b > 110 else (255, 255, 255)
+
+
 def _outline(draw, objs, f, sx: float, sy: float, colours: dict[str, tuple]) -> None:
-    """Outline `objs` (in frame `f`) at `sx`, `sy` panel pixels per source pixel, in their prompts' colours."""
+    """Outline `objs` (in frame `f`) at `sx`, `sy` panel pixels per source pixel, in their prompts' colours
+    over a contrasting halo (`halo`)."""
     if len(objs):
         geoms = to_pixels(np.asarray(objs.geometry.values, dtype=object), f)
         for g, prompt in zip(geoms, objs["prompt"].to_numpy()):
             colour = colours[str(prompt)]
+            under = halo(colour)
             for part in getattr(g, "geoms", [g]):
                 if part is None or part.is_empty or part.geom_type != "Polygon":
                     continue
                 xy = np.asarray(part.exterior.coords) * (sx, sy)
                 if np.ptp(xy[:, 0]) < 1.5 and np.ptp(xy[:, 1]) < 1.5:
-                    draw.point(tuple(xy.mean(axis=0)), fill=colour)
+                    x, y = xy.mean(axis=0)
+                    draw.rectangle([x - 1, y - 1, x + 1, y + 1], fill=under)
+                    draw.point((x, y), fill=colour)
                 else:
-                    draw.line([tuple(p) for p in xy], fill=colour, width=1)
+                    line = [tuple(p) for p in xy]
+                    draw.line(line, fill=under, width=3, joint="curve")
+                    draw.line(line, fill=colour, width=1)
 
 
 def write_quicklook(path: str | os.PathLike, objects, results: Sequence, prompts: Sequence[str], bands=None) -> Path:
@@ -190,7 +208,7 @@ def _legend_lines(counts: dict, colours: dict, results, panels, drawn) -> list[t
     if saturated:
         lines.append((SATURATED, f"saturated tile(s): {saturated} (may miss objects)"))
     if not all(drawn):
-        lines.append((NO_IMAGE, "grey: no overview small enough to draw the image (build overviews)"))
+        lines.append((NO_IMAGE, "grey: the image is too large to draw without overviews (gdaladdo builds them)"))
     if len(results) > len(panels):
         lines.append((None, f"{len(results) - len(panels)} more input(s) not drawn"))
     return lines

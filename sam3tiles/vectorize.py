@@ -13,7 +13,6 @@ Two steps, split so that the model worker ships little data:
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -21,7 +20,6 @@ import numpy as np
 import rasterio.features
 import shapely
 from affine import Affine
-from rasterio.errors import NotGeoreferencedWarning
 from shapely.geometry import MultiPolygon, shape
 
 from .grid import Tile
@@ -115,10 +113,10 @@ def mask_to_geometry(mask: np.ndarray, transform: Affine):
     """Polygonize a boolean mask (4-connected regions, holes kept) -> Polygon/MultiPolygon or None."""
     if not mask.any():
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NotGeoreferencedWarning)
-        polys = [shape(g) for g, v in rasterio.features.shapes(mask.view(np.uint8), mask=mask,
-                                                              transform=transform) if v == 1]
+    # (a NotGeoreferencedWarning for an identity transform is filtered per run: `sam3tiles.quiet`;
+    # warnings.catch_warnings here, in worker threads, was not thread-safe)
+    polys = [shape(g) for g, v in rasterio.features.shapes(mask.view(np.uint8), mask=mask,
+                                                          transform=transform) if v == 1]
     geom = polys[0] if len(polys) == 1 else MultiPolygon(polys)
     if not geom.is_valid:
         geom = shapely.make_valid(geom)

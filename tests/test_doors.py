@@ -128,3 +128,63 @@ def test_prompt_alias_overlap_fraction_and_positional_output(twins, tmp_path):
     for bad in ("1.5", "-0.2", "many"):
         r = _cli("segment", src, "-t", "red", "--backend", "reference", "--overlap", bad, tmp_path / "c.gpkg")
         assert r.exit_code == UsageError.exit_code and "--overlap" in r.output and "Traceback" not in r.output
+
+
+# -- the quicklook --------------------------------------------------------------------------------------
+
+def _flat_raster(path, width, height, rgb, gradient=False):
+    data = np.empty((3, height, width), np.uint8)
+    data[:] = np.asarray(rgb, np.uint8)[:, None, None]
+    if gradient:  # left dark, right bright: a picture, not a grey fill
+        data[:] = np.linspace(0, 255, width, dtype=np.float32).astype(np.uint8)[None, None, :]
+    with rasterio.open(path, "w", driver="GTiff", width=width, height=height, count=3, dtype="uint8", tiled=True,
+                       blockxsize=256, blockysize=256, compress="deflate", crs=CRS.from_epsg(32633),
+                       transform=Affine(0.3, 0, 500000, 0, -0.3, 4100000)) as d:
+        d.write(data)
+    return path
+
+
+@pytest.mark.parametrize("prompt", ["blue", "yellow"])
+def test_outlines_contrast_with_a_background_of_their_own_colour(tmp_path, prompt):
+    """An outline in the prompt's colour vanished on objects and ground of that colour: a halo (dark for a
+    light colour, light for a dark one) keeps it visible."""
+    from shapely.geometry import box
+
+    from sam3tiles import quicklook
+    from sam3tiles.runner import InputResult
+    from sam3tiles.writers.qupath import class_colour
+
+    colour = class_colour(prompt)
+    src = _flat_raster(tmp_path / "flat.tif", 400, 300, colour)
+    with rasterio.open(src) as s:
+        frame = Frame(s.crs, s.transform, s.width, s.height)
+        obj = box(*s.xy(200, 100, offset="ul"), *s.xy(100, 300, offset="ul"))  # a 200x100 px object
+    gdf = gpd.GeoDataFrame({"prompt": [prompt]}, geometry=[obj], crs=frame.crs)
+    png = quicklook.write_quicklook(tmp_path / "p.png", gdf, [InputResult(str(src), 0, frame=frame)], [prompt])
+    img = np.asarray(__import__("PIL.Image", fromlist=["Image"]).open(png).convert("RGB")).astype(int)[:300]
+    ground = img[20, 20]  # the (dimmed) image far from the outline
+    ring = img[95:106, 95:306]  # a band across the top edge of the object
+    assert np.abs(ring - ground).sum(axis=2).max() > 250, (ground, ring.max(axis=(0, 1)))
+    assert (np.abs(ring - np.asarray(colour)).sum(axis=2) < 30).any()  # and the prompt's colour itself
+
+
+def test_an_image_without_overviews_is_drawn_by_a_bounded_decimated_read(tmp_path, monkeypatch):
+    """A 4200x4000 GeoTIFF without overviews (over the old 16 Mpx budget) was drawn as flat grey."""
+    from sam3tiles import quicklook
+
+    src = _flat_raster(tmp_path / "big.tif", 4200, 4000, (0, 0, 0), gradient=True)
+    with rasterio.open(src) as s:
+        assert s.overviews(1) == []
+    rgb = quicklook.overview(str(src), None, (1024, 975))
+    assert rgb is not None and rgb.shape == (975, 1024, 3)
+    row = rgb[500, :, 0].astype(int)
+    assert row[-10:].mean() - row[:10].mean() > 200  # the gradient, not a fill
+    monkeypatch.setattr(quicklook, "READ_BUDGET", 4200 * 4000 - 1)  # still bounded: one pixel more is refused
+    assert quicklook.overview(str(src), None, (1024, 975)) is None
+
+
+def test_demo_scene_has_overviews(tmp_path):
+    from sam3tiles.demo import add_overviews
+
+    scene = write_scene(tmp_path / "scene.tif", 1100, 900, seed=1).path
+    assert add_overviews(scene) == [2, 4] and rasterio.open(scene).overviews(1) == [2, 4]

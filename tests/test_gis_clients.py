@@ -84,3 +84,39 @@ def test_parquet_output_says_which_tools_open_it(gpkgs, tmp_path):
         formats = subprocess.run([str(OGRINFO), "--formats"], capture_output=True, text=True).stdout
         opened = subprocess.run([str(OGRINFO), "-ro", "-so", "-al", str(out)], capture_output=True, text=True)
         assert ("Parquet" in formats) == (opened.returncode == 0), opened.stderr
+
+
+QGIS_OPEN = """
+import json, os, sys
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
+from qgis.core import Qgis, QgsApplication, QgsVectorLayer
+app = QgsApplication([], False); app.initQgis()
+msgs = []
+QgsApplication.messageLog().messageReceived.connect(lambda m, tag, lvl: msgs.append(m) if lvl != Qgis.Info else None)
+out = {}
+for uri in sys.argv[1:]:
+    layer = QgsVectorLayer(uri, "x", "ogr")
+    out[uri] = [layer.isValid(), layer.featureCount(), layer.crs().authid()]
+app.processEvents()
+print("RESULT " + json.dumps({"layers": out, "messages": msgs, "version": Qgis.QGIS_VERSION}), flush=True)
+os._exit(0)
+"""
+
+
+def test_debian_qgis_opens_our_vector_outputs_without_a_message(gpkgs, tmp_path):
+    if not SYSTEM_PYTHON.exists() or subprocess.run([str(SYSTEM_PYTHON), "-c", "import qgis.core"],
+                                                    capture_output=True).returncode != 0:
+        pytest.skip("/usr/bin/python3 cannot import qgis (apt-get install python3-qgis qgis-providers)")
+    scene = gpkgs[0].parent / "scene.tif"
+    for ext in ("fgb", "geojson"):
+        _segment(scene, "-t", "red", "--out", tmp_path / f"objects.{ext}", "--no-preview")
+    uris = [f"{gpkgs[0]}|layername=objects", f"{gpkgs[0]}|layername=pixels", str(gpkgs[1]),
+            str(tmp_path / "objects.fgb"), str(tmp_path / "objects.geojson")]
+    r = subprocess.run([str(SYSTEM_PYTHON), "-c", QGIS_OPEN, *uris], capture_output=True, text=True, timeout=120,
+                       env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line is not None, r.stdout + r.stderr
+    res = json.loads(line[len("RESULT "):])
+    assert all(v[0] and v[1] > 0 for v in res["layers"].values()), res
+    assert res["layers"][uris[0]][2] == "EPSG:32633" and res["layers"][uris[4]][2] == "EPSG:4326"
+    assert res["messages"] == [] and "Warning" not in r.stderr, (res["messages"], r.stderr)

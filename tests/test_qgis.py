@@ -84,18 +84,23 @@ def _qgis_run(plugins: Path, params: dict, *extra: str) -> dict:
 
 @needs_qgis
 def test_processing_segment_gives_the_cli_objects(tmp_path):
-    scene = write_scene(tmp_path / "scene.tif", 900, 700, seed=5).path
+    made = write_scene(tmp_path / "scene.tif", 900, 700, seed=5)
+    scene = made.path
+    boxes = tmp_path / "boxes.gpkg"  # one example box: a building (blue), found with the text prompt red
+    building = made.truth[made.truth["class"] == "blue"].geometry.iloc[0]
+    gpd.GeoDataFrame(geometry=[shapely.box(*building.bounds)], crs=made.truth.crs).to_file(boxes)
     CliRunner().invoke(cli, ["qgis", "install", "--dest", str(tmp_path / "plugins")], catch_exceptions=False)
     out = tmp_path / "qgis.gpkg"
-    res = _qgis_run(tmp_path / "plugins", {"INPUT": str(scene), "PROMPTS": "red, blue", "BACKEND": 1,
-                                           "TILE_SIZE": 512, "OVERLAP": 128, "OUTPUT": str(out)})
+    res = _qgis_run(tmp_path / "plugins", {"INPUT": str(scene), "PROMPTS": "red, yellow", "BOXES": str(boxes),
+                                           "BACKEND": 1, "TILE_SIZE": 512, "OVERLAP": 128, "OUTPUT": str(out)})
     assert res["ok"], res
-    r = CliRunner().invoke(cli, ["-q", "segment", str(scene), "-t", "red", "-t", "blue", "--backend", "reference",
-                                 "--tile-size", "512", "--overlap", "128", "--out", str(tmp_path / "cli.gpkg")],
-                           catch_exceptions=False)
+    r = CliRunner().invoke(cli, ["-q", "segment", str(scene), "-t", "red", "-t", "yellow", "--box-file", str(boxes),
+                                 "--backend", "reference", "--tile-size", "512", "--overlap", "128",
+                                 "--out", str(tmp_path / "cli.gpkg")], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     a, b = gpd.read_file(out), gpd.read_file(tmp_path / "cli.gpkg")
     assert len(a) == len(b) > 10 and res["layer_valid"] and res["features"] == len(a)
+    assert len(set(a["prompt"])) >= 2  # the text prompt's objects and the example box's
     cols = ["id", "prompt", "score", "area_m2", "area_px", "n_tiles", "source"]
     assert a[cols].equals(b[cols]) and shapely.equals_exact(a.geometry.values, b.geometry.values, 0).all()
     assert res["progress"] and res["progress"][-1] == 100 and any(0 < v < 100 for v in res["progress"])
@@ -103,11 +108,12 @@ def test_processing_segment_gives_the_cli_objects(tmp_path):
 
 @needs_qgis
 def test_processing_cancel_stops_the_run_and_leaves_no_output(tmp_path):
-    scene = write_scene(tmp_path / "big.tif", 3000, 3000, seed=6).path  # ~200 tiles of 256 px: seconds
+    # ~400 tiles of 128 px: seconds of work, and the cancel comes at the first progress line
+    scene = write_scene(tmp_path / "big.tif", 2000, 2000, seed=6).path
     CliRunner().invoke(cli, ["qgis", "install", "--dest", str(tmp_path / "plugins")], catch_exceptions=False)
     out = tmp_path / "cancelled.gpkg"
-    res = _qgis_run(tmp_path / "plugins", {"INPUT": str(scene), "PROMPTS": "red", "BACKEND": 1, "TILE_SIZE": 256,
-                                           "OVERLAP": 64, "OUTPUT": str(out)}, "cancel")
+    res = _qgis_run(tmp_path / "plugins", {"INPUT": str(scene), "PROMPTS": "red", "BACKEND": 1, "TILE_SIZE": 128,
+                                           "OVERLAP": 32, "OUTPUT": str(out)}, "cancel")
     assert not res["ok"] and "cancelled" in res["error"], res
     left = {p.name for p in tmp_path.iterdir() if p.name.startswith("cancelled")}
     # no output, no report, no temporaries: only the checkpoints a rerun resumes from (and the lock file)

@@ -23,7 +23,7 @@ def demo(ctx, out, size, seed, workers):
     """Generate a georeferenced scene (UTM, 0.3 m pixels) with vehicles, buildings and fields of known
     extent; segment it with the reference backend, tiled and --squash; write polygons, an overlay PNG
     and the evaluation of both."""
-    from ..demo import overlay_png, write_scene
+    from ..demo import add_overviews, overlay_png, write_scene
     from ..errors import UsageError
     from ..evaluate import evaluate, format_table
     from ..pipeline import Options, segment_job
@@ -39,6 +39,7 @@ def demo(ctx, out, size, seed, workers):
     d.mkdir(parents=True, exist_ok=True)
     click.echo(f"writing a {width}x{height} scene to {d / 'scene.tif'} ...", err=True)
     scene = write_scene(d / "scene.tif", width, height, seed)
+    add_overviews(scene.path)  # as a COG has them: QGIS and the quicklook draw from them
     from ..writers import write_vector
 
     write_vector(scene.truth, d / "truth.gpkg")

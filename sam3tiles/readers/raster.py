@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from pathlib import Path
 
 import numpy as np
 import rasterio
 from rasterio.enums import Resampling
-from rasterio.errors import NotGeoreferencedWarning, RasterioIOError
+from rasterio.errors import RasterioIOError
 from rasterio.windows import Window
 
 from ..errors import BandError, RasterReadError
@@ -41,9 +40,7 @@ class RasterSource(Source):
             if p.stat().st_size == 0:
                 raise RasterReadError(f"{self.path} is empty (0 bytes): the file was not written completely")
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", NotGeoreferencedWarning)
-                ds = rasterio.open(self.path)
+            ds = rasterio.open(self.path)  # NotGeoreferencedWarning: filtered per run (`sam3tiles.quiet`)
         except RasterioIOError as e:
             raise RasterReadError(f"{self.path} is not a raster GDAL can read ({_first_line(e)}): "
                                   "give a GeoTIFF, COG, TIFF, PNG or JPEG") from None
