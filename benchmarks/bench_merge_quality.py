@@ -57,9 +57,9 @@ METHODS = ("sam3tiles", "sahi-gnmm", "sahi-nms", "centre", "squash")
 PROMPTS = ("red", "blue", "yellow")
 
 
-def tile_pieces(path, behaviour, squash: bool = False, runtime=None):
+def tile_pieces(path, behaviour, squash: bool = False, runtime=None, prompts=PROMPTS):
     """(per-tile Pieces, frames, tiles, transform) of the scene at `path` answered by the misbehaving model
-    (or by `runtime`, as it is)."""
+    (or by `runtime`, as it is), for `prompts` (piece prompt k = the k-th of them)."""
     from sam3tiles.grid import TileGrid, squash_tile
     from sam3tiles.merge import tile_frame
     from sam3tiles.model.misbehaving import MisbehavingRuntime
@@ -68,7 +68,7 @@ def tile_pieces(path, behaviour, squash: bool = False, runtime=None):
     from sam3tiles.vectorize import crop_detections, pieces_from_crops
 
     rt = runtime if runtime is not None else MisbehavingRuntime(ReferenceRuntime(), behaviour)
-    prompts = [rt.prepare_prompt(p) for p in PROMPTS]
+    prompts = [rt.prepare_prompt(p) for p in prompts]
     with open_source(path) as src:
         tiles = [squash_tile(src.width, src.height, src.transform)] if squash else \
             list(TileGrid(src.width, src.height, transform=src.transform))
