@@ -336,6 +336,14 @@ def run_cap_refine(size: int, seeds, behaviours=("cap=200", "all")) -> list:
     return rows
 
 
+#: The faults `--behaviours pairs` combines two at a time (each with its preset's rate).
+PAIRED = ("miss", "false_pos", "split", "fused", "multipart", "grow", "short", "edge_score", "score_jitter")
+
+
+def pairs() -> list[str]:
+    return [f"{a}+{b}" for i, a in enumerate(PAIRED) for b in PAIRED[i + 1:]]
+
+
 def _f1(c) -> float:
     d = 2 * c["tp"] + c["fp"] + c["fn"]
     return 2 * c["tp"] / d if d else 1.0
@@ -362,7 +370,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=int, nargs=2, default=[3000, 2500])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    ap.add_argument("--behaviours", nargs="+", default=None, help="presets of sam3tiles.model.misbehaving")
+    ap.add_argument("--behaviours", nargs="+", default=None,
+                    help="presets of sam3tiles.model.misbehaving, combined with '+' ('grow+miss'); 'pairs': "
+                         "every pair of the faults in PAIRED")
+    ap.add_argument("--scene", choices=("demo", "hard"), default="demo",
+                    help="demo: vehicles, buildings, a field; hard: fields across 4+ tiles, a tessellation of "
+                         "parcels 8 px apart, long thin objects (benchmarks.synthetic.hard_objects)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS))
     ap.add_argument("--smoke", action="store_true", help="one small scene, one seed, reference and semantic")
     ap.add_argument("--onnx-n1", action="store_true",
@@ -376,16 +389,19 @@ def main(argv=None) -> int:
     from sam3tiles.demo import write_scene
     from sam3tiles.model.misbehaving import BEHAVIOURS
 
+    from .synthetic import hard_objects
+
     try:
         import sahi  # noqa: F401
         sahi_ok = True
     except ImportError:
         sahi_ok = False
-    behaviours = args.behaviours or list(BEHAVIOURS)
+    behaviours = [x for b in (args.behaviours or list(BEHAVIOURS)) for x in (pairs() if b == "pairs" else [b])]
     results: dict = {b: [] for b in behaviours}
     with tempfile.TemporaryDirectory() as d:
         for seed in args.seeds:
-            scene = write_scene(Path(d) / f"s{seed}.tif", *args.size, seed=seed)
+            objects = hard_objects(*args.size, seed=seed) if args.scene == "hard" else None
+            scene = write_scene(Path(d) / f"s{seed}.tif", *args.size, seed=seed, objects=objects)
             for b in behaviours:
                 results[b].append(run_scene(scene.path, scene.truth, b, args.methods, sahi_ok))
     rows = summarise(results, args.methods)
