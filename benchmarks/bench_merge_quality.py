@@ -338,6 +338,18 @@ def run_cap_refine(size: int, seeds, behaviours=("cap=200", "all")) -> list:
     return rows
 
 
+def scene_objects(kind: str, width: int, height: int, seed: int):
+    """The objects of a `--scene` (None: the demo layout)."""
+    from .synthetic import hard_objects, tessellation
+
+    if kind == "hard":
+        return hard_objects(width, height, seed=seed)
+    if kind == "tessellation":
+        rng = np.random.default_rng(seed)
+        return [("blue", p) for p in tessellation(8, 8, width - 8, height - 8, rng)]
+    return None
+
+
 #: The faults `--behaviours pairs` combines two at a time (each with its preset's rate).
 PAIRED = ("miss", "false_pos", "split", "fused", "multipart", "grow", "short", "edge_score", "score_jitter")
 
@@ -375,9 +387,10 @@ def main(argv=None) -> int:
     ap.add_argument("--behaviours", nargs="+", default=None,
                     help="presets of sam3tiles.model.misbehaving, combined with '+' ('grow+miss'); 'pairs': "
                          "every pair of the faults in PAIRED")
-    ap.add_argument("--scene", choices=("demo", "hard"), default="demo",
+    ap.add_argument("--scene", choices=("demo", "hard", "tessellation"), default="demo",
                     help="demo: vehicles, buildings, a field; hard: fields across 4+ tiles, a tessellation of "
-                         "parcels 8 px apart, long thin objects (benchmarks.synthetic.hard_objects)")
+                         "parcels 8 px apart, long thin objects (benchmarks.synthetic.hard_objects); "
+                         "tessellation: the whole scene tiled by `blue` parcels of 150-600 px, 8 px apart")
     ap.add_argument("--methods", nargs="+", default=list(METHODS))
     ap.add_argument("--smoke", action="store_true", help="one small scene, one seed, reference and semantic")
     ap.add_argument("--onnx-n1", action="store_true",
@@ -391,7 +404,6 @@ def main(argv=None) -> int:
     from sam3tiles.demo import write_scene
     from sam3tiles.model.misbehaving import BEHAVIOURS
 
-    from .synthetic import hard_objects
 
     try:
         import sahi  # noqa: F401
@@ -402,7 +414,7 @@ def main(argv=None) -> int:
     results: dict = {b: [] for b in behaviours}
     with tempfile.TemporaryDirectory() as d:
         for seed in args.seeds:
-            objects = hard_objects(*args.size, seed=seed) if args.scene == "hard" else None
+            objects = scene_objects(args.scene, *args.size, seed)
             scene = write_scene(Path(d) / f"s{seed}.tif", *args.size, seed=seed, objects=objects)
             for b in behaviours:
                 results[b].append(run_scene(scene.path, scene.truth, b, args.methods, sahi_ok))

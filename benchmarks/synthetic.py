@@ -52,17 +52,8 @@ def hard_objects(width: int, height: int, seed: int = 0, tile: int = 1008, gap: 
         return x0 >= 0 and y0 >= 0 and x1 <= width and y1 <= height and not any(
             poly.buffer(GAP).intersects(p) for _, p in placed)
 
-    def parcels(x0, y0, x1, y1, out) -> None:  # guillotine cuts until the parcels are 150-600 px
-        w, h = x1 - x0, y1 - y0
-        if max(w, h) <= 600 and (min(w, h) < 300 or rng.random() < 0.5):
-            out.append(shapely.box(x0 + gap / 2, y0 + gap / 2, x1 - gap / 2, y1 - gap / 2))
-            return
-        if w >= h:
-            c = x0 + rng.uniform(150, w - 150)
-            parcels(x0, y0, c, y1, out), parcels(c, y0, x1, y1, out)
-        else:
-            c = y0 + rng.uniform(150, h - 150)
-            parcels(x0, y0, x1, c, out), parcels(x0, c, x1, y1, out)
+    def parcels(x0, y0, x1, y1, out) -> None:
+        out += tessellation(x0, y0, x1, y1, rng, gap)
 
     for _ in range(2):
         for _ in range(80):
@@ -90,3 +81,18 @@ def hard_objects(width: int, height: int, seed: int = 0, tile: int = 1008, gap: 
                 placed.append(("red", line))
                 break
     return placed
+
+
+def tessellation(x0, y0, x1, y1, rng, gap: float = 8.0) -> list:
+    """Parcels (shapely boxes) of 150-600 px tiling the rectangle, `gap` px apart: guillotine cuts at
+    random places until every parcel is at most 600 px (and, by chance, before)."""
+    import shapely
+
+    w, h = x1 - x0, y1 - y0
+    if max(w, h) <= 600 and (min(w, h) < 300 or rng.random() < 0.5):
+        return [shapely.box(x0 + gap / 2, y0 + gap / 2, x1 - gap / 2, y1 - gap / 2)]
+    if w >= h:
+        c = x0 + rng.uniform(150, w - 150)
+        return tessellation(x0, y0, c, y1, rng, gap) + tessellation(c, y0, x1, y1, rng, gap)
+    c = y0 + rng.uniform(150, h - 150)
+    return tessellation(x0, y0, x1, c, rng, gap) + tessellation(x0, c, x1, y1, rng, gap)
