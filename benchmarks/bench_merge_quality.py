@@ -154,8 +154,14 @@ def _centre_in_core(frame, q) -> bool:
     return frame.core.contains(shapely.Point((x0 + x1) / 2, (y0 + y1) / 2))
 
 
-def floor_preds(per_tile, frames, truth_by_class, transform):
+def floor_preds(per_tile, frames, truth_by_class, transform, by_owner: bool = False):
     """What the tiles' own outputs allow any merge that follows ownership (the merge's rules 4-5).
+
+    `by_owner` False (`floor`): an object cut in its owner gets the union of every tile's views of it,
+    clipped to the object: a bound no merge reaches where views differ (it would need the truth to clip
+    a grown view and to pick the larger of two shrunk ones). `by_owner` True (`own-floor`): each tile's
+    views of it inside that tile's core (the cores partition the image), the other tiles' views in the
+    cores of tiles that said nothing of it, not clipped: what the tiles owning each area said.
 
     * An object whole in its owning tile (clear of the owner's interior edges by 10 px): the owner's
       copies (each mask's regions inside the object, as one copy: two halves stay two); when the owner
@@ -195,15 +201,25 @@ def floor_preds(per_tile, frames, truth_by_class, transform):
                         break
                 out += [(k, c) for c in copies]
                 continue
-            views = [q for (tile, kk), geoms in by_tile.items() if kk == k for g, _ in geoms
-                     for q in shapely.get_parts(g) if _mostly_in(q, t)]
-            got = shapely.union_all(views).intersection(t) if views else None
+            views = {tile: [q for g, _ in geoms for q in shapely.get_parts(g) if _mostly_in(q, t)]
+                     for (tile, kk), geoms in by_tile.items() if kk == k}
+            views = {tile: v for tile, v in views.items() if v}
+            got = None if not views else _owned_views(views, frames) if by_owner else \
+                shapely.union_all([q for v in views.values() for q in v]).intersection(t)
             if got is not None and got.area > 0:
                 out.append((k, got))
             out += [(k, q) for (tile, kk), geoms in by_tile.items() if kk == k for g, c in geoms if c
                     for q in shapely.get_parts(g) if q.area < 0.5 * t.area and
                     q.intersection(t).area >= 0.8 * q.area and _centre_in_core(frames[tile], q)]
     return out
+
+
+def _owned_views(views: dict, frames):
+    """Each tile's views inside its core; outside the cores of the tiles that saw it, every view."""
+    said = shapely.union_all([frames[tile].core for tile in views])
+    parts = [shapely.union_all(v).intersection(frames[tile].core) for tile, v in views.items()]
+    rest = shapely.union_all([q for v in views.values() for q in v]).difference(said)
+    return shapely.union_all([*parts, rest])
 
 
 def _copies(geoms, t) -> list:
@@ -268,6 +284,8 @@ def run_scene(path, truth, behaviour: str, methods, sahi_ok: bool) -> dict:
         res[m] = score(preds, truth_by_class, extent)
     floor = floor_preds(per_tile, frames, truth_by_class, transform)
     res["floor"] = score(floor, truth_by_class, extent)
+    res["own-floor"] = score(floor_preds(per_tile, frames, truth_by_class, transform, by_owner=True),
+                             truth_by_class, extent)
     if "sam3tiles" in methods:  # the merge against what the tiles allow: what it lost or added itself
         res["vs-floor"] = score(mine, {k: [g for c, g in floor if c == k] for k in truth_by_class}, np.inf)
     res["seconds"] = seconds
@@ -367,7 +385,7 @@ def summarise(results: dict, methods) -> dict:
     """{class: [(behaviour, method, f1, dups, frags, large mean, large min)]} summed over seeds."""
     rows: dict = {}
     for beh, per_seed in results.items():
-        for m in [*methods, "floor", "vs-floor"]:
+        for m in [*methods, "floor", "own-floor", "vs-floor"]:
             for cls in PROMPTS:
                 got = [r[m][cls] for r in per_seed if m in r]
                 if not got:
