@@ -75,9 +75,9 @@ def test_entry_point_backend_is_the_real_network(dbtext, tmp_path):
 
 
 def test_tall_sheet_tiled_against_squash(dbtext, tmp_path):
-    """1760 x 4768: the published caller squashes it 0.57 x 0.21 into one input and text lines fuse; the
-    tiles see it at full size."""
-    sheet = make_sheet(tmp_path / "b.tif", 1760, 4768, seed=11, sizes=(11, 20), density=4)
+    """1008 x 4768 (six tiles, five seams across the lines' height): the published caller squashes it
+    1 x 0.21 into one input and the lines fuse; the tiles see it at full size."""
+    sheet = make_sheet(tmp_path / "b.tif", 1008, 4768, seed=11, sizes=(11, 20), density=4)
     tiled = sam3tiles.segment(str(sheet.path), ["text"], backend=dbtext, checkpoint=False, workers=1)
     r = _check(tiled, sheet.truth)
     squashed = sam3tiles.segment(str(sheet.path), ["text"], backend=dbtext, squash=True, checkpoint=False,
