@@ -207,11 +207,25 @@ def floor_preds(per_tile, frames, truth_by_class, transform, by_owner: bool = Fa
             got = None if not views else _owned_views(views, frames) if by_owner else \
                 shapely.union_all([q for v in views.values() for q in v]).intersection(t)
             if got is not None and got.area > 0:
-                out.append((k, got))
+                # by owner: the union's regions are objects (as the merge's rule 5 gives them); joining
+                # regions no tile connects needs the truth
+                out += [(k, r) for r in (_regions(got, frames[owner].pixel) if by_owner and owner is not None
+                                         else [got])]
             out += [(k, q) for (tile, kk), geoms in by_tile.items() if kk == k for g, c in geoms if c
                     for q in shapely.get_parts(g) if q.area < 0.5 * t.area and
                     q.intersection(t).area >= 0.8 * q.area and _centre_in_core(frames[tile], q)]
     return out
+
+
+def _regions(geom, pixel: float) -> list:
+    """`geom`'s regions, those closer than the merge's `JOIN_CELLS` mask cells kept together."""
+    from sam3tiles.merge.parts import JOIN_CELLS
+    from sam3tiles.vectorize import MASK_CELL
+
+    half = JOIN_CELLS * MASK_CELL * pixel / 2
+    parts = list(shapely.get_parts(geom))
+    groups = list(shapely.get_parts(shapely.union_all([q.buffer(half) for q in parts])))
+    return [shapely.union_all([q for q in parts if q.intersects(grp)]) for grp in groups]
 
 
 def _owned_views(views: dict, frames):
