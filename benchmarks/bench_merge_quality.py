@@ -59,9 +59,11 @@ METHODS = ("sam3tiles", "sahi-gnmm", "sahi-nms", "centre", "squash")
 PROMPTS = ("red", "blue", "yellow")
 
 
-def tile_pieces(path, behaviour, squash: bool = False, runtime=None, overlap: int | None = None):
+def tile_pieces(path, behaviour, squash: bool = False, runtime=None, overlap: int | None = None,
+                prompts=PROMPTS):
     """(per-tile Pieces, frames, tiles, transform) of the scene at `path` answered by the misbehaving model
-    (or by `runtime`, as it is); `overlap`: the grid's overlap in tile px (None: the default)."""
+    (or by `runtime`, as it is), for `prompts` (piece prompt k = the k-th of them); `overlap`: the grid's
+    overlap in tile px (None: the default)."""
     from sam3tiles.grid import DEFAULT_OVERLAP, TileGrid, squash_tile
     from sam3tiles.tileframe import tile_frame
     from sam3tiles.model.misbehaving import MisbehavingRuntime
@@ -70,7 +72,7 @@ def tile_pieces(path, behaviour, squash: bool = False, runtime=None, overlap: in
     from sam3tiles.vectorize import crop_detections, pieces_from_crops
 
     rt = runtime if runtime is not None else MisbehavingRuntime(ReferenceRuntime(), behaviour)
-    prompts = [rt.prepare_prompt(p) for p in PROMPTS]
+    prompts = [rt.prepare_prompt(p) for p in prompts]
     with open_source(path) as src:
         overlap = DEFAULT_OVERLAP if overlap is None else overlap
         tiles = [squash_tile(src.width, src.height, src.transform)] if squash else \
@@ -154,8 +156,14 @@ def _centre_in_core(frame, q) -> bool:
     return frame.core.contains(shapely.Point((x0 + x1) / 2, (y0 + y1) / 2))
 
 
-def floor_preds(per_tile, frames, truth_by_class, transform):
+def floor_preds(per_tile, frames, truth_by_class, transform, by_owner: bool = False):
     """What the tiles' own outputs allow any merge that follows ownership (the merge's rules 4-5).
+
+    `by_owner` False (`floor`): an object cut in its owner gets the union of every tile's views of it,
+    clipped to the object: a bound no merge reaches where views differ (it would need the truth to clip
+    a grown view and to pick the larger of two shrunk ones). `by_owner` True (`own-floor`): each tile's
+    views of it inside that tile's core (the cores partition the image), the other tiles' views in the
+    cores of tiles that said nothing of it, not clipped: what the tiles owning each area said.
 
     * An object whole in its owning tile (clear of the owner's interior edges by 10 px): the owner's
       copies (each mask's regions inside the object, as one copy: two halves stay two); when the owner
@@ -195,15 +203,39 @@ def floor_preds(per_tile, frames, truth_by_class, transform):
                         break
                 out += [(k, c) for c in copies]
                 continue
-            views = [q for (tile, kk), geoms in by_tile.items() if kk == k for g, _ in geoms
-                     for q in shapely.get_parts(g) if _mostly_in(q, t)]
-            got = shapely.union_all(views).intersection(t) if views else None
+            views = {tile: [q for g, _ in geoms for q in shapely.get_parts(g) if _mostly_in(q, t)]
+                     for (tile, kk), geoms in by_tile.items() if kk == k}
+            views = {tile: v for tile, v in views.items() if v}
+            got = None if not views else _owned_views(views, frames) if by_owner else \
+                shapely.union_all([q for v in views.values() for q in v]).intersection(t)
             if got is not None and got.area > 0:
-                out.append((k, got))
+                # by owner: the union's regions are objects (as the merge's rule 5 gives them); joining
+                # regions no tile connects needs the truth
+                out += [(k, r) for r in (_regions(got, frames[owner].pixel) if by_owner and owner is not None
+                                         else [got])]
             out += [(k, q) for (tile, kk), geoms in by_tile.items() if kk == k for g, c in geoms if c
                     for q in shapely.get_parts(g) if q.area < 0.5 * t.area and
                     q.intersection(t).area >= 0.8 * q.area and _centre_in_core(frames[tile], q)]
     return out
+
+
+def _regions(geom, pixel: float) -> list:
+    """`geom`'s regions, those closer than the merge's `JOIN_CELLS` mask cells kept together."""
+    from sam3tiles.merge.parts import JOIN_CELLS
+    from sam3tiles.vectorize import MASK_CELL
+
+    half = JOIN_CELLS * MASK_CELL * pixel / 2
+    parts = list(shapely.get_parts(geom))
+    groups = list(shapely.get_parts(shapely.union_all([q.buffer(half) for q in parts])))
+    return [shapely.union_all([q for q in parts if q.intersects(grp)]) for grp in groups]
+
+
+def _owned_views(views: dict, frames):
+    """Each tile's views inside its core; outside the cores of the tiles that saw it, every view."""
+    said = shapely.union_all([frames[tile].core for tile in views])
+    parts = [shapely.union_all(v).intersection(frames[tile].core) for tile, v in views.items()]
+    rest = shapely.union_all([q for v in views.values() for q in v]).difference(said)
+    return shapely.union_all([*parts, rest])
 
 
 def _copies(geoms, t) -> list:
@@ -268,6 +300,8 @@ def run_scene(path, truth, behaviour: str, methods, sahi_ok: bool, overlap: int 
         res[m] = score(preds, truth_by_class, extent)
     floor = floor_preds(per_tile, frames, truth_by_class, transform)
     res["floor"] = score(floor, truth_by_class, extent)
+    res["own-floor"] = score(floor_preds(per_tile, frames, truth_by_class, transform, by_owner=True),
+                             truth_by_class, extent)
     if "sam3tiles" in methods:  # the merge against what the tiles allow: what it lost or added itself
         res["vs-floor"] = score(mine, {k: [g for c, g in floor if c == k] for k in truth_by_class}, np.inf)
     res["seconds"] = seconds
@@ -339,16 +373,37 @@ def run_cap_refine(size: int, seeds, behaviours=("cap=200", "all"), overlap: int
     return rows
 
 
+def scene_objects(kind: str, width: int, height: int, seed: int):
+    """The objects of a `--scene` (None: the demo layout)."""
+    from .synthetic import hard_objects, tessellation
+
+    if kind == "hard":
+        return hard_objects(width, height, seed=seed)
+    if kind == "tessellation":
+        rng = np.random.default_rng(seed)
+        return [("blue", p) for p in tessellation(8, 8, width - 8, height - 8, rng)]
+    return None
+
+
+#: The faults `--behaviours pairs` combines two at a time (each with its preset's rate).
+PAIRED = ("miss", "false_pos", "split", "fused", "multipart", "grow", "short", "edge_score", "score_jitter")
+
+
+def pairs() -> list[str]:
+    return [f"{a}+{b}" for i, a in enumerate(PAIRED) for b in PAIRED[i + 1:]]
+
+
 def _f1(c) -> float:
     d = 2 * c["tp"] + c["fp"] + c["fn"]
     return 2 * c["tp"] / d if d else 1.0
 
 
 def summarise(results: dict, methods) -> dict:
-    """{class: [(behaviour, method, f1, dups, frags, large mean, large min)]} summed over seeds."""
+    """{class: [(behaviour, method, f1, dups, frags, large mean, large min, worst)]} summed over seeds;
+    `worst` (sam3tiles rows): the largest per-object IoU shortfall under the own-floor."""
     rows: dict = {}
     for beh, per_seed in results.items():
-        for m in [*methods, "floor", "vs-floor"]:
+        for m in [*methods, "floor", "own-floor", "vs-floor"]:
             for cls in PROMPTS:
                 got = [r[m][cls] for r in per_seed if m in r]
                 if not got:
@@ -357,15 +412,30 @@ def summarise(results: dict, methods) -> dict:
                 big = [v for g in got for v in g["large_iou"]]
                 rows.setdefault(cls, []).append(
                     (beh, m, round(_f1(tot), 3), tot["duplicates"], tot["fragments"],
-                     round(float(np.mean(big)), 3) if big else None, round(float(min(big)), 3) if big else None))
+                     round(float(np.mean(big)), 3) if big else None, round(float(min(big)), 3) if big else None,
+                     _worst(per_seed, cls) if m == "sam3tiles" and big else None))
     return rows
+
+
+def _worst(per_seed, cls):
+    """The floor per object: the largest shortfall of the merge's IoU under the own-floor's, over the
+    objects larger than a tile (the same objects, in truth order, in both)."""
+    gaps = [o - s for r in per_seed if "own-floor" in r
+            for s, o in zip(r["sam3tiles"][cls]["large_iou"], r["own-floor"][cls]["large_iou"])]
+    return round(float(max(gaps)), 3) if gaps else None
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=int, nargs=2, default=[3000, 2500])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    ap.add_argument("--behaviours", nargs="+", default=None, help="presets of sam3tiles.model.misbehaving")
+    ap.add_argument("--behaviours", nargs="+", default=None,
+                    help="presets of sam3tiles.model.misbehaving, combined with '+' ('grow+miss'); 'pairs': "
+                         "every pair of the faults in PAIRED")
+    ap.add_argument("--scene", choices=("demo", "hard", "tessellation"), default="demo",
+                    help="demo: vehicles, buildings, a field; hard: fields across 4+ tiles, a tessellation of "
+                         "parcels 8 px apart, long thin objects (benchmarks.synthetic.hard_objects); "
+                         "tessellation: the whole scene tiled by `blue` parcels of 150-600 px, 8 px apart")
     ap.add_argument("--methods", nargs="+", default=list(METHODS))
     ap.add_argument("--smoke", action="store_true", help="one small scene, one seed, reference and semantic")
     ap.add_argument("--onnx-n1", action="store_true",
@@ -381,16 +451,18 @@ def main(argv=None) -> int:
     from sam3tiles.demo import write_scene
     from sam3tiles.model.misbehaving import BEHAVIOURS
 
+
     try:
         import sahi  # noqa: F401
         sahi_ok = True
     except ImportError:
         sahi_ok = False
-    behaviours = args.behaviours or list(BEHAVIOURS)
+    behaviours = [x for b in (args.behaviours or list(BEHAVIOURS)) for x in (pairs() if b == "pairs" else [b])]
     results: dict = {b: [] for b in behaviours}
     with tempfile.TemporaryDirectory() as d:
         for seed in args.seeds:
-            scene = write_scene(Path(d) / f"s{seed}.tif", *args.size, seed=seed)
+            objects = scene_objects(args.scene, *args.size, seed)
+            scene = write_scene(Path(d) / f"s{seed}.tif", *args.size, seed=seed, objects=objects)
             for b in behaviours:
                 results[b].append(run_scene(scene.path, scene.truth, b, args.methods, sahi_ok, args.overlap))
     rows = summarise(results, args.methods)
@@ -406,7 +478,8 @@ def main(argv=None) -> int:
         return 0
     for cls, r in rows.items():
         print(f"\n== {cls} ({args.size[0]}x{args.size[1]}, seeds {args.seeds})")
-        print(table([list(x) for x in r], ["behaviour", "method", "F1", "dups", "frags", "large IoU", "min"]))
+        print(table([list(x) for x in r], ["behaviour", "method", "F1", "dups", "frags", "large IoU", "min",
+                                                  "worst vs own-floor"]))
     print("\nrule violations (sam3tiles):", out["violations"])
     if args.onnx_n1:
         print("\n== ONNX contract graphs, one mask per prompt (N = 1): union IoU with the truth")

@@ -30,3 +30,69 @@ def cached_scene(width: int, height: int, cell: int = 500, seed: int = 0, folder
         write_scene(tmp, width, height, seed=seed, objects=grid_objects(width, height, cell, seed))
         tmp.rename(path)
     return path
+
+
+def hard_objects(width: int, height: int, seed: int = 0, tile: int = 1008, gap: float = 8.0) -> list:
+    """The scenes that stress the merge most, as `write_scene(objects=...)` takes them ([(class, polygon)],
+    pixels): `yellow` fields 1.6-2.3 tiles across, so each crosses four or more tiles; a `blue`
+    tessellation of parcels of 150-600 px `gap` px apart (about two mask cells: fields, roof segments,
+    cells in tissue), many across seams; `red` long thin objects (10-18 px wide, 1200-3000 px long, at any
+    angle: roads, rivers, text lines) crossing many seams. Other objects keep `demo.GAP` apart."""
+    import numpy as np
+    import shapely
+    from shapely import affinity
+
+    from sam3tiles.demo import GAP
+
+    rng = np.random.default_rng(seed)
+    placed: list = []
+
+    def free(poly) -> bool:
+        x0, y0, x1, y1 = poly.buffer(GAP).bounds
+        return x0 >= 0 and y0 >= 0 and x1 <= width and y1 <= height and not any(
+            poly.buffer(GAP).intersects(p) for _, p in placed)
+
+    def parcels(x0, y0, x1, y1, out) -> None:
+        out += tessellation(x0, y0, x1, y1, rng, gap)
+
+    for _ in range(2):
+        for _ in range(80):
+            w, h = rng.uniform(1.6, 2.3) * tile, rng.uniform(1.6, 2.2) * tile
+            x, y = rng.uniform(GAP, max(GAP + 1, width - w)), rng.uniform(GAP, max(GAP + 1, height - h))
+            f = affinity.rotate(shapely.box(x, y, x + w, y + h), rng.uniform(-15, 15))
+            if free(f):
+                placed.append(("yellow", f))
+                break
+    for k in range(400):  # the tessellation's block, smaller after each 100 failed tries
+        bw, bh = (min(width * 0.5, 2.4 * tile) * 0.8 ** (k // 100), min(height * 0.5, 2.0 * tile) * 0.8 ** (k // 100))
+        bx, by = rng.uniform(GAP, width - bw - GAP), rng.uniform(GAP, height - bh - GAP)
+        if free(shapely.box(bx, by, bx + bw, by + bh)):
+            cells: list = []
+            parcels(bx, by, bx + bw, by + bh, cells)
+            placed += [("blue", c) for c in cells]
+            break
+    for _ in range(max(3, width * height // 2_500_000)):
+        for _ in range(200):
+            length, w = rng.uniform(1200, 3000), rng.uniform(10, 18)
+            cx, cy = rng.uniform(0, width), rng.uniform(0, height)
+            line = affinity.rotate(shapely.box(cx - length / 2, cy - w / 2, cx + length / 2, cy + w / 2),
+                                   rng.uniform(0, 180))
+            if free(line):
+                placed.append(("red", line))
+                break
+    return placed
+
+
+def tessellation(x0, y0, x1, y1, rng, gap: float = 8.0) -> list:
+    """Parcels (shapely boxes) of 150-600 px tiling the rectangle, `gap` px apart: guillotine cuts at
+    random places until every parcel is at most 600 px (and, by chance, before)."""
+    import shapely
+
+    w, h = x1 - x0, y1 - y0
+    if max(w, h) <= 600 and (min(w, h) < 300 or rng.random() < 0.5):
+        return [shapely.box(x0 + gap / 2, y0 + gap / 2, x1 - gap / 2, y1 - gap / 2)]
+    if w >= h:
+        c = x0 + rng.uniform(150, w - 150)
+        return tessellation(x0, y0, c, y1, rng, gap) + tessellation(c, y0, x1, y1, rng, gap)
+    c = y0 + rng.uniform(150, h - 150)
+    return tessellation(x0, y0, x1, c, rng, gap) + tessellation(x0, c, x1, y1, rng, gap)

@@ -29,3 +29,25 @@ def test_merge_quality_benchmark_smoke(capsys):
     for seed, cls, got, floor in out["onnx_n1"]:
         assert got >= floor - 0.01, cls
         assert cls == "red" or got >= 0.9, cls
+
+
+def test_behaviours_combine_and_hard_scenes_hold_their_objects():
+    from sam3tiles.model.misbehaving import BEHAVIOURS, behaviour
+
+    both = behaviour("grow+miss")
+    assert both.grow == BEHAVIOURS["grow"].grow and both.miss == BEHAVIOURS["miss"].miss and both.split == 0
+    assert behaviour("short+split=0.2").split == 0.2
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.bench_merge_quality import pairs
+        from benchmarks.synthetic import hard_objects
+    finally:
+        sys.path.remove(str(ROOT))
+    assert len(pairs()) == 36 and "grow+short" in pairs()
+    objs = hard_objects(4000, 3500, seed=5)
+    kinds = {k: [p for c, p in objs if c == k] for k in ("red", "blue", "yellow")}
+    assert len(kinds["blue"]) >= 10 and kinds["yellow"] and len(kinds["red"]) >= 3
+    # fields cross at least 4 tiles (> 1.5 tiles across); parcels 150-600 px; thin objects long
+    assert all(min(f.bounds[2] - f.bounds[0], f.bounds[3] - f.bounds[1]) > 1.5 * 1008 for f in kinds["yellow"])
+    assert all(140 <= max(p.bounds[2] - p.bounds[0], p.bounds[3] - p.bounds[1]) <= 600 for p in kinds["blue"])
+    assert all(p.length > 2400 for p in kinds["red"])

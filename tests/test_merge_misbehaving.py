@@ -117,6 +117,18 @@ def test_cut_piece_stopping_short_of_the_edge_does_not_win_over_the_whole_copy()
     assert [g.bounds for g in merged.geometry] == [whole.bounds]
 
 
+def test_cut_copy_grown_beside_a_shrunk_whole_is_no_extra_object():
+    # a parcel whose edge lies just inside tile 0's core (x < 881): tile 0 sees it cut at x 1008 and grown by
+    # a mask cell, tile 1 whole and shrunk by one; of tile 0's part inside its own core (a 15 px strip) the
+    # whole covers under half, though all of the strip lies within one cell of it: one object, not two
+    # (it was a strip of a few pixels beside the parcel: a false positive and a fragment)
+    whole = box(874, 204, 1200, 496)
+    frames, pieces = _frames_and_pieces(GRID, [((0, 0), box(866, 196, 1008, 504), False), ((0, 1), whole, True)])
+    merged, stats = merge_pieces(pieces, frames)
+    assert [g.bounds for g in merged.geometry] == [whole.bounds]
+    assert stats.rule_violations == 0
+
+
 # -- the coverage invariant ---------------------------------------------------------------------------------
 
 SMALL = TileGrid(260, 200, tile_size=100, overlap=30, transform=Affine.identity())

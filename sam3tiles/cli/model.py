@@ -100,3 +100,42 @@ def info(directory: Path | None) -> None:
                              f"above): download the published files again with "
                              f"`{modelfiles.fetch_command(result.directory)}`")
 
+
+
+@model.command()
+@click.option("--model", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help=_DIR_HELP)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="where onnxruntime runs the model")
+@click.option("--threads", type=click.IntRange(0, 1024), default=0, show_default=True,
+              help="onnxruntime intra-op threads (0: its default)")
+@_errors
+def check(directory: Path | None, device: str, threads: int) -> None:
+    """Run the installed model on the seed article's two scenes and compare with its published figures.
+
+    The first thing to run after `sam3tiles model fetch`. Draws the article's scenes (800x600 and
+    1280x720: a noisy gradient with a red circle, a blue rectangle, a green triangle, a yellow ellipse),
+    runs the prompts "red circle", "blue rectangle", "green triangle", "yellow ellipse", "visual",
+    "shape", "cat" and an example box around the circle, the way the published callers do (the scene
+    stretched to 1008x1008), and prints objects found, IoU and score per prompt beside the published
+    figures (IoU 0.99 per shape prompt; all four shapes under "visual"; nothing for "shape" or "cat";
+    the circle alone for its box). Exit 0 when every prompt finds exactly the published objects at IoU
+    >= 0.95; exit 4 naming the prompts that differ otherwise. Two image encodes: seconds on a GPU, about a
+    minute on a laptop CPU.
+    """
+    from ..model import selfcheck
+    from ..model.onnx import OnnxRuntime
+
+    rt = OnnxRuntime(directory, device=device, intra_op_threads=threads)
+    click.echo(f"model {rt.model_dir} ({rt.identity}), providers {', '.join(rt.providers)}")
+    results = selfcheck.run_check(rt)
+    click.echo(selfcheck.format_results(results))
+    bad = [f"{r.probe.label!r} on {r.scene[0]}x{r.scene[1]}" for r in results if not r.ok]
+    if bad:
+        raise ModelError(f"{len(bad)} of {len(results)} prompts differ from the published figures: "
+                         f"{', '.join(bad)}. Check the files with `sam3tiles model verify` and the providers "
+                         "in use (a CUDA/onnxruntime mismatch can change results); tolerance: IoU >= "
+                         f"{selfcheck.PUBLISHED_IOU - selfcheck.IOU_TOLERANCE:.2f} and exactly the published "
+                         "number of objects")
+    click.echo(f"all {len(results)} prompts as published (IoU >= "
+               f"{selfcheck.PUBLISHED_IOU - selfcheck.IOU_TOLERANCE:.2f}, object counts exact)")

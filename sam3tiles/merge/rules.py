@@ -334,10 +334,19 @@ class _Resolver:
         area = shapely.area(clip)
         cov = shapely.area(shapely.intersection(clip, self.c.geoms[full[ok]]))
         done = np.zeros(len(full), dtype=bool)
-        done[np.flatnonzero(ok)] = got = cov >= COVERED * area
+        done[np.flatnonzero(ok)] = got = self._covered(clip, self.c.geoms[full[ok]], cut[ok], area)
         self.dropped.extend((i, "duplicates", v) for i, v in zip(cut[ok][got].tolist(),
                                                                  (area - cov)[got].clip(0).tolist()))
         return done
+
+    def _covered(self, clipped, kept, cut: np.ndarray, area) -> np.ndarray:
+        """Rule 5's test: each cut part's own-core area (`clipped`) lies at least `COVERED` under the kept
+        parts, within `LINK_CELLS` mask cells of them (as rule 2 links: a copy moves by a cell between
+        tiles, so a cut copy grown by a cell beside a whole one shrunk by a cell is the same object, not a
+        strip of its own)."""
+        tol = LINK_CELLS * MASK_CELL * np.asarray([self.frames[int(t)].pixel for t in self.tiles[cut].tolist()])
+        near = shapely.buffer(kept, tol, quad_segs=2)
+        return shapely.area(shapely.intersection(clipped, near)) >= COVERED * area
 
     def _kept(self, win: np.ndarray, lose: np.ndarray):
         """Objects of two-part components whose `win` part is kept and `lose` part dropped as a duplicate."""
@@ -373,7 +382,7 @@ class _Resolver:
         if kept and len(stitch):
             clipped = shapely.intersection(c.geoms[stitch], self.exact[stitch])
             ku = c.geoms[kept[0]] if len(kept) == 1 else shapely.union_all(c.geoms[kept])
-            covered = shapely.area(shapely.intersection(clipped, ku)) >= COVERED * shapely.area(clipped)
+            covered = self._covered(clipped, ku, stitch, shapely.area(clipped))
             drops += [(i, "duplicates") for i in stitch[covered].tolist()]
             stitch = stitch[~covered]
         if len(stitch):

@@ -84,9 +84,16 @@ BEHAVIOURS["all"] = Behaviour(miss=0.03, false_pos=0.3, split=0.05, fused=0.05, 
 
 
 def behaviour(name: str) -> Behaviour:
-    """A preset by name (`BEHAVIOURS`), or `key=value,...` switches, e.g. `split=0.1,short=1`."""
+    """A preset by name (`BEHAVIOURS`), `key=value,...` switches, e.g. `split=0.1,short=1`, or several of
+    either joined by `+` (each one's switches together: `grow+miss`, a fault beside another fault)."""
     if name in BEHAVIOURS:
         return BEHAVIOURS[name]
+    if "+" in name:
+        d, out = Behaviour(), Behaviour()
+        for part in name.split("+"):
+            b = behaviour(part)
+            out = replace(out, **{f.name: getattr(b, f.name) for f in fields(b) if getattr(b, f.name) != getattr(d, f.name)})
+        return out
     out = Behaviour()
     for item in filter(None, name.split(",")):
         key, _, value = item.partition("=")
