@@ -108,8 +108,12 @@ def open_engine(client=None, scheduler: str | None = None, workers: int | None =
     dlog = logging.getLogger("distributed")
     if dlog.level == logging.NOTSET or dlog.level < logging.WARNING:
         dlog.setLevel(logging.WARNING)
+    # the in-process cluster has no dashboard: its statistical profiler (a walk of every thread's stack
+    # each 10 ms) and its 0.5 s system monitor fed nobody and took a fifth of the event loop's CPU
     with dask.config.set({"distributed.worker.daemon": False, "distributed.admin.tick.limit": "60s",
-                          "distributed.logging.distributed": "error"}):
+                          "distributed.logging.distributed": "error", "distributed.worker.profile.enabled": False,
+                          "distributed.admin.system-monitor.interval": "5s",
+                          "distributed.admin.system-monitor.disk": False}):
         with warnings.catch_warnings():
             # an in-process cluster still serves /health over HTTP; another one on 8787 is no concern
             warnings.filterwarnings("ignore", message="Port .* is already in use")
