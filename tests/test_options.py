@@ -119,7 +119,7 @@ def test_the_rules_between_options_name_both():
     with pytest.raises(UsageError, match=r"--overlap: must be less than half of --tile-size, at most 255 \(got 300\)"):
         Options(tile_size=512, overlap=300)
     assert Options(tile_size=512, overlap=300, squash=True).overlap == 300  # squashed: no overlap used
-    with pytest.raises(UsageError, match="--device 'tpu' is not one of auto, cpu, cuda"):
+    with pytest.raises(UsageError, match="--device 'tpu' is not one of auto, cpu, cuda, tensorrt"):
         Options(device="tpu")
     assert Options(bands="4,3,2").bands == (4, 3, 2) == Options(bands=[4, 3, 2]).bands
 
