@@ -1,6 +1,6 @@
 """Per-tile time on graphs of the real SAM 3 image encoder's size and shape, with random weights.
 
-    python -m benchmarks.bench_gpu_encoder --device cuda [--blocks 32] [--repeat 10]
+    python -m benchmarks.bench_gpu_encoder --device cuda [--precisions fp32 tf32 fp16] [--blocks 32] [--repeat 10]
 
 Builds (at run time, never committed: ~1.3 GB of float32 weights) a ViT of SAM 3's encoder size, a
 32-block, 1024-wide transformer over 72x72 tokens of 14x14 px patches of the 1008x1008 input, with the
@@ -8,6 +8,9 @@ contract's input (uint8 [3,1008,1008]) and six outputs (vision_pos_enc_0..2, bac
 288/144/72), then times through sam3tiles's own OnnxRuntime path: encode (I/O binding on CUDA, only the
 four outputs the decoder reads) and decode with a contract-faithful test decoder. It prints ms per tile
 and the achieved TFLOP/s against the device's peak, i.e. how far a tile is from the GPU's limit.
+On a GPU it times fp32 (CUDA, TF32 off), tf32 (CUDA, TF32 on) and fp16 (TensorRT, engine cache beside the
+model) in one run and compares each decode's masks (> 0.5) with fp32's (IoU): random weights, so the IoU
+says how many mask cells the arithmetic flips on tensors of SAM 3's shapes, not SAM 3's own accuracy.
 On a CPU, `--blocks 1` checks the script in a minute; `--smoke` (no block) in seconds.
 """
 
@@ -109,9 +112,41 @@ def build_encoder(path: Path, blocks: int, seed: int = 0, width: int = WIDTH):
     return flops
 
 
+def time_one(d: Path, device: str, precision: str, repeat: int, img: TileImage) -> dict:
+    """Encode + decode `repeat` times through sam3tiles's OnnxRuntime on `device` at `precision`: median
+    ms, the providers each graph ran on, and the last decode's masks (> 0.5) and scores."""
+    rt = OnnxRuntime(d, device=device, precision=precision)
+    prompt = rt.prepare_prompt("red")
+    emb = rt.encode(img)  # warm-up (TensorRT builds its engines here the first time)
+    rt.decode(emb, prompt)
+    enc, dec = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        emb = rt.encode(img)
+        t1 = time.perf_counter()
+        det = rt.decode(emb, prompt)
+        t2 = time.perf_counter()
+        enc.append(t1 - t0)
+        dec.append(t2 - t1)
+    return {"precision": precision, "device": device, "providers": rt.session_providers,
+            "encode_ms": 1000 * float(np.median(enc)), "decode_ms": 1000 * float(np.median(dec)),
+            "masks": np.asarray(det.masks)[:, 0] > 0.5, "scores": np.asarray(det.scores)}
+
+
+def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
+    """IoU of two decodes' masks (all instances together; 1.0 when both are empty)."""
+    if a.shape != b.shape:
+        return 0.0
+    union = (a | b).sum()
+    return float((a & b).sum() / union) if union else 1.0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "tensorrt"])
+    ap.add_argument("--precisions", nargs="+", default=None, choices=["auto", "fp32", "tf32", "fp16"],
+                    help="one timing each, in one run, masks compared with the first (default on a GPU: "
+                         "fp32 tf32 fp16; fp16 runs on --device tensorrt)")
     ap.add_argument("--blocks", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--peak-tflops", type=float, default=67.0, help="device fp32 peak (H200: ~67 non-tensor)")
@@ -121,7 +156,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.smoke:
         args.blocks, args.repeat, args.device, args.width = 1, 1, "cpu", 64
+    import onnxruntime as ort
 
+    gpu = args.device != "cpu" and "CUDAExecutionProvider" in ort.get_available_providers()
+    precisions = args.precisions or (["fp32", "tf32", "fp16"] if gpu else ["auto"])
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         d = Path(d)
         build_contract_models(d, decoder="colour", grid=4)  # language encoder + decoder of the contract
@@ -129,26 +167,20 @@ def main(argv=None) -> int:
         flops = build_encoder(d / "sam3_image_encoder.onnx", args.blocks, width=args.width)
         print(f"built a {args.blocks}-block encoder ({flops / 1e12:.2f} TFLOP per tile) in "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
-        rt = OnnxRuntime(d, device=args.device)
-        print("providers:", rt.providers, flush=True)
         rng = np.random.default_rng(0)
         img = TileImage(rng.integers(0, 255, (3, 1008, 1008), dtype=np.uint8), np.ones((1008, 1008), bool))
-        prompt = rt.prepare_prompt("red")
-        emb = rt.encode(img)  # warm-up
-        rt.decode(emb, prompt)
-        enc, dec = [], []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            emb = rt.encode(img)
-            t1 = time.perf_counter()
-            rt.decode(emb, prompt)
-            t2 = time.perf_counter()
-            enc.append(t1 - t0)
-            dec.append(t2 - t1)
-        e, dm = float(np.median(enc)), float(np.median(dec))
-        print(f"encode {1000 * e:.1f} ms/tile (median of {args.repeat}), decode (test decoder) {1000 * dm:.1f} ms")
-        print(f"achieved {flops / e / 1e12:.1f} TFLOP/s = {100 * flops / e / 1e12 / args.peak_tflops:.0f}% of "
-              f"{args.peak_tflops:g} TFLOP/s peak; {1 / (e + dm):.1f} tiles/s per GPU for one prompt")
+        rows = []
+        for p in precisions:
+            device = "tensorrt" if p == "fp16" else args.device
+            r = time_one(d, device, p, args.repeat, img)
+            ref = rows[0] if rows else r
+            e, dm = r["encode_ms"] / 1000, r["decode_ms"] / 1000
+            print(f"{p:5s} on {device}: encode {r['encode_ms']:.1f} ms/tile (median of {args.repeat}), decode "
+                  f"(test decoder) {r['decode_ms']:.1f} ms; {flops / e / 1e12:.1f} TFLOP/s = "
+                  f"{100 * flops / e / 1e12 / args.peak_tflops:.0f}% of {args.peak_tflops:g}; "
+                  f"{1 / (e + dm):.1f} tiles/s; masks IoU vs {ref['precision']}: {mask_iou(r['masks'], ref['masks']):.4f}"
+                  f"; providers: {r['providers']}", flush=True)
+            rows.append(r)
     return 0
 
 

@@ -108,8 +108,15 @@ def open_engine(client=None, scheduler: str | None = None, workers: int | None =
     dlog = logging.getLogger("distributed")
     if dlog.level == logging.NOTSET or dlog.level < logging.WARNING:
         dlog.setLevel(logging.WARNING)
+    # the in-process cluster has no dashboard and one worker: its statistical profiler (a walk of every
+    # thread's stack each 10 ms), its 0.5 s system monitor, the 20 ms event-loop tick and work stealing
+    # fed nobody, and took a good part of the event loop's CPU (the GIL the tiles' work needs)
     with dask.config.set({"distributed.worker.daemon": False, "distributed.admin.tick.limit": "60s",
-                          "distributed.logging.distributed": "error"}):
+                          "distributed.logging.distributed": "error", "distributed.worker.profile.enabled": False,
+                          "distributed.admin.system-monitor.interval": "5s",
+                          "distributed.admin.system-monitor.disk": False, "distributed.admin.tick.interval": "1s",
+                          "distributed.scheduler.work-stealing": False,
+                          "distributed.worker.memory.monitor-interval": "1s"}):
         with warnings.catch_warnings():
             # an in-process cluster still serves /health over HTTP; another one on 8787 is no concern
             warnings.filterwarnings("ignore", message="Port .* is already in use")

@@ -27,8 +27,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .errors import UsageError
 from .grid import DEFAULT_OVERLAP, MIN_TILE, TILE_SIZE, max_overlap
+from .model.providers import DEVICES, PRECISIONS, precision_problem
 from .model.registry import RuntimeSpec, available_backends
-from .model.runtime import DEVICES, MODEL_SIZE
+from .model.runtime import MODEL_SIZE
 from .progress import PROGRESS_FORMATS
 from .readers.base import parse_bands
 from .refine import DEFAULT_DEPTH, MAX_DEPTH, MODES as REFINE_MODES
@@ -134,7 +135,13 @@ class Options:
     model: str | None = opt(
         None, "Folder of the SAM 3 ONNX files (default: $SAM3TILES_MODEL_DIR or the user cache; see "
               "`sam3tiles model fetch`).", job="backend.model", flags=("--model",))
-    device: str = opt("auto", "Where the model runs.", job="backend.device", flags=("--device",), choices=DEVICES)
+    # -- GPU options (issue 21): the execution provider and its precision (model.providers) -----------
+    device: str = opt("auto", "Where the model runs: auto (CUDA when there), cpu, cuda, or tensorrt (TensorRT "
+                              "with an engine cache beside the model; fp16 unless --precision says otherwise).",
+                      job="backend.device", flags=("--device",), choices=DEVICES)
+    precision: str = opt("auto", "GPU arithmetic: fp32 (CUDA with TF32 off), tf32 (CUDA with TF32 on: "
+                                 "onnxruntime's default), fp16 (TensorRT only); auto: the provider's default.",
+                         job="backend.precision", flags=("--precision",), choices=PRECISIONS)
     threads: int = opt(0, "onnxruntime threads per session (0: its default).", job="backend.threads",
                        flags=("--threads",), ge=0)
     workers: int | None = opt(None, "CPU threads for reading and vectorizing (local runs).", job="run.workers",
@@ -229,7 +236,7 @@ class Options:
 
     def runtime_spec(self) -> RuntimeSpec:
         """The one place a backend (name, object or factory) becomes a RuntimeSpec."""
-        return RuntimeSpec.of(self.backend, model_dir=self.model, device=self.device,
+        return RuntimeSpec.of(self.backend, model_dir=self.model, device=self.device, precision=self.precision,
                               intra_op_threads=self.threads, encode_seconds=self.encode_seconds,
                               decode_seconds=self.decode_seconds)
 
@@ -293,6 +300,9 @@ def check(o: Options) -> None:
                          "area column's units: area_m2, area_px, ...)")
     for problem in cross_problems(o.tile_size, o.overlap, o.squash):
         raise UsageError(problem.format(**{n: named(n) for n in ("tile_size", "overlap")}))
+    problem = precision_problem(o.device, o.precision)
+    if problem is not None:
+        raise UsageError(problem)
 
 
 def cross_problems(tile_size: int, overlap: int, squash: bool) -> list[str]:

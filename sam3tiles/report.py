@@ -64,6 +64,15 @@ class RunReport:
             tmp.write_text(json.dumps(self.as_dict(), indent=2, default=str))
         return p
 
+    def _provider_lines(self) -> list[str]:
+        """The onnxruntime providers each graph ran on, per distinct placement over the workers."""
+        seen = {}
+        for counters in self.runtime_counters.values():
+            for backend, c in (counters or {}).items():
+                for graph, used in (c.get("providers") or {}).items() if isinstance(c, dict) else ():
+                    seen.setdefault((backend, graph, used), None)
+        return [f"providers ({b}, {g}): {u}" for b, g, u in seen]
+
     def summary(self) -> str:
         """A few lines for the terminal."""
         m = self.merge
@@ -93,6 +102,7 @@ class RunReport:
                      + ("; read/encode/decode/vectorize are summed over tiles" if self.tiles > 1 else ""))
         if self.dashboard:
             lines.append(f"dask dashboard: {self.dashboard}")
+        lines += self._provider_lines()
         for t in self.failed_tiles[:10]:
             lines.append(f"failed tile {t.get('tile')} of {t.get('source')}: {t.get('error')}")
         for p in self.unusable_prompts:

@@ -37,7 +37,8 @@ from .report import RunReport
 from .tileframe import TileFrames
 from .units import Frame
 from .writers.stream import ObjectSpool, SpoolInput
-from .tasks import SourceSpec, TilePrompt, TileResult, infer_task, prepared_prompt, read_task, vectorize_task
+from .tasks import (SourceSpec, TilePrompt, TileResult, infer_task, prepared_prompt, read_task, tile_task,
+                    vectorize_task)
 
 log = logging.getLogger(__name__)
 
@@ -252,6 +253,12 @@ class InputRun:
 
     def _submit(self, tile: Tile, tps: list[TilePrompt], pastes=None) -> None:
         client, retries = self.engine.client, self.opts.retries
+        if not self.engine.distributed:  # in-process: one task a tile (tasks.tile_task)
+            ft = client.submit(tile_task, self.source, self.spec, tile, tps, self.opts.edge_margin, pastes,
+                               pure=False, retries=retries)
+            self.in_flight[ft.key] = (tile, (ft,))
+            self.ac.add(ft)
+            return
         fr = client.submit(read_task, self.source, tile, pure=False, retries=retries)
         fi = client.submit(infer_task, self.spec, fr, tps, tile.valid_wh, pastes, pure=False, retries=retries,
                            resources=self.engine.model_resources())

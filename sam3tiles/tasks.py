@@ -93,6 +93,10 @@ def read_task(spec: SourceSpec, tile: Tile) -> tuple[TileImage | None, float]:
 
 
 _prep_lock = threading.Lock()
+#: Held by a tile's encode and decodes: a process runs one tile on its model at a time (the Dask GPU
+#: resource does the same across tasks; with `tile_task` this lock alone does), so one embedding at a
+#: time is alive and the reads and vectorizing of other tiles run beside it in other threads.
+MODEL_LOCK = threading.Lock()
 _prepared: dict[tuple[RuntimeSpec, str], PreparedPrompt] = {}
 
 
@@ -139,21 +143,22 @@ def infer_task(spec: RuntimeSpec, read: tuple[TileImage | None, float], prompts:
     screen = None
     if pastes is not None:  # one input for every prompt: the pasted exemplars are in it for all of them
         image, screen = pastes.compose(image)
-    t0 = time.perf_counter()
-    emb = runtime.encode(image)
-    res.seconds["encode"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    crop = crop_detections if screen is None else screen.crops
-    for tp, prep in todo:
-        for pi, boxes in enumerate(tp.passes):
-            det = runtime.decode(emb, prep, boxes)
-            if len(det) >= SATURATION:
-                res.saturated = True
-                res.saturated_prompts += (tp.index,)
-            res.crops.extend(crop(det, tp.index, pi, valid_wh, holes))
-    res.seconds["decode"] = time.perf_counter() - t0
+    with MODEL_LOCK:  # one tile on the model at a time; the embedding is dropped before the next
+        t0 = time.perf_counter()
+        emb = runtime.encode(image)
+        res.seconds["encode"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        crop = crop_detections if screen is None else screen.crops
+        for tp, prep in todo:
+            for pi, boxes in enumerate(tp.passes):
+                det = runtime.decode(emb, prep, boxes)
+                if len(det) >= SATURATION:
+                    res.saturated = True
+                    res.saturated_prompts += (tp.index,)
+                res.crops.extend(crop(det, tp.index, pi, valid_wh, holes))
+        res.seconds["decode"] = time.perf_counter() - t0
+        del emb
     res.exemplars = screen.stats() if screen is not None else {}
-    del emb
     return res
 
 
@@ -166,6 +171,15 @@ def vectorize_task(infer: InferResult, tile: Tile, edge_margin: int = EDGE_MARGI
     seconds["vectorize"] = time.perf_counter() - t0
     return TileResult(tile.index, pieces, infer.skipped, infer.saturated, seconds, infer.unusable_prompts,
                       saturated_prompts=infer.saturated_prompts, exemplars=infer.exemplars)
+
+
+@shippable
+def tile_task(src: SourceSpec, spec: RuntimeSpec, tile: Tile, prompts: Sequence[TilePrompt],
+              edge_margin: int = EDGE_MARGIN, pastes=None) -> TileResult:
+    """read -> infer -> vectorize as ONE task, for the in-process engine: there nothing travels between
+    the three anyway, and three tasks a tile cost three submissions, transitions and results of
+    scheduling in the same process (and GIL) as the work. Model calls hold `MODEL_LOCK`."""
+    return run_tile_inline(src, spec, tile, prompts, edge_margin, pastes)
 
 
 def run_tile_inline(src: SourceSpec, spec: RuntimeSpec, tile: Tile, prompts: Sequence[TilePrompt],

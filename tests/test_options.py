@@ -120,7 +120,7 @@ def test_the_rules_between_options_name_both():
     with pytest.raises(UsageError, match=r"--overlap: must be less than half of --tile-size, at most 255 \(got 300\)"):
         Options(tile_size=512, overlap=300)
     assert Options(tile_size=512, overlap=300, squash=True).overlap == 300  # squashed: no overlap used
-    with pytest.raises(UsageError, match="--device 'tpu' is not one of auto, cpu, cuda"):
+    with pytest.raises(UsageError, match="--device 'tpu' is not one of auto, cpu, cuda, tensorrt"):
         Options(device="tpu")
     assert Options(bands="4,3,2").bands == (4, 3, 2) == Options(bands=[4, 3, 2]).bands
 
@@ -154,7 +154,7 @@ def test_each_option_s_own_range_is_checked_once_when_built(name, value):
 def test_one_statement_of_the_overlap_rule_and_the_devices():
     from sam3tiles.grid import TileGrid, max_overlap
     from sam3tiles.model.registry import RuntimeSpec
-    from sam3tiles.model.runtime import DEVICES
+    from sam3tiles.model.providers import DEVICES
     from sam3tiles.options import declarations
 
     for tile_size in (64, 512, 513, 1008):

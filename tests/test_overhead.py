@@ -34,3 +34,34 @@ def test_forgotten_prefetch_holds_nothing(tmp_path):
     Q.prefetch([(str(scene.path), 800, 600)], None)
     Q.forget_prefetched()
     assert not Q._PREFETCHED
+
+
+def test_merge_link_shortcuts_keep_the_areas():
+    """Rule 2's clipped areas: a part within its (rectangular) band is not overlaid with it, and the pair's
+    overlay runs at small coordinates; the areas are those of the plain overlays at map coordinates."""
+    import shapely
+
+    from sam3tiles.merge.rules import _clip, _local
+
+    rng = np.random.default_rng(5)
+    x0, y0 = 500000.0, 4100000.0
+    band = shapely.box(x0 + 300, y0 - 900, x0 + 380, y0)  # a vertical overlap band, 80 m wide
+    ga, gb = [], []
+    for _ in range(200):
+        cx, cy = x0 + rng.uniform(280, 400), y0 - rng.uniform(20, 880)
+        w, h = rng.uniform(3, 30, 2)
+        a = shapely.box(cx, cy, cx + w, cy + h)
+        ga.append(a)
+        gb.append(shapely.affinity.translate(a, *rng.choice([-0.3, 0.0, 0.3], 2)))  # a one-pixel shift
+    ga, gb = np.asarray(ga, dtype=object), np.asarray(gb, dtype=object)
+    bands = np.asarray([band] * len(ga), dtype=object)
+    box = np.tile(np.asarray(band.bounds), (len(ga), 1))
+    ca, cb = _clip(ga, bands, box), _clip(gb, bands, box)
+    within = shapely.within(ga, band)
+    assert within.any() and (~within).any()
+    assert all(ca[i] is ga[i] for i in np.flatnonzero(within))  # the same object: no overlay ran
+    want_a, want_b = shapely.intersection(ga, bands), shapely.intersection(gb, bands)
+    assert np.allclose(shapely.area(ca), shapely.area(want_a), rtol=1e-12, atol=0)
+    want = shapely.area(shapely.intersection(want_a, want_b))
+    got = shapely.area(shapely.intersection(*_local(ca, cb)))
+    assert np.allclose(got, want, rtol=1e-9, atol=1e-9)

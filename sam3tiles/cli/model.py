@@ -14,7 +14,8 @@ from typing import Any
 import click
 
 from ..model import contract, files as modelfiles
-from ..errors import ContractError, ModelError, ModelNotFoundError, Sam3TilesError
+from ..errors import ContractError, ModelError, ModelNotFoundError, Sam3TilesError, UsageError
+from ..model.providers import DEVICES, PRECISIONS, describe, precision_problem, requested
 
 
 def _errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -84,11 +85,19 @@ def verify(directory: Path | None) -> None:
 
 @model.command()
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--device", type=click.Choice(DEVICES), default=None,
+              help="also load each graph into onnxruntime on this device and show the providers in use")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
+              help="with --device: fp32 / tf32 (CUDA's TF32 off / on) or fp16 (TensorRT)")
 @_errors
-def info(directory: Path | None) -> None:
-    """Show each graph's inputs and outputs (dtype, shape), the contract check and the layout."""
+def info(directory: Path | None, device: str | None, precision: str) -> None:
+    """Show each graph's inputs and outputs (dtype, shape), the contract check and the layout; with
+    --device, the onnxruntime providers each graph actually runs on (loading the image encoder takes
+    its 3.2 GB)."""
     result = contract.info(directory)
     click.echo(result.format())
+    if device is not None and result.graphs:
+        _show_providers(result.directory, list(result.graphs), device, precision)
     if not result.graphs:
         raise ModelNotFoundError(f"no SAM 3 graph in {result.directory}: download the model with "
                              f"`{modelfiles.fetch_command(result.directory)}`")
@@ -102,15 +111,47 @@ def info(directory: Path | None) -> None:
 
 
 
+def _show_providers(directory: Path, graphs: list[str], device: str, precision: str) -> None:
+    """Each graph in an onnxruntime session for `device` / `precision`: the providers asked for and
+    those in use; a graph left on the CPU although a GPU provider was asked for is said loudly."""
+    import onnxruntime as ort
+
+    problem = precision_problem(device, precision)
+    if problem is not None:
+        raise UsageError(problem)
+    available = ort.get_available_providers()
+    click.echo(f"onnxruntime {ort.__version__} offers: {', '.join(available)}")
+    try:
+        providers = requested(device, precision, available, directory)
+    except LookupError:
+        raise ModelError(f"--device tensorrt: this onnxruntime has no TensorrtExecutionProvider (it offers "
+                         f"{', '.join(available)}): install onnxruntime-gpu with the TensorRT libraries, or "
+                         "use --device cuda") from None
+    click.echo(f"asked for (--device {device} --precision {precision}): {describe(providers)}")
+    want = providers[0] if isinstance(providers[0], str) else providers[0][0]
+    for name in graphs:
+        try:
+            used = ort.InferenceSession(str(directory / name), providers=providers).get_providers()
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
+            raise ModelError(f"cannot load {directory / name} on --device {device}: {str(exc).splitlines()[0]}")
+        line = f"{name}: runs on {', '.join(used)}"
+        if used[0] != want:
+            line += (f"  <- WARNING: not on {want} (a known fallback of some onnxruntime / CUDA builds for "
+                     "opset-21 graphs): expect CPU speed")
+        click.echo(line)
+
+
 @model.command()
 @click.option("--model", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
               help=_DIR_HELP)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
               help="where onnxruntime runs the model")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
+              help="fp32 / tf32 (CUDA's TF32 off / on) or fp16 (TensorRT)")
 @click.option("--threads", type=click.IntRange(0, 1024), default=0, show_default=True,
               help="onnxruntime intra-op threads (0: its default)")
 @_errors
-def check(directory: Path | None, device: str, threads: int) -> None:
+def check(directory: Path | None, device: str, precision: str, threads: int) -> None:
     """Run the installed model on the seed article's two scenes and compare with its published figures.
 
     The first thing to run after `sam3tiles model fetch`. Draws the article's scenes (800x600 and
@@ -126,7 +167,10 @@ def check(directory: Path | None, device: str, threads: int) -> None:
     from ..model import selfcheck
     from ..model.onnx import OnnxRuntime
 
-    rt = OnnxRuntime(directory, device=device, intra_op_threads=threads)
+    problem = precision_problem(device, precision)
+    if problem is not None:
+        raise UsageError(problem)
+    rt = OnnxRuntime(directory, device=device, intra_op_threads=threads, precision=precision)
     click.echo(f"model {rt.model_dir} ({rt.identity}), providers {', '.join(rt.providers)}")
     results = selfcheck.run_check(rt)
     click.echo(selfcheck.format_results(results))

@@ -29,13 +29,12 @@ import numpy as np
 from ..errors import ContractError, ModelError
 from .contract import CONTRACT, EMBEDDING_OUTPUTS, TensorSpec, check_graph, raise_for_differences
 from .files import DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, require_model
-from .runtime import DEVICES, MODEL_SIZE, Detections, ExampleBox, PreparedPrompt, TileImage
+from .runtime import MODEL_SIZE, Detections, ExampleBox, PreparedPrompt, TileImage
 from .tokenizer import get_tokenizer
 
 logger = logging.getLogger(__name__)
 
-CUDA = "CUDAExecutionProvider"
-CPU = "CPUExecutionProvider"
+from .providers import CPU, CUDA, DEVICES, TENSORRT, describe, names, precision_problem, requested
 _PROMPT_OUTPUTS = ("text_attention_mask", "text_memory")
 _DECODER_OUTPUTS = ("boxes", "scores", "masks")
 
@@ -99,16 +98,26 @@ class OnnxRuntime:
     name = "onnx"
 
     def __init__(self, model_dir: str | os.PathLike[str] | None = None, *, device: str = "auto",
-                 intra_op_threads: int = 0, inter_op_threads: int = 0, io_binding: bool | None = None):
+                 intra_op_threads: int = 0, inter_op_threads: int = 0, io_binding: bool | None = None,
+                 precision: str = "auto"):
         import onnxruntime as ort
 
         if device not in DEVICES:
             raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+        problem = precision_problem(device, precision)
+        if problem is not None:
+            raise ValueError(problem)
         self.model_dir = require_model(model_dir)
         self._tokenizer = get_tokenizer(self.model_dir)
-        self.requested_device = device
+        self.requested_device, self.precision = device, precision
         available = ort.get_available_providers()
-        providers = [CUDA, CPU] if device != "cpu" and CUDA in available else [CPU]
+        try:
+            providers = requested(device, precision, available, self.model_dir)
+        except LookupError:
+            raise ModelError(f"--device tensorrt: this onnxruntime ({ort.__version__}) has no "
+                             f"TensorrtExecutionProvider (it offers {', '.join(available)}). Install "
+                             "onnxruntime-gpu with the TensorRT libraries on the library path, or use "
+                             "--device cuda") from None
         if device == "cuda" and CUDA not in available:
             logger.warning(
                 "device 'cuda' was requested but this onnxruntime has no CUDAExecutionProvider (it offers "
@@ -124,8 +133,11 @@ class OnnxRuntime:
             if inter_op_threads > 1:
                 options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
         self._sessions: dict[str, Any] = {}
+        self.requested_providers = describe(providers)
         for key in ("image_encoder", "language_encoder", "decoder"):
             self._sessions[key], providers = self._load_session(ort, key, options, providers)
+        #: what onnxruntime actually placed each graph on (a graph may fall back, see _say_fallbacks)
+        self.session_providers = {key: list(s.get_providers()) for key, s in self._sessions.items()}
 
         checks = [check_graph(key, _describe(s.get_inputs()), _describe(s.get_outputs()))
                   for key, s in self._sessions.items()]
@@ -134,10 +146,8 @@ class OnnxRuntime:
         self.has_point_decoder = (self.model_dir / POINT_DECODER).is_file()
 
         self.providers: list[str] = list(self._sessions["decoder"].get_providers())
-        self.device = "cuda" if self.providers and self.providers[0] == CUDA else "cpu"
-        if device != "cpu" and CUDA in available and self.device != "cuda":
-            logger.warning("device %r: CUDA is available but the SAM 3 sessions run on %s; expect CPU "
-                           "speed. Check the onnxruntime-gpu / CUDA / cuDNN versions.", device, self.providers)
+        self.device = "cuda" if self.providers and self.providers[0] in (CUDA, TENSORRT) else "cpu"
+        self._say_fallbacks(device, available)
         self.io_binding = (self.device == "cuda") if io_binding is None else bool(io_binding)
         self._bind_device = "cuda" if self.device == "cuda" else "cpu"
         self._identity = self._make_identity()
@@ -152,15 +162,29 @@ class OnnxRuntime:
     # ---------------------------------------------------------------------------------------------
     # loading
 
-    def _load_session(self, ort, key: str, options, providers: list[str]):
+    def _say_fallbacks(self, device: str, available: list[str]) -> None:
+        """Loudly: a graph onnxruntime placed on the CPU although a GPU provider was asked for and is
+        there (a known case: some onnxruntime / CUDA builds fall back to the CPU for opset-21 graphs)."""
+        if device == "cpu" or not ({CUDA, TENSORRT} & set(available)):
+            return
+        want = TENSORRT if device == "tensorrt" else CUDA
+        for key, used in self.session_providers.items():
+            if not used or used[0] != want:
+                logger.warning("device %r: onnxruntime runs the SAM 3 %s graph on %s, not %s (a known fallback "
+                               "of some onnxruntime / CUDA builds for opset-21 graphs): expect CPU speed, 10-20x "
+                               "slower. Check the onnxruntime-gpu / CUDA / cuDNN versions (`sam3tiles model "
+                               "info --device %s` lists the providers in use).", device, key,
+                               ", ".join(used), want, device)
+
+    def _load_session(self, ort, key: str, options, providers: list):
         file_name = CONTRACT[key][0]
         path = self.model_dir / file_name
         try:
             return ort.InferenceSession(str(path), options, providers=providers), providers
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidProtobuf/NoSuchFile/...
-            if CUDA in providers:  # a broken CUDA setup: osam falls back to the CPU too, but we say so
-                logger.warning("could not create the %s session with CUDA (%s); falling back to the CPU",
-                               file_name, _short(exc))
+            if set(names(providers)) - {CPU}:  # a broken GPU setup: osam falls back to the CPU too, but we say so
+                logger.warning("could not create the %s session with %s (%s); falling back to the CPU",
+                               file_name, names(providers)[0], _short(exc))
                 return self._load_session(ort, key, options, [CPU])
             data = path.with_name(path.name + ".data")
             weights = f" with its weights {data.name}" if data.exists() else ""

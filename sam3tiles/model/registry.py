@@ -31,8 +31,9 @@ import cloudpickle
 
 from ..errors import ModelError, UsageError
 from .onnx import OnnxRuntime  # imports onnxruntime (an optional extra) only when it builds a session
+from .providers import DEVICES, precision_problem
 from .reference import ReferenceRuntime
-from .runtime import DEVICES, ModelRuntime
+from .runtime import ModelRuntime
 from .simulated import SimulatedGpuRuntime
 
 BUILTIN = ("onnx", "reference", "simulated")
@@ -71,8 +72,9 @@ class RuntimeSpec:
 
     backend: str = "onnx"
     model_dir: str | None = None
-    device: str = "auto"  # auto | cpu | cuda
+    device: str = "auto"  # auto | cpu | cuda | tensorrt (model.providers)
     intra_op_threads: int = 0  # 0 = onnxruntime's default
+    precision: str = "auto"  # auto | fp32 | tf32 | fp16 (model.providers)
     # simulated backend: seconds slept per encode / decode (releases the GIL as a GPU call does)
     encode_seconds: float = 0.1
     decode_seconds: float = 0.01
@@ -89,6 +91,9 @@ class RuntimeSpec:
                              f"(other backends register under the entry-point group {ENTRY_POINT_GROUP!r})")
         if self.device not in DEVICES:
             raise UsageError(f"unknown device {self.device!r}: choose {', '.join(DEVICES[:-1])} or {DEVICES[-1]}")
+        problem = precision_problem(self.device, self.precision)
+        if problem is not None:
+            raise UsageError(problem)
 
     @classmethod
     def of(cls, backend: Backend, **options: Any) -> "RuntimeSpec":
@@ -192,7 +197,8 @@ def build_runtime(spec: RuntimeSpec) -> ModelRuntime:
         return SimulatedGpuRuntime(spec.encode_seconds, spec.decode_seconds)
     if spec.backend == "onnx":
         model_dir = Path(spec.model_dir) if spec.model_dir else None
-        return OnnxRuntime(model_dir, device=spec.device, intra_op_threads=spec.intra_op_threads)
+        return OnnxRuntime(model_dir, device=spec.device, intra_op_threads=spec.intra_op_threads,
+                           precision=spec.precision)
     ep = installed_backends().get(spec.backend)
     if ep is None:
         raise ModelError(f"the {spec.backend!r} backend is not installed in this process (entry-point group "
@@ -227,6 +233,8 @@ def runtime_stats() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for spec, rt in _cache.items():
         out[spec.backend] = {"loads": load_counts.get(spec, 0), **getattr(rt, "counters", {})}
+        if getattr(rt, "session_providers", None):  # ONNX: the providers each graph actually runs on
+            out[spec.backend]["providers"] = {k: ", ".join(v) for k, v in rt.session_providers.items()}
     return out
 
 
@@ -245,11 +253,15 @@ def spec_identity(spec: RuntimeSpec) -> str:
     in-process engine then reuses that runtime)."""
     if spec.identity:
         return spec.identity
-    if spec.backend == "onnx" and not spec.token:
-        return _onnx_files_identity(spec.model_dir)
+    if spec.backend == "onnx" and not spec.token:  # fp16 (TensorRT) answers differ: its own checkpoints
+        return _onnx_files_identity(spec.model_dir) + (":fp16" if _fp16(spec) else "")
     if spec.backend in ("reference", "simulated") and not spec.token:
         return build_runtime(spec).identity
     return _identity_of(get_runtime(spec))
+
+
+def _fp16(spec: RuntimeSpec) -> bool:
+    return spec.device == "tensorrt" and spec.precision in ("auto", "fp16")
 
 
 def _onnx_files_identity(model_dir: str | None) -> str:

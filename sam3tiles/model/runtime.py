@@ -37,8 +37,6 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 MODEL_SIZE = 1008
-#: Where a model may run: "auto" takes CUDA when onnxruntime offers it, else the CPU.
-DEVICES = ("auto", "cpu", "cuda")
 MASK_SIZE = 288
 MAX_QUERIES = 200
 SCORE_THRESHOLD = 0.5

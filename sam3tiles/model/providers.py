@@ -1,0 +1,70 @@
+"""Which onnxruntime execution providers a `--device` and `--precision` ask for, with their options.
+
+* `cpu`: the CPU provider.
+* `cuda` / `auto`: CUDA (then the CPU for what CUDA cannot run). `--precision tf32` / `fp32` set the CUDA
+  provider's `use_tf32` on / off (TF32 matmuls and convolutions on Ampere and later: ~2-3x faster, 10
+  mantissa bits); `auto` leaves onnxruntime's default (on).
+* `tensorrt`: TensorRT (then CUDA, then CPU), with its engine cache in `trt-cache/` beside the model
+  (building the engines takes minutes the first time; the cache makes later runs start in seconds) and
+  fp16 on unless `--precision` is fp32 or tf32. TensorRT must be offered by this onnxruntime (the
+  onnxruntime-gpu wheel and the TensorRT libraries): otherwise the run refuses (exit 4), since silently
+  running fp32 CUDA or the CPU instead is not what was asked for.
+
+Frames: none (names and strings). The options are strings, as onnxruntime's provider options are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+TENSORRT = "TensorrtExecutionProvider"
+DEVICES = ("auto", "cpu", "cuda", "tensorrt")
+PRECISIONS = ("auto", "fp32", "tf32", "fp16")
+TRT_CACHE = "trt-cache"
+
+
+def precision_problem(device: str, precision: str) -> str | None:
+    """Why `precision` cannot be had on `device` (a usage error), or None."""
+    if precision not in PRECISIONS:
+        return f"unknown precision {precision!r}: choose {', '.join(PRECISIONS)}"
+    if precision == "fp16" and device != "tensorrt":
+        return ("--precision fp16 runs through TensorRT (the SAM 3 graphs are float32; onnxruntime's CUDA "
+                "provider runs them as they are): give --device tensorrt, or --precision tf32 for CUDA")
+    if precision in ("tf32", "fp32") and device == "cpu":
+        return f"--precision {precision} sets CUDA's TF32 mode and has no effect on --device cpu: leave it out"
+    return None
+
+
+def requested(device: str, precision: str, available: list[str], model_dir: Path | None = None) -> list:
+    """onnxruntime's `providers=` for `device` and `precision`, given the `available` providers: names, or
+    (name, options) pairs. `tensorrt` without TensorRT available raises LookupError (the caller says
+    what to install)."""
+    cuda_opts = {} if precision in ("auto", "fp16") else {"use_tf32": "1" if precision == "tf32" else "0"}
+    cuda = (CUDA, cuda_opts) if cuda_opts else CUDA
+    if device == "cpu":
+        return [CPU]
+    if device == "tensorrt":
+        if TENSORRT not in available:
+            raise LookupError(TENSORRT)
+        trt = {"trt_fp16_enable": "1" if precision in ("auto", "fp16") else "0",
+               "trt_engine_cache_enable": "1"}
+        if model_dir is not None:
+            trt["trt_engine_cache_path"] = str(Path(model_dir) / TRT_CACHE)
+        return [(TENSORRT, trt), *([cuda] if CUDA in available else []), CPU]
+    return [cuda, CPU] if CUDA in available else [CPU]
+
+
+def names(providers: list) -> list[str]:
+    """The provider names of a `providers=` list (names or (name, options) pairs)."""
+    return [p if isinstance(p, str) else p[0] for p in providers]
+
+
+def describe(providers: list) -> str:
+    """One line: each provider with its options, e.g. `CUDAExecutionProvider(use_tf32=0), CPU...`."""
+    out = []
+    for p in providers:
+        name, opts = (p, {}) if isinstance(p, str) else p
+        out.append(name + (f"({', '.join(f'{k}={v}' for k, v in opts.items())})" if opts else ""))
+    return ", ".join(out)

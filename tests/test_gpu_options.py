@@ -1,0 +1,91 @@
+"""--device tensorrt and --precision: what each asks onnxruntime for, a missing provider refused (exit 4),
+impossible combinations refused (exit 2), and the providers in use shown by `model info` and the report.
+Real onnxruntime sessions on contract-faithful test graphs (this machine has no GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+
+from sam3tiles.cli.main import cli
+from sam3tiles.model.providers import CPU, CUDA, TENSORRT, requested
+from sam3tiles.pipeline import segment_job
+from sam3tiles.testing import write_raster
+from sam3tiles.testing.graphs import build_contract_models
+
+HAS_TRT = TENSORRT in ort.get_available_providers()
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory):
+    return build_contract_models(tmp_path_factory.mktemp("m") / "model", decoder="colour", grid=1)
+
+
+def _scene(tmp_path):
+    img = np.full((3, 600, 700), 90, np.uint8)
+    img[:, 100:180, 200:300] = np.array([250, 5, 5], np.uint8)[:, None, None]
+    return write_raster(tmp_path / "scene.tif", img)
+
+
+def test_what_each_device_and_precision_asks_for(tmp_path):
+    gpu = [TENSORRT, CUDA, CPU]
+    assert requested("cpu", "auto", gpu) == [CPU]
+    assert requested("cuda", "auto", gpu) == [CUDA, CPU]  # onnxruntime's own default (TF32 on)
+    assert requested("cuda", "fp32", gpu) == [(CUDA, {"use_tf32": "0"}), CPU]
+    assert requested("auto", "tf32", gpu) == [(CUDA, {"use_tf32": "1"}), CPU]
+    assert requested("auto", "tf32", [CPU]) == [CPU]  # no CUDA here: the CPU, as `auto` says
+    trt, cuda, cpu = requested("tensorrt", "auto", gpu, tmp_path / "model")
+    assert trt == (TENSORRT, {"trt_fp16_enable": "1", "trt_engine_cache_enable": "1",
+                              "trt_engine_cache_path": str(tmp_path / "model" / "trt-cache")})  # beside the model
+    assert (cuda, cpu) == (CUDA, CPU)
+    assert requested("tensorrt", "fp32", gpu)[0][1]["trt_fp16_enable"] == "0"
+    assert requested("tensorrt", "fp32", gpu)[1] == (CUDA, {"use_tf32": "0"})
+    with pytest.raises(LookupError):
+        requested("tensorrt", "fp16", [CUDA, CPU])
+
+
+@pytest.mark.skipif(HAS_TRT, reason="this onnxruntime has TensorRT")
+def test_tensorrt_missing_is_exit_4_and_writes_nothing(graphs, tmp_path):
+    out = tmp_path / "o.gpkg"
+    r = CliRunner().invoke(cli, ["segment", str(_scene(tmp_path)), "--text", "red", "--backend", "onnx",
+                                 "--model", str(graphs), "--device", "tensorrt", "-o", str(out)])
+    assert r.exit_code == 4, r.output
+    assert "TensorrtExecutionProvider" in r.output and "Traceback" not in r.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--precision", "fp16"], "fp16 runs through TensorRT"),
+    (["--device", "cuda", "--precision", "fp16"], "fp16 runs through TensorRT"),
+    (["--device", "cpu", "--precision", "tf32"], "no effect on --device cpu"),
+    (["--precision", "bf16"], "'bf16' is not one of"),
+])
+def test_impossible_precision_is_a_usage_error(graphs, tmp_path, args, message):
+    out = tmp_path / "o.gpkg"
+    r = CliRunner().invoke(cli, ["segment", str(_scene(tmp_path)), "--text", "red", "--backend", "onnx",
+                                 "--model", str(graphs), *args, "-o", str(out)])
+    assert r.exit_code == 2, r.output
+    assert message in r.output and not out.exists()
+
+
+def test_model_info_shows_the_providers_in_use(graphs):
+    r = CliRunner().invoke(cli, ["model", "info", str(graphs), "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    assert "offers:" in r.output and "asked for (--device cpu --precision auto): CPUExecutionProvider" in r.output
+    for name in ("sam3_image_encoder.onnx", "sam3_language_encoder.onnx", "sam3_decoder.onnx"):
+        assert f"{name}: runs on CPUExecutionProvider" in r.output
+    assert "WARNING" not in r.output
+    if not HAS_TRT:
+        r = CliRunner().invoke(cli, ["model", "info", str(graphs), "--device", "tensorrt"])
+        assert r.exit_code == 4 and "TensorrtExecutionProvider" in r.output
+
+
+def test_the_report_names_the_providers_each_graph_ran_on(graphs, tmp_path):
+    gdf, rep = segment_job(str(_scene(tmp_path)), ["red"], backend="onnx", model=str(graphs), device="cpu",
+                           checkpoint=False, out=str(tmp_path / "o.gpkg"))
+    assert len(gdf) == 1
+    lines = rep.summary().splitlines()
+    for graph in ("image_encoder", "language_encoder", "decoder"):
+        assert f"providers (onnx, {graph}): CPUExecutionProvider" in lines
