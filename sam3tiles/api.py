@@ -25,7 +25,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             report_path: str | os.PathLike | None = None, client: Any = None, options: Options | None = None,
             backend: str | object = _D.backend, model: str | None = _D.model, device: str = _D.device,
             threads: int = _D.threads, workers: int | None = _D.workers, scheduler: str | None = _D.scheduler,
-            tile_size: int = _D.tile_size, overlap: int = _D.overlap, scale: float = _D.scale,
+            worker_timeout: float = _D.worker_timeout, tile_size: int = _D.tile_size, overlap: int = _D.overlap, scale: float = _D.scale,
             gsd: float | None = _D.gsd, bands: tuple[int, ...] | str | None = _D.bands, squash: bool = _D.squash,
             refine: str = _D.refine, refine_depth: int = _D.refine_depth,
             min_area: float = _D.min_area, max_area: float | None = _D.max_area, min_score: float = _D.min_score,
@@ -64,6 +64,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             "simulated"; the model backend registry may accept more.
         model, device, threads: the ONNX model folder, "auto"/"cpu"/"cuda", onnxruntime threads.
         workers, scheduler: CPU threads of a local run; a dask.distributed scheduler address.
+        worker_timeout: seconds a cluster run waits for a model worker when none is left (then exit 4).
         tile_size, overlap: tile side and overlap in (scaled) pixels (tile_size at most 1008).
         scale, gsd: uniform zoom, or a target ground sampling distance (CRS units per pixel).
         bands, squash: bands as (R, G, B) or one band, 1-based; the whole image as one squashed tile.
