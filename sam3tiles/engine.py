@@ -72,8 +72,10 @@ def _quiet_if_interrupted() -> None:
     """Ctrl-C or SIGTERM (not an Exception) while the main thread waited on a future: the wait is
     abandoned, and closing the client ends its coroutine with AllExit, which asyncio would log with a
     traceback after the run's own one-line message. Silence asyncio's logger, as the process is ending."""
+    from .errors import WorkerLostError
+
     exc = sys.exc_info()[1]
-    if exc is not None and not isinstance(exc, Exception):
+    if exc is not None and (not isinstance(exc, Exception) or isinstance(exc, WorkerLostError)):
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
 
 

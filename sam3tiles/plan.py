@@ -24,6 +24,7 @@ from .checks import (check_box_file, check_input, check_options, check_plan, che
                      replaceable)
 from .errors import InputDataError, OutputExistsError, PromptError, UsageError
 from .grid import Tile, TileGrid, scale_for_gsd, squash_tile
+from .limits import check_address_space
 from .merge import tile_frame
 from .model.files import require_model
 from .model.registry import RuntimeSpec, get_runtime, spec_identity
@@ -205,6 +206,7 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     if isinstance(text, str):
         text = [text]  # one prompt, not one per letter
     check_options(opts)
+    check_address_space()  # a low `ulimit -v` aborts native code mid-run, its lock left behind
     paths = expand_inputs(inputs, opts.asset)
     per_input, combined = resolve_outputs(paths, out)
     dest = combined or out

@@ -274,7 +274,7 @@ class InputRun:
 
     def _failed(self, tile: Tile, exc: BaseException | None) -> None:
         self.work.pop(tile.index, None)
-        if isinstance(exc, ModelError):
+        if isinstance(exc, (ModelError, MemoryError)):  # out of memory: not this tile's fault, stop the run
             raise exc
         path, retries = self.source.path, self.opts.retries
         if self.opts.strict:

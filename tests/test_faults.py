@@ -387,7 +387,7 @@ def _lose_the_worker(scheduler, tmp_path, timeout, rejoin):
     from sam3tiles.demo import write_scene
 
     src = tmp_path / "scene.tif"
-    write_scene(src, 2600, 1800, 3)
+    write_scene(src, 1700, 1200, 3)  # 12 tiles of 512 px
     out = tmp_path / "o.gpkg"
     worker = _worker(scheduler)
     driver = subprocess.Popen([sys.executable, "-m", "sam3tiles.cli", "segment", str(src), "-t", "blue", "--backend",
@@ -431,3 +431,25 @@ def test_a_worker_that_joins_in_time_lets_the_run_finish(scheduler, tmp_path):
     rep = json.loads((tmp_path / "o.gpkg.report.json").read_text())
     assert rep["failed"] == 0 and rep["done"] + rep["resumed"] + rep["skipped"] >= 1
     assert len(gpd.read_file(out)) == rep["objects"] and _leftovers(tmp_path) == []
+
+
+# -- a memory limit ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mb", [700, 1000])
+def test_a_low_address_space_limit_is_refused_before_any_work(tmp_path, mb):
+    import resource
+
+    src = _write(tmp_path / "a.tif", _image())
+    (tmp_path / "o").mkdir()
+    lim = mb << 20
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+
+    p = subprocess.run([sys.executable, "-m", "sam3tiles.cli", "segment", str(src), "-t", "blue", "--backend",
+                        "reference", "--out", str(tmp_path / "o" / "o.gpkg")], capture_output=True, text=True,
+                       preexec_fn=limit, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert p.returncode == 4, p.stderr[-2000:]
+    assert f"address-space limit (ulimit -v) is {mb} MB" in p.stderr and "raise it" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert list((tmp_path / "o").iterdir()) == []  # no lock, no work folder, no output
