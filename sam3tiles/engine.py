@@ -116,6 +116,14 @@ class WorkerWatch:
             return len(workers)
         return sum((w.get("resources") or {}).get("GPU", 0) > 0 for w in workers.values())
 
+    def _waiting(self) -> bool:
+        """Whether the run waits on the cluster (holds futures): writing the outputs at the end needs no
+        worker, and a cluster that shrank meanwhile must not stop it."""
+        try:
+            return bool(self.client.futures)
+        except Exception:  # noqa: BLE001 - a closing client
+            return False
+
     def _watch(self) -> None:
         import time
 
@@ -123,8 +131,8 @@ class WorkerWatch:
         kind = "with the GPU resource " if self.gpu else ""
         while not self._stop.wait(WATCH_POLL_S):
             n = self._workers()
-            if n:
-                if since is not None:
+            if n or not self._waiting():
+                if n and since is not None:
                     log.warning("a Dask worker %sjoined %s: the run goes on", kind, self.address)
                 since = None
                 continue

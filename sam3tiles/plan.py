@@ -270,6 +270,9 @@ def check_side_files(outputs: Sequence[Path], labels: Path | None, report, opts:
     of the run may share a path (one would replace the other)."""
     report = Path(report) if report is not None else None
     files = [("--out", p) for p in outputs] + side_files(outputs, labels, report, opts)
+    for what, p in files:
+        if what in ("the report", "--labels"):
+            check_name(p, what)  # a newline or an overlong name fails its rename at the end of the run
     seen: dict[str, str] = {}
     for what, p in files:
         key = os.path.realpath(p)

@@ -880,6 +880,8 @@ FAULT_CASES: dict[str, Case] = {
                                        r"--class-col nosuch: .*truth\.gpkg has no such column \(its columns: class"),
     # -- names: exit 2 before any work
     "out-name-with-a-newline": Case(seg_sq(out="o\nx.gpkg"), 2, r"control character \('\\n'"),
+    "job-report-name-with-a-newline": Case(_job(_with(output={"path": "o/out.gpkg", "report": "o/r\nx.json"})), 2,
+                                           r"the report .*control character"),
     "layer-300-characters": Case(seg_sq("--layer", "a" * 300), 2, r"too long for this file system .*shorten it"),
     "out-name-250-characters": Case(seg_sq(out="b" * 245 + ".gpkg"), 2, r"too long for this file system"),
     "layer-sqlite-sequence": Case(seg_sq("--layer", "sqlite_sequence"), 2, r"not a usable layer name .*sqlite_"),

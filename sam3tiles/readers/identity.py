@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 import uuid
 import zipfile
 from pathlib import Path
@@ -97,7 +98,8 @@ def _local_stamp(path: str) -> str | None:
         st = os.stat(path)
     except OSError:
         return None
-    return f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}:{content_sample(path, st.st_size)}"
+    sample = content_sample(path, st.st_size) if stat.S_ISREG(st.st_mode) else "special"  # a FIFO would block
+    return f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}:{sample}"
 
 
 def _zip_member(archive: str, member: str) -> str | None:
