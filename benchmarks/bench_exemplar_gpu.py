@@ -60,7 +60,7 @@ class Bench:
 
     def run(self, tile, boxes, pastes):
         """Polygons of one tile: encode once, one decode per box pass, paste screening when `pastes`."""
-        from sam3tiles.merge import tile_frame
+        from sam3tiles.tileframe import tile_frame
         from sam3tiles.prompts import box_passes
         from sam3tiles.vectorize import crop_detections, pieces_from_crops
 

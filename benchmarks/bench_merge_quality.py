@@ -51,6 +51,8 @@ from pathlib import Path
 import numpy as np
 import shapely
 
+from sam3tiles.piecekey import tile_of
+
 from .common import emit, table
 
 METHODS = ("sam3tiles", "sahi-gnmm", "sahi-nms", "centre", "squash")
@@ -61,7 +63,7 @@ def tile_pieces(path, behaviour, squash: bool = False, runtime=None):
     """(per-tile Pieces, frames, tiles, transform) of the scene at `path` answered by the misbehaving model
     (or by `runtime`, as it is)."""
     from sam3tiles.grid import TileGrid, squash_tile
-    from sam3tiles.merge import tile_frame
+    from sam3tiles.tileframe import tile_frame
     from sam3tiles.model.misbehaving import MisbehavingRuntime
     from sam3tiles.model.reference import ReferenceRuntime
     from sam3tiles.readers import open_source
@@ -97,7 +99,7 @@ def merge_centre(per_tile, frames, **_):
     for p in per_tile:
         for g, k, pr in zip(p.geometry, p.tile_key, p.prompt):
             x0, y0, x1, y1 = g.bounds
-            if frames[k // 1024].core.contains(shapely.Point((x0 + x1) / 2, (y0 + y1) / 2)):
+            if frames[tile_of(k)].core.contains(shapely.Point((x0 + x1) / 2, (y0 + y1) / 2)):
                 out.append((pr, g))
     return out, None
 
@@ -171,7 +173,7 @@ def floor_preds(per_tile, frames, truth_by_class, transform):
     by_tile: dict = {}
     for p in per_tile:
         for g, k, pr, comp in zip(p.geometry, p.tile_key, p.prompt, p.complete):
-            by_tile.setdefault((k // 1024, pr), []).append((g, bool(comp)))
+            by_tile.setdefault((tile_of(k), pr), []).append((g, bool(comp)))
     for (tile, k), geoms in by_tile.items():
         truth = shapely.union_all(truth_by_class.get(k, []))
         for g, _ in geoms:
@@ -278,7 +280,7 @@ def union_ious(per_tile, frames, merged, truth_by_class) -> dict:
     out = {}
     for k, truth in truth_by_class.items():
         t = shapely.union_all(truth)
-        said = [shapely.intersection(g, frames[int(tk) // 1024].core) for p in per_tile
+        said = [shapely.intersection(g, frames[tile_of(int(tk))].core) for p in per_tile
                 for g, tk, pr in zip(p.geometry, p.tile_key, p.prompt) if pr == k]
         floor = shapely.union_all(said) if said else shapely.Polygon()
         got = shapely.union_all([g for c, g in merged if c == k])

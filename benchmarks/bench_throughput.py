@@ -27,11 +27,12 @@ import time
 import geopandas as gpd
 
 from sam3tiles.grid import TileGrid
-from sam3tiles.merge import merge_pieces, tile_frame
+from sam3tiles.merge import merge_pieces
 from sam3tiles.model.registry import RuntimeSpec, get_runtime
 from sam3tiles.pipeline import segment_job  # imports distributed before any clock starts
 from sam3tiles.readers import open_source
 from sam3tiles.tasks import SourceSpec, TilePrompt, run_tile_inline
+from sam3tiles.tileframe import tile_frame
 from sam3tiles.vectorize import Pieces
 
 from .common import emit, run_child, smoke

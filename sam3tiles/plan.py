@@ -25,7 +25,7 @@ from .checks import (check_box_file, check_input, check_options, check_plan, che
 from .errors import InputDataError, OutputExistsError, PromptError, UsageError
 from .grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from .limits import check_address_space
-from .merge import tile_frame
+from .tileframe import tile_frame
 from .model.files import require_model
 from .model.registry import RuntimeSpec, get_runtime, spec_identity
 from .options import Options

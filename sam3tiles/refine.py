@@ -31,6 +31,8 @@ import shapely
 
 from .errors import UsageError
 from .grid import Tile, TileGrid
+from .piecekey import MAX_INDEX
+from .tileframe import tile_frame
 
 MODES = ("auto", "off")
 DEFAULT_DEPTH = 2
@@ -38,8 +40,6 @@ DEFAULT_DEPTH = 2
 MAX_DEPTH = 4
 #: Most sub-tiles one split makes (4x4 at most, since the overlap is under half a tile).
 BRANCH = 16
-#: Largest tile index the merge's order keys hold (tile index * 2**24 within int64).
-MAX_INDEX = 2**39 - 1
 
 
 @dataclass
@@ -140,14 +140,33 @@ class Refiner:
         return subs
 
 
+@dataclass(frozen=True)
+class Refinement:
+    """What refinement decided for one finished tile; the tile loop applies it (`InputRun`).
+
+    `sub_tiles` (in index order) run the prompts `prompts` and join the tile's merge block with
+    `sub_frames`; the refined tile's own frame becomes `frame` (shared: no exclusive area). `saturated`:
+    the tile hit the object cap and is left as it is (counted in the report). Empty for most tiles."""
+
+    sub_tiles: tuple[Tile, ...] = ()
+    sub_frames: tuple = ()  # TileFrame per sub-tile, CRS
+    frame: object = None  # the refined tile's TileFrame, None when not refined
+    prompts: frozenset = frozenset()
+    saturated: bool = False
+
+
+#: The answer for a tile that is neither refined nor saturated (most tiles).
+NOTHING = Refinement()
+
+
 class RefineHook:
-    """What a tile loop calls as each tile's result arrives (`arrived`): counts saturation, and for a tile
-    to refine registers its sub-tiles with the merger and returns them with the prompts they run. The loop
-    then looks them up in the checkpoints and queues the rest at the front (one call, no second pass).
+    """What a tile loop asks as each tile's result arrives (`arrived`): counts refinement's figures, and
+    for a tile to refine returns its sub-tiles with their frames and the prompts they run (`Refinement`).
+    The loop registers them with its merger, looks them up in the checkpoints and queues the rest at the
+    front (one call, no second pass).
 
     `grid`: None for a squashed run (never refined); `prompts`: the run's prompts (label, text);
-    `frames`, `blocks`: the loop's merge frames and blocks (updated here); `report`: the RunReport
-    (saturated tiles, tile count); `bar`: the progress bar or None.
+    `overlap`: the grid's overlap in tile pixels (the sub-tiles' frames); `source`: the input's path.
 
     Box-only prompts are not refined: a sub-tile finds their objects only through an example in it or
     pasted into it (`--box-scope image`), and a paste may fit in no sub-tile's margin at twice the zoom,
@@ -155,48 +174,30 @@ class RefineHook:
     Prompts with text and boxes are refined; their sub-tiles get the example boxes like any tile.
     """
 
-    def __init__(self, grid: TileGrid | None, mode: str, depth: int, prompts, merger, frames: dict,
-                 blocks: dict, overlap: int, report, bar=None, source: str = ""):
+    def __init__(self, grid: TileGrid | None, mode: str, depth: int, prompts, overlap: int, source: str = ""):
         depth = depth if mode == "auto" else 0
         self.refiner = Refiner(grid, depth, source) if grid is not None else None
-        self.prompts, self.merger = prompts, merger
-        self.frames, self.blocks, self.overlap, self.report, self.bar, self.source = (frames, blocks, overlap,
-                                                                                      report, bar, source)
+        self.prompts, self.overlap = prompts, overlap
         self.stats = RefineStats(mode=mode if grid is not None else "off", depth=depth)
 
     def depth_of(self, index: int) -> int:
         return self.refiner.depth_of(index) if self.refiner is not None else 0
 
-    def arrived(self, tile: Tile, res, computed: bool) -> list[tuple[Tile, set]]:
-        """[(sub-tile, {prompt indices it runs})] for the finished tile (mostly []); call before the tile's
-        pieces go to the merger (they lose what the sub-tiles replace)."""
+    def arrived(self, tile: Tile, res, computed: bool, frame) -> Refinement:
+        """The refinement of a finished tile whose merge frame is `frame` (mostly `NOTHING`); call before
+        the tile's pieces go to the merger (they lose, in place, what the sub-tiles replace)."""
         if computed and not res.skipped and self.depth_of(tile.index):
             self.stats.extra_encodes += 1
         # box-only prompts are not refined (see the class notes)
         todo = tuple(i for i in res.saturated_prompts if self.prompts[i].text is not None)
         subs = []
         if self.refiner is not None and todo:
-            subs = self.refiner.refine(tile, todo, res.pieces, self.frames[tile.index].pixel, self.stats,
+            subs = self.refiner.refine(tile, todo, res.pieces, frame.pixel, self.stats,
                                        [p.label for p in self.prompts])
-        if res.saturated and not subs:
-            self.report.saturated += 1
-            self.report.saturated_tiles.append({"source": self.source, "tile": tile.index,
-                                                "depth": self.depth_of(tile.index)})
         if not subs:
-            return []
-        from .merge import tile_frame
-
-        block = self.blocks[tile.index]
-        self.frames[tile.index] = shared_frame(self.frames[tile.index])
-        self.merger.expect(tile.index, self.frames[tile.index], block)
-        for sub in subs:
-            self.frames[sub.index] = shared_frame(tile_frame(sub, self.overlap))
-            self.blocks[sub.index] = block
-            self.merger.expect(sub.index, self.frames[sub.index], block)
-        self.report.tiles += len(subs)
-        if self.bar is not None:
-            self.bar.total = (self.bar.total or 0) + len(subs)
-        return [(sub, set(todo)) for sub in subs]
+            return Refinement(saturated=True) if res.saturated else NOTHING
+        return Refinement(tuple(subs), tuple(shared_frame(tile_frame(sub, self.overlap)) for sub in subs),
+                          shared_frame(frame), frozenset(todo))
 
     def key_part(self, tile: Tile) -> dict:
         """What a sub-tile adds to its checkpoint key: its index (it is in the stored pieces)."""

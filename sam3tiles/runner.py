@@ -26,13 +26,15 @@ from .engine import Engine, _count
 from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, shippable
 from .frames import objects_frame
 from .grid import Tile
-from .merge import BlockMerger, Merged, MergeStats, Packed, TileFrames, tile_blocks
+from .merge import BlockMerger, Merged, MergeStats, Packed, tile_blocks
 from .model.registry import RuntimeSpec, get_runtime
+from .piecekey import PASSES_PER_TILE
 from .plan import InputPlan, RunPlan
 from .prompts import Prompt, box_passes, boxes_outside, tile_boxes
 from .readers.remote import input_name as file_name
 from .refine import RefineHook
 from .report import RunReport
+from .tileframe import TileFrames
 from .units import Frame
 from .writers.stream import ObjectSpool, SpoolInput
 from .tasks import SourceSpec, TilePrompt, TileResult, infer_task, prepared_prompt, read_task, vectorize_task
@@ -104,7 +106,7 @@ class InputRun:
         self.merger = BlockMerger(frames, blocks, submit=_submit_on(self.engine, self.opts.retries),
                                   on_block=lambda objects, first: self._spool_block(index, objects, first))
         self.hook = RefineHook(self.inp.grid, self.opts.refine, self.opts.refine_depth, self.plan.prompts,
-                               self.merger, frames, blocks, self.inp.overlap, self.report, self.bar, self.inp.path)
+                               self.inp.overlap, self.inp.path)
         self.planned = (item for tile in self.tiles.values() if (item := self.admit(tile)) is not None)
         self._run_queue()
         self.work.clear()
@@ -290,14 +292,29 @@ class InputRun:
     def _deliver(self, tile: Tile, res: TileResult, computed: bool) -> None:
         """A finished tile (computed, or whole from the checkpoints): when it saturated, its sub-tiles are
         admitted at the front of the queue (in index order); then its pieces go to the merger."""
-        for sub, only in reversed(self.hook.arrived(tile, res, computed)):
-            item = self.admit(sub, only)
-            if item is not None:
-                self.queue.appendleft(item)
+        refinement = self.hook.arrived(tile, res, computed, self.merger.frames[tile.index])
+        if refinement.sub_tiles:
+            self._refine(tile, refinement)
         self.merger.add(tile.index, res.pieces)
         res.pieces = None
         self.merger.drain(_results_of)  # merged blocks' objects to the spool, as they come
-        self._account(res, tile.index in self.tiles)  # the tile's flags into the report: no result is kept
+        # the tile's flags into the report: no result is kept
+        self._account(tile, res, tile.index in self.tiles, refinement.saturated)
+
+    def _refine(self, tile: Tile, r) -> None:
+        """A refined tile's sub-tiles join its merge block (all registered before any is admitted: a
+        resumed one is delivered at once) and go to the front of the queue, in index order."""
+        block = self.merger.blocks[tile.index]
+        self.merger.expect(tile.index, r.frame, block)
+        for sub, frame in zip(r.sub_tiles, r.sub_frames):
+            self.merger.expect(sub.index, frame, block)
+        self.report.tiles += len(r.sub_tiles)
+        if self.bar is not None:
+            self.bar.total = (self.bar.total or 0) + len(r.sub_tiles)
+        for sub in reversed(r.sub_tiles):
+            item = self.admit(sub, set(r.prompts))
+            if item is not None:
+                self.queue.appendleft(item)
 
     def _tick(self) -> None:
         if self.bar is not None:
@@ -305,10 +322,13 @@ class InputRun:
 
     # -- after: the report -----------------------------------------------------------------------------
 
-    def _account(self, r: TileResult, grid_tile: bool) -> None:
-        """A delivered tile's flags into the report (saturated tiles are counted by the refine hook: those
-        left unrefined)."""
+    def _account(self, tile: Tile, r: TileResult, grid_tile: bool, saturated: bool) -> None:
+        """A delivered tile's flags into the report; `saturated`: it hit the object cap and was not refined."""
         report = self.report
+        if saturated:
+            report.saturated += 1
+            report.saturated_tiles.append({"source": self.inp.path, "tile": tile.index,
+                                           "depth": self.hook.depth_of(tile.index)})
         for name in r.unusable_prompts:
             note = f"{name!r}: the {self.spec.backend} backend cannot find it"
             if note not in report.unusable_prompts:
@@ -343,8 +363,8 @@ class _BatchedPuts:
         self.items, self.tiles, self.due = [], 0, time.monotonic() + self.SECONDS
 
 
-#: Decoder passes one tile can take (pieces of one pass share a merge key: tile index * 1024 + pass).
-MAX_PASSES = 1024
+#: Decoder passes one tile can take (pieces of one pass share a piece key: `piecekey.piece_key`).
+MAX_PASSES = PASSES_PER_TILE
 
 
 def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int, pasted=None) -> list[TilePrompt]:

@@ -25,6 +25,7 @@ from rasterio.errors import NotGeoreferencedWarning
 from shapely.geometry import MultiPolygon, shape
 
 from .grid import Tile
+from .piecekey import piece_key
 from .model.runtime import MASK_SIZE, MODEL_SIZE, Detections
 
 _K = MASK_SIZE / MODEL_SIZE
@@ -130,7 +131,7 @@ class Pieces:
 
 def tile_key(tile: Tile, pass_index: int = 0) -> int:
     """Pieces of one tile and one decoder pass share a key; the merge never fuses two pieces of one key."""
-    return tile.index * 1024 + pass_index
+    return piece_key(tile.index, pass_index)
 
 
 def mask_to_geometry(mask: np.ndarray, transform: Affine):

@@ -10,7 +10,8 @@ from shapely.geometry import box
 
 from sam3tiles.grid import TileGrid
 from sam3tiles.testing import frames_and_pieces
-from sam3tiles.merge import merge_pieces, tile_frame
+from sam3tiles.merge import merge_pieces
+from sam3tiles.tileframe import tile_frame
 from sam3tiles.pipeline import segment_job
 from sam3tiles.vectorize import Pieces
 

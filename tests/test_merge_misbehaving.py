@@ -14,12 +14,14 @@ from shapely.geometry import MultiPolygon, box
 from sam3tiles.demo import write_scene
 from sam3tiles.evaluate import evaluate
 from sam3tiles.grid import TileGrid
-from sam3tiles.testing import frames_and_pieces
-from sam3tiles.merge import merge_pieces, tile_frame
+from sam3tiles.merge import merge_pieces
 from sam3tiles.model.misbehaving import BEHAVIOURS, Behaviour, MisbehavingRuntime, behaviour
 from sam3tiles.model.reference import ReferenceRuntime
 from sam3tiles.model.runtime import MODEL_SIZE, TileImage
+from sam3tiles.piecekey import tile_of
 from sam3tiles.pipeline import segment_job
+from sam3tiles.testing import frames_and_pieces
+from sam3tiles.tileframe import tile_frame
 from sam3tiles.vectorize import EDGE_MARGIN, Pieces, tile_key
 
 # -- the wrapper ------------------------------------------------------------------------------------------
@@ -177,7 +179,7 @@ def test_output_covers_what_the_owning_tiles_said_apart_from_declared_drops(plac
     frames, pieces = _pieces(placed)
     merged, stats = merge_pieces(pieces, frames)
     for prompt in {pr for _, _, pr in placed}:
-        owned = shapely.union_all([g.intersection(frames[k // 1024].core.buffer(-1, join_style="mitre"))
+        owned = shapely.union_all([g.intersection(frames[tile_of(k)].core.buffer(-1, join_style="mitre"))
                                    for g, k, pr in
                                    zip(pieces.geometry, pieces.tile_key, pieces.prompt) if pr == prompt])
         out = shapely.union_all([g for g, pr in zip(merged.geometry, merged.prompt) if pr == prompt])

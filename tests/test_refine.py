@@ -25,7 +25,10 @@ from sam3tiles.grid import TileGrid
 from sam3tiles.model import reference
 from sam3tiles.model.registry import clear_cache
 from sam3tiles.pipeline import segment_job
-from sam3tiles.refine import Refiner, keep_larger_pieces
+from sam3tiles.prompts import GeoBox, Prompt
+from sam3tiles.refine import NOTHING, RefineHook, Refiner, keep_larger_pieces
+from sam3tiles.tasks import TileResult
+from sam3tiles.tileframe import tile_frame
 from sam3tiles.vectorize import Pieces
 
 CAP = 40
@@ -88,6 +91,29 @@ def test_parent_keeps_only_pieces_larger_than_half_the_sub_tile_overlap():
                [0.9] * 3, [0, 0, 1], [0, 0, 0], [True] * 3, [50.0] * 3)
     assert keep_larger_pieces(p, {0}, 128.0) == 1
     assert [g.bounds[2] for g in p.geometry] == [200, 20] and p.prompt == [0, 1]
+
+
+def test_hook_returns_the_sub_tiles_and_their_frames_for_the_loop_to_apply():
+    grid = TileGrid(3000, 2200)
+    tile = grid.tile(0, 0)
+    hook = RefineHook(grid, "auto", 2, [Prompt("red"), Prompt(None, (GeoBox(0, 0, 10, 10),))], grid.overlap, "s.tif")
+    frame = tile_frame(tile, grid.overlap)
+    assert not frame.exclusive.is_empty  # a corner tile has an area no other window sees
+
+    def result(saturated):
+        return TileResult(tile.index, Pieces(), saturated=bool(saturated), saturated_prompts=saturated)
+
+    assert hook.arrived(tile, result(()), True, frame) is NOTHING
+    left = hook.arrived(tile, result((1,)), True, frame)  # box-only prompts are not refined
+    assert left.saturated and not left.sub_tiles
+    r = hook.arrived(tile, result((0, 1)), True, frame)
+    assert not r.saturated and r.prompts == {0} and r.sub_tiles == tuple(hook.refiner.children(tile))
+    assert r.frame.window.equals(frame.window) and r.frame.exclusive.is_empty  # shared with the sub-tiles
+    for sub, f in zip(r.sub_tiles, r.sub_frames):
+        assert f.window.equals(tile_frame(sub, grid.overlap).window) and f.exclusive.is_empty
+    with pytest.raises(AttributeError):
+        r.prompts = frozenset()  # a value: the loop applies it, nothing writes it
+    assert hook.stats.refined == {0: 1} and hook.stats.sub_tiles == {1: len(r.sub_tiles)}
 
 
 def test_refine_options_are_checked():

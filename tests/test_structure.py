@@ -95,3 +95,15 @@ def test_no_function_over_80_lines():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{name}:{node.name} ({n} lines)")
     assert long == []
+
+
+def test_the_piece_key_base_lives_in_one_module():
+    # a piece key is tile index * PASSES_PER_TILE + pass: only sam3tiles.piecekey spells its arithmetic
+    import re
+
+    here = Path(__file__).parent
+    pattern = re.compile(r"(//|%)\s*1024\b|\b1024\s*\+|\*\s*1024\s*\+|\bkeys?\s*\*\s*1024|index\s*\*\s*1024")
+    found = [f"{p}:{i}" for root in (ROOT, here, here.parent / "benchmarks") for p in sorted(root.rglob("*.py"))
+             if p.name != "piecekey.py" and p.name != Path(__file__).name
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, f"the piece key's arithmetic outside sam3tiles/piecekey.py: {found}"

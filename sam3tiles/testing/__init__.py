@@ -22,7 +22,8 @@ from shapely import affinity
 from shapely.geometry import box
 
 from ..grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid
-from ..merge import tile_frame
+from ..piecekey import piece_key
+from ..tileframe import tile_frame
 from ..vectorize import EDGE_MARGIN, Pieces, tile_key
 
 UTM = CRS.from_epsg(32633)
@@ -99,7 +100,7 @@ def grid_pieces(n_pieces: int, per_tile: int = 100, seed: int = 0, tile_size: in
                            np.where(tc < cols - 1, wx1 - px1, inf), np.where(tr < rows - 1, wy1 - py1, inf)])
     tile_index = tr * cols + tc
     pieces = Pieces(geometry=list(geoms), score=rng.uniform(0.5, 1.0, len(obj)).tolist(),
-                    prompt=[0] * len(obj), tile_key=(tile_index * 1024).tolist(),
+                    prompt=[0] * len(obj), tile_key=piece_key(tile_index).tolist(),
                     complete=(d >= EDGE_MARGIN).tolist(), edge_dist=d.tolist())
     frames = {t.index: tile_frame(t, grid.overlap) for t in grid}
     return pieces, frames, grid, len(x0)

@@ -1,0 +1,69 @@
+"""Merging pieces across tiles: each object once and whole, whatever the tiles' answers looked like.
+
+A real SAM 3 does not return the same clean instance for an object in every tile (../shared/model-
+behaviour.md): masks hold several separate regions, a prompt can come back as one semantic mask, an
+instance can be split in two or fused with a neighbour, masks differ by a cell between tiles, and a cut
+mask can stop short of the tile edge. The rules, in order:
+
+0. *Parts.* Every piece is split into its connected regions; regions closer than `JOIN_CELLS` (1.5) mask
+   cells stay one part, kept as a MultiPolygon (an instance behind a thin occluder, or a mask that dipped
+   under 0.5 for a cell: at the mask's resolution nothing separates them). Regions farther apart are
+   separate parts (a concept answer such as "water", one mask per prompt, two instances in one mask), each
+   linked, owned and stitched on its own: no region is dropped because another region of its mask linked
+   elsewhere. A part's seam flags are measured on the part.
+1. *Candidates.* A part that lies wholly in its tile's exclusive area (covered by no other window) has no
+   counterpart anywhere: it is final. Only parts in overlap bands are compared, and only pairs from
+   different tiles (an R-tree query), so the cost is near-linear in the number of pieces.
+2. *Links by mask overlap in the shared band.* Two parts of one prompt from tiles A and B are compared
+   inside A's window intersected with B's: there both tiles saw the same pixels, so two views of one
+   object agree (IoU >= 0.5), also when one view is cut by its tile edge. Intersection over the smaller
+   >= 0.8 links part-whole views. Masks move by a mask cell between tiles (a grown copy beside a shrunk
+   one, a half beside a shrunk whole: for a 3 x 6 cell vehicle IoU and IoS fall far below those bounds), so
+   a pair that fails both is compared once more with `LINK_CELLS` (1) cell of tolerance: the smaller
+   clipped part lying >= 0.8 within one cell of the other. A neighbour one cell away shares only a strip
+   of one cell with that tolerance, so touching objects wider than about 2 cells do not link. Boxes are
+   never used: touching neighbours do not fuse.
+3. *Components.* The connected components of the links are settled one at a time; no link is refused.
+   Tiles that disagree (whole in one, two halves in another; two neighbours fused in one) are settled by
+   rule 4 and counted as `disagreements`, not as rule violations.
+4. *Ownership.* The complete parts of a component (cut at no interior tile edge, `EDGE_MARGIN`) are taken
+   in order of authority: owned by their own tile (the centre of the object, their box grown by the boxes
+   of the parts they link to, lies in its core) first, then farther
+   from their tile's edges, in steps of `AUTHORITY_CELLS` mask cells (one cell of difference does not flip
+   the choice), then tile order; scores never decide (they differ between tiles by chance). A complete
+   part is kept unless it is linked to a kept part of another tile (it is then another view of that
+   object: a duplicate). So the tile owning an object decides what it is (one whole, two halves, two
+   neighbours fused), and a copy another tile sees whole wins where the owner saw it cut or not at all;
+   but a complete part its tile does not own that lies inside an object stitched from the owners' cut
+   parts (a blob inside a field that only a neighbour reported) is another view of that object.
+5. *Stitching.* A cut part is a duplicate when what it says inside its own tile's core is at least half
+   covered by the kept complete parts. The other cut parts are clipped to their tiles' cores (grown by one
+   pixel so neighbours overlap; in the cores of tiles that have no part in the component, a miss, they keep
+   their area) and unioned; the union's regions (rule 0's gap) are objects. Objects larger
+   than the overlap, up to "stuff" spanning many tiles, come out as their connected regions, each stitched
+   across the seams it crosses.
+6. *Slivers.* A cut part that no neighbour matched (or cut parts linked only to each other), lying outside
+   its own tile's core and within one mask cell of another object, is the edge of an object another tile
+   owns (a few pixels poking into a tile rarely match in shape): it is dropped and counted. "Beside" is
+   within `SLIVER_CELLS` (2) mask cells: each of the two copies can move by a cell.
+
+*Coverage.* For every prompt, the output covers what each tile said is object inside its own core, apart
+from the drops of rules 4-6. `MergeStats.coverage` holds per prompt the area the tiles own (each part
+inside its own tile's core, the cores not grown: they partition the image), the area out, and the owned area each rule dropped that no output covers
+(slivers: their whole owned area), in CRS units squared. Area no rule accounts for never disappears.
+
+The package: `parts` (a part's columns, its regions, the thresholds), `rules` (rules 0-6 over one pass:
+`merge_pieces`), `stats` (`MergeStats`: the counts and the coverage figures), `blocks` (the same merge by
+spatial blocks, fed tile by tile: `BlockMerger`, `merge_blocked`). A tile's frame in map coordinates
+(`TileFrame`) lives in `sam3tiles.tileframe`; the piece and order keys in `sam3tiles.piecekey`.
+"""
+
+from __future__ import annotations
+
+from .blocks import BlockMerger, BlockPart, Packed, merge_block, merge_blocked, tile_blocks
+from .parts import IOS_MIN, IOU_MIN, Merged
+from .rules import merge_pieces
+from .stats import COVERAGE_KEYS, MergeStats
+
+__all__ = ["BlockMerger", "BlockPart", "COVERAGE_KEYS", "IOS_MIN", "IOU_MIN", "MergeStats", "Merged", "Packed",
+           "merge_block", "merge_blocked", "merge_pieces", "tile_blocks"]

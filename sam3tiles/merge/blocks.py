@@ -1,0 +1,273 @@
+"""The merge by spatial blocks: the same objects as `merge_pieces`, with memory that follows the objects.
+
+A block of tiles is merged as soon as its last tile is in (on a Dask worker or here); only the pieces near
+other blocks wait for a small final pass. Pieces and objects cross processes as WKB (`Packed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+import numpy as np
+import shapely
+
+from ..piecekey import ORDER_TILE, tile_of
+from ..tileframe import TileFrame, TileFrames
+from ..vectorize import Pieces
+from .parts import IOS_MIN, IOU_MIN, Merged
+from .rules import merge_pass, merge_pieces
+from .stats import MergeStats
+
+
+@dataclass
+class Packed:
+    """Pieces (or merged objects) as arrays, geometries as WKB: pickles an order of magnitude faster than
+    lists of shapely objects, so a block's merge can cross processes cheaply. Coordinates stay exact."""
+
+    wkb: np.ndarray
+    columns: dict
+
+    @classmethod
+    def of(cls, obj) -> "Packed":
+        names = [f for f in obj.__dataclass_fields__ if f != "geometry"]
+        return cls(shapely.to_wkb(np.asarray(obj.geometry, dtype=object)) if len(obj.geometry) else
+                   np.zeros(0, dtype=object), {n: np.asarray(getattr(obj, n)) for n in names})
+
+    def unpack(self, kind):
+        geoms = list(shapely.from_wkb(self.wkb)) if len(self.wkb) else []
+        return kind(geometry=geoms, **{n: v.tolist() for n, v in self.columns.items()})
+
+    def __len__(self) -> int:
+        return len(self.wkb)
+
+    def take(self, idx) -> "Packed":
+        """The rows `idx`, sharing the WKB bytes (no copy of the geometries)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        return Packed(self.wkb[idx], {n: v[idx] for n, v in self.columns.items()})
+
+    @classmethod
+    def concat(cls, parts) -> "Packed":
+        """Rows of `parts` one after the other; empty parts are skipped (their columns have no dtype)."""
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return cls.of(Pieces())
+        wkb = np.empty(sum(len(p) for p in parts), dtype=object)
+        wkb[:] = [w for p in parts for w in p.wkb]
+        return cls(wkb, {n: np.concatenate([p.columns[n] for p in parts]) for n in parts[0].columns})
+
+
+@dataclass
+class BlockPart:
+    """What one block's merge hands the final pass: its decided objects and its undecided pieces."""
+
+    objects: Packed  # Merged
+    first: np.ndarray
+    stats: MergeStats
+    pieces: Packed  # undecided pieces (Pieces), in job order
+    order: np.ndarray
+    inside: np.ndarray
+    near: np.ndarray
+
+
+def merge_block(pieces: Packed, order, frames: Mapping[int, TileFrame], foreign, reach: float,
+                iou_min: float = IOU_MIN, ios_min: float = IOS_MIN) -> BlockPart:
+    """The merge of one block of tiles (a Dask task): `frames` holds the block's tiles, `foreign` the
+    windows of other tiles within `reach` of them."""
+    part = merge_pass(pieces.unpack(Pieces), frames, iou_min, ios_min, order=order, foreign=foreign, reach=reach)
+    d = part.deferred
+    cols = part.cols
+    rest = Packed.of(cols.pieces(d)) if cols is not None else Packed.of(Pieces())
+    return BlockPart(Packed.of(part.merged), part.first, part.stats, rest,
+                     cols.order[d] if cols is not None else np.zeros(0, np.int64), part.inside[d], part.near[d])
+
+
+def tile_blocks(tiles, block: int) -> dict[int, int]:
+    """Tile index -> block id: squares of `block` x `block` tiles of the grid."""
+    out = {}
+    for t in tiles:
+        out[t.index] = (t.row // block) * 1_000_003 + (t.col // block)
+    return out
+
+
+
+class BlockMerger:
+    """`merge_pieces` by spatial partition, fed tile by tile as tiles finish.
+
+    A block of tiles is merged (`submit(merge_block, job)`: on Dask workers, or here) as soon as its last
+    tile arrives, and its pieces are dropped: only decided objects (as WKB) and the few pieces near block
+    edges wait for the small final pass of `finish`, so memory follows the objects, not the pieces of
+    the whole image. The result equals `merge_pieces` over all pieces in tile order: same objects, same
+    order, same statistics.
+
+    `on_block(objects: Packed, first: np.ndarray)`: when given, decided objects are handed over as soon as
+    their block's merge is in (`drain`) instead of being held until `finish`; `first` is each object's
+    order key (sorting by it gives `merge_pieces`'s order). `finish` then returns no objects, only the
+    statistics, and memory no longer follows the objects either.
+    """
+
+    def __init__(self, frames: Mapping[int, TileFrame], blocks: Mapping[int, int], submit=None,
+                 iou_min: float = IOU_MIN, ios_min: float = IOS_MIN, on_block=None):
+        self.on_block = on_block
+        self.emitted = 0  # objects handed to on_block
+        self.frames = frames if isinstance(frames, TileFrames) else dict(frames)  # lazy ones stay lazy
+        self.blocks = dict(blocks)
+        self.submit = submit
+        self.iou_min, self.ios_min = iou_min, ios_min
+        self._tile_ids = np.asarray(sorted(frames), dtype=np.int64)
+        pixel, windows = 0.0, []
+        for t in self._tile_ids.tolist():  # one frame at a time: only the windows are kept
+            f = frames[t]
+            pixel = max(pixel, f.pixel)
+            windows.append(f.window)
+        self.reach = 8 * pixel
+        self._windows = np.asarray(windows, dtype=object)
+        self._tile_block = np.asarray([self.blocks[int(t)] for t in self._tile_ids], dtype=np.int64)
+        self._wtree = shapely.STRtree(self._windows) if len(self._windows) else None
+        self._waiting: dict[int, set] = {}
+        self._members: dict[int, list] = {}
+        for t, b in self.blocks.items():
+            self._waiting.setdefault(b, set()).add(int(t))
+            self._members.setdefault(b, []).append(int(t))
+        self._pending: dict[int, dict[int, Packed]] = {}
+        self.parts: list = []  # BlockPart, or futures of them
+        self._undrained: list[int] = []  # indices in `parts` whose objects `drain` has not handed over
+        self.single = len(self._waiting) <= 1
+
+    def expect(self, tile_index: int, frame: TileFrame, block: int) -> None:
+        """Register a tile that appears while the run goes (a refined tile's sub-tile), or replace a tile's
+        frame, before its pieces are added: its block waits for it. Its window must lie within the windows
+        given at construction (a sub-tile lies within its parent's): other blocks are found by those."""
+        t = int(tile_index)
+        if block not in self._waiting or self.blocks.get(t, block) != block:
+            raise ValueError(f"tile {t}: block {block} was merged already, or the tile is in another block")
+        if t not in self.blocks:
+            self.blocks[t] = block
+            self._members[block].append(t)
+            self._waiting[block].add(t)
+        self.frames[t] = frame
+
+    def add(self, tile_index: int, pieces: "Pieces | Packed | None") -> None:
+        """A finished tile's pieces (its tile keys say which tile); merges its block when it is complete."""
+        b = self.blocks[int(tile_index)]
+        if pieces is not None and len(pieces):
+            self._pending.setdefault(b, {})[int(tile_index)] = (pieces if isinstance(pieces, Packed)
+                                                                else Packed.of(pieces))
+        waiting = self._waiting.get(b)
+        if waiting is not None:
+            waiting.discard(int(tile_index))
+            if not waiting:
+                self._run(b)
+
+    def _run(self, b: int) -> None:
+        self._waiting.pop(b, None)
+        got = self._pending.pop(b, {})
+        if not got:
+            return
+        tiles = sorted(got)
+        pieces = Packed.concat([got[t] for t in tiles])
+        order = np.concatenate([t * ORDER_TILE + np.arange(len(got[t]), dtype=np.int64) for t in tiles])
+        mask = self._tile_block == b
+        mine = self._members.get(b, [])
+        if self.single:
+            foreign = []
+        else:
+            near = np.unique(self._wtree.query(self._windows[mask], predicate="dwithin", distance=2 * self.reach)[1])
+            foreign = list(self._windows[near[self._tile_block[near] != b]])
+        job = (pieces, order, {int(t): self.frames[int(t)] for t in mine}, foreign, self.reach, self.iou_min,
+               self.ios_min)
+        self.parts.append(self.submit(merge_block, job) if self.submit is not None else merge_block(*job))
+        self._undrained.append(len(self.parts) - 1)
+
+    def close(self) -> None:
+        """Merge the blocks still open: their missing tiles (failed ones) will never arrive."""
+        for b in sorted(self._waiting):
+            self._run(b)
+
+    def drain(self, gather=None, wait: bool = False) -> int:
+        """Hand the decided objects of every merged block to `on_block` (without `wait`: only blocks whose
+        merge has finished) and keep only what the final pass needs. Returns the objects handed over."""
+        if self.on_block is None:
+            return 0
+        local = [i for i in self._undrained if isinstance(self.parts[i], BlockPart)]
+        ready = [i for i in self._undrained if not isinstance(self.parts[i], BlockPart)
+                 and (wait or self.parts[i].done())]
+        got = dict(zip(ready, gather([self.parts[i] for i in ready]) if ready else []))
+        got.update({i: self.parts[i] for i in local})
+        self._undrained = [i for i in self._undrained if i not in got]
+        n = 0
+        for i, part in sorted(got.items()):
+            if len(part.first):
+                self.on_block(part.objects, part.first)
+                n += len(part.first)
+            self.parts[i] = replace(part, objects=Packed.of(Merged([], [], [], [])), first=part.first[:0])
+        self.emitted += n
+        return n
+
+    def finish(self, gather=None) -> tuple[Merged, MergeStats]:
+        """Close the open blocks, gather every block's part (`gather` for futures), then the final pass.
+        With `on_block`, the objects go there (the returned `Merged` is empty)."""
+        self.close()
+        if self.on_block is not None:
+            self.drain(gather, wait=True)
+            gather = None
+        parts = gather(self.parts) if gather is not None else self.parts
+        self.parts = []
+        stats = MergeStats()
+        for p in parts:
+            stats.add(p.stats)
+        # the final pass: every undecided piece, in tile order
+        order = np.concatenate([p.order for p in parts]) if parts else np.zeros(0, np.int64)
+        sort = np.argsort(order, kind="stable")
+        rest = Packed.concat([p.pieces for p in parts]).take(sort).unpack(Pieces) if len(order) else Pieces()
+        piece_block = np.asarray([self.blocks[tile_of(int(k))] for k in rest.tile_key], dtype=np.int64)
+        fin = merge_pass(rest, self.frames, self.iou_min, self.ios_min, order=order[sort],
+                          inside=np.concatenate([p.inside for p in parts])[sort] if parts else np.zeros(0, bool),
+                          near=np.concatenate([p.near for p in parts])[sort] if parts else np.zeros(0, bool),
+                          block=piece_block)
+        stats.add(fin.stats)
+        if self.on_block is not None:
+            if len(fin.first):
+                self.on_block(Packed.of(fin.merged), fin.first)
+            self.emitted += len(fin.first)
+            stats.objects = self.emitted
+            return Merged([], [], [], []), stats
+        firsts = np.concatenate([p.first for p in parts] + [fin.first])
+        objs = []
+        for k in range(len(parts)):  # one part at a time: its WKB goes as its shapely objects come
+            objs.append(parts[k].objects.unpack(Merged))
+            parts[k] = None
+        objs.append(fin.merged)
+        del parts
+        rank = np.argsort(firsts, kind="stable")
+        out = Merged([], [], [], [])
+        for name in ("geometry", "score", "prompt", "n_tiles"):
+            col = [v for o in objs for v in getattr(o, name)]
+            setattr(out, name, [col[i] for i in rank.tolist()])
+        stats.objects = len(out.geometry)
+        return out, stats
+
+
+def merge_blocked(pieces: "Pieces | Packed", frames: Mapping[int, TileFrame], blocks: Mapping[int, int],
+                  map_blocks=None, iou_min: float = IOU_MIN,
+                  ios_min: float = IOS_MIN) -> tuple[Merged, MergeStats]:
+    """`merge_pieces` by spatial partition (see `BlockMerger`), over pieces already gathered in tile order.
+    `map_blocks(fn, list_of_argument_tuples) -> results` runs the blocks' merges (e.g. on Dask workers)."""
+    packed = pieces if isinstance(pieces, Packed) else Packed.of(pieces)
+    n = len(packed)
+    if n == 0 or len(set(blocks.values())) <= 1:
+        return merge_pieces(packed.unpack(Pieces), frames, iou_min, ios_min)
+    jobs: list = []
+    merger = BlockMerger(frames, blocks, submit=(lambda fn, job: jobs.append(job) or len(jobs) - 1)
+                         if map_blocks is not None else None, iou_min=iou_min, ios_min=ios_min)
+    tiles = tile_of(np.asarray(packed.columns["tile_key"], dtype=np.int64))
+    bounds = np.flatnonzero(np.diff(tiles)) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n]):
+        merger.add(int(tiles[lo]), packed.take(np.arange(lo, hi)))
+    for t in frames:
+        merger.add(int(t), None)
+    if map_blocks is None:
+        return merger.finish()
+    merger.close()
+    results = list(map_blocks(merge_block, jobs))
+    return merger.finish(gather=lambda idx: [results[i] for i in idx])

@@ -1,0 +1,124 @@
+"""A merge's parts as columns, their regions, and the merge's thresholds (see `sam3tiles.merge`).
+
+Coordinates are the output CRS's; tolerances are given in mask cells (`MASK_CELL` tile pixels) and turned
+into CRS units with each tile's `TileFrame.pixel`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import shapely
+from shapely.geometry import MultiPolygon
+
+from ..piecekey import tile_of
+from ..tileframe import TileFrame
+from ..vectorize import Pieces
+
+IOU_MIN = 0.5
+IOS_MIN = 0.8
+#: Candidate pairs compared at a time (bounds the clipped geometries held at once).
+PAIR_CHUNK = 20_000
+#: Regions of one mask closer than this many mask cells are one part (rule 0).
+JOIN_CELLS = 1.5
+#: Link tolerance for pairs that fail IoU and IoS (rule 2): masks move by this many cells between tiles.
+LINK_CELLS = 1.0
+#: A cut part within this many mask cells of another tile's part lies beside it (rule 6).
+SLIVER_CELLS = 2.0
+#: Ownership compares distances to the tile edge in steps of this many mask cells (rule 4).
+AUTHORITY_CELLS = 8
+#: A cut part whose own-core area is covered this much by kept parts is a duplicate (rule 5).
+COVERED = 0.5
+
+
+@dataclass
+class Merged:
+    """Merged objects: one row per object."""
+
+    geometry: list
+    score: list
+    prompt: list
+    n_tiles: list
+
+
+
+@dataclass
+class Cols:
+    """Parts as arrays (one row per part)."""
+
+    geoms: np.ndarray
+    score: np.ndarray
+    prompt: np.ndarray
+    keys: np.ndarray
+    complete: np.ndarray
+    edge: np.ndarray
+    order: np.ndarray
+
+    @classmethod
+    def of(cls, pieces: Pieces, order) -> "Cols":
+        return cls(np.asarray(pieces.geometry, dtype=object), np.asarray(pieces.score, dtype=float),
+                   np.asarray(pieces.prompt), np.asarray(pieces.tile_key, dtype=np.int64),
+                   np.asarray(pieces.complete, dtype=bool), np.asarray(pieces.edge_dist, dtype=float),
+                   np.asarray(order, dtype=np.int64))
+
+    @property
+    def tiles(self) -> np.ndarray:
+        return tile_of(self.keys)
+
+    def take(self, idx) -> "Cols":
+        return Cols(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
+
+    def pieces(self, idx) -> Pieces:
+        idx = np.asarray(idx, dtype=np.int64)
+        return Pieces(list(self.geoms[idx]), self.score[idx].tolist(), self.prompt[idx].tolist(),
+                      self.keys[idx].tolist(), self.complete[idx].tolist(), self.edge[idx].tolist())
+
+
+def _polygons(geom) -> list:
+    """The polygons of `geom` (nested collections flattened; lines and points dropped)."""
+    out = []
+    for g in shapely.get_parts(geom):
+        if g.geom_type == "Polygon":
+            if not g.is_empty:
+                out.append(g)
+        elif g.geom_type in ("MultiPolygon", "GeometryCollection"):
+            out.extend(_polygons(g))
+    return out
+
+
+def regions(geom, gap: float) -> list:
+    """The connected regions of `geom`, regions within `gap` of each other joined (MultiPolygons)."""
+    polys = _polygons(geom)
+    if len(polys) <= 1:
+        return polys or [geom]
+    arr = np.asarray(polys, dtype=object)
+    a, b = shapely.STRtree(arr).query(arr, predicate="dwithin", distance=gap)
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    _, lab = connected_components(coo_matrix((np.ones(len(a), np.int8), (a, b)), shape=(len(arr),) * 2),
+                                  directed=False)
+    out, seen = [], {}
+    for i, l in enumerate(lab.tolist()):
+        seen.setdefault(l, []).append(polys[i])
+    for ps in seen.values():
+        out.append(ps[0] if len(ps) == 1 else MultiPolygon(ps))
+    return out
+
+
+def edge_dist(geoms: np.ndarray, frame: TileFrame) -> np.ndarray:
+    """Distance of each geometry to the frame's interior edges, in tile pixels (inf: no interior edge)."""
+    if frame.edges is None:
+        return np.full(len(geoms), np.inf)
+    return shapely.distance(geoms, frame.edges) / frame.pixel
+
+
+def polygonal(geom):
+    """Keep the areal part of a union (clipping can leave slivers of lines or points)."""
+    if not geom.is_valid:
+        geom = shapely.make_valid(geom)
+    if geom.geom_type in ("Polygon", "MultiPolygon"):
+        return geom
+    polys = [g for g in getattr(geom, "geoms", [geom]) if g.geom_type in ("Polygon", "MultiPolygon")]
+    return shapely.union_all(polys) if polys else geom

@@ -1,0 +1,504 @@
+"""The merge's rules over one pass of pieces (rules 0-6 of `sam3tiles.merge`): parts, candidates, links,
+components (`merge_pass`), then ownership, stitching and slivers (`_Resolver`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import shapely
+from shapely.geometry import Polygon
+
+from ..piecekey import PARTS, tile_of
+from ..tileframe import TileFrame
+from ..vectorize import EDGE_MARGIN, MASK_CELL, Pieces
+from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, PAIR_CHUNK, SLIVER_CELLS,
+                    Cols, Merged, edge_dist, polygonal, regions)
+from .stats import MergeStats, count_by_prompt
+
+
+def merge_pieces(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float = IOU_MIN,
+                 ios_min: float = IOS_MIN) -> tuple[Merged, MergeStats]:
+    """Merge `pieces` (from any number of tiles) into objects. `frames` maps tile index -> TileFrame.
+
+    The result depends only on the pieces and their order (tile order, as the pipeline concatenates
+    them): ties are broken by that order, never by a spatial index's.
+    """
+    part = merge_pass(pieces, frames, iou_min, ios_min)
+    return part.merged, part.stats
+
+
+@dataclass
+class _Part:
+    """One pass of the merge over some pieces: the objects it decided, and what it left to a later pass."""
+
+    merged: Merged
+    first: np.ndarray  # per object: order key of its first part (objects come out in this order)
+    stats: MergeStats
+    deferred: np.ndarray  # indices (into `cols`) of parts whose objects a later pass decides
+    inside: np.ndarray  # per part: wholly in its tile's exclusive area (never compared)
+    near: np.ndarray  # per part: another tile's part lies within the sliver tolerance (in this pass)
+    cols: "Cols | None" = None  # the parts this pass saw
+
+
+def _explode(c: Cols, frames: Mapping[int, TileFrame], stats: MergeStats) -> Cols:
+    """Rule 0: one row per part; parts of a cut piece get their own seam flags."""
+    c.order = c.order * PARTS
+    odd = np.flatnonzero(~np.isin(shapely.get_type_id(c.geoms), (3, 6)))  # not (Multi)Polygon: areal part only
+    for i in odd.tolist():
+        c.geoms[i] = polygonal(c.geoms[i])
+    multi = np.flatnonzero(shapely.get_num_geometries(c.geoms) > 1)
+    units = {}
+    for i in multi.tolist():
+        frame = frames[int(tile_of(c.keys[i]))]
+        u = regions(c.geoms[i], JOIN_CELLS * MASK_CELL * frame.pixel)
+        if len(u) > 1:
+            units[i] = u
+    if not units:
+        return c
+    stats.parts_split += len(units)
+    k = np.ones(len(c.geoms), dtype=np.int64)
+    for i, u in units.items():
+        k[i] = len(u)
+    start = np.cumsum(k) - k
+    rep = np.repeat(np.arange(len(k)), k)
+    out = c.take(rep)
+    out.order = out.order + (np.arange(len(rep)) - start[rep])
+    for i, u in units.items():
+        sl = slice(int(start[i]), int(start[i] + k[i]))
+        g = np.empty(len(u), dtype=object)
+        g[:] = u
+        out.geoms[sl] = g
+        if not c.complete[i]:
+            e = edge_dist(g, frames[int(tile_of(c.keys[i]))])
+            out.edge[sl] = e
+            out.complete[sl] = e >= EDGE_MARGIN
+    return out
+
+
+def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, ios_min: float, *,
+                order=None, foreign=(), reach: float = 0.0, inside=None, near=None, block=None) -> _Part:
+    """The merge over `pieces` (given in ascending `order`, their position in the whole job).
+
+    First pass (`inside` None): splits the pieces into parts (rule 0). Block pass (`foreign`: windows of
+    tiles outside the block): parts within `reach` of a foreign window can meet other blocks' parts, so
+    every component they belong to is left undecided (`deferred`). Final pass (`inside`, `near` from the
+    block passes, `block` per part): decides the deferred parts; pairs within one block were counted there.
+    """
+    stats = MergeStats()
+    n = len(pieces)
+    if n == 0:
+        e = np.zeros(0, dtype=np.int64)
+        return _Part(Merged([], [], [], []), e, stats, e, np.zeros(0, bool), np.zeros(0, bool))
+    c = Cols.of(pieces, np.arange(n, dtype=np.int64) if order is None else order)
+    if inside is None:
+        stats.pieces = n
+        c = _explode(c, frames, stats)
+        inside = _inside(c, frames)
+        near = np.zeros(len(c.geoms), dtype=bool)
+        stats.band_pieces = int((~inside).sum())
+    else:
+        inside, near = np.asarray(inside, dtype=bool), np.asarray(near, dtype=bool)
+    la, lb = _links(c, np.flatnonzero(~inside), frames, iou_min, ios_min, block, stats)
+    comp = _components(len(c.geoms), la, lb)
+    deferred = np.zeros(len(c.geoms), dtype=bool)
+    if len(foreign):
+        # a block pass: parts within reach of another block's windows, and everything linked to them
+        hit = np.unique(shapely.STRtree(np.asarray(foreign, dtype=object)).query(
+            c.geoms, predicate="dwithin", distance=reach)[0])
+        if len(hit):
+            deferred = np.isin(comp, np.unique(comp[hit]))
+    live = ~deferred[la]
+    stats.links = int(live.sum())
+    out, first = _Resolver(c, frames, la[live], lb[live], inside, near, stats).run(comp, deferred)
+    stats.objects = len(out.geometry)
+    left = np.flatnonzero(deferred)
+    if len(left):
+        # what the final pass cannot see: another tile's part of this block within the sliver tolerance
+        near = near.copy()
+        lone = left[~c.complete[left]]
+        near[lone] |= _near_other_tile(lone, c.geoms, c.tiles, frames)
+    return _Part(out, first, stats, left, inside, near, c)
+
+
+def _inside(c: Cols, frames: Mapping[int, TileFrame]) -> np.ndarray:
+    """Rule 1: parts wholly in their tile's exclusive area (tiles with several passes: none)."""
+    tiles = c.tiles
+    ukeys = np.unique(c.keys)
+    ut = tile_of(ukeys)
+    multi_pass = np.unique(ut[1:][ut[1:] == ut[:-1]])
+    excl = np.asarray([frames[int(t)].exclusive for t in tiles], dtype=object)
+    inside = shapely.within(c.geoms, excl)
+    if len(multi_pass):
+        inside &= ~np.isin(tiles, multi_pass)
+    return inside
+
+
+def _links(c: Cols, cand: np.ndarray, frames, iou_min, ios_min, block, stats) -> tuple[np.ndarray, np.ndarray]:
+    """Rule 2: pairs of candidate parts (one prompt, different tiles) whose masks agree in the shared band."""
+    e = np.zeros(0, dtype=np.int64)
+    if len(cand) < 2:
+        return e, e
+    tiles = c.tiles
+    cg = c.geoms[cand]
+    a, b = shapely.STRtree(cg).query(cg, predicate="intersects")
+    sel = a < b
+    a, b = cand[a[sel]], cand[b[sel]]
+    sel = (c.keys[a] != c.keys[b]) & (c.prompt[a] == c.prompt[b])
+    a, b = a[sel], b[sel]
+    stats.pairs_compared = int((block[a] != block[b]).sum()) if block is not None else len(a)
+    if not len(a):
+        return e, e
+    band_cache: dict[tuple[int, int], object] = {}
+    bands = np.empty(len(a), dtype=object)
+    for i, (ta, tb) in enumerate(zip(tiles[a].tolist(), tiles[b].tolist())):
+        k = (ta, tb) if ta <= tb else (tb, ta)
+        band = band_cache.get(k)
+        if band is None:
+            band = frames[ta].window.intersection(frames[tb].window) if ta != tb else frames[ta].window
+            band_cache[k] = band
+        bands[i] = band
+    area_a, area_b, inter = (np.empty(len(a)) for _ in range(3))
+    for lo in range(0, len(a), PAIR_CHUNK):  # the clipped copies of one chunk at a time
+        sl = slice(lo, lo + PAIR_CHUNK)
+        ga = shapely.intersection(c.geoms[a[sl]], bands[sl])
+        gb = shapely.intersection(c.geoms[b[sl]], bands[sl])
+        area_a[sl], area_b[sl] = shapely.area(ga), shapely.area(gb)
+        inter[sl] = shapely.area(shapely.intersection(ga, gb))
+        del ga, gb
+    union = area_a + area_b - inter
+    smaller = np.minimum(area_a, area_b)
+    iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    ios = np.divide(inter, smaller, out=np.zeros_like(inter), where=smaller > 0)
+    ok = (iou >= iou_min) | (ios >= ios_min)
+    retry = np.flatnonzero(~ok & (inter > 0))
+    if len(retry):
+        ok[retry] = _tolerant(c, a[retry], b[retry], bands[retry], area_a[retry], area_b[retry], frames, ios_min)
+    return a[ok], b[ok]
+
+
+def _tolerant(c: Cols, a, b, bands, area_a, area_b, frames, ios_min) -> np.ndarray:
+    """Rule 2's second look: the smaller of each pair (clipped to the band) lies >= `ios_min` within
+    `LINK_CELLS` mask cells of the larger (masks that moved by a cell between tiles)."""
+    small_a = area_a <= area_b
+    s, l = np.where(small_a, a, b), np.where(small_a, b, a)
+    ut, inv = np.unique(np.r_[c.tiles[a], c.tiles[b]], return_inverse=True)
+    pix = np.asarray([frames[int(t)].pixel for t in ut.tolist()])[inv.ravel()]  # one frame per tile (lazy frames)
+    tol = LINK_CELLS * MASK_CELL * np.maximum(pix[: len(a)], pix[len(a):])
+    gs = shapely.intersection(c.geoms[s], bands)
+    gl = shapely.buffer(shapely.intersection(c.geoms[l], bands), tol, quad_segs=2)
+    area_s = np.minimum(area_a, area_b)
+    inter = shapely.area(shapely.intersection(gs, gl))
+    return inter >= ios_min * area_s
+
+
+def _components(n: int, la: np.ndarray, lb: np.ndarray) -> np.ndarray:
+    """Rule 3: the connected component of every part (a label per part)."""
+    if not len(la):
+        return np.arange(n)
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    _, comp = connected_components(coo_matrix((np.ones(len(la), np.int8), (la, lb)), shape=(n, n)),
+                                   directed=False)
+    return comp
+
+
+class _Resolver:
+    """Rules 4-6 over the decided components of one pass, with the coverage accounting."""
+
+    def __init__(self, c: Cols, frames, la, lb, inside, near, stats: MergeStats):
+        from scipy.sparse import coo_matrix
+
+        self.c, self.frames, self.inside, self.near, self.stats = c, frames, inside, near, stats
+        n = len(c.geoms)
+        self.tiles = c.tiles
+        adj = coo_matrix((np.ones(2 * len(la), np.int8), (np.r_[la, lb], np.r_[lb, la])), shape=(n, n)).tocsr()
+        self.ptr, self.nbr = adj.indptr, adj.indices
+        cand = np.flatnonzero(~inside)
+        self.cores = np.empty(n, dtype=object)
+        self.cores[cand] = [frames[int(t)].core for t in self.tiles[cand]]
+        # the cores exactly (not grown): they partition the image, so what tiles own is never counted twice
+        exact = {t: frames[t].core.buffer(-frames[t].pixel, join_style="mitre") for t in
+                 np.unique(self.tiles[cand]).tolist()}
+        self.exact = np.empty(n, dtype=object)
+        self.exact[cand] = [exact[t] for t in self.tiles[cand].tolist()]
+        self.owned_area = shapely.area(c.geoms)
+        if len(cand):  # the part inside its own core: most parts lie wholly inside or outside it
+            cg, cc = c.geoms[cand], self.exact[cand]
+            oa = self.owned_area[cand]
+            inside_core = shapely.within(cg, cc)
+            cross = ~inside_core
+            cross[cross] = shapely.intersects(cg[cross], cc[cross])
+            oa[~inside_core & ~cross] = 0.0
+            oa[cross] = shapely.area(shapely.intersection(cg[cross], cc[cross]))
+            self.owned_area[cand] = oa
+        self.owned = np.ones(n, dtype=bool)
+        if len(cand):
+            # owned: the centre of the object (the part's box grown by the boxes of the parts it links to:
+            # the other tiles' views of it) lies in the part's own tile's core. So a tile that splits an
+            # object owns neither half unless it owns the object, and one owner decides for all its parts.
+            b = shapely.bounds(c.geoms)
+            ext = b.copy()
+            for k, fn in ((0, np.minimum), (1, np.minimum), (2, np.maximum), (3, np.maximum)):
+                fn.at(ext[:, k], la, b[lb, k])
+                fn.at(ext[:, k], lb, b[la, k])
+            e = ext[cand]
+            self.owned[cand] = shapely.contains_xy(self.cores[cand], (e[:, 0] + e[:, 2]) / 2, (e[:, 1] + e[:, 3]) / 2)
+        pixel = np.asarray([frames[int(t)].pixel for t in np.unique(self.tiles)])
+        self.edge_q = np.floor(c.edge / (AUTHORITY_CELLS * MASK_CELL))
+        self.gap = JOIN_CELLS * MASK_CELL * (pixel.max() if len(pixel) else 1.0)
+        self.dropped: list[tuple[int, str, float]] = []  # (part, rule, owned area no output covers)
+        self._tree = None
+
+    def run(self, comp: np.ndarray, deferred: np.ndarray) -> tuple[Merged, np.ndarray]:
+        """Objects of every component not deferred, in the order of their first part."""
+        c, st = self.c, self.stats
+        live = np.flatnonzero(~deferred)
+        idx = live[np.argsort(comp[live], kind="stable")]
+        cuts = np.flatnonzero(np.diff(comp[idx])) + 1
+        starts, ends = np.r_[0, cuts], np.r_[cuts, len(idx)]
+        single = (ends - starts) == 1
+        geoms, first, score, prompt, ntiles = self._singles(idx[starts[single]])
+        # the common case at scale, vectorized: two complete views of one object from two tiles
+        s2 = starts[~single & ((ends - starts) == 2)]
+        a, b = idx[s2], idx[s2 + 1]
+        fast = c.complete[a] & c.complete[b] & (self.tiles[a] != self.tiles[b])
+        for col, got in zip((geoms, first, score, prompt, ntiles), self._pairs(a[fast], b[fast])):
+            col.extend(got)
+        # ... and a complete view beside a cut view that its own core area mostly lies under
+        one = c.complete[a] ^ c.complete[b]
+        full, cut = np.where(c.complete[a], a, b)[one], np.where(c.complete[a], b, a)[one]
+        covered = np.zeros(len(a), dtype=bool)
+        covered[np.flatnonzero(one)] = done = self._covered_pairs(full, cut)
+        for col, got in zip((geoms, first, score, prompt, ntiles), self._kept(full[done], cut[done])):
+            col.extend(got)
+        general = np.ones(len(starts), dtype=bool)
+        general[single] = False
+        general[np.flatnonzero(~single & ((ends - starts) == 2))[fast | covered]] = False
+        for s, e in zip(starts[general].tolist(), ends[general].tolist()):
+            for g, f, sc, nt in self._component(idx[s:e]):
+                geoms.append(g)
+                first.append(f)
+                score.append(sc)
+                prompt.append(c.prompt[idx[s]])
+                ntiles.append(nt)
+        first = np.asarray(first, dtype=np.int64)
+        rank = np.argsort(first, kind="stable")
+        out = Merged([geoms[i] for i in rank], [float(score[i]) for i in rank],
+                     [_item(prompt[i]) for i in rank], [int(ntiles[i]) for i in rank])
+        count_by_prompt(st, "owned", c.prompt[live], self.owned_area[live])
+        count_by_prompt(st, "out", np.asarray(out.prompt), shapely.area(np.asarray(out.geometry, dtype=object))
+               if out.geometry else np.zeros(0))
+        for rule in ("duplicates", "slivers"):
+            d = [(i, a) for i, r, a in self.dropped if r == rule]
+            if d:
+                count_by_prompt(st, rule, c.prompt[[i for i, _ in d]], np.asarray([a for _, a in d]))
+        return out, first[rank]
+
+    def _singles(self, lone: np.ndarray):
+        """Components of one part: kept as they are, unless a sliver (rule 6)."""
+        c, st = self.c, self.stats
+        cut = lone[~c.complete[lone]]
+        slivers = _slivers(cut, c.geoms, self.tiles, self.frames, self.near, self.owned_area)
+        if slivers:
+            drop = np.isin(lone, np.fromiter(slivers, dtype=np.int64, count=len(slivers)))
+            for i in lone[drop].tolist():
+                self.dropped.append((i, "slivers", float(self.owned_area[i])))
+            st.slivers_dropped += int(drop.sum())
+            lone = lone[~drop]
+        st.unlinked_cut_pieces += int((~c.complete[lone] & ~self.inside[lone] & (c.edge[lone] < np.inf)).sum())
+        return (list(c.geoms[lone]), c.order[lone].tolist(), c.score[lone].tolist(), list(c.prompt[lone]),
+                [1] * len(lone))
+
+    def _pairs(self, a: np.ndarray, b: np.ndarray):
+        """Rule 4 for components of two complete parts of two tiles: the one of more authority is kept."""
+        c = self.c
+        oa, ob = ~self.owned[a], ~self.owned[b]
+        ea, eb = self.edge_q[a], self.edge_q[b]
+        a_wins = (oa < ob) | ((oa == ob) & ((ea > eb) | ((ea == eb) & (c.order[a] < c.order[b]))))
+        win, lose = np.where(a_wins, a, b), np.where(a_wins, b, a)
+        acc = lose[self.owned_area[lose] > 0]
+        if len(acc):
+            acc_win = win[self.owned_area[lose] > 0]
+            own = shapely.difference(shapely.intersection(c.geoms[acc], self.exact[acc]), c.geoms[acc_win])
+            self.dropped.extend((i, "duplicates", v) for i, v in zip(acc.tolist(), shapely.area(own).tolist()))
+        return self._kept(win, lose)
+
+    def _covered_pairs(self, full: np.ndarray, cut: np.ndarray) -> np.ndarray:
+        """Whether each cut part's own-core area lies mostly under its complete partner (rule 5), for
+        pairs of different tiles; the uncovered owned area of those is counted."""
+        ok = self.tiles[full] != self.tiles[cut]
+        clip = shapely.intersection(self.c.geoms[cut[ok]], self.exact[cut[ok]])
+        area = shapely.area(clip)
+        cov = shapely.area(shapely.intersection(clip, self.c.geoms[full[ok]]))
+        done = np.zeros(len(full), dtype=bool)
+        done[np.flatnonzero(ok)] = got = cov >= COVERED * area
+        self.dropped.extend((i, "duplicates", v) for i, v in zip(cut[ok][got].tolist(),
+                                                                 (area - cov)[got].clip(0).tolist()))
+        return done
+
+    def _kept(self, win: np.ndarray, lose: np.ndarray):
+        """Objects of two-part components whose `win` part is kept and `lose` part dropped as a duplicate."""
+        c, st = self.c, self.stats
+        st.merged_groups += len(win)
+        st.largest_group = max(st.largest_group, 2 if len(win) else 0)
+        st.duplicates_dropped += len(win)
+        return (list(c.geoms[win]), c.order[win].tolist(), c.score[win].tolist(), list(c.prompt[win]),
+                [2] * len(win))
+
+    def _component(self, m: np.ndarray) -> list:
+        """Rules 4 and 5 for one component of 2+ parts: [(geometry, first, score, n_tiles)]."""
+        c, st, tiles = self.c, self.stats, self.tiles
+        st.merged_groups += 1
+        st.largest_group = max(st.largest_group, len(m))
+        if len(set(c.keys[m].tolist())) < len(m):
+            st.disagreements += 1
+        ntiles = len(set(tiles[m].tolist()))
+        full = m[c.complete[m]]
+        kept: list[int] = []
+        drops: list[tuple[int, str]] = []
+        if len(full):
+            keptset: set[int] = set()
+            for i in full[np.lexsort((c.order[full], -self.edge_q[full], ~self.owned[full]))].tolist():
+                ti = tiles[i]
+                if any(j in keptset and tiles[j] != ti for j in self.nbr[self.ptr[i]:self.ptr[i + 1]].tolist()):
+                    drops.append((i, "duplicates"))
+                else:
+                    kept.append(i)
+                    keptset.add(i)
+        outs = [(c.geoms[i], int(c.order[i]), float(c.score[i]), ntiles) for i in kept]
+        stitch = m[~c.complete[m]]
+        if kept and len(stitch):
+            clipped = shapely.intersection(c.geoms[stitch], self.exact[stitch])
+            ku = c.geoms[kept[0]] if len(kept) == 1 else shapely.union_all(c.geoms[kept])
+            covered = shapely.area(shapely.intersection(clipped, ku)) >= COVERED * shapely.area(clipped)
+            drops += [(i, "duplicates") for i in stitch[covered].tolist()]
+            stitch = stitch[~covered]
+        if len(stitch):
+            got = self._stitch(stitch, np.unique(tiles[m]))
+            if got is None:
+                drops += [(i, "slivers") for i in stitch.tolist()]
+            else:
+                nested = self._nested(kept, got)
+                drops += [(kept[k], "duplicates") for k in nested]
+                outs = [o for k, o in enumerate(outs) if k not in nested] + got
+        st.duplicates_dropped += sum(r == "duplicates" for _, r in drops)
+        st.slivers_dropped += sum(r == "slivers" for _, r in drops)
+        self._account(drops, [g for g, *_ in outs])
+        return outs
+
+    def _nested(self, kept: list, stitched: list) -> set:
+        """Positions in `kept` of complete parts whose box centre lies outside their tile's core that lie
+        (>= `IOS_MIN`) inside one stitched object: the tiles owning that area said it is part of the larger object, so the part
+        is another view of it (rule 4: the owner decides)."""
+        if not kept or not stitched:
+            return set()
+        regions = np.asarray([g for g, *_ in stitched], dtype=object)
+        out = set()
+        for k, i in enumerate(kept):
+            g = self.c.geoms[i]
+            x0, y0, x1, y1 = g.bounds
+            # its own centre, not the one grown by its links: those are the large object's cut parts
+            if shapely.contains_xy(self.cores[i], (x0 + x1) / 2, (y0 + y1) / 2):
+                continue
+            inter = shapely.area(shapely.intersection(regions, g))
+            if inter.max() >= IOS_MIN * shapely.area(g):
+                out.add(k)
+        return out
+
+    def _stitch(self, s: np.ndarray, comp_tiles: np.ndarray):
+        """Rule 5: cut parts clipped to their cores, unioned, split into regions; None for slivers.
+
+        Where a tile said nothing about the object (a miss, a score under the threshold at its edge: it has
+        no part in the component), the parts reaching into its core keep their area there."""
+        c = self.c
+        clipped = shapely.intersection(c.geoms[s], self.cores[s])
+        areas = shapely.area(clipped)
+        geom = shapely.union_all(clipped[areas > 0]) if (areas > 0).any() else Polygon()
+        if geom.area <= 0.05 * shapely.area(c.geoms[s]).max() and self._beside_another(s):
+            return None  # rule 6 for linked slivers: all outside their own cores, next to another object
+        if geom.is_empty:
+            geom = shapely.union_all(c.geoms[s])
+        else:
+            said = shapely.union_all([self.frames[int(t)].core for t in comp_tiles.tolist()])
+            unclaimed = shapely.difference(c.geoms[s], said)
+            unclaimed = unclaimed[shapely.area(unclaimed) > 0]
+            if len(unclaimed):
+                geom = shapely.union_all([geom, *unclaimed])
+        outs = []
+        for r in regions(polygonal(geom), self.gap):
+            hit = shapely.intersects(clipped, r) & (areas > 0)
+            if not hit.any():
+                hit = np.ones(len(s), dtype=bool)
+            w = areas[hit]
+            sc = float(np.average(c.score[s[hit]], weights=w)) if w.sum() > 0 else float(c.score[s[hit]].mean())
+            outs.append((r, int(c.order[s[hit]].min()), sc, len(np.unique(self.tiles[s[hit]]))))
+        self.stats.stitched += len(outs)
+        return outs
+
+    def _beside_another(self, members: np.ndarray) -> bool:
+        """Whether a part outside `members`, of a tile outside them, lies within the sliver tolerance of one
+        of them (or an earlier pass saw one: `near`)."""
+        if self.near[members].any():
+            return True
+        if self._tree is None:
+            self._tree = shapely.STRtree(self.c.geoms)
+        mine, own = set(members.tolist()), set(self.tiles[members].tolist())
+        for i in members.tolist():
+            hits = self._tree.query(self.c.geoms[i], predicate="dwithin",
+                                    distance=_sliver_tol(self.frames[int(self.tiles[i])]))
+            if any(j not in mine and int(self.tiles[j]) not in own for j in hits.tolist()):
+                return True
+        return False
+
+    def _account(self, drops: list, outs: list) -> None:
+        """The owned area of each dropped part that no output of its component covers."""
+        todo = [(i, r) for i, r in drops if self.owned_area[i] > 0]
+        if not todo:
+            return
+        idx = np.asarray([i for i, _ in todo])
+        own = shapely.intersection(self.c.geoms[idx], self.exact[idx])
+        if outs:
+            own = shapely.difference(own, outs[0] if len(outs) == 1 else shapely.union_all(outs))
+        for (i, r), a in zip(todo, shapely.area(own).tolist()):
+            self.dropped.append((i, r, a))
+
+
+def _item(v):
+    return v.item() if hasattr(v, "item") else v
+
+
+def _sliver_tol(frame: TileFrame) -> float:
+    """Rule 6's distance in CRS units: `SLIVER_CELLS` mask cells of the tile."""
+    return SLIVER_CELLS * MASK_CELL * frame.pixel
+
+
+def _near_other_tile(idx: np.ndarray, geoms, tiles, frames) -> np.ndarray:
+    """Whether a part of another tile lies within the sliver tolerance of each part in `idx`."""
+    out = np.zeros(len(idx), dtype=bool)
+    if not len(idx):
+        return out
+    tree = shapely.STRtree(geoms)
+    for k, i in enumerate(idx.tolist()):
+        near = tree.query(geoms[i], predicate="dwithin", distance=_sliver_tol(frames[int(tiles[i])]))
+        out[k] = bool((tiles[near] != tiles[i]).any())
+    return out
+
+
+def _slivers(lone: np.ndarray, geoms, tiles, frames, near, owned_area) -> set[int]:
+    """Unmatched cut parts outside their own core that lie against another object (rule 6).
+    `near`: per part, another tile's part is known to lie within the tolerance (from an earlier pass)."""
+    if not len(lone):
+        return set()
+    outside = lone[owned_area[lone] <= 0.05 * shapely.area(geoms[lone])]
+    if not len(outside):
+        return set()
+    out = set(outside[near[outside]].tolist())
+    rest = outside[~near[outside]]
+    out.update(rest[_near_other_tile(rest, geoms, tiles, frames)].tolist())
+    return out
+
+
+
