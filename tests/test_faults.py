@@ -151,6 +151,20 @@ def test_a_symlinked_output_is_written_through_to_its_target(tmp_path):
     assert _leftovers(tmp_path) == [] and _leftovers(tmp_path / "data") == []
 
 
+def test_overwrite_replaces_a_layer_that_differs_only_in_case(tmp_path):
+    src = _write(tmp_path / "a.tif", _image())
+    mine = tmp_path / "mine.gpkg"
+    _user_gpkg(mine)
+    gpd.GeoDataFrame({"v": [1]}, geometry=[box(0, 0, 1, 1)], crs=CRS_DEMO.to_wkt()).to_file(mine, layer="Keep")
+    r = _seg(src, "--out", mine, "--layer", "keep")
+    assert r.exit_code == 2 and "SQLite names ignore case" in r.stderr, r.stderr
+    r = _seg(src, "--out", mine, "--layer", "keep", "--overwrite")  # GDAL's CreateLayer refused it: exit 1
+    assert r.exit_code == 0, r.stderr
+    assert sorted(pyogrio.list_layers(mine)[:, 0]) == ["keep", "theirs"]
+    assert len(gpd.read_file(mine, layer="keep")) == 1 and len(gpd.read_file(mine, layer="theirs")) == 2
+    assert _leftovers(tmp_path) == []
+
+
 # -- nothing stored is trusted unchecked ---------------------------------------------------------------------
 
 def _run(src, tmp, texts=("blue",), **kw):

@@ -230,8 +230,8 @@ def _write_gpkg(chunks: Iterable[gpd.GeoDataFrame], path: Path, layer: str, meta
     for gdf in chunks:
         for i in range(0, max(len(gdf), 1), CHUNK_ROWS):
             part = gdf.iloc[i:i + CHUNK_ROWS]
-            if k == 0:
-                _write_ogr(part, path, "GPKG", layer, {"DESCRIPTION": description}, meta)
+            if k == 0:  # OVERWRITE: a layer whose name differs only in case is replaced too (SQLite ignores case)
+                _write_ogr(part, path, "GPKG", layer, {"DESCRIPTION": description, "OVERWRITE": "YES"}, meta)
             elif len(part):
                 _write_ogr(part, path, "GPKG", layer, {}, None, append=True)
             k += 1
