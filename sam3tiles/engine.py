@@ -85,9 +85,9 @@ WATCH_POLL_S = 1.0
 
 class WorkerWatch:
     """Watches a cluster's workers while a run waits on it: when no worker that can run the model (one with
-    the GPU resource, when some had it; else any) is left for `timeout` seconds, the run's main thread is
-    interrupted and `open_engine` turns that into `WorkerLostError` (exit 4; the runner's cleanup keeps the
-    finished tiles' checkpoints). A worker that joins in time resets the wait: the scheduler reruns the lost
+    the GPU resource, when some had it; else any) is left for `timeout` seconds, the run's futures are
+    cancelled (its waits end) and `open_engine` turns that into `WorkerLostError` (exit 4; the runner's
+    cleanup keeps the finished tiles' checkpoints). A worker that joins in time resets the wait: the scheduler reruns the lost
     worker's tasks there and the run goes on."""
 
     def __init__(self, client, address: str, gpu: bool, timeout: float):
@@ -96,7 +96,6 @@ class WorkerWatch:
         self.client, self.address, self.gpu, self.timeout = client, address, gpu, float(timeout)
         self.lost: str | None = None
         self._stop = threading.Event()
-        self._main = threading.current_thread() is threading.main_thread()
         self._thread = threading.Thread(target=self._watch, name="sam3tiles-worker-watch", daemon=True)
 
     def __enter__(self) -> "WorkerWatch":
@@ -146,18 +145,24 @@ class WorkerWatch:
                              f"{self.timeout:g} s: start one (`dask worker {self.address}"
                              f"{' --resources GPU=1' if self.gpu else ''}`), then rerun the same command (the "
                              "finished tiles are checkpointed), or raise --worker-timeout")
-                if self._main:
-                    import _thread
-
-                    _thread.interrupt_main()
-                else:
-                    log.error("%s", self.lost)
+                self._cancel()  # the run's waits end now; `_watched` names the reason
                 return
+
+    def _cancel(self) -> None:
+        """Cancel every future the run holds: its waits on them return (a signal would not reach a run
+        whose SIGINT is ignored, as under `nohup ... &`), and `_watched` raises WorkerLostError."""
+        try:
+            from distributed import Future
+
+            futures = [Future(k, self.client) for k in list(self.client.futures)]
+            self.client.cancel(futures, reason="sam3tiles: no worker left", msg=self.lost)
+        except Exception:  # noqa: BLE001 - a client closing meanwhile: the run ends anyway
+            log.error("%s", self.lost)
 
 
 @contextmanager
 def _watched(client, address: str, gpu: bool, timeout: float | None):
-    """`WorkerWatch` around the block; its interrupt becomes `WorkerLostError`."""
+    """`WorkerWatch` around the block; the errors of the futures it cancelled become `WorkerLostError`."""
     from .errors import WorkerLostError
 
     if timeout is None:
@@ -166,8 +171,8 @@ def _watched(client, address: str, gpu: bool, timeout: float | None):
     with WorkerWatch(client, address, gpu, timeout) as watch:
         try:
             yield
-        except KeyboardInterrupt:
-            if watch.lost is not None and type(sys.exc_info()[1]) is KeyboardInterrupt:
+        except Exception:  # the cancelled futures' errors, wherever the run waited on them
+            if watch.lost is not None:
                 raise WorkerLostError(watch.lost) from None
             raise
 

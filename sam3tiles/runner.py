@@ -18,6 +18,7 @@ import logging
 import os
 import time
 from collections import deque
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -221,6 +222,8 @@ class InputRun:
                 tile, chain = self.in_flight.pop(fut.key)
                 if fut.status == "finished":
                     self._finished(tile, fut.result())
+                elif fut.status == "cancelled":  # the run's own stop (a lost worker): never a failed tile
+                    raise CancelledError(f"tile {tile.index} of {self.source.path} was cancelled")
                 else:
                     self._failed(tile, fut.exception())
                 for f in chain:

@@ -398,6 +398,8 @@ def _rows(db: Path) -> int:
 
 
 def _lose_the_worker(scheduler, tmp_path, timeout, rejoin):
+    import time
+
     from sam3tiles.demo import write_scene
 
     src = tmp_path / "scene.tif"
@@ -415,10 +417,11 @@ def _lose_the_worker(scheduler, tmp_path, timeout, rejoin):
         assert driver.poll() is None, driver.communicate()
         worker.kill()  # SIGKILL: no goodbye to the scheduler
         worker.wait()
+        killed = time.monotonic()
         if rejoin:
             second = _worker(scheduler)
         _, err = driver.communicate(timeout=timeout + 90)
-        return driver.returncode, err, out, db
+        return driver.returncode, err, out, db, time.monotonic() - killed
     finally:
         for p in (worker, second, driver):
             if p is not None and p.poll() is None:
@@ -427,20 +430,17 @@ def _lose_the_worker(scheduler, tmp_path, timeout, rejoin):
 
 
 def test_a_lost_worker_stops_the_run_within_the_timeout(scheduler, tmp_path):
-    import time
-
-    t0 = time.monotonic()
-    code, err, out, db = _lose_the_worker(scheduler, tmp_path, timeout=3, rejoin=False)
+    code, err, out, db, after_kill = _lose_the_worker(scheduler, tmp_path, timeout=3, rejoin=False)
     assert code == 4, err
     assert "no Dask worker with the GPU resource is left" in err and "--worker-timeout 3 s" in err
     assert "dask worker" in err and "rerun the same command" in err and "Traceback" not in err
-    assert time.monotonic() - t0 < 90
+    assert after_kill < 3 + 10, after_kill  # the timeout, the scheduler noticing, one poll, the cleanup
     assert _rows(db) >= 1  # the checkpoints are kept
     assert not out.exists() and _leftovers(tmp_path) == []
 
 
 def test_a_worker_that_joins_in_time_lets_the_run_finish(scheduler, tmp_path):
-    code, err, out, db = _lose_the_worker(scheduler, tmp_path, timeout=120, rejoin=True)
+    code, err, out, db, _ = _lose_the_worker(scheduler, tmp_path, timeout=120, rejoin=True)
     assert code == 0, err
     rep = json.loads((tmp_path / "o.gpkg.report.json").read_text())
     assert rep["failed"] == 0 and rep["done"] + rep["resumed"] + rep["skipped"] >= 1
