@@ -95,6 +95,7 @@ class WorkerWatch:
 
         self.client, self.address, self.gpu, self.timeout = client, address, gpu, float(timeout)
         self.lost: str | None = None
+        self._before = set(self._keys())  # a caller's client may hold futures of its own: never touched
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="sam3tiles-worker-watch", daemon=True)
 
@@ -118,10 +119,13 @@ class WorkerWatch:
     def _waiting(self) -> bool:
         """Whether the run waits on the cluster (holds futures): writing the outputs at the end needs no
         worker, and a cluster that shrank meanwhile must not stop it."""
+        return bool(set(self._keys()) - self._before)
+
+    def _keys(self) -> list:
         try:
-            return bool(self.client.futures)
+            return list(self.client.futures)
         except Exception:  # noqa: BLE001 - a closing client
-            return False
+            return []
 
     def _watch(self) -> None:
         import time
@@ -154,7 +158,7 @@ class WorkerWatch:
         try:
             from distributed import Future
 
-            futures = [Future(k, self.client) for k in list(self.client.futures)]
+            futures = [Future(k, self.client) for k in self._keys() if k not in self._before]
             self.client.cancel(futures, reason="sam3tiles: no worker left", msg=self.lost)
         except Exception:  # noqa: BLE001 - a client closing meanwhile: the run ends anyway
             log.error("%s", self.lost)
