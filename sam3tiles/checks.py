@@ -445,14 +445,15 @@ def _records(work_dir) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def replaceable(output, work_dir) -> bool:
-    """Whether `output` is an unchanged output of an unfinished earlier run of this work folder."""
+def replaceable(output, work_dir, side_file: bool = False) -> bool:
+    """Whether `output` is an unchanged output of an unfinished earlier run of this work folder; with
+    `side_file` (a report or preview), of any earlier run of it (the file is sam3tiles' own, as it wrote it)."""
     if work_dir is None or not is_work_dir(work_dir):
         return False
     rec = _records(work_dir).get(str(_real(output)))
     if not isinstance(rec, dict) or rec.get("stamp") != _stamp(Path(output)):
         return False
-    return bool(rec.get("failed")) or rec.get("state") != "done"
+    return side_file or bool(rec.get("failed")) or rec.get("state") != "done"
 
 
 def record_outputs(work_dir, files: Sequence[tuple[Path, Path]], failed: int, state: str) -> None:

@@ -281,7 +281,7 @@ def check_side_files(outputs: Sequence[Path], labels: Path | None, report, opts:
                              "different paths")
         seen[key] = what
     for what, p in files:
-        if what in ("--out", "--labels") or overwrite or not os.path.lexists(p) or replaceable(p, ours):
+        if what in ("--out", "--labels") or overwrite or not os.path.lexists(p) or replaceable(p, ours, True):
             continue
         raise OutputExistsError(f"{what} {p} exists and this run did not write it: pass --overwrite to replace it, "
                                 "or move it away")

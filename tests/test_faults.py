@@ -467,3 +467,18 @@ def test_a_low_address_space_limit_is_refused_before_any_work(tmp_path, mb):
     assert f"address-space limit (ulimit -v) is {mb} MB" in p.stderr and "raise it" in p.stderr
     assert "Traceback" not in p.stderr
     assert list((tmp_path / "o").iterdir()) == []  # no lock, no work folder, no output
+
+
+def test_a_report_the_job_wrote_is_its_own_to_replace_but_not_once_edited(tmp_path):
+    src = _write(tmp_path / "a.tif", _image())
+    out = tmp_path / "o.gpkg"
+    assert _seg(src, "--out", out).exit_code == 0
+    out.unlink()  # the user removed the output; its report and preview stay: the rerun may replace them
+    r = _seg(src, "--out", out)
+    assert r.exit_code == 0, r.stderr
+    report = tmp_path / "o.gpkg.report.json"
+    out.unlink()
+    report.write_text(report.read_text() + " ")  # edited since: no longer the run's own
+    r = _seg(src, "--out", out)
+    assert r.exit_code == 2 and "the report" in r.stderr and "did not write it" in r.stderr, r.stderr
+    assert report.read_text().endswith(" ")
