@@ -28,7 +28,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             report_path: str | os.PathLike | None = None, client: Any = None, options: Options | None = None,
             backend: str | object = _D.backend, model: str | None = _D.model, device: str = _D.device,
             precision: str = _D.precision, threads: int = _D.threads, workers: int | None = _D.workers,
-            scheduler: str | None = _D.scheduler,
+            scheduler: str | None = _D.scheduler, worker_timeout: float = _D.worker_timeout,
             tile_size: int = _D.tile_size, overlap: int | float = _D.overlap, scale: float = _D.scale,
             gsd: float | None = _D.gsd, bands: tuple[int, ...] | str | None = _D.bands, squash: bool = _D.squash,
             refine: str = _D.refine, refine_depth: int = _D.refine_depth,
@@ -73,6 +73,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         model, device, threads: the ONNX model folder, "auto"/"cpu"/"cuda"/"tensorrt", onnxruntime threads.
         precision: "auto"/"fp32"/"tf32" (CUDA's TF32 off/on)/"fp16" (TensorRT).
         workers, scheduler: CPU threads of a local run; a dask.distributed scheduler address.
+        worker_timeout: seconds a cluster run waits for a model worker when none is left (then exit 4).
         tile_size, overlap: tile side and overlap in (scaled) pixels (tile_size at most 1008); an overlap
             below 1 is a fraction of the tile side (0.2 -> 202 px of 1008).
         scale, gsd: uniform zoom, or a target ground sampling distance (CRS units per pixel).

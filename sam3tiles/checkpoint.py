@@ -21,7 +21,8 @@ from pathlib import Path
 
 from .tasks import TileResult
 
-SCHEMA = 3  # 2: one row per (tile, prompt), pieces renumbered as prompt 0; 3: JSON + WKB rows, no pickle
+SCHEMA = 4  # 2: one row per (tile, prompt), pieces renumbered as prompt 0; 3: JSON + WKB rows, no pickle;
+# 4: a row carries the key it was stored under (a row moved to another key is recomputed)
 MAGIC = b"S3TR"  # sam3tiles tile result
 _COLUMNS = ("score", "prompt", "tile_key", "complete", "edge_dist")
 
@@ -84,14 +85,14 @@ class TileStore:
                 raise self._error(e) from None
         if row is None or row[0] != SCHEMA:
             return None
-        result = decode_result(row[1])
-        if result is None:  # damaged, crafted or another version's row: recompute it
+        result = decode_result(row[1], key)
+        if result is None:  # damaged, crafted, moved or another version's row: recompute it
             return None
         self.hits += 1
         return result
 
     def put(self, key: str, result: TileResult) -> None:
-        blob = encode_result(result)
+        blob = encode_result(result, key)
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO tiles (key, schema, result) VALUES (?, ?, ?)",
                              (key, SCHEMA, blob))
@@ -99,7 +100,7 @@ class TileStore:
 
     def put_many(self, items: list[tuple[str, TileResult]]) -> None:
         """Store several results in one transaction: all of them or, if the process dies, none."""
-        self.put_encoded([(key, encode_result(r)) for key, r in items])
+        self.put_encoded([(key, encode_result(r, key)) for key, r in items])
 
     def put_encoded(self, items: list[tuple[str, bytes]]) -> None:
         """`put_many` of rows already encoded (`encode_result`): what a batch of writes holds, so a row
@@ -143,13 +144,15 @@ def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def encode_result(result: TileResult) -> bytes:
-    """MAGIC, the header length (uint32 LE), the JSON header, then each geometry's WKB back to back."""
+def encode_result(result: TileResult, key: str | None = None) -> bytes:
+    """MAGIC, the header length (uint32 LE), the JSON header, then each geometry's WKB back to back.
+    `key`: the store key the row is written under (tile, pass, prompt, ...), kept in the header so a row
+    found under another key is never taken for that key's result."""
     import shapely
 
     p = result.pieces
     wkbs = [shapely.to_wkb(g) for g in p.geometry]
-    header = {"schema": SCHEMA, "tile_index": int(result.tile_index), "skipped": bool(result.skipped),
+    header = {"schema": SCHEMA, "key": key, "tile_index": int(result.tile_index), "skipped": bool(result.skipped),
               "saturated": bool(result.saturated), "seconds": {str(k): float(v) for k, v in result.seconds.items()},
               "unusable_prompts": [str(u) for u in result.unusable_prompts],
               "saturated_prompts": [int(i) for i in result.saturated_prompts],
@@ -165,8 +168,9 @@ def _numbers(values, kind) -> bool:
                                             (kind is bool and isinstance(v, bool)) for v in values)
 
 
-def decode_result(blob) -> TileResult | None:
-    """The TileResult `encode_result` wrote, or None for anything else (never raises, never runs code)."""
+def decode_result(blob, key: str | None = None) -> TileResult | None:
+    """The TileResult `encode_result` wrote, or None for anything else (never raises, never runs code);
+    with `key`, also None for a row stored under another key (swapped or copied between tiles)."""
     import shapely
 
     from .vectorize import Pieces
@@ -179,7 +183,7 @@ def decode_result(blob) -> TileResult | None:
             return None
         (n,) = struct.unpack("<I", blob[4:8])
         h = json.loads(blob[8:8 + n].decode())
-        if not isinstance(h, dict) or h.get("schema") != SCHEMA:
+        if not isinstance(h, dict) or h.get("schema") != SCHEMA or (key is not None and h.get("key") != key):
             return None
         lens = h["wkb_len"]
         cols = {name: h[name] for name in _COLUMNS}

@@ -91,6 +91,18 @@ def _own(name: str) -> bool:
     return any(name.startswith(f".{Path(f).stem}.") and ".tmp" in name for f in (MARKER, "outputs.json"))
 
 
+def _our_lock(entry: Path) -> bool:
+    """The output lock this process holds (`--out w/o.gpkg --work-dir w`: the run's own lock is no foreign
+    file in its work folder)."""
+    if not entry.name.endswith(".lock") or not entry.is_file():
+        return False
+    try:
+        owner = json.loads(entry.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(owner, dict) and owner.get("pid") == os.getpid()
+
+
 def is_work_dir(path: str | os.PathLike) -> bool:
     """Whether `path` carries the marker sam3tiles writes into every work folder it creates."""
     try:
@@ -104,7 +116,7 @@ def claim_work_dir(path: str | os.PathLike) -> Path:
     """Create the work folder (or adopt one holding only sam3tiles' files) and mark it as ours."""
     p = Path(path)
     if p.is_dir() and not is_work_dir(p):
-        foreign = [e.name for e in p.iterdir() if not _own(e.name)]
+        foreign = [e.name for e in p.iterdir() if not _own(e.name) and not _our_lock(e)]
         if foreign:  # checked before the run too; a folder that changed since is still not ours
             raise UsageError(f"--work-dir {p} is not a sam3tiles work folder (it holds {foreign[0]!r}): name a new "
                              "or empty folder for the checkpoints")
@@ -191,6 +203,11 @@ def check_placeable(path: str, src) -> None:
     if src is None:
         return
     identity = src.transform.is_identity if hasattr(src.transform, "is_identity") else src.transform == src.transform.identity()
+    t = src.transform
+    if not identity and not (math.isfinite(t.determinant) and t.determinant != 0):
+        raise CRSError(f"{path}: its geotransform ({t.a:g}, {t.b:g}, {t.c:g}, {t.d:g}, {t.e:g}, {t.f:g}) has a pixel "
+                       "size of 0 (or not a number), so its pixels cannot be placed: fix it, e.g. gdal_edit.py "
+                       "-a_ullr ULX ULY LRX LRY, or drop it (gdal_edit.py -unsetgt) to work in pixel coordinates")
     if not identity:
         return
     stem = Path(local_path_of(path) or path).with_suffix("").name + "_warped.tif"
@@ -284,6 +301,48 @@ def check_input(path: str, src, opts) -> list[str]:
     return files
 
 
+def _vrt_sources(vrt: str) -> list[str]:
+    """The local files a VRT's sources name (SourceFilename, relative to the VRT where it says so)."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.parse(vrt).getroot()
+    except (OSError, ET.ParseError):
+        return []  # GDAL says what is wrong with it
+    out = []
+    for el in root.iter("SourceFilename"):
+        name = (el.text or "").strip()
+        if not name or name.startswith("/vsi") or "://" in name:
+            continue
+        if el.get("relativeToVRT", "0") == "1" and not os.path.isabs(name):
+            name = os.path.join(os.path.dirname(os.path.abspath(vrt)), name)
+        out.append(os.path.realpath(name))
+    return out
+
+
+def check_vrt_cycle(path: str, limit: int = 64) -> None:
+    """A VRT that reads itself, or VRTs that read each other: named as a cycle before the first tile (GDAL
+    fails each read of it as if the file were damaged)."""
+    local = local_path_of(path)
+    if local is None or not local.lower().endswith(".vrt") or not os.path.isfile(local):
+        return
+    from .errors import RasterReadError
+
+    def walk(vrt: str, chain: tuple[str, ...]) -> None:
+        if len(chain) > limit:
+            return
+        for src in _vrt_sources(vrt):
+            if src in chain:
+                names = " -> ".join(os.path.basename(q) for q in (*chain[chain.index(src):], src))
+                raise RasterReadError(f"{path} reads itself ({names}, a cycle of VRTs): point its sources at the "
+                                      "rasters themselves (gdalbuildvrt from the .tif files)")
+            if src.lower().endswith(".vrt") and os.path.isfile(src):
+                walk(src, (*chain, src))
+
+    real = os.path.realpath(local)
+    walk(real, (real,))
+
+
 def check_plan(inputs: Sequence[str], files: Sequence[str], crss: Sequence, tile_counts: Sequence[int], opts, *,
                combined=None, per_input: Sequence = (), labels=None, report=None, work_dir=None,
                box_file=None) -> None:
@@ -345,14 +404,15 @@ def _records(work_dir) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def replaceable(output, work_dir) -> bool:
-    """Whether `output` is an unchanged output of an unfinished earlier run of this work folder."""
+def replaceable(output, work_dir, side_file: bool = False) -> bool:
+    """Whether `output` is an unchanged output of an unfinished earlier run of this work folder; with
+    `side_file` (a report or preview), of any earlier run of it (the file is sam3tiles' own, as it wrote it)."""
     if work_dir is None or not is_work_dir(work_dir):
         return False
     rec = _records(work_dir).get(str(_real(output)))
     if not isinstance(rec, dict) or rec.get("stamp") != _stamp(Path(output)):
         return False
-    return bool(rec.get("failed")) or rec.get("state") != "done"
+    return side_file or bool(rec.get("failed")) or rec.get("state") != "done"
 
 
 def record_outputs(work_dir, files: Sequence[tuple[Path, Path]], failed: int, state: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import warnings
 from contextlib import contextmanager
@@ -20,6 +21,19 @@ log = logging.getLogger(__name__)
 
 SCHEDULER_ENV = "SAM3TILES_SCHEDULER"
 WAIT_FOR_WORKERS = 60  # seconds a scheduler without workers gets for its first one
+
+
+_ADDRESS = re.compile(r"^(?:(?:tcp|tls|ucx|ws|wss|inproc)://)?(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+)(?::\d{1,5})?/?$")
+
+
+def check_scheduler(address: str | None, option: str = "--scheduler") -> None:
+    """A scheduler address must look like one (`tcp://HOST:PORT`, `HOST:PORT`, tls://...) before it is
+    dialled: anything else is exit 2 naming the form (Dask's own error for it is an internal one)."""
+    if address is None:
+        return
+    if not isinstance(address, str) or not (_ADDRESS.match(address.strip()) or re.match(r"^inproc://\S+$", address)):
+        raise UsageError(f"{option} {address!r} is not a Dask scheduler address: give tcp://HOST:PORT (e.g. "
+                         "tcp://10.0.0.5:8786, as `dask scheduler` prints it), or leave it out to run in this process")
 
 
 @dataclass
@@ -58,15 +72,122 @@ def _quiet_if_interrupted() -> None:
     """Ctrl-C or SIGTERM (not an Exception) while the main thread waited on a future: the wait is
     abandoned, and closing the client ends its coroutine with AllExit, which asyncio would log with a
     traceback after the run's own one-line message. Silence asyncio's logger, as the process is ending."""
+    from .errors import WorkerLostError
+
     exc = sys.exc_info()[1]
-    if exc is not None and not isinstance(exc, Exception):
+    if exc is not None and (not isinstance(exc, Exception) or isinstance(exc, WorkerLostError)):
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
 
 
+#: How often the worker watch asks the scheduler for its workers (seconds).
+WATCH_POLL_S = 1.0
+
+
+class WorkerWatch:
+    """Watches a cluster's workers while a run waits on it: when no worker that can run the model (one with
+    the GPU resource, when some had it; else any) is left for `timeout` seconds, the run's futures are
+    cancelled (its waits end) and `open_engine` turns that into `WorkerLostError` (exit 4; the runner's
+    cleanup keeps the finished tiles' checkpoints). A worker that joins in time resets the wait: the scheduler reruns the lost
+    worker's tasks there and the run goes on."""
+
+    def __init__(self, client, address: str, gpu: bool, timeout: float):
+        import threading
+
+        self.client, self.address, self.gpu, self.timeout = client, address, gpu, float(timeout)
+        self.lost: str | None = None
+        self._before = set(self._keys())  # a caller's client may hold futures of its own: never touched
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="sam3tiles-worker-watch", daemon=True)
+
+    def __enter__(self) -> "WorkerWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _workers(self) -> int | None:
+        try:
+            workers = self.client.scheduler_info(n_workers=-1).get("workers") or {}
+        except Exception:  # noqa: BLE001 - the scheduler does not answer: no worker either
+            return None
+        if not self.gpu:
+            return len(workers)
+        return sum((w.get("resources") or {}).get("GPU", 0) > 0 for w in workers.values())
+
+    def _waiting(self) -> bool:
+        """Whether the run waits on the cluster (holds futures): writing the outputs at the end needs no
+        worker, and a cluster that shrank meanwhile must not stop it."""
+        return bool(set(self._keys()) - self._before)
+
+    def _keys(self) -> list:
+        try:
+            return list(self.client.futures)
+        except Exception:  # noqa: BLE001 - a closing client
+            return []
+
+    def _watch(self) -> None:
+        import time
+
+        since = None
+        kind = "with the GPU resource " if self.gpu else ""
+        while not self._stop.wait(WATCH_POLL_S):
+            n = self._workers()
+            if n or not self._waiting():
+                if n and since is not None:
+                    log.warning("a Dask worker %sjoined %s: the run goes on", kind, self.address)
+                since = None
+                continue
+            if since is None:
+                since = time.monotonic()
+                log.warning("no Dask worker %sis left at %s: waiting up to %g s (--worker-timeout) for one to join",
+                            kind, self.address, self.timeout)
+            elif time.monotonic() - since >= self.timeout:
+                what = "the scheduler does not answer" if n is None else f"no Dask worker {kind}is left"
+                self.lost = (f"--scheduler {self.address}: {what}, and none joined within --worker-timeout "
+                             f"{self.timeout:g} s: start one (`dask worker {self.address}"
+                             f"{' --resources GPU=1' if self.gpu else ''}`), then rerun the same command (the "
+                             "finished tiles are checkpointed), or raise --worker-timeout")
+                self._cancel()  # the run's waits end now; `_watched` names the reason
+                return
+
+    def _cancel(self) -> None:
+        """Cancel every future the run holds: its waits on them return (a signal would not reach a run
+        whose SIGINT is ignored, as under `nohup ... &`), and `_watched` raises WorkerLostError."""
+        try:
+            from distributed import Future
+
+            futures = [Future(k, self.client) for k in self._keys() if k not in self._before]
+            self.client.cancel(futures, reason="sam3tiles: no worker left", msg=self.lost)
+        except Exception:  # noqa: BLE001 - a client closing meanwhile: the run ends anyway
+            log.error("%s", self.lost)
+
+
 @contextmanager
-def open_engine(client=None, scheduler: str | None = None, workers: int | None = None):
+def _watched(client, address: str, gpu: bool, timeout: float | None):
+    """`WorkerWatch` around the block; the errors of the futures it cancelled become `WorkerLostError`."""
+    from .errors import WorkerLostError
+
+    if timeout is None:
+        yield
+        return
+    with WorkerWatch(client, address, gpu, timeout) as watch:
+        try:
+            yield
+        except Exception:  # the cancelled futures' errors, wherever the run waited on them
+            if watch.lost is not None:
+                raise WorkerLostError(watch.lost) from None
+            raise
+
+
+@contextmanager
+def open_engine(client=None, scheduler: str | None = None, workers: int | None = None,
+                worker_timeout: float | None = None):
     """Yield an Engine. `client` (an existing distributed.Client) wins, then `scheduler` (an address, or
-    the SAM3TILES_SCHEDULER variable), else an in-process cluster with `workers` CPU threads."""
+    the SAM3TILES_SCHEDULER variable), else an in-process cluster with `workers` CPU threads. On a cluster,
+    `worker_timeout` (seconds; None: wait forever) bounds the wait for a model worker when none is left
+    (`WorkerWatch`)."""
     # dask.distributed takes about a second to import: commands that run no tiles (`model`, `plan`,
     # `--help`) do not pay for it
     import dask
@@ -77,10 +198,13 @@ def open_engine(client=None, scheduler: str | None = None, workers: int | None =
         if not gpu:
             log.warning("no worker of the given client advertises the GPU resource: model tasks run on any "
                         "worker (give GPU workers resources={'GPU': 1})")
-        yield Engine(client, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu)
+        with _watched(client, str(getattr(client.scheduler, "address", "the client's scheduler")), gpu > 0,
+                      worker_timeout):
+            yield Engine(client, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu)
         return
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
     if scheduler:
+        check_scheduler(scheduler)
         try:
             c = Client(scheduler, timeout="20s")
         except (OSError, TimeoutError) as e:
@@ -99,7 +223,8 @@ def open_engine(client=None, scheduler: str | None = None, workers: int | None =
                 log.warning("no worker of %s advertises the GPU resource: model tasks run on any worker "
                             "(start GPU workers with `dask worker ADDRESS --resources GPU=1`)", scheduler)
             log.info("Dask dashboard: %s", c.dashboard_link)
-            yield Engine(c, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu)
+            with _watched(c, scheduler, gpu > 0, worker_timeout):
+                yield Engine(c, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu)
         finally:
             _quiet_if_interrupted()
             c.close()

@@ -90,6 +90,10 @@ class ModelNotFoundError(ModelError, FileNotFoundError):
     """The model directory lacks a file."""
 
 
+class WorkerLostError(ModelError):
+    """No Dask worker that can run the model is left, and none joined within --worker-timeout."""
+
+
 class ContractError(ModelError):
     """A graph whose inputs or outputs do not match the SAM 3 ONNX contract."""
 

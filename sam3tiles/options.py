@@ -148,6 +148,10 @@ class Options:
                               flags=("--workers",), ge=1)
     scheduler: str | None = opt(None, "Address of a dask.distributed scheduler (or $SAM3TILES_SCHEDULER).",
                                 job="run.scheduler", flags=("--scheduler",), envvar="SAM3TILES_SCHEDULER")
+    worker_timeout: float = opt(180.0, "Seconds a run on a Dask scheduler waits for a model worker when none is "
+                                       "left (a worker killed or lost): then it stops with exit 4, the finished "
+                                       "tiles checkpointed.", job="run.worker_timeout", flags=("--worker-timeout",),
+                                gt=0, le=86400)
     tile_size: int = opt(TILE_SIZE, f"Tile side in pixels; SAM 3 takes {MODEL_SIZE}.", job="tiling.tile_size",
                          flags=("--tile-size",), commands=("segment", "plan"), ge=MIN_TILE, le=MODEL_SIZE,
                          note=f"a tile is read into SAM 3's {MODEL_SIZE}x{MODEL_SIZE} input, so it can be no "

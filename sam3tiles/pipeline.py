@@ -23,12 +23,12 @@ import geopandas as gpd
 from .checkpoint import TileStore
 from .checks import disk_errors, record_outputs, replaceable
 from .engine import Engine, open_engine
-from .errors import TilesFailedError
+from .errors import InputDataError, TilesFailedError
 from .frames import file_metadata
 from .merge import MergeStats
 from .model.registry import runtime_stats
 from .options import Options
-from .plan import InputPlan, RunPlan, check_out, plan_run
+from .plan import InputPlan, RunPlan, check_out, plan_run, preview_path, side_files
 from .progress import progress_bar
 from .prompts import GeoBox
 from .quiet import run_filters
@@ -95,12 +95,14 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
     spool = ObjectSpool(plan.work_dir)
     try:
         with run_filters(), _locks(plan.outputs), open_engine(client=client, scheduler=opts.scheduler,
-                                                             workers=opts.workers) as engine:
+                                                             workers=opts.workers,
+                                                             worker_timeout=opts.worker_timeout) as engine:
             for p in plan.outputs:  # again under the lock: a run that finished meanwhile wrote it
                 check_out(p, plan.overwrite or replaceable(p, plan.work_dir), opts, plan.dataset)
-            for p in (plan.report_path, plan.labels):  # temporary files a killed run left beside them
-                if p is not None:
-                    remove_stale_temps(p)
+            for _, p in side_files(plan.outputs, plan.labels, plan.report_path, opts):
+                remove_stale_temps(p)  # temporary files a killed run left beside them
+            if plan.work_dir is not None:
+                remove_stale_temps(plan.work_dir / "outputs.json")
             _announce(engine, report, bar)
             _prefetch_previews(plan)
             results = [run_input(engine, plan, inp, report, store, bar, spool) for inp in plan.inputs]
@@ -137,14 +139,19 @@ def _publish(plan: RunPlan, report: RunReport, store: TileStore | None, pending:
     if store is not None:
         report.checkpoint["stored"] = store.puts
     report.wall_seconds = time.perf_counter() - t_start
-    if plan.report_path is not None:
-        with disk_errors(plan.report_path.parent, "the report"):
-            report.write_json(plan.report_path)
     wd = plan.work_dir if store is not None else None
-    record_outputs(wd, pending.files, report.failed, "pending")
+    first = Deferred()  # the report: recorded as this run's before it appears (a rerun may replace it)
+    try:
+        if plan.report_path is not None:
+            with disk_errors(plan.report_path.parent, "the report"), deferred_renames(first):
+                report.write_json(plan.report_path)
+        record_outputs(wd, first.files + pending.files, report.failed, "pending")
+        first.commit()
+    finally:
+        first.discard()
     pending.commit()
-    done = [*plan.outputs, *([plan.labels] if plan.labels is not None else [])]
-    record_outputs(wd, [(p, p) for p in done], report.failed, "done")
+    done = [*plan.outputs, *(p for _, p in side_files(plan.outputs, plan.labels, plan.report_path, plan.options))]
+    record_outputs(wd, [(p, p) for p in done if p.exists()], report.failed, "done")
 
 
 def _saturation_advice(report: RunReport, opts: Options) -> None:
@@ -167,7 +174,21 @@ def run_input(engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport, 
               progress_bar=None, spool: ObjectSpool | None = None) -> InputResult:
     """Segment one input of `plan` through `engine`; its merged objects go to `spool` block by block as
     the merge decides them (not yet written to any output)."""
-    return InputRun(engine, plan, inp, report, store, progress_bar, spool).run()
+    result = InputRun(engine, plan, inp, report, store, progress_bar, spool).run()
+    check_unchanged(inp)
+    return result
+
+
+def check_unchanged(inp: InputPlan) -> None:
+    """An input whose files changed while the run read them (a server replaced the file: a new ETag) mixes
+    two versions' objects: exit 3 naming it, the checkpoints kept (a rerun recomputes the new version)."""
+    from .readers.identity import changed_files
+
+    changed = changed_files(inp.files, inp.stamps) if inp.stamps else []
+    if changed:
+        raise InputDataError(f"{inp.path}: {changed[0]} changed while the run read it (its ETag, size, time or "
+                             "content is not what it was when the run started), so its tiles would mix two versions: "
+                             "nothing was written; rerun when it no longer changes (finished tiles stay checkpointed)")
 
 
 def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport, spool: ObjectSpool) -> None:
@@ -228,12 +249,6 @@ def _prefetch_previews(plan: RunPlan) -> None:
             prefetch([one], plan.options.bands)
     if plan.combined is not None:
         prefetch(panels, plan.options.bands)
-
-
-def preview_path(out: str | os.PathLike, layer: str | None = None) -> Path:
-    """`OUT.preview.png` (`OUT.LAYER.preview.png` for a --layer of a GeoPackage)."""
-    out = str(out).rstrip("/" + os.sep)  # a dataset folder's quicklook lies beside it
-    return Path(f"{out}.{layer}.preview.png" if layer else f"{out}.preview.png")
 
 
 class _timed:

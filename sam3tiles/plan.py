@@ -20,9 +20,11 @@ from typing import Iterator, Sequence
 
 import geopandas as gpd
 
-from .checks import check_box_file, check_input, check_plan, check_work_dir, replaceable
-from .errors import InputDataError, PromptError, UsageError
+from .checks import (check_box_file, check_input, check_plan, check_vrt_cycle, check_work_dir,
+                     replaceable)
+from .errors import InputDataError, OutputExistsError, PromptError, UsageError
 from .grid import Tile, TileGrid, scale_for_gsd, squash_tile
+from .limits import check_address_space
 from .tileframe import tile_frame
 from .model.files import require_model
 from .model.registry import RuntimeSpec, get_runtime, spec_identity
@@ -30,11 +32,14 @@ from .options import Options
 from .chips import parse_example_images
 from .prompts import GeoBox, Prompt, boxes_outside, build_prompts, raster_bounds, read_box_file
 from .readers import Source, Stretch, gdal_env, open_source
+from .readers.identity import file_stamp
 from .readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_hrefs
 from .refine import Refiner
 from .units import Frame, pixel_size
 from .writers import check_output
+from .writers.atomic import check_name
 from .writers.stream import check_dataset, is_dataset
+from .writers.held import settle
 from .writers.vector import check_geojson_frame, check_layer
 from .writers.labels import check_labels, check_labels_for, label_format
 
@@ -76,6 +81,7 @@ class InputPlan:
     chips: tuple = ()
     exemplar_note: str = ""
     levels: tuple[tuple[int, int], ...] = ()  # a slide's pyramid levels (width, height), full resolution first
+    stamps: tuple = ()  # their `readers.identity.file_stamp`s when planned (None: unknown)
 
     @property
     def bounds(self) -> tuple[float, float, float, float]:
@@ -230,10 +236,16 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     opts = options or Options()
     if isinstance(text, str):
         text = [text]  # one prompt, not one per letter
+    from .engine import check_scheduler  # (engine imports dask: only when a run is planned)
+
+    check_scheduler(opts.scheduler)  # a scheduler address that cannot be one: before anything is opened
+    check_address_space()  # a low `ulimit -v` aborts native code mid-run, its lock left behind
     paths = expand_inputs(inputs, opts.asset)
     per_input, combined = resolve_outputs(paths, out)
     dest = combined or out
     dataset = is_dataset(out)
+    for p in (q for q in [combined, *per_input] if q is not None):
+        check_name(p, "--out", opts.layer)  # before any path beside it is looked at (ENAMETOOLONG)
     check_work_dir(work_dir, paths)
     if work_dir is None and checkpoint and out is not None:
         work_dir = Path(str(dest).rstrip("/") + ".sam3tiles-work")
@@ -242,6 +254,7 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     for p in [combined, *per_input]:
         if p is not None:
             check_out(p, overwrite or replaceable(p, ours), opts, dataset)
+    check_own_inputs(paths, [combined, *per_input], labels)
     label_path = _check_labels(labels, paths, overwrite or (labels is not None and replaceable(labels, ours)))
     if report_path is None and dest is not None:
         report_path = Path(str(dest).rstrip("/") + ".report.json")
@@ -255,6 +268,8 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
         check_labels_for(label_path, planned[0].crs)
     if combined is not None:
         check_geojson_frame(combined, planned[0].crs)
+    check_side_files([p for p in [combined, *per_input] if p is not None], label_path, report_path, opts, overwrite,
+                     ours)
     crs0 = planned[0].crs
     n_given = len(geo_boxes)
     if box_file:
@@ -272,7 +287,59 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
                    report_path=Path(report_path) if report_path is not None else None)
 
 
-def expand_inputs(inputs, asset: str | None = None) -> list[str]:
+def preview_path(out: str | os.PathLike, layer: str | None = None) -> Path:
+    """`OUT.preview.png` (`OUT.LAYER.preview.png` for a --layer of a GeoPackage)."""
+    out = str(out).rstrip("/" + os.sep)  # a dataset folder's quicklook lies beside it
+    return Path(f"{out}.{layer}.preview.png" if layer else f"{out}.preview.png")
+
+
+def side_files(outputs: Sequence[Path], labels: Path | None, report: Path | None, opts: Options) -> list[tuple[str, Path]]:
+    """Every file a run writes besides its vector outputs, as (what, path): report, previews, labels."""
+    out = [("the report", report)] if report is not None else []
+    if not opts.no_preview:
+        out += [("the preview", preview_path(p, opts.layer)) for p in outputs]
+    return out + ([("--labels", labels)] if labels is not None else [])
+
+
+def check_side_files(outputs: Sequence[Path], labels: Path | None, report, opts: Options, overwrite: bool,
+                     ours) -> None:
+    """The run owns only what it creates: an existing report or preview it did not write (not an output of
+    an unfinished run of this work folder) is exit 2 without --overwrite, like the output; no two files
+    of the run may share a path (one would replace the other)."""
+    report = Path(report) if report is not None else None
+    files = [("--out", p) for p in outputs] + side_files(outputs, labels, report, opts)
+    for what, p in files:
+        if what in ("the report", "--labels"):
+            check_name(p, what)  # a newline or an overlong name fails its rename at the end of the run
+    seen: dict[str, str] = {}
+    for what, p in files:
+        key = os.path.realpath(p)
+        if key in seen:
+            raise UsageError(f"{what} {p} is also {seen[key]}'s path: one would replace the other; give them "
+                             "different paths")
+        seen[key] = what
+    for what, p in files:
+        if what in ("--out", "--labels") or overwrite or not os.path.lexists(p) or replaceable(p, ours, True):
+            continue
+        raise OutputExistsError(f"{what} {p} exists and this run did not write it: pass --overwrite to replace it, "
+                                "or move it away")
+
+
+def check_own_inputs(paths: Sequence[str], outputs: Sequence[Path | None], labels) -> None:
+    """An input that is this run's own output or label image (a glob such as *.tif that picks up the label
+    image an earlier run of the job wrote): named so, before any other check blames the count."""
+    if len(paths) < 2:
+        return  # one input that is an output: `check_not_inputs` names it (it would be replaced)
+    targets = [("output", p) for p in outputs if p is not None] + ([("label image", Path(labels))] if labels else [])
+    for i in paths:
+        for what, t in targets:
+            if not is_remote(i) and os.path.exists(i) and os.path.realpath(i) == os.path.realpath(t):
+                raise UsageError(f"the input {i} is this run's own {what} (an input pattern that picks up what an "
+                                 "earlier run wrote?): narrow the inputs, or write the "
+                                 f"{what} elsewhere")
+
+
+def expand_inputs(inputs, asset: str | None = None, _lists: tuple[str, ...] = ()) -> list[str]:
     """Paths, URLs, globs or open rasterio datasets (one or a list) -> a list of paths, globs expanded and
     sorted; a glob that matches nothing is an error, and so is an in-memory array (it has no frame).
     A URL or /vsi path is never a glob (a presigned URL's '?'); STAC items and item collections become
@@ -283,7 +350,11 @@ def expand_inputs(inputs, asset: str | None = None) -> list[str]:
     for item in inputs:
         s = input_name(item)
         if s.lower().endswith(".txt") and not is_remote(s):
-            out.extend(expand_inputs(read_input_list(s), asset))
+            real = os.path.realpath(s)
+            if real in _lists:
+                chain = " -> ".join(os.path.basename(q) for q in (*_lists[_lists.index(real):], real))
+                raise UsageError(f"{s}: the list of inputs names itself ({chain}, a cycle): remove that line")
+            out.extend(expand_inputs(read_input_list(s), asset, (*_lists, real)))
         elif looks_like_stac(s, asset):
             out.extend(stac_hrefs(s, asset))
         elif not is_remote(s) and any(ch in s for ch in "*?[") and not os.path.exists(s):  # existing: literal
@@ -365,19 +436,21 @@ def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:
 @gdal_env()
 def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPlan:
     """Open one input (its own errors: unreadable, bands, size) and lay out its tiles."""
+    check_vrt_cycle(path)  # before GDAL opens it: it would read itself until its depth limit
     with open_source(path, bands=opts.bands) as src:
         if src.kind == "slide" and src.crs is None and src.pixel_size_um is None:
             log.warning("%s: the slide states no physical pixel size (OME PhysicalSizeX): areas stay in pixels, "
                         "no area_um2", path)
         files = tuple(check_input(path, src, opts))  # placeable, a VRT's sources exist
+        stamps = tuple(file_stamp(f) for f in src.source_files)  # checked again when the input is done
         grid = None if opts.squash else build_grid(src, opts)
         if grid is not None and opts.refine == "auto":
             Refiner(grid, opts.refine_depth)  # refuses a depth whose sub-tile numbers the merge cannot hold
         return InputPlan(path=path, width=src.width, height=src.height, crs=src.crs, transform=src.transform,
                          bands=tuple(src.bands), band_count=int(src.band_count), dtype=str(src.dtype),
-                         stretch=src.stretch, identity=src.identity_for(verify=opts.verify_inputs), grid=grid, squash_size=opts.tile_size,
-                         output=output, pixel_size_um=src.pixel_size_um, files=files,
-                         levels=tuple(getattr(src, "level_sizes", ()) or ()))
+                         stretch=src.stretch, identity=src.identity_for(verify=opts.verify_inputs, stamps=list(stamps)),
+                         grid=grid, squash_size=opts.tile_size, output=output, pixel_size_um=src.pixel_size_um,
+                         files=files, levels=tuple(src.levels()) if src.kind == "slide" else (), stamps=stamps)
 
 
 def with_exemplars(inp: InputPlan, prompts: Sequence[Prompt], opts: Options) -> InputPlan:
@@ -420,8 +493,10 @@ def check_out(p: Path, overwrite: bool, opts: Options, dataset: bool = False) ->
     if dataset:
         check_dataset(p, overwrite)
         return
-    check_output(p, overwrite or opts.layer is not None)
+    check_output(p, overwrite or opts.layer is not None, opts.layer)
     check_layer(p, opts.layer, overwrite)
+    if p.suffix.lower() == ".gpkg" and p.exists():
+        settle(p)  # another program holds it open in WAL mode: refused before any work
 
 
 def gsd_scale(src: Source, gsd: float) -> float:

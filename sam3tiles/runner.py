@@ -18,6 +18,7 @@ import logging
 import os
 import time
 from collections import deque
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -226,6 +227,8 @@ class InputRun:
                 tile, chain = self.in_flight.pop(fut.key)
                 if fut.status == "finished":
                     self._finished(tile, fut.result())
+                elif fut.status == "cancelled":  # the run's own stop (a lost worker): never a failed tile
+                    raise CancelledError(f"tile {tile.index} of {self.source.path} was cancelled")
                 else:
                     self._failed(tile, fut.exception())
                 for f in chain:
@@ -287,7 +290,7 @@ class InputRun:
 
     def _failed(self, tile: Tile, exc: BaseException | None) -> None:
         self.work.pop(tile.index, None)
-        if isinstance(exc, ModelError):
+        if isinstance(exc, (ModelError, MemoryError)):  # out of memory: not this tile's fault, stop the run
             raise exc
         path, retries = self.source.path, self.opts.retries
         if self.opts.strict:

@@ -774,6 +774,145 @@ def _link(tmp):
 CASES.update(NEW_CASES)
 
 
+# -- issue 20: files the run did not create, names the file system refuses, inputs that are no inputs ----------
+
+def _side(name, body="mine"):
+    """The square, and a file of the user's at o/`name` (where the run would write a side file)."""
+    def make(tmp):
+        (tmp / "o").mkdir(exist_ok=True)
+        (tmp / "o" / name).write_text(body)
+        return _square(tmp)
+    return make
+
+
+def _gpkg_with_layer(name):
+    def make(tmp):
+        (tmp / "o").mkdir(exist_ok=True)
+        gpd.GeoDataFrame({"v": [1]}, geometry=[box(*square_geo_box())], crs=CRS_DEMO.to_wkt()).to_file(
+            tmp / "o" / "out.gpkg", layer=name)
+        return _square(tmp)
+    return make
+
+
+def _dangling_lock(tmp):
+    (tmp / "o").mkdir(exist_ok=True)
+    (tmp / "o" / "out.gpkg.lock").symlink_to(tmp / "o" / "nowhere")
+    return _square(tmp)
+
+
+def _zero_pixel_vrt(tmp):
+    p = _vrt()(tmp)
+    p.write_text(p.read_text().replace(f"{ORIGIN[0]},{PIXEL},0,", f"{ORIGIN[0]},0,0,"))
+    return p
+
+
+def _vrt_reading(name, src):
+    bands = "".join(f'<VRTRasterBand dataType="Byte" band="{b}"><SimpleSource><SourceFilename relativeToVRT="1">'
+                    f"{src}</SourceFilename><SourceBand>{b}</SourceBand></SimpleSource></VRTRasterBand>" for b in (1, 2, 3))
+    return (f'<VRTDataset rasterXSize="500" rasterYSize="400"><SRS>{CRS_DEMO.to_wkt()}</SRS>'
+            f"<GeoTransform>{ORIGIN[0]},{PIXEL},0,{ORIGIN[1]},0,{-PIXEL}</GeoTransform>{bands}</VRTDataset>")
+
+
+def _vrt_cycle(*names):
+    def make(tmp):
+        for k, n in enumerate(names):
+            (tmp / n).write_text(_vrt_reading(n, names[(k + 1) % len(names)]))
+        return tmp / names[0]
+    return make
+
+
+def _stac(assets):
+    def make(tmp):
+        _square(tmp)
+        p = tmp / "item.json"
+        p.write_text(json.dumps({"type": "FeatureCollection", "features": [
+            {"type": "Feature", "id": "a", "assets": assets}]}))
+        return p
+    return make
+
+
+def _self_list(tmp):
+    _square(tmp)
+    (tmp / "more.txt").write_text("square.tif\nlist.txt\n")
+    (tmp / "list.txt").write_text("more.txt\n")
+    return tmp / "list.txt"
+
+
+def _labels_from_before(tmp):
+    _square(tmp)
+    write(tmp / "labels.tif", np.zeros((1, 400, 500), np.uint32) + 1)
+    return ["segment", str(tmp / "*.tif"), "-t", "blue", "--backend", "reference", "--labels", str(tmp / "labels.tif"),
+            "--overwrite", "--out", str(tmp / "o" / "out.gpkg")]
+
+
+def _truth_pred(tmp):
+    gdf = gpd.GeoDataFrame({"class": ["blue"], "prompt": ["blue"]}, geometry=[box(*square_geo_box())],
+                           crs=CRS_DEMO.to_wkt())
+    gdf.to_file(tmp / "truth.gpkg")
+    gdf.to_file(tmp / "pred.gpkg")
+    return [str(tmp / "pred.gpkg"), str(tmp / "truth.gpkg")]
+
+
+WORK_FILES = ("sam3tiles-work.json", "tiles.sqlite", "outputs.json", "tiles.sqlite-wal", "tiles.sqlite-shm")
+
+FAULT_CASES: dict[str, Case] = {
+    # -- files beside the output that the run did not write: exit 2, kept
+    "existing-report-not-written-by-the-run": Case(seg(_side("out.gpkg.report.json")), 2,
+                                                   r"the report .*out\.gpkg\.report\.json exists and this run did not "
+                                                   r"write it: pass --overwrite", keeps=("out.gpkg.report.json",)),
+    "existing-preview-not-written-by-the-run": Case(seg(_side("out.gpkg.preview.png")), 2,
+                                                    r"the preview .*out\.gpkg\.preview\.png exists .*--overwrite",
+                                                    keeps=("out.gpkg.preview.png",)),
+    "job-report-path-exists": Case(lambda t: _job(_with(output={"path": "o/out.gpkg", "report": "o/mine.json"}))(
+        _side("mine.json")(t) and t), 2, r"mine\.json exists and this run did not write it", keeps=("mine.json",)),
+    "job-report-is-the-output": Case(_job(_with(output={"path": "o/out.gpkg", "report": "o/out.gpkg"})), 2,
+                                     r"out\.gpkg is also --out's path: one would replace the other"),
+    "job-report-is-the-preview": Case(_job(_with(output={"path": "o/out.gpkg", "report": "o/out.gpkg.preview.png"})),
+                                      2, r"preview .*is also the report's path"),
+    "demo-into-a-folder-with-the-users-scene": Case(
+        lambda t: ["demo", "--out", str((_side("scene.tif", "my scene")(t), _side("truth.gpkg")(t))[0].parent / "o"),
+                   "--size", "200x200"], 2, r"already holds scene\.tif and 1 more .*--overwrite",
+        keeps=("scene.tif", "truth.gpkg")),
+    "evaluate-out-exists": Case(lambda t: ["evaluate", *_truth_pred(t), "--out", str(_side("table.csv")(t).parent / "o"
+                                                                                      / "table.csv")],
+                                2, r"--out .*table\.csv exists: pass --overwrite", keeps=("table.csv",)),
+    "evaluate-unknown-class-col": Case(lambda t: ["evaluate", *_truth_pred(t), "--class-col", "nosuch"], 2,
+                                       r"--class-col nosuch: .*truth\.gpkg has no such column \(its columns: class"),
+    # -- names: exit 2 before any work
+    "out-name-with-a-newline": Case(seg_sq(out="o\nx.gpkg"), 2, r"control character \('\\n'"),
+    "job-report-name-with-a-newline": Case(_job(_with(output={"path": "o/out.gpkg", "report": "o/r\nx.json"})), 2,
+                                           r"the report .*control character"),
+    "layer-300-characters": Case(seg_sq("--layer", "a" * 300), 2, r"too long for this file system .*shorten it"),
+    "out-name-250-characters": Case(seg_sq(out="b" * 245 + ".gpkg"), 2, r"too long for this file system"),
+    "layer-sqlite-sequence": Case(seg_sq("--layer", "sqlite_sequence"), 2, r"not a usable layer name .*sqlite_"),
+    "layer-rtree-upper-case": Case(seg_sq("--layer", "RTREE_x"), 2, r"not a usable layer name"),
+    "layer-differs-only-in-case": Case(seg(_gpkg_with_layer("Keep"), "--layer", "keep"), 2,
+                                       r"already holds a layer 'Keep' \(SQLite names ignore case", keeps=("out.gpkg",)),
+    # -- locks
+    "lock-pid-2-to-the-64": Case(seg(_lock({"pid": 2 ** 64, "host": os.uname().nodename})), 0,
+                                 r"took over the lock .*unreadable", objects=1),
+    "lock-dangling-symlink": Case(seg(_dangling_lock), 0, r"took over the lock .*a link to nothing", objects=1),
+    "out-inside-its-own-work-dir": Case(lambda t: seg_sq("--work-dir", str(t / "o"))(t), 0, r"wrote 1 objects",
+                                        objects=1, also_writes=WORK_FILES),
+    "job-out-inside-its-own-work-dir": Case(_job(_with(output={"path": "o/out.gpkg", "work_dir": "o"})), 0,
+                                            r"wrote 1 objects", objects=1, also_writes=WORK_FILES),
+    # -- inputs that cannot be used as they are
+    "geotransform-pixel-size-0": Case(seg(_zero_pixel_vrt), 3, r"pixel size of 0 .*gdal_edit\.py"),
+    "vrt-reads-itself": Case(seg(_vrt_cycle("loop.vrt")), 3, r"loop\.vrt reads itself \(loop\.vrt -> loop\.vrt, a cycle"),
+    "vrts-read-each-other": Case(seg(_vrt_cycle("a.vrt", "b.vrt")), 3, r"a\.vrt -> b\.vrt -> a\.vrt, a cycle"),
+    "stac-assets-is-a-string": Case(seg(_stac("square.tif")), 3, r"item\.json.*its 'assets' is not a JSON object"),
+    "stac-asset-is-a-string": Case(seg(_stac({"image": "square.tif"})), 3, r"asset 'image' is not a JSON object"),
+    "input-list-names-itself": Case(seg(_self_list), 2, r"names itself \(list\.txt -> more\.txt -> list\.txt, a cycle"),
+    "input-glob-picks-up-its-own-labels": Case(_labels_from_before, 2,
+                                               r"the input .*labels\.tif is this run's own label image"),
+    "scheduler-not-an-address": Case(seg_sq("--scheduler", "not a url at all"), 2,
+                                     r"'not a url at all' is not a Dask scheduler address: give tcp://HOST:PORT"),
+    "job-scheduler-not-an-address": Case(_job(_with(run={"scheduler": "not a url at all"})), 2,
+                                         r"not a Dask scheduler address"),
+}
+CASES.update(FAULT_CASES)
+
+
 def _invoke(argv: list[str], in_subprocess: bool, cwd: Path):
     if in_subprocess:
         p = subprocess.run([sys.executable, "-m", "sam3tiles.cli", *argv], capture_output=True, text=True,

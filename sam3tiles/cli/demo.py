@@ -17,9 +17,10 @@ NAMES = {"red": "vehicles ~10x20 px", "blue": "buildings 40-160 px", "yellow": "
 @click.option("--size", default="5000x4000", show_default=True, help="Scene size WIDTHxHEIGHT in pixels.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--workers", type=int, default=None, help="CPU threads.")
+@click.option("--overwrite", is_flag=True, help="Replace the demo's files in an existing --out folder.")
 @click.pass_context
 @handle_errors
-def demo(ctx, out, size, seed, workers):
+def demo(ctx, out, size, seed, workers, overwrite):
     """Generate a georeferenced scene (UTM, 0.3 m pixels) with vehicles, buildings and fields of known
     extent; segment it with the reference backend, tiled and --squash; write polygons, an overlay PNG
     and the evaluation of both."""
@@ -36,6 +37,7 @@ def demo(ctx, out, size, seed, workers):
         raise UsageError("--size: the scene needs at least 64 pixels on a side")
     quiet = (ctx.obj or {}).get("quiet", 0)
     d = Path(out)
+    check_demo_folder(d, overwrite)
     d.mkdir(parents=True, exist_ok=True)
     click.echo(f"writing a {width}x{height} scene to {d / 'scene.tif'} ...", err=True)
     scene = write_scene(d / "scene.tif", width, height, seed)
@@ -70,3 +72,22 @@ def demo(ctx, out, size, seed, workers):
                    f"squashed {rec['squash'].get(cls, 0):.2f}")
     click.echo(f"\nwrote {d}/tiled.gpkg, {d}/squash.gpkg, {d}/truth.gpkg, {png} (green: tiled, magenta: "
                "squashed)")
+
+
+#: What `sam3tiles demo` writes into its folder (with each GeoPackage's report and preview).
+DEMO_FILES = ("scene.tif", "truth.gpkg", "overlay.png", *(f"{m}{x}" for m in ("tiled", "squash") for x in
+                                                         (".gpkg", ".gpkg.report.json", ".gpkg.preview.png",
+                                                          "-evaluation.csv")))
+
+
+def check_demo_folder(d: Path, overwrite: bool) -> None:
+    """The demo replaces only its own files: one of them already in --out (the user's scene.tif, truth.gpkg)
+    is exit 2 without --overwrite, before anything is written."""
+    from ..errors import OutputError, OutputExistsError
+
+    if d.exists() and not d.is_dir():
+        raise OutputError(f"--out {d} is a file: name a folder for the demo")
+    there = [n for n in DEMO_FILES if (d / n).exists() or (d / n).is_symlink()]
+    if there and not overwrite:
+        raise OutputExistsError(f"--out {d} already holds {there[0]}{f' and {len(there) - 1} more' if len(there) > 1 else ''} "
+                                "of the files the demo writes: pass --overwrite to replace them, or choose a new folder")

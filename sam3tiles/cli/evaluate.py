@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import click
 
 from ..errors import InputDataError
@@ -29,16 +32,31 @@ def read_vector(path: str):
 @click.command(short_help="Compare predictions with truth.")
 @click.argument("pred")
 @click.argument("truth")
-@click.option("--class-col", default="class", show_default=True, help="Class column of TRUTH (matched "
-                                                                      "against PRED's prompt column).")
+@click.option("--class-col", default=None, help="Class column of TRUTH (matched against PRED's prompt column) "
+                                               "[default: class; without one, everything is one class].")
 @click.option("--iou", type=float, default=0.5, show_default=True, help="IoU for a match.")
 @click.option("--out", "-o", default=None, help="Also write the table as CSV.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
 @handle_errors
-def evaluate(pred, truth, class_col, iou, out):
+def evaluate(pred, truth, class_col, iou, out, overwrite):
     """Per class: precision, recall and F1 at IoU >= 0.5, mean IoU, duplicates and fragments."""
+    from ..errors import OutputExistsError, UsageError
     from ..evaluate import evaluate as run, format_table
+    from ..writers.atomic import atomic_path, check_name
 
-    table = run(read_vector(pred), read_vector(truth), class_col=class_col, iou_min=iou)
+    if out:
+        check_name(Path(out), "--out")
+        if any(os.path.exists(x) and os.path.realpath(out) == os.path.realpath(x) for x in (pred, truth)):
+            raise UsageError(f"--out {out} is one of the inputs: it would be replaced; write the table elsewhere")
+        if os.path.lexists(out) and not overwrite:
+            raise OutputExistsError(f"--out {out} exists: pass --overwrite to replace it, or choose another name")
+    truth_gdf = read_vector(truth)
+    if class_col is not None and class_col not in truth_gdf.columns:
+        cols = ", ".join(c for c in truth_gdf.columns if c != "geometry") or "none"
+        raise UsageError(f"--class-col {class_col}: {truth} has no such column (its columns: {cols}): name one of "
+                         "them, or leave --class-col out to score everything as one class")
+    table = run(read_vector(pred), truth_gdf, class_col=class_col or "class", iou_min=iou)
     click.echo(format_table(table))
     if out:
-        table.to_csv(out, index=False)
+        with atomic_path(out) as tmp:
+            table.to_csv(tmp, index=False)

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from ..errors import EXIT_INTERNAL, Sam3TilesError
+from ..errors import EXIT_INTERNAL, EXIT_MODEL, Sam3TilesError
 from ..options import fields as registry_fields
 from ..options import value_type
 
@@ -57,8 +57,10 @@ def handle_errors(fn):
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except MemoryError:
-            click.echo("Error: out of memory: lower --workers, or run on a machine with more memory", err=True)
-            ctx.exit(EXIT_INTERNAL)
+            click.echo("Error: out of memory (or the address-space limit, ulimit -v, reached): lower --workers or "
+                       "raise the limit, or run on a machine with more memory; rerun the same command to resume "
+                       "from the finished tiles", err=True)
+            ctx.exit(EXIT_MODEL)
         except Exception as e:  # noqa: BLE001 - the last line of defence for a clean exit
             if verbose >= 2:
                 raise

@@ -162,12 +162,13 @@ class Source:
         ETag): changes when any of them does (checkpoint key). See `readers.identity`."""
         return self.identity_for(verify=False)
 
-    def identity_for(self, verify: bool = False) -> str:
-        """`identity`, or with `verify` a hash of the content itself (reads the whole input)."""
+    def identity_for(self, verify: bool = False, stamps: list | None = None) -> str:
+        """`identity`, or with `verify` a hash of the content itself (reads the whole input). `stamps`: the
+        source files' `file_stamp`s when the caller has them already (a URL's stamp is a request)."""
         from .identity import input_identity
 
         return input_identity(self.path, self.source_files, self.bands, verify=verify,
-                              ds=self._gdal_dataset())
+                              ds=self._gdal_dataset(), stamps=stamps)
 
     @property
     def source_files(self) -> list[str]:

@@ -4,7 +4,8 @@ resumed from results computed on its old content.
 The identity of an input is a hash over every file its pixels come from (GDAL's file list: the raster,
 a VRT's sources, world files, .aux.xml, external overviews, masks), each identified by:
 
-* a local file: its absolute path, size and modification time (ns);
+* a local file: its absolute path, size, modification time (ns) and a hash of a sample of its bytes
+  (header, tail and a few blocks between: `content_sample`), so a same-size, same-time replacement is seen;
 * a member of a local archive (`/vsizip/`, `/vsitar/`, `/vsigzip/`): the archive's identity plus, for zip,
   the member's size and CRC-32;
 * an http(s) URL or `/vsicurl/` path: the server's ETag, Last-Modified and size (a one-byte ranged GET:
@@ -25,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 import uuid
 import zipfile
 from pathlib import Path
@@ -65,12 +67,39 @@ def local_path_of(path: str) -> str | None:
     return rest
 
 
+#: The content sample of a local file's identity: its first and last SAMPLE_HEAD bytes and SAMPLE_BLOCKS
+#: blocks of SAMPLE_BLOCK bytes spread evenly between (a GeoTIFF's header holds every block's offset and
+#: size, so a compressed image with other pixels differs there already).
+SAMPLE_HEAD, SAMPLE_BLOCK, SAMPLE_BLOCKS = 1 << 16, 1 << 14, 8
+
+
+def content_sample(path: str, size: int) -> str:
+    """A hash of a cheap sample of a file's bytes (see SAMPLE_*): a file replaced by another of the same
+    size and time (`cp -p`, a sync tool) is seen as changed. 'unread' when the file cannot be read."""
+    h = hashlib.blake2b(digest_size=8)
+    try:
+        with open(path, "rb") as fh:
+            h.update(fh.read(SAMPLE_HEAD))
+            if size > 2 * SAMPLE_HEAD:
+                step = (size - 2 * SAMPLE_HEAD) // (SAMPLE_BLOCKS + 1)
+                for k in range(1, SAMPLE_BLOCKS + 1):
+                    fh.seek(SAMPLE_HEAD + k * step)
+                    h.update(fh.read(SAMPLE_BLOCK))
+            if size > SAMPLE_HEAD:
+                fh.seek(max(SAMPLE_HEAD, size - SAMPLE_HEAD))
+                h.update(fh.read(SAMPLE_HEAD))
+    except OSError:
+        return "unread"
+    return h.hexdigest()
+
+
 def _local_stamp(path: str) -> str | None:
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}"
+    sample = content_sample(path, st.st_size) if stat.S_ISREG(st.st_mode) else "special"  # a FIFO would block
+    return f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}:{sample}"
 
 
 def _zip_member(archive: str, member: str) -> str | None:
@@ -199,16 +228,18 @@ def source_files(ds, path: str) -> list[str]:
     return files or [str(path)]
 
 
-def input_identity(path: str, files: list[str], bands, verify: bool = False, ds=None) -> str:
-    """A 16-hex-digit identity of input `path` whose pixels come from `files` (see the module doc)."""
+def input_identity(path: str, files: list[str], bands, verify: bool = False, ds=None,
+                   stamps: list | None = None) -> str:
+    """A 16-hex-digit identity of input `path` whose pixels come from `files` (see the module doc);
+    `stamps`: their `file_stamp`s, when the caller has them."""
     h = hashlib.sha256()
     h.update(f"{_name(path)}|{bands}".encode())
     unknown = []
-    for f in files:
+    for k, f in enumerate(files):
         if verify:
             h.update(content_hash(f, ds if f == files[0] else None).encode())
             continue
-        stamp = file_stamp(f)
+        stamp = stamps[k] if stamps is not None and k < len(stamps) else file_stamp(f)
         if stamp is None:
             unknown.append(f)
             stamp = f"unknown:{f}:{_RUN_NONCE}"
@@ -250,3 +281,9 @@ def content_hash(path: str, ds=None) -> str:
         if own:
             ds.close()
     return h.hexdigest()
+
+
+def changed_files(files, stamps) -> list[str]:
+    """Those of `files` whose `file_stamp` is no longer the one in `stamps` (taken when the run planned):
+    a file replaced while the run read it (a server's new ETag, a local copy over it)."""
+    return [f for f, old in zip(files, stamps) if old is not None and file_stamp(f) != old]

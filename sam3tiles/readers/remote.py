@@ -93,9 +93,11 @@ def stac_hrefs(path: str, asset: str | None) -> list[str]:
     """The raster(s) a STAC Item or ItemCollection at `path` names: the asset `asset` of each item (or an
     item's only raster asset when `asset` is None). A missing key is an error listing the item's assets."""
     doc = _read_json(path)
-    kind = doc.get("type")
+    kind = doc.get("type") if isinstance(doc, dict) else None
     if kind == "FeatureCollection":
         items = doc.get("features") or []
+        if not isinstance(items, list):
+            raise InputDataError(f"{path}: the STAC item collection's 'features' is not a list of items: fix the file")
         if not items:
             raise InputDataError(f"{path}: the STAC item collection has no items: nothing to segment")
     elif kind == "Feature" and isinstance(doc.get("assets"), dict):
@@ -108,15 +110,24 @@ def stac_hrefs(path: str, asset: str | None) -> list[str]:
 
 
 def _self_href(doc: dict, fallback: str) -> str:
-    for link in doc.get("links") or []:
-        if link.get("rel") == "self" and link.get("href"):
+    links = doc.get("links") if isinstance(doc, dict) else None
+    for link in links if isinstance(links, list) else []:
+        if isinstance(link, dict) and link.get("rel") == "self" and isinstance(link.get("href"), str):
             return link["href"]
     return fallback
 
 
 def _asset_href(item: dict, asset: str | None, path: str, base: str) -> str:
+    if not isinstance(item, dict):
+        raise InputDataError(f"{path}: an item of the collection is {type(item).__name__}, not a STAC item (a JSON "
+                             "object with 'assets'): fix the file")
     assets = item.get("assets") or {}
-    where = f"{path}" + (f" (item {item['id']})" if item.get("id") and item.get("id") not in path else "")
+    where = f"{path}" + (f" (item {item['id']})" if isinstance(item.get("id"), str) and item["id"] not in path else "")
+    bad = next((k for k, v in assets.items() if not isinstance(v, dict)), None) if isinstance(assets, dict) else ""
+    if bad is not None:
+        what = f"asset {bad!r} is" if bad else "its 'assets' is"
+        raise InputDataError(f"{where}: {what} not a JSON object with an 'href' (a STAC asset is {{\"href\": ..., "
+                             "\"type\": ...}): fix the item, or give the raster itself")
     listing = ", ".join(f"{k} ({v.get('type', 'no media type')})" for k, v in assets.items()) or "none"
     if asset is None:
         rasters = [k for k, v in assets.items() if str(v.get("type", "")).split(";")[0].strip() in _RASTER_TYPES]
@@ -126,7 +137,7 @@ def _asset_href(item: dict, asset: str | None, path: str, base: str) -> str:
     if asset not in assets:
         raise UsageError(f"{where}: the item has no asset {asset!r}; its assets are: {listing}")
     href = assets[asset].get("href")
-    if not href:
+    if not href or not isinstance(href, str):
         raise InputDataError(f"{where}: asset {asset!r} has no href")
     if "://" in href or href.startswith("/"):
         return href

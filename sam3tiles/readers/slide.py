@@ -189,11 +189,6 @@ class SlideSource(Source):
         return self._wh[0][1]
 
     @property
-    def level_sizes(self) -> tuple[tuple[int, int], ...]:
-        """(width, height) of every pyramid level, the full resolution first."""
-        return tuple(self._wh)
-
-    @property
     def n_levels(self) -> int:
         return len(self._wh)
 

@@ -24,9 +24,11 @@ DRIVERS = {".gpkg": "GPKG", ".parquet": "Parquet", ".geoparquet": "Parquet", ".f
            ".geojson": "GeoJSON", ".json": "GeoJSON"}
 
 
-def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
-    """Validate an output path before any work: known extension, writable folder, no clash."""
+def check_output(path: str | os.PathLike, overwrite: bool, layer: str | None = None) -> Path:
+    """Validate an output path before any work: known extension, a name the file system and the side
+    files' names allow (`check_name`), writable folder, no clash."""
     p = Path(path)
+    check_name(p, "--out", layer)
     if p.suffix.lower() not in DRIVERS:
         raise UsageError(f"--out {p}: unknown format {p.suffix or '(no extension)'}: end the name with "
                          f"{', '.join(sorted(set(DRIVERS)))}")
@@ -41,6 +43,44 @@ def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
     if p.exists() and not overwrite:
         raise OutputExistsError(f"--out {p} exists: pass --overwrite to replace it, or choose another name")
     return p
+
+
+#: The longest names sam3tiles writes beside an output NAME (temporary report and preview, with a --layer):
+#: `.NAME.report.XXXXXXXX.tmp.json`, `.NAME.LAYER.preview.XXXXXXXX.tmp.png`, `NAME.sam3tiles-work`.
+_SIDECARS = (".{name}.report.XXXXXXXX.tmp.json", ".{name}.{layer}preview.XXXXXXXX.tmp.png", "{name}.sam3tiles-work",
+             ".{name}.lock.XXXXXXXX.stale")
+
+
+def check_name(p: Path, option: str = "--out", layer: str | None = None) -> None:
+    """A file name with control characters (a newline from a script), or one whose side files' names the
+    file system cannot hold (NAME_MAX, usually 255 bytes), is exit 2 before any work: a rename or a side
+    file would fail at the end of the run."""
+    text = str(p)
+    bad = next((ch for ch in text if ord(ch) < 32 or ord(ch) == 127), None)
+    if bad is not None:
+        raise UsageError(f"{option} {text!r}: the name holds a control character ({bad!r}, e.g. a newline from a "
+                         "script): give a name without it")
+    folder = p.parent if str(p.parent) else Path(".")
+    try:
+        limit = os.pathconf(folder if folder.is_dir() else ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    lay = f"{layer}." if layer else ""
+    longest = max((q.format(name=p.name, layer=lay) for q in _SIDECARS), key=lambda q: len(q.encode()))
+    if len(longest.encode()) > limit:
+        over = len(longest.encode()) - limit
+        what = "--layer and the output name are" if layer else "the name is"
+        raise UsageError(f"{option} {p.name[:40]}...{' --layer ' + layer[:20] + '...' if layer else ''}: {what} too "
+                         f"long for this file system ({limit} bytes a name, and sam3tiles adds up to "
+                         f"{len(longest.encode()) - len(p.name.encode()) - len(lay.encode())} for its side files "
+                         f"such as {longest[:12]}...): shorten it by {over} or more")
+
+
+def real_target(path: str | os.PathLike) -> Path:
+    """A symlinked output is written through to the file it points to (a link stays a link): the path
+    the link resolves to; any other path as it is."""
+    p = Path(path)
+    return Path(os.path.realpath(p)) if p.is_symlink() else p
 
 
 def _can_create_in(folder: Path) -> bool:
@@ -107,8 +147,9 @@ def _replace(tmp: Path, p: Path) -> None:
 def atomic_path(path: str | os.PathLike, folder: bool = False):
     """Yield a temporary path beside `path`; rename it into place when the block succeeds (inside
     `deferred_renames`: when that commits). `folder`: the temporary path is a new empty folder (a
-    partitioned dataset), which replaces a folder `path` whole."""
-    p = Path(path)
+    partitioned dataset), which replaces a folder `path` whole. A symlink `path` is written through: the
+    temporary file lies beside its target and replaces the target (`real_target`)."""
+    p = real_target(path)
     tmp = _tmp_name(p)
     pending = _PENDING.get()
     if folder:
@@ -162,7 +203,7 @@ def output_lock(path: str | os.PathLike):
     place, so it is never empty or half-written. A lock whose owner is gone (a killed run on this host),
     an unreadable lock file or an empty folder in its place is taken over with a warning; a live owner
     (or one on another host) is an error naming it."""
-    p = Path(path)
+    p = real_target(path)  # two names of one file (a link) share its lock
     lock = p.with_name(p.name + ".lock")
     me = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
     for _ in range(3):
@@ -214,6 +255,10 @@ def _take_over(lock: Path, p: Path, me: dict) -> None:
                               "or choose another --out") from None
         log.warning("%s was an empty folder in place of the lock: removed it", lock)
         return
+    if lock.is_symlink() and not lock.exists():
+        lock.unlink(missing_ok=True)  # no run makes a link: left by a tool, or its target removed
+        log.warning("took over the lock %s (a link to nothing, not a sam3tiles lock: removed it)", lock)
+        return
     try:
         raw = lock.read_bytes()
         age = time.time() - lock.stat().st_mtime
@@ -224,7 +269,7 @@ def _take_over(lock: Path, p: Path, me: dict) -> None:
                           f"{p}") from None
     try:
         owner = json.loads(raw)
-        owner = owner if isinstance(owner, dict) and isinstance(owner.get("pid"), int) else None
+        owner = owner if isinstance(owner, dict) and _pid_like(owner.get("pid")) else None
     except ValueError:
         owner = None
     if owner is None:
@@ -255,12 +300,17 @@ def _take_over(lock: Path, p: Path, me: dict) -> None:
     log.warning("took over the lock %s (%s)", lock, why)
 
 
+def _pid_like(pid) -> bool:
+    """A number a process id can be (Linux's pid_max is at most 2**22; 2**31 for any system)."""
+    return isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 2 ** 31
+
+
 def _alive(pid) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
+    if not _pid_like(pid):
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         return True

@@ -104,8 +104,10 @@ class ObjectSpool:
         if self._db is None:
             folder = self.folder
             if folder is None:
-                self._tmpdir = folder = tempfile.mkdtemp(prefix="sam3tiles-spool-")
+                remove_stale_spool_dirs(tempfile.gettempdir())
             try:
+                if folder is None:
+                    self._tmpdir = folder = tempfile.mkdtemp(prefix=SPOOL_DIR_PREFIX)
                 Path(folder).mkdir(parents=True, exist_ok=True)
                 remove_stale_spools(folder)
                 self.path = Path(folder) / f"objects-{uuid.uuid4().hex[:8]}.spool.sqlite"
@@ -118,8 +120,18 @@ class ObjectSpool:
                            "source INTEGER, backend INTEGER, model INTEGER, wkb BLOB)")
                 db.execute("CREATE VIRTUAL TABLE boxes USING rtree(oid, minx, maxx, miny, maxy)")
             except (OSError, sqlite3.Error) as e:
-                raise OutputError(f"cannot create the object spool in {folder} ({e}): free disk space or choose "
-                                  "another --work-dir") from None
+                if "db" in locals():
+                    db.close()
+                if self._lock is not None:
+                    os.close(self._lock)
+                    self._lock = None
+                if self.path is not None:
+                    self.path.unlink(missing_ok=True)
+                if self._tmpdir is not None:  # a full $TMPDIR: the folder made for the spool goes too
+                    shutil.rmtree(self._tmpdir, ignore_errors=True)
+                    self._tmpdir = None
+                raise OutputError(f"cannot create the object spool in {folder or tempfile.gettempdir()} ({e}): free "
+                                  "disk space or choose another --work-dir (or $TMPDIR)") from None
             self._db = db
         return self._db
 
@@ -311,6 +323,34 @@ def _hold(path: Path) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+#: The folders a spool without a work folder lives in, in $TMPDIR (`tempfile.mkdtemp(prefix=...)`).
+SPOOL_DIR_PREFIX = "sam3tiles-spool-"
+#: An empty spool folder younger than this may be a live run's that has not made its file yet (seconds).
+EMPTY_SPOOL_DIR_AGE = 600
+
+
+def remove_stale_spool_dirs(tmp: str | os.PathLike) -> list[Path]:
+    """Spool folders killed runs left in $TMPDIR (`segment(out=None)`): the spool files no living spool
+    holds, then their folders when nothing else is in them (an empty one only when older than
+    EMPTY_SPOOL_DIR_AGE). Only sam3tiles' own names are looked at."""
+    import time
+
+    gone = []
+    for d in Path(tmp).glob(SPOOL_DIR_PREFIX + "*"):
+        if not d.is_dir() or d.is_symlink():
+            continue
+        try:
+            removed = remove_stale_spools(d)
+            names = [p.name for p in d.iterdir()]
+            old = time.time() - d.stat().st_mtime > EMPTY_SPOOL_DIR_AGE
+            if not names and (removed or old):
+                d.rmdir()
+                gone.append(d)
+        except OSError:
+            continue  # another run's, or removed meanwhile
+    return gone
 
 
 def remove_stale_spools(folder: str | os.PathLike) -> list[Path]:

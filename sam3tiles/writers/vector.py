@@ -44,6 +44,7 @@ import pandas as pd
 from ..errors import OutputError, OutputExistsError, UsageError
 from ..units import Frame, area_column, area_unit, coordinate_precision, lonlat_resolution, native_resolution
 from .atomic import DRIVERS, atomic_path
+from .held import settle
 from .qupath import write_qupath_geojson
 
 #: Rows written at a time where the format can append (GeoPackage).
@@ -69,6 +70,10 @@ def readers_note(path: str | os.PathLike) -> str | None:
     if Path(str(path).rstrip("/")).suffix.lower() in (".parquet", ".geoparquet"):
         return PARQUET_READERS.format(path=path)
     return None
+
+
+#: Table names SQLite and the GeoPackage standard keep for themselves (compared ignoring case).
+RESERVED_PREFIXES = ("sqlite_", "gpkg_", "rtree_")
 
 
 def is_coco(path: str | os.PathLike) -> bool:
@@ -127,8 +132,10 @@ def check_layer(path: str | os.PathLike, layer: str | None, overwrite: bool) -> 
         if not gpkg:
             raise UsageError(f"--layer {layer}: only a GeoPackage holds several layers: give an --out ending in "
                              ".gpkg, or drop --layer")
-        if not layer.strip() or layer.startswith("gpkg_") or layer.startswith("rtree_"):
-            raise UsageError(f"--layer {layer!r} is not a usable layer name: give a name such as buildings")
+        if not layer.strip() or layer.lower().startswith(RESERVED_PREFIXES):
+            raise UsageError(f"--layer {layer!r} is not a usable layer name (names starting with "
+                             f"{', '.join(RESERVED_PREFIXES)} belong to SQLite and the GeoPackage itself): give a "
+                             "name such as buildings")
     if not gpkg or not p.exists():
         return
     layers = gpkg_layers(p)
@@ -138,9 +145,11 @@ def check_layer(path: str | os.PathLike, layer: str | None, overwrite: bool) -> 
                               "into it: choose another --out")
         return  # not a GeoPackage: replaced whole (check_output has required --overwrite)
     name = layer_name(p, layer)
-    if name in layers and not overwrite:
-        raise OutputExistsError(f"--out {p} already holds a layer {name!r}: pass --overwrite to replace that "
-                                f"layer (the other layers are kept), or choose another --layer")
+    same = [n for n in layers if n.lower() == name.lower()]  # SQLite table names ignore case
+    if same and not overwrite:
+        also = "" if same[0] == name else f" (SQLite names ignore case, so {name!r} is that layer)"
+        raise OutputExistsError(f"--out {p} already holds a layer {same[0]!r}{also}: pass --overwrite to replace "
+                                f"that layer (the other layers are kept), or choose another --layer")
 
 
 def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str | os.PathLike,
@@ -181,6 +190,7 @@ def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str
             _write_parquet_chunks(itertools.chain([first], chunks), tmp, metadata)
         elif driver == "GPKG":
             if p.exists() and gpkg_layers(p) is not None:
+                settle(p)  # another program's WAL: checkpointed first, or refused while it holds the file
                 shutil.copy2(p, tmp)  # copy, write the layer into the copy, rename: see the module docstring
             _write_gpkg(itertools.chain([first], chunks), tmp, name, metadata, description)
         elif driver == "GeoJSON" and (first.crs is None or is_qupath(p)):
@@ -276,9 +286,9 @@ def _write_gpkg(chunks: Iterable[gpd.GeoDataFrame], path: Path, layer: str, meta
     for gdf in chunks:
         for i in range(0, max(len(gdf), 1), CHUNK_ROWS):
             part = gdf.iloc[i:i + CHUNK_ROWS]
-            if k == 0:
+            if k == 0:  # OVERWRITE: a layer whose name differs only in case is replaced too (SQLite ignores case)
                 new = {} if path.exists() else {"dataset_options": {"VERSION": GPKG_VERSION}}
-                _write_ogr(part, path, "GPKG", layer, {"DESCRIPTION": description}, meta, **new)
+                _write_ogr(part, path, "GPKG", layer, {"DESCRIPTION": description, "OVERWRITE": "YES"}, meta, **new)
             elif len(part):
                 _write_ogr(part, path, "GPKG", layer, {}, None, append=True)
             k += 1

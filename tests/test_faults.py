@@ -1,0 +1,484 @@
+"""Faults round 3 (issue 20), the cases a table of single commands cannot show: a GeoPackage another SQLite
+connection holds open in WAL mode, a symlinked output, checkpoint rows moved between tiles, an input replaced
+by another of the same size and time, a remote file replaced while the run reads it, temporary files of
+killed runs, a full or littered $TMPDIR, a memory limit, a lost Dask worker.
+
+Each test checks the exit code or outcome, the message (problem and fix), that nothing of the user's
+changed, and that nothing was left behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from functools import partial
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import pyogrio
+import pytest
+import rasterio
+from click.testing import CliRunner
+from shapely.geometry import box
+
+from sam3tiles.cli.main import cli
+from sam3tiles.demo import CRS_DEMO, ORIGIN, PIXEL
+from sam3tiles.pipeline import segment_job
+
+BLUE, RED, BG = (18, 22, 232), (230, 20, 25), (92, 112, 84)
+
+
+def _image(colour=BLUE, h=400, w=500, at=(120, 100)):
+    data = np.zeros((3, h, w), np.uint8)
+    for b in range(3):
+        data[b] = BG[b]
+        data[b, at[0]:at[0] + 60, at[1]:at[1] + 80] = colour[b]
+    return data
+
+
+def _write(path, data, **kw):
+    c, h, w = data.shape
+    with rasterio.open(path, "w", driver="GTiff", width=w, height=h, count=c, dtype=data.dtype, crs=CRS_DEMO,
+                       transform=rasterio.Affine(PIXEL, 0, ORIGIN[0], 0, -PIXEL, ORIGIN[1]), **kw) as dst:
+        dst.write(data)
+    return path
+
+
+def _seg(*args):
+    return CliRunner().invoke(cli, ["segment", *map(str, args), "-t", "blue", "--backend", "reference",
+                                    "--workers", "1"])
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".tmp" in p.name or p.name.endswith((".lock", "-wal",
+                                                                                            "-shm", "-journal")))
+
+
+# -- a GeoPackage another program holds open (WAL) -----------------------------------------------------------
+
+def _user_gpkg(path: Path) -> None:
+    gpd.GeoDataFrame({"v": [1, 2]}, geometry=[box(0, 0, 1, 1), box(2, 2, 3, 3)], crs=CRS_DEMO.to_wkt()).to_file(
+        path, layer="theirs")
+
+
+WAL_WRITER = textwrap.dedent("""
+    import os, sqlite3, sys
+    con = sqlite3.connect(sys.argv[1], isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA wal_autocheckpoint=0")  # committed rows stay in the -wal
+    con.execute("CREATE TABLE notes (n INTEGER)")
+    con.executemany("INSERT INTO notes VALUES (?)", [(i,) for i in range(int(sys.argv[2]))])
+    print("ready", flush=True)
+    if sys.argv[3] == "crash":
+        os._exit(0)  # killed: no close, so no checkpoint; the -wal and -shm stay
+    sys.stdin.readline()  # holds the file open until told
+    con.close()
+""")
+
+
+def _open_in_wal(path: Path, rows: int, crash: bool) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", WAL_WRITER, str(path), str(rows), "crash" if crash else "hold"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    if crash:
+        p.wait(10)
+    return p
+
+
+def _notes(path: Path) -> int:
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        return con.execute("SELECT COUNT(*) FROM notes").fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_a_geopackage_open_in_wal_mode_is_refused_and_keeps_everything(tmp_path):
+    src = _write(tmp_path / "a.tif", _image())
+    mine = tmp_path / "mine.gpkg"
+    _user_gpkg(mine)
+    holder = _open_in_wal(mine, 500, crash=False)
+    try:
+        assert (tmp_path / "mine.gpkg-wal").stat().st_size > 0  # the rows are in the log, not the file
+        r = _seg(src, "--out", mine, "--layer", "objs")
+        assert r.exit_code == 2, r.stderr
+        assert "is open in another program" in r.stderr and "close it there" in r.stderr and "Traceback" not in r.stderr
+        assert _notes(mine) == 500  # everything committed is readable by anyone
+    finally:
+        holder.communicate("\n", timeout=10)
+    assert sorted(pyogrio.list_layers(mine)[:, 0]) == ["notes", "theirs"]
+    assert _leftovers(tmp_path) == []
+    r = _seg(src, "--out", mine, "--layer", "objs")  # closed there: the layer is added, nothing lost
+    assert r.exit_code == 0, r.stderr
+    assert sorted(pyogrio.list_layers(mine)[:, 0]) == ["notes", "objs", "theirs"] and _notes(mine) == 500
+
+
+def test_a_wal_left_by_a_killed_program_is_checkpointed_into_the_copy(tmp_path):
+    src = _write(tmp_path / "a.tif", _image())
+    mine = tmp_path / "mine.gpkg"
+    _user_gpkg(mine)
+    _open_in_wal(mine, 500, crash=True)
+    assert (tmp_path / "mine.gpkg-wal").stat().st_size > 0
+    r = _seg(src, "--out", mine, "--layer", "objs")
+    assert r.exit_code == 0, r.stderr
+    assert sorted(pyogrio.list_layers(mine)[:, 0]) == ["notes", "objs", "theirs"]
+    assert _notes(mine) == 500 and len(gpd.read_file(mine, layer="theirs")) == 2
+    assert len(gpd.read_file(mine, layer="objs")) == 1
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_symlinked_output_is_written_through_to_its_target(tmp_path):
+    src = _write(tmp_path / "a.tif", _image())
+    (tmp_path / "data").mkdir()
+    target = tmp_path / "data" / "mine.gpkg"
+    _user_gpkg(target)
+    link = tmp_path / "link.gpkg"
+    link.symlink_to(target)
+    r = _seg(src, "--out", link, "--layer", "objs")
+    assert r.exit_code == 0, r.stderr
+    assert link.is_symlink() and link.resolve() == target
+    assert sorted(pyogrio.list_layers(target)[:, 0]) == ["objs", "theirs"]
+    assert _leftovers(tmp_path) == [] and _leftovers(tmp_path / "data") == []
+
+
+def test_overwrite_replaces_a_layer_that_differs_only_in_case(tmp_path):
+    src = _write(tmp_path / "a.tif", _image())
+    mine = tmp_path / "mine.gpkg"
+    _user_gpkg(mine)
+    gpd.GeoDataFrame({"v": [1]}, geometry=[box(0, 0, 1, 1)], crs=CRS_DEMO.to_wkt()).to_file(mine, layer="Keep")
+    r = _seg(src, "--out", mine, "--layer", "keep")
+    assert r.exit_code == 2 and "SQLite names ignore case" in r.stderr, r.stderr
+    r = _seg(src, "--out", mine, "--layer", "keep", "--overwrite")  # GDAL's CreateLayer refused it: exit 1
+    assert r.exit_code == 0, r.stderr
+    assert sorted(pyogrio.list_layers(mine)[:, 0]) == ["keep", "theirs"]
+    assert len(gpd.read_file(mine, layer="keep")) == 1 and len(gpd.read_file(mine, layer="theirs")) == 2
+    assert _leftovers(tmp_path) == []
+
+
+# -- nothing stored is trusted unchecked ---------------------------------------------------------------------
+
+def _run(src, tmp, texts=("blue",), **kw):
+    kw.setdefault("out", tmp / "o.gpkg")
+    kw.setdefault("overwrite", True)
+    return segment_job(str(src), list(texts), backend="reference", workers=1, **kw)
+
+
+def test_checkpoint_rows_moved_between_tiles_are_recomputed(tmp_path):
+    data = np.concatenate([_image(), _image(RED)], axis=2)  # blue on the left tile, red on the right
+    src = _write(tmp_path / "two.tif", data)
+    gdf, rep = _run(src, tmp_path, tile_size=512, overlap=100)
+    assert rep.done >= 2 and len(gdf) == 1
+    db = tmp_path / "o.gpkg.sam3tiles-work" / "tiles.sqlite"
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT key, result FROM tiles ORDER BY key").fetchall()
+    keys, blobs = [k for k, _ in rows], [b for _, b in rows]
+    for k, b in zip(keys, blobs[1:] + blobs[:1]):  # every row moved to another tile's key
+        con.execute("UPDATE tiles SET result = ? WHERE key = ?", (b, k))
+    con.commit()
+    con.close()
+    gdf2, rep2 = _run(src, tmp_path, tile_size=512, overlap=100)
+    assert rep2.checkpoint["reused"] == 0 and rep2.resumed == 0
+    assert len(gdf2) == 1 and gdf2.geometry.iloc[0].equals_exact(gdf.geometry.iloc[0], 1e-6)
+
+
+def test_an_input_replaced_with_the_same_size_and_time_is_recomputed(tmp_path):
+    a = _write(tmp_path / "a.tif", _image())
+    b = _write(tmp_path / "b.tif", _image(RED, at=(200, 300)))
+    assert a.stat().st_size == b.stat().st_size
+    gdf, _ = _run(a, tmp_path)
+    assert len(gdf) == 1
+    st = a.stat()
+    shutil.copyfile(b, a)  # a sync tool: same size, the old time put back
+    os.utime(a, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (a.stat().st_size, a.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    gdf2, rep = _run(a, tmp_path)
+    assert rep.resumed == 0 and len(gdf2) == 0  # the blue square is gone from the new content
+
+
+def test_the_content_sample_reads_little(tmp_path):
+    from sam3tiles.readers.identity import SAMPLE_BLOCK, SAMPLE_BLOCKS, SAMPLE_HEAD, content_sample
+
+    p = tmp_path / "big.bin"
+    with open(p, "wb") as f:
+        f.truncate(300 << 20)  # sparse: 300 MB, nothing read but the sample
+    before = content_sample(str(p), p.stat().st_size)
+    with open(p, "r+b") as f:
+        f.seek(16 << 10)
+        f.write(b"x")  # one byte in the header changes it
+    assert content_sample(str(p), p.stat().st_size) != before
+    assert 2 * SAMPLE_HEAD + SAMPLE_BLOCKS * SAMPLE_BLOCK <= 1 << 18
+
+
+class _Swapping(http.server.BaseHTTPRequestHandler):
+    """Serves one file by byte ranges, with an ETag of its content; after `switch_after` data requests it
+    serves the second version (a server that replaced the file while the run reads it)."""
+
+    versions: list[bytes] = []
+    switch_after = 0
+    data_requests = 0
+
+    def log_message(self, *a):
+        pass
+
+    def _body(self) -> bytes:
+        cls = type(self)
+        return cls.versions[1 if cls.data_requests > cls.switch_after else 0]
+
+    def _head(self, status, length, data, extra=()):
+        self.send_response(status)
+        self.send_header("Content-Length", str(length))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", '"' + hashlib.md5(data).hexdigest() + '"')
+        for k, v in extra:
+            self.send_header(k, v)
+        self.end_headers()
+
+    def do_HEAD(self):
+        data = self._body()
+        self._head(200, len(data), data)
+
+    def do_GET(self):
+        rng = self.headers.get("Range", "")
+        if rng != "bytes=0-0":
+            type(self).data_requests += 1
+        data = self._body()
+        if rng.startswith("bytes="):
+            a, _, b = rng[6:].partition("-")
+            a, b = int(a), min(int(b) if b else len(data) - 1, len(data) - 1)
+            self._head(206, b - a + 1, data, [("Content-Range", f"bytes {a}-{b}/{len(data)}")])
+            self.wfile.write(data[a:b + 1])
+        else:
+            self._head(200, len(data), data)
+            self.wfile.write(data)
+
+
+def test_a_remote_file_replaced_during_the_run_fails_it(tmp_path):
+    kw = dict(tiled=True, blockxsize=256, blockysize=256, compress="deflate")
+    a = _write(tmp_path / "a.tif", np.concatenate([_image()] * 3, axis=2), **kw)
+    b = _write(tmp_path / "b.tif", np.concatenate([_image(RED)] * 3, axis=2), **kw)
+    from sam3tiles.options import Options
+    from sam3tiles.plan import plan_run
+
+    handler = type("H", (_Swapping,), {"versions": [a.read_bytes(), b.read_bytes()], "switch_after": 10 ** 9})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"/vsicurl/http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with rasterio.Env(GDAL_DISABLE_READDIR_ON_OPEN="EMPTY_DIR", CPL_VSIL_CURL_CACHE_SIZE="0",
+                          GDAL_CACHEMAX=0):
+            plan_run(f"{base}/first.tif", ["blue"], options=Options(backend="reference", tile_size=512, overlap=100))
+            # the server replaces the file just after the pre-flight's reads: during the tiles
+            handler.switch_after, handler.data_requests = handler.data_requests + 1, 0
+            r = CliRunner().invoke(cli, ["segment", f"{base}/scene.tif", "-t", "blue", "--backend", "reference",
+                                         "--workers", "1", "--tile-size", "512", "--overlap", "100", "--out",
+                                         str(tmp_path / "o.gpkg")])
+    finally:
+        server.shutdown()
+    assert handler.data_requests > handler.switch_after  # the file was replaced during the run
+    assert r.exit_code == 3, (r.exit_code, r.stderr)
+    assert "changed while the run read it" in r.stderr and "scene.tif" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o.gpkg").exists() and _leftovers(tmp_path) == []
+    assert (tmp_path / "o.gpkg.sam3tiles-work" / "tiles.sqlite").exists()  # the checkpoints are kept
+
+
+# -- temporary files of killed runs --------------------------------------------------------------------------
+
+def test_temporary_files_of_a_killed_run_are_removed_by_the_next(tmp_path):
+    src = _write(tmp_path / "a.tif", _image())
+    _, _ = _run(src, tmp_path)
+    work = tmp_path / "o.gpkg.sam3tiles-work"
+    killed = [tmp_path / ".o.gpkg.preview.1a2b3c4d.tmp.png", work / ".outputs.5e6f7a8b.tmp.json"]
+    for p in killed:
+        p.write_bytes(b"half")
+    mine = tmp_path / ".o.gpkg.preview.notours.png"  # not sam3tiles' naming: kept
+    mine.write_bytes(b"mine")
+    _run(src, tmp_path)
+    assert [p for p in killed if p.exists()] == [] and mine.read_bytes() == b"mine"
+
+
+def test_a_stale_spool_in_tmpdir_is_removed_and_a_full_tmpdir_leaves_nothing(tmp_path, monkeypatch):
+    import tempfile
+
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read $TMPDIR
+    stale = tmp / "sam3tiles-spool-abcd1234"
+    stale.mkdir()
+    (stale / "objects-12345678.spool.sqlite").write_bytes(b"x" * 1000)  # a killed run's: no flock held
+    foreign = tmp / "other-tool-1"
+    foreign.mkdir()
+    src = _write(tmp_path / "a.tif", _image())
+    gdf, _ = segment_job(str(src), ["blue"], backend="reference", workers=1)
+    assert len(gdf) == 1
+    assert sorted(p.name for p in tmp.iterdir() if p.name != "dask-scratch-space") == ["other-tool-1"]
+
+
+def test_a_full_tmpdir_leaves_no_spool_behind(tmp_path, monkeypatch):
+    import tempfile
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        with open(disk / "filler", "wb") as f:  # full: a folder can still be made, no file can grow
+            try:
+                f.write(b"\0" * (1 << 20))
+            except OSError:
+                pass
+        # the disk filled after Python chose $TMPDIR (it caches the choice; a full one it would pass over)
+        monkeypatch.setattr(tempfile, "tempdir", str(disk))
+        src = _write(tmp_path / "a.tif", _image())
+        from sam3tiles.errors import OutputError
+
+        with pytest.raises(OutputError, match="spool"):
+            segment_job(str(src), ["blue"], backend="reference", workers=1)
+        assert sorted(p.name for p in disk.iterdir() if p.name != "dask-scratch-space") == ["filler"]  # dask's own
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+# -- a lost worker -------------------------------------------------------------------------------------------
+
+def _wait_for(cond, timeout, what):
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory):
+    """A `dask scheduler` process; its address."""
+    d = tmp_path_factory.mktemp("sched")
+    f = d / "scheduler.json"
+    p = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+                          "--dashboard-address", ":0", "--scheduler-file", str(f)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: f.exists() and f.stat().st_size > 0, 60, "the scheduler")
+        yield json.loads(f.read_text())["address"]
+    finally:
+        p.kill()
+        p.wait()
+
+
+def _worker(address) -> subprocess.Popen:
+    """A `dask worker` process without a nanny (nothing restarts it), with the GPU resource."""
+    return subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--no-nanny",
+                             "--nthreads", "2", "--resources", "GPU=1", "--no-dashboard"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _rows(db: Path) -> int:
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+        try:
+            return con.execute("SELECT COUNT(*) FROM tiles").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+def _lose_the_worker(scheduler, tmp_path, timeout, rejoin):
+    import time
+
+    from sam3tiles.demo import write_scene
+
+    src = tmp_path / "scene.tif"
+    write_scene(src, 1700, 1200, 3)  # 12 tiles of 512 px
+    out = tmp_path / "o.gpkg"
+    worker = _worker(scheduler)
+    driver = subprocess.Popen([sys.executable, "-m", "sam3tiles.cli", "segment", str(src), "-t", "blue", "--backend",
+                               "reference", "--scheduler", scheduler, "--worker-timeout", str(timeout), "--tile-size",
+                               "512", "--overlap", "100", "--out", str(out)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    second = None
+    try:
+        db = tmp_path / "o.gpkg.sam3tiles-work" / "tiles.sqlite"
+        _wait_for(lambda: _rows(db) >= 1 or driver.poll() is not None, 120, "the first checkpointed tile")
+        assert driver.poll() is None, driver.communicate()
+        worker.kill()  # SIGKILL: no goodbye to the scheduler
+        worker.wait()
+        killed = time.monotonic()
+        if rejoin:
+            second = _worker(scheduler)
+        _, err = driver.communicate(timeout=timeout + 90)
+        return driver.returncode, err, out, db, time.monotonic() - killed
+    finally:
+        for p in (worker, second, driver):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_a_lost_worker_stops_the_run_within_the_timeout(scheduler, tmp_path):
+    code, err, out, db, after_kill = _lose_the_worker(scheduler, tmp_path, timeout=3, rejoin=False)
+    assert code == 4, err
+    assert "no Dask worker with the GPU resource is left" in err and "--worker-timeout 3 s" in err
+    assert "dask worker" in err and "rerun the same command" in err and "Traceback" not in err
+    assert after_kill < 3 + 10, after_kill  # the timeout, the scheduler noticing, one poll, the cleanup
+    assert _rows(db) >= 1  # the checkpoints are kept
+    assert not out.exists() and _leftovers(tmp_path) == []
+
+
+def test_a_worker_that_joins_in_time_lets_the_run_finish(scheduler, tmp_path):
+    code, err, out, db, _ = _lose_the_worker(scheduler, tmp_path, timeout=120, rejoin=True)
+    assert code == 0, err
+    rep = json.loads((tmp_path / "o.gpkg.report.json").read_text())
+    assert rep["failed"] == 0 and rep["done"] + rep["resumed"] + rep["skipped"] >= 1
+    assert len(gpd.read_file(out)) == rep["objects"] and _leftovers(tmp_path) == []
+
+
+# -- a memory limit ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mb", [700, 1000])
+def test_a_low_address_space_limit_is_refused_before_any_work(tmp_path, mb):
+    import resource
+
+    src = _write(tmp_path / "a.tif", _image())
+    (tmp_path / "o").mkdir()
+    lim = mb << 20
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+
+    p = subprocess.run([sys.executable, "-m", "sam3tiles.cli", "segment", str(src), "-t", "blue", "--backend",
+                        "reference", "--out", str(tmp_path / "o" / "o.gpkg")], capture_output=True, text=True,
+                       preexec_fn=limit, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert p.returncode == 4, p.stderr[-2000:]
+    assert f"address-space limit (ulimit -v) is {mb} MB" in p.stderr and "raise it" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert list((tmp_path / "o").iterdir()) == []  # no lock, no work folder, no output
+
+
+def test_a_report_the_job_wrote_is_its_own_to_replace_but_not_once_edited(tmp_path):
+    src = _write(tmp_path / "a.tif", _image())
+    out = tmp_path / "o.gpkg"
+    assert _seg(src, "--out", out).exit_code == 0
+    out.unlink()  # the user removed the output; its report and preview stay: the rerun may replace them
+    r = _seg(src, "--out", out)
+    assert r.exit_code == 0, r.stderr
+    report = tmp_path / "o.gpkg.report.json"
+    out.unlink()
+    report.write_text(report.read_text() + " ")  # edited since: no longer the run's own
+    r = _seg(src, "--out", out)
+    assert r.exit_code == 2 and "the report" in r.stderr and "did not write it" in r.stderr, r.stderr
+    assert report.read_text().endswith(" ")
