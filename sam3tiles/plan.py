@@ -450,7 +450,7 @@ def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPla
                          bands=tuple(src.bands), band_count=int(src.band_count), dtype=str(src.dtype),
                          stretch=src.stretch, identity=src.identity_for(verify=opts.verify_inputs, stamps=list(stamps)),
                          grid=grid, squash_size=opts.tile_size, output=output, pixel_size_um=src.pixel_size_um,
-                         files=files, levels=tuple(src.levels()) if src.kind == "slide" else (), stamps=stamps)
+                         files=files, levels=tuple(src.levels) if src.kind == "slide" else (), stamps=stamps)
 
 
 def with_exemplars(inp: InputPlan, prompts: Sequence[Prompt], opts: Options) -> InputPlan:
