@@ -104,7 +104,7 @@ def _overlap(v: Any) -> int | float:
         try:
             v = float(v)
         except ValueError:
-            raise UsageError(f"--overlap {v!r}: give pixels (256) or a fraction of the tile (0.2)") from None
+            raise UsageError(f"{v!r} is not a number: give pixels (256) or a fraction of the tile (0.2)") from None
     if isinstance(v, float) and v.is_integer():
         return int(v)
     return v
@@ -232,7 +232,10 @@ class Options:
         for f, d in fields(type(self)):
             v = getattr(self, f.name)
             if d.parse is not None and v is not None:  # parsers are idempotent: a parsed value passes
-                object.__setattr__(self, f.name, d.parse(v))
+                try:
+                    object.__setattr__(self, f.name, d.parse(v))
+                except UsageError as e:  # the parser says what is wrong; the message names the option
+                    raise UsageError(f"{named(f.name)} {e}") from None
             elif isinstance(v, float) and v.is_integer() and value_type(f.name, type(self)) is int:
                 object.__setattr__(self, f.name, int(v))  # 512.0 from a YAML or JSON number
         _fraction_overlap(self)

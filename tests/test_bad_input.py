@@ -392,7 +392,7 @@ CASES: dict[str, Case] = {
     "unknown-yaml-keys": Case(_job(_with(tiling={"tile_sise": 1008}, colour="red")), 2,
                               r"tiling\.tile_sise: unknown key: did you mean 'tile_size'\?[\s\S]*colour: unknown key"),
     "yaml-wrong-types": Case(_job(_with(tiling={"scale": -1, "overlap": "wide"})), 2,
-                             r"tiling\.overlap: must be a whole number \(got 'wide'\)[\s\S]*tiling\.scale: must be > 0"),
+                             r"tiling\.overlap: 'wide' is not a number: give pixels \(256\) or a fraction[\s\S]*tiling\.scale: must be > 0"),
     "yaml-missing-input-file": Case(_job(_with(inputs=["gone.tif", "square.tif"])), 2,
                                     r"inputs\[0\]: no such file: .*gone\.tif"),
     "yaml-not-a-mapping": Case(_job("- just\n- a list\n"), 2, r"the job must be a mapping"),
@@ -678,7 +678,7 @@ NEW_CASES: dict[str, Case] = {
                                                        "overwrite": True})), 2, r"square\.tif is the input"),
     "two-inputs-same-stem-into-a-folder": Case(
         lambda t: ["segment", str(_same_stems(t) / "a" / "scene.tif"), str(t / "b" / "scene.tif"), "-t", "blue",
-                   "--backend", "reference", "--out", str(t / "o")], 2, r"would both be written to .*same file name stem"),
+                   "--backend", "reference", "--out", str(t / "o")], 2, r"a/scene\.tif and .*b/scene\.tif would both be written to scene\.gpkg: give --out a file"),
     # -- 5. rasters the tool cannot place, units, tiling
     "crs-without-geotransform": Case(seg(_crs_no_transform), 3, r"has a CRS \(EPSG:32633\) but no geotransform"),
     "gcps-only": Case(seg(_gcp_only), 3, r"ground control points only.*gdalwarp -t_srs EPSG:32633"),
