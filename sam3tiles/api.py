@@ -43,15 +43,13 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
     """Segment one or more rasters with text prompts and/or example boxes; returns the objects.
 
     Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
-    coordinates, y down), with columns id, prompt, score, area, area_px, n_tiles, source, backend, model.
-    The run report is in `gdf.attrs["sam3tiles_report"]`. Memory stays flat whatever the image size:
-    tiles are read, segmented and merged a few at a time.
+    coordinates, y down): id, prompt, score, the area named for its unit (area_m2, ...), area_px, n_tiles,
+    source, backend, model; the run report in `gdf.attrs["sam3tiles_report"]`. Memory stays flat.
 
     Args:
         inputs: a path, URL (presigned ones too: never a glob), s3:// gs:// or /vsi path, glob, STAC item
             or saved search (JSON file or URL; see `asset`), .txt list of inputs, an open rasterio dataset
-            (read again by its `name`), or a list of them. A numpy array is refused: write it to a GeoTIFF with rasterio (with its transform and
-            CRS) and pass the path.
+            (read again by its `name`), or a list of them. A numpy array is refused: write a GeoTIFF.
         prompts: what to find: one text ("building") or several (["building", "car"]).
         boxes: example boxes in the raster's CRS: (minx, miny, maxx, maxy[, positive]) tuples, shapely
             geometries (their bounds), `GeoBox`, or text "MINX,MINY,MAXX,MAXY[,neg]".
@@ -70,8 +68,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         options: an `Options` value; the keywords below override its fields (on a copy).
         backend: "onnx" (SAM 3 model files), "reference" (a colour-matching stand-in, no weights) or
             "simulated"; the model backend registry may accept more.
-        model, device, threads: the ONNX model folder, "auto"/"cpu"/"cuda"/"tensorrt", onnxruntime threads.
-        precision: "auto"/"fp32"/"tf32" (CUDA's TF32 off/on)/"fp16" (TensorRT).
+        model, device, precision, threads: the ONNX model folder, "auto"/"cpu"/"cuda"/"tensorrt",
+            "auto"/"fp32"/"tf32" (CUDA's TF32 off/on)/"fp16" (TensorRT), onnxruntime threads.
         workers, scheduler: CPU threads of a local run; a dask.distributed scheduler address.
         worker_timeout: seconds a cluster run waits for a model worker when none is left (then exit 4).
         tile_size, overlap: tile side and overlap in (scaled) pixels (tile_size at most 1008); an overlap
@@ -81,24 +79,22 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
         refine, refine_depth: "auto": a tile where a prompt hits SAM 3's 200-object cap is re-run as
             sub-tiles at twice the zoom, for that prompt, up to `refine_depth` doublings; "off" (see
             `sam3tiles.refine`).
-        min_area, max_area, simplify: drop smaller / larger objects (`area` units: m² on a lon/lat CRS, else
-            CRS units²); simplify polygons (metres on a lon/lat CRS, else CRS units).
+        min_area, max_area, simplify: drop smaller / larger objects (the area column's units: m² on a lon/lat
+            CRS, else CRS units²); simplify polygons (metres on a lon/lat CRS, else CRS units).
         min_score: drop objects scored below it (0.5..1; the graphs already drop scores below 0.5).
         layer, geojson_crs, no_preview: the GeoPackage layer (default: the file's stem; other layers are
             kept); GeoJSON in "wgs84" (RFC 7946) or "native"; skip the quicklook OUT.preview.png.
         qupath_type: QuPath GeoJSON objects as "detection" (default) or "annotation" (editable in QuPath).
-        retries, strict: retries per tile; raise when any tile failed or still hit the 200-object cap.
-        progress: a progress bar (tqdm.auto: a widget in notebooks).
+        retries, strict, progress: retries per tile; raise when any tile failed or still hit the 200-object
+            cap; a progress bar (a widget in notebooks with ipywidgets).
         max_in_flight, edge_margin, encode_seconds, decode_seconds, merge_block: tuning and testing knobs
             (see `Options`).
         verify_inputs: tell changed inputs by a hash of their content (checkpoints), not size/time/ETag.
         box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
             free margin, see `sam3tiles.exemplars`); "tile": a box acts only in the tiles it lies in.
-        asset: STAC inputs: the key of the asset to segment.
-        progress_format: "bar", or "json": JSON lines on stderr (see `sam3tiles.progress`).
+        asset, progress_format: STAC inputs' asset key; "bar", or "json" lines on stderr (`sam3tiles.progress`).
 
-    Huge jobs: `segment_report(...)` (same arguments) writes `out` and returns only the `RunReport`,
-    never loading every object. Objects stream to disk as merge blocks finish either way.
+    Huge jobs: `segment_report(...)` (same arguments) returns only the `RunReport`, never every object.
     """
     gdf, _ = _run(locals(), return_objects=True)
     assert gdf is not None  # return_objects=True always reads the objects back

@@ -144,10 +144,10 @@ def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def encode_result(result: TileResult, key: str | None = None) -> bytes:
+def encode_result(result: TileResult, key: str | None) -> bytes:
     """MAGIC, the header length (uint32 LE), the JSON header, then each geometry's WKB back to back.
     `key`: the store key the row is written under (tile, pass, prompt, ...), kept in the header so a row
-    found under another key is never taken for that key's result."""
+    found under another key is never taken for that key's result (required: every writer states it)."""
     import shapely
 
     p = result.pieces

@@ -331,13 +331,13 @@ def check_vrt_cycle(path: str, limit: int = 64) -> None:
     def walk(vrt: str, chain: tuple[str, ...]) -> None:
         if len(chain) > limit:
             return
-        for src in _vrt_sources(vrt):
-            if src in chain:
-                names = " -> ".join(os.path.basename(q) for q in (*chain[chain.index(src):], src))
+        for ref in _vrt_sources(vrt):
+            if ref in chain:
+                names = " -> ".join(os.path.basename(q) for q in (*chain[chain.index(ref):], ref))
                 raise RasterReadError(f"{path} reads itself ({names}, a cycle of VRTs): point its sources at the "
                                       "rasters themselves (gdalbuildvrt from the .tif files)")
-            if src.lower().endswith(".vrt") and os.path.isfile(src):
-                walk(src, (*chain, src))
+            if ref.lower().endswith(".vrt") and os.path.isfile(ref):
+                walk(ref, (*chain, ref))
 
     real = os.path.realpath(local)
     walk(real, (real,))

@@ -369,7 +369,7 @@ class _BatchedPuts:
         """Queue [(key, TileResult)]: each row is encoded now, not at the flush, so the batch shares no
         mutable state with the results it was given (delivery hands their pieces on and drops them)."""
         if self.store is not None:
-            self.items += [(k, encode_result(r)) for k, r in items]
+            self.items += [(k, encode_result(r, k)) for k, r in items]
         self.tiles += 1
         if self.tiles >= self.BATCH or time.monotonic() > self.due:
             self.flush()

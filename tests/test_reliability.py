@@ -78,7 +78,7 @@ def test_a_crafted_checkpoint_row_is_recomputed_never_executed(tmp_path, monkeyp
     assert rep2.checkpoint["reused"] == 0 and rep2.done == 1
     assert len(gdf2) == len(gdf) == 1
     # a row of the wrong shape (valid JSON, wrong types) is recomputed too
-    good = encode_result(decode_result(sqlite3.connect(db).execute("SELECT result FROM tiles").fetchone()[0]))
+    good = encode_result(decode_result(sqlite3.connect(db).execute("SELECT result FROM tiles").fetchone()[0]), None)
     bad = good.replace(b'"skipped":false', b'"skipped":"no"')
     assert decode_result(bad) is None and decode_result(good) is not None
 
@@ -104,7 +104,7 @@ def test_checkpoint_rows_round_trip():
                score=[np.float32(0.75), 0.5], prompt=[0, 0], tile_key=[piece_key(1, 0), piece_key(1, 1)], complete=[np.bool_(True), False],
                edge_dist=[float("inf"), 3.0])
     r = TileResult(1, p, seconds={"read": 0.1}, unusable_prompts=("x",), saturated_prompts=(0,))
-    back = decode_result(encode_result(r))
+    back = decode_result(encode_result(r, None))
     assert back.pieces.score == [0.75, 0.5] and back.pieces.edge_dist == [float("inf"), 3.0]
     assert [g.equals(h) for g, h in zip(back.pieces.geometry, p.geometry)] == [True, True]
     assert (back.tile_index, back.unusable_prompts, back.saturated_prompts) == (1, ("x",), (0,))
