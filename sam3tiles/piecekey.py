@@ -14,12 +14,15 @@ from __future__ import annotations
 
 #: Decoder passes one tile can take: a pass index is below this, so the key holds (tile, pass) uniquely.
 PASSES_PER_TILE = 1024
-#: Order keys of pieces: tile index * ORDER_TILE + position in the tile (so at most 2**24 pieces a tile).
-ORDER_TILE = 1 << 24
-#: Order keys of parts: the piece's order key * PARTS + the part's index in its piece.
-PARTS = 1 << 16
-#: Largest tile index a piece's order key holds within int64 (tile index * ORDER_TILE < 2**63).
-MAX_INDEX = 2**39 - 1
+#: Order keys of pieces: tile index * ORDER_TILE + position in the tile: at most 2**18 pieces a tile (200
+#: queries x 1024 decoder passes is 204,800).
+ORDER_TILE = 1 << 18
+#: Order keys of parts: the piece's order key * PARTS + the part's index in its piece (at most 2**15 parts).
+PARTS = 1 << 15
+#: Largest tile index (grid tiles and refined sub-tiles) whose parts' order keys hold in int64:
+#: (MAX_INDEX + 1) * ORDER_TILE * PARTS = 2**63. (It was 2**39 - 1 with 2**24 and 2**16 above, so the
+#: parts of tiles from 2**23 on, twice-refined sub-tiles of grids over ~30,000 tiles, wrapped around.)
+MAX_INDEX = 2**30 - 1
 
 
 def piece_key(tile_index, pass_index=0):
@@ -35,3 +38,14 @@ def tile_of(key):
 def pass_of(key):
     """The decoder pass of a piece key (or an array of them)."""
     return key % PASSES_PER_TILE
+
+
+def piece_order(tile_index, position):
+    """A piece's order key: its tile's index, then its position among the tile's pieces."""
+    return tile_index * ORDER_TILE + position
+
+
+def part_order(piece_order_key, part_index):
+    """A part's order key: its piece's order key, then its index among the piece's parts."""
+    return piece_order_key * PARTS + part_index
+

@@ -12,7 +12,7 @@ from typing import Mapping
 import numpy as np
 import shapely
 
-from ..piecekey import ORDER_TILE, tile_of
+from ..piecekey import ORDER_TILE, piece_order, tile_of
 from ..tileframe import TileFrame, TileFrames
 from ..vectorize import Pieces
 from .parts import IOS_MIN, IOU_MIN, Merged
@@ -166,7 +166,9 @@ class BlockMerger:
             return
         tiles = sorted(got)
         pieces = Packed.concat([got[t] for t in tiles])
-        order = np.concatenate([t * ORDER_TILE + np.arange(len(got[t]), dtype=np.int64) for t in tiles])
+        if max(len(got[t]) for t in tiles) >= ORDER_TILE:  # cannot happen within SAM 3's 200 queries a pass
+            raise ValueError(f"a tile gave {max(len(got[t]) for t in tiles)} pieces; the merge orders {ORDER_TILE - 1}")
+        order = np.concatenate([piece_order(np.int64(t), np.arange(len(got[t]), dtype=np.int64)) for t in tiles])
         mask = self._tile_block == b
         mine = self._members.get(b, [])
         if self.single:

@@ -10,7 +10,7 @@ import numpy as np
 import shapely
 from shapely.geometry import Polygon
 
-from ..piecekey import PARTS, tile_of
+from ..piecekey import PARTS, part_order, tile_of
 from ..tileframe import TileFrame
 from ..vectorize import EDGE_MARGIN, MASK_CELL, Pieces
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, PAIR_CHUNK, SLIVER_CELLS,
@@ -44,7 +44,7 @@ class _Part:
 
 def _explode(c: Cols, frames: Mapping[int, TileFrame], stats: MergeStats) -> Cols:
     """Rule 0: one row per part; parts of a cut piece get their own seam flags."""
-    c.order = c.order * PARTS
+    c.order = part_order(c.order, 0)
     odd = np.flatnonzero(~np.isin(shapely.get_type_id(c.geoms), (3, 6)))  # not (Multi)Polygon: areal part only
     for i in odd.tolist():
         c.geoms[i] = polygonal(c.geoms[i])
@@ -61,6 +61,8 @@ def _explode(c: Cols, frames: Mapping[int, TileFrame], stats: MergeStats) -> Col
     k = np.ones(len(c.geoms), dtype=np.int64)
     for i, u in units.items():
         k[i] = len(u)
+    if k.max() >= PARTS:  # a mask of more separate regions than the order key numbers
+        raise ValueError(f"a mask of {int(k.max())} separate regions: the merge orders {PARTS - 1} parts a piece")
     start = np.cumsum(k) - k
     rep = np.repeat(np.arange(len(k)), k)
     out = c.take(rep)
