@@ -57,18 +57,6 @@ def make_source(folder: Path, tiles: int) -> tuple[Path, float]:
     return vrt, scale
 
 
-def _done_tiles(db: Path) -> int | None:
-    """Tiles checkpointed so far (read-only look at the run's store), for the progress lines."""
-    import sqlite3
-
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
-        try:
-            return con.execute("SELECT COUNT(*) FROM tiles").fetchone()[0]
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return None
 
 
 def measure(tiles: int, workers: int, threads: bool = False) -> dict:
@@ -78,6 +66,7 @@ def measure(tiles: int, workers: int, threads: bool = False) -> dict:
     import psutil
     from distributed import Client, LocalCluster
 
+    from sam3tiles.checkpoint import stored_rows
     from sam3tiles.pipeline import segment_job
 
     proc = psutil.Process()
@@ -103,7 +92,7 @@ def measure(tiles: int, workers: int, threads: bool = False) -> dict:
                 curve.append((round(now - t0, 1), round(rss / 2**20)))
                 if now - said > 30:  # a progress line: a long run that is stopped still says something
                     said = now
-                    print(f"progress: {now - t0:.0f} s, {_done_tiles(db)} tile checkpoints, rss {rss / 2**20:.0f} MB, "
+                    print(f"progress: {now - t0:.0f} s, {stored_rows(db)} tile checkpoints, rss {rss / 2**20:.0f} MB, "
                           f"peak {peak['rss'] / 2**20:.0f} MB, tasks {n}", file=sys.stderr, flush=True)
                 stop.wait(0.25)
 

@@ -144,6 +144,20 @@ def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
 
+
+def stored_rows(db: str | Path) -> int | None:
+    """Rows in the checkpoint store at `db` as another process sees them now (read-only, never waits more
+    than a second on the writer's lock); None when there is no readable store (yet). For progress lines
+    and tests that watch a running job."""
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+        try:
+            return con.execute("SELECT COUNT(*) FROM tiles").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+
 def encode_result(result: TileResult, key: str | None) -> bytes:
     """MAGIC, the header length (uint32 LE), the JSON header, then each geometry's WKB back to back.
     `key`: the store key the row is written under (tile, pass, prompt, ...), kept in the header so a row

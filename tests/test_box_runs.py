@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import pytest
 import shapely
 from click.testing import CliRunner
 
+from sam3tiles.checkpoint import stored_rows
 from sam3tiles.cli.main import cli
 from sam3tiles.errors import UsageError
 from sam3tiles.pipeline import segment_job
@@ -51,14 +51,7 @@ def _cli(tmp, *args) -> subprocess.Popen:
 
 
 def _rows(db) -> int:
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
-        try:
-            return con.execute("SELECT COUNT(*) FROM tiles").fetchone()[0]
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return 0
+    return stored_rows(db) or 0
 
 
 def test_box_only_cli_run_killed_midway_resumes_to_the_same_output(scene, tmp_path):

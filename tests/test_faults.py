@@ -19,7 +19,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from functools import partial
 from pathlib import Path
 
 import geopandas as gpd
@@ -30,6 +29,7 @@ import rasterio
 from click.testing import CliRunner
 from shapely.geometry import box
 
+from sam3tiles.checkpoint import stored_rows
 from sam3tiles.cli.main import cli
 from sam3tiles.demo import CRS_DEMO, ORIGIN, PIXEL
 from sam3tiles.pipeline import segment_job
@@ -386,15 +386,8 @@ def _worker(address) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _rows(db: Path) -> int:
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
-        try:
-            return con.execute("SELECT COUNT(*) FROM tiles").fetchone()[0]
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return 0
+def _rows(db) -> int:
+    return stored_rows(db) or 0
 
 
 def _lose_the_worker(scheduler, tmp_path, timeout, rejoin):

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sam3tiles.checkpoint import stored_rows
 from sam3tiles.model.registry import clear_cache
 from sam3tiles.demo import write_scene
 from sam3tiles.pipeline import segment_job
@@ -39,15 +40,8 @@ PROMPTS = 2
 TILES = 48
 
 
-def _rows(db: Path) -> int:
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
-        try:
-            return con.execute("SELECT COUNT(*) FROM tiles").fetchone()[0]
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return 0
+def _rows(db) -> int:
+    return stored_rows(db) or 0
 
 
 def _start(tmp: Path) -> subprocess.Popen:
