@@ -27,6 +27,7 @@ from rasterio.windows import Window
 
 from .errors import RasterReadError
 from .readers import open_source
+from .thumbs import MAX_SIDE, panel_wh
 from .readers.remote import input_name, source_name
 from .units import to_pixels
 from .writers.atomic import atomic_path
@@ -34,7 +35,6 @@ from .writers.qupath import class_colour
 
 log = logging.getLogger(__name__)
 
-MAX_SIDE = 1024
 READ_BUDGET = 32_000_000  # pixels decoded for the picture: a level, an overview, or the image itself
 MAX_PANELS = 16
 FAILED = (230, 20, 20)
@@ -45,21 +45,16 @@ NO_IMAGE = (70, 70, 70)
 _PREFETCHED: dict = {}  # (path, bands, out_wh) -> Future of `_read_overview`, see `prefetch`
 
 
-def panel_wh(width: int, height: int, side: int) -> tuple[int, int]:
-    """A panel's size in picture pixels for an image of width x height in a `side` px square."""
-    k = min(1.0, side / max(width, height))  # never larger than the image
-    return max(1, round(width * k)), max(1, round(height * k))
-
-
 def panel_side(n_panels: int) -> int:
     return MAX_SIDE // max(1, math.ceil(math.sqrt(min(n_panels, MAX_PANELS))))
 
 
 def prefetch(inputs: Sequence[tuple[str, int, int]], bands) -> None:
     """Start reading the overviews of the quicklook of `inputs` ((path, width, height) per panel, in
-    order) in a background thread, while the tiles run: a whole-image decimated read decodes every block
-    of an image without overviews (0.2-0.5 s of CPU for 16 Mpx), a fixed cost at the end of every run
-    otherwise. GDAL releases the GIL while it decodes. `overview` takes the result when it is asked."""
+    order) in a background thread, while the tiles run, where a pyramid level or overview near the
+    picture's size makes that cheap (`_read_cheap`). Without one the picture comes from the tiles
+    (`thumbs.Picture`), and only when they do not cover it is the image decimated (`overview`): a
+    whole-image decimated read decodes every block (0.2-0.5 s of CPU for 16 Mpx)."""
     from concurrent.futures import ThreadPoolExecutor
 
     todo = inputs[:MAX_PANELS]
@@ -68,7 +63,7 @@ def prefetch(inputs: Sequence[tuple[str, int, int]], bands) -> None:
     for path, w, h in todo:
         key = (path, tuple(bands) if bands is not None else None, panel_wh(w, h, side))
         if key not in _PREFETCHED:
-            _PREFETCHED[key] = pool.submit(_read_overview, path, bands, key[2])
+            _PREFETCHED[key] = pool.submit(_read_cheap, path, bands, key[2])
     pool.shutdown(wait=False)
 
 
@@ -83,7 +78,23 @@ def overview(path: str, bands, out_wh: tuple[int, int]) -> np.ndarray | None:
     """RGB uint8 [h, w, 3] of the whole image at `out_wh`, or None when no level is small enough."""
     fut = _PREFETCHED.pop((path, tuple(bands) if bands is not None else None, tuple(out_wh)), None)
     if fut is not None and not fut.cancelled():
-        return fut.result()  # read while the tiles ran (its errors and warnings are raised/logged here)
+        rgb = fut.result()  # read while the tiles ran (its errors and warnings are raised/logged here)
+        if rgb is not _NOT_CHEAP:
+            return rgb
+    return _read_overview(path, bands, out_wh)
+
+
+_NOT_CHEAP = object()  # `_read_cheap`: no level near the picture's size; read the image only if needed
+
+
+def _read_cheap(path: str, bands, out_wh: tuple[int, int]):
+    """`_read_overview` where a level within 2x of `out_wh` a side exists (or the image is that small)."""
+    try:
+        with open_source(path, bands=bands) as src:
+            if src.read_cost(out_wh) > 4 * out_wh[0] * out_wh[1]:
+                return _NOT_CHEAP
+    except RasterReadError:  # said by `_read_overview` when the quicklook asks for the image after all
+        return _NOT_CHEAP
     return _read_overview(path, bands, out_wh)
 
 
@@ -105,7 +116,11 @@ def _panel(res, side: int, bands) -> tuple[Image.Image, bool]:
     """The panel of one input: its overview (dimmed) or grey, failed and saturated tiles marked."""
     f = res.frame
     pw, ph = panel_wh(f.width, f.height, side)
-    rgb = overview(res.source, bands, (pw, ph))
+    rgb = res.picture  # from the run's tiles (`thumbs.Picture`), when they covered it
+    if rgb is not None and rgb.shape[:2] != (ph, pw):
+        rgb = np.asarray(Image.fromarray(rgb).resize((pw, ph), Image.Resampling.BOX))
+    if rgb is None:
+        rgb = overview(res.source, bands, (pw, ph))
     if rgb is None:
         img = Image.new("RGB", (pw, ph), NO_IMAGE)
     else:  # dimmed, so that outlines stand out on any image

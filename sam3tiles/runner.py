@@ -35,6 +35,7 @@ from .prompts import Prompt, box_passes, boxes_outside, tile_boxes
 from .readers.remote import source_name
 from .refine import RefineHook, Refinement
 from .report import RunReport
+from .thumbs import MAX_SIDE, Picture, panel_wh
 from .tileframe import TileFrames
 from .units import Frame
 from .writers.stream import ObjectSpool, SpoolInput
@@ -54,6 +55,7 @@ class InputResult:
     merge: MergeStats = field(default_factory=MergeStats)
     frame: Frame | None = None  # the input's frame (units, pixel grid)
     marks: list = field(default_factory=list)  # [("failed" | "saturated", source-pixel Window)] for the preview
+    picture: object = None  # the preview's picture from the tiles (`thumbs.Picture.image`), when they covered it
 
 
 @dataclass
@@ -88,6 +90,7 @@ class InputRun:
         self.merger: BlockMerger | None = None
         self.hook: RefineHook | None = None  # refinement: sub-tiles of tiles that hit the object cap
         self.slots = 1
+        self.picture: Picture | None = None  # the preview's picture, filled by the grid tiles as they finish
 
     def run(self) -> InputResult:
         all_boxes = [b for p in self.plan.prompts for b in p.boxes]
@@ -104,6 +107,9 @@ class InputRun:
         mb = self.opts.merge_block
         blocks = tile_blocks(list(self.tiles.values()), mb) if mb > 0 else {i: 0 for i in self.tiles}
         index = self._begin_spool()
+        if not self.opts.no_preview and (self.inp.output is not None or self.plan.combined is not None):
+            f = self.inp.frame
+            self.picture = Picture(f.width, f.height, panel_wh(f.width, f.height, MAX_SIDE))
         # decided objects go to the spool as each block's merge comes in: memory does not follow them
         self.merger = BlockMerger(frames, blocks, submit=_submit_on(self.engine, self.opts.retries),
                                   on_block=lambda objects, first: self._spool_block(index, objects, first))
@@ -120,7 +126,8 @@ class InputRun:
         _, mstats = self.merger.finish(gather=_gather_on(self.engine))
         mstats.coverage = {self.plan.prompts[int(k)].label: c for k, c in mstats.coverage.items()}
         self.report.seconds["merge"] += time.perf_counter() - t0
-        return InputResult(self.inp.path, index, mstats, self.inp.frame, self._marks())
+        return InputResult(self.inp.path, index, mstats, self.inp.frame, self._marks(),
+                           self.picture.image() if self.picture is not None else None)
 
     def _begin_spool(self) -> int:
         crs = self.inp.crs.to_wkt() if self.inp.crs else None
@@ -256,14 +263,16 @@ class InputRun:
 
     def _submit(self, tile: Tile, tps: list[TilePrompt], pastes=None) -> None:
         client, retries = self.engine.client, self.opts.retries
+        # grid tiles bring the preview their pixels (sub-tiles lie inside them)
+        step = self.picture.step(tile) if self.picture is not None and tile.index in self.tiles else 0
         if not self.engine.distributed:  # in-process: one task a tile (tasks.tile_task)
-            ft = client.submit(tile_task, self.source, self.spec, tile, tps, self.opts.edge_margin, pastes,
+            ft = client.submit(tile_task, self.source, self.spec, tile, tps, self.opts.edge_margin, pastes, step,
                                pure=False, retries=retries)
             self.in_flight[ft.key] = (tile, (ft,))
             self.ac.add(ft)
             return
         fr = client.submit(read_task, self.source, tile, pure=False, retries=retries)
-        fi = client.submit(infer_task, self.spec, fr, tps, tile.valid_wh, pastes, pure=False, retries=retries,
+        fi = client.submit(infer_task, self.spec, fr, tps, tile.valid_wh, pastes, step, pure=False, retries=retries,
                            resources=self.engine.model_resources())
         fv = client.submit(vectorize_task, fi, tile, self.opts.edge_margin, pure=False, retries=retries)
         self.in_flight[fv.key] = (tile, (fr, fi, fv))
@@ -276,6 +285,9 @@ class InputRun:
             self._fill()
 
     def _finished(self, tile: Tile, res: TileResult) -> None:
+        thumb, res.thumb = res.thumb, None  # the preview's copy of the tile: placed, never stored
+        if self.picture is not None and tile.index in self.tiles and (thumb is not None or res.skipped):
+            self.picture.add(tile, thumb, self.picture.step(tile))
         for k, v in res.seconds.items():
             self.report.seconds[k] = self.report.seconds.get(k, 0.0) + v
         if not res.skipped:

@@ -12,11 +12,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
+
 from .model.registry import RuntimeSpec, get_runtime
 from .errors import shippable
 from .grid import Tile
 from .model.runtime import MAX_QUERIES, ExampleBox, PreparedPrompt, TileImage
 from .readers import RasterSource, Stretch, gdal_env, open_source
+from .thumbs import take
 from .vectorize import EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, pieces_from_crops
 
 #: A tile whose decoder pass returns at least this many objects is reported as saturated (SAM 3 keeps
@@ -51,6 +54,7 @@ class InferResult:
     unusable_prompts: tuple[str, ...] = ()
     saturated_prompts: tuple[int, ...] = ()
     exemplars: dict = field(default_factory=dict)  # pasted / dropped / clipped (see exemplars.PasteScreen)
+    thumb: np.ndarray | None = None  # the quicklook's copy of the tile (`thumbs.take`), when asked for
 
 
 @dataclass
@@ -65,6 +69,7 @@ class TileResult:
     unusable_prompts: tuple[str, ...] = ()
     saturated_prompts: tuple[int, ...] = ()  # prompt indices whose decoder pass saturated (checkpoint parts)
     exemplars: dict = field(default_factory=dict)  # pasted exemplars: pasted / dropped / clipped detections
+    thumb: np.ndarray | None = None  # the quicklook's copy of the tile (`thumbs.take`): never checkpointed
 
 
 _local = threading.local()
@@ -118,14 +123,17 @@ def prepared_prompt(spec: RuntimeSpec, text: str) -> tuple[PreparedPrompt, float
 
 @shippable
 def infer_task(spec: RuntimeSpec, read: tuple[TileImage | None, float], prompts: Sequence[TilePrompt],
-               valid_wh: tuple[int, int], pastes=None) -> InferResult:
+               valid_wh: tuple[int, int], pastes=None, thumb_step: int = 0) -> InferResult:
     """Encode the tile once, decode every prompt (and box pass) on that embedding, crop the masks.
-    `pastes` (`exemplars.TilePastes`): exemplars pasted into the input; detections on them are dropped."""
+    `pastes` (`exemplars.TilePastes`): exemplars pasted into the input; detections on them are dropped.
+    `thumb_step` > 0: also every such pixel of the tile for the quicklook (`thumbs.take`)."""
     image, read_s = read
     res = InferResult(seconds={"read": read_s, "encode": 0.0, "prompt": 0.0, "decode": 0.0})
     if image is None:
         res.skipped = True
         return res
+    if thumb_step > 0:
+        res.thumb = take(image.rgb, valid_wh, thumb_step)
     runtime = get_runtime(spec)
     unusable = []
     todo = []
@@ -170,20 +178,21 @@ def vectorize_task(infer: InferResult, tile: Tile, edge_margin: int = EDGE_MARGI
     seconds = dict(infer.seconds)
     seconds["vectorize"] = time.perf_counter() - t0
     return TileResult(tile.index, pieces, infer.skipped, infer.saturated, seconds, infer.unusable_prompts,
-                      saturated_prompts=infer.saturated_prompts, exemplars=infer.exemplars)
+                      saturated_prompts=infer.saturated_prompts, exemplars=infer.exemplars, thumb=infer.thumb)
 
 
 @shippable
 def tile_task(src: SourceSpec, spec: RuntimeSpec, tile: Tile, prompts: Sequence[TilePrompt],
-              edge_margin: int = EDGE_MARGIN, pastes=None) -> TileResult:
+              edge_margin: int = EDGE_MARGIN, pastes=None, thumb_step: int = 0) -> TileResult:
     """read -> infer -> vectorize as ONE task, for the in-process engine: there nothing travels between
     the three anyway, and three tasks a tile cost three submissions, transitions and results of
     scheduling in the same process (and GIL) as the work. Model calls hold `MODEL_LOCK`."""
-    return run_tile_inline(src, spec, tile, prompts, edge_margin, pastes)
+    return run_tile_inline(src, spec, tile, prompts, edge_margin, pastes, thumb_step)
 
 
 def run_tile_inline(src: SourceSpec, spec: RuntimeSpec, tile: Tile, prompts: Sequence[TilePrompt],
-                    edge_margin: int = EDGE_MARGIN, pastes=None) -> TileResult:
+                    edge_margin: int = EDGE_MARGIN, pastes=None, thumb_step: int = 0) -> TileResult:
     """All three tasks in a row, no Dask (used by tests and by the plain-loop benchmark)."""
-    return vectorize_task(infer_task(spec, read_task(src, tile), prompts, tile.valid_wh, pastes), tile, edge_margin)
+    return vectorize_task(infer_task(spec, read_task(src, tile), prompts, tile.valid_wh, pastes, thumb_step),
+                          tile, edge_margin)
 
