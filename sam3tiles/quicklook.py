@@ -1,12 +1,13 @@
 """The quicklook `OUT.preview.png`: the image overview, each object outlined in its prompt's colour,
 failed tiles (red, crossed) and saturated tiles (orange) marked, and a legend.
 
-Bounded in size and time whatever the image size: the picture is at most `MAX_SIDE` pixels a side, and
-the image is read from a pyramid level or GDAL overview at most `READ_BUDGET` pixels large, or, without
-one, by GDAL's decimated read of the image itself when it is no larger than that (measured: a 5000x4000
-GeoTIFF without overviews, the demo's size, in 0.7 s and 131 MB resident; docs/outputs.md). A larger
-image without such a level is not drawn (a grey background, said in the legend: `gdaladdo` builds
-overviews), since decimating it would decode it whole. Several inputs in one output get one panel each
+Bounded in size and time whatever the image size: the picture is at most `MAX_SIDE` pixels a side. It
+comes from the run's own tiles (`thumbs.Picture`, no second decode of the image); where they did not all
+come back in this run (resumed, failed) it is read from a pyramid level or GDAL overview at most
+`READ_BUDGET` pixels large, or, without one, by GDAL's decimated read of the image itself when it is no
+larger than that (measured: a 5000x4000 GeoTIFF without overviews, the demo's size, in 0.7 s and 131 MB
+resident; docs/outputs.md). A larger image without such a level is then not drawn (a grey background,
+said in the legend: `gdaladdo` builds overviews), since decimating it would decode it whole. Several inputs in one output get one panel each
 (the first `MAX_PANELS`).
 
 Outlines contrast with any background: each is drawn in its prompt's colour over a 3 px halo, dark for a
