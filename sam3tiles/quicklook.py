@@ -7,8 +7,8 @@ come back in this run (resumed, failed) it is read from a pyramid level or GDAL 
 `READ_BUDGET` pixels large, or, without one, by GDAL's decimated read of the image itself when it is no
 larger than that (measured: a 5000x4000 GeoTIFF without overviews, the demo's size, in 0.7 s and 131 MB
 resident; docs/outputs.md). A larger image without such a level is then not drawn (a grey background,
-said in the legend: `gdaladdo` builds overviews), since decimating it would decode it whole. Several inputs in one output get one panel each
-(the first `MAX_PANELS`).
+said in the legend: `gdaladdo` builds overviews), since decimating it would decode it whole. Several
+inputs in one output get one panel each (the first `MAX_PANELS`).
 
 Outlines contrast with any background: each is drawn in its prompt's colour over a 3 px halo, dark for a
 light colour and light for a dark one, so a blue outline on blue roofs or a red one on red cars shows.
