@@ -188,6 +188,8 @@ class Source:
         trim_heap()
         vw, vh = tile.valid_wh
         rgb_v, valid_v = self.read_window(tile.src_window, (vw, vh))
+        if (vw, vh) == (MODEL_SIZE, MODEL_SIZE):  # a whole tile of content: no padding to add (1.5 ms)
+            return TileImage(rgb=np.ascontiguousarray(rgb_v, dtype=np.uint8), valid=np.ascontiguousarray(valid_v))
         rgb = np.zeros((3, MODEL_SIZE, MODEL_SIZE), np.uint8)
         valid = np.zeros((MODEL_SIZE, MODEL_SIZE), bool)
         rgb[:, :vh, :vw] = rgb_v
