@@ -65,3 +65,27 @@ def test_merge_link_shortcuts_keep_the_areas():
     want = shapely.area(shapely.intersection(want_a, want_b))
     got = shapely.area(shapely.intersection(*_local(ca, cb)))
     assert np.allclose(got, want, rtol=1e-9, atol=1e-9)
+
+
+def test_reference_colour_match_is_the_float_distance():
+    """The reference backend's colour test with its uint8 pre-filter: the same pixels as the float32
+    distance for named colours, colours near the ends of the range and non-integer (median) colours."""
+    from sam3tiles.model.reference import MATCH_DISTANCE, colour_match
+
+    rng = np.random.default_rng(11)
+
+    def by_float(rgb, colour):
+        f = rgb.astype(np.float32)
+        return sum((f[c] - colour[c]) ** 2 for c in range(3)) <= MATCH_DISTANCE**2
+
+    for i in range(200):
+        colour = tuple(int(v) for v in rng.integers(0, 256, 3))
+        if i % 5 == 0:
+            colour = (0, 255, int(colour[2]))
+        rgb = rng.integers(0, 256, (3, 40, 50), dtype=np.uint8)
+        near = np.asarray(colour)[:, None, None] + rng.integers(-62, 63, (3, 20, 50))
+        rgb[:, :20] = np.clip(near, 0, 255).astype(np.uint8)  # many pixels at the threshold
+        want = by_float(rgb, colour)
+        assert want.any() and np.array_equal(colour_match(rgb, colour), want)
+        half = (colour[0] + 0.5, colour[1], colour[2])
+        assert np.array_equal(colour_match(rgb, half), by_float(rgb, half))

@@ -79,9 +79,7 @@ class ReferenceRuntime:
             colour = _median_colour(image, positives)
         if colour is None:
             return Detections.empty()
-        rgb = image.rgb.astype(np.float32)
-        dist2 = sum((rgb[c] - colour[c]) ** 2 for c in range(3))
-        match = ((dist2 <= MATCH_DISTANCE**2) & image.valid).astype(np.float32)
+        match = (colour_match(image.rgb, colour) & image.valid).astype(np.float32)
         grid = np.asarray(Image.fromarray(match, mode="F").resize((MASK_SIZE, MASK_SIZE), Image.BOX))
         labels, n = ndimage.label(grid > 0.5, structure=_EIGHT)
         if n == 0:
@@ -112,6 +110,32 @@ class ReferenceRuntime:
         for k, lid in enumerate(kept):
             np.copyto(masks[k, 0], grid, where=labels == lid)
         return Detections(np.asarray(out_boxes, np.float32), np.asarray(scores, np.float32), masks)
+
+
+def colour_match(rgb: np.ndarray, colour) -> np.ndarray:
+    """Pixels of `rgb` [3, h, w] within MATCH_DISTANCE of `colour` (bool [h, w]): the float32 squared
+    distance against the float32 threshold.
+
+    For uint8 pixels and a whole-number colour (every named colour) a pixel with a channel more than
+    MATCH_DISTANCE away cannot match, so the distance is computed only where every channel is within it
+    (uint8 comparisons first): the same pixels, at a fraction of the CPU on a tile mostly of other
+    colours (the stand-in for the model's answer should cost little beside the pipeline's own work)."""
+    threshold = np.float32(MATCH_DISTANCE**2)
+    if rgb.dtype != np.uint8 or not all(float(c).is_integer() for c in colour):
+        f = rgb.astype(np.float32)
+        return sum((f[c] - colour[c]) ** 2 for c in range(3)) <= threshold
+    reach = int(MATCH_DISTANCE)
+    near = None
+    for c in range(3):
+        lo, hi = int(colour[c]) - reach, int(colour[c]) + reach
+        m = (rgb[c] >= max(lo, 0)) & (rgb[c] <= min(hi, 255))
+        near = m if near is None else near & m
+    out = np.zeros(rgb.shape[1:], bool)
+    idx = np.flatnonzero(near)
+    if len(idx):
+        f = rgb.reshape(3, -1)[:, idx].astype(np.float32)
+        out.ravel()[idx] = sum((f[c] - colour[c]) ** 2 for c in range(3)) <= threshold
+    return out
 
 
 def _median_colour(image: TileImage, boxes: Sequence[ExampleBox]) -> tuple[int, int, int] | None:
