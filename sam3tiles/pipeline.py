@@ -41,6 +41,7 @@ from .writers.vector import readers_note
 from .writers.atomic import Deferred, deferred_renames, remove_stale_temps
 from .writers.labels import write_labels
 from .writers.stream import ObjectSpool
+from .wording import opt
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ def _saturation_advice(report: RunReport, opts: Options) -> None:
     else:
         line = advice(report.saturated, opts.refine, opts.refine_depth if opts.refine == "auto" else 0)
     if opts.strict:
-        raise TilesFailedError(line + " (--strict: the output is written; exit 5)")
+        raise TilesFailedError(line + f" ({opt('strict')}: the output is written; exit 5)")
     log.warning(line)
 
 

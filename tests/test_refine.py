@@ -117,9 +117,9 @@ def test_hook_returns_the_sub_tiles_and_their_frames_for_the_loop_to_apply():
 
 
 def test_refine_options_are_checked():
-    with pytest.raises(UsageError, match="--refine-depth must be"):
+    with pytest.raises(UsageError, match="^refine_depth must be"):
         segment_job("x.tif", ["red"], backend="reference", refine_depth=9)
-    with pytest.raises(UsageError, match="--refine .always. is not one of auto, off"):
+    with pytest.raises(UsageError, match="^refine .always. is not one of auto, off"):
         segment_job("x.tif", ["red"], backend="reference", refine="always")
 
 
