@@ -35,6 +35,7 @@ from .pipeline import execute
 from .plan import RunPlan, plan_run
 from .prompts import GeoBox
 from .readers.remote import is_remote
+from .targets import Targets
 from .wording import raw, render
 from .options import fields as registry_fields
 
@@ -450,7 +451,8 @@ def plan_job(lj: LoadedJob, *, strict: bool | None = None, progress: bool = Fals
     with worded("job"):
         kw = job_call(lj, strict=strict, progress=progress)
         del kw["fresh"]
-        return plan_run(kw.pop("inputs"), kw.pop("text"), check_prompts=check_prompts, **kw)
+        targets, kw = Targets.split(kw)
+        return plan_run(kw.pop("inputs"), kw.pop("text"), targets=targets, check_prompts=check_prompts, **kw)
 
 
 def run_job(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, progress: bool = False,

@@ -34,6 +34,7 @@ from .readers import Source, Stretch, gdal_env, open_source
 from .readers.identity import file_stamp
 from .readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_hrefs
 from .refine import Refiner
+from .targets import Targets
 from .units import Frame, pixel_size
 from .writers import check_output
 from .writers.atomic import check_name
@@ -223,16 +224,13 @@ def _exists(p: Path, what: str) -> str:
 
 
 def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] = (), box_file: str | None = None,
-             example_images: Sequence[str] = (),
-             out: str | os.PathLike | None = None, overwrite: bool = False, options: Options | None = None,
-             labels: str | os.PathLike | None = None, work_dir: str | os.PathLike | None = None,
-             checkpoint: bool = True, report_path: str | os.PathLike | None = None,
+             example_images: Sequence[str] = (), targets: Targets = Targets(), options: Options | None = None,
              check_prompts: bool = False) -> RunPlan:
-    """Check a run and decide everything about it before any work; raises the run's own errors.
-
-    `check_prompts`: also encode each prompt here when the backend loads in a moment (not onnx), as a
-    dry run does; a real run checks them on its model worker instead.
+    """Check a run and decide everything about it before any work; raises the run's own errors. `targets`:
+    where it writes (`targets.Targets`). `check_prompts`: also encode each prompt here when the backend
+    loads in a moment (not onnx), as a dry run does; a real run checks them on its model worker instead.
     """
+    out, overwrite, labels, work_dir, checkpoint, report_path = targets.values()
     opts = options or Options()
     if isinstance(text, str):
         text = [text]  # one prompt, not one per letter

@@ -230,9 +230,9 @@ def test_saturated_at_max_depth_advice_strict_and_plan(uniform, tmp_path, caplog
 
 def test_slide_sub_tiles_read_the_matching_pyramid_level(cap, tmp_path, monkeypatch):
     from sam3tiles.readers.slide import SlideSource
-    from sam3tiles.slidegen import write_slide
+    from sam3tiles.slidegen import Pyramid, write_slide
 
-    slide = write_slide(tmp_path / "bf.ome.tif", 2100, 2100, seed=7, levels=2, names=("indigo",), cell=44,
+    slide = write_slide(tmp_path / "bf.ome.tif", 2100, 2100, seed=7, pyramid=Pyramid(levels=2), names=("indigo",), cell=44,
                         fill=0.06, size=(26.0, 36.0))  # nuclei of 13-18 px at scale 0.5
     seen = []
     original = SlideSource._read_level
