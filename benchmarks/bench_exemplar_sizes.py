@@ -148,10 +148,11 @@ def text_f1(scene: Path, truth, box) -> dict:
     from sam3tiles.pipeline import execute
     from sam3tiles.plan import plan_run
     from sam3tiles.prompts import GeoBox, Prompt
+    from sam3tiles.targets import Targets
 
     ref = Options(backend="reference")
-    alone = plan_run(str(scene), ["red"], options=ref, checkpoint=False)
-    both = plan_run(str(scene), ["red"], boxes=[box], options=ref, checkpoint=False)
+    alone = plan_run(str(scene), ["red"], options=ref, targets=Targets(checkpoint=False))
+    both = plan_run(str(scene), ["red"], boxes=[box], options=ref, targets=Targets(checkpoint=False))
     # the text prompt without the box, the box as a prompt of its own: exemplars on the text's tiles
     both = dataclasses.replace(both, prompts=(Prompt("red"), Prompt(None, (GeoBox(*box),))))
     res = {}

@@ -38,14 +38,14 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None, help="compression threads (default: tifffile's)")
     args = ap.parse_args(argv)
 
-    from sam3tiles.slidegen import write_slide
+    from sam3tiles.slidegen import Pyramid, write_slide
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     height = args.height or args.size
     t0 = time.perf_counter()
     slide = write_slide(out, args.size, height, args.seed, mode=args.mode, channels=args.channels,
-                        shape=args.shape, maxworkers=args.workers, truth=not args.no_truth)
+                        shape=args.shape, pyramid=Pyramid(maxworkers=args.workers), truth=not args.no_truth)
     n = len(slide.objects)
     print(f"{out}: {args.size} x {height} px, {len(slide.levels)} levels {slide.levels}, {n} objects, "
           f"{out.stat().st_size / 1e9:.2f} GB, {time.perf_counter() - t0:.0f} s")

@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from .tasks import TileResult
+from .wording import opt
 
 SCHEMA = 4  # 2: one row per (tile, prompt), pieces renumbered as prompt 0; 3: JSON + WKB rows, no pickle;
 # 4: a row carries the key it was stored under (a row moved to another key is recomputed)
@@ -75,7 +76,7 @@ class TileStore:
 
         what = getattr(e, "strerror", None) or str(e).strip().splitlines()[0]
         return OutputError(f"the checkpoint store {self.path} cannot be used ({what}): free disk space or fix the "
-                           "folder's permissions, rerun with --fresh to start it over, or choose another --work-dir")
+                           f"folder's permissions, rerun with {opt('fresh')} to start it over, or choose another {opt('work_dir')}")
 
     def get(self, key: str) -> TileResult | None:
         with self._lock:

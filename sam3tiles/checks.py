@@ -29,6 +29,7 @@ from typing import Iterable, Sequence
 
 from .errors import CRSError, OutputError, UsageError
 from .readers.identity import local_path_of
+from .wording import mention, opt
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def _is_within(child: Path, parent: Path) -> bool:
     return child == parent or parent in child.parents
 
 
-def check_work_dir(value, inputs: Sequence[str] = (), option: str = "--work-dir") -> Path | None:
+def check_work_dir(value, inputs: Sequence[str] = (), option: str = "work_dir") -> Path | None:
     """Refuse a work folder that a `--fresh` could never safely clear, before anything is written.
 
     `value` None means "not given" (fine). Refused (exit 2): an empty or blank value (an unset shell
@@ -58,7 +59,7 @@ def check_work_dir(value, inputs: Sequence[str] = (), option: str = "--work-dir"
         return None
     text = str(value)
     if not text.strip():
-        raise UsageError(f"{option} is empty (an unset shell variable?): name a folder for the checkpoints, or "
+        raise UsageError(f"{mention(option)} is empty (an unset shell variable?): name a folder for the checkpoints, or "
                          "leave it out to use <output>.sam3tiles-work beside the output")
     p = _real(text)
     home = _real(Path.home())
@@ -66,12 +67,12 @@ def check_work_dir(value, inputs: Sequence[str] = (), option: str = "--work-dir"
     if p == Path(p.anchor) or _is_within(home, p) or _is_within(cwd, p):
         what = "the root folder" if p == Path(p.anchor) else "your home folder" if _is_within(home, p) and \
             p == home else "the current folder" if p == cwd else "a folder above the current or home folder"
-        raise UsageError(f"{option} {text}: that is {what}, which sam3tiles will not use for checkpoints (a --fresh "
+        raise UsageError(f"{mention(option, text)}: that is {what}, which sam3tiles will not use for checkpoints (a {opt('fresh')} "
                          "would have to clear it): name a new folder, e.g. out.sam3tiles-work")
     for i in inputs:
         local = local_path_of(i)
         if local is not None and _is_within(_real(local), p):
-            raise UsageError(f"{option} {text} holds the input {i}: checkpoints go in a folder of their own; "
+            raise UsageError(f"{mention(option, text)} holds the input {i}: checkpoints go in a folder of their own; "
                              "name a new folder outside the inputs'")
     if p.exists() and not p.is_dir():
         raise UsageError(f"{option} {text} is a file, not a folder: name a new folder for the checkpoints")
@@ -118,7 +119,7 @@ def claim_work_dir(path: str | os.PathLike) -> Path:
     if p.is_dir() and not is_work_dir(p):
         foreign = [e.name for e in p.iterdir() if not _own(e.name) and not _our_lock(e)]
         if foreign:  # checked before the run too; a folder that changed since is still not ours
-            raise UsageError(f"--work-dir {p} is not a sam3tiles work folder (it holds {foreign[0]!r}): name a new "
+            raise UsageError(f"{opt('work_dir', p)} is not a sam3tiles work folder (it holds {foreign[0]!r}): name a new "
                              "or empty folder for the checkpoints")
     p.mkdir(parents=True, exist_ok=True)
     if not is_work_dir(p):
@@ -137,11 +138,11 @@ def clear_work_dir(path: str | os.PathLike) -> list[Path]:
     if not p.exists():
         return []
     if not p.is_dir():
-        raise UsageError(f"--work-dir {p} is a file, not a folder: name a new folder for the checkpoints")
+        raise UsageError(f"{opt('work_dir', p)} is a file, not a folder: name a new folder for the checkpoints")
     if not is_work_dir(p):
         foreign = [e.name for e in p.iterdir() if not _own(e.name)]
         if foreign:
-            raise UsageError(f"--fresh: {p} is not a sam3tiles work folder (no {MARKER}; it holds {foreign[0]!r}): "
+            raise UsageError(f"{opt('fresh')}: {p} is not a sam3tiles work folder (no {MARKER}; it holds {foreign[0]!r}): "
                              "nothing was deleted; name the work folder of the run to start over")
     gone = []
     for q in sorted(p.iterdir()):
@@ -167,15 +168,15 @@ def check_not_inputs(inputs: Iterable[str], targets: Sequence[tuple[str, str | o
             continue
         t = _real(target)
         for given, real in locals_:
-            if real == t or (option in ("--work-dir",) and _is_within(real, t)):
+            if real == t or (option == "work_dir" and _is_within(real, t)):
                 verb = "is" if real == t else "holds"
-                raise UsageError(f"{option} {target} {verb} the input {given}: it would be "
+                raise UsageError(f"{mention(option, target)} {verb} the input {given}: it would be "
                                  f"{'replaced' if real == t else 'cleared'}; write to another path")
         for given, real in locals_:
             if t.exists() and real.exists():
                 try:
                     if os.path.samefile(real, t):
-                        raise UsageError(f"{option} {target} is the input {given} (a link to it): write to "
+                        raise UsageError(f"{mention(option, target)} is the input {given} (a link to it): write to "
                                          "another path")
                 except OSError:
                     pass
@@ -189,7 +190,7 @@ def check_distinct_outputs(inputs: Sequence[str], outputs: Sequence[Path | None]
             continue
         key = _real(o)
         if key in seen:
-            raise UsageError(f"{seen[key]} and {i} would both be written to {o} (same file name stem): give --out "
+            raise UsageError(f"{seen[key]} and {i} would both be written to {o} (same file name stem): give {opt('out')} "
                              "a file name (one combined output) or rename one of them")
         seen[key] = i
 
@@ -244,8 +245,8 @@ def check_tiling(tile_size: int, overlap: int, edge_margin: int, squash: bool = 
         return
     need = min_overlap(edge_margin)
     if overlap < need:
-        raise UsageError(f"--overlap {overlap} is below the {need} px the merge needs: objects crossing a seam "
-                         f"would be cut in two and not joined. Use --overlap {need} or more (default 256)")
+        raise UsageError(f"{opt('overlap', overlap)} is below the {need} px the merge needs: objects crossing a seam "
+                         f"would be cut in two and not joined. Use {opt('overlap', need)} or more (default 256)")
 
 
 # -- full disks ---------------------------------------------------------------------------------------------
@@ -354,12 +355,12 @@ def check_plan(inputs: Sequence[str], files: Sequence[str], crss: Sequence, tile
     if one_output and len({None if c is None else c.to_wkt() for c in crss}) > 1:
         names = [f"{i} ({c.to_string() if c is not None else 'no CRS'})" for i, c in zip(inputs, crss)]
         raise UsageError("the inputs are in different CRSs, so they cannot share one output: " + ", ".join(names[:3])
-                         + ("..." if len(names) > 3 else "") + ": give --out a folder (one output per input) or "
+                         + ("..." if len(names) > 3 else "") + f": give {opt('out')} a folder (one output per input) or "
                          "reproject them to one CRS")
     check_distinct_outputs(inputs, per_input)
     reads = [*files, *([box_file] if box_file else [])]
-    targets = [("--out", combined), *[("--out", p) for p in per_input], ("--labels", labels),
-               ("--report", report), ("--work-dir", work_dir)]
+    targets = [("out", combined), *[("out", p) for p in per_input], ("labels", labels),
+               ("report_path", report), ("work_dir", work_dir)]
     check_not_inputs(reads, targets)
 
 
@@ -378,7 +379,7 @@ def check_box_file(path: str) -> None:
         return
     bad = [i for i, g in enumerate(geoms) if g is None or g.is_empty]
     if bad:
-        raise InputDataError(f"--box-file {path}: feature {bad[0] + 1}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''} "
+        raise InputDataError(f"{opt('box_file', path)}: feature {bad[0] + 1}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''} "
                              "has an empty geometry, so it is no example box: remove it or draw its box")
 
 

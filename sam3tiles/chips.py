@@ -28,6 +28,7 @@ from rasterio.windows import Window
 from .errors import BandError, InputDataError, UsageError
 from .prompts import ExampleImage
 from .units import Frame, pixel_size
+from .wording import opt, raw
 
 #: What a folder or glob of example images picks up.
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp", ".jp2")
@@ -41,7 +42,7 @@ def _digest(path: str) -> str:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
     except OSError as e:
-        raise InputDataError(f"--example-image {path}: cannot read it ({e.strerror}): check the path") from None
+        raise InputDataError(f"{opt('example_images', path)}: cannot read it ({e.strerror}): check the path") from None
     return h.hexdigest()
 
 
@@ -57,13 +58,13 @@ def parse_example_images(specs: Sequence[str]) -> list[ExampleImage]:
         if os.path.isdir(path):
             files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.lower().endswith(IMAGE_SUFFIXES))
             if not files:
-                raise InputDataError(f"--example-image {path}: the folder holds no image ({', '.join(IMAGE_SUFFIXES)})")
+                raise InputDataError(f"{opt('example_images', path)}: the folder holds no image ({', '.join(IMAGE_SUFFIXES)})")
         elif any(ch in path for ch in "*?[") and not os.path.exists(path):
             files = sorted(f for f in glob.glob(path, recursive=True) if f.lower().endswith(IMAGE_SUFFIXES))
             if not files:
-                raise InputDataError(f"--example-image {path}: the pattern matches no image: check the path")
+                raise InputDataError(f"{opt('example_images', path)}: the pattern matches no image: check the path")
         elif not os.path.isfile(path):
-            raise InputDataError(f"--example-image {path}: no such file: check the path")
+            raise InputDataError(f"{opt('example_images', path)}: no such file: check the path")
         else:
             files = [path]
         out += [ExampleImage(f, positive, _digest(f)) for f in files]
@@ -76,10 +77,10 @@ def _open(img: ExampleImage, bands: Sequence[int] | None = None):
     try:
         return open_source(img.path, bands=bands)
     except BandError as e:
-        raise BandError(f"--example-image {img.path}: {str(e).split(': ', 1)[0]}; an example image needs 3 "
+        raise BandError(f"{opt('example_images', img.path)}: {raw(e).split(': ', 1)[0]}; an example image needs 3 "
                         "bands (R,G,B, optionally alpha), 1 (grey), or the input's band count") from None
     except InputDataError as e:
-        raise InputDataError(f"--example-image {img.path}: cannot be used as an example ({e})") from None
+        raise InputDataError(f"{opt('example_images', img.path)}: cannot be used as an example ({raw(e)})") from None
 
 
 def chip_bands(img: ExampleImage, band_count: int, bands: Sequence[int]) -> tuple[int, ...] | None:
@@ -103,11 +104,11 @@ def chip_factor(img: ExampleImage, target: Frame, bands: Sequence[int] | None = 
         return 1.0, w, h
     own = pixel_size(target)
     if own is None:
-        raise InputDataError(f"--example-image {img.path} states its pixel size ({size[0]:g} {size[1]}) but the input "
+        raise InputDataError(f"{opt('example_images', img.path)} states its pixel size ({size[0]:g} {size[1]}) but the input "
                              "does not (no CRS, no slide pixel size): use a plain image (PNG/JPEG) as the example, "
                              "taken at the run's scale")
     if own[1] != size[1]:
-        raise InputDataError(f"--example-image {img.path}: its pixels are {size[0]:g} {size[1]}, the input's "
+        raise InputDataError(f"{opt('example_images', img.path)}: its pixels are {size[0]:g} {size[1]}, the input's "
                              f"{own[0]:g} {own[1]}: give a chip in the input's units, or a plain image")
     return size[0] / own[0], w, h
 
@@ -122,21 +123,21 @@ def check_chip_size(img: ExampleImage, wh: tuple[int, int], scale: float, limit:
     side = min(wh)
     if side > limit:
         s = math.floor(scale * limit / side * 100) / 100
-        raise UsageError(f"--example-image {img.path} is {wh[0]}x{wh[1]} px at this run's scale, more than a tile "
+        raise UsageError(f"{opt('example_images', img.path)} is {wh[0]}x{wh[1]} px at this run's scale, more than a tile "
                          f"input can hold beside its own content ({limit} px on the smaller side): crop the chip "
-                         f"to one object, or run at --scale {s:g} or below")
+                         f"to one object, or run at {opt('scale', format(s, 'g'))} or below")
 
 
 def read_chip(img: ExampleImage, factor: float, bands: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The chip's RGB uint8 [3,h,w] and valid [h,w] resampled by `factor` (chip -> grid pixels). The file
     must still hold the content the plan hashed (checkpoint keys carry that hash)."""
     if img.digest and _digest(img.path) != img.digest:
-        raise InputDataError(f"--example-image {img.path} changed while the run went on: rerun once it stays put")
+        raise InputDataError(f"{opt('example_images', img.path)} changed while the run went on: rerun once it stays put")
     with _open(img, bands) as src:
         w, h = chip_wh(src.width, src.height, factor)
         rgb, valid = src.read_window(Window(0, 0, src.width, src.height), (w, h))
     if not valid.any():
-        raise InputDataError(f"--example-image {img.path}: every pixel is nodata (masked or alpha 0): nothing to show")
+        raise InputDataError(f"{opt('example_images', img.path)}: every pixel is nodata (masked or alpha 0): nothing to show")
     return np.ascontiguousarray(rgb), valid
 
 

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .errors import UsageError
+from .wording import opt, render
 
 log = logging.getLogger(__name__)
 
@@ -26,13 +27,13 @@ WAIT_FOR_WORKERS = 60  # seconds a scheduler without workers gets for its first 
 _ADDRESS = re.compile(r"^(?:(?:tcp|tls|ucx|ws|wss|inproc)://)?(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+)(?::\d{1,5})?/?$")
 
 
-def check_scheduler(address: str | None, option: str = "--scheduler") -> None:
+def check_scheduler(address: str | None) -> None:
     """A scheduler address must look like one (`tcp://HOST:PORT`, `HOST:PORT`, tls://...) before it is
     dialled: anything else is exit 2 naming the form (Dask's own error for it is an internal one)."""
     if address is None:
         return
     if not isinstance(address, str) or not (_ADDRESS.match(address.strip()) or re.match(r"^inproc://\S+$", address)):
-        raise UsageError(f"{option} {address!r} is not a Dask scheduler address: give tcp://HOST:PORT (e.g. "
+        raise UsageError(f"{opt('scheduler', repr(address))} is not a Dask scheduler address: give tcp://HOST:PORT (e.g. "
                          "tcp://10.0.0.5:8786, as `dask scheduler` prints it), or leave it out to run in this process")
 
 
@@ -145,10 +146,10 @@ class WorkerWatch:
                             kind, self.address, self.timeout)
             elif time.monotonic() - since >= self.timeout:
                 what = "the scheduler does not answer" if n is None else f"no Dask worker {kind}is left"
-                self.lost = (f"--scheduler {self.address}: {what}, and none joined within --worker-timeout "
-                             f"{self.timeout:g} s: start one (`dask worker {self.address}"
-                             f"{' --resources GPU=1' if self.gpu else ''}`), then rerun the same command (the "
-                             "finished tiles are checkpointed), or raise --worker-timeout")
+                self.lost = (f"{opt('scheduler', self.address)}: {what}, and none joined within "
+                             f"{opt('worker_timeout', format(self.timeout, 'g'))} s: start one (`dask worker "
+                             f"{self.address}{' --resources GPU=1' if self.gpu else ''}`), then rerun the same "
+                             f"command (the finished tiles are checkpointed), or raise {opt('worker_timeout')}")
                 self._cancel()  # the run's waits end now; `_watched` names the reason
                 return
 
@@ -161,7 +162,7 @@ class WorkerWatch:
             futures = [Future(k, self.client) for k in self._keys() if k not in self._before]
             self.client.cancel(futures, reason="sam3tiles: no worker left", msg=self.lost)
         except Exception:  # noqa: BLE001 - a client closing meanwhile: the run ends anyway
-            log.error("%s", self.lost)
+            log.error("%s", render(self.lost))
 
 
 @contextmanager
@@ -208,15 +209,15 @@ def open_engine(client=None, scheduler: str | None = None, workers: int | None =
         try:
             c = Client(scheduler, timeout="20s")
         except (OSError, TimeoutError) as e:
-            raise UsageError(f"--scheduler {scheduler}: no Dask scheduler answers there ({e}): start one with "
-                             "`dask scheduler`, or leave --scheduler out to run in this process") from None
+            raise UsageError(f"{opt('scheduler', scheduler)}: no Dask scheduler answers there ({e}): start one with "
+                             f"`dask scheduler`, or leave {opt('scheduler')} out to run in this process") from None
         try:
             if not (c.scheduler_info().get("workers") or {}):
                 # a scheduler started a moment ago: let its first worker join before choosing placements
                 try:
                     c.wait_for_workers(1, timeout=WAIT_FOR_WORKERS)
                 except TimeoutError:
-                    raise UsageError(f"--scheduler {scheduler}: no worker joined in {WAIT_FOR_WORKERS} s: start "
+                    raise UsageError(f"{opt('scheduler', scheduler)}: no worker joined in {WAIT_FOR_WORKERS} s: start "
                                      f"one with `dask worker {scheduler} --resources GPU=1`") from None
             threads, gpu = _count(c)
             if not gpu:

@@ -7,6 +7,8 @@ Exit codes (documented in the README):
 
 from __future__ import annotations
 
+from .wording import raw, render
+
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_USAGE = 2
@@ -19,11 +21,40 @@ class Sam3TilesError(Exception):
     """Root of every error sam3tiles raises on purpose. The message names the problem and the fix."""
 
     exit_code = EXIT_INTERNAL
+    #: The vocabulary its options are named in (`wording`): None (python: keywords), "cli", "job".
+    words: str | None = None
+
+    def __str__(self) -> str:
+        return render(raw(self), self.words)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+    def worded(self, words: str) -> str:
+        """The message with its options named in the vocabulary `words` (`wording.WORDS`)."""
+        return render(raw(self), words)
 
     def __reduce__(self):
         # rebuild by calling the class: the default (and tblib's, which Dask uses to ship a worker's error)
         # fails for classes that mix ValueError with OSError, and Dask then hands back a bare Exception
         return (type(self), self.args, self.__dict__ or None)
+
+
+class worded:
+    """Context manager of an entry point: a sam3tiles error raised inside, not yet worded by another,
+    names its options in the vocabulary `words` (`wording.WORDS`: "job" in `jobs.run_job`), keeping its
+    type and exit code (the same error, re-raised)."""
+
+    def __init__(self, words: str):
+        self.words = words
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if isinstance(exc, Sam3TilesError) and exc.words is None:
+            exc.words = self.words
+        return False
 
 
 def shippable(fn):
@@ -55,7 +86,7 @@ class JobFileError(UsageError):
 
 
 class OutputExistsError(UsageError, FileExistsError):
-    """The output exists and --overwrite was not given."""
+    """The output exists and overwrite was not asked for."""
 
 
 class OutputError(UsageError, OSError):
@@ -91,7 +122,7 @@ class ModelNotFoundError(ModelError, FileNotFoundError):
 
 
 class WorkerLostError(ModelError):
-    """No Dask worker that can run the model is left, and none joined within --worker-timeout."""
+    """No Dask worker that can run the model is left, and none joined within the worker timeout."""
 
 
 class ContractError(ModelError):
@@ -103,6 +134,6 @@ class PromptError(UsageError):
 
 
 class TilesFailedError(Sam3TilesError):
-    """The run finished, but some tiles failed (raised only with --strict, or used for the exit code)."""
+    """The run finished, but some tiles failed (raised only when strict, or used for the exit code)."""
 
     exit_code = EXIT_FAILED_TILES

@@ -18,6 +18,7 @@ from .units import Frame, add_areas, area_column, area_unit, length_to_crs
 from .merge import Merged
 from .report import RunReport
 from .writers import NO_CRS_NOTE
+from .wording import opt
 
 COLUMNS = ["id", "prompt", "score", "area_px", "area_um2", "n_tiles", "source", "backend", "model"]
 _HEAD, _TAIL = COLUMNS[:3], COLUMNS[5:]
@@ -82,7 +83,7 @@ def combine(frames: list[gpd.GeoDataFrame]) -> gpd.GeoDataFrame:
         return gpd.GeoDataFrame(columns=COLUMNS + ["geometry"], geometry="geometry")
     crs = frames[0].crs
     if any(f.crs != crs for f in frames[1:]):
-        raise UsageError("the inputs are in different CRSs, so they cannot share one output: give --out a "
+        raise UsageError(f"the inputs are in different CRSs, so they cannot share one output: give {opt('out')} a "
                          "folder (one output per input)")
     gdf = gpd.GeoDataFrame(pd.concat(frames, ignore_index=True), geometry="geometry", crs=crs)
     return finish(gdf)

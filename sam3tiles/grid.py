@@ -24,6 +24,7 @@ from affine import Affine
 from rasterio.windows import Window
 
 from .errors import UsageError
+from .wording import opt
 
 TILE_SIZE = 1008
 #: Smallest tile the pipeline lays out (pixels); the largest is what the model takes (MODEL_SIZE).
@@ -102,11 +103,11 @@ class TileGrid:
         if self.width < 1 or self.height < 1:
             raise UsageError(f"image of {self.width}x{self.height} pixels has nothing to tile")
         if not (self.scale > 0 and math.isfinite(self.scale)):
-            raise UsageError(f"--scale must be a positive number, got {self.scale}")
+            raise UsageError(f"{opt('scale')} must be a positive number, got {self.scale}")
         if not 0 <= self.overlap <= max_overlap(self.tile_size):
-            raise UsageError(f"--overlap must be between 0 and {max_overlap(self.tile_size)} pixels, got {self.overlap}")
+            raise UsageError(f"{opt('overlap')} must be between 0 and {max_overlap(self.tile_size)} pixels, got {self.overlap}")
         if self.scaled_wh[0] * self.scaled_wh[1] > 4e12:
-            raise UsageError(f"--scale {self.scale} makes the image {self.scaled_wh[0]:.0f}x{self.scaled_wh[1]:.0f} "
+            raise UsageError(f"{opt('scale', self.scale)} makes the image {self.scaled_wh[0]:.0f}x{self.scaled_wh[1]:.0f} "
                              "grid pixels: choose a smaller scale")
 
     def __dask_tokenize__(self):
@@ -244,6 +245,6 @@ def scale_for_gsd(transform: Affine, gsd: float, resolution: float | None = None
     on a geographic CRS, microns on a slide); without it both are CRS units.
     """
     if not gsd > 0:
-        raise UsageError(f"--gsd must be positive, got {gsd}")
+        raise UsageError(f"{opt('gsd')} must be positive, got {gsd}")
     res = resolution if resolution is not None else math.sqrt(abs(transform.a * transform.e - transform.b * transform.d))
     return res / gsd

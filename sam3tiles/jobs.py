@@ -29,15 +29,17 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from .errors import JobFileError, Sam3TilesError
+from .errors import JobFileError, Sam3TilesError, worded
 from .options import Opt, Options, cross_problems
 from .pipeline import execute
 from .plan import RunPlan, plan_run
 from .prompts import GeoBox
 from .readers.remote import is_remote
+from .targets import Targets
+from .wording import raw, render
 from .options import fields as registry_fields
 
-__all__ = ["Job", "LoadedJob", "load_job", "parse_job", "job_options", "job_call", "plan_job", "run_job", "job_words"]
+__all__ = ["Job", "LoadedJob", "load_job", "parse_job", "job_options", "job_call", "plan_job", "run_job"]
 
 
 class _Section(BaseModel):
@@ -99,11 +101,11 @@ def _job_parse(name: str, parse):
 
 def _job_parse_message(name: str, v: Any, e: Exception) -> str:
     if name == "bands":
-        if "start at 1" in str(e):
+        if "start at 1" in raw(e):
             return f"band numbers start at 1 (got {list(v) if not isinstance(v, str) else v})"
         got = f"{len(v)} bands" if isinstance(v, (list, tuple)) else repr(v)
         return f"give 1 band (grey) or 3 bands (R,G,B), e.g. [4, 3, 2] (got {got})"
-    return str(e)
+    return render(raw(e), "job")
 
 
 def job_section(section: str, cls: type = Options) -> type[BaseModel]:
@@ -277,7 +279,7 @@ def _allowed(loc: tuple) -> str:
     if d is None:
         return ""
     both = d.le is not None and (d.ge is not None or d.gt is not None)
-    return (f": allowed {d.range_text()}" if both else "") + (f" ({d.note})" if d.note else "")
+    return (f": allowed {d.range_text()}" if both else "") + (f" ({render(d.note, 'job')})" if d.note else "")
 
 
 def _problems(e: ValidationError) -> list[str]:
@@ -391,7 +393,7 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
         try:
             GeoBox.parse(b)
         except ValueError as e:  # the parser's own message, under the key's name
-            problems.append(f"prompts.boxes[{i}]: {str(e).split(': ', 1)[-1]}")
+            problems.append(f"prompts.boxes[{i}]: {render(raw(e), 'job').split(': ', 1)[-1]}")
     model = None
     if job.backend.model is not None:
         model = _abs(base, job.backend.model)
@@ -444,10 +446,13 @@ def job_call(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, 
 
 def plan_job(lj: LoadedJob, *, strict: bool | None = None, progress: bool = False,
              check_prompts: bool = False) -> RunPlan:
-    """The pre-flight of a job (`plan.plan_run`, the same for the run and its dry run)."""
-    kw = job_call(lj, strict=strict, progress=progress)
-    del kw["fresh"]
-    return plan_run(kw.pop("inputs"), kw.pop("text"), check_prompts=check_prompts, **kw)
+    """The pre-flight of a job (`plan.plan_run`, the same for the run and its dry run); its errors name the
+    job's keys (`wording`)."""
+    with worded("job"):
+        kw = job_call(lj, strict=strict, progress=progress)
+        del kw["fresh"]
+        targets, kw = Targets.split(kw)
+        return plan_run(kw.pop("inputs"), kw.pop("text"), targets=targets, check_prompts=check_prompts, **kw)
 
 
 def run_job(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, progress: bool = False,
@@ -455,43 +460,6 @@ def run_job(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, p
     """Run a loaded job: (GeoDataFrame, RunReport), as `segment_job` returns them (None instead of the
     objects with `return_objects=False`: they are in the output)."""
     t_start = time.perf_counter()
-    with job_words(lj):
+    with worded("job"):
         return execute(plan_job(lj, strict=strict, progress=progress), fresh=fresh, t_start=t_start,
                        return_objects=return_objects)
-
-
-#: Command-line options in error messages, and the job keys that set them: the arguments of a run here,
-#: every registry option with a flag and a job key after (`run` takes --strict and --fresh itself).
-_OPTION_KEYS = [("pass --overwrite", "set output.overwrite: true"), ("--overwrite", "output.overwrite"),
-                ("--out ", "output.path "), ("--box-file ", "prompts.box_file "), ("--box ", "prompts.boxes "),
-                ("--example-image ", "prompts.example_images "),
-                ("--text ", "prompts.text "), ("--text prompt", "prompts.text entry"),
-                ("--work-dir", "output.work_dir"), ("--labels", "output.labels")]
-# longest flag first: --refine-depth is rewritten before --refine, which it starts with
-_OPTION_KEYS += sorted(((flag, d.job) for _, d in registry_fields() if d.job and "run" not in d.commands
-                        for flag in d.flags), key=lambda e: -len(e[0]))
-
-
-class job_words:
-    """Context manager: a sam3tiles error raised inside names the job's keys instead of the command
-    line's options (`output.path ... exists: set output.overwrite: true`), keeping its type and exit code."""
-
-    def __init__(self, lj: LoadedJob | None = None):
-        self.lj = lj
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, tb):
-        if exc is None or not isinstance(exc, Sam3TilesError) or isinstance(exc, JobFileError):
-            return False
-        text = str(exc)
-        for option, key in _OPTION_KEYS:
-            text = text.replace(option, key)
-        if text == str(exc):
-            return False
-        try:
-            new = type(exc)(text)
-        except Exception:  # noqa: BLE001 - an error class with another signature: keep the original
-            return False
-        raise new from None

@@ -7,8 +7,9 @@ take it, allowed range or choices, a parser for text values). Everything else is
   exit 2), so a value the model cannot take is refused before any work, whatever the door (API, CLI,
   job file);
 * `cli.options.registry_options(command)` adds the click options of `segment`, `plan` and `run`;
-* `jobs.py` builds the job-file sections (`backend`, `tiling`, `postprocess`, `run`) as pydantic models,
-  and the table that rewrites `--flag` into `section.key` in error messages;
+* `jobs.py` builds the job-file sections (`backend`, `tiling`, `postprocess`, `run`) as pydantic models;
+* error messages name options by marker (`wording.opt`); the flags and job keys here spell them for the
+  CLI and job files (`spell`, with `ARGUMENTS` for the arguments of a run that are no option);
 * `api.segment` has one keyword per field; a test checks that it matches this registry.
 
 To add an option: add one field below, `name: type = opt(default, "help", job=..., flags=..., ...)`.
@@ -25,6 +26,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
+from . import wording
 from .errors import UsageError
 from .grid import DEFAULT_OVERLAP, MIN_TILE, TILE_SIZE, max_overlap
 from .model.providers import DEVICES, PRECISIONS, precision_problem
@@ -35,7 +37,7 @@ from .readers.base import parse_bands
 from .refine import DEFAULT_DEPTH, MAX_DEPTH, MODES as REFINE_MODES
 from .vectorize import EDGE_MARGIN
 
-__all__ = ["Opt", "opt", "Options", "declarations", "DEVICES"]
+__all__ = ["Opt", "opt", "Options", "declarations", "DEVICES", "ARGUMENTS", "spell"]
 
 #: Commands that take registry options on the command line.
 COMMANDS = ("segment", "plan", "run")
@@ -50,7 +52,7 @@ class Opt:
     overrides the job file's value. `ge`/`gt`/`le`: the allowed range. `choices`: allowed values, or a
     function returning them (for lists known only at run time, such as installed backends). `parse`:
     turns a command-line or job-file value into the field's value, raising ValueError or a sam3tiles
-    error. `note`: why the range is what it is, appended to a refusal.
+    error. `note`: why the range is what it is, appended to a refusal (options named by `wording.opt`).
     """
 
     help: str
@@ -94,7 +96,7 @@ def opt(default: Any, help: str, **decl: Any) -> Any:
 def _bands(v: Any) -> tuple[int, ...] | None:
     bands = parse_bands(v)  # BandError names --bands and the fix
     if bands is not None and any(b < 1 for b in bands):
-        raise UsageError(f"--bands: band numbers start at 1 (got {','.join(map(str, bands))})")
+        raise UsageError(f"{wording.opt('bands')}: band numbers start at 1 (got {','.join(map(str, bands))})")
     return bands
 
 
@@ -155,7 +157,7 @@ class Options:
     tile_size: int = opt(TILE_SIZE, f"Tile side in pixels; SAM 3 takes {MODEL_SIZE}.", job="tiling.tile_size",
                          flags=("--tile-size",), commands=("segment", "plan"), ge=MIN_TILE, le=MODEL_SIZE,
                          note=f"a tile is read into SAM 3's {MODEL_SIZE}x{MODEL_SIZE} input, so it can be no "
-                              f"larger; use --scale to zoom out instead")
+                              f"larger; use {wording.opt('scale')} to zoom out instead")
     overlap: int = opt(DEFAULT_OVERLAP, "Overlap between tiles in (scaled) pixels, or below 1 a fraction of "
                                         "--tile-size (0.2: 202 px of 1008, as SAHI's overlap ratio). Objects "
                                         "up to this size are kept once by ownership; larger ones are stitched "
@@ -235,7 +237,7 @@ class Options:
                 try:
                     object.__setattr__(self, f.name, d.parse(v))
                 except UsageError as e:  # the parser says what is wrong; the message names the option
-                    raise UsageError(f"{named(f.name)} {e}") from None
+                    raise UsageError(f"{named(f.name)} {wording.raw(e)}") from None
             elif isinstance(v, float) and v.is_integer() and value_type(f.name, type(self)) is int:
                 object.__setattr__(self, f.name, int(v))  # 512.0 from a YAML or JSON number
         _fraction_overlap(self)
@@ -266,9 +268,46 @@ def declarations(cls: type | None = None) -> dict[str, Opt]:
     return {f.name: d for f, d in fields(cls)}
 
 
+#: The arguments of a run that are no `Options` field, by their `sam3tiles.segment` keyword: (flag, job key).
+ARGUMENTS: dict[str, tuple[str, str]] = {
+    "inputs": ("INPUT", "inputs"), "prompts": ("--text", "prompts.text"), "boxes": ("--box", "prompts.boxes"),
+    "box_file": ("--box-file", "prompts.box_file"), "example_images": ("--example-image", "prompts.example_images"),
+    "out": ("--out", "output.path"), "overwrite": ("--overwrite", "output.overwrite"),
+    "labels": ("--labels", "output.labels"), "work_dir": ("--work-dir", "output.work_dir"),
+    "report_path": ("the report", "output.report"), "fresh": ("--fresh", "--fresh")}
+
+
+def spelling(name: str, words: str) -> str:
+    """An option's name in a vocabulary (`wording.WORDS`): its keyword, its first flag or its job key (the
+    flag where the job file has no key, or `sam3tiles run` takes the flag itself)."""
+    if words == "python":
+        return name
+    d = declarations().get(name)
+    if d is None:
+        flag, key = ARGUMENTS.get(name, ("--" + name.replace("_", "-"), None))
+    else:
+        flag, key = d.flag or name, None if "run" in d.commands else d.job
+    return key or flag if words == "job" else flag
+
+
+def _spell_cli(name: str, value: str | None, on: bool) -> str:
+    flag = spelling(name, "cli")
+    return f"pass {flag}" if on else flag if value is None else f"{flag} {value}"
+
+
+def _spell_job(name: str, value: str | None, on: bool) -> str:
+    key = spelling(name, "job")
+    if on:
+        return f"set {key}: true" if not key.startswith("-") else f"pass {key}"
+    return key if value is None else f"{key} {value}"
+
+
+wording.SPELLERS.update(cli=_spell_cli, job=_spell_job)
+
+
 def named(name: str, cls: type | None = None) -> str:
-    """How messages name an option: its first flag, else its keyword."""
-    return declarations(cls)[name].flag or name
+    """How messages name an option: its marker (`wording.opt`), spelled by the entry point."""
+    return wording.opt(name)
 
 
 def value_type(name: str, cls: type | None = None) -> type | None:
@@ -303,7 +342,8 @@ def check(o: Options) -> None:
         if allowed is not None and isinstance(v, str) and v not in allowed:
             raise UsageError(f"{name} {v!r} is not one of {', '.join(allowed)}: choose one of them")
     if o.max_area is not None and not o.max_area > o.min_area:
-        raise UsageError(f"--max-area {o.max_area:g} must be larger than --min-area {o.min_area:g} (both in the "
+        raise UsageError(f"{wording.opt('max_area', f'{o.max_area:g}')} must be larger than "
+                         f"{wording.opt('min_area', f'{o.min_area:g}')} (both in the "
                          "area column's units: area_m2, area_px, ...)")
     for problem in cross_problems(o.tile_size, o.overlap, o.squash):
         raise UsageError(problem.format(**{n: named(n) for n in ("tile_size", "overlap")}))

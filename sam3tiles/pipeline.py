@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import sys
 import time
 from contextlib import ExitStack
@@ -38,32 +37,32 @@ from .report import RunReport
 from .runner import InputResult, InputRun
 from .writers import output_lock, write_vector
 from .writers.vector import readers_note
+from .targets import Targets
 from .writers.atomic import Deferred, deferred_renames, remove_stale_temps
 from .writers.labels import write_labels
 from .writers.stream import ObjectSpool
+from .wording import opt
 
 log = logging.getLogger(__name__)
 
 
 def segment_job(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox | str] = (),
-                box_file: str | None = None, example_images: Sequence[str] = (),
-                out: str | os.PathLike | None = None, overwrite: bool = False,
-                options: Options | None = None, client=None, work_dir: str | os.PathLike | None = None,
-                fresh: bool = False, checkpoint: bool = True, report_path: str | os.PathLike | None = None,
-                labels: str | os.PathLike | None = None, return_objects: bool = True,
+                box_file: str | None = None, example_images: Sequence[str] = (), options: Options | None = None,
+                client=None, fresh: bool = False, return_objects: bool = True,
                 **kwargs: Any) -> tuple[gpd.GeoDataFrame | None, RunReport]:
-    """`segment` plus its RunReport. Keyword arguments not named here set `Options` fields (on a copy:
-    the caller's `options` are not changed). `labels`: also write a uint32 instance label image (ids =
-    the output's `id`) aligned with the (single) input.
+    """`segment` plus its RunReport. The keywords `out`, `overwrite`, `labels`, `work_dir`, `checkpoint` and
+    `report_path` say where it writes (`targets.Targets`; `labels`: also a uint32 instance label image, ids =
+    the output's `id`, aligned with the (single) input); the other keywords set `Options` fields (on a copy:
+    the caller's `options` are not changed).
 
     Objects go to disk as merge blocks finish (`writers.stream.ObjectSpool`), so memory does not grow
     with their number; `return_objects=False` returns (None, report) and never loads them all (huge jobs:
     read the output instead). With True (default) they are read back into one GeoDataFrame."""
     t_start = time.perf_counter()
     with run_filters():  # the inputs are opened while planning too
-        plan = plan_run(inputs, text, boxes=boxes, box_file=box_file, example_images=example_images, out=out,
-                        overwrite=overwrite, options=with_options(options, kwargs), labels=labels,
-                        work_dir=work_dir, checkpoint=checkpoint, report_path=report_path)
+        targets, changes = Targets.split(kwargs)
+        plan = plan_run(inputs, text, boxes=boxes, box_file=box_file, example_images=example_images,
+                        targets=targets, options=with_options(options, changes))
         return execute(plan, client=client, fresh=fresh, t_start=t_start, return_objects=return_objects)
 
 
@@ -166,7 +165,7 @@ def _saturation_advice(report: RunReport, opts: Options) -> None:
     else:
         line = advice(report.saturated, opts.refine, opts.refine_depth if opts.refine == "auto" else 0)
     if opts.strict:
-        raise TilesFailedError(line + " (--strict: the output is written; exit 5)")
+        raise TilesFailedError(line + f" ({opt('strict')}: the output is written; exit 5)")
     log.warning(line)
 
 

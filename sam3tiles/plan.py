@@ -20,8 +20,7 @@ from typing import Iterator, Sequence
 
 import geopandas as gpd
 
-from .checks import (check_box_file, check_input, check_plan, check_vrt_cycle, check_work_dir,
-                     replaceable)
+from .checks import check_box_file, check_input, check_plan, check_vrt_cycle, check_work_dir, replaceable
 from .errors import InputDataError, OutputExistsError, PromptError, UsageError
 from .grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from .limits import check_address_space
@@ -35,6 +34,7 @@ from .readers import Source, Stretch, gdal_env, open_source
 from .readers.identity import file_stamp
 from .readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_hrefs
 from .refine import Refiner
+from .targets import Targets
 from .units import Frame, pixel_size
 from .writers import check_output
 from .writers.atomic import check_name
@@ -42,6 +42,7 @@ from .writers.stream import check_dataset, is_dataset
 from .writers.held import settle
 from .writers.vector import check_geojson_frame, check_layer
 from .writers.labels import check_labels, check_labels_for, label_format
+from .wording import enable, mention, named_in, opt, raw
 
 #: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
 ENCODE_S, DECODE_S = 0.35, 0.07
@@ -223,16 +224,13 @@ def _exists(p: Path, what: str) -> str:
 
 
 def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] = (), box_file: str | None = None,
-             example_images: Sequence[str] = (),
-             out: str | os.PathLike | None = None, overwrite: bool = False, options: Options | None = None,
-             labels: str | os.PathLike | None = None, work_dir: str | os.PathLike | None = None,
-             checkpoint: bool = True, report_path: str | os.PathLike | None = None,
+             example_images: Sequence[str] = (), targets: Targets = Targets(), options: Options | None = None,
              check_prompts: bool = False) -> RunPlan:
-    """Check a run and decide everything about it before any work; raises the run's own errors.
-
-    `check_prompts`: also encode each prompt here when the backend loads in a moment (not onnx), as a
-    dry run does; a real run checks them on its model worker instead.
+    """Check a run and decide everything about it before any work; raises the run's own errors. `targets`:
+    where it writes (`targets.Targets`). `check_prompts`: also encode each prompt here when the backend
+    loads in a moment (not onnx), as a dry run does; a real run checks them on its model worker instead.
     """
+    out, overwrite, labels, work_dir, checkpoint, report_path = targets.values()
     opts = options or Options()
     if isinstance(text, str):
         text = [text]  # one prompt, not one per letter
@@ -245,7 +243,7 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     dest = combined or out
     dataset = is_dataset(out)
     for p in (q for q in [combined, *per_input] if q is not None):
-        check_name(p, "--out", opts.layer)  # before any path beside it is looked at (ENAMETOOLONG)
+        check_name(p, "out", opts.layer)  # before any path beside it is looked at (ENAMETOOLONG)
     check_work_dir(work_dir, paths)
     if work_dir is None and checkpoint and out is not None:
         work_dir = Path(str(dest).rstrip("/") + ".sam3tiles-work")
@@ -295,10 +293,10 @@ def preview_path(out: str | os.PathLike, layer: str | None = None) -> Path:
 
 def side_files(outputs: Sequence[Path], labels: Path | None, report: Path | None, opts: Options) -> list[tuple[str, Path]]:
     """Every file a run writes besides its vector outputs, as (what, path): report, previews, labels."""
-    out = [("the report", report)] if report is not None else []
+    out = [("report_path", report)] if report is not None else []
     if not opts.no_preview:
         out += [("the preview", preview_path(p, opts.layer)) for p in outputs]
-    return out + ([("--labels", labels)] if labels is not None else [])
+    return out + ([("labels", labels)] if labels is not None else [])
 
 
 def check_side_files(outputs: Sequence[Path], labels: Path | None, report, opts: Options, overwrite: bool,
@@ -307,21 +305,21 @@ def check_side_files(outputs: Sequence[Path], labels: Path | None, report, opts:
     an unfinished run of this work folder) is exit 2 without --overwrite, like the output; no two files
     of the run may share a path (one would replace the other)."""
     report = Path(report) if report is not None else None
-    files = [("--out", p) for p in outputs] + side_files(outputs, labels, report, opts)
+    files = [("out", p) for p in outputs] + side_files(outputs, labels, report, opts)
     for what, p in files:
-        if what in ("the report", "--labels"):
+        if what in ("report_path", "labels"):
             check_name(p, what)  # a newline or an overlong name fails its rename at the end of the run
     seen: dict[str, str] = {}
     for what, p in files:
         key = os.path.realpath(p)
         if key in seen:
-            raise UsageError(f"{what} {p} is also {seen[key]}'s path: one would replace the other; give them "
+            raise UsageError(f"{mention(what, p)} is also {mention(seen[key])}'s path: one would replace the other; give them "
                              "different paths")
         seen[key] = what
     for what, p in files:
-        if what in ("--out", "--labels") or overwrite or not os.path.lexists(p) or replaceable(p, ours, True):
+        if what in ("out", "labels") or overwrite or not os.path.lexists(p) or replaceable(p, ours, True):
             continue
-        raise OutputExistsError(f"{what} {p} exists and this run did not write it: pass --overwrite to replace it, "
+        raise OutputExistsError(f"{mention(what, p)} exists and this run did not write it: {enable('overwrite')} to replace it, "
                                 "or move it away")
 
 
@@ -401,13 +399,13 @@ def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[l
     if p.suffix:
         return [None] * len(inputs), p
     if not p.is_dir():
-        raise UsageError(f"--out {p}: for several inputs give an existing folder (one .gpkg each) or a file "
+        raise UsageError(f"{opt('out', p)}: for several inputs give an existing folder (one .gpkg each) or a file "
                          "name ending in .gpkg/.parquet/.fgb/.geojson (one combined output)")
     outs = [p / (Path(file_name(i)).stem + ".gpkg") for i in inputs]
     seen: dict[Path, str] = {}
     for i, o in zip(inputs, outs):
         if o in seen:  # a/visual.tif and b/visual.tif: one would overwrite the other's objects
-            raise UsageError(f"--out {p}: {seen[o]} and {i} would both be written to {o.name}: give --out a "
+            raise UsageError(f"{opt('out', p)}: {seen[o]} and {i} would both be written to {o.name}: give {opt('out')} a "
                              "file (one combined output with a `source` column) or segment them separately")
         seen[o] = i
     return outs, None
@@ -417,7 +415,7 @@ def _check_labels(labels, paths: list[str], overwrite: bool) -> Path | None:
     if labels is None:
         return None
     if len(paths) != 1:
-        raise UsageError(f"--labels writes the label image of one input, but {len(paths)} were given: "
+        raise UsageError(f"{opt('labels')} writes the label image of one input, but {len(paths)} were given: "
                          "segment one image per run to get its labels")
     check_labels(labels, overwrite)
     return Path(labels)
@@ -503,8 +501,8 @@ def gsd_scale(src: Source, gsd: float) -> float:
     """--gsd in the frame's length unit (metres on a geographic CRS, microns on a slide: `units`)."""
     size = pixel_size(Frame.of(src))
     if size is None:
-        raise UsageError(f"--gsd {gsd:g}: {src.path} states no pixel size (no CRS, no OME PhysicalSizeX), so a "
-                         "sampling distance cannot be honoured: zoom with --scale instead")
+        raise UsageError(f"{opt('gsd', format(gsd, 'g'))}: {src.path} states no pixel size (no CRS, no OME PhysicalSizeX), so a "
+                         f"sampling distance cannot be honoured: zoom with {opt('scale')} instead")
     return scale_for_gsd(src.transform, gsd, resolution=size[0])
 
 
@@ -514,9 +512,9 @@ def build_grid(src: Source, opts: Options) -> TileGrid:
         return TileGrid(src.width, src.height, scale=scale, tile_size=opts.tile_size, overlap=opts.overlap,
                         transform=src.transform)
     except UsageError as e:
-        if opts.gsd and "--scale" in str(e):  # the user gave --gsd: name it, and the scale it means here
-            raise UsageError(f"--gsd {opts.gsd:g} on {src.path} means a scale of {scale:g}: "
-                             f"{str(e).split(': ', 1)[-1]}; choose a --gsd near the raster's own resolution") from None
+        if opts.gsd and "scale" in named_in(raw(e)):  # the user gave a gsd: name it, and the scale it means here
+            raise UsageError(f"{opt('gsd', format(opts.gsd, 'g'))} on {src.path} means a scale of {scale:g}: "
+                             f"{raw(e).split(': ', 1)[-1]}; choose a {opt('gsd')} near the raster's own resolution") from None
         raise
 
 
@@ -531,11 +529,11 @@ def check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, box
     given = [i for i in lost if i < n_given]
     if given:
         b = boxes[given[0]]
-        raise PromptError(f"--box {b.minx:g},{b.miny:g},{b.maxx:g},{b.maxy:g} lies outside every input (bounds "
+        raise PromptError(f"{opt('boxes', format(b.minx, 'g'))},{b.miny:g},{b.maxx:g},{b.maxy:g} lies outside every input (bounds "
                           f"{extent}): give MINX,MINY,MAXX,MAXY in {where}")
     if len(lost) < len(boxes) - n_given:
         return  # some of the file's boxes are used; the others are counted in the report
-    raise InputDataError(f"--box-file {box_file}: all its {len(lost)} box(es) lie outside every input (bounds "
+    raise InputDataError(f"{opt('box_file', box_file)}: all its {len(lost)} box(es) lie outside every input (bounds "
                          f"{extent}): draw the boxes over the raster")
 
 

@@ -11,6 +11,7 @@ from affine import Affine
 from .errors import PromptError, UsageError
 from .grid import Tile
 from .model.runtime import MODEL_SIZE, VISUAL_PROMPT, ExampleBox
+from .wording import opt
 
 #: A box cut by a tile edge is given to that tile when at least this share of it lies inside, or when
 #: the part inside is at least MIN_CLIPPED_PX on both sides (boxes larger than a tile).
@@ -38,15 +39,15 @@ class GeoBox:
             if tag in ("neg", "negative", "0", "-"):
                 label = False
             elif tag not in ("pos", "positive", "1", "+"):
-                raise UsageError(f"--box {text!r}: the fifth value must be 'neg' or 'pos'")
+                raise UsageError(f"{opt('boxes', repr(text))}: the fifth value must be 'neg' or 'pos'")
         if len(parts) != 4:
-            raise UsageError(f"--box {text!r}: give MINX,MINY,MAXX,MAXY[,neg] in the raster's CRS")
+            raise UsageError(f"{opt('boxes', repr(text))}: give MINX,MINY,MAXX,MAXY[,neg] in the raster's CRS")
         try:
             x0, y0, x1, y1 = (float(p) for p in parts)
         except ValueError:
-            raise UsageError(f"--box {text!r}: the coordinates must be numbers") from None
+            raise UsageError(f"{opt('boxes', repr(text))}: the coordinates must be numbers") from None
         if not all(math.isfinite(v) for v in (x0, y0, x1, y1)) or x1 <= x0 or y1 <= y0:
-            raise UsageError(f"--box {text!r}: needs MINX < MAXX and MINY < MAXY")
+            raise UsageError(f"{opt('boxes', repr(text))}: needs MINX < MAXX and MINY < MAXY")
         return cls(x0, y0, x1, y1, label)
 
     @classmethod
@@ -107,9 +108,9 @@ class Prompt:
         if self.text is not None:
             t = " ".join(self.text.split())
             if not t:
-                raise PromptError("a --text prompt is empty: give words such as --text building")
+                raise PromptError(f"{opt('prompts')}: a prompt is empty: give words such as {opt('prompts', 'building')}")
             if len(t) > 300:
-                raise PromptError(f"a --text prompt is {len(t)} characters long: SAM 3 reads at most 30 word "
+                raise PromptError(f"{opt('prompts')}: a prompt is {len(t)} characters long: SAM 3 reads at most 30 word "
                                   "tokens; shorten it")
             object.__setattr__(self, "text", t)
         elif not self.boxes and not self.images:
@@ -130,8 +131,8 @@ class Prompt:
 def build_prompts(texts: Sequence[str], boxes: Sequence[GeoBox], images: Sequence[ExampleImage] = ()) -> list[Prompt]:
     """Boxes and example images go with every text prompt; without texts they form one prompt."""
     if not texts and not boxes and not images:
-        raise PromptError("nothing to find: give --text (e.g. --text building), example boxes (--box/--box-file) "
-                          "or example images (--example-image)")
+        raise PromptError(f"nothing to find: give {opt('prompts')} (e.g. {opt('prompts', 'building')}), example "
+                          f"boxes ({opt('boxes')}/{opt('box_file')}) or example images ({opt('example_images')})")
     seen: dict[str, Prompt] = {}
     for t in texts:
         p = Prompt(t, tuple(boxes), tuple(images))
@@ -198,29 +199,29 @@ def read_box_file(path: str, raster_crs) -> list[GeoBox]:
     from .errors import CRSError, InputDataError
 
     if not os.path.exists(path):
-        raise InputDataError(f"--box-file {path}: no such file: check the path")
+        raise InputDataError(f"{opt('box_file', path)}: no such file: check the path")
     try:
         gdf = gpd.read_file(path)
     except (pyogrio.errors.DataSourceError, pyogrio.errors.DataLayerError, ValueError) as e:
-        raise InputDataError(f"--box-file {path} is not a vector file GDAL can read ({str(e).splitlines()[0]}): "
+        raise InputDataError(f"{opt('box_file', path)} is not a vector file GDAL can read ({str(e).splitlines()[0]}): "
                              "give a GeoPackage, GeoJSON, Shapefile or similar") from None
     if gdf.empty:
-        raise InputDataError(f"--box-file {path} has no features: draw at least one example box")
+        raise InputDataError(f"{opt('box_file', path)} has no features: draw at least one example box")
     if raster_crs is not None:
         if gdf.crs is None:
-            raise CRSError(f"--box-file {path} has no CRS but the raster has one ({raster_crs.to_string()}): "
+            raise CRSError(f"{opt('box_file', path)} has no CRS but the raster has one ({raster_crs.to_string()}): "
                            "set the file's CRS (e.g. ogr2ogr -a_srs) so the boxes can be placed")
         if gdf.crs.is_geographic:
             x0, y0, x1, y1 = gdf.total_bounds
             if min(x0, y0) < -360 or max(x1, y1) > 360:
-                raise CRSError(f"--box-file {path}: its CRS ({gdf.crs.to_string()}) is longitude/latitude but its "
+                raise CRSError(f"{opt('box_file', path)}: its CRS ({gdf.crs.to_string()}) is longitude/latitude but its "
                                f"coordinates ({x0:.6g}, {y0:.6g}, ...) are not: set the CRS they are in (a GeoJSON "
                                "file is always WGS84; write projected boxes as GeoPackage)")
         gdf = gdf.to_crs(raster_crs.to_wkt())
         import numpy as np
 
         if not np.isfinite(gdf.total_bounds).all():
-            raise CRSError(f"--box-file {path}: its boxes cannot be placed in the raster's CRS "
+            raise CRSError(f"{opt('box_file', path)}: its boxes cannot be placed in the raster's CRS "
                            f"({raster_crs.to_string()}): check the file's CRS")
     labels = gdf["label"] if "label" in gdf.columns else [1] * len(gdf)
     out = []
@@ -230,6 +231,6 @@ def read_box_file(path: str, raster_crs) -> list[GeoBox]:
         positive = str(lab).strip().lower() not in ("0", "neg", "negative", "false", "-")
         x0, y0, x1, y1 = geom.bounds
         if x1 <= x0 or y1 <= y0:
-            raise InputDataError(f"--box-file {path}: a feature has no area (a point or line): draw boxes")
+            raise InputDataError(f"{opt('box_file', path)}: a feature has no area (a point or line): draw boxes")
         out.append(GeoBox(x0, y0, x1, y1, positive))
     return out

@@ -33,6 +33,7 @@ from .errors import UsageError
 from .grid import Tile, TileGrid
 from .piecekey import MAX_INDEX
 from .tileframe import TileFrame, tile_frame
+from .wording import opt
 
 MODES = ("auto", "off")
 DEFAULT_DEPTH = 2
@@ -81,8 +82,8 @@ class Refiner:
         for d in range(depth + 1):
             self.offsets.append(self.offsets[-1] + self.n * BRANCH**d)
         if self.offsets[-1] > MAX_INDEX:
-            raise UsageError(f"--refine-depth {depth} on a grid of {self.n} tiles needs more tile numbers than "
-                             f"the merge holds: use --refine-depth {max(0, depth - 1)} or a coarser --scale")
+            raise UsageError(f"{opt('refine_depth', depth)} on a grid of {self.n} tiles needs more tile numbers than "
+                             f"the merge holds: use {opt('refine_depth', max(0, depth - 1))} or a coarser {opt('scale')}")
         self.refined: set[int] = set()  # tiles whose sub-tiles replace them for some prompts
         self.at_max: set[int] = set()  # saturated tiles that may not be refined further
 
@@ -107,7 +108,7 @@ class Refiner:
         first = self.offsets[d + 1] + (tile.index - self.offsets[d]) * BRANCH
         subs = self.grid.split(tile, first)
         if len(subs) > BRANCH:  # unreachable while the overlap is under half a tile (TileGrid checks it)
-            raise UsageError(f"tile {tile.index} splits into {len(subs)} sub-tiles: lower --overlap")
+            raise UsageError(f"tile {tile.index} splits into {len(subs)} sub-tiles: lower {opt('overlap')}")
         return subs
 
     def refine(self, tile: Tile, saturated: tuple[int, ...], pieces, pixel: float, stats: RefineStats,

@@ -41,6 +41,7 @@ from .units import Frame
 from .writers.stream import ObjectSpool, SpoolInput
 from .tasks import (SourceSpec, TilePrompt, TileResult, infer_task, prepared_prompt, read_task, tile_task,
                     vectorize_task)
+from .wording import opt
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +308,7 @@ class InputRun:
         path, retries = self.source.path, self.opts.retries
         if self.opts.strict:
             raise TilesFailedError(f"tile {tile.index} (row {tile.row}, col {tile.col}) of {path} failed "
-                                   f"after {retries} retries: {short_error(exc)}. --strict stops the run "
+                                   f"after {retries} retries: {short_error(exc)}. {opt('strict')} stops the run "
                                    "there: the finished tiles are checkpointed, so a rerun retries the rest")
         self.report.failed += 1
         self.report.failed_tiles.append({"source": path, "tile": tile.index, "row": tile.row, "col": tile.col,
@@ -412,7 +413,7 @@ def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int, pasted=N
             raise PromptError(f"tile {tile.index} (row {tile.row}, col {tile.col}) holds {len(boxes)} example boxes of "
                               f"prompt {p.label!r}: {len(passes)} decoder passes of {slots}, more than the "
                               f"{MAX_PASSES} one tile can take: give fewer example boxes (a few per kind of "
-                              "object is enough) or use --scale below 1")
+                              f"object is enough) or use {opt('scale')} below 1")
         out.append(TilePrompt(i, p.model_text, passes))
     return out
 

@@ -247,16 +247,28 @@ class _Renderer:
         return (self.channels, lh, lw) if self.channels > 1 else (lh, lw)
 
 
-def write_slide(path: str | Path, width: int = 3000, height: int = 2500, seed: int = 0, *,
-                mode: str = "brightfield", channels: int = 1, shape: str = "ellipse", levels: int | None = None,
-                min_side: int = 1024, tile: int = 512, objects: Objects | None = None, compression: str = "zlib",
-                compression_level: int = 1, maxworkers: int | None = None, truth: bool = True,
-                **layout_kwargs) -> Slide:
-    """Write a pyramidal OME-TIFF slide tile by tile; returns it with its truth polygons.
+@dataclass(frozen=True)
+class Pyramid:
+    """How a slide file is laid out: `levels` counts the full resolution too (None: halve until the longer
+    side is <= `min_side`); `tile`: the TIFF tile side; compression, its zlib level, and tifffile's
+    `maxworkers` (compression threads; None: tifffile's default)."""
 
-    `levels` counts the full resolution too (None: halve until the longer side is <= min_side).
-    """
+    levels: int | None = None
+    min_side: int = 1024
+    tile: int = 512
+    compression: str = "zlib"
+    compression_level: int = 1
+    maxworkers: int | None = None
+
+
+def write_slide(path: str | Path, width: int = 3000, height: int = 2500, seed: int = 0, *,
+                mode: str = "brightfield", channels: int = 1, shape: str = "ellipse", objects: Objects | None = None,
+                truth: bool = True, pyramid: Pyramid = Pyramid(), **layout_kwargs) -> Slide:
+    """Write a pyramidal OME-TIFF slide tile by tile (laid out as `pyramid` says); returns it with its truth
+    polygons. `layout_kwargs` go to `layout` (cell, size, fill, names) when `objects` is not given."""
     t_start = time.perf_counter()
+    levels, min_side, tile = pyramid.levels, pyramid.min_side, pyramid.tile
+    compression, compression_level, maxworkers = pyramid.compression, pyramid.compression_level, pyramid.maxworkers
     path = Path(path)
     if mode not in ("brightfield", "fluorescence"):
         raise ValueError(f"mode must be 'brightfield' or 'fluorescence', got {mode!r}")

@@ -356,8 +356,8 @@ CASES: dict[str, Case] = {
     "smaller-than-a-tile": Case(seg(_square), 0, r"tiles: 1 total", objects=1),
     "1x1-image": Case(seg(_one_pixel, text=("white",)), 0, r"tiles: 1 total", objects=0),
     # -- prompts: exit 2
-    "empty-prompt": Case(seg(_square, text=("",)), 2, r"--text prompt is empty"),
-    "blank-prompt": Case(seg(_square, text=("   ",)), 2, r"--text prompt is empty"),
+    "empty-prompt": Case(seg(_square, text=("",)), 2, r"--text: a prompt is empty"),
+    "blank-prompt": Case(seg(_square, text=("   ",)), 2, r"--text: a prompt is empty"),
     "overlong-prompt": Case(seg(_square, text=("very " * 80 + "blue",)), 2, r"characters long: .*shorten it"),
     "unknown-colour": Case(seg(_square, text=("bleu",)), 2, r"'bleu' is not one"),
     "no-prompt": Case(seg(_square, text=()), 2, r"nothing to find"),
@@ -866,9 +866,9 @@ FAULT_CASES: dict[str, Case] = {
     "job-report-path-exists": Case(lambda t: _job(_with(output={"path": "o/out.gpkg", "report": "o/mine.json"}))(
         _side("mine.json")(t) and t), 2, r"mine\.json exists and this run did not write it", keeps=("mine.json",)),
     "job-report-is-the-output": Case(_job(_with(output={"path": "o/out.gpkg", "report": "o/out.gpkg"})), 2,
-                                     r"out\.gpkg is also --out's path: one would replace the other"),
+                                     r"output\.report .*out\.gpkg is also output\.path's path: one would replace the other"),
     "job-report-is-the-preview": Case(_job(_with(output={"path": "o/out.gpkg", "report": "o/out.gpkg.preview.png"})),
-                                      2, r"preview .*is also the report's path"),
+                                      2, r"preview .*is also output\.report's path"),
     "demo-into-a-folder-with-the-users-scene": Case(
         lambda t: ["demo", "--out", str((_side("scene.tif", "my scene")(t), _side("truth.gpkg")(t))[0].parent / "o"),
                    "--size", "200x200"], 2, r"already holds scene\.tif and 1 more .*--overwrite",
@@ -881,7 +881,7 @@ FAULT_CASES: dict[str, Case] = {
     # -- names: exit 2 before any work
     "out-name-with-a-newline": Case(seg_sq(out="o\nx.gpkg"), 2, r"control character \('\\n'"),
     "job-report-name-with-a-newline": Case(_job(_with(output={"path": "o/out.gpkg", "report": "o/r\nx.json"})), 2,
-                                           r"the report .*control character"),
+                                           r"output\.report .*control character"),
     "layer-300-characters": Case(seg_sq("--layer", "a" * 300), 2, r"too long for this file system .*shorten it"),
     "out-name-250-characters": Case(seg_sq(out="b" * 245 + ".gpkg"), 2, r"too long for this file system"),
     "layer-sqlite-sequence": Case(seg_sq("--layer", "sqlite_sequence"), 2, r"not a usable layer name .*sqlite_"),

@@ -156,7 +156,7 @@ def test_bad_chips_are_refused_before_any_tile(chips, tmp_path):
              (str(tmp_path / "nothing-*.png"), InputDataError, "matches no image"),
              (str(tmp_path / "text.png"), InputDataError, "text.png"),
              (str(tmp_path / "five.tif"), BandError, "5 bands"),
-             (str(tmp_path / "large.png"), UsageError, "--scale 0.84")]
+             (str(tmp_path / "large.png"), UsageError, "run at scale=0.84 or below")]  # Python: keywords
     for chip, err, words in cases:
         with pytest.raises(err, match=words):
             segment_job(str(path), [], example_images=[chip], out=tmp_path / "o.gpkg", **REF)
@@ -166,7 +166,7 @@ def test_bad_chips_are_refused_before_any_tile(chips, tmp_path):
     assert r.exit_code == 3 and "missing.png" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(cli, ["segment", str(path), "--example-image", str(tmp_path / "large.png"),
                                  "--backend", "reference", "--out", str(tmp_path / "o.gpkg")])
-    assert r.exit_code == 2 and "--scale" in r.output
+    assert r.exit_code == 2 and "--example-image " in r.output and "run at --scale 0.84 or below" in r.output
 
 
 def test_text_and_exemplars_in_one_run_and_several_exemplars_per_prompt(chips):

@@ -96,11 +96,11 @@ def test_tile_transform_maps_tile_pixels_to_crs():
 
 
 def test_bad_parameters_are_usage_errors():
-    with pytest.raises(UsageError, match="--scale"):
+    with pytest.raises(UsageError, match="^scale must be a positive number"):
         TileGrid(100, 100, scale=0)
-    with pytest.raises(UsageError, match="--overlap"):
+    with pytest.raises(UsageError, match="^overlap must be between 0 and"):
         TileGrid(100, 100, overlap=600)
-    with pytest.raises(UsageError, match="--gsd"):
+    with pytest.raises(UsageError, match="^gsd must be positive"):
         scale_for_gsd(Affine.identity(), -1)
 
 

@@ -128,19 +128,16 @@ def test_paths_resolve_against_the_job_folder_and_globs_expand(tmp_path):
     assert job_call(lj, strict=False)["options"].strict is False
 
 
-def test_labels_go_to_segment_job_only_if_it_takes_them(tmp_path):
-    import inspect
-
-    from sam3tiles.pipeline import segment_job
+def test_labels_go_to_segment_job_as_a_target(tmp_path):
+    from sam3tiles.targets import Targets
 
     (tmp_path / "a.tif").write_bytes(b"x")
     lj = parse_job("inputs: [a.tif]\nprompts: {text: nucleus}\noutput: {path: n.gpkg, labels: n-labels.tif}\n",
                    tmp_path)
-    if "labels" in inspect.signature(segment_job).parameters:
-        assert job_call(lj)["labels"] == str(tmp_path / "n-labels.tif")
-    else:
-        with pytest.raises(JobFileError, match="output.labels"):
-            job_call(lj)
+    kw = job_call(lj)
+    targets, rest = Targets.split(kw)
+    assert kw["labels"] == str(tmp_path / "n-labels.tif") == targets.labels and "labels" not in rest
+    assert targets.out == str(tmp_path / "n.gpkg") and not targets.overwrite and "options" in rest
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])

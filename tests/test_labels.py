@@ -22,7 +22,7 @@ from affine import Affine
 from click.testing import CliRunner
 
 from sam3tiles.errors import OutputError, UsageError
-from sam3tiles.slidegen import PIXEL_UM, write_slide
+from sam3tiles.slidegen import PIXEL_UM, Pyramid, write_slide
 from sam3tiles.writers.labels import check_labels, write_labels
 from sam3tiles.writers.pyramid import Levels
 
@@ -43,7 +43,7 @@ def burnt(gdf, width, height, transform=Affine.identity()):
 
 @pytest.fixture(scope="module")
 def slide(tmp_path_factory):
-    return write_slide(tmp_path_factory.mktemp("slide") / "s.ome.tif", 1300, 1100, seed=2, levels=3)
+    return write_slide(tmp_path_factory.mktemp("slide") / "s.ome.tif", 1300, 1100, seed=2, pyramid=Pyramid(levels=3))
 
 
 def run_cli(*args):

@@ -39,7 +39,7 @@ from sam3tiles.grid import TileGrid
 from sam3tiles.writers import NO_CRS_NOTE, write_vector
 from sam3tiles.pipeline import segment_job
 from sam3tiles.readers.slide import SlideSource, is_slide
-from sam3tiles.slidegen import write_slide
+from sam3tiles.slidegen import Pyramid, write_slide
 from sam3tiles.readers import open_source
 
 BF_PROMPTS = ["indigo", "crimson"]
@@ -65,7 +65,7 @@ def slides(tmp_path_factory):
     d = tmp_path_factory.mktemp("slides")
     return {
         "bf": write_slide(d / "bf.ome.tif", 3000, 2500, seed=1),
-        "rect": write_slide(d / "rect.ome.tif", 800, 700, seed=3, shape="rect", levels=2),
+        "rect": write_slide(d / "rect.ome.tif", 800, 700, seed=3, shape="rect", pyramid=Pyramid(levels=2)),
         "big": write_slide(d / "big.ome.tif", 4000, 3000, seed=4, cell=128, size=(56, 100), fill=0.5),
         "fl": write_slide(d / "fl.ome.tif", 2200, 1800, seed=5, mode="fluorescence"),
         "fl3": write_slide(d / "fl3.ome.tif", 1500, 1200, seed=6, mode="fluorescence", channels=3),
@@ -150,7 +150,7 @@ def test_channel_and_axis_errors_name_the_fix(slides, tmp_path):
         SlideSource(slides["fl3"].path, bands=(4,))
     two = tmp_path / "two.ome.tif"
     tifffile.imwrite(two, np.zeros((2, 64, 64), np.uint16), metadata={"axes": "CYX"})
-    with pytest.raises(BandError, match=r"--channels"):
+    with pytest.raises(BandError, match=r"with bands \(channel numbers, 1-based\), e\.g\. bands=1 "):
         SlideSource(two)
     stack = tmp_path / "z.ome.tif"
     tifffile.imwrite(stack, np.zeros((3, 64, 64), np.uint16), metadata={"axes": "ZYX"})

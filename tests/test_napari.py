@@ -13,7 +13,7 @@ import tifffile
 
 import sam3tiles
 from sam3tiles.pipeline import segment_job
-from sam3tiles.slidegen import write_slide
+from sam3tiles.slidegen import Pyramid, write_slide
 from sam3tiles.writers import write_vector
 
 npe2 = pytest.importorskip("npe2")
@@ -36,7 +36,7 @@ def plugin():
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
     d = tmp_path_factory.mktemp("napari")
-    slide = write_slide(d / "s.ome.tif", 900, 640, seed=7, shape="rect", levels=2)
+    slide = write_slide(d / "s.ome.tif", 900, 640, seed=7, shape="rect", pyramid=Pyramid(levels=2))
     gdf, _ = segment_job(str(slide.path), PROMPTS, backend="reference", workers=2, checkpoint=False,
                          out=d / "o.gpkg", labels=d / "labels.ome.tif")
     write_vector(gdf, d / "o.qupath.geojson")

@@ -30,7 +30,7 @@ from sam3tiles.frames import COLUMNS
 from sam3tiles.pipeline import segment_job
 from sam3tiles.plan import gsd_scale as _gsd_scale
 from sam3tiles.readers import open_source
-from sam3tiles.slidegen import write_slide
+from sam3tiles.slidegen import Pyramid, write_slide
 from sam3tiles.units import Frame, ome_pixel_size_um, pixel_size
 from sam3tiles.writers import write_vector
 
@@ -127,7 +127,7 @@ def test_lonlat_gsd_and_simplify_are_metres(lonlat):
 
 def test_gsd_without_a_pixel_size_is_refused(tmp_path):
     Image.fromarray(np.zeros((50, 60, 3), np.uint8)).save(tmp_path / "plain.png")
-    with open_source(tmp_path / "plain.png") as src, pytest.raises(UsageError, match="--scale"):
+    with open_source(tmp_path / "plain.png") as src, pytest.raises(UsageError, match="^gsd=0.5: .* zoom with scale instead"):
         _gsd_scale(src, 0.5)
 
 
@@ -143,7 +143,7 @@ def test_ome_pixel_size_units():
 # -- slides -------------------------------------------------------------------------------------------------
 
 def test_slide_area_um2_and_gsd_in_microns(tmp_path):
-    slide = write_slide(tmp_path / "s.ome.tif", 700, 600, seed=2, levels=2)  # PhysicalSizeX 0.25 um
+    slide = write_slide(tmp_path / "s.ome.tif", 700, 600, seed=2, pyramid=Pyramid(levels=2))  # PhysicalSizeX 0.25 um
     with open_source(slide.path) as src:
         assert src.pixel_size_um == (0.25, 0.25)
         assert _gsd_scale(src, 0.5) == pytest.approx(0.5)  # 0.5 um per pixel: half the resolution

@@ -117,9 +117,9 @@ def test_hook_returns_the_sub_tiles_and_their_frames_for_the_loop_to_apply():
 
 
 def test_refine_options_are_checked():
-    with pytest.raises(UsageError, match="--refine-depth must be"):
+    with pytest.raises(UsageError, match="^refine_depth must be"):
         segment_job("x.tif", ["red"], backend="reference", refine_depth=9)
-    with pytest.raises(UsageError, match="--refine .always. is not one of auto, off"):
+    with pytest.raises(UsageError, match="^refine .always. is not one of auto, off"):
         segment_job("x.tif", ["red"], backend="reference", refine="always")
 
 
@@ -230,9 +230,9 @@ def test_saturated_at_max_depth_advice_strict_and_plan(uniform, tmp_path, caplog
 
 def test_slide_sub_tiles_read_the_matching_pyramid_level(cap, tmp_path, monkeypatch):
     from sam3tiles.readers.slide import SlideSource
-    from sam3tiles.slidegen import write_slide
+    from sam3tiles.slidegen import Pyramid, write_slide
 
-    slide = write_slide(tmp_path / "bf.ome.tif", 2100, 2100, seed=7, levels=2, names=("indigo",), cell=44,
+    slide = write_slide(tmp_path / "bf.ome.tif", 2100, 2100, seed=7, pyramid=Pyramid(levels=2), names=("indigo",), cell=44,
                         fill=0.06, size=(26.0, 36.0))  # nuclei of 13-18 px at scale 0.5
     seen = []
     original = SlideSource._read_level

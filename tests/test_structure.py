@@ -1,5 +1,6 @@
-"""The package's shape, checked statically: imports point one way (no cycle among sam3tiles modules) and no
-function is longer than 80 lines. Fails with the cycle or the functions named."""
+"""The package's shape, checked statically: imports point one way (no cycle among sam3tiles modules), no
+function is longer than 80 lines or takes more than 12 parameters (but `api.segment`). Fails with the cycle
+or the functions named."""
 
 from __future__ import annotations
 
@@ -95,6 +96,26 @@ def test_no_function_over_80_lines():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{name}:{node.name} ({n} lines)")
     assert long == []
+
+
+#: Parameters a function may take (self, *args and **kwargs count); `api.segment` takes one typed keyword
+#: per option of the registry, on purpose.
+MAX_PARAMETERS = 12
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    a = node.args
+    return len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + (a.vararg is not None) + (a.kwarg is not None)
+
+
+def test_no_function_over_12_parameters():
+    many = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _parameters(node) > MAX_PARAMETERS:
+                many.append(f"{name}:{node.name} ({_parameters(node)} parameters)")
+    assert [m.split(" (")[0] for m in many] == ["sam3tiles.api:segment"], many
+    assert _parameters(ast.parse("def f(a, /, b, *c, d, **e): pass").body[0]) == 5
 
 
 def test_the_piece_key_base_lives_in_one_module():

@@ -45,7 +45,7 @@ def evaluate(pred, truth, class_col, iou, out, overwrite):
     from ..writers.atomic import atomic_path, check_name
 
     if out:
-        check_name(Path(out), "--out")
+        check_name(Path(out))
         if any(os.path.exists(x) and os.path.realpath(out) == os.path.realpath(x) for x in (pred, truth)):
             raise UsageError(f"--out {out} is one of the inputs: it would be replaced; write the table elsewhere")
         if os.path.lexists(out) and not overwrite:

@@ -26,7 +26,7 @@ def _errors(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return func(*args, **kwargs)
         except Sam3TilesError as err:
-            click.echo(f"Error: {err}", err=True)
+            click.echo(f"Error: {err.worded(err.words or 'cli')}", err=True)  # options by flag (`wording`)
             sys.exit(err.exit_code)
 
     return wrapper

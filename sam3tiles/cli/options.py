@@ -45,8 +45,8 @@ def handle_errors(fn):
         previous = _catch_sigterm()
         try:
             return fn(*args, **kwargs)
-        except Sam3TilesError as e:
-            click.echo(f"Error: {e}", err=True)
+        except Sam3TilesError as e:  # options named by flag, or by job key where a job file set them (`wording`)
+            click.echo(f"Error: {e.worded(e.words or 'cli')}", err=True)
             ctx.exit(e.exit_code)
         except Terminated:
             click.echo("Terminated (SIGTERM): rerun the same command to resume from the finished tiles.", err=True)

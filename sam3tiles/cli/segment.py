@@ -36,8 +36,7 @@ from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, 
 @quiet_opt
 @click.pass_context
 @handle_errors
-def segment(ctx, inputs, texts, boxes, example_images, box_file, out, work_dir, fresh, overwrite, verbose, quiet, labels=None,
-            **options):
+def segment(ctx, inputs, texts, boxes, example_images, box_file, out, verbose, quiet, **params):
     """Segment INPUTS (rasters, globs, URLs, STAC items, .txt lists) with SAM 3, tile by tile, and write merged
     polygons to --out (a file; a folder for one .gpkg per input; NAME.parquet/ for a GeoParquet dataset).
 
@@ -51,11 +50,11 @@ def segment(ctx, inputs, texts, boxes, example_images, box_file, out, work_dir, 
 
     quiet = quiet + (ctx.obj or {}).get("quiet", 0)
     inputs, out = positional_output(list(inputs), out)
-    opts = Options.from_params(options, progress=not quiet)
+    opts = Options.from_params(params, progress=not quiet)  # `params`: the registry's options, and below
     _, report = segment_job(inputs, list(texts), boxes=list(boxes), box_file=box_file,
-                            example_images=list(example_images), out=out,
-                            overwrite=overwrite, options=opts, work_dir=work_dir, fresh=fresh, labels=labels,
-                            return_objects=False)
+                            example_images=list(example_images), out=out, overwrite=params["overwrite"],
+                            options=opts, work_dir=params["work_dir"], fresh=params["fresh"],
+                            labels=params["labels"], return_objects=False)
     if not quiet:
         click.echo(report.summary(), err=True)
         click.echo(f"wrote {report.objects} objects to {out}", err=True)

@@ -31,6 +31,7 @@ from pathlib import Path
 import platformdirs
 
 from ..errors import ModelError, ModelNotFoundError
+from ..wording import opt
 
 MODEL_VERSION = "v0.3.0"
 MODEL_DIR_ENV = "SAM3TILES_MODEL_DIR"
@@ -128,7 +129,7 @@ def require_model(directory: str | os.PathLike[str] | None = None) -> Path:
         raise ModelNotFoundError(
             f"the SAM 3 model directory {d} {where}. sam3tiles never downloads during a run; download "
             f"the model once (about 3.4 GB) with:\n    {fetch_command(d)}\n"
-            f"or point --model (or ${MODEL_DIR_ENV}) at a directory that holds it")
+            f"or point {opt('model')} (or ${MODEL_DIR_ENV}) at a directory that holds it")
     return d
 
 

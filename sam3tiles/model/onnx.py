@@ -35,6 +35,8 @@ from .tokenizer import get_tokenizer
 logger = logging.getLogger(__name__)
 
 from .providers import CPU, CUDA, DEVICES, TENSORRT, describe, names, precision_problem, requested
+from ..wording import opt, render
+
 _PROMPT_OUTPUTS = ("text_attention_mask", "text_memory")
 _DECODER_OUTPUTS = ("boxes", "scores", "masks")
 
@@ -106,7 +108,7 @@ class OnnxRuntime:
             raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
         problem = precision_problem(device, precision)
         if problem is not None:
-            raise ValueError(problem)
+            raise ValueError(render(problem))
         self.model_dir = require_model(model_dir)
         self._tokenizer = get_tokenizer(self.model_dir)
         self.requested_device, self.precision = device, precision
@@ -114,10 +116,10 @@ class OnnxRuntime:
         try:
             providers = requested(device, precision, available, self.model_dir)
         except LookupError:
-            raise ModelError(f"--device tensorrt: this onnxruntime ({ort.__version__}) has no "
+            raise ModelError(f"{opt('device', 'tensorrt')}: this onnxruntime ({ort.__version__}) has no "
                              f"TensorrtExecutionProvider (it offers {', '.join(available)}). Install "
                              "onnxruntime-gpu with the TensorRT libraries on the library path, or use "
-                             "--device cuda") from None
+                             f"{opt('device', 'cuda')}") from None
         if device == "cuda" and CUDA not in available:
             logger.warning(
                 "device 'cuda' was requested but this onnxruntime has no CUDAExecutionProvider (it offers "
@@ -218,7 +220,7 @@ class OnnxRuntime:
             return self._sessions[key].run(list(outputs), feeds)
         except Exception as exc:
             raise ModelError(f"the SAM 3 {key.replace('_', ' ')} failed: {_short(exc)}. If this "
-                             f"is out of memory, use fewer workers or --device cpu; otherwise check the "
+                             f"is out of memory, use fewer workers or {opt('device', 'cpu')}; otherwise check the "
                              f"model with `sam3tiles model verify {self.model_dir}`") from exc
 
     # ---------------------------------------------------------------------------------------------
@@ -240,7 +242,7 @@ class OnnxRuntime:
                 session.run_with_iobinding(binding)
             except Exception as exc:
                 raise ModelError(f"the SAM 3 image encoder failed: {_short(exc)}. If this is out "
-                                 f"of memory, use fewer GPU workers or --device cpu") from exc
+                                 f"of memory, use fewer GPU workers or {opt('device', 'cpu')}") from exc
             values = dict(zip(EMBEDDING_OUTPUTS, binding.get_outputs()))
         else:
             values = dict(zip(EMBEDDING_OUTPUTS, self._run("image_encoder", EMBEDDING_OUTPUTS, {"image": rgb})))

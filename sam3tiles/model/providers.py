@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..wording import opt
+
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 TENSORRT = "TensorrtExecutionProvider"
@@ -26,14 +28,17 @@ TRT_CACHE = "trt-cache"
 
 
 def precision_problem(device: str, precision: str) -> str | None:
-    """Why `precision` cannot be had on `device` (a usage error), or None."""
+    """Why `precision` cannot be had on `device` (a usage error's message, options named by `wording.opt`),
+    or None."""
     if precision not in PRECISIONS:
         return f"unknown precision {precision!r}: choose {', '.join(PRECISIONS)}"
     if precision == "fp16" and device != "tensorrt":
-        return ("--precision fp16 runs through TensorRT (the SAM 3 graphs are float32; onnxruntime's CUDA "
-                "provider runs them as they are): give --device tensorrt, or --precision tf32 for CUDA")
+        return (f"{opt('precision', 'fp16')} runs through TensorRT (the SAM 3 graphs are float32; onnxruntime's "
+                f"CUDA provider runs them as they are): give {opt('device', 'tensorrt')}, or "
+                f"{opt('precision', 'tf32')} for CUDA")
     if precision in ("tf32", "fp32") and device == "cpu":
-        return f"--precision {precision} sets CUDA's TF32 mode and has no effect on --device cpu: leave it out"
+        return (f"{opt('precision', precision)} sets CUDA's TF32 mode and has no effect on {opt('device', 'cpu')}: "
+                "leave it out")
     return None
 
 

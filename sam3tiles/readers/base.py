@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import BandError, RasterReadError
 from ..grid import Tile
 from ..model.runtime import MODEL_SIZE, TileImage
+from ..wording import opt
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +53,11 @@ def parse_bands(text: str | Sequence[int] | None) -> tuple[int, ...] | None:
         try:
             bands = tuple(int(b) for b in text.replace(" ", "").split(","))
         except ValueError:
-            raise BandError(f"--bands {text!r} is not a list of band numbers: use e.g. --bands 4,3,2") from None
+            raise BandError(f"{opt('bands', repr(text))} is not a list of band numbers: use e.g. {opt('bands', '4,3,2')}") from None
     else:
         bands = tuple(int(b) for b in text)
     if len(bands) not in (1, 3):
-        raise BandError(f"--bands takes 1 band (grey) or 3 bands (R,G,B), got {len(bands)}: e.g. --bands 4,3,2")
+        raise BandError(f"{opt('bands')} takes 1 band (grey) or 3 bands (R,G,B), got {len(bands)}: e.g. {opt('bands', '4,3,2')}")
     return bands
 
 

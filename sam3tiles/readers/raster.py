@@ -14,6 +14,7 @@ from rasterio.windows import Window
 
 from ..errors import BandError, RasterReadError
 from .base import MAX_PIXELS, STATS_SIDE, Source, Stretch, _first_line
+from ..wording import opt
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class RasterSource(Source):
         if self._bands_arg:
             bad = [b for b in self._bands_arg if not 1 <= b <= count]
             if bad:
-                raise BandError(f"--bands {','.join(map(str, self._bands_arg))}: {self.path} has {count} band(s), "
+                raise BandError(f"{opt('bands', ','.join(map(str, self._bands_arg)))}: {self.path} has {count} band(s), "
                                 f"so band {bad[0]} does not exist: pick bands between 1 and {count}")
             return self._bands_arg
         if count == 1 or count == 3:
@@ -82,8 +83,8 @@ class RasterSource(Source):
             return (1, 2, 3)
         if count == 2 and self._ds.colorinterp[1] == rasterio.enums.ColorInterp.alpha:
             return (1,)
-        raise BandError(f"{self.path} has {count} bands: choose 3 as R,G,B or 1 as grey with --bands, "
-                        f"e.g. --bands {','.join(map(str, range(min(count, 3), 0, -1)))}")
+        raise BandError(f"{self.path} has {count} bands: choose 3 as R,G,B or 1 as grey with {opt('bands')}, "
+                        f"e.g. {opt('bands', ','.join(map(str, range(min(count, 3), 0, -1))))}")
 
     def close(self) -> None:
         if self._ds is not None:

@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import InputDataError, UsageError
+from ..wording import opt
 
 #: Seconds to wait for a STAC item over HTTP.
 STAC_TIMEOUT = 60
@@ -132,7 +133,7 @@ def _asset_href(item: dict, asset: str | None, path: str, base: str) -> str:
     if asset is None:
         rasters = [k for k, v in assets.items() if str(v.get("type", "")).split(";")[0].strip() in _RASTER_TYPES]
         if len(rasters) != 1:
-            raise UsageError(f"{where}: choose the image with --asset KEY; the item's assets are: {listing}")
+            raise UsageError(f"{where}: choose the image with {opt('asset', 'KEY')}; the item's assets are: {listing}")
         asset = rasters[0]
     if asset not in assets:
         raise UsageError(f"{where}: the item has no asset {asset!r}; its assets are: {listing}")

@@ -29,6 +29,7 @@ from rasterio.windows import Window
 from ..errors import BandError, InputDataError, RasterReadError
 from ..units import ome_pixel_size_um
 from .base import MAX_PIXELS, STATS_SIDE, Source, Stretch, _first_line
+from ..wording import opt
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class SlideSource(Source):
         if self._bands_arg:
             bad = [b for b in self._bands_arg if not 1 <= b <= count]
             if bad:
-                raise BandError(f"--channels {','.join(map(str, self._bands_arg))}: {self.path} has {count} "
+                raise BandError(f"{opt('bands', ','.join(map(str, self._bands_arg)))}: {self.path} has {count} "
                                 f"channel(s), so channel {bad[0]} does not exist: pick channels between 1 and "
                                 f"{count}")
             return self._bands_arg
@@ -165,8 +166,8 @@ class SlideSource(Source):
             return tuple(range(1, count + 1))
         if count == 4 and self._ch_axis == "S":
             return (1, 2, 3)  # RGBA
-        raise BandError(f"{self.path} has {count} channels: choose 1 as grey or 3 as R,G,B with --channels "
-                        f"(alias --bands), e.g. --channels 1 for a nuclear stain")
+        raise BandError(f"{self.path} has {count} channels: choose 1 as grey or 3 as R,G,B with {opt('bands')} "
+                        f"(channel numbers, 1-based), e.g. {opt('bands', '1')} for a nuclear stain")
 
     # -- properties --------------------------------------------------------------------------------
     @property

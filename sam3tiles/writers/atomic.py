@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import OutputError, OutputExistsError, UsageError
+from ..wording import enable, opt
 
 log = logging.getLogger(__name__)
 
@@ -28,20 +29,20 @@ def check_output(path: str | os.PathLike, overwrite: bool, layer: str | None = N
     """Validate an output path before any work: known extension, a name the file system and the side
     files' names allow (`check_name`), writable folder, no clash."""
     p = Path(path)
-    check_name(p, "--out", layer)
+    check_name(p, "out", layer)
     if p.suffix.lower() not in DRIVERS:
-        raise UsageError(f"--out {p}: unknown format {p.suffix or '(no extension)'}: end the name with "
+        raise UsageError(f"{opt('out', p)}: unknown format {p.suffix or '(no extension)'}: end the name with "
                          f"{', '.join(sorted(set(DRIVERS)))}")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
-        raise OutputError(f"--out {p}: the folder {parent} does not exist: create it first")
+        raise OutputError(f"{opt('out', p)}: the folder {parent} does not exist: create it first")
     if p.is_dir():
-        raise OutputError(f"--out {p} is a folder, not a file: name a file (e.g. {p / 'objects.gpkg'}), or drop "
+        raise OutputError(f"{opt('out', p)} is a folder, not a file: name a file (e.g. {p / 'objects.gpkg'}), or drop "
                           f"the extension to write one output per input into a folder")
     if not os.access(parent, os.W_OK) or not _can_create_in(parent):
-        raise OutputError(f"--out {p}: the folder {parent} is not writable: choose another --out")
+        raise OutputError(f"{opt('out', p)}: the folder {parent} is not writable: choose another {opt('out')}")
     if p.exists() and not overwrite:
-        raise OutputExistsError(f"--out {p} exists: pass --overwrite to replace it, or choose another name")
+        raise OutputExistsError(f"{opt('out', p)} exists: {enable('overwrite')} to replace it, or choose another name")
     return p
 
 
@@ -51,14 +52,14 @@ _SIDECARS = (".{name}.report.XXXXXXXX.tmp.json", ".{name}.{layer}preview.XXXXXXX
              ".{name}.lock.XXXXXXXX.stale")
 
 
-def check_name(p: Path, option: str = "--out", layer: str | None = None) -> None:
+def check_name(p: Path, option: str = "out", layer: str | None = None) -> None:
     """A file name with control characters (a newline from a script), or one whose side files' names the
     file system cannot hold (NAME_MAX, usually 255 bytes), is exit 2 before any work: a rename or a side
-    file would fail at the end of the run."""
+    file would fail at the end of the run. `option`: the option that names it (`wording.opt`)."""
     text = str(p)
     bad = next((ch for ch in text if ord(ch) < 32 or ord(ch) == 127), None)
     if bad is not None:
-        raise UsageError(f"{option} {text!r}: the name holds a control character ({bad!r}, e.g. a newline from a "
+        raise UsageError(f"{opt(option, repr(text))}: the name holds a control character ({bad!r}, e.g. a newline from a "
                          "script): give a name without it")
     folder = p.parent if str(p.parent) else Path(".")
     try:
@@ -69,8 +70,9 @@ def check_name(p: Path, option: str = "--out", layer: str | None = None) -> None
     longest = max((q.format(name=p.name, layer=lay) for q in _SIDECARS), key=lambda q: len(q.encode()))
     if len(longest.encode()) > limit:
         over = len(longest.encode()) - limit
-        what = "--layer and the output name are" if layer else "the name is"
-        raise UsageError(f"{option} {p.name[:40]}...{' --layer ' + layer[:20] + '...' if layer else ''}: {what} too "
+        what = f"{opt('layer')} and the output name are" if layer else "the name is"
+        shown = opt(option, p.name[:40] + "...") + (f" {opt('layer', layer[:20] + '...')}" if layer else "")
+        raise UsageError(f"{shown}: {what} too "
                          f"long for this file system ({limit} bytes a name, and sam3tiles adds up to "
                          f"{len(longest.encode()) - len(p.name.encode()) - len(lay.encode())} for its side files "
                          f"such as {longest[:12]}...): shorten it by {over} or more")
@@ -216,14 +218,14 @@ def output_lock(path: str | os.PathLike):
             _take_over(lock, p, me)
             continue
         except OSError as e:
-            raise OutputError(f"--out {p}: cannot create a lock file in {lock.parent or '.'} ({e.strerror}): "
+            raise OutputError(f"{opt('out', p)}: cannot create a lock file in {lock.parent or '.'} ({e.strerror}): "
                               + ("free disk space there" if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
                                  else "choose a writable folder")) from None
         finally:
             tmp.unlink(missing_ok=True)
         break
     else:
-        raise OutputError(f"--out {p}: another run keeps taking its lock {lock}: wait for it to finish")
+        raise OutputError(f"{opt('out', p)}: another run keeps taking its lock {lock}: wait for it to finish")
     remove_stale_temps(p)  # left by a run killed while writing
     try:
         yield
@@ -251,8 +253,8 @@ def _take_over(lock: Path, p: Path, me: dict) -> None:
         try:
             lock.rmdir()
         except OSError:
-            raise OutputError(f"--out {p}: {lock} is a folder with files in it, not a sam3tiles lock: move it away "
-                              "or choose another --out") from None
+            raise OutputError(f"{opt('out', p)}: {lock} is a folder with files in it, not a sam3tiles lock: move it away "
+                              f"or choose another {opt('out')}") from None
         log.warning("%s was an empty folder in place of the lock: removed it", lock)
         return
     if lock.is_symlink() and not lock.exists():
@@ -265,7 +267,7 @@ def _take_over(lock: Path, p: Path, me: dict) -> None:
     except FileNotFoundError:
         return  # released meanwhile
     except OSError as e:
-        raise OutputError(f"--out {p}: its lock {lock} cannot be read ({e.strerror}): delete it if no run writes "
+        raise OutputError(f"{opt('out', p)}: its lock {lock} cannot be read ({e.strerror}): delete it if no run writes "
                           f"{p}") from None
     try:
         owner = json.loads(raw)
@@ -274,13 +276,13 @@ def _take_over(lock: Path, p: Path, me: dict) -> None:
         owner = None
     if owner is None:
         if age < 5:  # an older version writes its lock in two steps: give it a moment
-            raise OutputError(f"--out {p} is being locked by another run just now: wait for it, or retry")
+            raise OutputError(f"{opt('out', p)} is being locked by another run just now: wait for it, or retry")
         why = "empty" if not raw.strip() else "unreadable"
     elif owner.get("host") != me["host"]:
-        raise OutputError(f"--out {p} is being written by another run (pid {owner['pid']} on {owner.get('host')}): "
+        raise OutputError(f"{opt('out', p)} is being written by another run (pid {owner['pid']} on {owner.get('host')}): "
                           f"wait for it, or delete {lock} if that run is gone")
     elif _alive(owner["pid"]):
-        raise OutputError(f"--out {p} is being written by another run (pid {owner['pid']} on {owner['host']}): "
+        raise OutputError(f"{opt('out', p)} is being written by another run (pid {owner['pid']} on {owner['host']}): "
                           f"wait for it, or delete {lock} if that run is gone")
     else:
         why = f"left by pid {owner['pid']}, which is no longer running"
@@ -295,7 +297,7 @@ def _take_over(lock: Path, p: Path, me: dict) -> None:
             os.link(aside, lock)
         finally:
             aside.unlink(missing_ok=True)
-        raise OutputError(f"--out {p} is being written by another run: wait for it")
+        raise OutputError(f"{opt('out', p)} is being written by another run: wait for it")
     aside.unlink(missing_ok=True)
     log.warning("took over the lock %s (%s)", lock, why)
 

@@ -22,6 +22,7 @@ import urllib.parse
 from pathlib import Path
 
 from ..errors import OutputError
+from ..wording import opt
 
 #: How long a checkpoint waits for another program's write transaction (seconds).
 BUSY_TIMEOUT_S = 2.0
@@ -32,7 +33,7 @@ def _wal(p: Path) -> Path:
 
 
 def _held(p: Path, why: str) -> OutputError:
-    return OutputError(f"--out {p} is open in another program ({why}: {_wal(p).name} is in use): close it there "
+    return OutputError(f"{opt('out', p)} is open in another program ({why}: {_wal(p).name} is in use): close it there "
                        "(QGIS: remove the layers of that file, or close the project), then rerun; the run wrote "
                        "nothing into it")
 
@@ -47,7 +48,7 @@ def settle(path: str | os.PathLike) -> None:
     try:
         con = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     except sqlite3.Error as e:
-        raise OutputError(f"--out {p}: cannot open it to checkpoint its {_wal(p).name} ({e}): close the program "
+        raise OutputError(f"{opt('out', p)}: cannot open it to checkpoint its {_wal(p).name} ({e}): close the program "
                           "that holds it, then rerun") from None
     try:
         busy, log, done = con.execute("PRAGMA wal_checkpoint(FULL)").fetchone()
@@ -55,7 +56,7 @@ def settle(path: str | os.PathLike) -> None:
             raise _held(p, "a transaction of its own is open, so its log cannot be checkpointed now")
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # best effort: an empty log is what a last close leaves
     except sqlite3.Error as e:
-        raise OutputError(f"--out {p}: its {_wal(p).name} cannot be checkpointed ({e}): close the program that "
+        raise OutputError(f"{opt('out', p)}: its {_wal(p).name} cannot be checkpointed ({e}): close the program that "
                           "holds it, then rerun") from None
     finally:
         con.close()  # the last connection to close removes the -wal (and -shm)

@@ -37,6 +37,7 @@ from rasterio.enums import Resampling
 from ..errors import OutputError, OutputExistsError, UsageError
 from .atomic import atomic_path
 from .pyramid import BLOCK, CHUNK, Levels, burn, fill_levels, overview_factors
+from ..wording import enable, opt
 
 SUFFIXES = (".tif", ".tiff", ".ome.zarr")
 TIFF_BLOCK = CHUNK
@@ -59,20 +60,20 @@ def check_labels(path: str | os.PathLike, overwrite: bool) -> Path:
     existing .ome.zarr is replaced only when sam3tiles wrote it."""
     p = Path(str(path).rstrip("/" + os.sep))
     if not (p.suffix.lower() in (".tif", ".tiff") or is_zarr(p)):
-        raise UsageError(f"--labels {p}: a label image is a TIFF or an OME-Zarr: end the name with .tif, .tiff, "
+        raise UsageError(f"{opt('labels', p)}: a label image is a TIFF or an OME-Zarr: end the name with .tif, .tiff, "
                          ".ome.tif or .ome.zarr")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
-        raise OutputError(f"--labels {p}: the folder {parent} does not exist: create it first")
+        raise OutputError(f"{opt('labels', p)}: the folder {parent} does not exist: create it first")
     if not os.access(parent, os.W_OK):
-        raise OutputError(f"--labels {p}: the folder {parent} is not writable: choose another path")
+        raise OutputError(f"{opt('labels', p)}: the folder {parent} is not writable: choose another path")
     if p.exists() and not overwrite:
-        raise OutputExistsError(f"--labels {p} exists: pass --overwrite to replace it, or choose another name")
+        raise OutputExistsError(f"{opt('labels', p)} exists: {enable('overwrite')} to replace it, or choose another name")
     if p.exists() and is_zarr(p) and not _our_zarr(p):
-        raise OutputError(f"--labels {p} exists and is not an OME-Zarr sam3tiles wrote, so it is not replaced: "
+        raise OutputError(f"{opt('labels', p)} exists and is not an OME-Zarr sam3tiles wrote, so it is not replaced: "
                           "choose another name (nothing was deleted)")
     if p.exists() and not is_zarr(p) and p.is_dir():
-        raise OutputError(f"--labels {p} is a folder: name a file")
+        raise OutputError(f"{opt('labels', p)} is a folder: name a file")
     return p
 
 
@@ -89,7 +90,7 @@ def check_labels_for(path: Path, crs) -> None:
     """The label format must keep the input's frame: OME formats hold no CRS, so a georeferenced input
     needs a GeoTIFF (`.tif`)."""
     if crs is not None and (is_zarr(path) or is_ome_tiff(path)):
-        raise UsageError(f"--labels {path}: OME-TIFF and OME-Zarr hold no CRS, so the labels of this georeferenced "
+        raise UsageError(f"{opt('labels', path)}: OME-TIFF and OME-Zarr hold no CRS, so the labels of this georeferenced "
                          f"raster would lose their place on the map: name it {Path(path).name.split('.')[0]}.tif "
                          "for a GeoTIFF (COG layout) with the raster's CRS")
 
@@ -174,7 +175,7 @@ def _write_cog(pieces, p: Path, width: int, height: int, transform: Affine, crs)
 
 def _check_ids(ids: np.ndarray, p: Path) -> None:
     if len(ids) and (ids.min() < 1 or ids.max() > np.iinfo(np.uint32).max):
-        raise UsageError(f"--labels {p}: object ids must lie in 1..{np.iinfo(np.uint32).max} for a uint32 "
+        raise UsageError(f"{opt('labels', p)}: object ids must lie in 1..{np.iinfo(np.uint32).max} for a uint32 "
                          f"label image (got {ids.min()}..{ids.max()})")
 
 

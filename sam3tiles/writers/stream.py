@@ -32,6 +32,7 @@ import shapely
 
 from ..errors import OutputError, OutputExistsError, UsageError
 from ..units import area_column
+from ..wording import enable, opt
 
 #: Objects per chunk written to an output (and per part of a partitioned GeoParquet dataset); bounds the
 #: shapely objects held at once (~2.5 KB each).
@@ -56,14 +57,14 @@ def check_dataset(path: str | os.PathLike, overwrite: bool) -> Path:
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
-        raise OutputError(f"--out {p}/: the folder {parent} does not exist: create it first")
+        raise OutputError(f"{opt('out', p)}/: the folder {parent} does not exist: create it first")
     if not os.access(parent, os.W_OK):
-        raise OutputError(f"--out {p}/: the folder {parent} is not writable: choose another --out")
+        raise OutputError(f"{opt('out', p)}/: the folder {parent} is not writable: choose another {opt('out')}")
     if p.exists():
         if not overwrite:
-            raise OutputExistsError(f"--out {p}/ exists: pass --overwrite to replace it, or choose another name")
+            raise OutputExistsError(f"{opt('out', p)}/ exists: {enable('overwrite')} to replace it, or choose another name")
         if not p.is_dir() or any(not q.name.endswith(".parquet") for q in p.iterdir()):
-            raise OutputError(f"--out {p}/: it holds files that are not Parquet parts, so it is not a dataset "
+            raise OutputError(f"{opt('out', p)}/: it holds files that are not Parquet parts, so it is not a dataset "
                               "sam3tiles wrote: choose another name (nothing was deleted)")
     return p
 
@@ -131,7 +132,7 @@ class ObjectSpool:
                     shutil.rmtree(self._tmpdir, ignore_errors=True)
                     self._tmpdir = None
                 raise OutputError(f"cannot create the object spool in {folder or tempfile.gettempdir()} ({e}): free "
-                                  "disk space or choose another --work-dir (or $TMPDIR)") from None
+                                  f"disk space or choose another {opt('work_dir')} (or $TMPDIR)") from None
             self._db = db
         return self._db
 
@@ -217,7 +218,7 @@ class ObjectSpool:
 
         crs = [self.inputs[i].crs for i in inputs]
         if any((c is None) != (crs[0] is None) or (c is not None and CRS(c) != CRS(crs[0])) for c in crs[1:]):
-            raise UsageError("the inputs are in different CRSs, so they cannot share one output: give --out a "
+            raise UsageError(f"the inputs are in different CRSs, so they cannot share one output: give {opt('out')} a "
                              "folder (one output per input)")
         return crs[0] if crs else None
 

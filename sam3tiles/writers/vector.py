@@ -46,6 +46,7 @@ from ..units import Frame, area_column, area_unit, coordinate_precision, lonlat_
 from .atomic import DRIVERS, atomic_path
 from .held import settle
 from .qupath import write_qupath_geojson
+from ..wording import enable, opt
 
 #: Rows written at a time where the format can append (GeoPackage).
 CHUNK_ROWS = 100_000
@@ -97,13 +98,13 @@ def check_geojson_frame(path: str | os.PathLike, crs) -> None:
         return
     base = p.name[: -len(QUPATH_SUFFIX)] if is_qupath(p) else p.stem
     if crs is None and not is_qupath(p):
-        raise UsageError(f"--out {p}: the input has no CRS (pixel coordinates), and GIS tools read a plain GeoJSON "
+        raise UsageError(f"{opt('out', p)}: the input has no CRS (pixel coordinates), and GIS tools read a plain GeoJSON "
                          f"as WGS84 lon/lat, so the objects would be drawn at wrong places without a warning: name "
                          f"it {base}{QUPATH_SUFFIX} for QuPath's GeoJSON in pixels, or write {base}.gpkg or "
                          f"{base}.parquet (they say 'no CRS')")
     if crs is not None and is_qupath(p):
-        raise UsageError(f"--out {p}: QuPath's GeoJSON is in slide pixels, but the input has a CRS: name it "
-                         f"{base}.geojson for RFC 7946 lon/lat (or --geojson-crs native), or write {base}.gpkg")
+        raise UsageError(f"{opt('out', p)}: QuPath's GeoJSON is in slide pixels, but the input has a CRS: name it "
+                         f"{base}.geojson for RFC 7946 lon/lat (or {opt('geojson_crs', 'native')}), or write {base}.gpkg")
 
 
 def layer_name(path: str | os.PathLike, layer: str | None = None) -> str:
@@ -130,10 +131,10 @@ def check_layer(path: str | os.PathLike, layer: str | None, overwrite: bool) -> 
     gpkg = p.suffix.lower() == ".gpkg"
     if layer is not None:
         if not gpkg:
-            raise UsageError(f"--layer {layer}: only a GeoPackage holds several layers: give an --out ending in "
-                             ".gpkg, or drop --layer")
+            raise UsageError(f"{opt('layer', layer)}: only a GeoPackage holds several layers: give an {opt('out')} ending in "
+                             f".gpkg, or drop {opt('layer')}")
         if not layer.strip() or layer.lower().startswith(RESERVED_PREFIXES):
-            raise UsageError(f"--layer {layer!r} is not a usable layer name (names starting with "
+            raise UsageError(f"{opt('layer', repr(layer))} is not a usable layer name (names starting with "
                              f"{', '.join(RESERVED_PREFIXES)} belong to SQLite and the GeoPackage itself): give a "
                              "name such as buildings")
     if not gpkg or not p.exists():
@@ -141,15 +142,15 @@ def check_layer(path: str | os.PathLike, layer: str | None, overwrite: bool) -> 
     layers = gpkg_layers(p)
     if layers is None:
         if layer is not None:
-            raise OutputError(f"--out {p} exists but is not a GeoPackage GDAL can open, so --layer cannot write "
-                              "into it: choose another --out")
+            raise OutputError(f"{opt('out', p)} exists but is not a GeoPackage GDAL can open, so {opt('layer')} cannot write "
+                              f"into it: choose another {opt('out')}")
         return  # not a GeoPackage: replaced whole (check_output has required --overwrite)
     name = layer_name(p, layer)
     same = [n for n in layers if n.lower() == name.lower()]  # SQLite table names ignore case
     if same and not overwrite:
         also = "" if same[0] == name else f" (SQLite names ignore case, so {name!r} is that layer)"
-        raise OutputExistsError(f"--out {p} already holds a layer {same[0]!r}{also}: pass --overwrite to replace "
-                                f"that layer (the other layers are kept), or choose another --layer")
+        raise OutputExistsError(f"{opt('out', p)} already holds a layer {same[0]!r}{also}: {enable('overwrite')} to replace "
+                                f"that layer (the other layers are kept), or choose another {opt('layer')}")
 
 
 def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str | os.PathLike,
@@ -297,7 +298,7 @@ def _write_gpkg(chunks: Iterable[gpd.GeoDataFrame], path: Path, layer: str, meta
 def _write_geojson(gdf, path: Path, layer: str, metadata: dict, description: str, frames: dict[str, Frame],
                    geojson_crs: str) -> None:
     if geojson_crs not in GEOJSON_CRS:
-        raise UsageError(f"--geojson-crs {geojson_crs!r}: choose wgs84 (RFC 7946) or native")
+        raise UsageError(f"{opt('geojson_crs', repr(geojson_crs))}: choose wgs84 (RFC 7946) or native")
     options = {"DESCRIPTION": description, "WRITE_NAME": "YES"}
     if metadata:
         options["FOREIGN_MEMBERS_COLLECTION"] = json.dumps({"sam3tiles": metadata})
