@@ -39,7 +39,7 @@ from .thumbs import MAX_SIDE, Picture, panel_wh
 from .tileframe import TileFrames
 from .units import Frame
 from .writers.stream import ObjectSpool, SpoolInput
-from .tasks import (SourceSpec, TilePrompt, TileResult, infer_task, prepared_prompt, read_task, tile_task,
+from .tasks import (SourceSpec, TilePrompt, TileResult, infer_task, prepared_prompt, read_task, tile_batch_task,
                     vectorize_task)
 from .wording import opt
 
@@ -225,24 +225,28 @@ class InputRun:
 
         client = self.engine.client
         self.limit = self.opts.max_in_flight or self.engine.in_flight()
+        self.batch = batch_size(self.engine, self.limit)
         self.ac = as_completed(loop=client.loop)
-        self.in_flight: dict = {}
+        self.in_flight: dict = {}  # future key -> (its tiles, the futures to release with it)
+        self.tiles_in_flight = 0
         self.more = True
         self._fill()
         recount_at = time.monotonic() + RECOUNT_SECONDS
         try:
             for fut in self.ac:
-                tile, chain = self.in_flight.pop(fut.key)
+                tiles, chain = self.in_flight.pop(fut.key)
+                self.tiles_in_flight -= len(tiles)
                 if fut.status == "finished":
-                    self._finished(tile, fut.result())
+                    self._outcomes(tiles, fut.result())
                 elif fut.status == "cancelled":  # the run's own stop (a lost worker): never a failed tile
-                    raise CancelledError(f"tile {tile.index} of {self.source.path} was cancelled")
+                    raise CancelledError(f"tile {tiles[0].index} of {self.source.path} was cancelled")
                 else:
-                    self._failed(tile, fut.exception())
+                    for tile in tiles:
+                        self._failed(tile, fut.exception())
+                        self._tick()
                 for f in chain:
                     f.release()
-                self._tick()
-                self._fill()  # the finished tile's place, and its sub-tiles' when it was refined
+                self._fill()  # the finished tiles' places, and their sub-tiles' when they were refined
                 if (self.more or self.queue) and time.monotonic() > recount_at:
                     self._recount()
                     recount_at = time.monotonic() + RECOUNT_SECONDS
@@ -252,32 +256,59 @@ class InputRun:
                 for f in chain:
                     f.cancel()
 
+    def _outcomes(self, tiles: list[Tile], result) -> None:
+        """A finished task's tiles: one TileResult (a task a tile), or a batch's outcomes in order, each
+        a TileResult or the exception its tile raised. The results are delivered before any failure is
+        counted: a failure that stops the run (--strict, a model error) leaves them checkpointed."""
+        outs = result if isinstance(result, list) else [result]
+        for tile, out in zip(tiles, outs):
+            if not isinstance(out, BaseException):
+                self._finished(tile, out)
+                self._tick()
+        for tile, out in zip(tiles, outs):
+            if isinstance(out, BaseException):
+                self._failed(tile, out)
+                self._tick()
+
     def _fill(self) -> None:
-        while len(self.in_flight) < self.limit:
+        batch: list = []
+        while self.tiles_in_flight + len(batch) < self.limit:
             item = self.queue.popleft() if self.queue else next(self.planned, None)
             if item is None:  # planning delivers resumed tiles, whose sub-tiles may join the queue
                 if not self.queue:
                     self.more = False  # no grid tile left to plan (sub-tiles may still come)
-                    return
+                    break
                 continue
-            self._submit(*item)
+            batch.append(item)
+            if len(batch) == self.batch:
+                self._submit(batch)
+                batch = []
+        if batch:
+            self._submit(batch)
 
-    def _submit(self, tile: Tile, tps: list[TilePrompt], pastes=None) -> None:
+    def _submit(self, items: list) -> None:
+        """Submit tiles [(tile, prompts, pasted exemplars or None)]: in-process one task for all of them
+        (`tasks.tile_batch_task`), on a cluster three tasks a tile (read, infer on a model worker,
+        vectorize), so the embedding never leaves the model worker and reads run anywhere."""
         client, retries = self.engine.client, self.opts.retries
         # grid tiles bring the preview their pixels (sub-tiles lie inside them)
-        step = self.picture.step(tile) if self.picture is not None and tile.index in self.tiles else 0
-        if not self.engine.distributed:  # in-process: one task a tile (tasks.tile_task)
-            ft = client.submit(tile_task, self.source, self.spec, tile, tps, self.opts.edge_margin, pastes, step,
-                               pure=False, retries=retries)
-            self.in_flight[ft.key] = (tile, (ft,))
+        steps = [self.picture.step(t) if self.picture is not None and t.index in self.tiles else 0
+                 for t, _, _ in items]
+        self.tiles_in_flight += len(items)
+        if not self.engine.distributed:
+            work = [(t, tps, pastes, step) for (t, tps, pastes), step in zip(items, steps)]
+            ft = client.submit(tile_batch_task, self.source, self.spec, work, self.opts.edge_margin, retries,
+                               pure=False)
+            self.in_flight[ft.key] = ([t for t, _, _ in items], (ft,))
             self.ac.add(ft)
             return
-        fr = client.submit(read_task, self.source, tile, pure=False, retries=retries)
-        fi = client.submit(infer_task, self.spec, fr, tps, tile.valid_wh, pastes, step, pure=False, retries=retries,
-                           resources=self.engine.model_resources())
-        fv = client.submit(vectorize_task, fi, tile, self.opts.edge_margin, pure=False, retries=retries)
-        self.in_flight[fv.key] = (tile, (fr, fi, fv))
-        self.ac.add(fv)
+        for (tile, tps, pastes), step in zip(items, steps):
+            fr = client.submit(read_task, self.source, tile, pure=False, retries=retries)
+            fi = client.submit(infer_task, self.spec, fr, tps, tile.valid_wh, pastes, step, pure=False,
+                               retries=retries, resources=self.engine.model_resources())
+            fv = client.submit(vectorize_task, fi, tile, self.opts.edge_margin, pure=False, retries=retries)
+            self.in_flight[fv.key] = ([tile], (fr, fi, fv))
+            self.ac.add(fv)
 
     def _recount(self) -> None:
         """Workers that joined since the start (a SLURM job starting late) get tiles too."""
@@ -470,6 +501,18 @@ def model_info(engine: Engine, spec: RuntimeSpec, prompts: Sequence[Prompt]) -> 
 
 def _call(fn, job):
     return fn(*job)
+
+
+#: Tiles per in-process task at most (`tasks.tile_batch_task`).
+MAX_BATCH = 4
+
+
+def batch_size(engine: Engine, limit: int) -> int:
+    """Tiles per task: on a cluster one (three tasks a tile); in-process as many as leave every thread
+    a task and one more queued within the tiles in flight (`limit`), at most MAX_BATCH."""
+    if engine.distributed:
+        return 1
+    return max(1, min(MAX_BATCH, limit // (engine.threads + 1)))
 
 
 def _submit_on(engine: Engine, retries: int):

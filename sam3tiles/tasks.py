@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from .model.registry import RuntimeSpec, get_runtime
-from .errors import shippable
+from .errors import ModelError, shippable
 from .grid import Tile
 from .model.runtime import MAX_QUERIES, ExampleBox, PreparedPrompt, TileImage
 from .readers import RasterSource, Stretch, gdal_env, open_source
@@ -188,6 +188,29 @@ def tile_task(src: SourceSpec, spec: RuntimeSpec, tile: Tile, prompts: Sequence[
     the three anyway, and three tasks a tile cost three submissions, transitions and results of
     scheduling in the same process (and GIL) as the work. Model calls hold `MODEL_LOCK`."""
     return run_tile_inline(src, spec, tile, prompts, edge_margin, pastes, thumb_step)
+
+
+def tile_batch_task(src: SourceSpec, spec: RuntimeSpec, items: Sequence[tuple], edge_margin: int = EDGE_MARGIN,
+                    retries: int = 0) -> list:
+    """`tile_task` for several tiles [(tile, prompts, pastes, thumb_step)], one after the other: the
+    in-process engine's task, so that Dask's own work per task (submission, transitions, the result's
+    way back: ~5 ms of the event loop's and the driver's CPU, under the GIL the tiles' work needs) is
+    paid once for several tiles. Each tile's outcome in order: its TileResult, or the exception it
+    raised after `retries` more tries (a model error or lack of memory is not retried and ends the batch:
+    the run stops on it)."""
+    out: list = []
+    for tile, prompts, pastes, step in items:
+        for attempt in range(retries + 1):
+            try:
+                out.append(run_tile_inline(src, spec, tile, prompts, edge_margin, pastes, step))
+                break
+            except (ModelError, MemoryError) as e:
+                out.append(e)
+                return out
+            except Exception as e:  # noqa: BLE001 - the tile's failure, counted by the runner
+                if attempt == retries:
+                    out.append(e)
+    return out
 
 
 def run_tile_inline(src: SourceSpec, spec: RuntimeSpec, tile: Tile, prompts: Sequence[TilePrompt],

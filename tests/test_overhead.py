@@ -89,3 +89,32 @@ def test_reference_colour_match_is_the_float_distance():
         assert want.any() and np.array_equal(colour_match(rgb, colour), want)
         half = (colour[0] + 0.5, colour[1], colour[2])
         assert np.array_equal(colour_match(rgb, half), by_float(rgb, half))
+
+
+def test_a_batch_of_tiles_gives_each_tile_its_own_outcome(tmp_path):
+    """The in-process engine runs several tiles a task (`tasks.tile_batch_task`): a damaged block fails
+    only the tiles that read it, after its retries; the others' results come back, in order."""
+    import tifffile
+
+    from sam3tiles.errors import RasterReadError
+    from sam3tiles.model.registry import RuntimeSpec
+    from sam3tiles.tasks import SourceSpec, TilePrompt, TileResult, tile_batch_task
+
+    from sam3tiles.grid import TileGrid
+    from sam3tiles.readers import open_source
+
+    p = write_scene(tmp_path / "g.tif", 3000, 1000, seed=2).path
+    with tifffile.TiffFile(p) as tf:  # a deflate block in row 0 at x 2560-2816: only the last tile reads it
+        off, cnt = tf.pages[0].dataoffsets[10], tf.pages[0].databytecounts[10]
+    with open(p, "r+b") as fh:
+        fh.seek(off + 2)
+        fh.write(b"\xff" * (cnt - 4))
+    with open_source(str(p)) as src:
+        spec_src = SourceSpec(src.path, src.bands, src.stretch)
+        tiles = list(TileGrid(src.width, src.height, transform=src.transform))
+    assert len(tiles) == 4
+    items = [(t, [TilePrompt(0, "red")], None, 0) for t in tiles]
+    outs = tile_batch_task(spec_src, RuntimeSpec(backend="reference"), items, retries=1)
+    assert [type(o) for o in outs[:2]] == [TileResult, TileResult]
+    assert [o.tile_index for o in outs[:2]] == [tiles[0].index, tiles[1].index]
+    assert isinstance(outs[3], RasterReadError) and "damaged" in str(outs[3])

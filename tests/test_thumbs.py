@@ -102,3 +102,4 @@ def test_preview_of_an_image_too_large_to_decimate_is_drawn_from_its_tiles(tmp_p
     assert len(calls) == 1  # every tile resumed: no tile brought its pixels, so the image is asked for
     img = np.asarray(Image.open(f"{out}.preview.png").convert("RGB"))
     assert np.all(img[:ph, :pw] == Q.NO_IMAGE, axis=-1).mean() > 0.9  # and too large: grey, as said
+
