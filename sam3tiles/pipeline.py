@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import sys
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -93,7 +93,7 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
     gdf = None
     spool = ObjectSpool(plan.work_dir)
     try:
-        with run_filters(), _locks(plan.outputs), open_engine(client=client, scheduler=opts.scheduler,
+        with run_filters(), _gc_frozen(), _locks(plan.outputs), open_engine(client=client, scheduler=opts.scheduler,
                                                              workers=opts.workers,
                                                              worker_timeout=opts.worker_timeout) as engine:
             for p in plan.outputs:  # again under the lock: a run that finished meanwhile wrote it
@@ -248,6 +248,26 @@ def _prefetch_previews(plan: RunPlan) -> None:
             prefetch([one], plan.options.bands)
     if plan.combined is not None:
         prefetch(panels, plan.options.bands)
+
+
+@contextmanager
+def _gc_frozen():
+    """The objects alive when the run starts (the modules, the caller's data) moved out of the cyclic
+    garbage collector's sight while it runs (`gc.freeze`), back when it ends (`gc.unfreeze`): a full
+    collection walks every one of them, 0.09-0.12 s each time a run's allocations trigger one (measured
+    on bench_throughput's 4000 and 8000 px scenes: one a run, 5-7% of a 25-tile run's wall time).
+    Cycles among them wait for the next collection after the run. A process that froze objects itself
+    keeps them frozen: nothing is done then."""
+    import gc
+
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 class _timed:
