@@ -103,7 +103,6 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
             if plan.work_dir is not None:
                 remove_stale_temps(plan.work_dir / "outputs.json")
             _announce(engine, report, bar)
-            _prefetch_previews(plan)
             results = [run_input(engine, plan, inp, report, store, bar, spool) for inp in plan.inputs]
             # every output is written under a temporary name; the report is written, then they are all
             # renamed into place: a run stopped before then leaves no output without its report, and its
@@ -116,10 +115,6 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
                 gdf = spool.read(range(len(plan.inputs)))
                 gdf.attrs["sam3tiles_report"] = report.as_dict()
     finally:
-        if not opts.no_preview:
-            from .quicklook import forget_prefetched
-
-            forget_prefetched()
         spool.close()
         pending.discard()
         if bar is not None:
@@ -234,20 +229,6 @@ def write_output(spool: ObjectSpool, inputs, dest, plan: RunPlan, results: list[
         from .quicklook import write_quicklook
 
         write_quicklook(preview_path(dest, opts.layer), lambda: spool.frames(inputs), results, labels, opts.bands)
-
-
-def _prefetch_previews(plan: RunPlan) -> None:
-    """Start reading the quicklooks' overviews (`quicklook.prefetch`) while the tiles run."""
-    if plan.options.no_preview:
-        return
-    from .quicklook import prefetch
-
-    panels = [(inp.path, inp.frame.width, inp.frame.height) for inp in plan.inputs]
-    for one, inp in zip(panels, plan.inputs):
-        if inp.output is not None:
-            prefetch([one], plan.options.bands)
-    if plan.combined is not None:
-        prefetch(panels, plan.options.bands)
 
 
 @contextmanager

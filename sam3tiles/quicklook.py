@@ -43,63 +43,13 @@ SATURATED = (255, 150, 0)
 NO_IMAGE = (70, 70, 70)
 
 
-_PREFETCHED: dict = {}  # (path, bands, out_wh) -> Future of `_read_overview`, see `prefetch`
-
-
 def panel_side(n_panels: int) -> int:
     return MAX_SIDE // max(1, math.ceil(math.sqrt(min(n_panels, MAX_PANELS))))
 
 
-def prefetch(inputs: Sequence[tuple[str, int, int]], bands) -> None:
-    """Start reading the overviews of the quicklook of `inputs` ((path, width, height) per panel, in
-    order) in a background thread, while the tiles run, where a pyramid level or overview near the
-    picture's size makes that cheap (`_read_cheap`). Without one the picture comes from the tiles
-    (`thumbs.Picture`), and only when they do not cover it is the image decimated (`overview`): a
-    whole-image decimated read decodes every block (0.2-0.5 s of CPU for 16 Mpx)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    todo = inputs[:MAX_PANELS]
-    side = panel_side(len(todo))
-    pool = ThreadPoolExecutor(1, thread_name_prefix="sam3tiles-overview")
-    for path, w, h in todo:
-        key = (path, tuple(bands) if bands is not None else None, panel_wh(w, h, side))
-        if key not in _PREFETCHED:
-            _PREFETCHED[key] = pool.submit(_read_cheap, path, bands, key[2])
-    pool.shutdown(wait=False)
-
-
-def forget_prefetched() -> None:
-    """Drop prefetched overviews not taken (a run that failed or wrote no quicklook)."""
-    for f in _PREFETCHED.values():
-        f.cancel()
-    _PREFETCHED.clear()
-
-
 def overview(path: str, bands, out_wh: tuple[int, int]) -> np.ndarray | None:
-    """RGB uint8 [h, w, 3] of the whole image at `out_wh`, or None when no level is small enough."""
-    fut = _PREFETCHED.pop((path, tuple(bands) if bands is not None else None, tuple(out_wh)), None)
-    if fut is not None and not fut.cancelled():
-        rgb = fut.result()  # read while the tiles ran (its errors and warnings are raised/logged here)
-        if rgb is not _NOT_CHEAP:
-            return rgb
-    return _read_overview(path, bands, out_wh)
-
-
-_NOT_CHEAP = object()  # `_read_cheap`: no level near the picture's size; read the image only if needed
-
-
-def _read_cheap(path: str, bands, out_wh: tuple[int, int]):
-    """`_read_overview` where a level within 2x of `out_wh` a side exists (or the image is that small)."""
-    try:
-        with open_source(path, bands=bands) as src:
-            if src.read_cost(out_wh) > 4 * out_wh[0] * out_wh[1]:
-                return _NOT_CHEAP
-    except RasterReadError:  # said by `_read_overview` when the quicklook asks for the image after all
-        return _NOT_CHEAP
-    return _read_overview(path, bands, out_wh)
-
-
-def _read_overview(path: str, bands, out_wh: tuple[int, int]) -> np.ndarray | None:
+    """RGB uint8 [h, w, 3] of the whole image at `out_wh`, or None when no level is small enough (read
+    only where the run's tiles did not bring the picture: `thumbs.Picture`)."""
     try:
         with open_source(path, bands=bands) as src:
             if src.read_cost(out_wh) > READ_BUDGET:

@@ -70,13 +70,13 @@ def test_picture_missing_a_tile_is_not_used(tmp_path):
 
 def _reads(monkeypatch):
     calls = []
-    real = Q._read_overview
+    real = Q.overview
 
     def spy(*a):
         calls.append(a)
         return real(*a)
 
-    monkeypatch.setattr(Q, "_read_overview", spy)
+    monkeypatch.setattr(Q, "overview", spy)
     return calls
 
 
