@@ -156,54 +156,15 @@ def test_every_read_of_a_run_is_in_the_run_s_gdal_configuration(raster_factory, 
 
 
 
-_TRIM_CHECK = """
-import ctypes
-from sam3tiles.readers import base
-
-libc = ctypes.CDLL("libc.so.6")
-libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-libc.free.argtypes = [ctypes.c_void_p]
-libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-
-
-def fragment(megabytes):
-    # free 1 MB heap chunks that long-lived small ones keep apart (a tile's arrays between earlier
-    # tiles' polygons): the pages stay resident until a trim
-    big, small = [], []
-    for _ in range(megabytes):
-        b = libc.malloc(1 << 20)
-        libc.memset(b, 1, 1 << 20)
-        big.append(b)
-        small.append(libc.malloc(20000))
-    for b in big:
-        libc.free(b)
-    return small
-
-
-libc.free(libc.malloc(8 << 20))  # glibc's mmap threshold rises: 1 MB chunks come from the heap
-base.TRIM_GROWTH = 150 << 20
-base._TRIM.update(last=0.0, cost=0.0, rss=base.resident_bytes())
-keep = fragment(60)
-before = base.resident_bytes()
-base.trim_heap()
-kept = base.resident_bytes() >= before - (8 << 20)
-keep += fragment(200)
-before = base.resident_bytes()
-base.trim_heap()
-print(kept, base.resident_bytes() < before - (150 << 20))
-"""
-
 
 def test_trim_heap_waits_until_the_resident_size_has_grown():
-    """A trim before every tile's read faulted its pages in again (3-4 ms of a 9 ms read); it runs only
-    once the process has grown by TRIM_GROWTH since the last one, and then hands the freed pages back.
-    In a fresh process: one that holds much freed heap already reuses it and does not grow."""
-    import subprocess
-    import sys
+    """A trim before every tile's read faulted its pages in again (3-4 ms of a 9 ms read): one is due only
+    once the process has grown by TRIM_GROWTH since the last, and never more than TRIM_SHARE of the time."""
+    from sam3tiles.readers.base import TRIM_GROWTH, TRIM_SHARE, trim_heap_due
 
-    from sam3tiles.readers import base
-
-    if base.resident_bytes() is None or not sys.platform.startswith("linux"):
-        pytest.skip("no /proc/self/statm")
-    out = subprocess.run([sys.executable, "-c", _TRIM_CHECK], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["True", "True"], out  # below TRIM_GROWTH kept; past it handed back
+    last = {"last": 100.0, "cost": 0.01, "rss": 500 << 20}
+    later = 100.0 + 0.01 / TRIM_SHARE + 1
+    assert not trim_heap_due(later, (500 << 20) + TRIM_GROWTH - 1, last)  # grown less: the pages are reused
+    assert trim_heap_due(later, (500 << 20) + TRIM_GROWTH, last)
+    assert not trim_heap_due(100.0 + 0.01 / TRIM_SHARE / 2, (500 << 20) + 2 * TRIM_GROWTH, last)  # too soon
+    assert trim_heap_due(later, None, last)  # resident size unknown: the time share alone

@@ -224,6 +224,18 @@ def resident_bytes() -> int | None:
         return None
 
 
+def trim_heap_due(now: float, rss: int | None, last: dict) -> bool:
+    """Whether a trim is due at `now` with the resident size `rss` (None: unknown), after the last trim
+    `last` ({"last": its end, "cost": its seconds, "rss": the resident size after it})."""
+    if now - last["last"] < last["cost"] / TRIM_SHARE:
+        return False
+    return rss is None or rss - last["rss"] >= TRIM_GROWTH
+
+
+def trim_due(now: float, rss: int | None) -> bool:
+    return trim_heap_due(now, rss, _TRIM)
+
+
 def trim_heap() -> None:
     """Hand freed heap pages back to the OS (glibc's malloc_trim; a no-op elsewhere).
 
@@ -246,10 +258,7 @@ def trim_heap() -> None:
     if not _LIBC:
         return
     now = time.perf_counter()
-    if now - _TRIM["last"] < _TRIM["cost"] / TRIM_SHARE:
-        return
-    rss = resident_bytes()
-    if rss is not None and rss - _TRIM["rss"] < TRIM_GROWTH:
+    if not trim_due(now, resident_bytes()):
         return
     _LIBC.malloc_trim(0)
     _TRIM["last"] = time.perf_counter()
