@@ -99,7 +99,7 @@ def read_task(spec: SourceSpec, tile: Tile) -> tuple[TileImage | None, float]:
 
 _prep_lock = threading.Lock()
 #: Held by a tile's encode and decodes: a process runs one tile on its model at a time (the Dask GPU
-#: resource does the same across tasks; with `tile_task` this lock alone does), so one embedding at a
+#: resource does the same across tasks; with `tile_batch_task` this lock alone does), so one embedding at a
 #: time is alive and the reads and vectorizing of other tiles run beside it in other threads.
 MODEL_LOCK = threading.Lock()
 _prepared: dict[tuple[RuntimeSpec, str], PreparedPrompt] = {}
@@ -181,19 +181,11 @@ def vectorize_task(infer: InferResult, tile: Tile, edge_margin: int = EDGE_MARGI
                       saturated_prompts=infer.saturated_prompts, exemplars=infer.exemplars, thumb=infer.thumb)
 
 
-@shippable
-def tile_task(src: SourceSpec, spec: RuntimeSpec, tile: Tile, prompts: Sequence[TilePrompt],
-              edge_margin: int = EDGE_MARGIN, pastes=None, thumb_step: int = 0) -> TileResult:
-    """read -> infer -> vectorize as ONE task, for the in-process engine: there nothing travels between
-    the three anyway, and three tasks a tile cost three submissions, transitions and results of
-    scheduling in the same process (and GIL) as the work. Model calls hold `MODEL_LOCK`."""
-    return run_tile_inline(src, spec, tile, prompts, edge_margin, pastes, thumb_step)
-
-
 def tile_batch_task(src: SourceSpec, spec: RuntimeSpec, items: Sequence[tuple], edge_margin: int = EDGE_MARGIN,
                     retries: int = 0) -> list:
-    """`tile_task` for several tiles [(tile, prompts, pastes, thumb_step)], one after the other: the
-    in-process engine's task, so that Dask's own work per task (submission, transitions, the result's
+    """read -> infer -> vectorize of several tiles [(tile, prompts, pastes, thumb_step)], one after the
+    other, as ONE task: the in-process engine's (nothing travels between the stages there, model calls
+    hold `MODEL_LOCK`), so that Dask's own work per task (submission, transitions, the result's
     way back: ~5 ms of the event loop's and the driver's CPU, under the GIL the tiles' work needs) is
     paid once for several tiles. Each tile's outcome in order: its TileResult, or the exception it
     raised after `retries` more tries (a model error or lack of memory is not retried and ends the batch:

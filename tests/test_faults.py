@@ -31,26 +31,14 @@ from shapely.geometry import box
 
 from sam3tiles.checkpoint import stored_rows
 from sam3tiles.cli.main import cli
-from sam3tiles.demo import CRS_DEMO, ORIGIN, PIXEL
+from sam3tiles.demo import CRS_DEMO
 from sam3tiles.pipeline import segment_job
 
-BLUE, RED, BG = (18, 22, 232), (230, 20, 25), (92, 112, 84)
+from sam3tiles.testing import RED
+from sam3tiles.testing import blob_image as _image
+from sam3tiles.testing import write_demo_raster as _write
 
 
-def _image(colour=BLUE, h=400, w=500, at=(120, 100)):
-    data = np.zeros((3, h, w), np.uint8)
-    for b in range(3):
-        data[b] = BG[b]
-        data[b, at[0]:at[0] + 60, at[1]:at[1] + 80] = colour[b]
-    return data
-
-
-def _write(path, data, **kw):
-    c, h, w = data.shape
-    with rasterio.open(path, "w", driver="GTiff", width=w, height=h, count=c, dtype=data.dtype, crs=CRS_DEMO,
-                       transform=rasterio.Affine(PIXEL, 0, ORIGIN[0], 0, -PIXEL, ORIGIN[1]), **kw) as dst:
-        dst.write(data)
-    return path
 
 
 def _seg(*args):

@@ -232,10 +232,6 @@ def trim_heap_due(now: float, rss: int | None, last: dict) -> bool:
     return rss is None or rss - last["rss"] >= TRIM_GROWTH
 
 
-def trim_due(now: float, rss: int | None) -> bool:
-    return trim_heap_due(now, rss, _TRIM)
-
-
 def trim_heap() -> None:
     """Hand freed heap pages back to the OS (glibc's malloc_trim; a no-op elsewhere).
 
@@ -258,7 +254,7 @@ def trim_heap() -> None:
     if not _LIBC:
         return
     now = time.perf_counter()
-    if not trim_due(now, resident_bytes()):
+    if not trim_heap_due(now, resident_bytes(), _TRIM):
         return
     _LIBC.malloc_trim(0)
     _TRIM["last"] = time.perf_counter()

@@ -3,6 +3,8 @@
 Everything is generated in code (no binaries in the repository):
 
 * `write_raster`: an array written as a GeoTIFF (or any GDAL format) by rasterio;
+* `blob_image`, `write_demo_raster`: one coloured block on a plain background, in the demo's frame (the
+  small scenes of the resume and fault tests);
 * `grid_objects`: objects for `sam3tiles.demo.write_scene` on a jittered lattice, fast at any size;
 * `grid_pieces`: what the tiles of a large image would hand the merge, without running a model;
 * `sam3tiles.testing.graphs`: small ONNX graphs that keep the SAM 3 contract and really segment, by colour
@@ -44,6 +46,27 @@ def write_raster(path, data: np.ndarray, transform=None, crs=UTM, nodata=None, *
     with rasterio.open(path, "w", **prof) as dst:
         dst.write(data)
     return path
+
+
+#: The blob scenes' colours: the reference backend finds BLUE for "blue" and RED for "red", never BG.
+BLUE, RED, BG = (18, 22, 232), (230, 20, 25), (92, 112, 84)
+
+
+def blob_image(colour=BLUE, h: int = 400, w: int = 500, at: tuple[int, int] = (120, 100)) -> np.ndarray:
+    """RGB uint8 [3, h, w]: BG with one 60 x 80 px block of `colour` whose top-left is at (row, col) `at`."""
+    data = np.zeros((3, h, w), np.uint8)
+    for b in range(3):
+        data[b] = BG[b]
+        data[b, at[0]:at[0] + 60, at[1]:at[1] + 80] = colour[b]
+    return data
+
+
+def write_demo_raster(path, data: np.ndarray, transform=None, **profile):
+    """`write_raster` in the demo scene's CRS and pixel grid (`sam3tiles.demo`) unless `transform` says."""
+    from ..demo import CRS_DEMO, ORIGIN, PIXEL
+
+    return write_raster(path, data, transform=transform or Affine(PIXEL, 0, ORIGIN[0], 0, -PIXEL, ORIGIN[1]),
+                        crs=CRS_DEMO, **profile)
 
 
 def grid_pieces(n_pieces: int, per_tile: int = 100, seed: int = 0, tile_size: int = TILE_SIZE,
