@@ -389,6 +389,17 @@ def _subset(det: Detections, sel: np.ndarray) -> Detections:
 
 # -- one input ---------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class TileExemplars:
+    """One tile's share of the exemplars: `pasted` (prompt index -> the boxes of its pasted copies, tile
+    frame: `prompts.prompts_for_tile` adds them to the prompt's boxes), `key` (what the checkpoint key
+    needs, None without pastes) and `task` (the pastes the tile's task composes, None without pastes)."""
+
+    pasted: dict[int, list[ExampleBox]]
+    key: list | None
+    task: TilePastes | None
+
+
 @dataclass
 class InputExemplars:
     """The exemplars of one input and the plans of its tiles; `counts` sums what the plans did: tile-exemplar
@@ -421,9 +432,11 @@ class InputExemplars:
             self._no_room[i] = self._no_room.get(i, 0) + 1
         return plan
 
-    def pasted(self, plan: TilePlan):
-        """For `pipeline._prompts_for_tile`: a prompt -> its pasted copies' boxes in this tile."""
-        return lambda p: plan.boxes_for(p, self.boxes)
+    def for_tile(self, tile: Tile) -> TileExemplars:
+        """Everything a tile needs of the exemplars, planned (and counted) once: see `TileExemplars`."""
+        plan = self.plan(tile)
+        pasted = {k: plan.boxes_for(p, self.boxes) for k, p in enumerate(self.prompts) if p.examples}
+        return TileExemplars(pasted, plan.key(self.exemplars), plan.for_task(tile, self.exemplars))
 
     def warnings(self, overlap: int) -> list[str]:
         """One line per exemplar that fitted nowhere in some tiles, with the consequence and the fix."""

@@ -11,6 +11,7 @@ from affine import Affine
 from .errors import PromptError, UsageError
 from .grid import Tile
 from .model.runtime import MODEL_SIZE, VISUAL_PROMPT, ExampleBox
+from .piecekey import PASSES_PER_TILE
 from .wording import opt
 
 #: A box cut by a tile edge is given to that tile when at least this share of it lies inside, or when
@@ -233,4 +234,39 @@ def read_box_file(path: str, raster_crs) -> list[GeoBox]:
         if x1 <= x0 or y1 <= y0:
             raise InputDataError(f"{opt('box_file', path)}: a feature has no area (a point or line): draw boxes")
         out.append(GeoBox(x0, y0, x1, y1, positive))
+    return out
+
+
+# -- the prompts as one tile sees them ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TilePrompt:
+    """One prompt as one tile sees it: the model text, and the decoder passes' boxes (tile frame)."""
+
+    index: int
+    text: str
+    passes: tuple[tuple[ExampleBox, ...], ...] = ((),)
+
+
+def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int,
+                     pasted: dict[int, list[ExampleBox]] | None = None) -> list[TilePrompt]:
+    """The prompts as `tile` sees them: its example boxes in tile frame, split into decoder passes of
+    `slots` boxes; a box-only prompt without a positive box in the tile is left out. `pasted`: prompt
+    index -> the boxes of its exemplars pasted into this tile (`--box-scope image`:
+    `exemplars.TileExemplars.pasted`). Pieces of one pass share a piece key, so a tile takes at most
+    `piecekey.PASSES_PER_TILE` passes."""
+    out = []
+    for i, p in enumerate(prompts):
+        boxes = tile_boxes(p.boxes, tile) if p.boxes else []
+        if pasted is not None and p.examples:
+            boxes += pasted.get(i, [])
+        if p.text is None and not any(b.positive for b in boxes):
+            continue  # a box-only prompt finds nothing where it has no example
+        passes = tuple(tuple(c) for c in box_passes(boxes, slots)) if boxes else ((),)
+        if len(passes) > PASSES_PER_TILE:
+            raise PromptError(f"tile {tile.index} (row {tile.row}, col {tile.col}) holds {len(boxes)} example boxes of "
+                              f"prompt {p.label!r}: {len(passes)} decoder passes of {slots}, more than the "
+                              f"{PASSES_PER_TILE} one tile can take: give fewer example boxes (a few per kind of "
+                              f"object is enough) or use {opt('scale')} below 1")
+        out.append(TilePrompt(i, p.model_text, passes))
     return out

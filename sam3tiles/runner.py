@@ -29,9 +29,8 @@ from .frames import objects_frame
 from .grid import Tile
 from .merge import BlockMerger, Merged, MergeStats, Packed, tile_blocks
 from .model.registry import RuntimeSpec, get_runtime
-from .piecekey import PASSES_PER_TILE
 from .plan import InputPlan, RunPlan
-from .prompts import Prompt, box_passes, boxes_outside, tile_boxes
+from .prompts import Prompt, TilePrompt, boxes_outside, prompts_for_tile
 from .readers.remote import source_name
 from .refine import RefineHook, Refinement
 from .report import RunReport
@@ -39,7 +38,7 @@ from .thumbs import MAX_SIDE, Picture, panel_wh
 from .tileframe import TileFrames
 from .units import Frame
 from .writers.stream import ObjectSpool, SpoolInput
-from .tasks import (SourceSpec, TilePrompt, TileResult, infer_task, prepared_prompt, read_task, tile_batch_task,
+from .tasks import (SourceSpec, TileResult, infer_task, prepared_prompt, read_task, tile_batch_task,
                     vectorize_task)
 from .wording import opt
 
@@ -170,11 +169,11 @@ class InputRun:
 
         Checkpoints hold one result per (tile, prompt): a changed or added prompt recomputes only its part."""
         ex = self._exemplars_at(tile)
-        plan = ex.plan(tile) if ex is not None else None
-        tps = prompts_for_tile(self.plan.prompts, tile, self.slots, ex.pasted(plan) if plan is not None else None)
+        tx = ex.for_tile(tile) if ex is not None else None
+        tps = prompts_for_tile(self.plan.prompts, tile, self.slots, tx.pasted if tx is not None else None)
         if only is not None:
             tps = [tp for tp in tps if tp.index in only]
-        entries = self._entries(tile, tps, plan.key(ex.exemplars) if plan is not None else None)
+        entries = self._entries(tile, tps, tx.key if tx is not None else None)
         hits = {k: self.store.get(k) for _, _, k in entries} if self.store is not None else {}
         work = self.work[tile.index] = _TileWork(found=[(i, hits[k]) for i, _, k in entries if hits.get(k) is not None],
                                                  todo=[e for e in entries if hits.get(e[2]) is None])
@@ -190,8 +189,7 @@ class InputRun:
         if work.found:
             self.report.checkpoint["partial_tiles"] = self.report.checkpoint.get("partial_tiles", 0) + 1
         todo = {i for i, _, _ in work.todo}
-        return (tile, [tp for tp in tps if tp.index in todo],
-                plan.for_task(tile, ex.exemplars) if plan is not None else None)
+        return (tile, [tp for tp in tps if tp.index in todo], tx.task if tx is not None else None)
 
     def _exemplars_at(self, tile: Tile):
         """The example boxes' patches at the tile's scale (read once per scale: sub-tiles zoom in), or None."""
@@ -422,31 +420,6 @@ class _BatchedPuts:
         if self.store is not None and self.items:
             self.store.put_encoded(self.items)
         self.items, self.tiles, self.due = [], 0, time.monotonic() + self.SECONDS
-
-
-#: Decoder passes one tile can take (pieces of one pass share a piece key: `piecekey.piece_key`).
-MAX_PASSES = PASSES_PER_TILE
-
-
-def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int, pasted=None) -> list[TilePrompt]:
-    """The prompts as `tile` sees them: its example boxes in tile frame, split into decoder passes of
-    `slots` boxes; a box-only prompt without a positive box in the tile is left out. `pasted`: prompt ->
-    the boxes of its exemplars pasted into this tile (`--box-scope image`)."""
-    out = []
-    for i, p in enumerate(prompts):
-        boxes = tile_boxes(p.boxes, tile) if p.boxes else []
-        if pasted is not None and p.examples:
-            boxes += pasted(p)
-        if p.text is None and not any(b.positive for b in boxes):
-            continue  # a box-only prompt finds nothing where it has no example
-        passes = tuple(tuple(c) for c in box_passes(boxes, slots)) if boxes else ((),)
-        if len(passes) > MAX_PASSES:
-            raise PromptError(f"tile {tile.index} (row {tile.row}, col {tile.col}) holds {len(boxes)} example boxes of "
-                              f"prompt {p.label!r}: {len(passes)} decoder passes of {slots}, more than the "
-                              f"{MAX_PASSES} one tile can take: give fewer example boxes (a few per kind of "
-                              f"object is enough) or use {opt('scale')} below 1")
-        out.append(TilePrompt(i, p.model_text, passes))
-    return out
 
 
 def _exemplars_of(inp, prompts: Sequence[Prompt], opts, scale_xy: tuple[float, float]):

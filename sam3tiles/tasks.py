@@ -17,7 +17,8 @@ import numpy as np
 from .model.registry import RuntimeSpec, get_runtime
 from .errors import ModelError, shippable
 from .grid import Tile
-from .model.runtime import MAX_QUERIES, ExampleBox, PreparedPrompt, TileImage
+from .model.runtime import MAX_QUERIES, PreparedPrompt, TileImage
+from .prompts import TilePrompt
 from .readers import RasterSource, Stretch, gdal_env, open_source
 from .thumbs import take
 from .vectorize import EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, pieces_from_crops
@@ -34,15 +35,6 @@ class SourceSpec:
     path: str
     bands: tuple[int, ...]
     stretch: Stretch | None
-
-
-@dataclass(frozen=True)
-class TilePrompt:
-    """One prompt as one tile sees it: the model text, and the decoder passes' boxes (tile frame)."""
-
-    index: int
-    text: str
-    passes: tuple[tuple[ExampleBox, ...], ...] = ((),)
 
 
 @dataclass
