@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .errors import UsageError
-from .wording import opt, render
+from .wording import opt, render, spoken
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,8 @@ class WorkerWatch:
                 continue
             if since is None:
                 since = time.monotonic()
-                log.warning("no Dask worker %sis left at %s: waiting up to %g s (--worker-timeout) for one to join",
+                log.warning(spoken(f"no Dask worker %sis left at %s: waiting up to %g s ({opt('worker_timeout')}) for one "
+                                    "to join"),
                             kind, self.address, self.timeout)
             elif time.monotonic() - since >= self.timeout:
                 what = "the scheduler does not answer" if n is None else f"no Dask worker {kind}is left"

@@ -7,7 +7,7 @@ Exit codes (documented in the README):
 
 from __future__ import annotations
 
-from .wording import raw, render
+from .wording import raw, render, speaking
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -49,9 +49,12 @@ class worded:
         self.words = words
 
     def __enter__(self):
+        self._speaking = speaking(self.words)  # log lines and report notes inside: the same words
+        self._speaking.__enter__()
         return self
 
     def __exit__(self, kind, exc, tb):
+        self._speaking.__exit__(None, None, None)
         if isinstance(exc, Sam3TilesError) and exc.words is None:
             exc.words = self.words
         return False

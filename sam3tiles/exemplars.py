@@ -47,6 +47,7 @@ from .grid import Tile
 from .model.runtime import MASK_SIZE, MODEL_SIZE, Detections, ExampleBox, TileImage
 from .prompts import ExampleImage, GeoBox, Prompt, tile_boxes
 from .vectorize import InstanceCrop, crop_detections
+from .wording import opt
 
 #: Grid pixels of context read around an example box.
 MARGIN = 8
@@ -449,8 +450,8 @@ class InputExemplars:
                     else f"example image {b.path}")
             side = min(ex.box_px[2] - ex.box_px[0], ex.box_px[3] - ex.box_px[1])  # type: ignore[union-attr]
             fix = (too_large_fix(side, self.scale) if side > LIMIT else
-                   f"rerun with --box-scope image and the default --tile-size so the run adds an exemplar strip, "
-                   f"or a smaller --scale (overlap {overlap})")
+                   f"rerun with {opt('box_scope', 'image')} and the default {opt('tile_size')} so the run adds an "
+                   f"exemplar strip, or a smaller {opt('scale')} ({opt('overlap', overlap)})")
             out.append(f"{what} is {w}x{h} px with its context at this scale and fits in no free margin or strip of "
                        f"{n} tile(s): there it acts only where it lies. {fix}")
         if self.counts["over_bound"]:
@@ -464,7 +465,7 @@ def too_large_fix(side: float, scale: float) -> str:
     """The fix for an exemplar of `side` grid pixels (smaller side) over `LIMIT`."""
     s = math.floor(scale * LIMIT / side * 100) / 100
     return (f"Its smaller side is {side:.0f} px at this scale, over the {LIMIT} px (a third of SAM 3's "
-            f"{MODEL_SIZE} px input) an exemplar may take: use --scale {s:g} or below, or a tighter box")
+            f"{MODEL_SIZE} px input) an exemplar may take: use {opt('scale', format(s, 'g'))} or below, or a tighter box")
 
 
 def input_exemplars(src, prompts: Sequence[Prompt], scale_xy: tuple[float, float],

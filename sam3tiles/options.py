@@ -37,7 +37,7 @@ from .readers.base import parse_bands
 from .refine import DEFAULT_DEPTH, MAX_DEPTH, MODES as REFINE_MODES
 from .vectorize import EDGE_MARGIN
 
-__all__ = ["Opt", "opt", "Options", "declarations", "DEVICES", "ARGUMENTS", "spell"]
+__all__ = ["Opt", "opt", "Options", "declarations", "DEVICES", "ARGUMENTS"]
 
 #: Commands that take registry options on the command line.
 COMMANDS = ("segment", "plan", "run")

@@ -14,7 +14,6 @@ import logging
 import sys
 import time
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
 from typing import Any, Sequence
 
 import geopandas as gpd
@@ -41,7 +40,7 @@ from .targets import Targets
 from .writers.atomic import Deferred, deferred_renames, remove_stale_temps
 from .writers.labels import write_labels
 from .writers.stream import ObjectSpool
-from .wording import opt
+from .wording import opt, spoken
 
 log = logging.getLogger(__name__)
 
@@ -156,12 +155,12 @@ def _saturation_advice(report: RunReport, opts: Options) -> None:
 
     if opts.squash:
         line = (f"{report.saturated} squashed image(s) hit SAM 3's 200-object cap, so objects are missing: run "
-                "without --squash (tiles, zoomed in where dense)")
+                f"without {opt('squash')} (tiles, zoomed in where dense)")
     else:
         line = advice(report.saturated, opts.refine, opts.refine_depth if opts.refine == "auto" else 0)
     if opts.strict:
         raise TilesFailedError(line + f" ({opt('strict')}: the output is written; exit 5)")
-    log.warning(line)
+    log.warning(spoken(line))
 
 
 def run_input(engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport, store: TileStore | None,

@@ -42,7 +42,7 @@ from .writers.stream import check_dataset, is_dataset
 from .writers.held import settle
 from .writers.vector import check_geojson_frame, check_layer
 from .writers.labels import check_labels, check_labels_for, label_format
-from .wording import enable, mention, named_in, opt, raw
+from .wording import enable, mention, named_in, opt, raw, spoken
 
 #: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
 ENCODE_S, DECODE_S = 0.35, 0.07
@@ -187,7 +187,7 @@ class RunPlan:
                 label_format(self.labels, inp.crs, inp.levels)]
             lines.append(f"  {self.labels}  (label image, {kind})" + _exists(self.labels, "will be replaced"))
         if self.work_dir is not None:
-            lines.append(f"checkpoints: {self.work_dir}" + ("  (exists: a run resumes from it; --fresh starts over)"
+            lines.append(f"checkpoints: {self.work_dir}" + (spoken(f"  (exists: a run resumes from it; {opt('fresh')} starts over)")
                                                             if self.work_dir.is_dir() else ""))
         lines += [f"tiles: {e['tiles']} (all-nodata tiles are skipped at run time, checkpointed ones resumed)",
                   f"model calls: {e['encodes']} encodes, {e['decodes']} decodes (more when a tile holds more "
@@ -478,7 +478,8 @@ def with_exemplars(inp: InputPlan, prompts: Sequence[Prompt], opts: Options) -> 
         grid = dataclasses.replace(grid, tile_size=choice.tile_size)
         if opts.refine == "auto":
             Refiner(grid, opts.refine_depth)
-    note = choice.refused and f"exemplars too large for the free margin act only where they lie: {choice.refused}"
+    note = choice.refused and spoken(f"exemplars too large for the free margin act only where they lie: "
+                                     f"{choice.refused}")
     if note:
         log.warning("%s: %s", inp.path, note)
     return dataclasses.replace(inp, grid=grid, exemplar_strip=choice.strip, base_tiles=len(inp.grid),

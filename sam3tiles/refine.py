@@ -232,7 +232,7 @@ def advice(still: int, mode: str, depth: int) -> str:
     """One line for stderr about tiles whose answer may still miss objects."""
     if mode == "off" or depth == 0:
         return (f"{still} tile(s) hit SAM 3's 200-object cap, so objects there are missing: rerun with "
-                f"--refine auto (re-runs only those tiles zoomed in)")
-    fix = f"--refine-depth {depth + 1}" if depth < MAX_DEPTH else "a larger --scale"
-    return (f"{still} tile(s) still hit SAM 3's 200-object cap at --refine-depth {depth}, so objects there "
+                f"{opt('refine', 'auto')} (re-runs only those tiles zoomed in)")
+    fix = opt("refine_depth", depth + 1) if depth < MAX_DEPTH else f"a larger {opt('scale')}"
+    return (f"{still} tile(s) still hit SAM 3's 200-object cap at {opt('refine_depth', depth)}, so objects there "
             f"may be missing: rerun with {fix}")

@@ -40,7 +40,7 @@ from .units import Frame
 from .writers.stream import ObjectSpool, SpoolInput
 from .tasks import (SourceSpec, TileResult, infer_task, prepared_prompt, read_task, tile_batch_task,
                     vectorize_task)
-from .wording import opt
+from .wording import opt, spoken
 
 log = logging.getLogger(__name__)
 
@@ -440,7 +440,7 @@ def _report_exemplars(report: RunReport, exemplars, overlap: int, path: str) -> 
         return
     for k, v in exemplars.counts.items():
         report.exemplars[k] = report.exemplars.get(k, 0) + v
-    for line in exemplars.warnings(overlap):
+    for line in map(spoken, exemplars.warnings(overlap)):
         log.warning("%s: %s", path, line)
         report.exemplar_notes.append(f"{os.path.basename(path)}: {line}")
 

@@ -29,6 +29,7 @@ from typing import Sequence
 from .exemplars import LIMIT, patch_window, place
 from .grid import TileGrid
 from .model.runtime import MODEL_SIZE
+from .wording import opt
 
 __all__ = ["LIMIT", "StripChoice", "choose_strip", "fits", "patch_sizes", "strip_line"]
 
@@ -76,8 +77,8 @@ def choose_strip(patches: Sequence[tuple[int, int, float]], tile_size: int, over
         size -= 4
     if size <= 2 * overlap + 1:
         return StripChoice(too_large=big, refused=f"the exemplars need tiles of {size} px or less to leave them a "
-                           f"strip, which --overlap {overlap} does not allow: use --overlap {max(0, size // 2 - 64)} "
-                           "or a smaller --scale")
+                           f"strip, which {opt('overlap', overlap)} does not allow: use "
+                           f"{opt('overlap', max(0, size // 2 - 64))} or a smaller {opt('scale')}")
     return StripChoice(MODEL_SIZE - size, size, big)
 
 

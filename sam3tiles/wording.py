@@ -14,14 +14,21 @@ entry point words the markers in its own vocabulary:
 mark their errors `job` (key paths). The cli and job spellings come from the options registry
 (`options.py`, which registers them here: this module imports nothing of sam3tiles). Code that puts an
 error's text into another message takes `raw(error)`, so the markers stay for the entry point to spell.
+
+A log line or a report note has no error to carry its words: it is spelled when written, by `spoken(text)`,
+in the words of the entry point running (`speaking(words)`: the CLI for a command, `errors.worded` for a
+job; python otherwise). The words are held for the process too, so a line logged by a worker thread of
+the in-process engine is spelled as the command's own.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Callable
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Callable, Iterator
 
-__all__ = ["opt", "mention", "enable", "render", "named_in", "raw", "SPELLERS", "WORDS"]
+__all__ = ["opt", "mention", "enable", "render", "named_in", "raw", "speaking", "spoken", "SPELLERS", "WORDS"]
 
 _START, _SEP, _END = "\x02", "\x1f", "\x03"
 _MARK = re.compile("\x02([=!])([A-Za-z_][A-Za-z0-9_]*)(?:\x1f([^\x03]*))?\x03")
@@ -76,3 +83,24 @@ def named_in(text: str) -> set[str]:
 def raw(exc: BaseException) -> str:
     """An error's message with its markers, to be put into another message."""
     return Exception.__str__(exc)
+
+
+_SPOKEN: ContextVar[str | None] = ContextVar("sam3tiles_words", default=None)
+_PROCESS: list[str | None] = [None]  # the words of the entry point running, for threads it did not start
+
+
+@contextmanager
+def speaking(words: str | None) -> Iterator[None]:
+    """Inside, `spoken` spells markers in the vocabulary `words` (`WORDS`)."""
+    token, before = _SPOKEN.set(words), _PROCESS[0]
+    _PROCESS[0] = words
+    try:
+        yield
+    finally:
+        _SPOKEN.reset(token)
+        _PROCESS[0] = before
+
+
+def spoken(text: str) -> str:
+    """`text` (a log line, a report note) with its markers spelled in the running entry point's words."""
+    return render(text, _SPOKEN.get() or _PROCESS[0])

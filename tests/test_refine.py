@@ -228,6 +228,15 @@ def test_saturated_at_max_depth_advice_strict_and_plan(uniform, tmp_path, caplog
     assert sorted(planned["depth"].value_counts().items()) == [(0, 4), (1, subs)]
 
 
+def test_saturated_advice_from_python_names_keywords(uniform, caplog):
+    """The same advice for a Python caller: the keyword to pass, not a flag (`wording.spoken`)."""
+    s, work, _, _, _, _ = uniform
+    with caplog.at_level("WARNING", logger="sam3tiles"):
+        seg(s.path, refine="off", checkpoint=True, work_dir=work)  # resumes the grid tiles
+    advice = [m for m in caplog.messages if "object cap" in m]
+    assert len(advice) == 1 and "rerun with refine=auto (re-runs" in advice[0] and "--" not in advice[0], advice
+
+
 def test_slide_sub_tiles_read_the_matching_pyramid_level(cap, tmp_path, monkeypatch):
     from sam3tiles.readers.slide import SlideSource
     from sam3tiles.slidegen import Pyramid, write_slide

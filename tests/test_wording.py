@@ -183,3 +183,46 @@ def test_no_error_outside_the_cli_names_a_flag():
             if t.type not in (tokenize.NL, tokenize.COMMENT):
                 prev = t
     assert not found, found
+
+
+def _strings_naming_flags(path: Path, pattern: re.Pattern) -> list[str]:
+    """Every string of `path` (docstrings left out) that names a flag, but a shell command in backticks."""
+    docs = {n.body[0].value.lineno for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    found = []
+    for t in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        if t.type != tokenize.STRING or t.start[0] in docs:
+            continue
+        text = re.sub(r"`sam3tiles [^`]*`", "", t.string)  # a command to run names its flags
+        if (m := pattern.search(text)):
+            found.append(f"{path.relative_to(PACKAGE)}:{t.start[0]}: {m.group(1)}")
+    return found
+
+
+def test_no_log_line_or_advice_outside_the_cli_names_a_flag():
+    """Log warnings, advice and report notes name options by marker too, spelled when written
+    (`wording.spoken`) in the running entry point's words."""
+    flags = {fl for _, d in fields() for fl in d.flags} | {fl for fl, _ in ARGUMENTS.values() if fl.startswith("--")}
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(sorted(map(re.escape, flags), key=len, reverse=True)) + r")(?![\w-])")
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if "cli" in rel.parts or "qgis_plugin" in rel.parts or path.name in ("options.py", "wording.py"):
+            continue  # the CLI, the QGIS plugin's command line, and the flags' declarations
+        found += _strings_naming_flags(path, pattern)
+    assert not found, found
+
+
+def test_a_log_line_is_spoken_in_the_entry_points_words():
+    from sam3tiles.wording import speaking, spoken
+
+    line = f"rerun with {opt('refine', 'auto')} or {opt('scale')}"
+    assert spoken(line) == "rerun with refine=auto or scale"
+    with speaking("cli"):
+        assert spoken(line) == "rerun with --refine auto or --scale"
+        with worded("job"):
+            assert spoken(line) == "rerun with tiling.refine auto or tiling.scale"
+        assert spoken(line) == "rerun with --refine auto or --scale"
+    assert spoken(line) == "rerun with refine=auto or scale"
+

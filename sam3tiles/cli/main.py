@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..version import __version__
+from ..wording import speaking
 from .options import configure_logging, quiet_opt, verbose_opt
 
 
@@ -20,6 +21,7 @@ def cli(ctx, verbose, quiet):
     ctx.obj["verbose"] = verbose
     ctx.obj["quiet"] = quiet
     configure_logging(verbose, quiet)
+    ctx.with_resource(speaking("cli"))  # log lines and report notes name flags (`wording.spoken`)
 
 
 def _register() -> None:

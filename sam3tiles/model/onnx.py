@@ -35,7 +35,7 @@ from .tokenizer import get_tokenizer
 logger = logging.getLogger(__name__)
 
 from .providers import CPU, CUDA, DEVICES, TENSORRT, describe, names, precision_problem, requested
-from ..wording import opt, render
+from ..wording import opt, render, spoken
 
 _PROMPT_OUTPUTS = ("text_attention_mask", "text_memory")
 _DECODER_OUTPUTS = ("boxes", "scores", "masks")
@@ -121,10 +121,10 @@ class OnnxRuntime:
                              "onnxruntime-gpu with the TensorRT libraries on the library path, or use "
                              f"{opt('device', 'cuda')}") from None
         if device == "cuda" and CUDA not in available:
-            logger.warning(
+            logger.warning(spoken(
                 "device 'cuda' was requested but this onnxruntime has no CUDAExecutionProvider (it offers "
                 "%s): SAM 3 will run on the CPU, 10-20x slower. Install onnxruntime-gpu matching your "
-                "CUDA/cuDNN (pip install 'sam3tiles[gpu]'), or pass --device cpu to silence this.",
+                f"CUDA/cuDNN (pip install 'sam3tiles[gpu]'), or use {opt('device', 'cpu')} to silence this."),
                 ", ".join(available))
 
         options = ort.SessionOptions()
@@ -174,8 +174,8 @@ class OnnxRuntime:
             if not used or used[0] != want:
                 logger.warning("device %r: onnxruntime runs the SAM 3 %s graph on %s, not %s (a known fallback "
                                "of some onnxruntime / CUDA builds for opset-21 graphs): expect CPU speed, 10-20x "
-                               "slower. Check the onnxruntime-gpu / CUDA / cuDNN versions (`sam3tiles model "
-                               "info --device %s` lists the providers in use).", device, key,
+                               "slower. Check the onnxruntime-gpu / CUDA / cuDNN versions "
+                               "(`sam3tiles model info --device %s` lists the providers in use).", device, key,
                                ", ".join(used), want, device)
 
     def _load_session(self, ort, key: str, options, providers: list):

@@ -26,6 +26,7 @@ from scipy import ndimage
 
 from .runtime import (MASK_SIZE, MAX_QUERIES, MODEL_SIZE, Detections, ExampleBox, PreparedPrompt, TileImage,
                        VISUAL_PROMPT)
+from ..wording import opt
 
 MATCH_DISTANCE = 60.0
 _EIGHT = np.ones((3, 3), bool)
@@ -66,7 +67,7 @@ class ReferenceRuntime:
         if rgb is None:
             return PreparedPrompt(text, None, usable=False,
                                   note=f"the reference backend knows colour names only; {text!r} is not one, "
-                                       "so it finds nothing (use a colour such as 'red', or --backend onnx)")
+                                       f"so it finds nothing (use a colour such as 'red', or {opt('backend', 'onnx')})")
         return PreparedPrompt(text, payload=rgb)
 
     def decode(self, embedding: TileImage, prompt: PreparedPrompt,

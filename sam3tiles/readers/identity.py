@@ -31,6 +31,8 @@ import uuid
 import zipfile
 from pathlib import Path
 
+from ..wording import opt, spoken
+
 log = logging.getLogger(__name__)
 
 REMOTE_PREFIXES = ("/vsicurl/", "/vsicurl_streaming/")
@@ -245,8 +247,9 @@ def input_identity(path: str, files: list[str], bands, verify: bool = False, ds=
             stamp = f"unknown:{f}:{_RUN_NONCE}"
         h.update(stamp.encode())
     if unknown:
-        log.warning("%s: cannot tell whether %s changed since an earlier run (no size/time/ETag): its checkpoints "
-                    "will not be reused; --verify-inputs hashes its content instead", path, unknown[0])
+        log.warning(spoken("%s: cannot tell whether %s changed since an earlier run (no size/time/ETag): its "
+                           f"checkpoints will not be reused; {opt('verify_inputs')} hashes its content instead"),
+                    path, unknown[0])
     return h.hexdigest()[:16]
 
 
