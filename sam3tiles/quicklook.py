@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import zlib
 from pathlib import Path
 from typing import Sequence
 
@@ -161,7 +162,10 @@ def write_quicklook(path: str | os.PathLike, objects, results: Sequence, prompts
         y += 16
     p = Path(path)
     with atomic_path(p) as tmp:
-        canvas.save(tmp, format="PNG", compress_level=3)  # level 6 took seconds on a 1024 px picture
+        # zlib's run-length strategy: on a textured 1024 px picture (aerial, the benchmark scenes) 27% faster
+        # than the default strategy at level 3 and 11% smaller; a smooth one (a gradient) 2x larger, 100 KB,
+        # in the same 18 ms. Level 6 took seconds.
+        canvas.save(tmp, format="PNG", compress_level=3, compress_type=zlib.Z_RLE)
     return p
 
 
