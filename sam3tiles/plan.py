@@ -18,13 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import geopandas as gpd
 
 from .checks import check_box_file, check_input, check_plan, check_vrt_cycle, check_work_dir, replaceable
 from .errors import InputDataError, OutputExistsError, PromptError, UsageError
 from .grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from .limits import check_address_space
-from .tileframe import tile_frame
 from .model.files import require_model
 from .model.registry import RuntimeSpec, get_runtime, spec_identity
 from .options import Options
@@ -545,54 +543,3 @@ def check_prompts_here(spec: RuntimeSpec, prompts: Sequence[Prompt]) -> None:
     notes = [b.note or repr(b.text) for b in prepared if not b.usable]
     if notes:
         raise PromptError("; ".join(notes))
-
-
-@gdal_env()
-def tile_plan(inp: InputPlan, check_nodata: bool = True, report: dict | None = None) -> gpd.GeoDataFrame:
-    """One row per tile of a planned input: index, row, col, depth, offsets, valid size, has_data; geometry =
-    the tile's window in the CRS (column `core` holds the part the tile owns, as WKT). `report`: a run
-    report (dict) of this input; its refined tiles' sub-tiles are added as rows of depth >= 1 (column
-    `refined_prompts` on the refined tiles)."""
-    refined = refined_tiles(report, inp.path) if report and inp.grid is not None else []
-    tiles = list(inp.tiles()) + (sub_tiles(inp.grid, refined) if refined else [])
-    marks = {r["index"]: r["prompts"] for r in refined}
-    depth_of = Refiner(inp.grid, max(len(r["path"]) for r in refined)).depth_of if refined else (lambda i: 0)
-    with open_source(inp.path, bands=inp.bands, stretch=inp.stretch) as src:
-        rows = []
-        for t in tiles:
-            f = tile_frame(t, inp.overlap)
-            rows.append({"tile": t.index, "row": t.row, "col": t.col, "depth": depth_of(t.index), "x0": t.x0,
-                         "y0": t.y0, "valid_w": t.valid_wh[0], "valid_h": t.valid_wh[1],
-                         "has_data": src.tile_has_data(t) if check_nodata else True,
-                         "refined_prompts": ",".join(map(str, marks.get(t.index, []))),
-                         "core": f.core.buffer(0).wkt, "geometry": f.window})
-    return gpd.GeoDataFrame(rows, geometry="geometry", crs=inp.crs.to_wkt() if inp.crs else None)
-
-
-def refined_tiles(report: dict, path: str) -> list[dict]:
-    """The refined tiles of `path` in a run report: [{"path": [...], "prompts": [...], "index": ...}]."""
-    out = []
-    for t in (report.get("refine") or {}).get("tiles", []):
-        src = t.get("source", "")
-        if src and os.path.abspath(src) != os.path.abspath(path) and os.path.basename(src) != os.path.basename(path):
-            continue
-        out.append({"path": list(t["path"]), "prompts": t.get("prompts", []), "index": t["tile"]})
-    return out
-
-
-def sub_tiles(grid: TileGrid, refined: list[dict]) -> list[Tile]:
-    """The sub-tiles the refined tiles (by their paths from a grid tile) were split into, parents first."""
-    ref = Refiner(grid, max((len(r["path"]) for r in refined), default=1))
-    by_index: dict[int, Tile] = {}
-    out = []
-    for r in sorted(refined, key=lambda r: len(r["path"])):
-        p = r["path"]
-        if len(p) == 1 and not 0 <= p[0] < len(grid):
-            continue  # a report of another grid (other --scale or --overlap): nothing to show
-        tile = grid.tile(*divmod(p[0], grid.shape[1])) if len(p) == 1 else by_index.get(r["index"])
-        if tile is None:
-            continue
-        for s in ref.children(tile):
-            by_index[s.index] = s
-            out.append(s)
-    return out

@@ -26,7 +26,8 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
     """Print the tile count, skipped (all-nodata) tiles and a cost estimate for INPUT; optionally write
     the grid."""
     from ..chips import parse_example_images
-    from ..plan import DECODE_S, ENCODE_S, exemplar_lines, plan_input, refine_line, tile_plan, with_exemplars
+    from ..plan import DECODE_S, ENCODE_S, exemplar_lines, plan_input, refine_line, with_exemplars
+    from ..tilelayer import tile_plan
     from ..prompts import GeoBox, build_prompts
     from ..writers import check_output, write_vector
 

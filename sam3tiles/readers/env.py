@@ -1,6 +1,6 @@
 """GDAL's configuration for a run: a context entered by the run (`rasterio.Env`), never set at import.
 
-`gdal_env()` is entered around a run's pre-flight reads (`plan.plan_input`, `plan.tile_plan`), its
+`gdal_env()` is entered around a run's pre-flight reads (`plan.plan_input`, `tilelayer.tile_plan`), its
 execution (`pipeline.execute`: the in-process workers read in it) and every tile read on a worker
 (`tasks.read_task`: workers of a distributed cluster are other processes). A program that only imports
 sam3tiles keeps GDAL as it was; a setting the user made in the environment wins over these.
