@@ -8,8 +8,10 @@ refinement shares a parent's area with its sub-tiles. (Not `sam3tiles.frames`: t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Mapping, MutableMapping
+from typing import Iterator, Mapping, MutableMapping, Sequence
 
+import numpy as np
+import shapely
 from shapely.geometry import MultiLineString, Polygon
 
 from .grid import Tile
@@ -50,6 +52,26 @@ def tile_frame(tile: Tile, overlap: int) -> TileFrame:
                      exclusive=excl, pixel=abs(t.a * t.e - t.b * t.d) ** 0.5, edges=edges)
 
 
+def tile_windows(tiles: Sequence[Tile]) -> tuple[np.ndarray, np.ndarray]:
+    """The windows of many tiles at once (polygons with `tile_frame(t, ...).window`'s coordinates, made by
+    the same arithmetic) and their `pixel` sizes: what the block merge needs of every tile up front, without
+    the other three shapes of each frame (a tenth of the time)."""
+    n = len(tiles)
+    if not n:
+        return np.zeros(0, dtype=object), np.zeros(0)
+    aff = np.empty((n, 6))
+    wh = np.empty((n, 2))
+    for i, t in enumerate(tiles):
+        aff[i] = tuple(t.transform)[:6]
+        wh[i] = t.valid_wh
+    a, b, c, d, e, f = aff.T
+    x = np.stack([np.zeros(n), wh[:, 0], wh[:, 0], np.zeros(n)], axis=1)  # the corners as `_poly` orders them
+    y = np.stack([np.zeros(n), np.zeros(n), wh[:, 1], wh[:, 1]], axis=1)
+    px = x * a[:, None] + y * b[:, None] + c[:, None]  # Affine @ (x, y): x * a + y * b + c, in that order
+    py = x * d[:, None] + y * e[:, None] + f[:, None]
+    return shapely.polygons(np.stack([px, py], axis=2)), np.abs(a * e - b * d) ** 0.5
+
+
 class TileFrames(MutableMapping):
     """Tile index -> `TileFrame` of a grid's tiles, made when asked and not kept (four polygons, ~2 KB a
     tile: 200 MB for a 10^5-tile grid held for nothing); frames set here (a refined tile's shared frame,
@@ -64,6 +86,20 @@ class TileFrames(MutableMapping):
 
     def __setitem__(self, i: int, frame: TileFrame) -> None:
         self._set[int(i)] = frame
+
+    def windows(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """`tile_windows` of the tiles `ids`, frames set here taken as they are."""
+        windows, pixels = tile_windows([self.tiles[i] for i in ids if i not in self._set])
+        if len(windows) == len(ids):
+            return windows, pixels
+        out, pix, k = np.empty(len(ids), dtype=object), np.empty(len(ids)), 0
+        for j, i in enumerate(ids):
+            f = self._set.get(i)
+            if f is None:
+                out[j], pix[j], k = windows[k], pixels[k], k + 1
+            else:
+                out[j], pix[j] = f.window, f.pixel
+        return out, pix
 
     def __delitem__(self, i: int) -> None:
         raise TypeError("a tile's frame cannot be removed")

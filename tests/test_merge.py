@@ -137,3 +137,27 @@ def test_linked_slivers_beside_an_owned_object_are_dropped():
     merged, stats = merge_pieces(pieces, frames)
     assert [g.bounds for g in merged.geometry] == [x.bounds]
     assert stats.slivers_dropped == 2 and stats.stitched == 0
+
+
+@pytest.mark.parametrize("transform", [Affine(0.5, 0, 500000.25, 0, -0.5, 4100000.75),
+                                       Affine(0.4, 0.3, 500000.123, 0.3, -0.4, 4100000.7),
+                                       Affine(1e-5, 0, 13.4, 0, -1e-5, 52.5)])
+@pytest.mark.parametrize("scale", [1.0, 0.37, 2.5])
+def test_tile_windows_at_once_are_the_frames_windows(transform, scale):
+    """`tile_windows` (what the block merge builds up front) gives each tile's frame window to the bit,
+    north-up or rotated, at any zoom; frames set on `TileFrames` (sub-tiles) are taken as they are."""
+    from sam3tiles.tileframe import TileFrames, tile_windows
+
+    g = TileGrid(5300, 4100, transform=transform, scale=scale)
+    tiles = list(g)
+    windows, pixels = tile_windows(tiles)
+    frames = [tile_frame(t, g.overlap) for t in tiles]
+    assert shapely.to_wkb(windows).tolist() == [shapely.to_wkb(f.window) for f in frames]
+    assert pixels.tolist() == [f.pixel for f in frames]
+    lazy = TileFrames({t.index: t for t in tiles}, g.overlap)
+    from dataclasses import replace
+
+    lazy[tiles[1].index] = odd = replace(frames[1], window=box(0, 0, 1, 1), pixel=7.0)
+    w, p = lazy.windows([t.index for t in tiles])
+    assert w[1] is odd.window and p[1] == 7.0
+    assert shapely.to_wkb(np.delete(w, 1)).tolist() == shapely.to_wkb(np.delete(windows, 1)).tolist()

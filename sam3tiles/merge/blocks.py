@@ -115,13 +115,14 @@ class BlockMerger:
         self.submit = submit
         self.iou_min, self.ios_min = iou_min, ios_min
         self._tile_ids = np.asarray(sorted(frames), dtype=np.int64)
-        pixel, windows = 0.0, []
-        for t in self._tile_ids.tolist():  # one frame at a time: only the windows are kept
-            f = frames[t]
-            pixel = max(pixel, f.pixel)
-            windows.append(f.window)
-        self.reach = 8 * pixel
-        self._windows = np.asarray(windows, dtype=object)
+        ids = self._tile_ids.tolist()
+        if isinstance(self.frames, TileFrames):  # only the windows are made, all at once
+            self._windows, pixels = self.frames.windows(ids)
+        else:
+            self._windows = np.empty(len(ids), dtype=object)
+            self._windows[:] = [frames[t].window for t in ids]
+            pixels = np.asarray([frames[t].pixel for t in ids])
+        self.reach = 8 * float(pixels.max(initial=0.0))
         self._tile_block = np.asarray([self.blocks[int(t)] for t in self._tile_ids], dtype=np.int64)
         self._wtree = shapely.STRtree(self._windows) if len(self._windows) else None
         self._waiting: dict[int, set] = {}
