@@ -80,7 +80,7 @@ class InputRun:
         self.puts = _BatchedPuts(store)
         self.opts = plan.options
         self.spec: RuntimeSpec = plan.spec
-        self.source = SourceSpec(inp.path, inp.bands, inp.stretch)
+        self.source = SourceSpec(inp.path, inp.bands, inp.stretch, inp.identity)
         self.tiles: dict[int, Tile] = {}
         self.work: dict[int, _TileWork] = {}  # tiles planned and not finished only
         self.queue: deque = deque()  # sub-tiles to submit next: (tile, [TilePrompt], pasted exemplars or None)

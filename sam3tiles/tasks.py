@@ -30,11 +30,14 @@ SATURATION = int(0.95 * MAX_QUERIES)
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """How to open one input on any worker."""
+    """How to open one input on any worker. `identity`: the input's checkpoint identity when planned (size,
+    time, content samples: `readers.identity`), so a worker's open dataset is reused only for the same
+    file content (a long-lived client runs many jobs: a file changed between them is opened anew)."""
 
     path: str
     bands: tuple[int, ...]
     stretch: Stretch | None
+    identity: str = ""
 
 
 @dataclass
@@ -68,12 +71,17 @@ _local = threading.local()
 
 
 def _open_source(spec: SourceSpec) -> RasterSource:
-    # one open dataset per thread: GDAL handles must not be shared across threads
+    # one open dataset per thread: GDAL handles must not be shared across threads. A thread of a client that
+    # outlives the run keeps it for the next run of the same input, so the key holds the input's identity:
+    # a dataset opened on the file before it changed (renamed over, or rewritten in place) is closed, never
+    # read again (it would read the old file, or GDAL's cached blocks of it)
     cache = getattr(_local, "sources", None)
     if cache is None:
         cache = _local.sources = {}
     src = cache.get(spec)
     if src is None:
+        for old in [k for k in cache if k.path == spec.path]:
+            cache.pop(old).close()
         src = cache[spec] = open_source(spec.path, bands=spec.bands, stretch=spec.stretch)
     return src
 

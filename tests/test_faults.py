@@ -463,3 +463,26 @@ def test_a_report_the_job_wrote_is_its_own_to_replace_but_not_once_edited(tmp_pa
     r = _seg(src, "--out", out)
     assert r.exit_code == 2 and "the report" in r.stderr and "did not write it" in r.stderr, r.stderr
     assert report.read_text().endswith(" ")
+
+
+@pytest.mark.parametrize("how", ["replaced", "rewritten"])
+def test_an_input_changed_between_runs_on_one_client_is_read_anew(tmp_path, how):
+    """A notebook keeps one in-process Dask client for several runs: a file changed between them (replaced
+    by a rename, or rewritten where it is) must be read as it is now, not through a worker thread's dataset
+    handle from the run before (which reads the old file, or its blocks from GDAL's cache)."""
+    from distributed import Client
+
+    a = _write(tmp_path / "a.tif", _image(at=(120, 100)))
+    # one thread: the second run's read is on the thread that read the file before (the old handle's)
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=":0") as client:
+        first, _ = segment_job(str(a), ["blue"], backend="reference", client=client, checkpoint=False)
+        assert len(first) == 1
+        if how == "replaced":
+            _write(tmp_path / "b.tif", _image(at=(250, 350)))
+            os.replace(tmp_path / "b.tif", a)
+        else:
+            with rasterio.open(a, "r+") as ds:  # the same file, its pixels written anew
+                ds.write(_image(at=(250, 350)))
+        second, _ = segment_job(str(a), ["blue"], backend="reference", client=client, checkpoint=False)
+    assert len(second) == 1
+    assert not second.geometry.iloc[0].intersects(first.geometry.iloc[0])  # the block as it is now
