@@ -421,11 +421,13 @@ def _check_labels(labels, paths: list[str], overwrite: bool) -> Path | None:
 
 def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:
     """The runtime spec of `opts`; for onnx the model folder is found (or ModelNotFoundError names how
-    to get it) and set in the returned copy of the options (the caller's are not changed)."""
+    to get it) and set in the returned copy of the options (the caller's are not changed), and the spec
+    carries the files' fingerprint (`RuntimeSpec.files`)."""
     spec = opts.runtime_spec()
     if spec.backend == "onnx":
         opts = dataclasses.replace(opts, model=str(require_model(opts.model)))
         spec = opts.runtime_spec()
+        spec = dataclasses.replace(spec, files=spec_identity(spec))  # files replaced later: loaded anew
     return opts, spec
 
 

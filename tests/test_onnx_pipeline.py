@@ -179,3 +179,21 @@ def test_one_mask_per_prompt_graphs_cover_the_scene(tmp_path):
         assert (gdf["prompt"] == cls).sum() == (scene.truth["class"] == cls).sum()
     for c in rep.merge["coverage"].values():
         assert c["out"] >= 0.99 * c["owned"]
+
+
+def test_model_files_replaced_between_jobs_in_one_process_are_loaded_anew(tmp_path, colour_models):
+    """A notebook keeps its process between jobs; `sam3tiles model fetch` (or a re-export) replaces the files
+    in the model folder meanwhile. The next job must run the files as they are now, not the sessions
+    loaded from the old ones (which would label old answers with the new files' identity)."""
+    from sam3tiles.model.registry import runtime_stats
+
+    path = _scene(tmp_path)
+    gdf, rep = segment_job(str(path), ["red", "blue"], backend="onnx", model=str(colour_models), checkpoint=False)
+    assert len(gdf) == 2
+    build_contract_models(tmp_path / "other", decoder="box-echo", grid=1)  # answers boxes only: nothing to a text
+    (colour_models / "sam3_decoder.onnx").unlink()
+    (tmp_path / "other" / "sam3_decoder.onnx").rename(colour_models / "sam3_decoder.onnx")
+    gdf2, rep2 = segment_job(str(path), ["red", "blue"], backend="onnx", model=str(colour_models), checkpoint=False)
+    assert rep2.model != rep.model
+    assert len(gdf2) == 0
+    assert sum(s.get("onnx", {}).get("loads", 0) for s in [runtime_stats()]) == 1  # the old sessions dropped

@@ -21,7 +21,7 @@ import os
 import pickle
 import threading
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -84,6 +84,9 @@ class RuntimeSpec:
     factory: Callable[[], ModelRuntime] | None = field(default=None, compare=False, repr=False)
     #: the checkpoint identity of an object or callable backend, read once where it was handed over
     identity: str = field(default="", compare=False, repr=False)
+    #: the model files' fingerprint when the run was planned (onnx: `spec_identity`); part of the spec, so a
+    #: process that ran a job keeps no sessions of files replaced since (`get_runtime` drops them)
+    files: str = ""
 
     def __post_init__(self) -> None:
         if not self.token and self.backend not in BUILTIN and self.backend not in installed_backends():
@@ -222,6 +225,10 @@ def get_runtime(spec: RuntimeSpec) -> ModelRuntime:
     with _lock:
         rt = _cache.get(spec)
         if rt is None:
+            if spec.files:  # sessions of the same backend and folder from files replaced since: never used again
+                for old in [k for k in _cache if k.files and replace(k, files="") == replace(spec, files="")]:
+                    del _cache[old]
+                    load_counts.pop(old, None)
             rt = build_runtime(spec)
             _cache[spec] = rt
             load_counts[spec] = load_counts.get(spec, 0) + 1
@@ -254,7 +261,7 @@ def spec_identity(spec: RuntimeSpec) -> str:
     if spec.identity:
         return spec.identity
     if spec.backend == "onnx" and not spec.token:  # fp16 (TensorRT) answers differ: its own checkpoints
-        return _onnx_files_identity(spec.model_dir) + (":fp16" if _fp16(spec) else "")
+        return spec.files or _onnx_files_identity(spec.model_dir) + (":fp16" if _fp16(spec) else "")
     if spec.backend in ("reference", "simulated") and not spec.token:
         return build_runtime(spec).identity
     return _identity_of(get_runtime(spec))
