@@ -4,6 +4,8 @@ Real onnxruntime sessions on contract-faithful test graphs (this machine has no 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -36,14 +38,36 @@ def test_what_each_device_and_precision_asks_for(tmp_path):
     assert requested("cuda", "fp32", gpu) == [(CUDA, {"use_tf32": "0"}), CPU]
     assert requested("auto", "tf32", gpu) == [(CUDA, {"use_tf32": "1"}), CPU]
     assert requested("auto", "tf32", [CPU]) == [CPU]  # no CUDA here: the CPU, as `auto` says
-    trt, cuda, cpu = requested("tensorrt", "auto", gpu, tmp_path / "model")
-    assert trt == (TENSORRT, {"trt_fp16_enable": "1", "trt_engine_cache_enable": "1",
-                              "trt_engine_cache_path": str(tmp_path / "model" / "trt-cache")})  # beside the model
+    trt, cuda, cpu = requested("tensorrt", "auto", gpu, tmp_path / "model", "onnx:0123abcd", "1.22.0")
+    assert trt == (TENSORRT, {"trt_fp16_enable": "1", "trt_engine_cache_enable": "1",  # beside the model, by files
+                              "trt_engine_cache_path": str(tmp_path / "model" / "trt-cache" / "0123abcd-fp16-ort1.22.0")})
     assert (cuda, cpu) == (CUDA, CPU)
     assert requested("tensorrt", "fp32", gpu)[0][1]["trt_fp16_enable"] == "0"
     assert requested("tensorrt", "fp32", gpu)[1] == (CUDA, {"use_tf32": "0"})
     with pytest.raises(LookupError):
         requested("tensorrt", "fp16", [CUDA, CPU])
+
+
+def test_new_weights_or_a_new_onnxruntime_get_new_tensorrt_engines(tmp_path):
+    """onnxruntime names a cached TensorRT engine by the model's path, not its weights: re-fetched weights
+    at the same path would run the old engine. The cache folder is keyed by the files' fingerprint, the
+    precision and onnxruntime's version."""
+    from sam3tiles.model.files import files_fingerprint
+    from sam3tiles.testing.graphs import build_contract_models
+
+    d = build_contract_models(tmp_path / "model")
+    gpu = [TENSORRT, CUDA, CPU]
+
+    def cache(precision="auto", version="1.22.0"):
+        return requested("tensorrt", precision, gpu, d, files_fingerprint(d), version)[0][1]["trt_engine_cache_path"]
+
+    before = cache()
+    weights = d / "sam3_image_encoder.onnx.data"
+    data = bytearray(weights.read_bytes())
+    data[100] ^= 0xFF  # new weights, the same graph and sizes
+    weights.write_bytes(bytes(data))
+    assert cache() != before and Path(cache()).parent == Path(before).parent == d / "trt-cache"
+    assert cache("fp32") != cache() and cache(version="1.23.0") != cache()
 
 
 @pytest.mark.skipif(HAS_TRT, reason="this onnxruntime has TensorRT")

@@ -435,3 +435,22 @@ def find_vocab(model_dir: str | os.PathLike[str] | None = None) -> Path:
     raise ModelNotFoundError(
         f"the CLIP vocabulary {VOCAB_NAME} is not in {directory}: run `sam3tiles model fetch --dir "
         f"{directory}` to download it (or set {VOCAB_ENV} to the file's path)")
+
+
+def files_fingerprint(model_dir: str | os.PathLike[str] | None) -> str:
+    """"onnx:" + a hash of the names, sizes and the first and last MiB of every graph and weight file in
+    `model_dir`: cheap on 3.4 GB, and any re-export, new release or corruption changes it (a full sha256 is
+    `sam3tiles model verify`'s job). The model's checkpoint identity, and the key of its TensorRT engines."""
+    d = Path(model_dir) if model_dir else None
+    if d is None or not d.is_dir():
+        return "onnx:unknown"
+    h = hashlib.sha256()
+    for f in sorted([*d.glob("*.onnx"), *d.glob("*.onnx.data")]):
+        size = f.stat().st_size
+        h.update(f"{f.name}:{size}".encode())
+        with open(f, "rb") as fh:
+            h.update(fh.read(1 << 20))
+            if size > 2 << 20:
+                fh.seek(size - (1 << 20))
+                h.update(fh.read(1 << 20))
+    return "onnx:" + h.hexdigest()[:16]

@@ -28,7 +28,8 @@ import numpy as np
 
 from ..errors import ContractError, ModelError
 from .contract import CONTRACT, EMBEDDING_OUTPUTS, TensorSpec, check_graph, raise_for_differences
-from .files import DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, require_model
+from .files import (DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, files_fingerprint,
+                    require_model)
 from .runtime import MODEL_SIZE, Detections, ExampleBox, PreparedPrompt, TileImage
 from .tokenizer import get_tokenizer
 
@@ -114,7 +115,8 @@ class OnnxRuntime:
         self.requested_device, self.precision = device, precision
         available = ort.get_available_providers()
         try:
-            providers = requested(device, precision, available, self.model_dir)
+            providers = requested(device, precision, available, self.model_dir,
+                                  files_fingerprint(self.model_dir) if device == "tensorrt" else "", ort.__version__)
         except LookupError:
             raise ModelError(f"{opt('device', 'tensorrt')}: this onnxruntime ({ort.__version__}) has no "
                              f"TensorrtExecutionProvider (it offers {', '.join(available)}). Install "

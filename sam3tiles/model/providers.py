@@ -4,8 +4,9 @@
 * `cuda` / `auto`: CUDA (then the CPU for what CUDA cannot run). `--precision tf32` / `fp32` set the CUDA
   provider's `use_tf32` on / off (TF32 matmuls and convolutions on Ampere and later: ~2-3x faster, 10
   mantissa bits); `auto` leaves onnxruntime's default (on).
-* `tensorrt`: TensorRT (then CUDA, then CPU), with its engine cache in `trt-cache/` beside the model
-  (building the engines takes minutes the first time; the cache makes later runs start in seconds) and
+* `tensorrt`: TensorRT (then CUDA, then CPU), with its engine cache in `trt-cache/` beside the model, a
+  folder per model files and onnxruntime version (`engine_cache`; building the engines takes minutes the
+  first time; the cache makes later runs start in seconds) and
   fp16 on unless `--precision` is fp32 or tf32. TensorRT must be offered by this onnxruntime (the
   onnxruntime-gpu wheel and the TensorRT libraries): otherwise the run refuses (exit 4), since silently
   running fp32 CUDA or the CPU instead is not what was asked for.
@@ -42,10 +43,22 @@ def precision_problem(device: str, precision: str) -> str | None:
     return None
 
 
-def requested(device: str, precision: str, available: list[str], model_dir: Path | None = None) -> list:
+def engine_cache(model_dir: Path, files: str, fp16: bool, ort_version: str) -> Path:
+    """The TensorRT engine cache of these model files: `trt-cache/` beside them, one folder per files'
+    fingerprint (`files.files_fingerprint`), precision and onnxruntime version. onnxruntime names an engine
+    by a hash of the model's path (or of its input and node output names), never of its weights
+    (`GenerateMetaDefId` in onnxruntime's model_metadef_id_generator.h), so it reuses a cached engine whose
+    model file was replaced: re-fetched weights at the same path would run the old engines. A new
+    fingerprint or version gets new engines."""
+    key = f"{files.replace('onnx:', '')}-{'fp16' if fp16 else 'fp32'}-ort{ort_version}"
+    return Path(model_dir) / TRT_CACHE / key
+
+
+def requested(device: str, precision: str, available: list[str], model_dir: Path | None = None,
+              files: str = "", ort_version: str = "") -> list:
     """onnxruntime's `providers=` for `device` and `precision`, given the `available` providers: names, or
-    (name, options) pairs. `tensorrt` without TensorRT available raises LookupError (the caller says
-    what to install)."""
+    (name, options) pairs; TensorRT's engines cached in `engine_cache(model_dir, files, ...)`. `tensorrt`
+    without TensorRT available raises LookupError (the caller says what to install)."""
     cuda_opts = {} if precision in ("auto", "fp16") else {"use_tf32": "1" if precision == "tf32" else "0"}
     cuda = (CUDA, cuda_opts) if cuda_opts else CUDA
     if device == "cpu":
@@ -53,10 +66,10 @@ def requested(device: str, precision: str, available: list[str], model_dir: Path
     if device == "tensorrt":
         if TENSORRT not in available:
             raise LookupError(TENSORRT)
-        trt = {"trt_fp16_enable": "1" if precision in ("auto", "fp16") else "0",
-               "trt_engine_cache_enable": "1"}
+        fp16 = precision in ("auto", "fp16")
+        trt = {"trt_fp16_enable": "1" if fp16 else "0", "trt_engine_cache_enable": "1"}
         if model_dir is not None:
-            trt["trt_engine_cache_path"] = str(Path(model_dir) / TRT_CACHE)
+            trt["trt_engine_cache_path"] = str(engine_cache(model_dir, files, fp16, ort_version))
         return [(TENSORRT, trt), *([cuda] if CUDA in available else []), CPU]
     return [cuda, CPU] if CUDA in available else [CPU]
 

@@ -30,6 +30,7 @@ from typing import Any, Callable, Union
 import cloudpickle
 
 from ..errors import ModelError, UsageError
+from .files import files_fingerprint
 from .onnx import OnnxRuntime  # imports onnxruntime (an optional extra) only when it builds a session
 from .providers import DEVICES, precision_problem
 from .reference import ReferenceRuntime
@@ -261,7 +262,7 @@ def spec_identity(spec: RuntimeSpec) -> str:
     if spec.identity:
         return spec.identity
     if spec.backend == "onnx" and not spec.token:  # fp16 (TensorRT) answers differ: its own checkpoints
-        return spec.files or _onnx_files_identity(spec.model_dir) + (":fp16" if _fp16(spec) else "")
+        return spec.files or files_fingerprint(spec.model_dir) + (":fp16" if _fp16(spec) else "")
     if spec.backend in ("reference", "simulated") and not spec.token:
         return build_runtime(spec).identity
     return _identity_of(get_runtime(spec))
@@ -271,19 +272,3 @@ def _fp16(spec: RuntimeSpec) -> bool:
     return spec.device == "tensorrt" and spec.precision in ("auto", "fp16")
 
 
-def _onnx_files_identity(model_dir: str | None) -> str:
-    d = Path(model_dir) if model_dir else None
-    if d is None or not d.is_dir():
-        return "onnx:unknown"
-    # names, sizes and the first and last MiB of every graph and weight file: cheap on 3.4 GB, and any
-    # re-export or corruption changes it (a full sha256 is `sam3tiles model verify`'s job)
-    h = hashlib.sha256()
-    for f in sorted([*d.glob("*.onnx"), *d.glob("*.onnx.data")]):
-        size = f.stat().st_size
-        h.update(f"{f.name}:{size}".encode())
-        with open(f, "rb") as fh:
-            h.update(fh.read(1 << 20))
-            if size > 2 << 20:
-                fh.seek(size - (1 << 20))
-                h.update(fh.read(1 << 20))
-    return "onnx:" + h.hexdigest()[:16]
