@@ -17,7 +17,6 @@ built from the options registry (`options.py`). The format is documented in docs
 from __future__ import annotations
 
 import difflib
-import functools
 import glob
 import os
 import time
@@ -30,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from .errors import JobFileError, Sam3TilesError, worded
-from .options import Opt, Options, cross_problems
+from .options import Opt, Options, cross_problems, type_hints
 from .pipeline import execute
 from .plan import RunPlan, plan_run
 from .prompts import GeoBox
@@ -72,16 +71,11 @@ def _job_type(f, d: Opt, cls: type) -> Any:
     allowed = d.allowed()
     if allowed is not None:
         return Literal[allowed]  # type: ignore[valid-type]
-    hint = _hints(cls)[f.name]
+    hint = type_hints(cls)[f.name]
     args = typing.get_args(hint)
     if any(typing.get_origin(a) is tuple for a in args):  # tuple[int, ...] | None: a YAML list
         return list[typing.get_args(next(a for a in args if typing.get_origin(a) is tuple))[0]] | None
     return hint
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
 
 
 def _job_parse(name: str, parse):

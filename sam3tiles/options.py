@@ -312,13 +312,14 @@ def named(name: str, cls: type | None = None) -> str:
 
 def value_type(name: str, cls: type | None = None) -> type | None:
     """The plain type of an option's values (int, float, bool, str; None for others), None allowed aside."""
-    hint = _hints(cls or Options)[name]
+    hint = type_hints(cls or Options)[name]
     args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
     return args[0] if len(args) == 1 and args[0] in (int, float, bool, str) else None
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
+def type_hints(cls: type) -> dict[str, Any]:
+    """`typing.get_type_hints` of an options class (the registry's and the job file's field types), once."""
     return typing.get_type_hints(cls)
 
 
