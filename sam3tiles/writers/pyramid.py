@@ -123,7 +123,7 @@ def burn(query, width: int, height: int, transform: Affine, check_ids, block: in
     for x0, y0, w, h in blocks(width, height, block):
         out = np.zeros((h, w), np.uint32)
         # all four corners: a rotated or sheared transform's window is no axis-aligned box
-        xs, ys = zip(*(transform * (c, r) for c in (x0, x0 + w) for r in (y0, y0 + h)))
+        xs, ys = zip(*(transform @ (c, r) for c in (x0, x0 + w) for r in (y0, y0 + h)))
         geoms, ids = query(min(xs), min(ys), max(xs), max(ys))
         if len(ids):
             check_ids(ids)
