@@ -41,7 +41,7 @@ def run(ctx, job_file, dry_run, fresh, verbose, quiet, strict=None):
     _, report = run_job(lj, fresh=fresh, strict=strict or None, progress=not quiet, return_objects=False)
     if not quiet:
         click.echo(report.summary(), err=True)
-        click.echo(f"wrote {report.objects} objects to {lj.output}", err=True)
+        click.echo(f"wrote {report.objects} object{'' if report.objects == 1 else 's'} to {lj.output}", err=True)
     if report.failed:
         ctx.exit(EXIT_FAILED_TILES)
 
