@@ -486,3 +486,22 @@ def test_an_input_changed_between_runs_on_one_client_is_read_anew(tmp_path, how)
         second, _ = segment_job(str(a), ["blue"], backend="reference", client=client, checkpoint=False)
     assert len(second) == 1
     assert not second.geometry.iloc[0].intersects(first.geometry.iloc[0])  # the block as it is now
+
+
+def test_an_input_of_unknown_identity_is_never_resumed_even_in_the_same_process(tmp_path):
+    """A file whose change cannot be told (no size, time or ETag: here GDAL's in-memory /vsimem/, which a
+    notebook writes with rasterio) never reuses checkpoints, as the warning says: not those of an earlier
+    run in another process, nor of one in this process (the identity's nonce was drawn once a process)."""
+    path = "/vsimem/sam3tiles-test-unknown.tif"
+    try:
+        _write(path, _image(at=(120, 100)))
+        first, _ = _run(path, tmp_path, work_dir=tmp_path / "work")
+        _write(path, _image(at=(250, 350)))  # new content at the same name
+        second, rep = _run(path, tmp_path, work_dir=tmp_path / "work")
+    finally:
+        import rasterio.shutil
+
+        if rasterio.shutil.exists(path):
+            rasterio.shutil.delete(path)
+    assert rep.resumed == 0 and len(second) == 1
+    assert not second.geometry.iloc[0].intersects(first.geometry.iloc[0])

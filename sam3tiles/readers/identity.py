@@ -40,7 +40,6 @@ REMOTE_PREFIXES = ("/vsicurl/", "/vsicurl_streaming/")
 CLOUD_SCHEMES = {"s3": "/vsis3/", "gs": "/vsigs/", "az": "/vsiaz/", "azure": "/vsiaz/", "oss": "/vsioss/"}
 CLOUD_PREFIXES = ("/vsis3/", "/vsigs/", "/vsiaz/", "/vsiadls/", "/vsioss/", "/vsiswift/", "/vsis3_streaming/",
                   "/vsigs_streaming/", "/vsiaz_streaming/")
-_RUN_NONCE = uuid.uuid4().hex  # an unknown identity matches nothing stored by another run
 
 
 def local_path_of(path: str) -> str | None:
@@ -244,7 +243,7 @@ def input_identity(path: str, files: list[str], bands, verify: bool = False, ds=
         stamp = stamps[k] if stamps is not None and k < len(stamps) else file_stamp(f)
         if stamp is None:
             unknown.append(f)
-            stamp = f"unknown:{f}:{_RUN_NONCE}"
+            stamp = f"unknown:{f}:{uuid.uuid4().hex}"  # matches nothing stored before, in any process
         h.update(stamp.encode())
     if unknown:
         log.warning(spoken("%s: cannot tell whether %s changed since an earlier run (no size/time/ETag): its "
