@@ -113,3 +113,16 @@ def test_the_report_names_the_providers_each_graph_ran_on(graphs, tmp_path):
     lines = rep.summary().splitlines()
     for graph in ("image_encoder", "language_encoder", "decoder"):
         assert f"providers (onnx, {graph}): CPUExecutionProvider" in lines
+
+
+def test_checkpoints_of_one_precision_are_not_resumed_under_another(graphs, tmp_path):
+    """TF32 and FP32 answers differ (10 against 23 mantissa bits), as fp16's do: a run asked for another
+    precision than the checkpoints were made with recomputes, so that a comparison of precisions compares
+    answers, not one answer with itself. (`auto` keeps its own identity: on a GPU it is TF32, on a CPU FP32,
+    which the plan cannot know: it never shares with an explicit choice.)"""
+    path, work = _scene(tmp_path), tmp_path / "work"
+    _, a = segment_job(str(path), ["red"], backend="onnx", model=str(graphs), precision="fp32", work_dir=work)
+    _, b = segment_job(str(path), ["red"], backend="onnx", model=str(graphs), precision="tf32", work_dir=work)
+    _, c = segment_job(str(path), ["red"], backend="onnx", model=str(graphs), precision="tf32", work_dir=work)
+    assert a.model != b.model and b.model == c.model
+    assert b.resumed == 0 and c.resumed == c.tiles  # the same precision again: resumed

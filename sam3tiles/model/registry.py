@@ -261,8 +261,8 @@ def spec_identity(spec: RuntimeSpec) -> str:
     in-process engine then reuses that runtime)."""
     if spec.identity:
         return spec.identity
-    if spec.backend == "onnx" and not spec.token:  # fp16 (TensorRT) answers differ: its own checkpoints
-        return spec.files or files_fingerprint(spec.model_dir) + (":fp16" if _fp16(spec) else "")
+    if spec.backend == "onnx" and not spec.token:  # fp16, tf32 and fp32 answers differ: their own checkpoints
+        return spec.files or files_fingerprint(spec.model_dir) + _precision_part(spec)
     if spec.backend in ("reference", "simulated") and not spec.token:
         return build_runtime(spec).identity
     return _identity_of(get_runtime(spec))
@@ -270,5 +270,13 @@ def spec_identity(spec: RuntimeSpec) -> str:
 
 def _fp16(spec: RuntimeSpec) -> bool:
     return spec.device == "tensorrt" and spec.precision in ("auto", "fp16")
+
+
+def _precision_part(spec: RuntimeSpec) -> str:
+    """The precision in the model's identity: fp16 (TensorRT's default), or an explicit tf32 / fp32; `auto`
+    elsewhere adds nothing (TF32 on a GPU, FP32 on a CPU: the plan cannot know, so it shares with neither)."""
+    if _fp16(spec):
+        return ":fp16"
+    return f":{spec.precision}" if spec.precision in ("tf32", "fp32") else ""
 
 
