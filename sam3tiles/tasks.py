@@ -80,7 +80,7 @@ def _open_source(spec: SourceSpec) -> RasterSource:
         cache = _local.sources = {}
     src = cache.get(spec)
     if src is None:
-        for old in [k for k in cache if k.path == spec.path]:
+        for old in [k for k in cache if k.path == spec.path and k.identity != spec.identity]:
             cache.pop(old).close()
         src = cache[spec] = open_source(spec.path, bands=spec.bands, stretch=spec.stretch)
     return src

@@ -505,3 +505,25 @@ def test_an_input_of_unknown_identity_is_never_resumed_even_in_the_same_process(
             rasterio.shutil.delete(path)
     assert rep.resumed == 0 and len(second) == 1
     assert not second.geometry.iloc[0].intersects(first.geometry.iloc[0])
+
+
+def test_a_thread_keeps_its_dataset_of_the_same_content_read_with_other_bands(tmp_path):
+    """Only a handle of the path's older content is closed: the same file read as other bands (another
+    prompt's --bands, the same identity) keeps its dataset."""
+    import threading
+
+    from sam3tiles import tasks
+
+    a = _write(tmp_path / "a.tif", _image())
+    out = {}
+
+    def work():
+        rgb = tasks._open_source(tasks.SourceSpec(str(a), (1, 2, 3), None, "same"))
+        grey = tasks._open_source(tasks.SourceSpec(str(a), (1,), None, "same"))
+        out["kept"] = tasks._open_source(tasks.SourceSpec(str(a), (1, 2, 3), None, "same")) is rgb and grey is not rgb
+        out["renewed"] = tasks._open_source(tasks.SourceSpec(str(a), (1, 2, 3), None, "changed")) is not rgb
+
+    t = threading.Thread(target=work)  # a fresh thread: its own datasets
+    t.start()
+    t.join()
+    assert out == {"kept": True, "renewed": True}

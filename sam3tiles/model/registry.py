@@ -278,5 +278,3 @@ def _precision_part(spec: RuntimeSpec) -> str:
     if _fp16(spec):
         return ":fp16"
     return f":{spec.precision}" if spec.precision in ("tf32", "fp32") else ""
-
-
