@@ -112,7 +112,7 @@ def _outline(draw, objs, f, sx: float, sy: float, colours: dict[str, tuple]) -> 
                     draw.rectangle([x - 1, y - 1, x + 1, y + 1], fill=under)
                     draw.point((x, y), fill=colour)
                 else:
-                    line = [tuple(p) for p in xy]
+                    line = xy.ravel().tolist()  # x0, y0, x1, y1, ...: what Pillow takes, without tuples
                     draw.line(line, fill=under, width=3, joint="curve")
                     draw.line(line, fill=colour, width=1)
 
