@@ -38,7 +38,7 @@ from .thumbs import MAX_SIDE, Picture, panel_wh
 from .tileframe import TileFrames
 from .units import Frame
 from .writers.stream import ObjectSpool, SpoolInput
-from .tasks import (SourceSpec, TileResult, infer_task, prepared_prompt, read_task, tile_batch_task,
+from .tasks import (SourceSpec, TileResult, close_spares, infer_task, open_spares, prepared_prompt, read_task, tile_batch_task,
                     vectorize_task)
 from .wording import opt, spoken
 
@@ -116,7 +116,14 @@ class InputRun:
         self.hook = RefineHook(self.inp.grid, self.opts.refine, self.opts.refine_depth, self.plan.prompts,
                                self.inp.overlap, self.inp.path)
         self.planned = (item for tile in self.tiles.values() if (item := self.admit(tile)) is not None)
-        self._run_queue()
+        spares = not self.engine.distributed and bool(self.tiles)  # worker threads of this process
+        if spares:
+            open_spares(self.source, min(self.engine.threads, len(self.tiles)))
+        try:
+            self._run_queue()
+        finally:
+            if spares:
+                close_spares(self.source)
         self.work.clear()
         self._report_exemplars(set(self.exemplars))  # grid tiles' and sub-tiles' zooms, counted as planned
         self.hook.stats.add_to(self.report.refine)
