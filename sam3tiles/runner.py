@@ -112,7 +112,8 @@ class InputRun:
             self.picture = Picture(f.width, f.height, panel_wh(f.width, f.height, MAX_SIDE))
         # decided objects go to the spool as each block's merge comes in: memory does not follow them
         self.merger = BlockMerger(frames, blocks, submit=_submit_on(self.engine, self.opts.retries),
-                                  on_block=lambda objects, first: self._spool_block(index, objects, first))
+                                  on_block=lambda objects, first: self._spool_block(index, objects, first),
+                                  early=not self.engine.distributed)
         self.hook = RefineHook(self.inp.grid, self.opts.refine, self.opts.refine_depth, self.plan.prompts,
                                self.inp.overlap, self.inp.path)
         self.planned = (item for tile in self.tiles.values() if (item := self.admit(tile)) is not None)

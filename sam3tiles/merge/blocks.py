@@ -15,6 +15,7 @@ import shapely
 from ..piecekey import ORDER_TILE, piece_order, tile_of
 from ..tileframe import TileFrame, TileFrames
 from ..vectorize import Pieces
+from .early import EarlyLinks
 from .parts import IOS_MIN, IOU_MIN, Merged
 from .rules import merge_pass, merge_pieces
 from .stats import MergeStats
@@ -71,10 +72,11 @@ class BlockPart:
 
 
 def merge_block(pieces: Packed, order, frames: Mapping[int, TileFrame], foreign, reach: float,
-                iou_min: float = IOU_MIN, ios_min: float = IOS_MIN) -> BlockPart:
+                iou_min: float = IOU_MIN, ios_min: float = IOS_MIN, known: Mapping | None = None) -> BlockPart:
     """The merge of one block of tiles (a Dask task): `frames` holds the block's tiles, `foreign` the
-    windows of other tiles within `reach` of them."""
-    part = merge_pass(pieces.unpack(Pieces), frames, iou_min, ios_min, order=order, foreign=foreign, reach=reach)
+    windows of other tiles within `reach` of them; `known`: rule 2's verdicts computed before (`early`)."""
+    part = merge_pass(pieces.unpack(Pieces), frames, iou_min, ios_min, order=order, foreign=foreign, reach=reach,
+                      known=known)
     d = part.deferred
     cols = part.cols
     rest = Packed.of(cols.pieces(d)) if cols is not None else Packed.of(Pieces())
@@ -104,10 +106,13 @@ class BlockMerger:
     their block's merge is in (`drain`) instead of being held until `finish`; `first` is each object's
     order key (sorting by it gives `merge_pieces`'s order). `finish` then returns no objects, only the
     statistics, and memory no longer follows the objects either.
+
+    `early`: rule 2's verdicts are computed here as tiles arrive (`early.EarlyLinks`: for the in-process
+    engine, whose driver waits between tiles), so a block's merge after its last tile has less to do.
     """
 
     def __init__(self, frames: Mapping[int, TileFrame], blocks: Mapping[int, int], submit=None,
-                 iou_min: float = IOU_MIN, ios_min: float = IOS_MIN, on_block=None):
+                 iou_min: float = IOU_MIN, ios_min: float = IOS_MIN, on_block=None, early: bool = False):
         self.on_block = on_block
         self.emitted = 0  # objects handed to on_block
         self.frames = frames if isinstance(frames, TileFrames) else dict(frames)  # lazy ones stay lazy
@@ -134,6 +139,12 @@ class BlockMerger:
         self.parts: list = []  # BlockPart, or futures of them
         self._undrained: list[int] = []  # indices in `parts` whose objects `drain` has not handed over
         self.single = len(self._waiting) <= 1
+        self.early = EarlyLinks(self.frames, self._neighbours, iou_min, ios_min) if early and len(ids) else None
+
+    def _neighbours(self, tile: int) -> np.ndarray:
+        """The grid tiles whose windows lie within the merge's reach of `tile`'s."""
+        return self._tile_ids[self._wtree.query(self.frames[int(tile)].window, predicate="dwithin",
+                                                distance=self.reach)]
 
     def expect(self, tile_index: int, frame: TileFrame, block: int) -> None:
         """Register a tile that appears while the run goes (a refined tile's sub-tile), or replace a tile's
@@ -147,6 +158,8 @@ class BlockMerger:
             self._members[block].append(t)
             self._waiting[block].add(t)
         self.frames[t] = frame
+        if self.early is not None:
+            self.early.exclude(t)
 
     def add(self, tile_index: int, pieces: "Pieces | Packed | None") -> None:
         """A finished tile's pieces (its tile keys say which tile); merges its block when it is complete."""
@@ -154,6 +167,8 @@ class BlockMerger:
         if pieces is not None and len(pieces):
             self._pending.setdefault(b, {})[int(tile_index)] = (pieces if isinstance(pieces, Packed)
                                                                 else Packed.of(pieces))
+            if self.early is not None and b in self._waiting:
+                self.early.add(int(tile_index), pieces.unpack(Pieces) if isinstance(pieces, Packed) else pieces)
         waiting = self._waiting.get(b)
         if waiting is not None:
             waiting.discard(int(tile_index))
@@ -177,8 +192,9 @@ class BlockMerger:
         else:
             near = np.unique(self._wtree.query(self._windows[mask], predicate="dwithin", distance=2 * self.reach)[1])
             foreign = list(self._windows[near[self._tile_block[near] != b]])
+        known = self.early.take(mine) if self.early is not None else None
         job = (pieces, order, {int(t): self.frames[int(t)] for t in mine}, foreign, self.reach, self.iou_min,
-               self.ios_min)
+               self.ios_min, known)
         self.parts.append(self.submit(merge_block, job) if self.submit is not None else merge_block(*job))
         self._undrained.append(len(self.parts) - 1)
 
@@ -227,7 +243,7 @@ class BlockMerger:
         fin = merge_pass(rest, self.frames, self.iou_min, self.ios_min, order=order[sort],
                           inside=np.concatenate([p.inside for p in parts])[sort] if parts else np.zeros(0, bool),
                           near=np.concatenate([p.near for p in parts])[sort] if parts else np.zeros(0, bool),
-                          block=piece_block)
+                          block=piece_block, known=self.early.rest() if self.early is not None else None)
         stats.add(fin.stats)
         if self.on_block is not None:
             if len(fin.first):

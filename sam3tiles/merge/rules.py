@@ -80,13 +80,15 @@ def _explode(c: Cols, frames: Mapping[int, TileFrame], stats: MergeStats) -> Col
 
 
 def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, ios_min: float, *,
-                order=None, foreign=(), reach: float = 0.0, inside=None, near=None, block=None) -> _Part:
+                order=None, foreign=(), reach: float = 0.0, inside=None, near=None, block=None,
+                known: Mapping | None = None) -> _Part:
     """The merge over `pieces` (given in ascending `order`, their position in the whole job).
 
     First pass (`inside` None): splits the pieces into parts (rule 0). Block pass (`foreign`: windows of
     tiles outside the block): parts within `reach` of a foreign window can meet other blocks' parts, so
     every component they belong to is left undecided (`deferred`). Final pass (`inside`, `near` from the
     block passes, `block` per part): decides the deferred parts; pairs within one block were counted there.
+    `known`: rule 2's verdicts already computed for pairs of parts, by their order keys (`early.EarlyLinks`).
     """
     stats = MergeStats()
     n = len(pieces)
@@ -102,7 +104,7 @@ def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, 
         stats.band_pieces = int((~inside).sum())
     else:
         inside, near = np.asarray(inside, dtype=bool), np.asarray(near, dtype=bool)
-    la, lb = _links(c, np.flatnonzero(~inside), frames, iou_min, ios_min, block, stats)
+    la, lb = _links(c, np.flatnonzero(~inside), frames, iou_min, ios_min, block, stats, known)
     comp = _components(len(c.geoms), la, lb)
     deferred = np.zeros(len(c.geoms), dtype=bool)
     if len(foreign):
@@ -124,6 +126,13 @@ def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, 
     return _Part(out, first, stats, left, inside, near, c)
 
 
+def band_parts(pieces: Pieces, order, frames: Mapping[int, TileFrame]) -> Cols:
+    """Rules 0 and 1 over one tile's pieces (in `order`): its parts that rule 2 compares (those not wholly
+    in the tile's exclusive area), as `merge_pass` makes them."""
+    c = _explode(Cols.of(pieces, order), frames, MergeStats())
+    return c.take(np.flatnonzero(~_inside(c, frames)))
+
+
 def _inside(c: Cols, frames: Mapping[int, TileFrame]) -> np.ndarray:
     """Rule 1: parts wholly in their tile's exclusive area (tiles with several passes: none)."""
     tiles = c.tiles
@@ -137,22 +146,46 @@ def _inside(c: Cols, frames: Mapping[int, TileFrame]) -> np.ndarray:
     return inside
 
 
-def _links(c: Cols, cand: np.ndarray, frames, iou_min, ios_min, block, stats) -> tuple[np.ndarray, np.ndarray]:
-    """Rule 2: pairs of candidate parts (one prompt, different tiles) whose masks agree in the shared band."""
+def _links(c: Cols, cand: np.ndarray, frames, iou_min, ios_min, block, stats,
+           known: Mapping | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Rule 2: pairs of candidate parts (one prompt, different tiles) whose masks agree in the shared band.
+    `known`: verdicts computed before, by the pair's order keys (lower first); the rest are computed here."""
     e = np.zeros(0, dtype=np.int64)
     if len(cand) < 2:
         return e, e
-    tiles = c.tiles
+    a, b = candidate_pairs(c, cand)
+    stats.pairs_compared = int((block[a] != block[b]).sum()) if block is not None else len(a)
+    if not len(a):
+        return e, e
+    ok = np.zeros(len(a), dtype=bool)
+    todo = np.arange(len(a))
+    if known:
+        got = [known.get(k) for k in zip(c.order[a].tolist(), c.order[b].tolist())]
+        have = np.asarray([g is not None for g in got], dtype=bool)
+        ok[have] = [g for g in got if g is not None]
+        todo = np.flatnonzero(~have)
+    if len(todo):
+        ok[todo] = pair_verdicts(c, a[todo], b[todo], frames, iou_min, ios_min)
+    return a[ok], b[ok]
+
+
+def candidate_pairs(c: Cols, cand: np.ndarray, among=None) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (a, b), a < b, of candidate parts `cand` whose geometries meet, of one prompt and different
+    piece keys (tiles or decoder passes). `among`: only pairs with at least one part in it (a bool per part)."""
     cg = c.geoms[cand]
     a, b = shapely.STRtree(cg).query(cg, predicate="intersects")
     sel = a < b
     a, b = cand[a[sel]], cand[b[sel]]
     sel = (c.keys[a] != c.keys[b]) & (c.prompt[a] == c.prompt[b])
-    a, b = a[sel], b[sel]
-    stats.pairs_compared = int((block[a] != block[b]).sum()) if block is not None else len(a)
-    if not len(a):
-        return e, e
-    bands, box = _bands(tiles[a], tiles[b], frames)
+    if among is not None:
+        sel &= among[a] | among[b]
+    return a[sel], b[sel]
+
+
+def pair_verdicts(c: Cols, a: np.ndarray, b: np.ndarray, frames, iou_min, ios_min) -> np.ndarray:
+    """Rule 2's verdict per pair of parts (a before b in order): do the two masks agree in the band their
+    tiles share. A function of the two parts and their tiles' frames only, so computed at any time."""
+    bands, box = _bands(c.tiles[a], c.tiles[b], frames)
     area_a, area_b, inter = (np.empty(len(a)) for _ in range(3))
     for lo in range(0, len(a), PAIR_CHUNK):  # the clipped copies of one chunk at a time
         sl = slice(lo, lo + PAIR_CHUNK)
@@ -169,7 +202,7 @@ def _links(c: Cols, cand: np.ndarray, frames, iou_min, ios_min, block, stats) ->
     retry = np.flatnonzero(~ok & (inter > 0))
     if len(retry):
         ok[retry] = _tolerant(c, a[retry], b[retry], bands[retry], area_a[retry], area_b[retry], frames, ios_min)
-    return a[ok], b[ok]
+    return ok
 
 
 def _bands(ta: np.ndarray, tb: np.ndarray, frames) -> tuple[np.ndarray, np.ndarray]:
