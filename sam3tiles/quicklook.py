@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import shapely
 from PIL import Image, ImageDraw, ImageFont
 from rasterio.windows import Window
 
@@ -97,24 +98,36 @@ def halo(colour: tuple) -> tuple:
 
 def _outline(draw, objs, f, sx: float, sy: float, colours: dict[str, tuple]) -> None:
     """Outline `objs` (in frame `f`) at `sx`, `sy` panel pixels per source pixel, in their prompts' colours
-    over a contrasting halo (`halo`)."""
-    if len(objs):
-        geoms = to_pixels(np.asarray(objs.geometry.values, dtype=object), f)
-        for g, prompt in zip(geoms, objs["prompt"].to_numpy()):
-            colour = colours[str(prompt)]
-            under = halo(colour)
-            for part in getattr(g, "geoms", [g]):
-                if part is None or part.is_empty or part.geom_type != "Polygon":
-                    continue
-                xy = np.asarray(part.exterior.coords) * (sx, sy)
-                if np.ptp(xy[:, 0]) < 1.5 and np.ptp(xy[:, 1]) < 1.5:
-                    x, y = xy.mean(axis=0)
-                    draw.rectangle([x - 1, y - 1, x + 1, y + 1], fill=under)
-                    draw.point((x, y), fill=colour)
-                else:
-                    line = xy.ravel().tolist()  # x0, y0, x1, y1, ...: what Pillow takes, without tuples
-                    draw.line(line, fill=under, width=3, joint="curve")
-                    draw.line(line, fill=colour, width=1)
+    over a contrasting halo (`halo`). Each polygon's exterior ring is drawn; one smaller than 1.5 px either
+    way is a dot. Coordinates are gathered for all rings at once, the loop only draws."""
+    if not len(objs):
+        return
+    geoms = to_pixels(np.asarray(objs.geometry.values, dtype=object), f)
+    parts, owner = shapely.get_parts(geoms, return_index=True)  # a collection's members, one level down
+    keep = (shapely.get_type_id(parts) == 3) & ~shapely.is_empty(parts)
+    parts, owner = parts[keep], owner[keep]
+    if not len(parts):
+        return
+    xy, ring = shapely.get_coordinates(shapely.get_exterior_ring(parts), return_index=True)
+    xy = xy * (sx, sy)
+    starts = np.flatnonzero(np.r_[True, ring[1:] != ring[:-1]])
+    ends = np.r_[starts[1:], len(ring)]
+    small = ((np.maximum.reduceat(xy[:, 0], starts) - np.minimum.reduceat(xy[:, 0], starts) < 1.5)
+             & (np.maximum.reduceat(xy[:, 1], starts) - np.minimum.reduceat(xy[:, 1], starts) < 1.5))
+    centre = np.add.reduceat(xy, starts, axis=0) / (ends - starts)[:, None]
+    prompts = objs["prompt"].to_numpy()[owner[ring[starts]]]
+    flat = xy.ravel().tolist()  # x0, y0, x1, y1, ...: what Pillow takes, without tuples
+    for k, (lo, hi) in enumerate(zip(starts.tolist(), ends.tolist())):
+        colour = colours[str(prompts[k])]
+        under = halo(colour)
+        if small[k]:
+            x, y = centre[k].tolist()
+            draw.rectangle([x - 1, y - 1, x + 1, y + 1], fill=under)
+            draw.point((x, y), fill=colour)
+        else:
+            line = flat[2 * lo: 2 * hi]
+            draw.line(line, fill=under, width=3, joint="curve")
+            draw.line(line, fill=colour, width=1)
 
 
 def write_quicklook(path: str | os.PathLike, objects, results: Sequence, prompts: Sequence[str], bands=None) -> Path:

@@ -168,6 +168,34 @@ def test_outlines_contrast_with_a_background_of_their_own_colour(tmp_path, promp
     assert (np.abs(ring - np.asarray(colour)).sum(axis=2) < 30).any()  # and the prompt's colour itself
 
 
+def test_every_polygon_of_an_object_is_outlined_and_a_tiny_one_is_a_dot(tmp_path):
+    """Each polygon of a MultiPolygon and of a collection is outlined (a collection's line is not drawn);
+    an object smaller than 1.5 preview pixels either way is a dot in the prompt's colour on its halo."""
+    from shapely.geometry import GeometryCollection, LineString, MultiPolygon, box
+
+    from sam3tiles import quicklook
+    from sam3tiles.runner import InputResult
+    from sam3tiles.writers.qupath import class_colour
+
+    src = _flat_raster(tmp_path / "g.tif", 400, 300, (90, 90, 90))
+    with rasterio.open(src) as s:
+        frame = Frame(s.crs, s.transform, s.width, s.height)
+        px = lambda c0, r0, c1, r1: box(*s.xy(r1, c0, offset="ul"), *s.xy(r0, c1, offset="ul"))  # noqa: E731
+        xy = lambda c, r: s.xy(r, c, offset="ul")  # noqa: E731
+    objs = [MultiPolygon([px(20, 20, 60, 60), px(100, 20, 140, 60)]),
+            GeometryCollection([px(200, 20, 240, 60), LineString([xy(20, 200), xy(380, 200)])]),
+            px(300, 250, 300.5, 250.5)]
+    gdf = gpd.GeoDataFrame({"prompt": ["red"] * 3}, geometry=objs, crs=frame.crs)
+    png = quicklook.write_quicklook(tmp_path / "p.png", gdf, [InputResult(str(src), 0, frame=frame)], ["red"])
+    img = np.asarray(__import__("PIL.Image", fromlist=["Image"]).open(png).convert("RGB")).astype(int)[:300]
+    red = np.asarray(class_colour("red"))
+    is_red = lambda a: (np.abs(a - red).sum(axis=-1) < 30)  # noqa: E731
+    for c0 in (20, 100, 200):  # the left edge of each polygon, half way down
+        assert is_red(img[40, c0 - 1: c0 + 2]).any(), c0
+    assert not is_red(img[198:203, 150]).any()  # the line of the collection
+    assert is_red(img[249:252, 299:302]).any()  # the dot
+
+
 def test_an_image_without_overviews_is_drawn_by_a_bounded_decimated_read(tmp_path, monkeypatch):
     """A 4200x4000 GeoTIFF without overviews (over the old 16 Mpx budget) was drawn as flat grey."""
     from sam3tiles import quicklook

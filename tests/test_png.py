@@ -32,3 +32,19 @@ def test_no_larger_than_pillows_encoding():
     b = io.BytesIO()
     Image.fromarray(rgb).save(b, "PNG", compress_level=3, compress_type=zlib.Z_RLE)
     assert len(png_bytes(rgb)) <= 1.05 * len(b.getvalue())
+
+
+@pytest.mark.parametrize("bands", [1, 2, 3, 4])
+def test_rows_compressed_in_bands_at_once_are_one_zlib_stream(bands, tmp_path):
+    """The bands of rows compressed at once join into one valid zlib stream (zlib checks the Adler-32),
+    Pillow reads the same pixels back, and the file is no larger than one band's by more than a few bytes."""
+    from sam3tiles.writers.png import deflate
+
+    rng = np.random.default_rng(bands)
+    rgb = (rng.integers(0, 40, (517, 300, 3)) + np.linspace(0, 200, 300)[None, :, None]).astype(np.uint8)
+    rows = np.ascontiguousarray(rgb.reshape(517, -1))
+    assert zlib.decompress(deflate(rows, bands)) == rows.tobytes()
+    data = png_bytes(rgb, bands)
+    with Image.open(io.BytesIO(data)) as im:
+        assert np.array_equal(np.asarray(im), rgb)
+    assert len(data) <= len(png_bytes(rgb, 1)) + 16 * bands
