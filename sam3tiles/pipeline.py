@@ -218,16 +218,21 @@ def write_output(spool: ObjectSpool, inputs, dest, plan: RunPlan, results: list[
     labels = [p.label for p in plan.prompts]
     crs = spool.crs_of(inputs)
     meta = file_metadata(report, gpd.GeoDataFrame(geometry=gpd.GeoSeries([], crs=crs)), frames)
-    write_vector(spool.frames(inputs), dest, layer=opts.layer, metadata=meta, frames=frames,
-                 geojson_crs=opts.geojson_crs, prompts=labels, dataset=dataset,
-                 qupath_type=opts.qupath_type)
+    with ExitStack() as stack:
+        chunks = spool.frames(inputs)
+        if not opts.no_preview:  # drawn from the same chunks, on a thread, while the output is written
+            from .quicklook import Beside
+
+            preview = stack.enter_context(Beside(preview_path(dest, opts.layer), results, labels, opts.bands))
+            chunks = preview.passing(chunks, spool.count(inputs))
+        write_vector(chunks, dest, layer=opts.layer, metadata=meta, frames=frames,
+                     geojson_crs=opts.geojson_crs, prompts=labels, dataset=dataset,
+                     qupath_type=opts.qupath_type)
+        if not opts.no_preview:
+            preview.write()
     note = readers_note(dest)
     if note is not None:
         report.output_notes.append(note)
-    if not opts.no_preview:
-        from .quicklook import write_quicklook
-
-        write_quicklook(preview_path(dest, opts.layer), lambda: spool.frames(inputs), results, labels, opts.bands)
 
 
 @contextmanager

@@ -103,3 +103,49 @@ def test_preview_of_an_image_too_large_to_decimate_is_drawn_from_its_tiles(tmp_p
     img = np.asarray(Image.open(f"{out}.preview.png").convert("RGB"))
     assert np.all(img[:ph, :pw] == Q.NO_IMAGE, axis=-1).mean() > 0.9  # and too large: grey, as said
 
+
+
+def test_the_panel_under_the_outlines_is_every_level_at_three_quarters():
+    """The quicklook's picture is dimmed to floor(3 v / 4) per level, exactly, for every level 0-255."""
+    from affine import Affine
+
+    from sam3tiles.runner import InputResult
+    from sam3tiles.units import Frame
+
+    rng = np.random.default_rng(5)
+    rgb = rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)
+    rgb[0, :256, 0] = np.arange(256)
+    res = InputResult("x.tif", 0, frame=Frame(None, Affine.identity(), 400, 300), picture=rgb)
+    img, drawn = Q._panel(res, 400, None)
+    assert drawn and img.size == (400, 300)
+    assert np.array_equal(np.asarray(img), (rgb.astype(int) * 3 // 4).astype(np.uint8))
+
+
+def test_the_quicklook_drawn_beside_the_output_outlines_every_chunk(tmp_path, monkeypatch):
+    """The output and its quicklook are drawn from one read of the objects, the PNG encoded while the
+    output is written: with the objects read 7 at a time the preview is the same picture, pixel for
+    pixel, as with them read at once, and the spool is read once per output plus once for the frame
+    `segment` returns."""
+    import geopandas as gpd
+
+    from sam3tiles.demo import write_scene
+    from sam3tiles.writers import stream
+
+    write_scene(tmp_path / "s.tif", 2200, 1700, seed=3)
+    sam3tiles.segment(str(tmp_path / "s.tif"), ["red", "blue"], backend="reference", out=str(tmp_path / "one.gpkg"))
+    reads = []
+    real = stream.ObjectSpool.frames
+
+    def counted(self, *a, **k):
+        reads.append(a)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(stream.ObjectSpool, "frames", counted)
+    monkeypatch.setattr(stream, "CHUNK_ROWS", 7)
+    got = sam3tiles.segment(str(tmp_path / "s.tif"), ["red", "blue"], backend="reference",
+                            out=str(tmp_path / "many.gpkg"))
+    assert len(got) > 3 * 7 and len(reads) == 2
+    assert len(gpd.read_file(tmp_path / "many.gpkg")) == len(got)
+    one = np.asarray(Image.open(tmp_path / "one.gpkg.preview.png").convert("RGB"))
+    many = np.asarray(Image.open(tmp_path / "many.gpkg.preview.png").convert("RGB"))
+    assert one.shape == many.shape and np.array_equal(one, many)
