@@ -203,16 +203,17 @@ def floor_preds(per_tile, frames, truth_by_class, transform, by_owner: bool = Fa
                         break
                 out += [(k, c) for c in copies]
                 continue
-            views = {tile: [q for g, _ in geoms for q in shapely.get_parts(g) if _mostly_in(q, t)]
+            views = {tile: [m for m in ([q for q in shapely.get_parts(g) if _mostly_in(q, t)] for g, _ in geoms) if m]
                      for (tile, kk), geoms in by_tile.items() if kk == k}
             views = {tile: v for tile, v in views.items() if v}
-            got = None if not views else _owned_views(views, frames) if by_owner else \
-                shapely.union_all([q for v in views.values() for q in v]).intersection(t)
-            if got is not None and got.area > 0:
-                # by owner: the union's regions are objects (as the merge's rule 5 gives them); joining
-                # regions no tile connects needs the truth
-                out += [(k, r) for r in (_regions(got, frames[owner].pixel) if by_owner and owner is not None
-                                         else [got])]
+            if by_owner and views:
+                out += [(k, r) for r in _owned_objects(views, frames, frames[next(iter(views))].pixel)]
+            elif views:
+                got = shapely.union_all([q for v in views.values() for m in v for q in m]).intersection(t)
+                if got.area > 0:
+                    out.append((k, got))
+            if by_owner:
+                continue  # a tile's complete mask inside the object: an object of its own above
             out += [(k, q) for (tile, kk), geoms in by_tile.items() if kk == k for g, c in geoms if c
                     for q in shapely.get_parts(g) if q.area < 0.5 * t.area and
                     q.intersection(t).area >= 0.8 * q.area and _centre_in_core(frames[tile], q)]
@@ -230,12 +231,36 @@ def _regions(geom, pixel: float) -> list:
     return [shapely.union_all([q for q in parts if q.intersects(grp)]) for grp in groups]
 
 
-def _owned_views(views: dict, frames):
-    """Each tile's views inside its core; outside the cores of the tiles that saw it, every view."""
+def _owned_objects(views: dict, frames, pixel: float) -> list:
+    """`own-floor`'s objects for an object cut in its owner, from `views` {tile: [the parts of each of its
+    masks]}: each mask inside its tile's core, with what it reaches into the cores of tiles that said
+    nothing of it. Masks of different tiles that meet (within the merge's `JOIN_CELLS` mask cells) are one
+    object; two masks of ONE tile only through another tile's mask that meets both (a tile that split the
+    object where no other tile sees it said two, as the floor keeps an owner's two halves of an object
+    whole in it: joining them needs the truth). Each object's regions no tile connects stay apart."""
+    from sam3tiles.merge.parts import JOIN_CELLS
+    from sam3tiles.vectorize import MASK_CELL
+
+    gap = JOIN_CELLS * MASK_CELL * pixel
     said = shapely.union_all([frames[tile].core for tile in views])
-    parts = [shapely.union_all(v).intersection(frames[tile].core) for tile, v in views.items()]
-    rest = shapely.union_all([q for v in views.values() for q in v]).difference(said)
-    return shapely.union_all([*parts, rest])
+    masks = [(tile, shapely.union_all(parts)) for tile, ms in views.items() for parts in ms]
+    group = list(range(len(masks)))
+
+    def root(i):
+        while group[i] != i:
+            group[i] = group[group[i]]
+            i = group[i]
+        return i
+
+    for i, (ti, gi) in enumerate(masks):
+        for j in range(i + 1, len(masks)):
+            tj, gj = masks[j]
+            if ti != tj and gi.distance(gj) < gap:
+                group[root(i)] = root(j)
+    objects: dict = {}
+    for i, (tile, m) in enumerate(masks):
+        objects.setdefault(root(i), []).extend([m.intersection(frames[tile].core), m.difference(said)])
+    return [r for gs in objects.values() for r in _regions(shapely.union_all(gs), pixel) if r.area > 0]
 
 
 def _copies(geoms, t) -> list:

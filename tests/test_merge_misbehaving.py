@@ -129,6 +129,30 @@ def test_cut_copy_grown_beside_a_shrunk_whole_is_no_extra_object():
     assert stats.rule_violations == 0
 
 
+
+def test_a_tile_that_split_what_the_owner_saw_as_one_gives_one_object():
+    # a parcel x 722..1054 whose centre (888) lies in tile 1's core: tile 0 splits it at x 889 into a half
+    # it sees whole (722..889) and one its edge cuts; tile 1 (the owner) sees it cut at x 752, as one mask
+    # reaching past both. The owner decides (rule 4): one object, not tile 0's half beside the rest (two
+    # objects overlapping by 9 px, each IoU ~0.5 with the parcel)
+    frames, pieces = _frames_and_pieces(GRID, [((0, 0), box(722, 200, 889, 400), True),
+                                               ((0, 0), box(889, 200, 1008, 400), False),
+                                               ((0, 1), box(752, 200, 1054, 400), False)])
+    merged, stats = merge_pieces(pieces, frames)
+    assert len(merged.geometry) == 1
+    assert merged.geometry[0].symmetric_difference(box(722, 200, 1054, 400)).area < 1e-6 * 332 * 200 + 1
+    assert stats.rule_violations == 0
+
+
+def test_the_owners_own_split_stands_beside_a_neighbours_cut_view():
+    # the same split, at x 960 inside the owner's core: the owner (tile 1) says two there; tile 0's cut view
+    # meeting both does not join them
+    frames, pieces = _frames_and_pieces(GRID, [((0, 1), box(760, 200, 960, 400), False),
+                                               ((0, 1), box(960, 200, 1200, 400), True),
+                                               ((0, 0), box(750, 200, 1008, 400), False)])
+    merged, _ = merge_pieces(pieces, frames)
+    assert len(merged.geometry) == 2
+
 # -- the coverage invariant ---------------------------------------------------------------------------------
 
 SMALL = TileGrid(260, 200, tile_size=100, overlap=30, transform=Affine.identity())

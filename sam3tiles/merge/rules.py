@@ -451,8 +451,13 @@ class _Resolver:
                 else:
                     kept.append(i)
                     keptset.add(i)
-        outs = [(c.geoms[i], int(c.order[i]), float(c.score[i]), ntiles) for i in kept]
         stitch = m[~c.complete[m]]
+        if kept and len(stitch):
+            halves = self._halves(kept, stitch)
+            if halves:
+                stitch = np.r_[stitch, np.asarray(halves, dtype=stitch.dtype)]
+                kept = [i for i in kept if i not in halves]
+        outs = [(c.geoms[i], int(c.order[i]), float(c.score[i]), ntiles) for i in kept]
         if kept and len(stitch):
             clipped = shapely.intersection(c.geoms[stitch], self.exact[stitch])
             ku = c.geoms[kept[0]] if len(kept) == 1 else shapely.union_all(c.geoms[kept])
@@ -471,6 +476,28 @@ class _Resolver:
         st.slivers_dropped += sum(r == "slivers" for _, r in drops)
         self._account(drops, [g for g, *_ in outs])
         return outs
+
+    def _halves(self, kept: list, stitch: np.ndarray) -> list:
+        """Kept complete parts their tile does not own that are linked to an owned cut part of another tile
+        whose own-core area they do not cover: the owner saw one object reaching past them (their tile
+        split what the owner saw as one, or saw part of it), and the owner decides (rule 4): they are
+        stitched with it, each inside its own core."""
+        owned_cut = {int(j) for j in stitch.tolist() if self.owned[j]}
+        out = []
+        for i in kept:
+            if self.owned[i] or not owned_cut:
+                continue
+            nb = [j for j in self.nbr[self.ptr[i]:self.ptr[i + 1]].tolist()
+                  if j in owned_cut and self.tiles[j] != self.tiles[i]]
+            if not nb:
+                continue
+            nb = np.asarray(nb)
+            clip = shapely.intersection(self.c.geoms[nb], self.exact[nb])
+            area = shapely.area(clip)
+            kept_i = np.full(len(nb), self.c.geoms[i], dtype=object)
+            if (~self._covered(clip, kept_i, nb, area) & (area > 0)).any():
+                out.append(i)
+        return out
 
     def _nested(self, kept: list, stitched: list) -> set:
         """Positions in `kept` of complete parts whose box centre lies outside their tile's core that lie
