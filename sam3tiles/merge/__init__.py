@@ -35,7 +35,9 @@ mask can stop short of the tile edge. The rules, in order:
    object: a duplicate). So the tile owning an object decides what it is (one whole, two halves, two
    neighbours fused), and a copy another tile sees whole wins where the owner saw it cut or not at all;
    but a complete part its tile does not own that lies inside an object stitched from the owners' cut
-   parts (a blob inside a field that only a neighbour reported) is another view of that object.
+   parts (a blob inside a field that only a neighbour reported) is another view of that object; and a
+   complete part its tile does not own, linked to the owner's cut part reaching past it (the owner's core
+   area not covered by it: its tile split what the owner saw as one), is stitched with it (rule 5).
 5. *Stitching.* A cut part is a duplicate when what it says inside its own tile's core is at least half
    covered by the kept complete parts. The other cut parts are clipped to their tiles' cores (grown by one
    pixel so neighbours overlap; in the cores of tiles that have no part in the component, a miss, they keep
