@@ -51,7 +51,9 @@ from pathlib import Path
 import numpy as np
 import shapely
 
+from sam3tiles.merge.parts import IOS_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS, regions
 from sam3tiles.piecekey import tile_of
+from sam3tiles.vectorize import MASK_CELL
 
 from .common import emit, table
 
@@ -165,31 +167,32 @@ def floor_preds(per_tile, frames, truth_by_class, transform, by_owner: bool = Fa
     views of it inside that tile's core (the cores partition the image), the other tiles' views in the
     cores of tiles that said nothing of it, not clipped: what the tiles owning each area said.
 
+    A mask's regions are those of the merge's rule 0 (regions within `JOIN_CELLS` mask cells are one: a
+    tile that drew one region over two objects said one; only the truth could cut it).
+
     * An object whole in its owning tile (clear of the owner's interior edges by 10 px): the owner's
-      copies (each mask's regions inside the object, as one copy: two halves stay two); when the owner
-      has none (a miss), one copy another tile saw (a merge keeps it, whole or cut: it cannot tell a miss
-      from a false positive).
-    * An object cut in its owner (stitching decides): the union of every tile's regions of it, clipped
-      to it: the area outside no tile covered cannot come out. Complete regions smaller than half of it
-      lying (>= 0.8) inside it that their own tile owns (box centre in its core) are extra objects the
-      tiles reported (a false positive inside a field: the merge keeps it, as it keeps any owned part).
-    * False positives: regions mostly outside every object that their own tile owns, or whose owning
-      tile reported nothing of the prompt there (a merge keeps those, whole or cut, as it keeps the copy
-      of an object the owner missed).
+      copies (each mask's regions inside the object, as one copy: two halves stay two). None, but a
+      region of the owner's covers half of it: the owner drew it into another object (fused), whose copy
+      stands for it. None at all (a miss): one complete copy another tile saw (a merge keeps it: it
+      cannot tell a miss from a false positive), else the other tiles' cut views as an object cut in its
+      owner (stitching decides).
+    * An object cut in its owner: `floor`: the union of every tile's regions of it, clipped to it (the
+      area no tile covered cannot come out), with complete regions smaller than half of it lying (>= 0.8)
+      inside it that their own tile owns (box centre in its core) as extra objects (a false positive
+      inside a field: the merge keeps any owned part). `own-floor`: `_owned_objects`.
+    * False positives: regions mostly outside every object that their own tile owns, or that no other
+      tile reported as the merge would need to drop them (`_owner_said`).
     """
     out = []
     by_tile: dict = {}
     for p in per_tile:
         for g, k, pr, comp in zip(p.geometry, p.tile_key, p.prompt, p.complete):
-            by_tile.setdefault((tile_of(k), pr), []).append((g, bool(comp)))
-    for (tile, k), geoms in by_tile.items():
-        truth = shapely.union_all(truth_by_class.get(k, []))
-        for g, _ in geoms:
-            for q in shapely.get_parts(g):
-                if q.intersection(truth).area >= 0.5 * q.area:
-                    continue  # a view of an object (below)
-                if _centre_in_core(frames[tile], q) or not _owner_said(by_tile, frames, tile, k, q):
-                    out.append((k, q))
+            frame = frames[tile_of(k)]
+            # a mask's regions as the merge's rule 0 sees them (those within JOIN_CELLS are one region):
+            # where the tile drew one region over two objects, nothing but the truth could cut it
+            regs = regions(g, JOIN_CELLS * MASK_CELL * frame.pixel)
+            by_tile.setdefault((tile_of(k), pr), []).append((g, bool(comp), regs))
+    out += _false_positives(by_tile, frames, truth_by_class)
     for k, truth in truth_by_class.items():
         for t in truth:
             owner = _owner(frames, t)
@@ -197,34 +200,54 @@ def floor_preds(per_tile, frames, truth_by_class, transform, by_owner: bool = Fa
             clear = f is not None and (f.edges is None or t.distance(f.edges) > 10 * f.pixel)
             if clear and f.window.contains(t):
                 copies = _copies(by_tile.get((owner, k), []), t)
-                for tile in ([] if copies else sorted(i for i, kk in by_tile if kk == k and i != owner)):
-                    copies = _copies(by_tile[(tile, k)], t)[:1]
+                # no copy of its own, but a region of the owner's covers most of it: the owner drew it into
+                # another object (fused), and that object's copy stands for it (as in the merge)
+                fused = not copies and any(q.intersection(t).area >= 0.5 * t.area
+                                           for _, _, regs in by_tile.get((owner, k), []) for q in regs)
+                for tile in ([] if copies or fused else sorted(i for i, kk in by_tile if kk == k and i != owner)):
+                    copies = _copies([v for v in by_tile[(tile, k)] if v[1]], t)[:1]
                     if copies:
                         break
-                out += [(k, c) for c in copies]
-                continue
-            views = {tile: [m for m in ([q for q in shapely.get_parts(g) if _mostly_in(q, t)] for g, _ in geoms) if m]
+                if copies or fused:
+                    out += [(k, c) for c in copies]
+                    continue
+                # the owner missed it and no other tile saw it whole: the others' cut views, stitched (below)
+            views = {tile: [(m, c) for m, c in (([q for q in regs if _mostly_in(q, t)], c)
+                                                for _, c, regs in geoms) if m]
                      for (tile, kk), geoms in by_tile.items() if kk == k}
             views = {tile: v for tile, v in views.items() if v}
             if by_owner and views:
                 out += [(k, r) for r in _owned_objects(views, frames, frames[next(iter(views))].pixel)]
             elif views:
-                got = shapely.union_all([q for v in views.values() for m in v for q in m]).intersection(t)
+                got = shapely.union_all([q for v in views.values() for m, _ in v for q in m]).intersection(t)
                 if got.area > 0:
                     out.append((k, got))
             if by_owner:
                 continue  # a tile's complete mask inside the object: an object of its own above
-            out += [(k, q) for (tile, kk), geoms in by_tile.items() if kk == k for g, c in geoms if c
-                    for q in shapely.get_parts(g) if q.area < 0.5 * t.area and
+            out += [(k, q) for (tile, kk), geoms in by_tile.items() if kk == k for _, c, regs in geoms if c
+                    for q in regs if q.area < 0.5 * t.area and
                     q.intersection(t).area >= 0.8 * q.area and _centre_in_core(frames[tile], q)]
+    return out
+
+
+def _false_positives(by_tile, frames, truth_by_class) -> list:
+    """The floor's false positives: regions mostly inside no object of their prompt that their own
+    tile owns (box centre in its core) or that no other tile reported where they are (`_owner_said`)."""
+    out = []
+    trees = {k: (shapely.STRtree(ts), ts) for k, ts in truth_by_class.items() if len(ts)}
+    for (tile, k), geoms in by_tile.items():
+        tree, ts = trees.get(k, (None, []))
+        for _, comp, regs in geoms:
+            for q in regs:
+                if tree is not None and any(_mostly_in(q, ts[i]) for i in tree.query(q).tolist()):
+                    continue  # a view of an object (one straddling two is neither's)
+                if _centre_in_core(frames[tile], q) or not _owner_said(by_tile, frames, tile, k, q, comp):
+                    out.append((k, q))
     return out
 
 
 def _regions(geom, pixel: float) -> list:
     """`geom`'s regions, those closer than the merge's `JOIN_CELLS` mask cells kept together."""
-    from sam3tiles.merge.parts import JOIN_CELLS
-    from sam3tiles.vectorize import MASK_CELL
-
     half = JOIN_CELLS * MASK_CELL * pixel / 2
     parts = list(shapely.get_parts(geom))
     groups = list(shapely.get_parts(shapely.union_all([q.buffer(half) for q in parts])))
@@ -232,18 +255,25 @@ def _regions(geom, pixel: float) -> list:
 
 
 def _owned_objects(views: dict, frames, pixel: float) -> list:
-    """`own-floor`'s objects for an object cut in its owner, from `views` {tile: [the parts of each of its
-    masks]}: each mask inside its tile's core, with what it reaches into the cores of tiles that said
-    nothing of it. Masks of different tiles that meet (within the merge's `JOIN_CELLS` mask cells) are one
-    object; two masks of ONE tile only through another tile's mask that meets both (a tile that split the
-    object where no other tile sees it said two, as the floor keeps an owner's two halves of an object
-    whole in it: joining them needs the truth). Each object's regions no tile connects stay apart."""
-    from sam3tiles.merge.parts import JOIN_CELLS
-    from sam3tiles.vectorize import MASK_CELL
+    """`own-floor`'s objects for an object cut in its owner (or missed by it), from `views` {tile: [(the
+    regions of one of its masks inside the object, complete)]}: what the tile owning each area said there.
 
+    * A complete mask whose box centre lies in its tile's core is an object of its own, whole (the merge's
+      rule 4: the owner's whole view stands); views lying (>= 0.8) under those are its copies.
+    * Every other mask: its area inside its tile's core, with what it reaches into the cores of tiles that
+      said nothing of it. Those of different tiles that meet (within the merge's `JOIN_CELLS` mask cells:
+      they meet across a core boundary) are one object; two of ONE tile never join (in its core the tile
+      said two, as the floor keeps an owner's two halves of a whole object as two).
+    Each object's regions no tile connects stay apart."""
     gap = JOIN_CELLS * MASK_CELL * pixel
     said = shapely.union_all([frames[tile].core for tile in views])
-    masks = [(tile, shapely.union_all(parts)) for tile, ms in views.items() for parts in ms]
+    masks = [(tile, shapely.union_all(parts), c) for tile, ms in views.items() for parts, c in ms]
+    whole = [m for tile, m, c in masks if c and _centre_in_core(frames[tile], m)]
+    cover = shapely.union_all(whole).buffer(gap) if whole else None
+    masks = [(tile, shapely.union_all([m.intersection(frames[tile].core), m.difference(said)]), c)
+             for tile, m, c in masks if not (c and _centre_in_core(frames[tile], m))]
+    if cover is not None:
+        masks = [(t, m, c) for t, m, c in masks if m.intersection(cover).area < 0.8 * m.area]
     group = list(range(len(masks)))
 
     def root(i):
@@ -252,22 +282,22 @@ def _owned_objects(views: dict, frames, pixel: float) -> list:
             i = group[i]
         return i
 
-    for i, (ti, gi) in enumerate(masks):
+    for i, (ti, gi, _) in enumerate(masks):
         for j in range(i + 1, len(masks)):
-            tj, gj = masks[j]
+            tj, gj, _ = masks[j]
             if ti != tj and gi.distance(gj) < gap:
                 group[root(i)] = root(j)
     objects: dict = {}
-    for i, (tile, m) in enumerate(masks):
-        objects.setdefault(root(i), []).extend([m.intersection(frames[tile].core), m.difference(said)])
-    return [r for gs in objects.values() for r in _regions(shapely.union_all(gs), pixel) if r.area > 0]
+    for i, (tile, m, _) in enumerate(masks):
+        objects.setdefault(root(i), []).append(m)
+    return whole + [r for gs in objects.values() for r in _regions(shapely.union_all(gs), pixel) if r.area > 0]
 
 
 def _copies(geoms, t) -> list:
     """Each mask's regions inside `t` (at least half of the region's area), as one copy per mask."""
     out = []
-    for g, _ in geoms:
-        parts = [q for q in shapely.get_parts(g) if _mostly_in(q, t)]
+    for _, _, regs in geoms:
+        parts = [q for q in regs if _mostly_in(q, t)]
         if parts:
             out.append(shapely.union_all(parts))
     return out
@@ -277,13 +307,24 @@ def _mostly_in(q, t) -> bool:
     return q.intersects(t) and q.intersection(t).area >= 0.5 * q.area
 
 
-def _owner_said(by_tile, frames, tile, k, q) -> bool:
-    """Whether the tile owning `q`'s box centre (not `tile`) reported prompt `k` overlapping `q`."""
+def _owner_said(by_tile, frames, tile, k, q, complete: bool) -> bool:
+    """Whether another tile reported prompt `k` where `q` (outside its own tile's core) is. A cut region:
+    a mask of another tile within `SLIVER_CELLS` mask cells (the merge's rule 6 drops a cut part outside its
+    core beside another object). A complete one: masks of the tile owning its box centre that cover
+    `IOS_MIN` of it within `LINK_CELLS` mask cells (as rule 2 links two views; a mask that only overlaps its
+    edge is another object, and a merge keeps `q` as it keeps a copy the owner missed)."""
+    if not complete:
+        tol = SLIVER_CELLS * MASK_CELL * frames[tile].pixel
+        return any(g.distance(q) <= tol for (i, kk), geoms in by_tile.items() if kk == k and i != tile
+                   for g, *_ in geoms)
     x0, y0, x1, y1 = q.bounds
     c = shapely.Point((x0 + x1) / 2, (y0 + y1) / 2)
     owners = [i for i, f in frames.items() if i != tile and f.core.contains(c)]
-    return any(g.intersects(q) and g.intersection(q).area > 0
-               for i in owners for g, _ in by_tile.get((i, k), []))
+    near = [g for i in owners for g, *_ in by_tile.get((i, k), []) if g.intersects(q)]
+    if not near:
+        return False
+    tol = LINK_CELLS * MASK_CELL * frames[tile].pixel
+    return shapely.union_all(near).buffer(tol).intersection(q).area >= IOS_MIN * q.area
 
 
 def score(preds, truth_by_class, tile_extent: float) -> dict:
