@@ -153,6 +153,25 @@ def test_the_owners_own_split_stands_beside_a_neighbours_cut_view():
     merged, _ = merge_pieces(pieces, frames)
     assert len(merged.geometry) == 2
 
+
+ROW = TileGrid(3264, 1008, transform=Affine(1, 0, 0, 0, 1, 0))  # 4 tiles, core lines 880, 1632, 2384
+
+
+def test_a_half_linked_only_to_a_cut_view_that_is_not_the_owners_joins_the_object():
+    # a bar x 300..2400 crossing four tiles, owned by tile 1 (its centre 1350 in tile 1's core); tile 3
+    # splits its view into a cut part and a half it sees whole (2330..2400) that links only to tile 2's cut
+    # view (tile 2 does not own the bar either). That view reaches past the half, so the half is part of
+    # the bar, not an object beside it (rule 4)
+    frames, pieces = _frames_and_pieces(ROW, [((0, 0), box(300, 200, 1008, 400), False),
+                                              ((0, 1), box(752, 200, 1760, 400), False),
+                                              ((0, 2), box(1504, 200, 2400, 400), False),
+                                              ((0, 3), box(2256, 200, 2330, 400), False),
+                                              ((0, 3), box(2330, 200, 2400, 400), True)])
+    merged, stats = merge_pieces(pieces, frames)
+    assert len(merged.geometry) == 1
+    assert merged.geometry[0].symmetric_difference(box(300, 200, 2400, 400)).area < 1.0
+    assert stats.rule_violations == 0
+
 # -- the coverage invariant ---------------------------------------------------------------------------------
 
 SMALL = TileGrid(260, 200, tile_size=100, overlap=30, transform=Affine.identity())

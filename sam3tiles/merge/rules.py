@@ -478,17 +478,20 @@ class _Resolver:
         return outs
 
     def _halves(self, kept: list, stitch: np.ndarray) -> list:
-        """Kept complete parts their tile does not own that are linked to an owned cut part of another tile
-        whose own-core area they do not cover: the owner saw one object reaching past them (their tile
-        split what the owner saw as one, or saw part of it), and the owner decides (rule 4): they are
-        stitched with it, each inside its own core."""
-        owned_cut = {int(j) for j in stitch.tolist() if self.owned[j]}
+        """Kept complete parts their tile does not own that are linked to a cut part of another tile whose
+        own-core area they do not cover, in a component its owner saw cut: another tile saw one object
+        reaching past them (their tile split what others saw as one, or saw part of it), and the owner
+        decides by stitching (rule 4): they are stitched with it, each inside its own core. The cut part
+        need not be the owner's (an object across many tiles: the half's neighbour is not its owner)."""
+        if not self.owned[stitch].any():
+            return []
+        cut = set(stitch.tolist())
         out = []
         for i in kept:
-            if self.owned[i] or not owned_cut:
+            if self.owned[i]:
                 continue
             nb = [j for j in self.nbr[self.ptr[i]:self.ptr[i + 1]].tolist()
-                  if j in owned_cut and self.tiles[j] != self.tiles[i]]
+                  if j in cut and self.tiles[j] != self.tiles[i]]
             if not nb:
                 continue
             nb = np.asarray(nb)
