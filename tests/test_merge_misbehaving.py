@@ -154,6 +154,32 @@ def test_the_owners_own_split_stands_beside_a_neighbours_cut_view():
     assert len(merged.geometry) == 2
 
 
+def test_two_tiles_that_split_one_object_at_different_places_give_one_object():
+    # a parcel x 600..1200 across the core line (880): tile 0 splits its cut view at y 450, tile 1 at y 600.
+    # Each half links to the other tile's half it lies in; tile 0's lower half and tile 1's upper half share
+    # y 450..600 of the band and meet at the core line (rule 2's third look): one object, not two
+    frames, pieces = _frames_and_pieces(GRID, [((0, 0), box(600, 200, 1008, 450), False),
+                                               ((0, 0), box(600, 450, 1008, 800), False),
+                                               ((0, 1), box(752, 200, 1200, 600), False),
+                                               ((0, 1), box(752, 600, 1200, 800), False)])
+    merged, stats = merge_pieces(pieces, frames)
+    assert len(merged.geometry) == 1
+    assert merged.geometry[0].symmetric_difference(box(600, 200, 1200, 800)).area < 1.0
+    assert stats.rule_violations == 0
+
+
+def test_touching_neighbours_grown_by_a_cell_stay_two():
+    # two parcels sharing the edge y 500, both across the core line; tile 0 grows both masks by a cell
+    # (3 px): each overlaps the other tile's neighbour by a strip one cell thin, which links nothing
+    a, b = box(600, 200, 1100, 500), box(600, 500, 1100, 800)
+    window = box(0, 0, 1008, 1008)
+    grown = [g.buffer(3, join_style="mitre").intersection(window) for g in (a, b)]
+    frames, pieces = _frames_and_pieces(GRID, [((0, 0), grown[0], False), ((0, 0), grown[1], False),
+                                               ((0, 1), a, False), ((0, 1), b, False)])
+    merged, stats = merge_pieces(pieces, frames)
+    assert len(merged.geometry) == 2
+    assert stats.rule_violations == 0
+
 ROW = TileGrid(3264, 1008, transform=Affine(1, 0, 0, 0, 1, 0))  # 4 tiles, core lines 880, 1632, 2384
 
 

@@ -14,7 +14,7 @@ from ..piecekey import PARTS, part_order, tile_of
 from ..tileframe import TileFrame
 from ..vectorize import EDGE_MARGIN, MASK_CELL, Pieces
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, PAIR_CHUNK, SLIVER_CELLS,
-                    Cols, Merged, edge_dist, polygonal, regions)
+                    THICK_CELLS, Cols, Merged, edge_dist, polygonal, regions)
 from .stats import MergeStats, count_by_prompt
 
 
@@ -202,6 +202,9 @@ def pair_verdicts(c: Cols, a: np.ndarray, b: np.ndarray, frames, iou_min, ios_mi
     retry = np.flatnonzero(~ok & (inter > 0))
     if len(retry):
         ok[retry] = _tolerant(c, a[retry], b[retry], bands[retry], area_a[retry], area_b[retry], frames, ios_min)
+    cut = np.flatnonzero(~ok & (inter > 0) & ~c.complete[a] & ~c.complete[b])
+    if len(cut):
+        ok[cut] = _continued(c, a[cut], b[cut], bands[cut], frames)
     return ok
 
 
@@ -265,6 +268,26 @@ def _tolerant(c: Cols, a, b, bands, area_a, area_b, frames, ios_min) -> np.ndarr
     area_s = np.minimum(area_a, area_b)
     inter = shapely.area(shapely.intersection(gs, gl))
     return inter >= ios_min * area_s
+
+
+def _continued(c: Cols, a, b, bands, frames) -> np.ndarray:
+    """Rule 2's third look, for two cut parts that disagree in the band: they overlap there over a region
+    `THICK_CELLS` mask cells across (not a copy grown by a cell beside a neighbour: the two views share a
+    stretch of one object) and their own-core areas meet across the core boundary. Two tiles that each
+    split one object, at different places, give halves no one-to-one comparison links."""
+    ut, inv = np.unique(np.r_[c.tiles[a], c.tiles[b]], return_inverse=True)
+    pix = np.asarray([frames[int(t)].pixel for t in ut.tolist()])[inv.ravel()]
+    pix = np.maximum(pix[: len(a)], pix[len(a):])
+    both = shapely.intersection(shapely.intersection(c.geoms[a], bands), shapely.intersection(c.geoms[b], bands))
+    thick = ~shapely.is_empty(shapely.buffer(both, -THICK_CELLS * MASK_CELL * pix / 2, quad_segs=2))
+    out = np.zeros(len(a), dtype=bool)
+    if thick.any():
+        t = np.flatnonzero(thick)
+        core = lambda idx: np.asarray([frames[int(x)].core for x in c.tiles[idx].tolist()], dtype=object)
+        oa = shapely.intersection(c.geoms[a[t]], core(a[t]))
+        ob = shapely.intersection(c.geoms[b[t]], core(b[t]))
+        out[t] = shapely.distance(oa, ob) < JOIN_CELLS * MASK_CELL * pix[t]
+    return out
 
 
 def _components(n: int, la: np.ndarray, lb: np.ndarray) -> np.ndarray:
