@@ -97,7 +97,8 @@ def _job_parse_message(name: str, v: Any, e: Exception) -> str:
     if name == "bands":
         if "start at 1" in raw(e):
             return f"band numbers start at 1 (got {list(v) if not isinstance(v, str) else v})"
-        got = f"{len(v)} bands" if isinstance(v, (list, tuple)) else repr(v)
+        numbers = isinstance(v, (list, tuple)) and all(isinstance(b, int) and not isinstance(b, bool) for b in v)
+        got = f"{len(v)} bands" if numbers else repr(v)
         return f"give 1 band (grey) or 3 bands (R,G,B), e.g. [4, 3, 2] (got {got})"
     return render(raw(e), "job")
 

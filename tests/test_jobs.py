@@ -54,6 +54,10 @@ MINIMAL = "inputs: [a.tif]\nprompts: {text: [blue]}\noutput: {path: o.gpkg}\n"
                                              "(got 2 bands)"]),
     (MINIMAL + "tiling: {bands: '4,3,x'}\n", ["tiling.bands: give 1 band (grey) or 3 bands (R,G,B), e.g. [4, 3, 2] "
                                               "(got '4,3,x')"]),
+    (MINIMAL + "tiling: {bands: false}\n", ["tiling.bands: give 1 band (grey) or 3 bands (R,G,B), e.g. [4, 3, 2] "
+                                           "(got False)"]),
+    (MINIMAL + "tiling: {bands: [{a: 1}]}\n", ["tiling.bands: give 1 band (grey) or 3 bands (R,G,B), e.g. "
+                                               "[4, 3, 2] (got [{'a': 1}])"]),
     (MINIMAL + "tiling: {overlap: 600}\n", ["tiling.overlap: must be less than half of tiling.tile_size, at most "
                                             "503 (got 600)"]),
     (MINIMAL + "backend: {name: onxx}\n", ["backend.name: must be one of 'onnx', 'reference' or 'simulated' "
