@@ -204,7 +204,8 @@ def floor_preds(per_tile, frames, truth_by_class, transform, by_owner: bool = Fa
                 # another object (fused), and that object's copy stands for it (as in the merge)
                 fused = not copies and any(q.intersection(t).area >= 0.5 * t.area
                                            for _, _, regs in by_tile.get((owner, k), []) for q in regs)
-                for tile in ([] if copies or fused else sorted(i for i, kk in by_tile if kk == k and i != owner)):
+                others = [] if copies or fused else sorted(i for i, kk in by_tile if kk == k and i != owner)
+                for tile in others:
                     copies = _copies([v for v in by_tile[(tile, k)] if v[1]], t)[:1]
                     if copies:
                         break
@@ -290,7 +291,8 @@ def _owned_objects(views: dict, frames, pixel: float) -> list:
     objects: dict = {}
     for i, (tile, m, _) in enumerate(masks):
         objects.setdefault(root(i), []).append(m)
-    return whole + [r for gs in objects.values() for r in _regions(shapely.union_all(gs), pixel) if r.area > 0]
+    joined = [r for gs in objects.values() for r in _regions(shapely.union_all(gs), pixel) if r.area > 0]
+    return whole + joined
 
 
 def _copies(geoms, t) -> list:

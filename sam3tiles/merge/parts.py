@@ -24,7 +24,7 @@ PAIR_CHUNK = 20_000
 JOIN_CELLS = 1.5
 #: Link tolerance for pairs that fail IoU and IoS (rule 2): masks move by this many cells between tiles.
 LINK_CELLS = 1.0
-#: Two cut parts that overlap over a region this many mask cells across share a stretch of one object (rule 2).
+#: Two cut parts overlapping over a region this many mask cells across share a stretch of one object (rule 2).
 THICK_CELLS = 4.0
 #: A cut part within this many mask cells of another tile's part lies beside it (rule 6).
 SLIVER_CELLS = 2.0

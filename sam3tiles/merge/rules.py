@@ -278,7 +278,8 @@ def _continued(c: Cols, a, b, bands, frames) -> np.ndarray:
     ut, inv = np.unique(np.r_[c.tiles[a], c.tiles[b]], return_inverse=True)
     pix = np.asarray([frames[int(t)].pixel for t in ut.tolist()])[inv.ravel()]
     pix = np.maximum(pix[: len(a)], pix[len(a):])
-    both = shapely.intersection(shapely.intersection(c.geoms[a], bands), shapely.intersection(c.geoms[b], bands))
+    both = shapely.intersection(shapely.intersection(c.geoms[a], bands),
+                                shapely.intersection(c.geoms[b], bands))
     thick = ~shapely.is_empty(shapely.buffer(both, -THICK_CELLS * MASK_CELL * pix / 2, quad_segs=2))
     out = np.zeros(len(a), dtype=bool)
     if thick.any():
