@@ -260,9 +260,7 @@ def _tolerant(c: Cols, a, b, bands, area_a, area_b, frames, ios_min) -> np.ndarr
     `LINK_CELLS` mask cells of the larger (masks that moved by a cell between tiles)."""
     small_a = area_a <= area_b
     s, l = np.where(small_a, a, b), np.where(small_a, b, a)
-    ut, inv = np.unique(np.r_[c.tiles[a], c.tiles[b]], return_inverse=True)
-    pix = np.asarray([frames[int(t)].pixel for t in ut.tolist()])[inv.ravel()]  # one frame per tile (lazy frames)
-    tol = LINK_CELLS * MASK_CELL * np.maximum(pix[: len(a)], pix[len(a):])
+    tol = LINK_CELLS * MASK_CELL * _pair_pixel(c, a, b, frames)
     gs = shapely.intersection(c.geoms[s], bands)
     gl = shapely.buffer(shapely.intersection(c.geoms[l], bands), tol, quad_segs=2)
     area_s = np.minimum(area_a, area_b)
@@ -275,20 +273,24 @@ def _continued(c: Cols, a, b, bands, frames) -> np.ndarray:
     `THICK_CELLS` mask cells across (not a copy grown by a cell beside a neighbour: the two views share a
     stretch of one object) and their own-core areas meet across the core boundary. Two tiles that each
     split one object, at different places, give halves no one-to-one comparison links."""
-    ut, inv = np.unique(np.r_[c.tiles[a], c.tiles[b]], return_inverse=True)
-    pix = np.asarray([frames[int(t)].pixel for t in ut.tolist()])[inv.ravel()]
-    pix = np.maximum(pix[: len(a)], pix[len(a):])
+    pix = _pair_pixel(c, a, b, frames)
     both = shapely.intersection(shapely.intersection(c.geoms[a], bands),
                                 shapely.intersection(c.geoms[b], bands))
     thick = ~shapely.is_empty(shapely.buffer(both, -THICK_CELLS * MASK_CELL * pix / 2, quad_segs=2))
     out = np.zeros(len(a), dtype=bool)
     if thick.any():
         t = np.flatnonzero(thick)
-        core = lambda idx: np.asarray([frames[int(x)].core for x in c.tiles[idx].tolist()], dtype=object)
-        oa = shapely.intersection(c.geoms[a[t]], core(a[t]))
-        ob = shapely.intersection(c.geoms[b[t]], core(b[t]))
-        out[t] = shapely.distance(oa, ob) < JOIN_CELLS * MASK_CELL * pix[t]
+        own = [shapely.intersection(c.geoms[x], np.asarray([frames[int(k)].core for k in c.tiles[x].tolist()],
+                                                           dtype=object)) for x in (a[t], b[t])]
+        out[t] = shapely.distance(*own) < JOIN_CELLS * MASK_CELL * pix[t]
     return out
+
+
+def _pair_pixel(c: Cols, a, b, frames) -> np.ndarray:
+    """Per pair of parts: the larger of their two tiles' pixel sizes (one frame per tile: lazy frames)."""
+    ut, inv = np.unique(np.r_[c.tiles[a], c.tiles[b]], return_inverse=True)
+    pix = np.asarray([frames[int(t)].pixel for t in ut.tolist()])[inv.ravel()]
+    return np.maximum(pix[: len(a)], pix[len(a):])
 
 
 def _components(n: int, la: np.ndarray, lb: np.ndarray) -> np.ndarray:
