@@ -180,6 +180,27 @@ def test_touching_neighbours_grown_by_a_cell_stay_two():
     assert len(merged.geometry) == 2
     assert stats.rule_violations == 0
 
+SQUARE = TileGrid(1760, 1760, transform=Affine(1, 0, 0, 0, 1, 0))  # 2 x 2 tiles, core lines x, y 880
+
+
+def test_linked_views_beside_another_prompts_object_are_no_slivers():
+    # an object two tiles see outside their cores (both cut, linked): the tiles owning it missed it, and a
+    # mask of ANOTHER prompt lies beside it. That says nothing of this object (rule 6 takes linked slivers
+    # for the edge of an object of their own prompt only), so the two views are kept, stitched
+    obj = box(700, 960, 1000, 1100)
+    frames, pieces = _frames_and_pieces(SQUARE, [((0, 0), obj.intersection(box(0, 0, 1008, 1008)), False),
+                                                 ((0, 1), obj.intersection(box(752, 0, 1760, 1008)), False),
+                                                 ((1, 0), box(700, 1010, 1000, 1100), True)])
+    pieces.prompt[2] = 1
+    merged, _ = merge_pieces(pieces, frames)
+    assert sorted(merged.prompt) == [0, 1]
+    got = [g for g, pr in zip(merged.geometry, merged.prompt) if pr == 0][0]
+    assert abs(got.area - obj.intersection(box(0, 0, 1760, 1008)).area) < 1.0
+    from sam3tiles.merge import merge_blocked, tile_blocks  # each tile a block: the final pass decides alike
+
+    blocked, _ = merge_blocked(pieces, frames, tile_blocks(list(SQUARE), 1))
+    assert [g.wkb for g in blocked.geometry] == [g.wkb for g in merged.geometry]
+
 ROW = TileGrid(3264, 1008, transform=Affine(1, 0, 0, 0, 1, 0))  # 4 tiles, core lines 880, 1632, 2384
 
 

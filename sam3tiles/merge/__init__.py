@@ -50,7 +50,11 @@ mask can stop short of the tile edge. The rules, in order:
 6. *Slivers.* A cut part that no neighbour matched (or cut parts linked only to each other), lying outside
    its own tile's core and within one mask cell of another object, is the edge of an object another tile
    owns (a few pixels poking into a tile rarely match in shape): it is dropped and counted. "Beside" is
-   within `SLIVER_CELLS` (2) mask cells: each of the two copies can move by a cell.
+   within `SLIVER_CELLS` (2) mask cells: each of the two copies can move by a cell. Cut parts linked only
+   to each other (two tiles agree on them) are dropped only beside an object of their own prompt: another
+   prompt's mask says nothing of them, and they are the views of an object its owners missed. A lone one
+   is still dropped beside any prompt's object (its own prompt alone kept false positives the tiles' edges
+   made: docs/merge-floor.md).
 
 *Coverage.* For every prompt, the output covers what each tile said is object inside its own core, apart
 from the drops of rules 4-6. `MergeStats.coverage` holds per prompt the area the tiles own (each part

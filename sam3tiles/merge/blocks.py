@@ -242,7 +242,7 @@ class BlockMerger:
         piece_block = np.asarray([self.blocks[tile_of(int(k))] for k in rest.tile_key], dtype=np.int64)
         fin = merge_pass(rest, self.frames, self.iou_min, self.ios_min, order=order[sort],
                           inside=np.concatenate([p.inside for p in parts])[sort] if parts else np.zeros(0, bool),
-                          near=np.concatenate([p.near for p in parts])[sort] if parts else np.zeros(0, bool),
+                          near=np.concatenate([p.near for p in parts])[sort] if parts else np.zeros(0, np.uint8),
                           block=piece_block, known=self.early.rest() if self.early is not None else None)
         stats.add(fin.stats)
         if self.on_block is not None:

@@ -38,7 +38,7 @@ class _Part:
     stats: MergeStats
     deferred: np.ndarray  # indices (into `cols`) of parts whose objects a later pass decides
     inside: np.ndarray  # per part: wholly in its tile's exclusive area (never compared)
-    near: np.ndarray  # per part: another tile's part lies within the sliver tolerance (in this pass)
+    near: np.ndarray  # per part: NEAR_ANY | NEAR_SAME, another tile's part within the sliver tolerance
     cols: "Cols | None" = None  # the parts this pass saw
 
 
@@ -94,16 +94,16 @@ def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, 
     n = len(pieces)
     if n == 0:
         e = np.zeros(0, dtype=np.int64)
-        return _Part(Merged([], [], [], []), e, stats, e, np.zeros(0, bool), np.zeros(0, bool))
+        return _Part(Merged([], [], [], []), e, stats, e, np.zeros(0, bool), np.zeros(0, np.uint8))
     c = Cols.of(pieces, np.arange(n, dtype=np.int64) if order is None else order)
     if inside is None:
         stats.pieces = n
         c = _explode(c, frames, stats)
         inside = _inside(c, frames)
-        near = np.zeros(len(c.geoms), dtype=bool)
+        near = np.zeros(len(c.geoms), dtype=np.uint8)
         stats.band_pieces = int((~inside).sum())
     else:
-        inside, near = np.asarray(inside, dtype=bool), np.asarray(near, dtype=bool)
+        inside, near = np.asarray(inside, dtype=bool), np.asarray(near, dtype=np.uint8)
     la, lb = _links(c, np.flatnonzero(~inside), frames, iou_min, ios_min, block, stats, known)
     comp = _components(len(c.geoms), la, lb)
     deferred = np.zeros(len(c.geoms), dtype=bool)
@@ -122,7 +122,7 @@ def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, 
         # what the final pass cannot see: another tile's part of this block within the sliver tolerance
         near = near.copy()
         lone = left[~c.complete[left]]
-        near[lone] |= _near_other_tile(lone, c.geoms, c.tiles, frames)
+        near[lone] |= _near_other_tile(lone, c.geoms, c.tiles, c.prompt, frames)
     return _Part(out, first, stats, left, inside, near, c)
 
 
@@ -401,7 +401,7 @@ class _Resolver:
         """Components of one part: kept as they are, unless a sliver (rule 6)."""
         c, st = self.c, self.stats
         cut = lone[~c.complete[lone]]
-        slivers = _slivers(cut, c.geoms, self.tiles, self.frames, self.near, self.owned_area)
+        slivers = _slivers(cut, c.geoms, self.tiles, c.prompt, self.frames, self.near, self.owned_area)
         if slivers:
             drop = np.isin(lone, np.fromiter(slivers, dtype=np.int64, count=len(slivers)))
             for i in lone[drop].tolist():
@@ -578,9 +578,11 @@ class _Resolver:
         return outs
 
     def _beside_another(self, members: np.ndarray) -> bool:
-        """Whether a part outside `members`, of a tile outside them, lies within the sliver tolerance of one
-        of them (or an earlier pass saw one: `near`)."""
-        if self.near[members].any():
+        """Whether a part outside `members`, of their prompt and a tile outside them, lies within the sliver
+        tolerance of one of them (or an earlier pass saw one: `near`). Cut parts two tiles linked are the
+        edge of an object only when one of their own prompt lies beside them: another prompt's mask says
+        nothing of them (the views of an object its owners missed are kept)."""
+        if (self.near[members] & NEAR_SAME).any():
             return True
         if self._tree is None:
             self._tree = shapely.STRtree(self.c.geoms)
@@ -588,7 +590,9 @@ class _Resolver:
         for i in members.tolist():
             hits = self._tree.query(self.c.geoms[i], predicate="dwithin",
                                     distance=_sliver_tol(self.frames[int(self.tiles[i])]))
-            if any(j not in mine and int(self.tiles[j]) not in own for j in hits.tolist()):
+            pr = self.c.prompt[i]
+            if any(j not in mine and int(self.tiles[j]) not in own and self.c.prompt[j] == pr
+                   for j in hits.tolist()):
                 return True
         return False
 
@@ -614,19 +618,26 @@ def _sliver_tol(frame: TileFrame) -> float:
     return SLIVER_CELLS * MASK_CELL * frame.pixel
 
 
-def _near_other_tile(idx: np.ndarray, geoms, tiles, frames) -> np.ndarray:
-    """Whether a part of another tile lies within the sliver tolerance of each part in `idx`."""
-    out = np.zeros(len(idx), dtype=bool)
+#: `near` bits: a part of another tile lies within the sliver tolerance, of any prompt / of the part's own.
+NEAR_ANY, NEAR_SAME = 1, 2
+
+
+def _near_other_tile(idx: np.ndarray, geoms, tiles, prompts, frames) -> np.ndarray:
+    """Per part in `idx`: `NEAR_ANY` where a part of another tile lies within the sliver tolerance,
+    with `NEAR_SAME` where one of the same prompt does."""
+    out = np.zeros(len(idx), dtype=np.uint8)
     if not len(idx):
         return out
     tree = shapely.STRtree(geoms)
     for k, i in enumerate(idx.tolist()):
         near = tree.query(geoms[i], predicate="dwithin", distance=_sliver_tol(frames[int(tiles[i])]))
-        out[k] = bool((tiles[near] != tiles[i]).any())
+        other = tiles[near] != tiles[i]
+        if other.any():
+            out[k] = NEAR_ANY | (NEAR_SAME if (prompts[near][other] == prompts[i]).any() else 0)
     return out
 
 
-def _slivers(lone: np.ndarray, geoms, tiles, frames, near, owned_area) -> set[int]:
+def _slivers(lone: np.ndarray, geoms, tiles, prompts, frames, near, owned_area) -> set[int]:
     """Unmatched cut parts outside their own core that lie against another object (rule 6).
     `near`: per part, another tile's part is known to lie within the tolerance (from an earlier pass)."""
     if not len(lone):
@@ -634,9 +645,10 @@ def _slivers(lone: np.ndarray, geoms, tiles, frames, near, owned_area) -> set[in
     outside = lone[owned_area[lone] <= 0.05 * shapely.area(geoms[lone])]
     if not len(outside):
         return set()
-    out = set(outside[near[outside]].tolist())
-    rest = outside[~near[outside]]
-    out.update(rest[_near_other_tile(rest, geoms, tiles, frames)].tolist())
+    known = (near[outside] & NEAR_ANY) > 0
+    out = set(outside[known].tolist())
+    rest = outside[~known]
+    out.update(rest[_near_other_tile(rest, geoms, tiles, prompts, frames) > 0].tolist())
     return out
 
 
