@@ -129,7 +129,6 @@ def test_cut_copy_grown_beside_a_shrunk_whole_is_no_extra_object():
     assert stats.rule_violations == 0
 
 
-
 def test_a_tile_that_split_what_the_owner_saw_as_one_gives_one_object():
     # a parcel x 722..1054 whose centre (888) lies in tile 1's core: tile 0 splits it at x 889 into a half
     # it sees whole (722..889) and one its edge cuts; tile 1 (the owner) sees it cut at x 752, as one mask
@@ -180,6 +179,7 @@ def test_touching_neighbours_grown_by_a_cell_stay_two():
     assert len(merged.geometry) == 2
     assert stats.rule_violations == 0
 
+
 SQUARE = TileGrid(1760, 1760, transform=Affine(1, 0, 0, 0, 1, 0))  # 2 x 2 tiles, core lines x, y 880
 
 
@@ -201,6 +201,25 @@ def test_linked_views_beside_another_prompts_object_are_no_slivers():
     blocked, _ = merge_blocked(pieces, frames, tile_blocks(list(SQUARE), 1))
     assert [g.wkb for g in blocked.geometry] == [g.wkb for g in merged.geometry]
 
+
+def test_views_linked_across_blocks_are_no_slivers_of_each_other():
+    # a strip in row 1's cores that row 1 missed, seen cut by tiles (0,0), (0,1) and (0,2), all outside
+    # their cores; (0,2) lies in another block, so the block of (0,0) and (0,1) leaves them to the final
+    # pass. Each other's views are no "object beside" them there: the blocked merge keeps the strip, as
+    # the single merge does
+    from sam3tiles.merge import merge_blocked, tile_blocks
+
+    grid = TileGrid(2512, 2512, transform=Affine(1, 0, 0, 0, 1, 0))
+    strip = box(700, 960, 1560, 1000)
+    frames, pieces = _frames_and_pieces(grid, [((0, c), strip.intersection(box(752 * c, 0, 752 * c + 1008, 1008)),
+                                                False) for c in range(3)])
+    single, _ = merge_pieces(pieces, frames)
+    blocked, stats = merge_blocked(pieces, frames, tile_blocks(list(grid), 2))
+    assert len(single.geometry) == 1
+    assert [g.wkb for g in blocked.geometry] == [g.wkb for g in single.geometry]
+    assert stats.slivers_dropped == 0
+
+
 ROW = TileGrid(3264, 1008, transform=Affine(1, 0, 0, 0, 1, 0))  # 4 tiles, core lines 880, 1632, 2384
 
 
@@ -218,6 +237,7 @@ def test_a_half_linked_only_to_a_cut_view_that_is_not_the_owners_joins_the_objec
     assert len(merged.geometry) == 1
     assert merged.geometry[0].symmetric_difference(box(300, 200, 2400, 400)).area < 1.0
     assert stats.rule_violations == 0
+
 
 # -- the coverage invariant ---------------------------------------------------------------------------------
 

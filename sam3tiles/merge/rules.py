@@ -119,10 +119,11 @@ def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, 
     stats.objects = len(out.geometry)
     left = np.flatnonzero(deferred)
     if len(left):
-        # what the final pass cannot see: another tile's part of this block within the sliver tolerance
+        # what the final pass cannot see: another tile's part of this block, decided here (the deferred
+        # ones go on to the final pass, which sees them itself: they may be this part's own component)
         near = near.copy()
         lone = left[~c.complete[left]]
-        near[lone] |= _near_other_tile(lone, c.geoms, c.tiles, c.prompt, frames)
+        near[lone] |= _near_other_tile(lone, c.geoms, c.tiles, c.prompt, frames, among=np.flatnonzero(~deferred))
     return _Part(out, first, stats, left, inside, near, c)
 
 
@@ -622,15 +623,16 @@ def _sliver_tol(frame: TileFrame) -> float:
 NEAR_ANY, NEAR_SAME = 1, 2
 
 
-def _near_other_tile(idx: np.ndarray, geoms, tiles, prompts, frames) -> np.ndarray:
-    """Per part in `idx`: `NEAR_ANY` where a part of another tile lies within the sliver tolerance,
-    with `NEAR_SAME` where one of the same prompt does."""
+def _near_other_tile(idx: np.ndarray, geoms, tiles, prompts, frames, among=None) -> np.ndarray:
+    """Per part in `idx`: `NEAR_ANY` where a part of another tile (one of `among`, default all) lies within
+    the sliver tolerance, with `NEAR_SAME` where one of the same prompt does."""
     out = np.zeros(len(idx), dtype=np.uint8)
-    if not len(idx):
+    pool = np.arange(len(geoms)) if among is None else np.asarray(among, dtype=np.int64)
+    if not len(idx) or not len(pool):
         return out
-    tree = shapely.STRtree(geoms)
+    tree = shapely.STRtree(geoms[pool])
     for k, i in enumerate(idx.tolist()):
-        near = tree.query(geoms[i], predicate="dwithin", distance=_sliver_tol(frames[int(tiles[i])]))
+        near = pool[tree.query(geoms[i], predicate="dwithin", distance=_sliver_tol(frames[int(tiles[i])]))]
         other = tiles[near] != tiles[i]
         if other.any():
             out[k] = NEAR_ANY | (NEAR_SAME if (prompts[near][other] == prompts[i]).any() else 0)
