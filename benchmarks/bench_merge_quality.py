@@ -247,14 +247,6 @@ def _false_positives(by_tile, frames, truth_by_class) -> list:
     return out
 
 
-def _regions(geom, pixel: float) -> list:
-    """`geom`'s regions, those closer than the merge's `JOIN_CELLS` mask cells kept together."""
-    half = JOIN_CELLS * MASK_CELL * pixel / 2
-    parts = list(shapely.get_parts(geom))
-    groups = list(shapely.get_parts(shapely.union_all([q.buffer(half) for q in parts])))
-    return [shapely.union_all([q for q in parts if q.intersects(grp)]) for grp in groups]
-
-
 def _owned_objects(views: dict, frames, pixel: float) -> list:
     """`own-floor`'s objects for an object cut in its owner (or missed by it), from `views` {tile: [(the
     regions of one of its masks inside the object, complete)]}: what the tile owning each area said there.
@@ -269,29 +261,27 @@ def _owned_objects(views: dict, frames, pixel: float) -> list:
     gap = JOIN_CELLS * MASK_CELL * pixel
     said = shapely.union_all([frames[tile].core for tile in views])
     masks = [(tile, shapely.union_all(parts), c) for tile, ms in views.items() for parts, c in ms]
-    whole = [m for tile, m, c in masks if c and _centre_in_core(frames[tile], m)]
-    cover = shapely.union_all(whole).buffer(gap) if whole else None
-    masks = [(tile, shapely.union_all([m.intersection(frames[tile].core), m.difference(said)]), c)
-             for tile, m, c in masks if not (c and _centre_in_core(frames[tile], m))]
-    if cover is not None:
-        masks = [(t, m, c) for t, m, c in masks if m.intersection(cover).area < 0.8 * m.area]
-    group = list(range(len(masks)))
+    owned = [c and _centre_in_core(frames[tile], m) for tile, m, c in masks]
+    whole = [m for (_, m, _), o in zip(masks, owned) if o]
+    units = [(tile, shapely.union_all([m.intersection(frames[tile].core), m.difference(said)]))
+             for (tile, m, _), o in zip(masks, owned) if not o]
+    if whole:
+        cover = shapely.union_all(whole).buffer(gap)
+        units = [(t, m) for t, m in units if m.intersection(cover).area < 0.8 * m.area]
+    if not units:
+        return whole
+    geoms = np.asarray([m for _, m in units], dtype=object)
+    tiles = np.asarray([t for t, _ in units])
+    a, b = shapely.STRtree(geoms).query(geoms, predicate="dwithin", distance=gap)
+    keep = tiles[a] != tiles[b]  # two of one tile never join directly
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
 
-    def root(i):
-        while group[i] != i:
-            group[i] = group[group[i]]
-            i = group[i]
-        return i
-
-    for i, (ti, gi, _) in enumerate(masks):
-        for j in range(i + 1, len(masks)):
-            tj, gj, _ = masks[j]
-            if ti != tj and gi.distance(gj) < gap:
-                group[root(i)] = root(j)
-    objects: dict = {}
-    for i, (tile, m, _) in enumerate(masks):
-        objects.setdefault(root(i), []).append(m)
-    joined = [r for gs in objects.values() for r in _regions(shapely.union_all(gs), pixel) if r.area > 0]
+    n = len(units)
+    _, label = connected_components(coo_matrix((np.ones(int(keep.sum()), np.int8), (a[keep], b[keep])),
+                                               shape=(n, n)), directed=False)
+    joined = [r for lab in np.unique(label).tolist()
+              for r in regions(shapely.union_all(geoms[label == lab]), gap) if r.area > 0]
     return whole + joined
 
 
