@@ -139,3 +139,53 @@ def test_napari_builds_the_layers(outputs, plugin):
                 assert len(layer.data) == len(layer.features) and set(layer.features["prompt"]) == {meta["name"]}
             else:
                 assert layer.multiscale and [tuple(a.shape) for a in layer.data] == [(640, 900), (320, 450)]
+
+
+# -- issue 36, case 3: labels and shapes of one object in one frame ------------------------------------------
+def _labels_centroid(level0, oid, affine=None) -> np.ndarray:
+    """Where napari draws the object's pixels: pixel (r, c) is centred at data (r, c), then the affine."""
+    rows, cols = np.nonzero(np.asarray(level0) == oid)
+    centre = np.array([rows.mean(), cols.mean(), 1.0])
+    return (np.asarray(affine) @ centre)[:2] if affine is not None else centre[:2]
+
+
+def _shape_centroid(verts: np.ndarray) -> np.ndarray:
+    return np.asarray(shapely.Polygon(verts).centroid.coords[0])  # (row, col) in, (row, col) out
+
+
+def _largest_shape(shape_layers) -> tuple[int, np.ndarray]:
+    """(id, vertices) of the largest shape of an object drawn as one polygon (holes are not drawn)."""
+    counts: dict = {}
+    for data, kw, _ in shape_layers:
+        for oid in kw["features"]["id"]:
+            counts[oid] = counts.get(oid, 0) + 1
+    found = [(shapely.Polygon(v).area, oid, v) for data, kw, _ in shape_layers
+             for oid, v in zip(kw["features"]["id"], data) if counts[oid] == 1]
+    _, oid, verts = max(found, key=lambda t: t[0])
+    return oid, verts
+
+
+def test_slide_labels_and_shapes_of_one_object_share_a_centroid(outputs, plugin):
+    """A slide run with --labels: the labels layer's pixels of an object sit centred under its shape."""
+    slide, gdf, d = outputs
+    oid, verts = _largest_shape(read(d / "o.gpkg", plugin))
+    assert shapely.Polygon(verts).area > 400  # a real object, not a sliver
+    [(levels, kw, _)] = read(d / "labels.ome.tif", plugin)
+    labels = _labels_centroid(levels[0], oid, kw.get("affine"))
+    assert np.allclose(labels, _shape_centroid(verts), rtol=0, atol=0.1), (labels, _shape_centroid(verts))
+
+
+def test_georeferenced_labels_and_shapes_of_one_object_share_a_centroid(plugin, tmp_path):
+    """A run on a 0.3 m GeoTIFF with --labels: the COG labels' affine puts the object's pixels under its shape."""
+    from affine import Affine
+
+    from sam3tiles.testing import blob_image, write_raster
+
+    src = write_raster(tmp_path / "geo.tif", blob_image(h=400, w=500), transform=Affine(0.3, 0, 500000, 0, -0.3, 6000000))
+    segment_job(str(src), ["blue"], backend="reference", workers=1, checkpoint=False, out=tmp_path / "o.gpkg",
+                labels=tmp_path / "l.tif")
+    [(shapes, skw, _)] = read(tmp_path / "o.gpkg", plugin)
+    [(levels, kw, _)] = read(tmp_path / "l.tif", plugin)
+    oid, verts = _largest_shape([(shapes, skw, "shapes")])
+    labels = _labels_centroid(levels[0] if kw["multiscale"] else levels, oid, kw["affine"])
+    assert np.allclose(labels, _shape_centroid(verts), rtol=0, atol=0.03), (labels, _shape_centroid(verts))  # 0.1 px
