@@ -4,14 +4,23 @@ images as labels layers. Install with `pip install "sam3tiles[napari]"`, then dr
 Nothing here imports napari: each reader returns napari's LayerData tuples `(data, kwargs, layer_type)`,
 so it runs (and is tested) through npe2 alone.
 
+One frame for both layer kinds, napari's: a labels (or image) layer draws its pixel (r, c) centred at
+data coordinate (r, c), so pixel centres are at integers and pixel (r, c) covers [r - 0.5, r + 0.5].
+
+* Pixel space (slides; rasters without a CRS): world = data = (row, col) of the source's level 0, with
+  the pixel centres at integers, as napari draws the labels layer and any image layer of the source
+  itself. Our polygons have their corners on pixel edges (x right, y down; pixel (r, c) is
+  [c, c + 1] x [r, r + 1]), so a vertex (x, y) becomes (row, col) = (y - 0.5, x - 0.5).
+* A map CRS: world = (-y, x) in CRS units (north up); vertices are taken as they are, and a GeoTIFF label
+  image's affine maps its pixel (r, c) to the CRS coordinates of that pixel's centre (transform of
+  (c + 0.5, r + 0.5)), not of its corner.
+
 * Vector outputs (.gpkg, .geojson / .qupath.geojson, .parquet, .fgb): one shapes layer per prompt, named
   after it, in the prompt's colour (the QuPath classification colour, `writers.qupath.class_colour`),
-  polygons as (row, col) vertices: pixel space (slides: x right, y down) gives row = y, col = x; a CRS
-  gives row = -y, col = x (north up, in CRS units). Holes are not drawn (napari's shapes have none);
+  polygons as (row, col) vertices in the frame above. Holes are not drawn (napari's shapes have none);
   a MultiPolygon gives one shape per part. `id`, `score`, `prompt` (and the area columns) are features.
 * Label images (.tif / .ome.tif written by `--labels`, .ome.zarr): a labels layer, the pyramid as a
-  multiscale list of lazy arrays (zarr, read as napari asks), in the pixel frame of the shapes above
-  (a GeoTIFF's transform becomes the layer's affine in the same (-y, x) frame). TIFFs that are not a
+  multiscale list of lazy arrays (zarr, read as napari asks), in the frame above. TIFFs that are not a
   sam3tiles label image are left to other readers (None).
 """
 
@@ -103,7 +112,8 @@ def _shapes(geoms, flip: bool) -> tuple[list[np.ndarray], list[int]]:
             if poly.geom_type != "Polygon":
                 continue
             xy = np.asarray(poly.exterior.coords)[:-1, :2]  # napari closes the ring itself
-            shapes.append(np.column_stack([-xy[:, 1], xy[:, 0]]) if flip else xy[:, ::-1].copy())
+            # pixel space: corners on pixel edges, napari's pixel centres on integers (module docstring)
+            shapes.append(np.column_stack([-xy[:, 1], xy[:, 0]]) if flip else xy[:, ::-1] - 0.5)
             rows.append(i)
     return shapes, rows
 
@@ -180,9 +190,11 @@ def _attrs(folder: Path) -> dict:
 
 
 def _geo_affine(tf) -> list[list[float]]:
-    """The GeoTIFF's pixel -> CRS transform as napari's 3x3 affine in the (-y, x) frame of the shapes."""
+    """The GeoTIFF's pixel -> CRS transform as napari's 3x3 affine in the (-y, x) frame of the shapes: napari
+    draws pixel (r, c) centred at data (r, c), so (r, c) goes to the CRS coordinates of that pixel's centre."""
     import rasterio
+    from affine import Affine
 
     with rasterio.open(tf.filehandle.path) as ds:
-        t = ds.transform
+        t = ds.transform * Affine.translation(0.5, 0.5)
     return [[-t.e, -t.d, -t.f], [t.b, t.a, t.c], [0.0, 0.0, 1.0]]

@@ -48,6 +48,11 @@ def read(path, plugin):
     return npe2.read([str(path)], stack=False, plugin_name="sam3tiles")
 
 
+def _pixel(v: float) -> int:
+    """The pixel napari draws at data coordinate `v` (pixel centres at integers)."""
+    return int(np.floor(v + 0.5))
+
+
 def test_entry_point_names_the_manifest():
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((Path(sam3tiles.__file__).parent.parent / "pyproject.toml").read_text())
@@ -70,11 +75,12 @@ def test_vector_outputs_open_as_shapes_layers_in_row_col_order(outputs, plugin, 
         assert kw["edge_color"] != layers[0][1]["edge_color"] or kw is layers[0][1]  # one colour per prompt
         verts, oid = data[0], kw["features"]["id"][0]
         geom = mine.set_index("id").geometry[oid]
-        assert np.allclose(verts, np.asarray(geom.exterior.coords)[:-1, ::-1], atol=1e-3)  # (row, col) = (y, x)
-        # the source pixel under the shape's inside point is the object's colour, not the background
+        # (row, col) = (y, x) less half a pixel: napari draws pixel (r, c) centred at (r, c)
+        assert np.allclose(verts, np.asarray(geom.exterior.coords)[:-1, ::-1] - 0.5, atol=1e-3)
+        # the source pixel napari draws under the shape's inside point is the object's colour, not the background
         r, c = shapely.Polygon(verts[:, ::-1]).representative_point().coords[0][::-1]
-        assert not np.allclose(image[int(r), int(c)], image[0, 0], atol=30)
-        truth = slide.truth.geometry[slide.truth.intersects(shapely.Point(c, r))]
+        assert not np.allclose(image[_pixel(r), _pixel(c)], image[0, 0], atol=30)
+        truth = slide.truth.geometry[slide.truth.intersects(shapely.Point(c + 0.5, r + 0.5))]
         assert len(truth) == 1 and abs(truth.iloc[0].bounds[1] - verts[:, 0].min()) <= 3  # rows are y
 
 
@@ -85,7 +91,7 @@ def test_label_images_open_as_multiscale_labels_layers(outputs, plugin, tmp_path
     shapes = {kw["features"]["id"][i]: v for data, kw, _ in read(d / "o.gpkg", plugin) for i, v in enumerate(data)}
     oid, verts = next(iter(shapes.items()))
     r, c = shapely.Polygon(verts[:, ::-1]).representative_point().coords[0][::-1]
-    assert levels[0][int(r), int(c)] == oid  # the same (row, col) frame as the shapes
+    assert levels[0][_pixel(r), _pixel(c)] == oid  # the same (row, col) frame as the shapes
     from sam3tiles.writers.labels import write_labels
 
     write_labels(gdf, tmp_path / "l.ome.zarr", 900, 640, levels=slide.levels, pixel_size_um=(0.25, 0.25))
@@ -116,8 +122,9 @@ def test_georeferenced_outputs_share_one_north_up_frame(plugin, tmp_path):
     assert kind == "labels" and kw["name"] == "roof"
     m = np.asarray(lkw["affine"])
     row, col = 300 + 50, 200 + 30  # a pixel inside the box
-    world = m @ [row + 0.5, col + 0.5, 1]
+    world = m @ [row, col, 1]  # napari draws pixel (row, col) centred at data (row, col): its centre on the map
     assert np.asarray(levels[0])[row, col] == 1
+    assert np.allclose(world[:2], [-(6000000 - 0.5 * row - 0.25), 500000 + 0.5 * col + 0.25], rtol=0, atol=1e-6)
     assert shapely.Point(world[1], -world[0]).within(box)
     (tmp_path / "report.json").write_text('{"objects": 1}')
     from sam3tiles.napari_reader import get_reader
