@@ -12,6 +12,8 @@ import shapely
 import tifffile
 
 import sam3tiles
+from sam3tiles.frames import file_metadata
+from sam3tiles.napari_reader import get_reader
 from sam3tiles.pipeline import segment_job
 from sam3tiles.slidegen import Pyramid, write_slide
 from sam3tiles.writers import write_vector
@@ -37,10 +39,11 @@ def plugin():
 def outputs(tmp_path_factory):
     d = tmp_path_factory.mktemp("napari")
     slide = write_slide(d / "s.ome.tif", 900, 640, seed=7, shape="rect", pyramid=Pyramid(levels=2))
-    gdf, _ = segment_job(str(slide.path), PROMPTS, backend="reference", workers=2, checkpoint=False,
-                         out=d / "o.gpkg", labels=d / "labels.ome.tif")
-    write_vector(gdf, d / "o.qupath.geojson")
-    write_vector(gdf, d / "o.parquet")
+    gdf, report = segment_job(str(slide.path), PROMPTS, backend="reference", workers=2, checkpoint=False,
+                              out=d / "o.gpkg", labels=d / "labels.ome.tif")
+    meta = file_metadata(report, gdf)  # what the run writes into each of its outputs: the mark of ours
+    write_vector(gdf, d / "o.qupath.geojson", metadata=meta)
+    write_vector(gdf, d / "o.parquet", metadata=meta)
     return slide, gdf, d
 
 
@@ -99,8 +102,6 @@ def test_label_images_open_as_multiscale_labels_layers(outputs, plugin, tmp_path
     assert zkind == "labels" and zkw["multiscale"] and (np.asarray(zlevels[0]) == np.asarray(levels[0])).all()
     # a TIFF sam3tiles did not write is left to other readers
     tifffile.imwrite(tmp_path / "other.tif", np.zeros((10, 10), np.uint32))
-    from sam3tiles.napari_reader import get_reader
-
     assert get_reader(str(tmp_path / "other.tif")) is None and get_reader(str(d / "labels.ome.tif")) is not None
 
 
@@ -114,7 +115,7 @@ def test_georeferenced_outputs_share_one_north_up_frame(plugin, tmp_path):
     t = Affine(0.5, 0, 500000, 0, -0.5, 6000000)
     box = shapely.box(500100, 5999800, 500130, 5999850)  # 60 x 100 px at col 200, row 300
     gdf = gpd.GeoDataFrame({"id": [1], "prompt": ["roof"], "score": [0.9]}, geometry=[box], crs="EPSG:32633")
-    write_vector(gdf, tmp_path / "o.gpkg")
+    write_vector(gdf, tmp_path / "o.gpkg", metadata={"version": sam3tiles.__version__})
     write_labels(gdf, tmp_path / "l.tif", 400, 500, transform=t, crs="EPSG:32633")
     [(shapes, kw, _)] = read(tmp_path / "o.gpkg", plugin)
     assert np.allclose(shapes[0][:, 0].min(), -5999850) and np.allclose(shapes[0][:, 1].min(), 500100)
@@ -127,8 +128,6 @@ def test_georeferenced_outputs_share_one_north_up_frame(plugin, tmp_path):
     assert np.allclose(world[:2], [-(6000000 - 0.5 * row - 0.25), 500000 + 0.5 * col + 0.25], rtol=0, atol=1e-6)
     assert shapely.Point(world[1], -world[0]).within(box)
     (tmp_path / "report.json").write_text('{"objects": 1}')
-    from sam3tiles.napari_reader import get_reader
-
     assert get_reader(str(tmp_path / "report.json")) is None
 
 
@@ -196,3 +195,91 @@ def test_georeferenced_labels_and_shapes_of_one_object_share_a_centroid(plugin, 
     oid, verts = _largest_shape([(shapes, skw, "shapes")])
     labels = _labels_centroid(levels[0] if kw["multiscale"] else levels, oid, kw["affine"])
     assert np.allclose(labels, _shape_centroid(verts), rtol=0, atol=0.03), (labels, _shape_centroid(verts))  # 0.1 px
+
+
+# -- issue 36, case 11: files that are not ours, or not readable, are left to other readers -------------------
+def _pandas_parquet(d: Path) -> Path:
+    import pandas as pd
+
+    pd.DataFrame({"id": [1, 2], "prompt": ["a", "b"]}).to_parquet(d / "table.parquet")  # no geometry
+    return d / "table.parquet"
+
+
+def _points_geojson(d: Path) -> Path:
+    import geopandas as gpd
+
+    pts = gpd.GeoDataFrame({"name": ["a", "b"]}, geometry=[shapely.Point(15, 54), shapely.Point(15.1, 54.1)],
+                           crs="EPSG:4326")
+    pts.to_file(d / "points.geojson", driver="GeoJSON")
+    return d / "points.geojson"
+
+
+def _ome_zarr_image(d: Path) -> Path:
+    from ome_zarr.writer import write_image
+
+    image = np.random.default_rng(0).integers(0, 255, (128, 96), dtype=np.uint8)
+    write_image(image, str(d / "image.ome.zarr"), axes="yx", scale_factors=(2,))
+    return d / "image.ome.zarr"
+
+
+def _garbage_gpkg(d: Path) -> Path:
+    (d / "broken.gpkg").write_bytes(b"SQLite format 3\x00 and then nothing a database has" * 40)
+    return d / "broken.gpkg"
+
+
+def _polygons_gpkg(d: Path) -> Path:
+    """Polygons with our very columns, written by geopandas: no sam3tiles mark, so not ours."""
+    import geopandas as gpd
+
+    gpd.GeoDataFrame({"id": [1], "prompt": ["roof"], "score": [0.9]}, geometry=[shapely.box(0, 0, 10, 10)],
+                     crs="EPSG:32633").to_file(d / "other.gpkg")
+    return d / "other.gpkg"
+
+
+FOREIGN = {"pandas parquet": _pandas_parquet, "points geojson": _points_geojson,
+           "ome-zarr image": _ome_zarr_image, "garbage gpkg": _garbage_gpkg, "foreign polygons gpkg": _polygons_gpkg}
+
+
+@pytest.mark.parametrize("kind", list(FOREIGN))
+def test_files_not_ours_or_unreadable_are_refused(plugin, tmp_path, kind):
+    """get_reader says None (napari then asks its other readers) instead of claiming the file and failing."""
+    path = FOREIGN[kind](tmp_path)
+    assert path.exists()
+    assert get_reader(str(path)) is None and get_reader([str(path)]) is None
+    with pytest.raises(ValueError, match="refused the file"):
+        read(path, plugin)
+
+
+@pytest.fixture(scope="module")
+def more_outputs(outputs, tmp_path_factory):
+    """The rest of our formats: FlatGeobuf, a partitioned GeoParquet, an OME-Zarr label image, and a
+    georeferenced run's GeoJSON (lon/lat; also named `.json`) and FlatGeobuf."""
+    from affine import Affine
+
+    from sam3tiles.testing import blob_image, write_raster
+    from sam3tiles.writers.labels import write_labels
+
+    slide, gdf, d = outputs
+    e = tmp_path_factory.mktemp("more")
+    meta = {"version": sam3tiles.__version__}
+    write_vector(gdf, e / "o.fgb", metadata=meta)
+    write_vector(gdf, e / "parts.parquet", metadata=meta, dataset=True)
+    write_labels(gdf, e / "l.ome.zarr", 900, 640, levels=slide.levels)
+    src = write_raster(e / "geo.tif", blob_image(h=400, w=500), transform=Affine(0.3, 0, 500000, 0, -0.3, 6000000))
+    for name in ("g.geojson", "g.json", "g.fgb"):
+        segment_job(str(src), ["blue"], backend="reference", workers=1, checkpoint=False, out=e / name)
+    return e
+
+
+OURS = {"o.gpkg": "shapes", "o.qupath.geojson": "shapes", "o.parquet": "shapes", "labels.ome.tif": "labels",
+        "o.fgb": "shapes", "parts.parquet": "shapes", "l.ome.zarr": "labels", "g.geojson": "shapes",
+        "g.json": "shapes", "g.fgb": "shapes"}
+
+
+@pytest.mark.parametrize("name", list(OURS))
+def test_our_outputs_are_still_read(outputs, more_outputs, plugin, name):
+    path = outputs[2] / name if (outputs[2] / name).exists() else more_outputs / name
+    assert get_reader(str(path)) is not None
+    layers = read(path, plugin)
+    assert layers and {kind for _, _, kind in layers} == {OURS[name]}
+    assert all(len(data) for data, _, _ in layers)
