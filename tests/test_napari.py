@@ -4,6 +4,7 @@ slide's own pixels and the label image)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -214,12 +215,21 @@ def _points_geojson(d: Path) -> Path:
     return d / "points.geojson"
 
 
-def _ome_zarr_image(d: Path) -> Path:
+def _ome_zarr_image(d: Path, fmt=None) -> Path:
     from ome_zarr.writer import write_image
 
     image = np.random.default_rng(0).integers(0, 255, (128, 96), dtype=np.uint8)
-    write_image(image, str(d / "image.ome.zarr"), axes="yx", scale_factors=(2,))
+    write_image(image, str(d / "image.ome.zarr"), axes="yx", scale_factors=(2,), **({"fmt": fmt} if fmt else {}))
     return d / "image.ome.zarr"
+
+
+def _ome_zarr_04_image(d: Path) -> Path:
+    """NGFF 0.4 (zarr 2, `.zattrs`), the format our label images have."""
+    from ome_zarr.format import FormatV04
+
+    path = _ome_zarr_image(d, FormatV04())
+    assert "multiscales" in json.loads((path / ".zattrs").read_text())
+    return path
 
 
 def _garbage_gpkg(d: Path) -> Path:
@@ -237,7 +247,8 @@ def _polygons_gpkg(d: Path) -> Path:
 
 
 FOREIGN = {"pandas parquet": _pandas_parquet, "points geojson": _points_geojson,
-           "ome-zarr image": _ome_zarr_image, "garbage gpkg": _garbage_gpkg, "foreign polygons gpkg": _polygons_gpkg}
+           "ome-zarr image": _ome_zarr_image, "ome-zarr 0.4 image": _ome_zarr_04_image, "garbage gpkg": _garbage_gpkg,
+           "foreign polygons gpkg": _polygons_gpkg}
 
 
 @pytest.mark.parametrize("kind", list(FOREIGN))
@@ -283,3 +294,13 @@ def test_our_outputs_are_still_read(outputs, more_outputs, plugin, name):
     layers = read(path, plugin)
     assert layers and {kind for _, _, kind in layers} == {OURS[name]}
     assert all(len(data) for data, _, _ in layers)
+
+
+def test_only_our_layers_of_a_shared_geopackage_are_read(outputs, plugin, tmp_path):
+    """A GeoPackage holding another program's layer before ours: ours is read, the other is not."""
+    slide, gdf, d = outputs
+    path = _polygons_gpkg(tmp_path)  # layer "other", first in the file
+    write_vector(gdf, path, layer="objects", metadata={"version": sam3tiles.__version__})
+    layers = read(path, plugin)
+    assert sorted(kw["name"] for _, kw, _ in layers) == sorted(set(gdf["prompt"]))
+    assert sum(len(data) for data, _, _ in layers) == len(gdf)
