@@ -20,14 +20,22 @@ data coordinate (r, c), so pixel centres are at integers and pixel (r, c) covers
   polygons as (row, col) vertices in the frame above. Holes are not drawn (napari's shapes have none);
   a MultiPolygon gives one shape per part. `id`, `score`, `prompt` (and the area columns) are features.
 * Label images (.tif / .ome.tif written by `--labels`, .ome.zarr): a labels layer, the pyramid as a
-  multiscale list of lazy arrays (zarr, read as napari asks), in the frame above. TIFFs that are not a
-  sam3tiles label image are left to other readers (None).
+  multiscale list of lazy arrays (zarr, read as napari asks), in the frame above.
+
+Only files sam3tiles wrote are claimed, told by the mark every writer puts into the file's metadata: the
+`sam3tiles` run metadata (a GeoPackage or FlatGeobuf layer's metadata item, GeoParquet's pandas attrs,
+the GeoJSON FeatureCollection's foreign member; `writers.vector`, `frames.file_metadata`), the label
+TIFF's tag or OME name (`writers.labels.TAG`, `writers.ome.LABELS_NAME`), the OME-Zarr root's `sam3tiles`
+attribute. Anything else, or a file that cannot be read, gets None from `get_reader`, so napari asks its
+other readers. Of a GeoPackage only the marked layers are read. (`writers.vector.write_vector` called
+without `metadata` writes no mark: such a file is not claimed.)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +46,9 @@ FEATURES = ("id", "score", "prompt", "area", "area_px", "area_um2", "n_tiles")
 
 
 def get_reader(path):
-    """npe2 `get_reader`: the reader function for one of our outputs, or None."""
+    """npe2 `get_reader`: the reader function for one of our outputs, else None (napari then asks its other
+    readers). Ours: the sam3tiles mark in the file's metadata (module docstring); a file that cannot be
+    read is not claimed either."""
     if isinstance(path, (list, tuple)):
         if len(path) != 1:
             return None
@@ -46,23 +56,68 @@ def get_reader(path):
     p = str(path).rstrip("/" + os.sep)
     low = p.lower()
     if low.endswith(".ome.zarr") and os.path.isdir(p):
-        return read_labels
-    if low.endswith((".parquet", ".geoparquet")) and os.path.isdir(p):
-        return read_vector  # a partitioned GeoParquet dataset (`name.parquet/`)
-    if low.endswith(VECTOR) and os.path.isfile(p) and not low.endswith(".coco.json"):
-        return read_vector if not low.endswith(".json") or _feature_collection(p) else None
-    if low.endswith(RASTER) and os.path.isfile(p) and _our_tiff(p):
-        return read_labels
+        return read_labels if "sam3tiles" in _attrs(Path(p)) else None  # `writers.ome.open_ome_zarr`
+    if low.endswith(RASTER) and os.path.isfile(p):
+        return read_labels if _our_tiff(p) else None
+    folder = low.endswith((".parquet", ".geoparquet")) and os.path.isdir(p)  # a partitioned dataset
+    if low.endswith(VECTOR) and (folder or os.path.isfile(p)) and not low.endswith(".coco.json"):
+        return read_vector if _marked_layers(p) else None
     return None
 
 
-def _feature_collection(p: str) -> bool:
-    """A `.json` that is a GeoJSON FeatureCollection (not a run report or a COCO file)."""
+def _marked_layers(p: str) -> list:
+    """The layers of a vector file that carry sam3tiles' run metadata (`writers.vector`: a GeoPackage or
+    FlatGeobuf layer's `sam3tiles` metadata item, GeoParquet's pandas attrs, GeoJSON's foreign member);
+    `[None]` for a one-layer format; `[]` when the file is not ours or cannot be read."""
+    low = p.lower()
     try:
-        with open(p, encoding="utf-8", errors="replace") as f:
-            return '"FeatureCollection"' in f.read(4096)
-    except OSError:
+        if low.endswith((".parquet", ".geoparquet")):
+            return [None] if _parquet_mark(p) else []
+        if low.endswith((".geojson", ".json")):
+            return [None] if _geojson_mark(p) else []
+        import pyogrio
+
+        return [str(name) for name, _ in pyogrio.list_layers(p)
+                if "sam3tiles" in (pyogrio.read_info(p, layer=str(name)).get("layer_metadata") or {})]
+    except Exception:  # noqa: BLE001 - whatever GDAL, Arrow or the JSON parser refuses is not ours to claim
+        return []
+
+
+def _parquet_mark(p: str) -> bool:
+    """GeoParquet (a `geo` schema item) whose pandas attrs hold `sam3tiles`; a dataset: its first part."""
+    import pyarrow.parquet as pq
+
+    part = min(Path(p).glob("*.parquet")) if os.path.isdir(p) else p
+    meta = pq.read_schema(part).metadata or {}
+    return b"geo" in meta and "sam3tiles" in json.loads(meta.get(b"PANDAS_ATTRS", b"{}"))
+
+
+#: How much of a GeoJSON is read for its head (the members before `features`).
+GEOJSON_HEAD = 1 << 20
+_SPACE = re.compile(r"\s*")
+
+
+def _geojson_mark(p: str) -> bool:
+    """A FeatureCollection whose `sam3tiles` member is an object. GDAL and `writers.qupath` write it before
+    `features`, so the head is read member by member up to `features`, never the features themselves."""
+    with open(p, encoding="utf-8-sig") as f:
+        head = f.read(GEOJSON_HEAD)
+    decode = json.JSONDecoder().raw_decode
+    i = _SPACE.match(head).end()
+    if not head.startswith("{", i):
         return False
+    members, i = {}, i + 1
+    while True:
+        key, i = decode(head, _SPACE.match(head, i).end())
+        i = _SPACE.match(head, i).end()
+        if not isinstance(key, str) or not head.startswith(":", i) or key == "features":
+            break
+        members[key], i = decode(head, _SPACE.match(head, i + 1).end())
+        i = _SPACE.match(head, i).end()
+        if not head.startswith(",", i):
+            break
+        i += 1
+    return members.get("type") == "FeatureCollection" and isinstance(members.get("sam3tiles"), dict)
 
 
 def _one(path) -> str:
@@ -71,26 +126,32 @@ def _one(path) -> str:
 
 # -- vectors -----------------------------------------------------------------------------------------------
 def read_vector(path, stack: bool = False) -> list[tuple]:
-    """Shapes layers (one per prompt) of a sam3tiles vector output."""
+    """Shapes layers (one per prompt) of a sam3tiles vector output: of each layer with our mark (a file
+    without it: its first layer). Several layers of one GeoPackage: `layer prompt` names the shapes layers."""
     p = _one(path)
-    gdf = _read_frame(p)
-    flip = _has_crs(gdf)
-    prompts = gdf["prompt"].astype(str) if "prompt" in gdf.columns else np.full(len(gdf), Path(p).stem)
+    ours = _marked_layers(p) or [None]
     layers = []
-    for name in dict.fromkeys(prompts):
-        part = gdf[np.asarray(prompts == name)]
-        shapes, rows = _shapes(part.geometry.values, flip)
-        feats = {c: _column(part[c].to_numpy()[rows]) for c in FEATURES if c in part.columns}
-        layers.append((shapes, _shape_kwargs(name, feats, len(shapes)), "shapes"))
+    for layer in ours:
+        gdf = _read_frame(p, layer)
+        flip = _has_crs(gdf)
+        prompts = gdf["prompt"].astype(str) if "prompt" in gdf.columns else np.full(len(gdf), layer or Path(p).stem)
+        for name in dict.fromkeys(prompts):
+            part = gdf[np.asarray(prompts == name)]
+            shapes, rows = _shapes(part.geometry.values, flip)
+            feats = {c: _column(part[c].to_numpy()[rows]) for c in FEATURES if c in part.columns}
+            kwargs = _shape_kwargs(name, feats, len(shapes))
+            if len(ours) > 1:
+                kwargs["name"] = f"{layer} {name}"
+            layers.append((shapes, kwargs, "shapes"))
     return layers
 
 
-def _read_frame(p: str):
+def _read_frame(p: str, layer: str | None = None):
     import geopandas as gpd
 
     if p.lower().endswith((".parquet", ".geoparquet")):
         return gpd.read_parquet(p)
-    return gpd.read_file(p)
+    return gpd.read_file(p, layer=layer) if layer is not None else gpd.read_file(p)
 
 
 def _has_crs(gdf) -> bool:
