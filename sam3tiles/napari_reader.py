@@ -4,21 +4,38 @@ images as labels layers. Install with `pip install "sam3tiles[napari]"`, then dr
 Nothing here imports napari: each reader returns napari's LayerData tuples `(data, kwargs, layer_type)`,
 so it runs (and is tested) through npe2 alone.
 
+One frame for both layer kinds, napari's: a labels (or image) layer draws its pixel (r, c) centred at
+data coordinate (r, c), so pixel centres are at integers and pixel (r, c) covers [r - 0.5, r + 0.5].
+
+* Pixel space (slides; rasters without a CRS): world = data = (row, col) of the source's level 0, with
+  the pixel centres at integers, as napari draws the labels layer and any image layer of the source
+  itself. Our polygons have their corners on pixel edges (x right, y down; pixel (r, c) is
+  [c, c + 1] x [r, r + 1]), so a vertex (x, y) becomes (row, col) = (y - 0.5, x - 0.5).
+* A map CRS: world = (-y, x) in CRS units (north up); vertices are taken as they are, and a GeoTIFF label
+  image's affine maps its pixel (r, c) to the CRS coordinates of that pixel's centre (transform of
+  (c + 0.5, r + 0.5)), not of its corner.
+
 * Vector outputs (.gpkg, .geojson / .qupath.geojson, .parquet, .fgb): one shapes layer per prompt, named
   after it, in the prompt's colour (the QuPath classification colour, `writers.qupath.class_colour`),
-  polygons as (row, col) vertices: pixel space (slides: x right, y down) gives row = y, col = x; a CRS
-  gives row = -y, col = x (north up, in CRS units). Holes are not drawn (napari's shapes have none);
+  polygons as (row, col) vertices in the frame above. Holes are not drawn (napari's shapes have none);
   a MultiPolygon gives one shape per part. `id`, `score`, `prompt` (and the area columns) are features.
 * Label images (.tif / .ome.tif written by `--labels`, .ome.zarr): a labels layer, the pyramid as a
-  multiscale list of lazy arrays (zarr, read as napari asks), in the pixel frame of the shapes above
-  (a GeoTIFF's transform becomes the layer's affine in the same (-y, x) frame). TIFFs that are not a
-  sam3tiles label image are left to other readers (None).
+  multiscale list of lazy arrays (zarr, read as napari asks), in the frame above.
+
+Only files sam3tiles wrote are claimed, told by the mark every writer puts into the file's metadata: the
+`sam3tiles` run metadata (a GeoPackage or FlatGeobuf layer's metadata item, GeoParquet's pandas attrs,
+the GeoJSON FeatureCollection's foreign member; `writers.vector`, `frames.file_metadata`), the label
+TIFF's tag or OME name (`writers.labels.TAG`, `writers.ome.LABELS_NAME`), the OME-Zarr root's `sam3tiles`
+attribute. Anything else, or a file that cannot be read, gets None from `get_reader`, so napari asks its
+other readers. Of a GeoPackage only the marked layers are read. (`writers.vector.write_vector` called
+without `metadata` writes no mark: such a file is not claimed.)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +46,9 @@ FEATURES = ("id", "score", "prompt", "area", "area_px", "area_um2", "n_tiles")
 
 
 def get_reader(path):
-    """npe2 `get_reader`: the reader function for one of our outputs, or None."""
+    """npe2 `get_reader`: the reader function for one of our outputs, else None (napari then asks its other
+    readers). Ours: the sam3tiles mark in the file's metadata (module docstring); a file that cannot be
+    read is not claimed either."""
     if isinstance(path, (list, tuple)):
         if len(path) != 1:
             return None
@@ -37,23 +56,68 @@ def get_reader(path):
     p = str(path).rstrip("/" + os.sep)
     low = p.lower()
     if low.endswith(".ome.zarr") and os.path.isdir(p):
-        return read_labels
-    if low.endswith((".parquet", ".geoparquet")) and os.path.isdir(p):
-        return read_vector  # a partitioned GeoParquet dataset (`name.parquet/`)
-    if low.endswith(VECTOR) and os.path.isfile(p) and not low.endswith(".coco.json"):
-        return read_vector if not low.endswith(".json") or _feature_collection(p) else None
-    if low.endswith(RASTER) and os.path.isfile(p) and _our_tiff(p):
-        return read_labels
+        return read_labels if "sam3tiles" in _attrs(Path(p)) else None  # `writers.ome.open_ome_zarr`
+    if low.endswith(RASTER) and os.path.isfile(p):
+        return read_labels if _our_tiff(p) else None
+    folder = low.endswith((".parquet", ".geoparquet")) and os.path.isdir(p)  # a partitioned dataset
+    if low.endswith(VECTOR) and (folder or os.path.isfile(p)) and not low.endswith(".coco.json"):
+        return read_vector if _marked_layers(p) else None
     return None
 
 
-def _feature_collection(p: str) -> bool:
-    """A `.json` that is a GeoJSON FeatureCollection (not a run report or a COCO file)."""
+def _marked_layers(p: str) -> list:
+    """The layers of a vector file that carry sam3tiles' run metadata (`writers.vector`: a GeoPackage or
+    FlatGeobuf layer's `sam3tiles` metadata item, GeoParquet's pandas attrs, GeoJSON's foreign member);
+    `[None]` for a one-layer format; `[]` when the file is not ours or cannot be read."""
+    low = p.lower()
     try:
-        with open(p, encoding="utf-8", errors="replace") as f:
-            return '"FeatureCollection"' in f.read(4096)
-    except OSError:
+        if low.endswith((".parquet", ".geoparquet")):
+            return [None] if _parquet_mark(p) else []
+        if low.endswith((".geojson", ".json")):
+            return [None] if _geojson_mark(p) else []
+        import pyogrio
+
+        return [str(name) for name, _ in pyogrio.list_layers(p)
+                if "sam3tiles" in (pyogrio.read_info(p, layer=str(name)).get("layer_metadata") or {})]
+    except Exception:  # noqa: BLE001 - whatever GDAL, Arrow or the JSON parser refuses is not ours to claim
+        return []
+
+
+def _parquet_mark(p: str) -> bool:
+    """GeoParquet (a `geo` schema item) whose pandas attrs hold `sam3tiles`; a dataset: its first part."""
+    import pyarrow.parquet as pq
+
+    part = min(Path(p).glob("*.parquet")) if os.path.isdir(p) else p
+    meta = pq.read_schema(part).metadata or {}
+    return b"geo" in meta and "sam3tiles" in json.loads(meta.get(b"PANDAS_ATTRS", b"{}"))
+
+
+#: How much of a GeoJSON is read for its head (the members before `features`).
+GEOJSON_HEAD = 1 << 20
+_SPACE = re.compile(r"\s*")
+
+
+def _geojson_mark(p: str) -> bool:
+    """A FeatureCollection whose `sam3tiles` member is an object. GDAL and `writers.qupath` write it before
+    `features`, so the head is read member by member up to `features`, never the features themselves."""
+    with open(p, encoding="utf-8-sig") as f:
+        head = f.read(GEOJSON_HEAD)
+    decode = json.JSONDecoder().raw_decode
+    i = _SPACE.match(head).end()
+    if not head.startswith("{", i):
         return False
+    members, i = {}, i + 1
+    while True:
+        key, i = decode(head, _SPACE.match(head, i).end())
+        i = _SPACE.match(head, i).end()
+        if not isinstance(key, str) or not head.startswith(":", i) or key == "features":
+            break
+        members[key], i = decode(head, _SPACE.match(head, i + 1).end())
+        i = _SPACE.match(head, i).end()
+        if not head.startswith(",", i):
+            break
+        i += 1
+    return members.get("type") == "FeatureCollection" and isinstance(members.get("sam3tiles"), dict)
 
 
 def _one(path) -> str:
@@ -62,26 +126,32 @@ def _one(path) -> str:
 
 # -- vectors -----------------------------------------------------------------------------------------------
 def read_vector(path, stack: bool = False) -> list[tuple]:
-    """Shapes layers (one per prompt) of a sam3tiles vector output."""
+    """Shapes layers (one per prompt) of a sam3tiles vector output: of each layer with our mark (a file
+    without it: its first layer). Several layers of one GeoPackage: `layer prompt` names the shapes layers."""
     p = _one(path)
-    gdf = _read_frame(p)
-    flip = _has_crs(gdf)
-    prompts = gdf["prompt"].astype(str) if "prompt" in gdf.columns else np.full(len(gdf), Path(p).stem)
+    ours = _marked_layers(p) or [None]
     layers = []
-    for name in dict.fromkeys(prompts):
-        part = gdf[np.asarray(prompts == name)]
-        shapes, rows = _shapes(part.geometry.values, flip)
-        feats = {c: _column(part[c].to_numpy()[rows]) for c in FEATURES if c in part.columns}
-        layers.append((shapes, _shape_kwargs(name, feats, len(shapes)), "shapes"))
+    for layer in ours:
+        gdf = _read_frame(p, layer)
+        flip = _has_crs(gdf)
+        prompts = gdf["prompt"].astype(str) if "prompt" in gdf.columns else np.full(len(gdf), layer or Path(p).stem)
+        for name in dict.fromkeys(prompts):
+            part = gdf[np.asarray(prompts == name)]
+            shapes, rows = _shapes(part.geometry.values, flip)
+            feats = {c: _column(part[c].to_numpy()[rows]) for c in FEATURES if c in part.columns}
+            kwargs = _shape_kwargs(name, feats, len(shapes))
+            if len(ours) > 1:
+                kwargs["name"] = f"{layer} {name}"
+            layers.append((shapes, kwargs, "shapes"))
     return layers
 
 
-def _read_frame(p: str):
+def _read_frame(p: str, layer: str | None = None):
     import geopandas as gpd
 
     if p.lower().endswith((".parquet", ".geoparquet")):
         return gpd.read_parquet(p)
-    return gpd.read_file(p)
+    return gpd.read_file(p, layer=layer) if layer is not None else gpd.read_file(p)
 
 
 def _has_crs(gdf) -> bool:
@@ -103,7 +173,8 @@ def _shapes(geoms, flip: bool) -> tuple[list[np.ndarray], list[int]]:
             if poly.geom_type != "Polygon":
                 continue
             xy = np.asarray(poly.exterior.coords)[:-1, :2]  # napari closes the ring itself
-            shapes.append(np.column_stack([-xy[:, 1], xy[:, 0]]) if flip else xy[:, ::-1].copy())
+            # pixel space: corners on pixel edges, napari's pixel centres on integers (module docstring)
+            shapes.append(np.column_stack([-xy[:, 1], xy[:, 0]]) if flip else xy[:, ::-1] - 0.5)
             rows.append(i)
     return shapes, rows
 
@@ -180,9 +251,11 @@ def _attrs(folder: Path) -> dict:
 
 
 def _geo_affine(tf) -> list[list[float]]:
-    """The GeoTIFF's pixel -> CRS transform as napari's 3x3 affine in the (-y, x) frame of the shapes."""
+    """The GeoTIFF's pixel -> CRS transform as napari's 3x3 affine in the (-y, x) frame of the shapes: napari
+    draws pixel (r, c) centred at data (r, c), so (r, c) goes to the CRS coordinates of that pixel's centre."""
     import rasterio
+    from affine import Affine
 
     with rasterio.open(tf.filehandle.path) as ds:
-        t = ds.transform
+        t = ds.transform * Affine.translation(0.5, 0.5)
     return [[-t.e, -t.d, -t.f], [t.b, t.a, t.c], [0.0, 0.0, 1.0]]
