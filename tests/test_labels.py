@@ -196,7 +196,7 @@ def test_a_full_disk_while_writing_labels_leaves_nothing_and_never_a_wrong_file(
                 write_labels(gdf, disk / name, 1300, 1100, levels=levels)
             except Exception as e:  # noqa: BLE001 - what the run turns into exit 2
                 assert is_disk_full(e, disk), (kib, repr(e))
-                time.sleep(0.2)  # writer threads of zarr still running would show their files by now
+                time.sleep(0.1)  # writer threads of zarr still running would show their files by now
                 assert sorted(os.listdir(disk)) == [], (kib, sorted(p.name for p in disk.rglob("*"))[:5])
                 outcomes.append("full")
                 continue
