@@ -265,6 +265,8 @@ def add_foreign(store):
     cells.mkdir()
     (cells / ".zgroup").write_text('{"zarr_format": 2}')
     (store / "labels" / "lab" / "0" / "scratch").mkdir()
+    (store / "labels" / "lab" / "0" / "0").mkdir(exist_ok=True)
+    (store / "labels" / "lab" / "0" / "0" / "77").write_bytes(b"x")  # a chunk's name, outside level 0's grid
 
 
 def test_overwrite_refuses_an_ome_zarr_holding_files_sam3tiles_did_not_write(slide, tmp_path):
@@ -274,7 +276,7 @@ def test_overwrite_refuses_an_ome_zarr_holding_files_sam3tiles_did_not_write(sli
     before, gpkg = files_of(labels), out.read_bytes()
     with pytest.raises(OutputError) as e:  # planning: before any tile runs
         check_labels(labels, overwrite=True)
-    for shown in ("notes.txt", "labels/cells", "labels/lab/0/scratch"):
+    for shown in ("notes.txt", "labels/cells/", "labels/lab/0/scratch/", "labels/lab/0/0/77"):
         assert shown in str(e.value)
     res = run_cli(slide.path, "--text", "indigo", "--out", out, "--labels", labels, "--overwrite")
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
@@ -286,6 +288,7 @@ def test_overwrite_refuses_an_ome_zarr_holding_files_sam3tiles_did_not_write(sli
         (labels / p).unlink()
     (labels / "labels" / "cells").rmdir()
     (labels / "labels" / "lab" / "0" / "scratch").rmdir()
+    (labels / "labels" / "lab" / "0" / "0" / "77").unlink()
     assert check_labels(labels, overwrite=True) == labels
     assert run_cli(slide.path, "--text", "indigo", "--out", out, "--labels", labels, "--overwrite").exit_code == 0
 
@@ -307,9 +310,8 @@ def test_files_added_to_the_ome_zarr_while_the_run_writes_stop_its_replacement(t
                 (labels / "notes.txt").write_text("mine")
             return query(*box)
 
-    before = None
+    before = files_of(labels)
     with pytest.raises(OutputError, match="notes.txt"):
-        before = files_of(labels)
         write_labels(Adding(), labels, 700, 500)
     assert (labels / "notes.txt").read_text() == "mine" and len(files_of(labels)) == len(before) + 1
     (labels / "notes.txt").unlink()

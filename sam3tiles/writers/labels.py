@@ -70,12 +70,29 @@ def check_labels(path: str | os.PathLike, overwrite: bool) -> Path:
         raise OutputError(f"{opt('labels', p)}: the folder {parent} is not writable: choose another path")
     if p.exists() and not overwrite:
         raise OutputExistsError(f"{opt('labels', p)} exists: {enable('overwrite')} to replace it, or choose another name")
-    if p.exists() and is_zarr(p) and not _our_zarr(p):
-        raise OutputError(f"{opt('labels', p)} exists and is not an OME-Zarr sam3tiles wrote, so it is not replaced: "
-                          "choose another name (nothing was deleted)")
+    if p.exists() and is_zarr(p):
+        check_replaceable(p)
     if p.exists() and not is_zarr(p) and p.is_dir():
         raise OutputError(f"{opt('labels', p)} is a folder: name a file")
     return p
+
+
+def check_replaceable(p: Path) -> None:
+    """An existing OME-Zarr `p` is replaced only when sam3tiles wrote it and it holds nothing its writer does
+    not make (a user's notes, another tool's label group): replacing the folder would delete those.
+    Checked before any work and again just before the rename."""
+    from .ome import foreign_paths
+
+    if not p.exists() and not p.is_symlink():
+        return
+    if not _our_zarr(p):
+        raise OutputError(f"{opt('labels', p)} exists and is not an OME-Zarr sam3tiles wrote, so it is not replaced: "
+                          "choose another name (nothing was deleted)")
+    foreign = foreign_paths(p)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise OutputError(f"{opt('labels', p)} holds files sam3tiles did not write ({shown}), which replacing it would "
+                          "delete: move them out of it, or choose another name (nothing was deleted)")
 
 
 def _our_zarr(p: Path) -> bool:
@@ -133,7 +150,7 @@ def label_format(path: str | os.PathLike, crs=None, levels=None) -> str:
 def _write_zarr(pieces, p: Path, levels: Levels, pixel_size_um, block: int) -> None:
     from .ome import label_name, open_ome_zarr
 
-    with atomic_path(p, folder=True) as tmp, settled():
+    with atomic_path(p, folder=True, check=lambda: check_replaceable(p)) as tmp, settled():
         arrays = open_ome_zarr(tmp, label_name(p), levels, pixel_size_um,
                                note={"values": "object id of the vector output; 0: background"})
         fill_levels(arrays, levels, pieces, block)
