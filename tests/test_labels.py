@@ -6,9 +6,12 @@ zarr and ome-zarr-py; gdalinfo too where it is installed.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import subprocess
+import time
 
 import geopandas as gpd
 import numpy as np
@@ -154,3 +157,179 @@ def test_ome_labels_of_a_georeferenced_raster_are_refused(tmp_path):
         res = run_cli(path, "--text", "red", "--out", tmp_path / "o.gpkg", "--labels", tmp_path / name)
         assert res.exit_code == UsageError.exit_code and "hold no CRS" in res.output and "l.tif" in res.output
         assert not (tmp_path / name).exists() and not (tmp_path / "o.gpkg").exists()
+
+
+# -- a full disk while writing labels (issue 36, case 9) --------------------------------------------------------
+
+@contextlib.contextmanager
+def small_disk(folder, kib: int):
+    """A real tmpfs of `kib` KiB mounted at `folder` (root only: skips the test otherwise)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(folder)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+#: disk sizes (KiB) that fill while writing the metadata, the first chunks, the middle, the overviews, or not at all
+DISK_SIZES = (8, 24, 40, 56, 64, 72, 80, 96, 112, 128, 144, 160, 192, 224, 256, 512)
+
+
+@pytest.mark.parametrize("name, levels", [("lab.ome.tif", [(1300, 1100), (650, 550), (325, 275)]),
+                                          ("lab.ome.zarr", [(1300, 1100), (650, 550), (325, 275)]),
+                                          ("lab.tif", None)])
+def test_a_full_disk_while_writing_labels_leaves_nothing_and_never_a_wrong_file(tmp_path, name, levels):
+    """A real full disk (a small tmpfs) at every stage of each format: the writer fails with an error that says
+    so (or succeeds, and then the file holds the labels), and nothing of it stays on the disk: no temporary
+    file, no scratch pyramid, no temporary store that zarr's writer threads still wrote after the failure."""
+    from sam3tiles.checks import is_disk_full
+
+    gdf = discs(300, 1300, 1100, seed=3)
+    want = burnt(gdf, 1300, 1100)
+    outcomes = []
+    for kib in DISK_SIZES:
+        with small_disk(tmp_path / f"disk{kib}", kib) as disk:
+            try:
+                write_labels(gdf, disk / name, 1300, 1100, levels=levels)
+            except Exception as e:  # noqa: BLE001 - what the run turns into exit 2
+                assert is_disk_full(e, disk), (kib, repr(e))
+                time.sleep(0.1)  # writer threads of zarr still running would show their files by now
+                assert sorted(os.listdir(disk)) == [], (kib, sorted(p.name for p in disk.rglob("*"))[:5])
+                outcomes.append("full")
+                continue
+            assert sorted(os.listdir(disk)) == [name], kib
+            if name.endswith(".zarr"):
+                import zarr
+                got = np.asarray(zarr.open_group(str(disk / name), mode="r")["labels/lab/0"])
+            elif levels:
+                got = tifffile.imread(disk / name)
+            else:
+                with rasterio.open(disk / name) as ds:
+                    got = ds.read(1)
+            assert (got == want).all(), kib
+            outcomes.append("ok")
+    assert "full" in outcomes and outcomes[-1] == "ok", outcomes  # both seen: the sizes still span the writes
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    from sam3tiles.demo import write_scene
+
+    return write_scene(tmp_path_factory.mktemp("scene") / "scene.tif", 1300, 1100, 5)
+
+
+@pytest.mark.parametrize("kind, sizes", [("slide.tif", (16, 48, 96, 128)), ("slide.ome.zarr", (16, 48, 96, 128)),
+                                         ("scene.tif", (16, 32, 40, 48))])  # its COG holds 24 KiB
+def test_a_full_disk_while_the_run_writes_its_labels_is_exit_2_and_leaves_nothing(slide, scene, tmp_path, kind, sizes):
+    """Through the command line (the label image renamed with the run's other outputs): exit 2 naming the full
+    folder, no temporary file or folder left there, no output of the run in place."""
+    src = slide.path if kind.startswith("slide") else scene.path
+    name = "lab." + kind.split(".", 1)[1]
+    out = tmp_path / "o.gpkg"
+    full = []
+    for kib in sizes:
+        with small_disk(tmp_path / f"disk{kib}", kib) as disk:
+            res = run_cli(src, "--text", "indigo" if kind.startswith("slide") else "blue", "--out", out,
+                          "--labels", disk / name, "--overwrite")
+            time.sleep(0.2)  # writer threads still running after the failure would show their files by now
+            assert "Traceback" not in res.output
+            if res.exit_code == 0:  # it fitted: then it is the whole label image
+                gdf = gpd.read_file(out)
+                with rasterio.open(disk / name) as ds:
+                    got, t = ds.read(1), ds.transform
+                assert (got == burnt(gdf, got.shape[1], got.shape[0], t)).mean() > 0.999, kib
+                assert sorted(os.listdir(disk)) == [name], kib
+                out.unlink()
+                continue
+            assert sorted(os.listdir(disk)) == [], (kib, res.output)
+            assert res.exit_code == 2 and "no space left writing the label image" in res.output, (kib, res.output)
+            assert not out.exists()
+            full.append(kib)
+    assert full[:2] == list(sizes[:2]), full
+
+
+# -- --overwrite of an OME-Zarr holding files sam3tiles did not write (issue 36, case 7) ------------------------
+
+def files_of(folder):
+    """Every file and folder under `folder` with its bytes (None: a folder)."""
+    return {str(p.relative_to(folder)): (None if p.is_dir() else p.read_bytes()) for p in sorted(folder.rglob("*"))}
+
+
+def add_foreign(store):
+    """What a user or another tool adds to a label store: a note, another tool's label group, an empty folder."""
+    (store / "notes.txt").write_text("mine")
+    cells = store / "labels" / "cells"
+    cells.mkdir()
+    (cells / ".zgroup").write_text('{"zarr_format": 2}')
+    (store / "labels" / "lab" / "0" / "scratch").mkdir()
+    (store / "labels" / "lab" / "0" / "0").mkdir(exist_ok=True)
+    (store / "labels" / "lab" / "0" / "0" / "77").write_bytes(b"x")  # a chunk's name, outside level 0's grid
+
+
+def test_overwrite_refuses_an_ome_zarr_holding_files_sam3tiles_did_not_write(slide, tmp_path):
+    out, labels = tmp_path / "o.gpkg", tmp_path / "lab.ome.zarr"
+    assert run_cli(slide.path, "--text", "indigo", "--out", out, "--labels", labels).exit_code == 0
+    add_foreign(labels)
+    before, gpkg = files_of(labels), out.read_bytes()
+    with pytest.raises(OutputError) as e:  # planning: before any tile runs
+        check_labels(labels, overwrite=True)
+    for shown in ("notes.txt", "labels/cells/", "labels/lab/0/scratch/", "labels/lab/0/0/77"):
+        assert shown in str(e.value)
+    res = run_cli(slide.path, "--text", "indigo", "--out", out, "--labels", labels, "--overwrite")
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert "notes.txt" in res.output and "move them out" in res.output and "nothing was deleted" in res.output
+    assert files_of(labels) == before and out.read_bytes() == gpkg
+    assert sorted(p.name for p in tmp_path.iterdir() if ".tmp" in p.name or ".old" in p.name) == []
+    # the store as sam3tiles wrote it (its chunks, its levels' metadata) is replaced: only what it wrote
+    for p in ("notes.txt", "labels/cells/.zgroup"):
+        (labels / p).unlink()
+    (labels / "labels" / "cells").rmdir()
+    (labels / "labels" / "lab" / "0" / "scratch").rmdir()
+    (labels / "labels" / "lab" / "0" / "0" / "77").unlink()
+    assert check_labels(labels, overwrite=True) == labels
+    assert run_cli(slide.path, "--text", "indigo", "--out", out, "--labels", labels, "--overwrite").exit_code == 0
+
+
+def test_files_added_to_the_ome_zarr_while_the_run_writes_stop_its_replacement(tmp_path):
+    """Checked again when the new store is written and just before the rename (the timing forced: the files
+    are added while the label image is burnt, or while the rename waits for the run's report)."""
+    from sam3tiles.writers.atomic import Deferred, deferred_renames
+
+    labels = tmp_path / "lab.ome.zarr"
+    write_labels(discs(40, 700, 500), labels, 700, 500)
+    check_labels(labels, overwrite=True)
+    gdf = discs(60, 700, 500, seed=1)
+    query = gdf_query(gdf)
+
+    class Adding:  # the objects as the run's spool hands them; the user adds a file meanwhile
+        def query(self, *box):
+            if not (labels / "notes.txt").exists():
+                (labels / "notes.txt").write_text("mine")
+            return query(*box)
+
+    before = files_of(labels)
+    with pytest.raises(OutputError, match="notes.txt"):
+        write_labels(Adding(), labels, 700, 500)
+    assert (labels / "notes.txt").read_text() == "mine" and len(files_of(labels)) == len(before) + 1
+    (labels / "notes.txt").unlink()
+    before = files_of(labels)
+    pending = Deferred()
+    with deferred_renames(pending):
+        write_labels(gdf, labels, 700, 500)
+    (labels / "labels" / "more").mkdir()
+    try:
+        with pytest.raises(OutputError, match="labels/more"):
+            pending.commit()
+    finally:
+        pending.discard()
+    assert {k: v for k, v in files_of(labels).items() if k != "labels/more"} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lab.ome.zarr"]
+
+
+def gdf_query(gdf):
+    from sam3tiles.writers.labels import _frame_query
+
+    return _frame_query(gdf, "id", None)

@@ -15,6 +15,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 from ..errors import OutputError, OutputExistsError, UsageError
 from ..wording import enable, opt
@@ -146,11 +147,12 @@ def _replace(tmp: Path, p: Path) -> None:
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike, folder: bool = False):
+def atomic_path(path: str | os.PathLike, folder: bool = False, check: Callable[[], None] | None = None):
     """Yield a temporary path beside `path`; rename it into place when the block succeeds (inside
     `deferred_renames`: when that commits). `folder`: the temporary path is a new empty folder (a
     partitioned dataset), which replaces a folder `path` whole. A symlink `path` is written through: the
-    temporary file lies beside its target and replaces the target (`real_target`)."""
+    temporary file lies beside its target and replaces the target (`real_target`). `check`: raises when
+    `path` may no longer be replaced; called when the block ends and again just before the rename."""
     p = real_target(path)
     tmp = _tmp_name(p)
     pending = _PENDING.get()
@@ -158,8 +160,12 @@ def atomic_path(path: str | os.PathLike, folder: bool = False):
         tmp.mkdir()
     try:
         yield tmp
+        if check is not None:
+            check()
         if pending is not None:
             pending.files.append((tmp, p))
+            if check is not None:
+                pending.checks[tmp] = check
             tmp = None
         else:
             _replace(tmp, p)
@@ -173,9 +179,14 @@ class Deferred:
 
     def __init__(self):
         self.files: list[tuple[Path, Path]] = []
+        self.checks: dict[Path, Callable[[], None]] = {}  # by temporary name: see `atomic_path`
 
     def commit(self) -> None:
-        """Rename every waiting file into place, in the order they were written."""
+        """Rename every waiting file into place, in the order they were written; first every file's check
+        (none renamed when one may no longer replace its target)."""
+        for tmp, _ in self.files:
+            if tmp in self.checks:
+                self.checks[tmp]()
         while self.files:
             tmp, p = self.files[0]
             _replace(tmp, p)
@@ -185,6 +196,7 @@ class Deferred:
         for tmp, _ in self.files:
             _remove_temp(tmp)
         self.files.clear()
+        self.checks.clear()
 
 
 @contextmanager

@@ -21,6 +21,7 @@ temporary name and renamed into place.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 import warnings
@@ -36,7 +37,7 @@ from rasterio.enums import Resampling
 
 from ..errors import OutputError, OutputExistsError, UsageError
 from .atomic import atomic_path
-from .pyramid import BLOCK, CHUNK, Levels, burn, fill_levels, overview_factors
+from .pyramid import BLOCK, CHUNK, Levels, burn, fill_levels, overview_factors, settled
 from ..wording import enable, opt
 
 SUFFIXES = (".tif", ".tiff", ".ome.zarr")
@@ -69,12 +70,29 @@ def check_labels(path: str | os.PathLike, overwrite: bool) -> Path:
         raise OutputError(f"{opt('labels', p)}: the folder {parent} is not writable: choose another path")
     if p.exists() and not overwrite:
         raise OutputExistsError(f"{opt('labels', p)} exists: {enable('overwrite')} to replace it, or choose another name")
-    if p.exists() and is_zarr(p) and not _our_zarr(p):
-        raise OutputError(f"{opt('labels', p)} exists and is not an OME-Zarr sam3tiles wrote, so it is not replaced: "
-                          "choose another name (nothing was deleted)")
+    if p.exists() and is_zarr(p):
+        check_replaceable(p)
     if p.exists() and not is_zarr(p) and p.is_dir():
         raise OutputError(f"{opt('labels', p)} is a folder: name a file")
     return p
+
+
+def check_replaceable(p: Path) -> None:
+    """An existing OME-Zarr `p` is replaced only when sam3tiles wrote it and it holds nothing its writer does
+    not make (a user's notes, another tool's label group): replacing the folder would delete those.
+    Checked before any work and again just before the rename."""
+    from .ome import foreign_paths
+
+    if not p.exists() and not p.is_symlink():
+        return
+    if not _our_zarr(p):
+        raise OutputError(f"{opt('labels', p)} exists and is not an OME-Zarr sam3tiles wrote, so it is not replaced: "
+                          "choose another name (nothing was deleted)")
+    foreign = foreign_paths(p)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise OutputError(f"{opt('labels', p)} holds files sam3tiles did not write ({shown}), which replacing it would "
+                          "delete: move them out of it, or choose another name (nothing was deleted)")
 
 
 def _our_zarr(p: Path) -> bool:
@@ -132,7 +150,7 @@ def label_format(path: str | os.PathLike, crs=None, levels=None) -> str:
 def _write_zarr(pieces, p: Path, levels: Levels, pixel_size_um, block: int) -> None:
     from .ome import label_name, open_ome_zarr
 
-    with atomic_path(p, folder=True) as tmp:
+    with atomic_path(p, folder=True, check=lambda: check_replaceable(p)) as tmp, settled():
         arrays = open_ome_zarr(tmp, label_name(p), levels, pixel_size_um,
                                note={"values": "object id of the vector output; 0: background"})
         fill_levels(arrays, levels, pieces, block)
@@ -142,7 +160,8 @@ def _write_ome_tiff(pieces, p: Path, levels: Levels, pixel_size_um, block: int) 
     from .ome import write_ome_tiff
     from .pyramid import create_levels, open_group
 
-    with atomic_path(p) as tmp, tempfile.TemporaryDirectory(prefix=tmp.name + ".levels.", dir=p.parent) as scratch:
+    with (atomic_path(p) as tmp, tempfile.TemporaryDirectory(prefix=tmp.name + ".levels.", dir=p.parent) as scratch,
+          settled()):
         arrays = create_levels(open_group(scratch), levels)
         fill_levels(arrays, levels, pieces, block)
         write_ome_tiff(arrays, levels, tmp, pixel_size_um)
@@ -166,11 +185,35 @@ def _write_cog(pieces, p: Path, width: int, height: int, transform: Affine, crs)
                 factors = overview_factors(width, height)
                 if factors:
                     dst.build_overviews(factors, Resampling.nearest)
+            check_whole(base, p)
             rasterio.shutil.copy(base, tmp, driver="COG", COMPRESS="DEFLATE", PREDICTOR="YES", BLOCKSIZE=TIFF_BLOCK,
                                  OVERVIEWS="FORCE_USE_EXISTING" if factors else "NONE", BIGTIFF="IF_SAFER")
+            check_whole(tmp, p)
         finally:
             for q in (base, base.with_name(base.name + ".ovr"), base.with_name(base.name + ".aux.xml")):
                 q.unlink(missing_ok=True)
+
+
+def check_whole(path: Path, p: Path) -> None:
+    """GDAL reports a failed write in its COG copy (a full disk) on stderr only, and leaves a file without
+    its directory or some tiles: every tile of every level of `path` must lie whole inside the file.
+    A full disk raises OSError(ENOSPC) (the run's exit 2 names it), any other failed write an OutputError."""
+    import tifffile
+
+    try:
+        size = path.stat().st_size
+        with tifffile.TiffFile(path) as tf:
+            whole = len(tf.pages) > 0 and all(o > 0 and n > 0 and o + n <= size for page in tf.pages
+                                              for o, n in zip(page.dataoffsets, page.databytecounts))
+    except (OSError, ValueError, tifffile.TiffFileError):
+        whole = False
+    if whole:
+        return
+    st = os.statvfs(path.parent)
+    if st.f_bavail * st.f_frsize < 1 << 20:  # the partial file still holds what the disk had
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    raise OutputError(f"{opt('labels', p)}: GDAL could not write the label image whole in {path.parent} (a write "
+                      "failed; its message is above): check that folder's disk, then rerun")
 
 
 def _check_ids(ids: np.ndarray, p: Path) -> None:

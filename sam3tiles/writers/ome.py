@@ -16,6 +16,8 @@ whole (dask) arrays per level, and it would pull s3fs and scikit-image into ever
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -90,3 +92,72 @@ def label_name(path: Path) -> str:
         if name.lower().endswith(suffix):
             return name[: -len(suffix)] or "labels"
     return name
+
+
+def foreign_paths(path: Path) -> list[str]:
+    """What an OME-Zarr label store sam3tiles wrote holds that its writer does not make (a user's notes,
+    another tool's label group, a folder): paths relative to the store, a folder with a trailing '/' (its
+    contents not listed), sorted. The store's own metadata says its label group, its levels and each
+    level's chunk grid; a link is never the writer's."""
+    exact, grids = _layout(path)
+    foreign = []
+    for root, dirs, files in os.walk(path):
+        rel = Path(root).relative_to(path).as_posix()
+        rel = "" if rel == "." else rel + "/"
+        for d in list(dirs):
+            if os.path.islink(os.path.join(root, d)) or not _ours(rel + d + "/", exact, grids):
+                foreign.append(rel + d + "/")
+                dirs.remove(d)
+        foreign += [rel + f for f in files
+                    if os.path.islink(os.path.join(root, f)) or not _ours(rel + f, exact, grids)]
+    return sorted(foreign)
+
+
+def _layout(path: Path) -> tuple[set[str], dict[str, tuple[int, int]]]:
+    """The files and folders `open_ome_zarr` makes in the store at `path` (exact names), and the chunk grid
+    (rows, columns) of each level folder: the one label group the root names (sam3tiles names one)."""
+    exact = {".zgroup", ".zattrs", "labels/", "labels/.zgroup", "labels/.zattrs"}
+    grids: dict[str, tuple[int, int]] = {}
+    entries = _json(path / ".zattrs").get("labels")
+    group = entries[0] if isinstance(entries, list) and entries and isinstance(entries[0], str) else ""
+    name = group[len("labels/"):]
+    if not group.startswith("labels/") or not name or "/" in name or name in (".", ".."):
+        return exact, grids
+    group += "/"
+    exact |= {group, group + ".zgroup", group + ".zattrs"}
+    for ms in _json(path / group / ".zattrs").get("multiscales") or []:
+        for d in (ms.get("datasets") or []) if isinstance(ms, dict) else []:
+            level = f"{group}{d.get('path') if isinstance(d, dict) else ''}/"
+            meta = _json(path / level / ".zarray")
+            try:
+                (h, w), (ch, cw) = meta["shape"], meta["chunks"]
+                grid = (-(-int(h) // int(ch)), -(-int(w) // int(cw)))
+            except (KeyError, TypeError, ValueError, ZeroDivisionError):
+                continue
+            if level[len(group):-1].isdigit():
+                exact |= {level, level + ".zarray", level + ".zattrs"}
+                grids[level] = grid
+    return exact, grids
+
+
+def _ours(rel: str, exact: set[str], grids: dict[str, tuple[int, int]]) -> bool:
+    """`rel` (a folder ends in '/') is a file or folder of the writer's: a name of `exact`, or in a level
+    folder a chunk row folder `<row>/` or chunk `<row>/<col>` inside its grid ('/' chunk keys)."""
+    if rel in exact:
+        return True
+    for level, (rows, cols) in grids.items():
+        if rel.startswith(level):
+            parts = rel[len(level):].rstrip("/").split("/")
+            whole = [int(v) if v.isdigit() else None for v in parts]
+            if None in whole or not 0 < len(parts) <= 2 or (len(parts) == 2) == rel.endswith("/"):
+                return False
+            return whole[0] < rows and (len(parts) == 1 or whole[1] < cols)
+    return False
+
+
+def _json(path: Path) -> dict:
+    try:
+        out = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return out if isinstance(out, dict) else {}

@@ -13,7 +13,10 @@ thus level 0 sampled every s^k pixels: `level0[::s**k, ::s**k]` for ceil-halved 
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,6 +109,39 @@ def open_group(path) -> object:
     if int(zarr.__version__.split(".")[0]) >= 3:
         return zarr.open_group(str(path), mode="w", zarr_format=2)
     return zarr.open_group(str(path), mode="w")
+
+
+@contextmanager
+def settled(timeout: float = 60.0):
+    """On an error inside the block, wait for zarr's writes still in flight before it is left (and the
+    caller removes the store): zarr 3 writes a block's chunks in threads, and when one fails (a full disk)
+    the others go on, creating their folders again after the store was removed."""
+    try:
+        yield
+    except BaseException:
+        _drain_zarr(timeout)
+        raise
+
+
+def _drain_zarr(timeout: float) -> None:
+    """Wait (at most `timeout` s) until zarr's event loop runs no task but this one."""
+    try:
+        from zarr.core.sync import sync
+    except ImportError:  # zarr 2 writes in the calling thread: nothing in flight
+        return
+
+    async def rest():
+        me, end = asyncio.current_task(), time.monotonic() + timeout
+        while time.monotonic() < end:
+            others = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+            if not others:
+                return
+            await asyncio.wait(others, timeout=max(0.0, end - time.monotonic()))
+
+    try:
+        sync(rest())
+    except Exception:  # noqa: BLE001 - the error being raised is the one to report
+        pass
 
 
 def blocks(width: int, height: int, block: int = BLOCK):
