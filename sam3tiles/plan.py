@@ -37,12 +37,14 @@ from .writers import check_output
 from .writers.atomic import check_name
 from .writers.stream import check_dataset, is_dataset
 from .writers.held import settle
-from .writers.vector import check_geojson_frame, check_layer
+from .writers.vector import QUPATH_SUFFIX, check_geojson_frame, check_layer, is_qupath
 from .writers.labels import check_labels, check_labels_for, label_format
 from .wording import enable, mention, named_in, opt, raw, spoken
 
 #: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
 ENCODE_S, DECODE_S = 0.35, 0.07
+#: The object type a QuPath GeoJSON gets unless asked otherwise (`check_qupath_type`).
+QUPATH_DEFAULT = Options.__dataclass_fields__["qupath_type"].default
 
 
 log = logging.getLogger(__name__)
@@ -237,6 +239,7 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     check_address_space()  # a low `ulimit -v` aborts native code mid-run, its lock left behind
     paths = expand_inputs(inputs, opts.asset)
     per_input, combined = resolve_outputs(paths, out)
+    check_qupath_type(opts.qupath_type, out, combined)
     dest = combined or out
     dataset = is_dataset(out)
     for p in (q for q in [combined, *per_input] if q is not None):
@@ -406,6 +409,18 @@ def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[l
                              "file (one combined output with a `source` column) or segment them separately")
         seen[o] = i
     return outs, None
+
+
+def check_qupath_type(qupath_type: str, out: str | os.PathLike | None, combined: Path | None) -> None:
+    """`qupath_type` other than its default shapes QuPath's GeoJSON (`*.qupath.geojson`) only: into any
+    other output (or none) it would be ignored, so it is refused."""
+    if qupath_type == QUPATH_DEFAULT or (combined is not None and is_qupath(combined)):
+        return
+    what = (f"{opt('out', out)} is no QuPath GeoJSON (*{QUPATH_SUFFIX}, objects in pixels)" if out is not None
+            else f"no output is written ({opt('out')} not given)")
+    name = (combined.name[: -len(combined.suffix)] if combined is not None else "objects") + QUPATH_SUFFIX
+    raise UsageError(f"{opt('qupath_type', qupath_type)}: {what}, so the object type would be ignored: name it "
+                     f"{name}, or leave {opt('qupath_type')} out")
 
 
 def _check_labels(labels, paths: list[str], overwrite: bool) -> Path | None:

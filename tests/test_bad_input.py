@@ -942,15 +942,15 @@ def _has_cuda() -> bool:
 
 
 DOOR_CASES: dict[str, Case] = {
-    # an explicit device this onnxruntime cannot give: exit 4 before any tile, naming what to install
+    # a device or precision the backend would ignore: exit 2
     "device-reference-backend-tensorrt": Case(seg_sq("--device", "tensorrt"), 2,
-                                              r"--device tensorrt: the reference backend has no device: leave "
-                                              r"--device out, or give --backend onnx"),
+                                              r"--device tensorrt: the reference backend takes no device or "
+                                              r"precision .*: leave --device out, or give --backend onnx"),
     "device-reference-backend-cpu": Case(seg_sq("--device", "cpu"), 2, r"--device cpu: the reference backend"),
     "precision-reference-backend": Case(seg_sq("--precision", "tf32"), 2,
-                                        r"--precision tf32: the reference backend has no device"),
+                                        r"--precision tf32: the reference backend takes no device"),
     "job-device-reference-backend": Case(_job(_with(backend={"name": "reference", "device": "cuda"})), 2,
-                                         r"backend\.device cuda: the reference backend has no device"),
+                                         r"backend\.device cuda: the reference backend takes no device"),
     # --qupath-type shapes QuPath's GeoJSON only
     "qupath-type-into-a-geopackage": Case(seg_sq("--qupath-type", "annotation"), 2,
                                           r"--qupath-type annotation: .*out\.gpkg is no QuPath GeoJSON .*"
@@ -958,7 +958,7 @@ DOOR_CASES: dict[str, Case] = {
     "job-qupath-type-into-a-geopackage": Case(_job(_with(output={"path": "o/out.gpkg", "qupath_type": "annotation"})),
                                               2, r"output\.qupath_type annotation: .*is no QuPath GeoJSON"),
 }
-if not _has_cuda():  # this onnxruntime is the CPU build: --device cuda cannot be had
+if not _has_cuda():  # the CPU build of onnxruntime: --device cuda cannot be had, exit 4 before any tile
     DOOR_CASES.update({
         "device-cuda-without-cuda": Case(seg_onnx("--device", "cuda"), 4,
                                          r"--device cuda: this onnxruntime \(.*\) has no CUDAExecutionProvider "
