@@ -35,7 +35,8 @@ from .tokenizer import get_tokenizer
 
 logger = logging.getLogger(__name__)
 
-from .providers import CPU, CUDA, DEVICES, TENSORRT, cpu_fallback, describe, missing, names, precision_problem, requested
+from .providers import (CPU, CUDA, DEVICES, TENSORRT, cpu_fallback, describe, missing, names, precision_problem,
+                        requested)
 from ..wording import opt, render, spoken
 
 _PROMPT_OUTPUTS = ("text_attention_mask", "text_memory")
@@ -93,7 +94,8 @@ class OnnxRuntime:
 
     `model_dir`: the model directory (None: ``$SAM3TILES_MODEL_DIR`` or the default cache); never
     downloads. `device`: "auto" (CUDA when onnxruntime offers it, else the CPU, said once), "cpu", "cuda"
-    or "tensorrt" (a ModelError when onnxruntime cannot run the graphs there: never the CPU instead). `intra_op_threads` / `inter_op_threads`: onnxruntime thread pools
+    or "tensorrt" (a ModelError when onnxruntime cannot run the graphs there: never the CPU instead).
+    `intra_op_threads` / `inter_op_threads`: onnxruntime thread pools
     (0 = onnxruntime's default). `io_binding`: keep embeddings as OrtValues and feed them with
     IOBinding (default: on with CUDA, off on CPU; forcing it on a CPU run is for tests).
     """
@@ -185,10 +187,11 @@ class OnnxRuntime:
             if set(names(providers)) - {CPU}:  # the file's own error if the CPU cannot load it either
                 on_cpu = self._load_session(ort, key, options, [CPU])
                 if self.requested_device in ("cuda", "tensorrt"):  # asked for: never the CPU instead
-                    raise ModelError(f"{opt('device', self.requested_device)}: onnxruntime could not create the "
-                                     f"{file_name} session with {names(providers)[0]} ({_short(exc)}): check the GPU, "
-                                     f"CUDA 12 and cuDNN 9 for this onnxruntime-gpu, or use {opt('device', 'cpu')}") from exc
-                self._load_failure = f"{file_name} with {names(providers)[0]}: {_short(exc)}"  # said by _say_fallbacks
+                    raise ModelError(
+                        f"{opt('device', self.requested_device)}: onnxruntime could not create the {file_name} "
+                        f"session with {names(providers)[0]} ({_short(exc)}): check the GPU, CUDA 12 and cuDNN 9 "
+                        f"for this onnxruntime-gpu, or use {opt('device', 'cpu')}") from exc
+                self._load_failure = f"{file_name} with {names(providers)[0]}: {_short(exc)}"  # _say_fallbacks
                 return on_cpu
             data = path.with_name(path.name + ".data")
             weights = f" with its weights {data.name}" if data.exists() else ""

@@ -52,8 +52,8 @@ def missing(device: str, available: list[str], ort_version: str) -> str:
     if device == "tensorrt":
         return (f"{opt('device', 'tensorrt')}: this onnxruntime ({ort_version}) has no {TENSORRT} {offers}: install "
                 f"onnxruntime-gpu with the TensorRT libraries on the library path, or use {opt('device', 'cuda')}")
-    return (f"{opt('device', device)}: this onnxruntime ({ort_version}) has no {CUDA} {offers}: install onnxruntime-gpu "
-            f"with CUDA 12 and cuDNN 9 (pip install 'sam3tiles[gpu]'), or use {opt('device', 'cpu')}")
+    return (f"{opt('device', device)}: this onnxruntime ({ort_version}) has no {CUDA} {offers}: install "
+            f"onnxruntime-gpu with CUDA 12 and cuDNN 9 (pip install 'sam3tiles[gpu]'), or use {opt('device', 'cpu')}")
 
 
 def cpu_fallback(device: str, available: list[str], used: dict[str, list[str]]) -> str | None:
@@ -76,7 +76,8 @@ def cpu_fallback(device: str, available: list[str], used: dict[str, list[str]]) 
     return (f"{opt('device', device)}: onnxruntime runs the SAM 3 {', '.join(left)} graph(s) on {on}, not {want} "
             f"(it could not start {want} there: a GPU, CUDA 12 and cuDNN 9 matching this onnxruntime-gpu are "
             f"needed; `sam3tiles model info --device {device}` lists the providers in use)"
-            + (": expect CPU speed, 10-20x slower" if device == "auto" else f": install them, or use {opt('device', 'cpu')}"))
+            + (": expect CPU speed, 10-20x slower" if device == "auto"
+               else f": install them, or use {opt('device', 'cpu')}"))
 
 
 def engine_cache(model_dir: Path, files: str, fp16: bool, ort_version: str) -> Path:
