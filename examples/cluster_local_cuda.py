@@ -41,6 +41,8 @@ def main(argv=None) -> int:
     ap.add_argument("--overwrite", action="store_true")
     args = ap.parse_args(argv)
     backend = args.backend or ("reference" if args.cpu_dry_run else "onnx")
+    # a device is the onnx backend's (the reference backend refuses one: it would be ignored)
+    device = ("cpu" if args.cpu_dry_run else "cuda") if backend == "onnx" else "auto"
 
     from distributed import Client
 
@@ -50,7 +52,7 @@ def main(argv=None) -> int:
         print(f"dashboard: {client.dashboard_link}")
         gdf = sam3tiles.segment(args.inputs, args.text or ["building"], out=args.out, overwrite=args.overwrite,
                                 backend=backend, model=args.model,
-                                device="cpu" if args.cpu_dry_run else "cuda", client=client, progress=True)
+                                device=device, client=client, progress=True)
         report = gdf.attrs["sam3tiles_report"]
         print(f"{len(gdf)} objects from {report['tiles']} tiles in {report['wall_seconds']:.1f} s "
               f"({report['tiles_per_second']:.2f} tiles/s) -> {args.out}")

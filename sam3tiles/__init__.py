@@ -6,6 +6,7 @@ merged across seams into polygons in the source CRS. See `sam3tiles.segment`.
 
 from .api import segment, segment_report
 from .options import Options
+from .prompts import GeoBox
 from .version import __version__
 
-__all__ = ["segment", "segment_report", "Options", "__version__"]
+__all__ = ["segment", "segment_report", "Options", "GeoBox", "__version__"]

@@ -16,12 +16,16 @@ from .report import RunReport
 
 #: What `segment` takes as inputs: a path, URL or glob, an open rasterio dataset, or a list of them.
 Inputs = Union[str, os.PathLike, Any, Iterable[Union[str, os.PathLike, Any]]]
+#: Example boxes: one box (a GeoBox, its text, a tuple, a shapely geometry) or a list of them.
+Boxes = Union[GeoBox, str, Sequence[Union[GeoBox, str, tuple, Any]]]
+#: Example images: one path ("PATH[,neg]", a folder or glob, a pathlib.Path) or a list of them.
+ExampleImages = Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]]]
 
 _D = Options()  # the registry's defaults, so the signature below cannot drift from them
 
 
-def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequence[GeoBox | str | tuple | Any] = (),
-            box_file: str | os.PathLike | None = None, example_images: Sequence[str | os.PathLike] = (),
+def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes = (),
+            box_file: str | os.PathLike | None = None, example_images: ExampleImages = (),
             out: str | os.PathLike | None = None,
             overwrite: bool = False, labels: str | os.PathLike | None = None,
             work_dir: str | os.PathLike | None = None, fresh: bool = False, checkpoint: bool = True,
@@ -52,10 +56,11 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Sequenc
             (read again by its `name`), or a list of them. A numpy array is refused: write a GeoTIFF.
         prompts: what to find: one text ("building") or several (["building", "car"]).
         boxes: example boxes in the raster's CRS: (minx, miny, maxx, maxy[, positive]) tuples, shapely
-            geometries (their bounds), `GeoBox`, or text "MINX,MINY,MAXX,MAXY[,neg]".
+            geometries (their bounds), `sam3tiles.GeoBox`, or text "MINX,MINY,MAXX,MAXY[,neg]"; one box or
+            a list of them.
         box_file: a vector file of example boxes (any CRS; optional 'label' column 1/0).
-        example_images: exemplars from other images, "PATH[,neg]" (a folder or glob: every image in it);
-            see `sam3tiles.chips`.
+        example_images: exemplars from other images, "PATH[,neg]" or a `pathlib.Path` (a folder or glob:
+            every image in it), one or a list; see `sam3tiles.chips`.
         out: write the objects there (.gpkg, .parquet, .fgb, .geojson, .coco.json; "name.parquet/": a
             partitioned GeoParquet dataset), or into a folder (one .gpkg per input); with `out`,
             checkpoints are kept beside it and a rerun resumes.
@@ -110,10 +115,10 @@ def _run(args: dict[str, Any], *, return_objects: bool) -> tuple[gpd.GeoDataFram
     options = args["options"]
     changes = {k: v for k, v in args.items() if k in _OPTION_NAMES}
     changes = {k: v for k, v in changes.items() if options is None or v != getattr(_D, k)}
-    prompts, box_file = args["prompts"], args["box_file"]
-    return segment_job(args["inputs"], [prompts] if isinstance(prompts, str) else list(prompts),
-                       boxes=args["boxes"], box_file=None if box_file is None else str(box_file),
-                       example_images=[str(e) for e in args["example_images"]], out=args["out"], overwrite=args["overwrite"], options=options, client=args["client"],
+    box_file = args["box_file"]  # prompts, boxes, example images: as given (`prompts.prompt_arguments`)
+    return segment_job(args["inputs"], args["prompts"], boxes=args["boxes"],
+                       box_file=None if box_file is None else str(box_file), example_images=args["example_images"],
+                       out=args["out"], overwrite=args["overwrite"], options=options, client=args["client"],
                        work_dir=args["work_dir"], fresh=args["fresh"], checkpoint=args["checkpoint"],
                        report_path=args["report_path"], labels=args["labels"],
                        return_objects=return_objects, **changes)

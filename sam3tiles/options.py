@@ -348,9 +348,28 @@ def check(o: Options) -> None:
                          "area column's units: area_m2, area_px, ...)")
     for problem in cross_problems(o.tile_size, o.overlap, o.squash):
         raise UsageError(problem.format(**{n: named(n) for n in ("tile_size", "overlap")}))
-    problem = precision_problem(o.device, o.precision)
+    problem = precision_problem(o.device, o.precision) or device_problem(o.backend, o.device, o.precision)
     if problem is not None:
         raise UsageError(problem)
+
+
+#: Built-in backends that run where they are (numpy, sleeps): a device or precision would be ignored.
+DEVICELESS = ("reference", "simulated")
+
+
+def device_problem(backend: str | object, device: str, precision: str) -> str | None:
+    """Why a device or precision other than `auto` cannot be given to `backend` (a usage error's message), or
+    None: the reference and simulated backends take none, nor does a backend handed over as an object or
+    callable (its caller built it); onnx and installed backends read them (`RuntimeSpec.device`)."""
+    given = [(n, v) for n, v in (("device", device), ("precision", precision)) if v != "auto"]
+    if not given or (isinstance(backend, str) and backend not in DEVICELESS):
+        return None
+    name, value = given[0]
+    if isinstance(backend, str):
+        return (f"{wording.opt(name, value)}: the {backend} backend takes no device or precision (it would be "
+                f"ignored): leave {wording.opt(name)} out, or give {wording.opt('backend', 'onnx')}")
+    return (f"{wording.opt(name, value)}: a backend handed over as an object or callable takes no device or "
+            f"precision (its caller builds it): set them where it is built, and leave {wording.opt(name)} out")
 
 
 def cross_problems(tile_size: int, overlap: int, squash: bool) -> list[str]:

@@ -45,8 +45,8 @@ from .wording import opt, spoken
 log = logging.getLogger(__name__)
 
 
-def segment_job(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox | str] = (),
-                box_file: str | None = None, example_images: Sequence[str] = (), options: Options | None = None,
+def segment_job(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox | str] | GeoBox | str = (),
+                box_file: str | None = None, example_images: Sequence[str] | str = (), options: Options | None = None,
                 client=None, fresh: bool = False, return_objects: bool = True,
                 **kwargs: Any) -> tuple[gpd.GeoDataFrame | None, RunReport]:
     """`segment` plus its RunReport. The keywords `out`, `overwrite`, `labels`, `work_dir`, `checkpoint` and

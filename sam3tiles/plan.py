@@ -26,7 +26,8 @@ from .model.files import require_model
 from .model.registry import RuntimeSpec, get_runtime, spec_identity
 from .options import Options
 from .chips import parse_example_images
-from .prompts import GeoBox, Prompt, boxes_outside, build_prompts, raster_bounds, read_box_file
+from .prompts import (GeoBox, Prompt, boxes_outside, build_prompts, prompt_arguments, raster_bounds,
+                      read_box_file)
 from .readers import Source, Stretch, gdal_env, open_source
 from .readers.identity import file_stamp
 from .readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_hrefs
@@ -37,12 +38,14 @@ from .writers import check_output
 from .writers.atomic import check_name
 from .writers.stream import check_dataset, is_dataset
 from .writers.held import settle
-from .writers.vector import check_geojson_frame, check_layer
+from .writers.vector import QUPATH_SUFFIX, check_geojson_frame, check_layer, is_qupath
 from .writers.labels import check_labels, check_labels_for, label_format
 from .wording import enable, mention, named_in, opt, raw, spoken
 
 #: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
 ENCODE_S, DECODE_S = 0.35, 0.07
+#: The object type a QuPath GeoJSON gets unless asked otherwise (`check_qupath_type`).
+QUPATH_DEFAULT = Options.__dataclass_fields__["qupath_type"].default
 
 
 log = logging.getLogger(__name__)
@@ -220,23 +223,24 @@ def _exists(p: Path, what: str) -> str:
     return f"  (exists: {what})" if os.path.exists(p) else ""
 
 
-def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] = (), box_file: str | None = None,
-             example_images: Sequence[str] = (), targets: Targets = Targets(), options: Options | None = None,
-             check_prompts: bool = False) -> RunPlan:
-    """Check a run and decide everything about it before any work; raises the run's own errors. `targets`:
+def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox | str] | GeoBox | str = (),
+             box_file: str | None = None, example_images: Sequence[str] | str = (), targets: Targets = Targets(),
+             options: Options | None = None, check_prompts: bool = False) -> RunPlan:
+    """Check a run and decide everything about it before any work; raises the run's own errors. `text`,
+    `boxes`, `example_images`: one or several (`prompts.prompt_arguments`). `targets`:
     where it writes (`targets.Targets`). `check_prompts`: also encode each prompt here when the backend
     loads in a moment (not onnx), as a dry run does; a real run checks them on its model worker instead.
     """
     out, overwrite, labels, work_dir, checkpoint, report_path = targets.values()
     opts = options or Options()
-    if isinstance(text, str):
-        text = [text]  # one prompt, not one per letter
+    texts, geo_boxes, example_images = prompt_arguments(text, boxes, example_images)
     from .engine import check_scheduler  # (engine imports dask: only when a run is planned)
 
     check_scheduler(opts.scheduler)  # a scheduler address that cannot be one: before anything is opened
     check_address_space()  # a low `ulimit -v` aborts native code mid-run, its lock left behind
     paths = expand_inputs(inputs, opts.asset)
     per_input, combined = resolve_outputs(paths, out)
+    check_qupath_type(opts.qupath_type, out, combined)
     dest = combined or out
     dataset = is_dataset(out)
     for p in (q for q in [combined, *per_input] if q is not None):
@@ -254,7 +258,6 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
     if report_path is None and dest is not None:
         report_path = Path(str(dest).rstrip("/") + ".report.json")
     opts, spec = resolve_model(opts)
-    geo_boxes = [GeoBox.coerce(b) for b in boxes]
     planned = tuple(plan_input(path, opts, d) for path, d in zip(paths, per_input))
     check_plan(paths, [f for i in planned for f in i.files], [i.crs for i in planned], [i.n_tiles for i in planned],
                opts, combined=combined, per_input=per_input, labels=label_path, report=report_path,
@@ -271,7 +274,7 @@ def plan_run(inputs, text: Sequence[str] = (), *, boxes: Sequence[GeoBox | str] 
         check_box_file(box_file)
         geo_boxes += read_box_file(box_file, crs0)
     check_boxes_inside(geo_boxes, n_given, [i.bounds for i in planned], crs0, box_file)
-    prompts = tuple(build_prompts(list(text), geo_boxes, parse_example_images(example_images)))
+    prompts = tuple(build_prompts(texts, geo_boxes, parse_example_images(example_images)))
     planned = tuple(with_exemplars(i, prompts, opts) for i in planned)
     if check_prompts and spec.backend != "onnx":
         check_prompts_here(spec, prompts)
@@ -406,6 +409,18 @@ def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[l
                              "file (one combined output with a `source` column) or segment them separately")
         seen[o] = i
     return outs, None
+
+
+def check_qupath_type(qupath_type: str, out: str | os.PathLike | None, combined: Path | None) -> None:
+    """`qupath_type` other than its default shapes QuPath's GeoJSON (`*.qupath.geojson`) only: into any
+    other output (or none) it would be ignored, so it is refused."""
+    if qupath_type == QUPATH_DEFAULT or (combined is not None and is_qupath(combined)):
+        return
+    what = (f"{opt('out', out)} is no QuPath GeoJSON (*{QUPATH_SUFFIX}, objects in pixels)" if out is not None
+            else f"no output is written ({opt('out')} not given)")
+    name = (combined.name[: -len(combined.suffix)] if combined is not None else "objects") + QUPATH_SUFFIX
+    raise UsageError(f"{opt('qupath_type', qupath_type)}: {what}, so the object type would be ignored: name it "
+                     f"{name}, or leave {opt('qupath_type')} out")
 
 
 def _check_labels(labels, paths: list[str], overwrite: bool) -> Path | None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import numbers
+import os
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from affine import Affine
 
@@ -127,6 +129,58 @@ class Prompt:
         if self.text is None:
             return "visual"
         return self.text
+
+
+#: What each prompt keyword takes, as its refusal says (after the keyword, named by `wording.opt`).
+TAKES = {
+    "prompts": "give a text ('building') or a list of texts (['building', 'car'])",
+    "boxes": "give one box or a list of boxes: (minx, miny, maxx, maxy[, positive]) tuples, "
+             "'MINX,MINY,MAXX,MAXY[,neg]' text, shapely geometries or sam3tiles.GeoBox, in the raster's CRS",
+    "example_images": "give a path ('chip.png', a folder, 'chip.png,neg'), a pathlib.Path or a list of them",
+}
+
+
+def prompt_arguments(text: Any, boxes: Any, example_images: Any) -> tuple[list[str], list[GeoBox], list[str]]:
+    """A run's texts, example boxes and example image specs (`chips.parse_example_images`), however a caller
+    gave them: the one place they are normalised. One text, box or path given alone is one item (a string
+    is never split into its characters), a list or other iterable its items; anything else is a
+    UsageError naming the keyword and what it takes."""
+    texts = _items("prompts", text, lambda v: isinstance(v, str), str)
+    images = _items("example_images", example_images, _is_path, lambda v: str(os.fspath(v)))
+    return texts, _items("boxes", boxes, _is_one_box, GeoBox.coerce, each=GeoBox.coerce), images
+
+
+def _items(keyword: str, value: Any, is_one: Callable[[Any], bool], make: Callable[[Any], Any],
+           each: Callable[[Any], Any] | None = None) -> list:
+    """`value` as a list: [make(value)] for one item, its items otherwise, each checked by `is_one` (or
+    made by `each`, which says itself what is wrong)."""
+    if value is None:
+        return []
+    if is_one(value):
+        return [make(value)]
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise UsageError(f"{opt(keyword)}: {TAKES[keyword]}, not {type(value).__name__}")
+    items = list(value)
+    if each is not None:
+        return [each(v) for v in items]
+    for v in items:
+        if not is_one(v):
+            raise UsageError(f"{opt(keyword)}: {TAKES[keyword]}, not a {type(value).__name__} holding "
+                             f"{type(v).__name__}")
+    return [make(v) for v in items]
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, os.PathLike) and isinstance(os.fspath(value), str))
+
+
+def _is_one_box(value: Any) -> bool:
+    """One box rather than a list of them: a GeoBox, its text, a shapely geometry, or a tuple or list of 4 or
+    5 values whose first four are numbers (a list of boxes holds tuples, texts or geometries)."""
+    if isinstance(value, (GeoBox, str)) or (hasattr(value, "geom_type") and hasattr(value, "bounds")):
+        return True
+    return (isinstance(value, (tuple, list)) and len(value) in (4, 5)
+            and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value[:4]))
 
 
 def build_prompts(texts: Sequence[str], boxes: Sequence[GeoBox], images: Sequence[ExampleImage] = ()) -> list[Prompt]:

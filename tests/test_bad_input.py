@@ -913,6 +913,64 @@ FAULT_CASES: dict[str, Case] = {
 CASES.update(FAULT_CASES)
 
 
+# -- issue 36 (4): a device that cannot be had, options the run would ignore ----------------------------------
+
+def _contract_model(tmp):
+    from sam3tiles.testing.graphs import build_contract_models
+
+    return build_contract_models(tmp / "model", decoder="colour", grid=1)
+
+
+def seg_onnx(*extra):
+    def argv(tmp):
+        return ["segment", str(_square(tmp)), "--text", "blue", "--backend", "onnx", "--model",
+                str(_contract_model(tmp)), *extra, "--out", str(tmp / "o" / "out.gpkg")]
+    return argv
+
+
+def _onnx_job(**backend):
+    def argv(tmp):
+        _contract_model(tmp)
+        return _job(_with(backend={"name": "onnx", "model": "model", **backend}))(tmp)
+    return argv
+
+
+def _has_cuda() -> bool:
+    import onnxruntime
+
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
+DOOR_CASES: dict[str, Case] = {
+    # a device or precision the backend would ignore: exit 2
+    "device-reference-backend-tensorrt": Case(seg_sq("--device", "tensorrt"), 2,
+                                              r"--device tensorrt: the reference backend takes no device or "
+                                              r"precision .*: leave --device out, or give --backend onnx"),
+    "device-reference-backend-cpu": Case(seg_sq("--device", "cpu"), 2, r"--device cpu: the reference backend"),
+    "precision-reference-backend": Case(seg_sq("--precision", "tf32"), 2,
+                                        r"--precision tf32: the reference backend takes no device"),
+    "job-device-reference-backend": Case(_job(_with(backend={"name": "reference", "device": "cuda"})), 2,
+                                         r"backend\.device cuda: the reference backend takes no device"),
+    # --qupath-type shapes QuPath's GeoJSON only
+    "qupath-type-into-a-geopackage": Case(seg_sq("--qupath-type", "annotation"), 2,
+                                          r"--qupath-type annotation: .*out\.gpkg is no QuPath GeoJSON .*"
+                                          r"name it out\.qupath\.geojson, or leave --qupath-type out"),
+    "job-qupath-type-into-a-geopackage": Case(_job(_with(output={"path": "o/out.gpkg", "qupath_type": "annotation"})),
+                                              2, r"output\.qupath_type annotation: .*is no QuPath GeoJSON"),
+}
+if not _has_cuda():  # the CPU build of onnxruntime: --device cuda cannot be had, exit 4 before any tile
+    DOOR_CASES.update({
+        "device-cuda-without-cuda": Case(seg_onnx("--device", "cuda"), 4,
+                                         r"--device cuda: this onnxruntime \(.*\) has no CUDAExecutionProvider "
+                                         r"\(it offers .*CPUExecutionProvider.*\): install onnxruntime-gpu with CUDA "
+                                         r"12 and cuDNN 9 .*, or use --device cpu"),
+        "job-device-cuda-without-cuda": Case(_onnx_job(device="cuda"), 4,
+                                             r"backend\.device cuda: this onnxruntime .* has no "
+                                             r"CUDAExecutionProvider.*or use backend\.device cpu"),
+    })
+CASES.update(DOOR_CASES)
+
+
 def _invoke(argv: list[str], in_subprocess: bool, cwd: Path):
     if in_subprocess:
         p = subprocess.run([sys.executable, "-m", "sam3tiles.cli", *argv], capture_output=True, text=True,

@@ -1,23 +1,29 @@
 """--device tensorrt and --precision: what each asks onnxruntime for, a missing provider refused (exit 4),
 impossible combinations refused (exit 2), and the providers in use shown by `model info` and the report.
-Real onnxruntime sessions on contract-faithful test graphs (this machine has no GPU)."""
+Real onnxruntime sessions on contract-faithful test graphs (this machine has no GPU). An explicit device
+that cannot be had is exit 4 at every door (command line, API, job file); `auto` falls back, said once."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import logging
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 
+import sam3tiles
 from sam3tiles.cli.main import cli
-from sam3tiles.model.providers import CPU, CUDA, TENSORRT, requested
+from sam3tiles.errors import ModelError
+from sam3tiles.model.providers import CPU, CUDA, TENSORRT, cpu_fallback, requested
 from sam3tiles.pipeline import segment_job
 from sam3tiles.testing import write_raster
 from sam3tiles.testing.graphs import build_contract_models
 
 HAS_TRT = TENSORRT in ort.get_available_providers()
+HAS_CUDA = CUDA in ort.get_available_providers()
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +52,8 @@ def test_what_each_device_and_precision_asks_for(tmp_path):
     assert requested("tensorrt", "fp32", gpu)[1] == (CUDA, {"use_tf32": "0"})
     with pytest.raises(LookupError):
         requested("tensorrt", "fp16", [CUDA, CPU])
+    with pytest.raises(LookupError):  # an explicit device that is not there is refused, never the CPU instead
+        requested("cuda", "auto", [CPU])
 
 
 def test_new_weights_or_a_new_onnxruntime_get_new_tensorrt_engines(tmp_path):
@@ -126,3 +134,45 @@ def test_checkpoints_of_one_precision_are_not_resumed_under_another(graphs, tmp_
     _, c = segment_job(str(path), ["red"], backend="onnx", model=str(graphs), precision="tf32", work_dir=work)
     assert a.model != b.model and b.model == c.model
     assert b.resumed == 0 and c.resumed == c.tiles  # the same precision again: resumed
+
+
+def test_a_device_that_fell_back_is_named_with_the_graphs_it_left():
+    """What a run says when onnxruntime placed graphs elsewhere than asked (onnxruntime-gpu without a GPU, or
+    without the CUDA/cuDNN libraries, drops CUDA from a session and runs it on the CPU): `OnnxRuntime` raises
+    it (exit 4) for an explicit device and logs it once for `auto`."""
+    on_cuda = {"image_encoder": [CUDA, CPU], "language_encoder": [CUDA, CPU], "decoder": [CUDA, CPU]}
+    assert cpu_fallback("cuda", [CUDA, CPU], on_cuda) is None and cpu_fallback("auto", [CUDA, CPU], on_cuda) is None
+    assert cpu_fallback("cpu", [CPU], {"decoder": [CPU]}) is None
+    dropped = {**on_cuda, "image_encoder": [CPU], "decoder": [CPU]}
+    message = cpu_fallback("cuda", [CUDA, CPU], dropped)
+    assert "image_encoder, decoder" in message and "not CUDAExecutionProvider" in message
+    assert "language_encoder" not in message
+    trt = cpu_fallback("tensorrt", [TENSORRT, CUDA, CPU], {"decoder": [CUDA, CPU]})
+    assert "not TensorrtExecutionProvider" in trt
+    here = cpu_fallback("auto", [CPU], {"decoder": [CPU]})
+    assert "has no CUDAExecutionProvider" in here and "runs on the CPU" in here
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this onnxruntime has CUDA")
+def test_cuda_missing_is_a_model_error_at_every_door(graphs, tmp_path):
+    """The API door: as the command line (tests/test_bad_input.py DOOR_CASES, with the job file), an explicit
+    `device="cuda"` without CUDA raises ModelError naming what to install, and writes nothing."""
+    out = tmp_path / "o.gpkg"
+    with pytest.raises(ModelError, match=r"^device=cuda: this onnxruntime .* has no CUDAExecutionProvider .*"
+                                         r"install onnxruntime-gpu with CUDA 12 and cuDNN 9 .*or use device=cpu"):
+        sam3tiles.segment(_scene(tmp_path), "red", backend="onnx", model=str(graphs), device="cuda", out=out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scene.tif"]
+    r = CliRunner().invoke(cli, ["model", "info", str(graphs), "--device", "cuda"])
+    assert r.exit_code == 4 and "no CUDAExecutionProvider" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this onnxruntime has CUDA")
+def test_auto_falls_back_to_the_cpu_and_says_so_once(graphs, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        gdf, rep = segment_job(str(_scene(tmp_path)), ["red"], backend="onnx", model=str(graphs), device="auto",
+                               checkpoint=False)
+    assert len(gdf) == 1 and rep.failed == 0
+    said = [r.getMessage() for r in caplog.records if "CUDAExecutionProvider" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith("device=auto: this onnxruntime") and "runs on the CPU" in said[0]
+    assert "providers (onnx, decoder): CPUExecutionProvider" in rep.summary()

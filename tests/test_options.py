@@ -25,6 +25,7 @@ from sam3tiles.errors import JobFileError, UsageError
 from sam3tiles.jobs import job_section, parse_job
 from sam3tiles.options import Options, declarations, fields, opt
 from sam3tiles.pipeline import segment_job
+from sam3tiles.prompts import GeoBox
 
 MINIMAL = "inputs: [a.tif]\nprompts: {text: [blue]}\noutput: {path: o.gpkg}\n"
 
@@ -219,3 +220,57 @@ def test_the_onnx_model_folder_is_resolved_on_a_copy(small, tmp_path, monkeypatc
     plan = plan_run(str(small), "red", options=opts)
     assert opts.model is None and plan.options.model == str(models)
     assert plan.model_identity.startswith("onnx:") and plan.model_identity != "onnx:unknown"
+
+
+# -- issue 36 (10): one path or one box is one item; anything else names the keyword and what it takes -----
+
+@pytest.fixture(scope="module")
+def chip(tmp_path_factory):
+    from PIL import Image
+
+    img = np.full((48, 48, 3), 90, np.uint8)
+    img[8:40, 8:40] = (18, 22, 232)
+    path = tmp_path_factory.mktemp("chip") / "chip.png"
+    Image.fromarray(img).save(path)
+    return path
+
+
+def _a_box_inside(path):
+    with rasterio.open(path) as ds:
+        b = ds.bounds
+    w, h = b.right - b.left, b.top - b.bottom
+    return b.left + 0.4 * w, b.bottom + 0.4 * h, b.left + 0.5 * w, b.bottom + 0.5 * h
+
+
+def test_one_example_image_or_one_box_is_one_item(small, chip, monkeypatch):
+    """A string was split into characters ("c", "h", ...: 'no such file'); a Path, a GeoBox, a text box were
+    a raw TypeError or one box per character. One path or box, given alone, is one."""
+    monkeypatch.chdir(chip.parent)
+    for given in ("chip.png", chip, str(chip), [chip]):
+        rep = sam3tiles.segment(small, [], example_images=given, backend="reference", checkpoint=False).attrs[
+            "sam3tiles_report"]
+        assert rep["parameters"]["example_images"] == [str(given if isinstance(given, str) else chip)], given
+    x0, y0, x1, y1 = _a_box_inside(small)
+    assert sam3tiles.GeoBox is GeoBox  # the package exports what its errors name
+    for given in (sam3tiles.GeoBox(x0, y0, x1, y1), f"{x0},{y0},{x1},{y1}", (x0, y0, x1, y1),
+                  (x0, y0, x1, y1, False), [(x0, y0, x1, y1)]):
+        rep = sam3tiles.segment(small, "blue", boxes=given, backend="reference", checkpoint=False).attrs[
+            "sam3tiles_report"]
+        assert rep["parameters"]["boxes"] == 1, given
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(prompts=5), r"^prompts: give a text \('building'\) or a list of texts \(\['building', 'car'\]\), "
+                      r"not int"),
+    (dict(prompts=["red", 5]), r"^prompts: give a text .* or a list of texts .*, not a list holding int"),
+    (dict(prompts=b"red"), r"^prompts: give a text .*, not bytes"),
+    (dict(boxes=5), r"^boxes: give one box or a list of boxes: .*sam3tiles\.GeoBox.*, not int"),
+    (dict(example_images=5), r"^example_images: give a path \('chip\.png', a folder, 'chip\.png,neg'\), a "
+                             r"pathlib\.Path or a list of them, not int"),
+    (dict(example_images=[b"chip.png"]), r"^example_images: give a path .*, not a list holding bytes"),
+])
+def test_prompts_boxes_and_example_images_of_another_type_are_refused(small, tmp_path, kw, message):
+    out = tmp_path / "o.gpkg"
+    with pytest.raises(UsageError, match=message):
+        sam3tiles.segment(small, **{"prompts": "red", **kw}, backend="reference", out=out)
+    assert list(tmp_path.iterdir()) == []

@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: the README's Python usage, as a typed caller writes it (no plotting: mypy, not a display, is the judge)
 USAGE = '''
+from pathlib import Path
+
 import geopandas as gpd
 import pandas as pd
 
@@ -29,6 +31,8 @@ objects: gpd.GeoDataFrame = gdf
 first = gdf.iloc[0]
 report: RunReport = sam3tiles.segment_report("ortho.tif", ["building", "car"], out="all.parquet", scale=1.0)
 written: str | None = report.output
+# one example image, one box: each one item (issue 36); the box type is the package's own
+one = sam3tiles.segment("slide.tif", [], example_images=Path("chip.png"), boxes=sam3tiles.GeoBox(0, 0, 10, 10))
 '''
 
 

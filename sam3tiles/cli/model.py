@@ -15,7 +15,7 @@ import click
 
 from ..model import contract, files as modelfiles
 from ..errors import ContractError, ModelError, ModelNotFoundError, Sam3TilesError, UsageError
-from ..model.providers import DEVICES, PRECISIONS, describe, precision_problem, requested
+from ..model.providers import DEVICES, PRECISIONS, describe, missing, precision_problem, requested
 
 
 def _errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -124,9 +124,7 @@ def _show_providers(directory: Path, graphs: list[str], device: str, precision: 
     try:
         providers = requested(device, precision, available, directory)
     except LookupError:
-        raise ModelError(f"--device tensorrt: this onnxruntime has no TensorrtExecutionProvider (it offers "
-                         f"{', '.join(available)}): install onnxruntime-gpu with the TensorRT libraries, or "
-                         "use --device cuda") from None
+        raise ModelError(missing(device, available, ort.__version__)) from None
     click.echo(f"asked for (--device {device} --precision {precision}): {describe(providers)}")
     want = providers[0] if isinstance(providers[0], str) else providers[0][0]
     for name in graphs:

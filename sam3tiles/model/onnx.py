@@ -35,7 +35,8 @@ from .tokenizer import get_tokenizer
 
 logger = logging.getLogger(__name__)
 
-from .providers import CPU, CUDA, DEVICES, TENSORRT, describe, names, precision_problem, requested
+from .providers import (CPU, CUDA, DEVICES, TENSORRT, cpu_fallback, describe, missing, names, precision_problem,
+                        requested)
 from ..wording import opt, render, spoken
 
 _PROMPT_OUTPUTS = ("text_attention_mask", "text_memory")
@@ -92,8 +93,9 @@ class OnnxRuntime:
     """SAM 3 through onnxruntime, implementing `sam3tiles.runtime.ModelRuntime`.
 
     `model_dir`: the model directory (None: ``$SAM3TILES_MODEL_DIR`` or the default cache); never
-    downloads. `device`: "auto" (CUDA when onnxruntime offers it, else CPU), "cpu" or "cuda" (falls
-    back to CPU with a warning). `intra_op_threads` / `inter_op_threads`: onnxruntime thread pools
+    downloads. `device`: "auto" (CUDA when onnxruntime offers it, else the CPU, said once), "cpu", "cuda"
+    or "tensorrt" (a ModelError when onnxruntime cannot run the graphs there: never the CPU instead).
+    `intra_op_threads` / `inter_op_threads`: onnxruntime thread pools
     (0 = onnxruntime's default). `io_binding`: keep embeddings as OrtValues and feed them with
     IOBinding (default: on with CUDA, off on CPU; forcing it on a CPU run is for tests).
     """
@@ -117,17 +119,8 @@ class OnnxRuntime:
         try:
             providers = requested(device, precision, available, self.model_dir,
                                   files_fingerprint(self.model_dir) if device == "tensorrt" else "", ort.__version__)
-        except LookupError:
-            raise ModelError(f"{opt('device', 'tensorrt')}: this onnxruntime ({ort.__version__}) has no "
-                             f"TensorrtExecutionProvider (it offers {', '.join(available)}). Install "
-                             "onnxruntime-gpu with the TensorRT libraries on the library path, or use "
-                             f"{opt('device', 'cuda')}") from None
-        if device == "cuda" and CUDA not in available:
-            logger.warning(spoken(
-                "device 'cuda' was requested but this onnxruntime has no CUDAExecutionProvider (it offers "
-                "%s): SAM 3 will run on the CPU, 10-20x slower. Install onnxruntime-gpu matching your "
-                f"CUDA/cuDNN (pip install 'sam3tiles[gpu]'), or use {opt('device', 'cpu')} to silence this."),
-                ", ".join(available))
+        except LookupError:  # an explicit device that is not there: refused, never the CPU instead
+            raise ModelError(missing(device, available, ort.__version__)) from None
 
         options = ort.SessionOptions()
         if intra_op_threads > 0:
@@ -137,9 +130,9 @@ class OnnxRuntime:
             if inter_op_threads > 1:
                 options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
         self._sessions: dict[str, Any] = {}
+        self._load_failure = ""  # why a GPU session could not be created (then the CPU; see _say_fallbacks)
         self.requested_providers = describe(providers)
-        for key in ("image_encoder", "language_encoder", "decoder"):
-            self._sessions[key], providers = self._load_session(ort, key, options, providers)
+        self._load_sessions(ort, options, providers, available)
         #: what onnxruntime actually placed each graph on (a graph may fall back, see _say_fallbacks)
         self.session_providers = {key: list(s.get_providers()) for key, s in self._sessions.items()}
 
@@ -167,18 +160,23 @@ class OnnxRuntime:
     # loading
 
     def _say_fallbacks(self, device: str, available: list[str]) -> None:
-        """Loudly: a graph onnxruntime placed on the CPU although a GPU provider was asked for and is
-        there (a known case: some onnxruntime / CUDA builds fall back to the CPU for opset-21 graphs)."""
-        if device == "cpu" or not ({CUDA, TENSORRT} & set(available)):
-            return
-        want = TENSORRT if device == "tensorrt" else CUDA
-        for key, used in self.session_providers.items():
-            if not used or used[0] != want:
-                logger.warning("device %r: onnxruntime runs the SAM 3 %s graph on %s, not %s (a known fallback "
-                               "of some onnxruntime / CUDA builds for opset-21 graphs): expect CPU speed, 10-20x "
-                               "slower. Check the onnxruntime-gpu / CUDA / cuDNN versions "
-                               "(`sam3tiles model info --device %s` lists the providers in use).", device, key,
-                               ", ".join(used), want, device)
+        """`auto`: graphs onnxruntime placed on the CPU (no CUDA here, or one it could not start), said once
+        (`providers.cpu_fallback`). An explicit device was refused at its first such graph (`_load_sessions`)."""
+        said = cpu_fallback(device, available, self.session_providers) if device == "auto" else None
+        if said is not None:
+            failed = f" (creating a session failed: {self._load_failure})" if self._load_failure else ""
+            logger.warning(spoken(said + failed))
+
+    def _load_sessions(self, ort, options, providers: list, available: list[str]) -> None:
+        """The three sessions; an explicit GPU device onnxruntime dropped from one (it could not start it
+        there) is a ModelError at once, before the other graphs load."""
+        device = self.requested_device
+        for key in ("image_encoder", "language_encoder", "decoder"):
+            self._sessions[key], providers = self._load_session(ort, key, options, providers)
+            if device in ("cuda", "tensorrt"):
+                problem = cpu_fallback(device, available, {key: list(self._sessions[key].get_providers())})
+                if problem is not None:
+                    raise ModelError(problem)
 
     def _load_session(self, ort, key: str, options, providers: list):
         file_name = CONTRACT[key][0]
@@ -186,10 +184,15 @@ class OnnxRuntime:
         try:
             return ort.InferenceSession(str(path), options, providers=providers), providers
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidProtobuf/NoSuchFile/...
-            if set(names(providers)) - {CPU}:  # a broken GPU setup: osam falls back to the CPU too, but we say so
-                logger.warning("could not create the %s session with %s (%s); falling back to the CPU",
-                               file_name, names(providers)[0], _short(exc))
-                return self._load_session(ort, key, options, [CPU])
+            if set(names(providers)) - {CPU}:  # the file's own error if the CPU cannot load it either
+                on_cpu = self._load_session(ort, key, options, [CPU])
+                if self.requested_device in ("cuda", "tensorrt"):  # asked for: never the CPU instead
+                    raise ModelError(
+                        f"{opt('device', self.requested_device)}: onnxruntime could not create the {file_name} "
+                        f"session with {names(providers)[0]} ({_short(exc)}): check the GPU, CUDA 12 and cuDNN 9 "
+                        f"for this onnxruntime-gpu, or use {opt('device', 'cpu')}") from exc
+                self._load_failure = f"{file_name} with {names(providers)[0]}: {_short(exc)}"  # _say_fallbacks
+                return on_cpu
             data = path.with_name(path.name + ".data")
             weights = f" with its weights {data.name}" if data.exists() else ""
             raise ModelError(

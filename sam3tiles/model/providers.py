@@ -3,7 +3,9 @@
 * `cpu`: the CPU provider.
 * `cuda` / `auto`: CUDA (then the CPU for what CUDA cannot run). `--precision tf32` / `fp32` set the CUDA
   provider's `use_tf32` on / off (TF32 matmuls and convolutions on Ampere and later: ~2-3x faster, 10
-  mantissa bits); `auto` leaves onnxruntime's default (on).
+  mantissa bits); `auto` leaves onnxruntime's default (on). `cuda` without CUDA is refused (exit 4: an
+  explicit device is never silently the CPU, 10-20x slower); `auto` runs on the CPU then, and says so once
+  (`cpu_fallback`).
 * `tensorrt`: TensorRT (then CUDA, then CPU), with its engine cache in `trt-cache/` beside the model, a
   folder per model files and onnxruntime version (`engine_cache`; building the engines takes minutes the
   first time; the cache makes later runs start in seconds) and
@@ -43,6 +45,41 @@ def precision_problem(device: str, precision: str) -> str | None:
     return None
 
 
+def missing(device: str, available: list[str], ort_version: str) -> str:
+    """A model error's message: this onnxruntime offers no provider for `device` (cuda or tensorrt), and what
+    to install (options named by `wording.opt`)."""
+    offers = f"(it offers {', '.join(available)})"
+    if device == "tensorrt":
+        return (f"{opt('device', 'tensorrt')}: this onnxruntime ({ort_version}) has no {TENSORRT} {offers}: install "
+                f"onnxruntime-gpu with the TensorRT libraries on the library path, or use {opt('device', 'cuda')}")
+    return (f"{opt('device', device)}: this onnxruntime ({ort_version}) has no {CUDA} {offers}: install "
+            f"onnxruntime-gpu with CUDA 12 and cuDNN 9 (pip install 'sam3tiles[gpu]'), or use {opt('device', 'cpu')}")
+
+
+def cpu_fallback(device: str, available: list[str], used: dict[str, list[str]]) -> str | None:
+    """What ran elsewhere than `device` asked, given the `available` providers and each graph's providers in
+    use (`used`: graph -> names, as its session reports them), or None. onnxruntime drops a provider it
+    cannot start from a session and runs it on the next one (onnxruntime-gpu on a machine without a GPU, or
+    without the CUDA/cuDNN libraries: the CPU), logging only its own error. An explicit device that fell
+    back is a model error (the caller raises it); `auto` logs it once."""
+    if device == "cpu":
+        return None
+    if device == "auto" and CUDA not in available:
+        return (f"{opt('device', 'auto')}: this onnxruntime has no {CUDA} (it offers {', '.join(available)}): SAM 3 "
+                "runs on the CPU, 10-20x slower than on a GPU. For a GPU install onnxruntime-gpu with CUDA 12 and "
+                f"cuDNN 9 (pip install 'sam3tiles[gpu]'); {opt('device', 'cpu')} says the CPU is meant")
+    want = TENSORRT if device == "tensorrt" else CUDA
+    left = [k for k, u in used.items() if not u or u[0] != want]
+    if not left:
+        return None
+    on = ", ".join(dict.fromkeys(u[0] if u else CPU for k, u in used.items() if k in left))
+    return (f"{opt('device', device)}: onnxruntime runs the SAM 3 {', '.join(left)} graph(s) on {on}, not {want} "
+            f"(it could not start {want} there: a GPU, CUDA 12 and cuDNN 9 matching this onnxruntime-gpu are "
+            f"needed; `sam3tiles model info --device {device}` lists the providers in use)"
+            + (": expect CPU speed, 10-20x slower" if device == "auto"
+               else f": install them, or use {opt('device', 'cpu')}"))
+
+
 def engine_cache(model_dir: Path, files: str, fp16: bool, ort_version: str) -> Path:
     """The TensorRT engine cache of these model files: `trt-cache/` beside them, one folder per files'
     fingerprint (`files.files_fingerprint`), precision and onnxruntime version. onnxruntime names an engine
@@ -58,11 +95,13 @@ def requested(device: str, precision: str, available: list[str], model_dir: Path
               files: str = "", ort_version: str = "") -> list:
     """onnxruntime's `providers=` for `device` and `precision`, given the `available` providers: names, or
     (name, options) pairs; TensorRT's engines cached in `engine_cache(model_dir, files, ...)`. `tensorrt`
-    without TensorRT available raises LookupError (the caller says what to install)."""
+    or `cuda` without that provider available raise LookupError (the caller says what to install: `missing`)."""
     cuda_opts = {} if precision in ("auto", "fp16") else {"use_tf32": "1" if precision == "tf32" else "0"}
     cuda = (CUDA, cuda_opts) if cuda_opts else CUDA
     if device == "cpu":
         return [CPU]
+    if device == "cuda" and CUDA not in available:
+        raise LookupError(CUDA)
     if device == "tensorrt":
         if TENSORRT not in available:
             raise LookupError(TENSORRT)
