@@ -934,6 +934,12 @@ def _chip(tmp, name="chip.tif"):
     return p
 
 
+def _hard_link(p, name):
+    q = p.parent / name
+    os.link(p, q)
+    return q
+
+
 def _as_preview(tmp):
     """A raster where the run's quicklook goes (o/out.gpkg.preview.png): an image of the user's."""
     return _png(tmp / "o" / "out.gpkg.preview.png")
@@ -1010,6 +1016,10 @@ SIDE_CASES: dict[str, Case] = {
         lambda t: seg_sq("--example-image", str(_chip(t)), "--labels", "chip.tif", "--overwrite")(t), 2,
         r"--labels chip\.tif is an example image \(--example-image .*chip\.tif\): it would be replaced; write the "
         r"label image elsewhere"),
+    "labels-is-a-hard-link-to-an-example-image": Case(
+        lambda t: seg_sq("--example-image", str(_chip(t)), "--labels", str(_hard_link(t / "chip.tif", "same.tif")),
+                         "--overwrite")(t), 2,
+        r"--labels .*same\.tif is an example image \(--example-image .*chip\.tif\)"),
     "quicklook-is-an-example-image": Case(
         lambda t: seg_sq("--example-image", str(_chip(t / "o", "out.gpkg.preview.png")), "--overwrite")(t), 2,
         r"the preview .*out\.gpkg\.preview\.png is an example image \(--example-image .*out\.gpkg\.preview\.png\)",
