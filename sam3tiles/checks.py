@@ -6,7 +6,8 @@ raises a `Sam3TilesError` whose message names the problem and the fix:
 * the work folder is *owned*: it carries a marker file, and only marked folders are cleared, and then
   only of the files sam3tiles writes (`claim_work_dir`, `clear_work_dir`); a suspicious `--work-dir`
   (empty, `/`, home, the current folder or one above it, a folder holding inputs) is refused;
-* no output, label image, report or work folder is an input, or holds one (`check_not_inputs`);
+* no path a run writes (output, preview, report, label image, work folder) is a path it reads (input,
+  a file an input reads, example image, box file) or another it writes (`check_paths`);
 * rasters the tool cannot place (a CRS but no geotransform, GCPs or RPCs only) are refused with the
   `gdalwarp` command that fixes them (`check_placeable`); an overlap too small for the merge is refused
   (`check_tiling`).
@@ -25,11 +26,11 @@ import math
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterator, Sequence
 
-from .errors import CRSError, OutputError, UsageError
+from .errors import CRSError, OutputError, OutputExistsError, UsageError
 from .readers.identity import local_path_of
-from .wording import mention, opt
+from .wording import enable, mention, opt
 
 log = logging.getLogger(__name__)
 
@@ -156,30 +157,73 @@ def clear_work_dir(path: str | os.PathLike) -> list[Path]:
     return gone
 
 
-# -- outputs that would destroy inputs -------------------------------------------------------------------
+# -- what a run reads against what it writes ---------------------------------------------------------------
 
-def check_not_inputs(inputs: Iterable[str], targets: Sequence[tuple[str, str | os.PathLike | None]]) -> None:
-    """No output, label image, report or work folder may be an input (or a file an input reads, such as a
-    VRT's source) or, for folders, hold one. `inputs`: paths of every file the run reads; `targets`:
-    (option, path) pairs, None paths skipped. Exit 2 naming both."""
-    locals_ = [(i, _real(lp)) for i in inputs if (lp := local_path_of(i)) is not None]
-    for option, target in targets:
-        if target is None:
-            continue
+#: What each path a run writes is called, and how to move it (roles of `plan.written`).
+WRITTEN = {"out": ("output", "write the output elsewhere"),
+           "report_path": ("report", "write the report elsewhere"),
+           "the report": ("report", f"give {opt('out')} another name (the report lies beside it)"),
+           "the preview": ("preview", f"give {opt('out')} another name, or {enable('no_preview')}"),
+           "labels": ("label image", "write the label image elsewhere"),
+           "work_dir": ("work folder", "name another work folder"),
+           "the work folder": ("work folder", f"name another work folder ({opt('work_dir')})")}
+
+
+def _read_phrase(role: str, given: str, file: str) -> str:
+    if role == "inputs":
+        return f"the input {given}" if file == given else f"the input {given}'s file {file}"
+    return f"an example image ({opt('example_images', given)})" if role == "example_images" else \
+        f"the box file ({opt(role, given)})"
+
+
+def _keys(p: Path) -> list:
+    """What makes two paths one file: the resolved path, and for an existing file its device and inode (a
+    hard link)."""
+    try:
+        st = os.stat(p)
+    except (OSError, ValueError):
+        return [p]
+    return [p, (st.st_dev, st.st_ino)]
+
+
+def check_paths(reads: Sequence[tuple[str, str, str]], writes: Sequence[tuple[str, str | os.PathLike]],
+                several: bool = False) -> None:
+    """The one rule for the paths of a run: no path it writes is a path it reads, and no two paths it writes
+    are one. `reads`: (role, as given, file) for each input (and each file an input reads, such as a VRT's
+    sources), example image ("example_images") and box file ("box_file"); `writes`: (role, path) for its
+    outputs, report, previews, label image and work folder (`WRITTEN`; the object spool lies in the work
+    folder, which may hold no file the run reads). Compared resolved (links, relative or absolute paths,
+    hard links), each path looked at once. Exit 2 naming both roles and the fix; an input among `several`
+    (a pattern that picked up what an earlier run wrote) is named as the run's own file."""
+    read: dict = {}
+    for role, given, file in reads:
+        lp = local_path_of(file)
+        if lp is not None:
+            real = _real(lp)
+            for k in _keys(real):
+                read.setdefault(k, (role, given, file, real))
+    seen: dict = {}
+    for what, target in writes:
         t = _real(target)
-        for given, real in locals_:
-            if real == t or (option == "work_dir" and _is_within(real, t)):
-                verb = "is" if real == t else "holds"
-                raise UsageError(f"{mention(option, target)} {verb} the input {given}: it would be "
-                                 f"{'replaced' if real == t else 'cleared'}; write to another path")
-        for given, real in locals_:
-            if t.exists() and real.exists():
-                try:
-                    if os.path.samefile(real, t):
-                        raise UsageError(f"{mention(option, target)} is the input {given} (a link to it): write to "
-                                         "another path")
-                except OSError:
-                    pass
+        keys = _keys(t)
+        noun, fix = WRITTEN[what]
+        hit, inside = next((read[k] for k in keys if k in read), None), False
+        if hit is None and noun == "work folder":  # the folder may hold no file the run reads either
+            hit = next((r for r in read.values() if _is_within(r[3], t)), None)
+            inside = hit is not None
+        if hit is not None:
+            role, given, file, _ = hit
+            if role == "inputs" and several and file == given and not inside:
+                raise UsageError(f"the input {given} is this run's own {noun} (an input pattern that picks up what an "
+                                 f"earlier run wrote?): narrow the inputs, or {fix}")
+            verb, harm = ("holds", "cleared") if inside else ("is", "replaced")
+            raise UsageError(f"{mention(what, target)} {verb} {_read_phrase(role, given, file)}: it would be {harm}; {fix}")
+        other = next((seen[k] for k in keys if k in seen), None)
+        if other is not None and not (other == what == "out"):  # two outputs: `check_distinct_outputs` names them
+            raise UsageError(f"{mention(what, target)} is also {mention(other)}'s path: one would replace the other; "
+                             "give them different paths")
+        for k in keys:
+            seen.setdefault(k, what)
 
 
 def check_distinct_outputs(inputs: Sequence[str], outputs: Sequence[Path | None]) -> None:
@@ -344,11 +388,10 @@ def check_vrt_cycle(path: str, limit: int = 64) -> None:
     walk(real, (real,))
 
 
-def check_plan(inputs: Sequence[str], files: Sequence[str], crss: Sequence, tile_counts: Sequence[int], opts, *,
-               combined=None, per_input: Sequence = (), labels=None, report=None, work_dir=None,
-               box_file=None) -> None:
-    """Whole-run checks: tiling, one CRS per combined output, distinct per-input outputs, and no output,
-    label image, report or work folder that is (or holds) an input."""
+def check_plan(inputs: Sequence[str], crss: Sequence, tile_counts: Sequence[int], opts, *, per_input: Sequence = (),
+               reads: Sequence[tuple[str, str, str]] = (), writes: Sequence[tuple[str, str | os.PathLike]] = ()) -> None:
+    """Whole-run checks once the inputs are open: tiling, one CRS per combined output, distinct per-input
+    outputs, and `check_paths` again with every file the inputs read (`reads`: a VRT's sources, ...)."""
     check_tiling(opts.tile_size, opts.overlap, opts.edge_margin, squash=opts.squash,
                  single_tile=all(n <= 1 for n in tile_counts))
     one_output = not any(p is not None for p in per_input)  # a combined output, or the API's one frame
@@ -358,10 +401,7 @@ def check_plan(inputs: Sequence[str], files: Sequence[str], crss: Sequence, tile
                          + ("..." if len(names) > 3 else "") + f": give {opt('out')} a folder (one output per input) or "
                          "reproject them to one CRS")
     check_distinct_outputs(inputs, per_input)
-    reads = [*files, *([box_file] if box_file else [])]
-    targets = [("out", combined), *[("out", p) for p in per_input], ("labels", labels),
-               ("report_path", report), ("work_dir", work_dir)]
-    check_not_inputs(reads, targets)
+    check_paths(reads, writes, several=len(inputs) > 1)
 
 
 def check_box_file(path: str) -> None:
@@ -397,12 +437,50 @@ def _stamp(p: Path) -> list | None:
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
-def _records(work_dir) -> dict:
+def _entry(v) -> bool:
+    return isinstance(v, dict) and isinstance(v.get("state"), str) and isinstance(v.get("failed", 0), int) and (
+        v.get("stamp") is None or isinstance(v.get("stamp"), list))
+
+
+def _read_records(work_dir) -> tuple[dict, str | None]:
+    """The record's sound entries, and what is wrong with the file (None: nothing, or there is none)."""
     try:
-        data = json.loads((Path(work_dir) / "outputs.json").read_text())
-    except (OSError, ValueError, TypeError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        text = (Path(work_dir) / "outputs.json").read_text()
+    except FileNotFoundError:
+        return {}, None
+    except (OSError, UnicodeDecodeError) as e:
+        return {}, f"unreadable: {getattr(e, 'strerror', None) or e}"
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}, "not JSON"
+    if not isinstance(data, dict):
+        return {}, f"not sam3tiles' record of outputs but a JSON {type(data).__name__}"
+    good = {k: v for k, v in data.items() if _entry(v)}
+    bad = [k for k in data if k not in good]
+    return good, bad and f"not sam3tiles' record of outputs: its entry {bad[0]!r} is no record of a file"
+
+
+def _records(work_dir) -> dict:
+    return _read_records(work_dir)[0]
+
+
+@contextmanager
+def vouched(work_dir, what: str, path) -> Iterator[None]:
+    """Around a check that refuses an existing file (OutputExistsError) unless an earlier run of `work_dir`
+    wrote it (`replaceable`): when the work folder's record is damaged, the refusal names the record and
+    what to do instead of saying the run did not write the file (it cannot tell)."""
+    try:
+        yield
+    except OutputExistsError:
+        problem = _read_records(work_dir)[1] if work_dir is not None and is_work_dir(work_dir) else None
+        if not problem:
+            raise
+        raise OutputExistsError(
+            f"{mention(what, path)} exists and this run cannot tell whether it wrote it: {Path(work_dir) / 'outputs.json'}, "
+            f"the work folder's record of what its runs wrote, is damaged ({problem}): if the file is sam3tiles' own "
+            f"(a rerun writes it anew), {enable('overwrite')} (with {opt('fresh')} the checkpoints start over too); "
+            "else move it away") from None
 
 
 def replaceable(output, work_dir, side_file: bool = False) -> bool:

@@ -1,7 +1,8 @@
 """The pre-flight of a run: everything checked and decided before the first tile, as one `RunPlan`.
 
 `plan_run(...)` is the one place where a run's inputs, outputs, options, model, prompts and boxes are
-checked, in this order: inputs (paths, globs) -> outputs (may they be written?) -> the label image ->
+checked, in this order: inputs (paths, globs) -> what the run reads against what it writes
+(`checks.check_paths`) -> outputs (may they be written?) -> the label image ->
 the model (backend and files) -> every input opened once (bad files fail fast with their own message;
 its grid) -> example boxes (inside some input?) -> prompts. `segment`, `run`, `run --dry-run` and
 `sam3tiles plan` all go through it, so a run and its dry run refuse the same things with the same
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from .checks import check_box_file, check_input, check_plan, check_vrt_cycle, check_work_dir, replaceable
+from .checks import (check_box_file, check_input, check_paths, check_plan, check_vrt_cycle, check_work_dir,
+                     replaceable, vouched)
 from .errors import InputDataError, OutputExistsError, PromptError, UsageError
 from .grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from .limits import check_address_space
@@ -238,43 +240,38 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
 
     check_scheduler(opts.scheduler)  # a scheduler address that cannot be one: before anything is opened
     check_address_space()  # a low `ulimit -v` aborts native code mid-run, its lock left behind
-    paths = expand_inputs(inputs, opts.asset)
-    per_input, combined = resolve_outputs(paths, out)
+    if report_path is None and out is not None:
+        report_path = report_path_for(Path(out), opts.layer)
+    paths = expand_inputs(inputs, opts.asset, own=[report_path] if report_path is not None else [])
+    per_input, combined, work_dir = _outputs(paths, out, work_dir, checkpoint, opts.layer)
     check_qupath_type(opts.qupath_type, out, combined)
-    dest = combined or out
-    dataset = is_dataset(out)
-    for p in (q for q in [combined, *per_input] if q is not None):
-        check_name(p, "out", opts.layer)  # before any path beside it is looked at (ENAMETOOLONG)
-    check_work_dir(work_dir, paths)
-    if work_dir is None and checkpoint and out is not None:
-        work_dir = Path(str(dest).rstrip("/") + ".sam3tiles-work")
-        check_work_dir(work_dir, paths, option="the work folder")
+    chips = parse_example_images(example_images)
+    outputs = [p for p in [combined, *per_input] if p is not None]
+    writes = written(outputs, labels, report_path, work_dir if checkpoint else None, opts, targets)
+    check_paths(read_paths(paths, chips, box_file), writes, several=len(paths) > 1)  # before "exists", "2 inputs"
     ours = work_dir if checkpoint else None  # outputs an unfinished run of this work folder left may be replaced
-    for p in [combined, *per_input]:
-        if p is not None:
+    dataset = is_dataset(out)
+    for p in outputs:
+        with vouched(ours, "out", p):
             check_out(p, overwrite or replaceable(p, ours), opts, dataset)
-    check_own_inputs(paths, [combined, *per_input], labels)
-    label_path = _check_labels(labels, paths, overwrite or (labels is not None and replaceable(labels, ours)))
-    if report_path is None and dest is not None:
-        report_path = Path(str(dest).rstrip("/") + ".report.json")
+    with vouched(ours, "labels", labels):
+        label_path = _check_labels(labels, paths, overwrite or (labels is not None and replaceable(labels, ours)))
     opts, spec = resolve_model(opts)
     planned = tuple(plan_input(path, opts, d) for path, d in zip(paths, per_input))
-    check_plan(paths, [f for i in planned for f in i.files], [i.crs for i in planned], [i.n_tiles for i in planned],
-               opts, combined=combined, per_input=per_input, labels=label_path, report=report_path,
-               work_dir=work_dir if checkpoint else None, box_file=box_file)
+    check_plan(paths, [i.crs for i in planned], [i.n_tiles for i in planned], opts, per_input=per_input,
+               reads=read_paths([(i.path, f) for i in planned for f in i.files], chips, box_file), writes=writes)
     if label_path is not None:
         check_labels_for(label_path, planned[0].crs)
     if combined is not None:
         check_geojson_frame(combined, planned[0].crs)
-    check_side_files([p for p in [combined, *per_input] if p is not None], label_path, report_path, opts, overwrite,
-                     ours)
+    check_side_files(writes, overwrite, ours)
     crs0 = planned[0].crs
     n_given = len(geo_boxes)
     if box_file:
         check_box_file(box_file)
         geo_boxes += read_box_file(box_file, crs0)
     check_boxes_inside(geo_boxes, n_given, [i.bounds for i in planned], crs0, box_file)
-    prompts = tuple(build_prompts(texts, geo_boxes, parse_example_images(example_images)))
+    prompts = tuple(build_prompts(texts, geo_boxes, chips))
     planned = tuple(with_exemplars(i, prompts, opts) for i in planned)
     if check_prompts and spec.backend != "onnx":
         check_prompts_here(spec, prompts)
@@ -285,63 +282,84 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
                    report_path=Path(report_path) if report_path is not None else None)
 
 
+def _outputs(paths: list[str], out, work_dir, checkpoint: bool, layer: str | None):
+    """(per-input outputs, the combined output, the work folder): decided, their names and the work folder
+    checked (`resolve_outputs`, `check_name`, `check_work_dir`)."""
+    per_input, combined = resolve_outputs(paths, out)
+    for p in (q for q in [combined, *per_input] if q is not None):
+        check_name(p, "out", layer)  # before any path beside it is looked at (ENAMETOOLONG)
+    check_work_dir(work_dir, paths)
+    if work_dir is None and checkpoint and out is not None:
+        work_dir = Path(str(combined or out).rstrip("/") + ".sam3tiles-work")
+        check_work_dir(work_dir, paths, option="the work folder")
+    return per_input, combined, work_dir
+
+
 def preview_path(out: str | os.PathLike, layer: str | None = None) -> Path:
     """`OUT.preview.png` (`OUT.LAYER.preview.png` for a --layer of a GeoPackage)."""
     out = str(out).rstrip("/" + os.sep)  # a dataset folder's quicklook lies beside it
     return Path(f"{out}.{layer}.preview.png" if layer else f"{out}.preview.png")
 
 
-def side_files(outputs: Sequence[Path], labels: Path | None, report: Path | None, opts: Options) -> list[tuple[str, Path]]:
+def report_path_for(out: str | os.PathLike, layer: str | None = None) -> Path:
+    """`OUT.report.json` (`OUT.LAYER.report.json` for a --layer of a GeoPackage: one report per layer, named
+    as its preview is)."""
+    out = str(out).rstrip("/" + os.sep)  # a folder's (per-input outputs, a dataset) report lies beside it
+    return Path(f"{out}.{layer}.report.json" if layer else f"{out}.report.json")
+
+
+def side_files(outputs: Sequence[Path], labels: Path | None, report: Path | None, opts: Options,
+               report_role: str = "report_path") -> list[tuple[str, Path]]:
     """Every file a run writes besides its vector outputs, as (what, path): report, previews, labels."""
-    out = [("report_path", report)] if report is not None else []
+    out = [(report_role, Path(report))] if report is not None else []
     if not opts.no_preview:
         out += [("the preview", preview_path(p, opts.layer)) for p in outputs]
-    return out + ([("labels", labels)] if labels is not None else [])
+    return out + ([("labels", Path(labels))] if labels is not None else [])
 
 
-def check_side_files(outputs: Sequence[Path], labels: Path | None, report, opts: Options, overwrite: bool,
-                     ours) -> None:
-    """The run owns only what it creates: an existing report or preview it did not write (not an output of
-    an unfinished run of this work folder) is exit 2 without --overwrite, like the output; no two files
-    of the run may share a path (one would replace the other)."""
-    report = Path(report) if report is not None else None
-    files = [("out", p) for p in outputs] + side_files(outputs, labels, report, opts)
+def written(outputs: Sequence[Path], labels, report, work_dir, opts: Options, given: Targets) -> list[tuple[str, Path]]:
+    """Every path a run writes, as (role, path) (`checks.WRITTEN`): its outputs, report, previews, label image
+    and work folder (where its object spool lies). A report or work folder the run was not given is named as
+    such ("the report"): its path follows the output's."""
+    files = [("out", p) for p in outputs]
+    files += side_files(outputs, labels, report, opts, "report_path" if given.report_path is not None else "the report")
+    if work_dir is not None:
+        files.append(("work_dir" if given.work_dir is not None else "the work folder", Path(work_dir)))
+    return files
+
+
+def read_paths(inputs: Sequence, chips: Sequence, box_file) -> list[tuple[str, str, str]]:
+    """Every path a run reads, as `checks.check_paths` takes them: `inputs` (paths, or (input, a file it
+    reads) pairs), example images (`chips.ExampleImage`), the box file."""
+    out = [("inputs", *((i, i) if isinstance(i, str) else i)) for i in inputs]
+    out += [("example_images", c.path, c.path) for c in chips]
+    return out + ([("box_file", str(box_file), str(box_file))] if box_file else [])
+
+
+def check_side_files(files: Sequence[tuple[str, Path]], overwrite: bool, ours) -> None:
+    """The run owns only what it creates: an existing report or preview (of `files`, `written`'s list) it did
+    not write (not an output of an unfinished run of this work folder) is exit 2 without --overwrite, like
+    the output (a damaged record of the work folder is named: `checks.vouched`)."""
     for what, p in files:
-        if what in ("report_path", "labels"):
-            check_name(p, what)  # a newline or an overlong name fails its rename at the end of the run
-    seen: dict[str, str] = {}
+        if what in ("report_path", "the report", "labels"):
+            check_name(p, "labels" if what == "labels" else "report_path")  # a newline or an overlong name fails its rename
     for what, p in files:
-        key = os.path.realpath(p)
-        if key in seen:
-            raise UsageError(f"{mention(what, p)} is also {mention(seen[key])}'s path: one would replace the other; give them "
-                             "different paths")
-        seen[key] = what
-    for what, p in files:
-        if what in ("out", "labels") or overwrite or not os.path.lexists(p) or replaceable(p, ours, True):
+        if what not in ("report_path", "the report", "the preview") or overwrite or not os.path.lexists(p) or \
+                replaceable(p, ours, True):
             continue
-        raise OutputExistsError(f"{mention(what, p)} exists and this run did not write it: {enable('overwrite')} to replace it, "
-                                "or move it away")
+        with vouched(ours, what, p):
+            raise OutputExistsError(f"{mention(what, p)} exists and this run did not write it: {enable('overwrite')} to "
+                                    "replace it, or move it away")
 
 
-def check_own_inputs(paths: Sequence[str], outputs: Sequence[Path | None], labels) -> None:
-    """An input that is this run's own output or label image (a glob such as *.tif that picks up the label
-    image an earlier run of the job wrote): named so, before any other check blames the count."""
-    if len(paths) < 2:
-        return  # one input that is an output: `check_not_inputs` names it (it would be replaced)
-    targets = [("output", p) for p in outputs if p is not None] + ([("label image", Path(labels))] if labels else [])
-    for i in paths:
-        for what, t in targets:
-            if not is_remote(i) and os.path.exists(i) and os.path.realpath(i) == os.path.realpath(t):
-                raise UsageError(f"the input {i} is this run's own {what} (an input pattern that picks up what an "
-                                 "earlier run wrote?): narrow the inputs, or write the "
-                                 f"{what} elsewhere")
-
-
-def expand_inputs(inputs, asset: str | None = None, _lists: tuple[str, ...] = ()) -> list[str]:
+def expand_inputs(inputs, asset: str | None = None, _lists: tuple[str, ...] = (), own: Sequence = ()) -> list[str]:
     """Paths, URLs, globs or open rasterio datasets (one or a list) -> a list of paths, globs expanded and
     sorted; a glob that matches nothing is an error, and so is an in-memory array (it has no frame).
     A URL or /vsi path is never a glob (a presigned URL's '?'); STAC items and item collections become
-    their assets' hrefs (`asset`: the key; see `readers.remote`); a `.txt` file lists inputs, one a line."""
+    their assets' hrefs (`asset`: the key; see `readers.remote`); a `.txt` file lists inputs, one a line.
+    `own`: files the run writes (its report): one among the inputs stays a path, for `checks.check_paths`
+    to name, and is not read as a STAC item."""
+    mine = {os.path.realpath(p) for p in own}
     if isinstance(inputs, (str, os.PathLike)) or _is_dataset(inputs) or _is_array(inputs):
         inputs = [inputs]
     out: list[str] = []
@@ -352,8 +370,8 @@ def expand_inputs(inputs, asset: str | None = None, _lists: tuple[str, ...] = ()
             if real in _lists:
                 chain = " -> ".join(os.path.basename(q) for q in (*_lists[_lists.index(real):], real))
                 raise UsageError(f"{s}: the list of inputs names itself ({chain}, a cycle): remove that line")
-            out.extend(expand_inputs(read_input_list(s), asset, (*_lists, real)))
-        elif looks_like_stac(s, asset):
+            out.extend(expand_inputs(read_input_list(s), asset, (*_lists, real), own))
+        elif looks_like_stac(s, asset) and (is_remote(s) or os.path.realpath(s) not in mine):
             out.extend(stac_hrefs(s, asset))
         elif not is_remote(s) and any(ch in s for ch in "*?[") and not os.path.exists(s):  # existing: literal
             hits = sorted(glob.glob(s, recursive=True))

@@ -671,7 +671,7 @@ NEW_CASES: dict[str, Case] = {
     "out-is-the-box-file": Case(lambda t: ["segment", str(_square(t)), "--box-file",
                                            str(_box_file(CRS_DEMO.to_wkt(), "boxes.gpkg")(t)), "--backend", "reference",
                                            "--overwrite", "--out", str(t / "boxes.gpkg")], 2,
-                                r"--out .*boxes\.gpkg is the input"),
+                                r"--out .*boxes\.gpkg is the box file \(--box-file "),
     "job-report-is-the-input": Case(_job(_with(output={"path": "o/out.gpkg", "report": "square.tif"})), 2,
                                     r"square\.tif is the input"),
     "job-labels-is-the-input": Case(_job(_with(output={"path": "o/out.gpkg", "labels": "square.tif",
@@ -969,6 +969,152 @@ if not _has_cuda():  # the CPU build of onnxruntime: --device cuda cannot be had
                                              r"CUDAExecutionProvider.*or use backend\.device cpu"),
     })
 CASES.update(DOOR_CASES)
+
+
+# -- issue 36: files a run writes beside its output (preview, report, labels) against what it reads ---------------
+
+def _png(path):
+    """The square as a plain PNG (no CRS: pixel coordinates) at `path`."""
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.moveaxis(square_image(), 0, -1)).save(path, format="PNG")
+    return path
+
+
+def _chip(tmp, name="chip.tif"):
+    """A 50x40 px example image of the square's colour."""
+    from PIL import Image
+
+    tmp.mkdir(exist_ok=True)
+    p = tmp / name
+    Image.fromarray(np.full((40, 50, 3), BLUE, np.uint8)).save(p, format="PNG" if name.endswith(".png") else "TIFF")
+    return p
+
+
+def _hard_link(p, name):
+    q = p.parent / name
+    os.link(p, q)
+    return q
+
+
+def _as_preview(tmp):
+    """A raster where the run's quicklook goes (o/out.gpkg.preview.png): an image of the user's."""
+    return _png(tmp / "o" / "out.gpkg.preview.png")
+
+
+def _preview_link(tmp):
+    """A link to the input, where the run's quicklook goes."""
+    (tmp / "o").mkdir(exist_ok=True)
+    (tmp / "o" / "out.gpkg.preview.png").symlink_to(_png(tmp / "photo.png"))
+    return _png(tmp / "photo.png")
+
+
+def _report_box_file(tmp):
+    """A box file named like the run's report (GeoJSON is JSON)."""
+    (tmp / "o").mkdir(exist_ok=True)
+    return _box_file(CRS_DEMO.to_wkt(), "o/out.gpkg.report.json")(tmp)
+
+
+def _from_before(*names, out=True):
+    """The square, and what an earlier run of the job left: `names` (labels.tif, ...) and its output."""
+    def make(tmp):
+        _square(tmp)
+        for n in names:
+            if n.endswith(".tif"):
+                write(tmp / n, np.zeros((1, 400, 500), np.uint32) + 1)
+            elif n.endswith(".png"):
+                _png(tmp / n)
+        if out:
+            (tmp / "o").mkdir(exist_ok=True)
+            (tmp / "o" / "out.gpkg").write_text("the earlier run's output")
+    return make
+
+
+def _stac_items_with_report(tmp):
+    """STAC items in o/ (inputs: o/*.json) and the report an earlier run wrote beside them."""
+    (tmp / "o").mkdir(exist_ok=True)
+    (tmp / "o" / "item.json").write_text(json.dumps({"type": "Feature", "id": "a", "assets": {
+        "image": {"href": str(_square(tmp)), "type": "image/tiff"}}}))
+    (tmp / "o" / "out.gpkg.report.json").write_text(json.dumps({"version": "0", "objects": 1}))
+
+
+def _job_after(prepare, job):
+    def argv(tmp):
+        prepare(tmp)
+        return _job(job)(tmp)
+    return argv
+
+
+def _damaged_record(body):
+    """The work folder of an earlier run, its record of its outputs damaged, and the report it wrote."""
+    def make(tmp):
+        from sam3tiles.checks import MARKER
+
+        w = tmp / "o" / "out.gpkg.sam3tiles-work"
+        w.mkdir(parents=True)
+        (w / MARKER).write_text(json.dumps({"tool": "sam3tiles", "schema": 1}))
+        (w / "outputs.json").write_text(body)
+        (tmp / "o" / "out.gpkg.report.json").write_text(json.dumps({"version": "0", "objects": 1}))
+        return _square(tmp)
+    return make
+
+
+_OWN = r" \(an input pattern that picks up what an earlier run wrote\?\): narrow the inputs"
+
+SIDE_CASES: dict[str, Case] = {
+    # -- a side file is never an input, an example image or the box file (resolved paths; nothing replaced)
+    "quicklook-is-the-input": Case(seg(_as_preview, "--overwrite"), 2,
+                                   r"the preview .*out\.gpkg\.preview\.png is the input .*out\.gpkg\.preview\.png: it "
+                                   r"would be replaced; give --out another name, or pass --no-preview",
+                                   keeps=("out.gpkg.preview.png",)),
+    "quicklook-is-a-link-to-the-input": Case(seg(_preview_link, "--overwrite"), 2,
+                                             r"the preview .*out\.gpkg\.preview\.png is the input .*photo\.png"),
+    "labels-is-an-example-image": Case(
+        lambda t: seg_sq("--example-image", str(_chip(t)), "--labels", "chip.tif", "--overwrite")(t), 2,
+        r"--labels chip\.tif is an example image \(--example-image .*chip\.tif\): it would be replaced; write the "
+        r"label image elsewhere"),
+    "labels-is-a-hard-link-to-an-example-image": Case(
+        lambda t: seg_sq("--example-image", str(_chip(t)), "--labels", str(_hard_link(t / "chip.tif", "same.tif")),
+                         "--overwrite")(t), 2,
+        r"--labels .*same\.tif is an example image \(--example-image .*chip\.tif\)"),
+    "quicklook-is-an-example-image": Case(
+        lambda t: seg_sq("--example-image", str(_chip(t / "o", "out.gpkg.preview.png")), "--overwrite")(t), 2,
+        r"the preview .*out\.gpkg\.preview\.png is an example image \(--example-image .*out\.gpkg\.preview\.png\)",
+        keeps=("out.gpkg.preview.png",)),
+    "report-is-the-box-file": Case(lambda t: seg_box_file(_report_box_file)(t) + ["--overwrite"], 2,
+                                   r"the report .*out\.gpkg\.report\.json is the box file \(--box-file ",
+                                   keeps=("out.gpkg.report.json",)),
+    "job-report-is-an-example-image": Case(
+        lambda t: _job(_with(prompts={"example_images": [str(_chip(t, "chip.png"))]},
+                             output={"path": "o/out.gpkg", "report": "chip.png", "overwrite": True}))(t), 2,
+        r"output\.report .*chip\.png is an example image \(prompts\.example_images .*chip\.png\)"),
+    # -- a job whose input pattern picks up what its earlier run wrote: named as its own, before "exists"
+    "job-glob-picks-up-its-own-labels": Case(
+        _job_after(_from_before("labels.tif"), _with(inputs=["*.tif"], output={"path": "o/out.gpkg",
+                                                                                "labels": "labels.tif"})), 2,
+        r"the input .*labels\.tif is this run's own label image" + _OWN + r", or write the label image elsewhere",
+        keeps=("out.gpkg",)),
+    "job-glob-picks-up-its-own-preview": Case(
+        _job_after(lambda t: (_png(t / "o" / "photo.png"), _png(t / "o" / "out.gpkg.preview.png")),
+                   _with(inputs=["o/*.png"], output={"path": "o/out.gpkg", "overwrite": True})), 2,
+        r"the input .*out\.gpkg\.preview\.png is this run's own preview" + _OWN + r", or give output\.path another name",
+        keeps=("photo.png", "out.gpkg.preview.png")),
+    "job-glob-picks-up-its-own-report": Case(
+        _job_after(_stac_items_with_report, _with(inputs=["o/*.json"], output={"path": "o/out.gpkg"})), 2,
+        r"the input .*out\.gpkg\.report\.json is this run's own report" + _OWN,
+        keeps=("item.json", "out.gpkg.report.json")),
+    # -- the work folder's record of what its runs wrote, damaged: named, with what to do
+    "outputs-record-garbage": Case(seg(_damaged_record("garbage")), 2,
+                                   r"the report .*out\.gpkg\.report\.json exists and this run cannot tell whether it "
+                                   r"wrote it: .*out\.gpkg\.sam3tiles-work/outputs\.json.* is damaged \(not JSON\).*"
+                                   r"pass --overwrite.*--fresh",
+                                   keeps=("out.gpkg.report.json", "out.gpkg.sam3tiles-work")),
+    "outputs-record-another-json": Case(seg(_damaged_record('{"type": "FeatureCollection"}')), 2,
+                                        r"outputs\.json.* is damaged \(not sam3tiles' record",
+                                        keeps=("out.gpkg.report.json", "out.gpkg.sam3tiles-work")),
+}
+CASES.update(SIDE_CASES)
 
 
 def _invoke(argv: list[str], in_subprocess: bool, cwd: Path):

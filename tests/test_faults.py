@@ -527,3 +527,57 @@ def test_a_thread_keeps_its_dataset_of_the_same_content_read_with_other_bands(tm
     t.start()
     t.join()
     assert out == {"kept": True, "renewed": True}
+
+
+# -- issue 36: what a run wrote, seen by its next run -----------------------------------------------------------
+
+def _tree(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_scheduled_job_whose_pattern_picks_up_its_own_label_image_names_it(tmp_path, overwrite):
+    """The job's second run: `inputs: [*.tif]` now matches the label image the first run wrote beside the
+    scene. Named as the job's own label image (not "exists", not a count of inputs), nothing changed."""
+    _write(tmp_path / "a.tif", _image())
+    job = tmp_path / "job.yaml"
+    job.write_text(textwrap.dedent(f"""\
+        inputs: ["*.tif"]
+        prompts: {{text: [blue]}}
+        backend: {{name: reference}}
+        output: {{path: out/o.gpkg, labels: labels.tif, overwrite: {str(overwrite).lower()}}}
+        """))
+    (tmp_path / "out").mkdir()
+    r = CliRunner().invoke(cli, ["-q", "run", str(job)])
+    assert r.exit_code == 0, r.output
+    before = _tree(tmp_path)
+    r = CliRunner().invoke(cli, ["-q", "run", str(job)])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith(f"Error: the input {tmp_path / 'labels.tif'} is this run's own label image (an input "
+                               "pattern that picks up what an earlier run wrote?): narrow the inputs, or write the "
+                               "label image elsewhere"), r.stderr
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("body", ["garbage", "[1, 2]", '{"/elsewhere.gpkg": 7}'])
+def test_a_damaged_record_of_outputs_is_named_and_the_advice_works(tmp_path, body):
+    """outputs.json (what the work folder's runs wrote) damaged: the rerun names it and what to do, not "this
+    run did not write it"; `--overwrite` then writes the run's files anew and a sound record with them."""
+    src = _write(tmp_path / "a.tif", _image())
+    out = tmp_path / "o.gpkg"
+    assert _seg(src, "--out", out).exit_code == 0
+    record = tmp_path / "o.gpkg.sam3tiles-work" / "outputs.json"
+    out.unlink()  # the user removed the output; its report and preview stay
+    record.write_text(body)
+    before = _tree(tmp_path)
+    r = _seg(src, "--out", out)
+    assert r.exit_code == 2, r.output
+    assert f"this run cannot tell whether it wrote it: {record}" in r.stderr and "is damaged" in r.stderr, r.stderr
+    assert "--overwrite" in r.stderr and "--fresh" in r.stderr and "did not write it" not in r.stderr, r.stderr
+    assert _tree(tmp_path) == before
+    assert _seg(src, "--out", out, "--overwrite").exit_code == 0
+    recorded = json.loads(record.read_text())
+    assert sorted(Path(k).name for k in recorded) == ["o.gpkg", "o.gpkg.preview.png", "o.gpkg.report.json"]
+    out.unlink()
+    r = _seg(src, "--out", out)  # the record is sound again: the run's own report and preview are its own
+    assert r.exit_code == 0, r.output

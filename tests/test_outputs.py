@@ -245,6 +245,35 @@ def test_layer_into_an_existing_geopackage_keeps_the_other_layers(lonlat, tmp_pa
     assert r.exit_code == UsageError.exit_code and "GeoPackage" in r.output
 
 
+def test_each_layer_keeps_its_own_report_and_preview(lonlat, tmp_path):
+    """Two runs into one GeoPackage, each with its --layer: each layer has its report and quicklook
+    (`OUT.LAYER.report.json`, `OUT.LAYER.preview.png`); the second run leaves the first's as they were."""
+    path, cars = lonlat
+    gpkg = tmp_path / "geo.gpkg"
+
+    def segment(layer, *extra):
+        r = CliRunner().invoke(cli, ["-q", "segment", str(path), "-t", "red", "--backend", "reference", "--workers",
+                                     "1", "--out", str(gpkg), "--layer", layer, *extra])
+        assert r.exit_code == 0, r.output
+
+    segment("roads")
+    first = {n: (tmp_path / f"geo.gpkg.roads.{n}").read_bytes() for n in ("report.json", "preview.png")}
+    segment("buildings", "--min-area", "1")
+    assert {n: (tmp_path / f"geo.gpkg.roads.{n}").read_bytes() for n in first} == first
+    assert json.loads(first["report.json"])["objects"] == len(cars)
+    assert (tmp_path / "geo.gpkg.buildings.preview.png").exists()
+    assert json.loads((tmp_path / "geo.gpkg.buildings.report.json").read_text())["parameters"]["min_area"] == 1
+    assert not (tmp_path / "geo.gpkg.report.json").exists()  # no report shared by the layers
+    # the job file's output.layer names them alike
+    job = tmp_path / "job.yaml"
+    job.write_text(json.dumps({"inputs": [str(path)], "prompts": {"text": ["red"]}, "backend": {"name": "reference"},
+                               "output": {"path": "geo.gpkg", "layer": "cars"}}))
+    r = CliRunner().invoke(cli, ["-q", "run", str(job)])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "geo.gpkg.cars.report.json").exists() and (tmp_path / "geo.gpkg.cars.preview.png").exists()
+    assert {n: (tmp_path / f"geo.gpkg.roads.{n}").read_bytes() for n in first} == first
+
+
 # -- COCO ---------------------------------------------------------------------------------------------------
 
 def test_coco_is_read_by_pycocotools(lonlat, tmp_path):

@@ -48,8 +48,8 @@ def check_output(path: str | os.PathLike, overwrite: bool, layer: str | None = N
 
 
 #: The longest names sam3tiles writes beside an output NAME (temporary report and preview, with a --layer):
-#: `.NAME.report.XXXXXXXX.tmp.json`, `.NAME.LAYER.preview.XXXXXXXX.tmp.png`, `NAME.sam3tiles-work`.
-_SIDECARS = (".{name}.report.XXXXXXXX.tmp.json", ".{name}.{layer}preview.XXXXXXXX.tmp.png", "{name}.sam3tiles-work",
+#: `.NAME.LAYER.report.XXXXXXXX.tmp.json`, `.NAME.LAYER.preview.XXXXXXXX.tmp.png`, `NAME.sam3tiles-work`.
+_SIDECARS = (".{name}.{layer}report.XXXXXXXX.tmp.json", ".{name}.{layer}preview.XXXXXXXX.tmp.png", "{name}.sam3tiles-work",
              ".{name}.lock.XXXXXXXX.stale")
 
 
