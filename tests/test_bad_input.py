@@ -945,13 +945,14 @@ def seg_one_slot(*boxes, text=()):
         from sam3tiles.testing.graphs import build_contract_models
 
         model = build_contract_models(tmp / "m1", box_slots=1)
-        return seg(_square, *[a for b in boxes for a in ("--box", b)], "--model", str(model), "--device", "cpu",
-                   text=text)(tmp)
+        return ["segment", str(_square(tmp)), *[a for t in text for a in ("--text", t)],
+                *[a for b in boxes for a in ("--box", b)], "--backend", "onnx", "--model", str(model), "--device", "cpu",
+                "--workers", "1", "--out", str(tmp / "o" / "out.gpkg")]
     return argv
 
 
 NEGATIVE_ONLY = r"a negative example needs a text or a positive example beside it"
-ONE_SLOT_NEG = r"decoder takes 1 example box a pass.* no negative fits"
+ONE_SLOT_NEG = r"decoder takes 1 example box a pass.* no negative fits: leave the negative examples out"
 PASSES_CASES: dict[str, Case] = {
     "negative-box-alone": Case(seg(_square, "--box", _gbox(tag=",neg"), text=()), 2, NEGATIVE_ONLY + r".*--text"),
     "negative-example-image-alone": Case(lambda t: seg(_square, "--example-image", _neg_chip(t), text=())(t), 2,
