@@ -166,3 +166,21 @@ def test_tiles_an_earlier_version_stored_with_every_pass_are_computed_again(scen
     gdf, rep = segment_job(str(path), [], boxes=boxes, backend="reference", out=out, overwrite=True)
     wkb = list(gdf.geometry.to_wkb())
     assert len(wkb) == len(set(wkb)) and rep.done >= 1 and rep.resumed == rep.tiles - rep.done
+
+
+def test_a_small_object_one_pass_saw_a_cell_larger_all_round_is_folded_and_a_fused_pair_gives_way():
+    """A 3 x 6 cell object that another pass returned grown by a cell on every side (5 x 8: IoU 0.45) is one
+    object; so is a pair one pass saw fused and another pass as two: the better-scored answer stays."""
+    from sam3tiles.vectorize import merge_passes
+
+    small = _crop(0, ((4, 7), (3, 9)), 0.8)
+    grown = _crop(1, ((3, 8), (2, 10)), 0.7)
+    one, folded = merge_passes([[small], [grown]])
+    assert folded == 1 and [c.score for c in one] == [0.8]
+    left, right = _crop(0, ((2, 8), (0, 5)), 0.9), _crop(0, ((2, 8), (6, 11)), 0.85)
+    fused = _crop(1, ((2, 8), (0, 11)), 0.7)
+    two, folded = merge_passes([[left, right], [fused]])
+    assert folded == 1 and [c.score for c in two] == [0.9, 0.85]
+    fused_first = _crop(1, ((2, 8), (0, 11)), 0.95)
+    one, folded = merge_passes([[left, right], [fused_first]])
+    assert folded == 2 and [c.score for c in one] == [0.95]
