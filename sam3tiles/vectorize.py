@@ -53,10 +53,14 @@ class InstanceCrop:
 
 
 #: Two detections of one prompt from two decoder passes on one tile are one object when their masks (cells
-#: of the 288 grid over 0.5) overlap at IoU >= this. Each pass with a positive box returns every object
-#: like it, so the passes return the same objects, their masks a cell apart; two touching objects overlap
-#: in no cell. (The merge links two tiles' views of one object at the same IoU: `merge.parts.IOU_MIN`.)
+#: of the 288 grid over 0.5) overlap at IoU >= PASS_IOU, or the smaller lies >= PASS_IOS inside the larger.
+#: Each pass with a positive box returns every object like it, on the same embedding and grid, so the
+#: passes return the same objects, a mask grown or shrunk by a cell at its edge (a 3 x 6 cell object grown
+#: all round: IoU 0.45, inside 1.0); two touching objects overlap in no cell. A pair one pass fused and
+#: another split: the better-scored answer stays. (The merge's first look at two tiles' views of one
+#: object uses the same bounds: `merge.parts.IOU_MIN`, `IOS_MIN`.)
 PASS_IOU = 0.5
+PASS_IOS = 0.8
 
 
 def _cells_for(p0: int, p1: int) -> tuple[int, int]:
@@ -88,8 +92,8 @@ def crop_detections(det: Detections, prompt: int, pass_index: int, valid_wh: tup
 
 def merge_passes(passes: Sequence[Sequence[InstanceCrop]]) -> tuple[list[InstanceCrop], int]:
     """One answer from the crops of several decoder passes of one prompt on one tile, and how many crops
-    were another pass's object. A crop is kept unless its mask matches (`PASS_IOU`) a kept crop of
-    another pass; crops are taken best score first (then earlier pass, then position), so of one object
+    were another pass's object. A crop is kept unless its mask matches (`PASS_IOU`, `PASS_IOS`) a kept
+    crop of another pass; crops are taken best score first (then earlier pass, then position), so of one object
     the best-scored mask stays; crops of one pass are never compared (that is the model's own answer).
     The kept crops come in their passes' order, all as pass 0: one answer, one piece key."""
     crops = [c for p in passes for c in p]
@@ -106,20 +110,21 @@ def merge_passes(passes: Sequence[Sequence[InstanceCrop]]) -> tuple[list[Instanc
         e = ext[i]
         near = np.flatnonzero(keep & (pas != pas[i]) & (ext[:, 0] < e[2]) & (e[0] < ext[:, 2])
                               & (ext[:, 1] < e[3]) & (e[1] < ext[:, 3]))
-        keep[i] = not any(_cell_iou(masks[i], e, masks[j], ext[j], area[i], area[j]) >= PASS_IOU
-                          for j in near.tolist())
+        keep[i] = not any(_same_object(masks[i], e, masks[j], ext[j], area[i], area[j]) for j in near.tolist())
     return [replace(crops[i], pass_index=0) for i in np.flatnonzero(keep).tolist()], int(n - keep.sum())
 
 
-def _cell_iou(a: np.ndarray, ea, b: np.ndarray, eb, area_a: int, area_b: int) -> float:
-    """IoU of two cell masks placed at extents `ea`, `eb` (r0, c0, r1, c1) of the 288 grid."""
+def _same_object(a: np.ndarray, ea, b: np.ndarray, eb, area_a: int, area_b: int) -> bool:
+    """Whether two cell masks placed at extents `ea`, `eb` (r0, c0, r1, c1) of the 288 grid are one object:
+    IoU >= `PASS_IOU` or the smaller >= `PASS_IOS` inside the larger."""
     r0, c0, r1, c1 = max(ea[0], eb[0]), max(ea[1], eb[1]), min(ea[2], eb[2]), min(ea[3], eb[3])
     if r1 <= r0 or c1 <= c0:
-        return 0.0
+        return False
     sa = a[r0 - ea[0]:r1 - ea[0], c0 - ea[1]:c1 - ea[1]]
     inter = int((sa & b[r0 - eb[0]:r1 - eb[0], c0 - eb[1]:c1 - eb[1]]).sum())
-    union = int(area_a) + int(area_b) - inter
-    return inter / union if union > 0 else 0.0
+    if inter == 0:
+        return False
+    return inter >= PASS_IOU * (int(area_a) + int(area_b) - inter) or inter >= PASS_IOS * min(int(area_a), int(area_b))
 
 
 @dataclass
