@@ -2,7 +2,8 @@
 
 * *Piece key* (`Pieces.tile_key`): `tile index * PASSES_PER_TILE + decoder pass`. Pieces of one tile and
   one decoder pass share a key; the merge never fuses two pieces of one key, and finds a piece's tile
-  (its `TileFrame`) with `tile_of`.
+  (its `TileFrame`) with `tile_of`. The pipeline makes one answer of a prompt's passes in the tile
+  (`vectorize.merge_passes`), so its pieces are all of pass 0.
 * *Order keys* (the merge's tie-breaks and output order, int64): a piece's is `tile index * ORDER_TILE +
   its position in the tile`; a part's is `the piece's order key * PARTS + its index in the piece`. So
   the result of a merge depends only on tile order, never on a spatial index's.

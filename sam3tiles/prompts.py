@@ -118,6 +118,12 @@ class Prompt:
             object.__setattr__(self, "text", t)
         elif not self.boxes and not self.images:
             raise PromptError("a prompt needs a text, an example box or an example image")
+        if self.text is None and not any(e.positive for e in self.examples):
+            # negatives only tell SAM 3 what not to find: alone they find nothing, at the full cost of a run
+            raise PromptError(f"a negative example needs a text or a positive example beside it: the examples given "
+                              f"({len(self.examples)}) are all negative: add {opt('prompts')} (e.g. "
+                              f"{opt('prompts', 'building')}) or a positive example ({opt('boxes')} without ',neg', a box of "
+                              f"label 1 in {opt('box_file')}, {opt('example_images')} without ',neg')")
 
     @property
     def model_text(self) -> str:
@@ -216,17 +222,24 @@ def tile_boxes(boxes: Sequence[GeoBox], tile: Tile) -> list[ExampleBox]:
     return out
 
 
-def box_passes(boxes: Sequence[ExampleBox], slots: int) -> list[list[ExampleBox]]:
-    """Split a tile's boxes into decoder passes of at most `slots`; negatives go into every pass."""
-    pos = [b for b in boxes if b.positive]
-    neg = [b for b in boxes if not b.positive]
+def box_passes(boxes: Sequence[ExampleBox], slots: int, where: str = "") -> list[list[ExampleBox]]:
+    """Split a tile's boxes into decoder passes of at most `slots`: the positives in chunks, every negative
+    in every pass (the passes' answers are joined, so a negative missing from one pass would act in none).
+    A PromptError (prefixed by `where`) when the negatives leave no room for that."""
     if len(boxes) <= slots:
         return [list(boxes)]
-    room = slots - len(neg) if len(neg) < slots else slots
-    if len(neg) >= slots or room <= 0:
-        chunks = [list(boxes[i:i + slots]) for i in range(0, len(boxes), slots)]
-        return chunks
-    return [pos[i:i + room] + neg for i in range(0, len(pos), room)]
+    pos = [b for b in boxes if b.positive]
+    neg = [b for b in boxes if not b.positive]
+    room = slots - len(neg)
+    if room > 0 and pos:
+        return [pos[i:i + room] + neg for i in range(0, len(pos), room)]
+    n = slots - 1 if pos else slots
+    fits = (f"at most {n} fit{'s' if n == 1 else ''}: give at most {n} negative examples" if n > 0 else
+            "no negative fits: leave the negative examples out")
+    raise PromptError(f"{where}{len(neg)} negative and {len(pos)} positive examples in one tile, and this model's "
+                      f"decoder takes {slots} example box{'es' if slots > 1 else ''} a pass: every pass must hold all "
+                      f"the negatives{' beside a positive' if pos else ''}, so {fits}, or export a decoder of more box "
+                      "slots (the 16-slot layout of sam3-onnx v0.6.0)")
 
 
 def boxes_outside(boxes: Sequence[GeoBox], bounds: tuple[float, float, float, float]) -> list[GeoBox]:
@@ -307,8 +320,8 @@ def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int,
     """The prompts as `tile` sees them: its example boxes in tile frame, split into decoder passes of
     `slots` boxes; a box-only prompt without a positive box in the tile is left out. `pasted`: prompt
     index -> the boxes of its exemplars pasted into this tile (`--box-scope image`:
-    `exemplars.TileExemplars.pasted`). Pieces of one pass share a piece key, so a tile takes at most
-    `piecekey.PASSES_PER_TILE` passes."""
+    `exemplars.TileExemplars.pasted`). A tile takes at most `piecekey.PASSES_PER_TILE` passes; their
+    answers become one in the tile (`vectorize.merge_passes`)."""
     out = []
     for i, p in enumerate(prompts):
         boxes = tile_boxes(p.boxes, tile) if p.boxes else []
@@ -316,7 +329,8 @@ def prompts_for_tile(prompts: Sequence[Prompt], tile: Tile, slots: int,
             boxes += pasted.get(i, [])
         if p.text is None and not any(b.positive for b in boxes):
             continue  # a box-only prompt finds nothing where it has no example
-        passes = tuple(tuple(c) for c in box_passes(boxes, slots)) if boxes else ((),)
+        where = f"tile {tile.index} (row {tile.row}, col {tile.col}), prompt {p.label!r}: "
+        passes = tuple(tuple(c) for c in box_passes(boxes, slots, where)) if boxes else ((),)
         if len(passes) > PASSES_PER_TILE:
             raise PromptError(f"tile {tile.index} (row {tile.row}, col {tile.col}) holds {len(boxes)} example boxes of "
                               f"prompt {p.label!r}: {len(passes)} decoder passes of {slots}, more than the "

@@ -38,6 +38,9 @@ class RunReport:
     # per prompt label: given, in_place, pasted (margin, padding, strip), dropped, clipped (exemplars.report_by_prompt)
     exemplars_by_prompt: dict = field(default_factory=dict)
     exemplar_notes: list = field(default_factory=list)
+    # a prompt's decoder passes past its first in a tile (more example boxes than the decoder's box slots):
+    # extra (passes), folded (their detections of an object another pass had found: one answer a tile)
+    decoder_passes: dict = field(default_factory=dict)
     output_notes: list = field(default_factory=list)  # e.g. which tools open a GeoParquet output
     merge: dict = field(default_factory=dict)
     refine: dict = field(default_factory=dict)  # see refine.RefineStats.add_to
@@ -118,6 +121,11 @@ class RunReport:
                 lines.append(f"  {label}: {r['given']} exemplar(s) given, pasted {r['pasted']} times ({r['margin']} "
                              f"margin, {r['padding']} padding, {r['strip']} strip), {r['in_place']} in place; "
                              f"{r['dropped']} detections on pastes dropped, {r['clipped']} clipped")
+        d = self.decoder_passes
+        if d.get("extra"):
+            lines.append(f"decoder passes: {d['extra']} more than one a prompt and tile (example boxes beyond the "
+                         f"decoder's box slots); {d.get('folded', 0)} detections of an object another pass had found "
+                         "were folded into it")
         lines.extend(self.exemplar_notes)
         lines.extend(self.output_notes)
         if self.boxes_outside:

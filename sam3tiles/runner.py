@@ -217,9 +217,7 @@ class InputRun:
                 "stretch": str(self.source.stretch), "bands": self.source.bands, **self.hook.key_part(tile)}
         if pastes is not None:  # the pasted exemplars are part of every prompt's input
             base["exemplars"] = pastes
-        entries = [(tp.index, tp.text, tile_key({**base, "prompt": [tp.text, [[(b.cxcywh, b.positive) for b in ps]
-                                                                             for ps in tp.passes]]}))
-                   for tp in tps]
+        entries = [(tp.index, tp.text, tile_key({**base, "prompt": _prompt_key(tp)})) for tp in tps]
         return entries or [(None, None, tile_key({**base, "prompt": None}))]
 
     # -- during: tiles in flight -----------------------------------------------------------------------
@@ -402,6 +400,16 @@ class InputRun:
             self.skipped += grid_tile
         for k, v in r.exemplars.items():
             report.exemplars[k] = report.exemplars.get(k, 0) + v
+        for k, v in r.passes.items():
+            report.decoder_passes[k] = report.decoder_passes.get(k, 0) + v
+
+
+def _prompt_key(tp: TilePrompt) -> list:
+    """A prompt's share of its checkpoint key: the text and each decoder pass's boxes. Several passes are
+    one answer (`vectorize.merge_passes`), marked so, so that a row an earlier version stored for them (every
+    pass's objects) is never taken for it; a prompt of one pass keeps the key it always had."""
+    key = [tp.text, [[(b.cxcywh, b.positive) for b in ps] for ps in tp.passes]]
+    return key + ["passes: one answer"] if len(tp.passes) > 1 else key
 
 
 class _BatchedPuts:

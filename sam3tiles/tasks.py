@@ -21,7 +21,7 @@ from .model.runtime import MAX_QUERIES, PreparedPrompt, TileImage
 from .prompts import TilePrompt
 from .readers import RasterSource, Stretch, gdal_env, open_source
 from .thumbs import take
-from .vectorize import EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, pieces_from_crops
+from .vectorize import EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, merge_passes, pieces_from_crops
 
 #: A tile whose decoder pass returns at least this many objects is reported as saturated (SAM 3 keeps
 #: at most 200 queries per input).
@@ -50,6 +50,7 @@ class InferResult:
     saturated_prompts: tuple[int, ...] = ()
     exemplars: dict = field(default_factory=dict)  # pasted / dropped / clipped (see exemplars.PasteScreen)
     thumb: np.ndarray | None = None  # the quicklook's copy of the tile (`thumbs.take`), when asked for
+    passes: dict = field(default_factory=dict)  # decoder passes past each prompt's first: extra / folded
 
 
 @dataclass
@@ -65,6 +66,9 @@ class TileResult:
     saturated_prompts: tuple[int, ...] = ()  # prompt indices whose decoder pass saturated (checkpoint parts)
     exemplars: dict = field(default_factory=dict)  # pasted exemplars: pasted / dropped / clipped detections
     thumb: np.ndarray | None = None  # the quicklook's copy of the tile (`thumbs.take`): never checkpointed
+    #: passes past each prompt's first ("extra") and their detections another pass had found ("folded":
+    #: `vectorize.merge_passes`); like `exemplars`, not checkpointed
+    passes: dict = field(default_factory=dict)
 
 
 _local = threading.local()
@@ -189,16 +193,30 @@ def infer_task(spec: RuntimeSpec, read: tuple[TileImage | None, float], prompts:
         t0 = time.perf_counter()
         crop = crop_detections if screen is None else screen.crops
         for tp, prep in todo:
-            for pi, boxes in enumerate(tp.passes):
-                det = runtime.decode(emb, prep, boxes)
-                if len(det) >= SATURATION:
-                    res.saturated = True
-                    res.saturated_prompts += (tp.index,)
-                res.crops.extend(crop(det, tp.index, pi, valid_wh, holes))
+            _decode_passes(runtime, emb, tp, prep, lambda det, i, pi: crop(det, i, pi, valid_wh, holes), res)
         res.seconds["decode"] = time.perf_counter() - t0
         del emb
     res.exemplars = screen.stats() if screen is not None else {}
     return res
+
+
+def _decode_passes(runtime, emb, tp: TilePrompt, prep: PreparedPrompt, crop, res: InferResult) -> None:
+    """Decode every pass of one prompt and add its crops to `res` as ONE answer (`vectorize.merge_passes`):
+    each pass with a positive box returns every object like it, so passes find the same objects again.
+    `crop(det, prompt index, pass index)`: a pass's crops (the paste screen drops detections on pastes)."""
+    per_pass = []
+    for pi, boxes in enumerate(tp.passes):
+        det = runtime.decode(emb, prep, boxes)
+        if len(det) >= SATURATION and tp.index not in res.saturated_prompts:
+            res.saturated = True
+            res.saturated_prompts += (tp.index,)
+        per_pass.append(crop(det, tp.index, pi))
+        del det
+    crops, folded = merge_passes(per_pass)
+    res.crops.extend(crops)
+    if len(per_pass) > 1:
+        for k, v in (("extra", len(per_pass) - 1), ("folded", folded)):
+            res.passes[k] = res.passes.get(k, 0) + v
 
 
 @shippable
@@ -209,7 +227,8 @@ def vectorize_task(infer: InferResult, tile: Tile, edge_margin: int = EDGE_MARGI
     seconds = dict(infer.seconds)
     seconds["vectorize"] = time.perf_counter() - t0
     return TileResult(tile.index, pieces, infer.skipped, infer.saturated, seconds, infer.unusable_prompts,
-                      saturated_prompts=infer.saturated_prompts, exemplars=infer.exemplars, thumb=infer.thumb)
+                      saturated_prompts=infer.saturated_prompts, exemplars=infer.exemplars, thumb=infer.thumb,
+                      passes=infer.passes)
 
 
 def tile_batch_task(src: SourceSpec, spec: RuntimeSpec, items: Sequence[tuple], edge_margin: int = EDGE_MARGIN,

@@ -3,7 +3,8 @@
 Two steps, split so that the model worker ships little data:
 
 1. `crop_detections` (on the model worker): each instance's probabilities cropped to its box (plus the
-   cells bilinear interpolation needs), float16: kilobytes per object instead of 330 KB.
+   cells bilinear interpolation needs), float16: kilobytes per object instead of 330 KB. A prompt decoded
+   in several passes (more example boxes than the decoder has slots) gives one answer: `merge_passes`.
 2. `pieces_from_crops` (anywhere): upsample each crop bilinearly to the tile's pixels (the 288 grid's
    cell centres sit at (i + 0.5) * 3.5 px), keep > 0.5, drop padding and nodata, polygonize with the
    tile's affine transform. Every piece knows whether it touches an interior tile edge (then it may be cut
@@ -13,7 +14,7 @@ Two steps, split so that the model worker ships little data:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -51,6 +52,17 @@ class InstanceCrop:
     cut: bool = False  # clipped where a pasted exemplar hides tile content (see exemplars): never complete
 
 
+#: Two detections of one prompt from two decoder passes on one tile are one object when their masks (cells
+#: of the 288 grid over 0.5) overlap at IoU >= PASS_IOU, or the smaller lies >= PASS_IOS inside the larger.
+#: Each pass with a positive box returns every object like it, on the same embedding and grid, so the
+#: passes return the same objects, a mask grown or shrunk by a cell at its edge (a 3 x 6 cell object grown
+#: all round: IoU 0.45, inside 1.0); two touching objects overlap in no cell. A pair one pass fused and
+#: another split: the better-scored answer stays. (The merge's first look at two tiles' views of one
+#: object uses the same bounds: `merge.parts.IOU_MIN`, `IOS_MIN`.)
+PASS_IOU = 0.5
+PASS_IOS = 0.8
+
+
 def _cells_for(p0: int, p1: int) -> tuple[int, int]:
     """The 288-grid cells bilinear interpolation reads for pixels p0..p1-1 (end exclusive)."""
     g0 = (p0 + 0.5) * _K - 0.5
@@ -76,6 +88,43 @@ def crop_detections(det: Detections, prompt: int, pass_index: int, valid_wh: tup
         vcrop = valid[y0:y1, x0:x1].copy() if has_holes else None
         out.append(InstanceCrop(prompt, pass_index, float(det.scores[i]), (x0, y0, x1, y1), (r0, c0), crop, vcrop))
     return out
+
+
+def merge_passes(passes: Sequence[Sequence[InstanceCrop]]) -> tuple[list[InstanceCrop], int]:
+    """One answer from the crops of several decoder passes of one prompt on one tile, and how many crops
+    were another pass's object. A crop is kept unless its mask matches (`PASS_IOU`, `PASS_IOS`) a kept
+    crop of another pass; crops are taken best score first (then earlier pass, then position), so of one object
+    the best-scored mask stays; crops of one pass are never compared (that is the model's own answer).
+    The kept crops come in their passes' order, all as pass 0: one answer, one piece key."""
+    crops = [c for p in passes for c in p]
+    if len(passes) <= 1:
+        return crops, 0
+    n = len(crops)
+    pas = np.asarray([k for k, p in enumerate(passes) for _ in p], dtype=np.int64)
+    masks = [c.probs > 0.5 for c in crops]
+    area = np.asarray([m.sum() for m in masks], dtype=np.int64)
+    ext = np.asarray([(c.cell0[0], c.cell0[1], c.cell0[0] + m.shape[0], c.cell0[1] + m.shape[1])
+                      for c, m in zip(crops, masks)], dtype=np.int64).reshape(n, 4)
+    keep = np.zeros(n, dtype=bool)
+    for i in np.lexsort((np.arange(n), pas, -np.asarray([c.score for c in crops]))).tolist():
+        e = ext[i]
+        near = np.flatnonzero(keep & (pas != pas[i]) & (ext[:, 0] < e[2]) & (e[0] < ext[:, 2])
+                              & (ext[:, 1] < e[3]) & (e[1] < ext[:, 3]))
+        keep[i] = not any(_same_object(masks[i], e, masks[j], ext[j], area[i], area[j]) for j in near.tolist())
+    return [replace(crops[i], pass_index=0) for i in np.flatnonzero(keep).tolist()], int(n - keep.sum())
+
+
+def _same_object(a: np.ndarray, ea, b: np.ndarray, eb, area_a: int, area_b: int) -> bool:
+    """Whether two cell masks placed at extents `ea`, `eb` (r0, c0, r1, c1) of the 288 grid are one object:
+    IoU >= `PASS_IOU` or the smaller >= `PASS_IOS` inside the larger."""
+    r0, c0, r1, c1 = max(ea[0], eb[0]), max(ea[1], eb[1]), min(ea[2], eb[2]), min(ea[3], eb[3])
+    if r1 <= r0 or c1 <= c0:
+        return False
+    sa = a[r0 - ea[0]:r1 - ea[0], c0 - ea[1]:c1 - ea[1]]
+    inter = int((sa & b[r0 - eb[0]:r1 - eb[0], c0 - eb[1]:c1 - eb[1]]).sum())
+    if inter == 0:
+        return False
+    return inter >= PASS_IOU * (int(area_a) + int(area_b) - inter) or inter >= PASS_IOS * min(int(area_a), int(area_b))
 
 
 @dataclass
@@ -105,7 +154,8 @@ class Pieces:
 
 
 def tile_key(tile: Tile, pass_index: int = 0) -> int:
-    """Pieces of one tile and one decoder pass share a key; the merge never fuses two pieces of one key."""
+    """Pieces of one tile and one decoder pass share a key; the merge never fuses two pieces of one key.
+    The pipeline's crops are all of pass 0 (`merge_passes`): one key a tile."""
     return piece_key(tile.index, pass_index)
 
 

@@ -1117,6 +1117,65 @@ SIDE_CASES: dict[str, Case] = {
 CASES.update(SIDE_CASES)
 
 
+# -- issue 36: negative examples alone, or where a decoder pass has no room for them --------------------------
+
+def _gbox(margin=-5, tag=""):
+    return ",".join(f"{v:.3f}" for v in square_geo_box(margin)) + tag
+
+
+def _background_box(tag=",neg"):
+    """A box on the background right of the square (pixels 300-340 x 250-290)."""
+    x0, y0, x1, y1 = 300, 250, 340, 290
+    return f"{ORIGIN[0] + x0 * PIXEL},{ORIGIN[1] - y1 * PIXEL},{ORIGIN[0] + x1 * PIXEL},{ORIGIN[1] - y0 * PIXEL}{tag}"
+
+
+def _neg_chip(tmp):
+    from PIL import Image
+
+    p = tmp / "chip.png"
+    Image.new("RGB", (40, 30), BLUE).save(p)
+    return f"{p},neg"
+
+
+def _neg_box_file(tmp):
+    p = tmp / "negs.gpkg"
+    gpd.GeoDataFrame({"label": [0]}, geometry=[box(*square_geo_box())], crs=CRS_DEMO.to_wkt()).to_file(p)
+    return p
+
+
+def seg_one_slot(*boxes, text=()):
+    """`segment` of the square on 1-slot contract graphs (the published v0.3.0 decoder layout)."""
+    def argv(tmp):
+        from sam3tiles.testing.graphs import build_contract_models
+
+        model = build_contract_models(tmp / "m1", box_slots=1)
+        return ["segment", str(_square(tmp)), *[a for t in text for a in ("--text", t)],
+                *[a for b in boxes for a in ("--box", b)], "--backend", "onnx", "--model", str(model), "--device", "cpu",
+                "--workers", "1", "--out", str(tmp / "o" / "out.gpkg")]
+    return argv
+
+
+NEGATIVE_ONLY = r"a negative example needs a text or a positive example beside it"
+ONE_SLOT_NEG = r"decoder takes 1 example box a pass.* no negative fits: leave the negative examples out"
+PASSES_CASES: dict[str, Case] = {
+    "negative-box-alone": Case(seg(_square, "--box", _gbox(tag=",neg"), text=()), 2, NEGATIVE_ONLY + r".*--text"),
+    "negative-example-image-alone": Case(lambda t: seg(_square, "--example-image", _neg_chip(t), text=())(t), 2,
+                                         NEGATIVE_ONLY + r".*--example-image"),
+    "negative-box-file-alone": Case(lambda t: ["segment", str(_square(t)), "--box-file", str(_neg_box_file(t)),
+                                               "--backend", "reference", "--out", str(t / "o" / "out.gpkg")], 2,
+                                    NEGATIVE_ONLY),
+    "job-negative-box-alone": Case(_job(_with(prompts={"text": [], "boxes": [_gbox(tag=",neg")]})), 2,
+                                   NEGATIVE_ONLY + r".*prompts\.text"),
+    "one-slot-positive-and-negative-boxes": Case(seg_one_slot(_gbox(), _gbox(-8), _gbox(-10), _background_box()), 2,
+                                                 ONE_SLOT_NEG),
+    "one-slot-text-positive-and-negative": Case(seg_one_slot(_gbox(), _background_box(), text=("blue",)), 2,
+                                                ONE_SLOT_NEG),
+    "one-slot-text-and-one-negative": Case(seg_one_slot(_background_box(), text=("blue",)), 0, r"wrote 1 object to ",
+                                           objects=1),
+}
+CASES.update(PASSES_CASES)
+
+
 def _invoke(argv: list[str], in_subprocess: bool, cwd: Path):
     if in_subprocess:
         p = subprocess.run([sys.executable, "-m", "sam3tiles.cli", *argv], capture_output=True, text=True,
