@@ -379,6 +379,23 @@ def test_a_switch_on_a_server_without_etag_is_seen_by_last_modified(tmp_path):
         _failed_as_changed(r, tmp_path, n)
 
 
+
+def test_a_remote_input_replaced_between_runs_on_worker_processes_is_read_anew(tmp_path):
+    """A long-lived cluster's worker process keeps GDAL's cache of a URL (its header, its blocks) after a
+    run: the next run, of the file the server replaced since, must read it as it is now, not a mix."""
+    distributed = pytest.importorskip("distributed")
+    old, new = _versions(tmp_path / "srv")
+    kw = dict(backend="reference", checkpoint=False, tile_size=512, overlap=100)
+    with serve(tmp_path / "srv") as url, \
+            distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                     resources={"GPU": 1}, silence_logs=40) as cluster, \
+            distributed.Client(cluster) as client:
+        first, _ = segment_job(f"{url}/scene.tif", ["blue"], client=client, **kw)
+        os.replace(tmp_path / "srv" / "scene.tif.next", tmp_path / "srv" / "scene.tif")  # a new ETag
+        second, _ = segment_job(f"{url}/scene.tif", ["blue"], client=client, **kw)
+    assert _bounds(first) == _local_objects(tmp_path, old, "old.tif")
+    assert _bounds(second) == _local_objects(tmp_path, new, "new.tif")
+
 # -- temporary files of killed runs --------------------------------------------------------------------------
 
 def test_temporary_files_of_a_killed_run_are_removed_by_the_next(tmp_path):
