@@ -21,7 +21,7 @@ import geopandas as gpd
 from .checkpoint import TileStore
 from .checks import disk_errors, record_outputs, replaceable
 from .engine import Engine, open_engine
-from .errors import InputDataError, TilesFailedError
+from .errors import TilesFailedError
 from .frames import file_metadata
 from .merge import MergeStats
 from .model.registry import runtime_stats
@@ -108,6 +108,8 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
             # rerun is not stopped by "output exists"
             with deferred_renames(pending):
                 write_outputs(plan, results, report, spool)
+            for inp in plan.inputs:  # again before the outputs appear: the previews read the inputs too
+                check_unchanged(inp)
             report.runtime_counters = _counters(engine)
             _publish(plan, report, store, pending, t_start)
             if return_objects:
@@ -175,13 +177,11 @@ def run_input(engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport, 
 def check_unchanged(inp: InputPlan) -> None:
     """An input whose files changed while the run read them (a server replaced the file: a new ETag) mixes
     two versions' objects: exit 3 naming it, the checkpoints kept (a rerun recomputes the new version)."""
-    from .readers.identity import changed_files
+    from .readers.identity import changed_error, changed_files
 
     changed = changed_files(inp.files, inp.stamps) if inp.stamps else []
     if changed:
-        raise InputDataError(f"{inp.path}: {changed[0]} changed while the run read it (its ETag, size, time or "
-                             "content is not what it was when the run started), so its tiles would mix two versions: "
-                             "nothing was written; rerun when it no longer changes (finished tiles stay checkpointed)")
+        raise changed_error(inp.path, changed[0], kept=True)
 
 
 def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport, spool: ObjectSpool) -> None:

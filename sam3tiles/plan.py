@@ -31,7 +31,7 @@ from .chips import parse_example_images
 from .prompts import (GeoBox, Prompt, boxes_outside, build_prompts, prompt_arguments, raster_bounds,
                       read_box_file)
 from .readers import Source, Stretch, gdal_env, open_source
-from .readers.identity import file_stamp
+from .readers.identity import changed_error, changed_while_opened, file_stamp, opening_stamp
 from .readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_hrefs
 from .refine import Refiner
 from .targets import Targets
@@ -467,12 +467,15 @@ def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:
 def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPlan:
     """Open one input (its own errors: unreadable, bands, size) and lay out its tiles."""
     check_vrt_cycle(path)  # before GDAL opens it: it would read itself until its depth limit
+    before = opening_stamp(path)  # a file replaced after GDAL's first read of it and before `stamps`: seen
     with open_source(path, bands=opts.bands) as src:
         if src.kind == "slide" and src.crs is None and src.pixel_size_um is None:
             log.warning("%s: the slide states no physical pixel size (OME PhysicalSizeX): areas stay in pixels, "
                         "no area_um2", path)
         files = tuple(check_input(path, src, opts))  # placeable, a VRT's sources exist
         stamps = tuple(file_stamp(f) for f in src.source_files)  # checked again when the input is done
+        if changed_while_opened(path, before, stamps):
+            raise changed_error(path, path, kept=False)
         grid = None if opts.squash else build_grid(src, opts)
         if grid is not None and opts.refine == "auto":
             Refiner(grid, opts.refine_depth)  # refuses a depth whose sub-tile numbers the merge cannot hold

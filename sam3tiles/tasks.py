@@ -20,6 +20,7 @@ from .grid import Tile
 from .model.runtime import MAX_QUERIES, PreparedPrompt, TileImage
 from .prompts import TilePrompt
 from .readers import RasterSource, Stretch, gdal_env, open_source
+from .readers.identity import forget_cached
 from .thumbs import take
 from .vectorize import EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, merge_passes, pieces_from_crops
 
@@ -86,6 +87,7 @@ def _open_source(spec: SourceSpec) -> RasterSource:
     if src is None:
         for old in [k for k in cache if k.path == spec.path and k.identity != spec.identity]:
             cache.pop(old).close()
+        _forget_if_changed(spec)
         with _spare_lock:
             spare = _spare.get(spec)
             src = spare.pop() if spare else None
@@ -93,6 +95,21 @@ def _open_source(spec: SourceSpec) -> RasterSource:
             src = open_source(spec.path, bands=spec.bands, stretch=spec.stretch)
         cache[spec] = src
     return src
+
+
+#: The identity each input was last opened with in this process (see `_forget_if_changed`).
+_opened_as: dict[str, str] = {}
+
+
+def _forget_if_changed(spec: SourceSpec) -> None:
+    """A remote input opened before in this process with another identity (a long-lived worker, the file
+    replaced on the server since): GDAL's cache of it, which outlives the closed datasets, is dropped, so
+    the header and blocks are read as they are now (the driver's own cache: `readers.identity.opening_stamp`)."""
+    with _spare_lock:
+        before = _opened_as.get(spec.path)
+        _opened_as[spec.path] = spec.identity
+    if before is not None and before != spec.identity:
+        forget_cached(spec.path)
 
 
 #: Datasets opened by the thread that plans a run, for this process's worker threads to take on their first

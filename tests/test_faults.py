@@ -38,6 +38,8 @@ from sam3tiles.testing import RED
 from sam3tiles.testing import blob_image as _image
 from sam3tiles.testing import write_demo_raster as _write
 
+from range_server import serve
+
 
 
 
@@ -278,6 +280,121 @@ def test_a_remote_file_replaced_during_the_run_fails_it(tmp_path):
     assert not (tmp_path / "o.gpkg").exists() and _leftovers(tmp_path) == []
     assert (tmp_path / "o.gpkg.sam3tiles-work" / "tiles.sqlite").exists()  # the checkpoints are kept
 
+
+# -- a remote file switched mid-run by its server (issue 36, case 2) -------------------------------------------
+
+def _versions(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    """scene.tif and the server's replacement scene.tif.next: the same size (uncompressed), the blue blocks
+    elsewhere, another mtime (another ETag and Last-Modified)."""
+    folder.mkdir(exist_ok=True)
+    old = np.concatenate([_image()] * 3, axis=2)
+    new = np.concatenate([_image(at=(250, 300))] * 3, axis=2)
+    kw = dict(tiled=True, blockxsize=256, blockysize=256)
+    a, b = _write(folder / "scene.tif", old, **kw), _write(folder / "scene.tif.next", new, **kw)
+    os.utime(a, (1_700_000_000, 1_700_000_000))
+    os.utime(b, (1_700_000_100, 1_700_000_100))
+    assert a.stat().st_size == b.stat().st_size
+    return old, new
+
+
+def _bounds(gdf) -> list:
+    return sorted(tuple(round(v, 3) for v in g.bounds) for g in gdf.geometry)
+
+
+def _local_objects(tmp_path: Path, data: np.ndarray, name: str) -> list:
+    src = _write(tmp_path / name, data, tiled=True, blockxsize=256, blockysize=256)
+    gdf, _ = segment_job(str(src), ["blue"], backend="reference", workers=1, tile_size=512, overlap=100)
+    return _bounds(gdf)
+
+
+def _segment_url(url: str, out: Path):
+    return CliRunner().invoke(cli, ["segment", f"{url}/scene.tif", "-t", "blue", "--backend", "reference",
+                                    "--workers", "1", "--tile-size", "512", "--overlap", "100", "--out", str(out)])
+
+
+def _switched(tmp_path: Path, switch_after: int | None, etag: bool = True, runs: int = 1):
+    """`runs` runs of scene.tif from a server that serves its replacement from ranged GET `switch_after` + 1
+    on (None: never) -> (the results, the served versions of the ranged GETs: 'v0' / 'v1')."""
+    srv = tmp_path / "srv"
+    (srv / "requests.log").unlink(missing_ok=True)
+    results = []
+    with serve(srv, switch_after=switch_after, etag=etag) as url:
+        for k in range(runs):
+            results.append(_segment_url(url, tmp_path / f"o{k}.gpkg"))
+    log = (srv / "requests.log").read_text().splitlines()
+    return results, [ln.split()[2] for ln in log if ln.startswith("GET /scene.tif ") and "bytes=" in ln]
+
+
+def _clear_outputs(tmp_path: Path) -> None:
+    """The outputs and work folders of earlier runs (a next run must not resume their tiles: it would make
+    fewer requests)."""
+    for p in tmp_path.glob("o*.gpkg*"):
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def _failed_as_changed(r, tmp_path: Path, switch_after: int, out: str = "o0.gpkg") -> None:
+    assert r.exit_code == 3, (f"switched after ranged GET {switch_after}", r.exit_code, r.stderr)
+    assert "scene.tif" in r.stderr and "changed while the run read it" in r.stderr and "rerun" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / out).exists() and not (tmp_path / f"{out}.preview.png").exists()
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_server_switching_the_file_at_any_request_fails_the_run(tmp_path):
+    """A file the server replaces (same size, new ETag) after any of the run's ranged requests: exit 3,
+    whether the switch falls between GDAL's first read and the planned identity, during the tiles, or
+    after the input's own check (the re-check before the outputs are renamed into place). Without a
+    switch, the objects of the local file."""
+    old, _ = _versions(tmp_path / "srv")
+    (clean,), served = _switched(tmp_path, None)
+    assert clean.exit_code == 0, clean.stderr
+    assert _bounds(gpd.read_file(tmp_path / "o0.gpkg")) == _local_objects(tmp_path, old, "old.tif") != []
+    for n in range(1, len(served)):  # every ranged GET of the run but the last can be the last of the old file
+        _clear_outputs(tmp_path)
+        (r,), switched = _switched(tmp_path, n)
+        assert switched[:n] == ["v0"] * n and "v1" in switched  # switched during the run, after request n
+        _failed_as_changed(r, tmp_path, n)
+
+
+def test_a_rerun_after_a_switch_reads_only_the_new_file(tmp_path):
+    """The rerun in the same process finds the new file's objects, not a mix: GDAL's cache still holds the
+    header and blocks the first run read of the old file."""
+    _, new = _versions(tmp_path / "srv")
+    (first, again), served = _switched(tmp_path, 6, runs=2)  # after the header and a few tiles' blocks
+    assert served[:6] == ["v0"] * 6 and "v1" in served
+    assert first.exit_code == 3, first.stderr
+    assert again.exit_code == 0, again.stderr
+    assert _bounds(gpd.read_file(tmp_path / "o1.gpkg")) == _local_objects(tmp_path, new, "new.tif") != []
+
+
+def test_a_switch_on_a_server_without_etag_is_seen_by_last_modified(tmp_path):
+    old, _ = _versions(tmp_path / "srv")
+    (clean,), served = _switched(tmp_path, None, etag=False)
+    assert clean.exit_code == 0, clean.stderr
+    assert _bounds(gpd.read_file(tmp_path / "o0.gpkg")) == _local_objects(tmp_path, old, "old.tif")
+    for n in (1, 2, 3, len(served) // 2, len(served) - 1):  # around GDAL's first reads, the tiles, the last
+        _clear_outputs(tmp_path)
+        (r,), switched = _switched(tmp_path, n, etag=False)
+        assert switched[:n] == ["v0"] * n and "v1" in switched
+        _failed_as_changed(r, tmp_path, n)
+
+
+
+def test_a_remote_input_replaced_between_runs_on_worker_processes_is_read_anew(tmp_path):
+    """A long-lived cluster's worker process keeps GDAL's cache of a URL (its header, its blocks) after a
+    run: the next run, of the file the server replaced since, must read it as it is now, not a mix."""
+    distributed = pytest.importorskip("distributed")
+    old, new = _versions(tmp_path / "srv")
+    kw = dict(backend="reference", checkpoint=False, tile_size=512, overlap=100)
+    with serve(tmp_path / "srv") as url, \
+            distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                     resources={"GPU": 1}, silence_logs=40) as cluster, \
+            distributed.Client(cluster) as client:
+        first, _ = segment_job(f"{url}/scene.tif", ["blue"], client=client, **kw)
+        os.replace(tmp_path / "srv" / "scene.tif.next", tmp_path / "srv" / "scene.tif")  # a new ETag
+        second, _ = segment_job(f"{url}/scene.tif", ["blue"], client=client, **kw)
+    assert _bounds(first) == _local_objects(tmp_path, old, "old.tif")
+    assert _bounds(second) == _local_objects(tmp_path, new, "new.tif")
 
 # -- temporary files of killed runs --------------------------------------------------------------------------
 

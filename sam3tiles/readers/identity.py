@@ -19,10 +19,17 @@ a VRT's sources, world files, .aux.xml, external overviews, masks), each identif
 
 With `verify=True` (`--verify-inputs`) the content itself is hashed: the bytes of local files, the decoded
 pixels and georeferencing of the rest. Slower (the whole input is read once), exact.
+
+A file replaced while a run reads it (a server's new ETag mid-run) would give objects of two versions. A run
+brackets every read of an input between two stamps: `opening_stamp` before GDAL first reads it (what GDAL's
+network file systems cached of it in this process is dropped first: `forget_cached`), the stamps after the
+open that the plan keeps, and `changed_files` when its tiles are done and again before the outputs are
+renamed into place. A file that changed between any two of them fails the run (`changed_error`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -31,6 +38,7 @@ import uuid
 import zipfile
 from pathlib import Path
 
+from ..errors import InputDataError
 from ..wording import opt, spoken
 
 log = logging.getLogger(__name__)
@@ -137,6 +145,7 @@ def url_without_query(url: str) -> str:
     return urllib.parse.urlunsplit((u.scheme, u.netloc, u.path, "", ""))
 
 
+@functools.lru_cache(maxsize=1)
 def _libgdal():
     """The GDAL library rasterio runs on (ctypes), or None when it cannot be found."""
     import ctypes
@@ -190,6 +199,57 @@ def gdal_stamp(path: str) -> str | None:
     if not (parts[0] or parts[1]):
         return None
     return f"{url_without_query(vsi)}:" + "|".join(p or "" for p in parts)
+
+
+def network_path(path: str) -> str | None:
+    """The GDAL network file system path (`/vsicurl/...`, `/vsis3/...`) of a URL or remote /vsi path,
+    without its query string; None for anything else."""
+    s = str(path)
+    scheme, sep, rest = s.partition("://")
+    if sep and scheme.lower() in CLOUD_SCHEMES:
+        s = CLOUD_SCHEMES[scheme.lower()] + rest
+    elif sep and scheme.lower() in ("http", "https"):
+        s = "/vsicurl/" + s
+    if not s.startswith(REMOTE_PREFIXES + CLOUD_PREFIXES):
+        return None
+    return s.split("?", 1)[0]
+
+
+def forget_cached(path: str) -> None:
+    """Drop what GDAL's network file systems cached in this process of a remote `path` and of the files
+    beside it that share its name (blocks, size, headers; `.ovr`, `.aux.xml`): the next read asks the
+    server. GDAL's cache outlives the datasets that filled it (a second open of a URL in one process makes
+    no request at all). Nothing for a local path, or without a GDAL library to call."""
+    prefix = network_path(path)
+    lib = _libgdal() if prefix is not None else None
+    if lib is None:
+        return
+    try:
+        lib.VSICurlPartialClearCache(prefix.encode())
+    except Exception:  # noqa: BLE001 - a GDAL that cannot: its cache stays (the stamps still bracket the run)
+        pass
+
+
+def opening_stamp(path: str) -> str | None:
+    """`file_stamp` of an input taken before GDAL opens it for the run, GDAL's cache of it dropped first:
+    every byte the run reads of it comes from the server after this stamp."""
+    forget_cached(path)
+    return file_stamp(path)
+
+
+def changed_while_opened(path: str, before: str | None, stamps) -> bool:
+    """Whether input `path`, stamped `before` (`opening_stamp`), changed by the time its files were
+    stamped `stamps` (after GDAL opened it: its header may be of the old file, its blocks of the new)."""
+    return before is not None and before not in stamps and file_stamp(path) != before
+
+
+def changed_error(path: str, changed: str, kept: bool) -> InputDataError:
+    """The error of an input whose file `changed` while the run read it; `kept`: its finished tiles are
+    checkpointed (they are of the old file: the rerun's new identity recomputes them)."""
+    where = changed if changed == path else f"{path}: {changed}"
+    return InputDataError(f"{where} changed while the run read it (its ETag, size, time or content is not what it "
+                          "was when the run started), so its tiles would mix two versions: nothing was written; rerun "
+                          "when it no longer changes" + (" (finished tiles stay checkpointed)" if kept else ""))
 
 
 def file_stamp(path: str) -> str | None:
