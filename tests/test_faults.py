@@ -428,6 +428,68 @@ def test_a_worker_that_joins_in_time_lets_the_run_finish(scheduler, tmp_path):
     assert len(gpd.read_file(out)) == rep["objects"] and _leftovers(tmp_path) == []
 
 
+def _kill_at_the_first_merge(monkeypatch, worker, address, rejoin):
+    """Forces the moment: the worker is killed just after the run handed it a merge block's pieces, and the
+    scheduler has dropped it before the run goes on (the scheduler forgets data only that worker held).
+    Returns what happened: the second worker started when `rejoin`."""
+    from sam3tiles import runner
+
+    real, seen = runner._submit_on, {}
+
+    def submit_on(engine, retries):
+        submit = real(engine, retries)
+
+        def submit_then_kill(fn, job):
+            fut = submit(fn, job)
+            if not seen:
+                worker.kill()  # SIGKILL: no goodbye to the scheduler
+                worker.wait()
+                _wait_for(lambda: not engine.client.scheduler_info(n_workers=-1).get("workers"), 30,
+                          "the scheduler to drop the worker")
+                seen["second"] = _worker(address) if rejoin else None
+            return fut
+
+        return submit_then_kill
+
+    monkeypatch.setattr(runner, "_submit_on", submit_on)
+    return seen
+
+
+@pytest.mark.parametrize("rejoin", [False, True])
+def test_a_worker_lost_holding_a_merge_block_is_a_lost_worker(scheduler, tmp_path, monkeypatch, rejoin):
+    """The worker dies while it holds a merge block's pieces (the scheduler forgets data it cannot recompute,
+    and cancels its futures "already forgotten"): exit 4 after the worker timeout, checkpoints kept, as at
+    any other moment; a worker that joins in time finishes the run (exit 0), the merge redone there."""
+    from sam3tiles.demo import write_scene
+
+    src = tmp_path / "scene.tif"
+    write_scene(src, 1000, 900, 3)  # 4 tiles of 512 px: one merge block, merged when the last tile is in
+    out = tmp_path / "o.gpkg"
+    worker = _worker(scheduler)
+    seen = _kill_at_the_first_merge(monkeypatch, worker, scheduler, rejoin)
+    try:
+        r = CliRunner().invoke(cli, ["segment", str(src), "-t", "blue", "--backend", "reference", "--scheduler",
+                                     scheduler, "--worker-timeout", "60" if rejoin else "3", "--tile-size", "512",
+                                     "--overlap", "100", "--out", str(out)])
+    finally:
+        for p in (worker, seen.get("second")):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert "second" in seen  # the worker was killed holding the block
+    db = tmp_path / "o.gpkg.sam3tiles-work" / "tiles.sqlite"
+    if rejoin:
+        assert r.exit_code == 0, r.stderr
+        rep = json.loads((tmp_path / "o.gpkg.report.json").read_text())
+        assert rep["failed"] == 0 and len(gpd.read_file(out)) == rep["objects"] >= 1
+    else:
+        assert r.exit_code == 4, r.stderr
+        assert "no Dask worker with the GPU resource is left" in r.stderr and "--worker-timeout 3 s" in r.stderr
+        assert "rerun the same command" in r.stderr and "internal error" not in r.stderr
+        assert _rows(db) >= 4 and not out.exists()  # every tile checkpointed, nothing written
+    assert _leftovers(tmp_path) == []
+
+
 # -- a memory limit ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("mb", [700, 1000])
