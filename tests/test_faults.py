@@ -499,8 +499,9 @@ def _limited(mb: int, *args) -> subprocess.CompletedProcess:
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (mb << 20, mb << 20))
 
-    return subprocess.run([sys.executable, "-m", "sam3tiles.cli", "segment", *map(str, args)], capture_output=True,
-                          text=True, preexec_fn=limit, timeout=180, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    return subprocess.run([sys.executable, "-m", "sam3tiles.cli", "segment", *map(str, args)], check=False,
+                          capture_output=True, text=True, preexec_fn=limit, timeout=180,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
 
 
 @pytest.mark.parametrize("mb", [700, 800])
@@ -525,7 +526,9 @@ def test_a_run_under_a_moderate_address_space_limit_finishes(tmp_path, mb, backe
 
     src = tmp_path / "scene.tif"
     write_scene(src, 3000, 2000, 3)  # 12 tiles of 1008 px
-    model = ["--model", build_contract_models(tmp_path / "model", decoder="colour", grid=1)] if backend == "onnx" else []
+    model = []
+    if backend == "onnx":
+        model = ["--model", build_contract_models(tmp_path / "model", decoder="colour", grid=1)]
     out = tmp_path / "o.gpkg"
     p = _limited(mb, src, "-t", "blue", "--backend", backend, *model, "--workers", "2", "--threads", "2", "--out",
                  out)
@@ -533,6 +536,17 @@ def test_a_run_under_a_moderate_address_space_limit_finishes(tmp_path, mb, backe
     rep = json.loads((tmp_path / "o.gpkg.report.json").read_text())
     assert rep["failed"] == 0 and rep["objects"] == len(gpd.read_file(out)) > 0
     assert _leftovers(tmp_path) == []
+
+
+def test_the_need_counts_gdal_cache_as_the_environment_sets_it():
+    from sam3tiles.readers.env import GDAL_OPTIONS, gdal_cache_bytes
+
+    assert gdal_cache_bytes({}) == GDAL_OPTIONS["GDAL_CACHEMAX"]
+    assert gdal_cache_bytes({"GDAL_CACHEMAX": "64"}) == 64 << 20  # GDAL: MB below 100000
+    assert gdal_cache_bytes({"GDAL_CACHEMAX": str(300 << 20)}) == 300 << 20  # else bytes
+    assert gdal_cache_bytes({"GDAL_CACHEMAX": "1GB"}) == 1 << 30
+    phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert abs(gdal_cache_bytes({"GDAL_CACHEMAX": "10%"}) - phys // 10) < 1 << 20
 
 
 def test_a_report_the_job_wrote_is_its_own_to_replace_but_not_once_edited(tmp_path):
