@@ -3,6 +3,7 @@
     python -m benchmarks.bench_address_space                      # reference and onnx, a few thread counts
     python -m benchmarks.bench_address_space --config "reference --workers 8"
     python -m benchmarks.bench_address_space --no-ease            # as before issue 36: default reservations
+    python -m benchmarks.bench_address_space --smoke              # one run under 3 GB (checks the code)
 
 Each probe runs the CLI in a fresh process under `setrlimit(RLIMIT_AS)` (a preexec_fn), `--reps` times: the
 limit passes only when every run exits 0 (a failure is an exit code, a hang past `--timeout`, a crash).
@@ -110,12 +111,12 @@ def lowest(config: str, a) -> dict:
             "unlimited_peak_mb": free["peak_mb"], "failures": failures}
 
 
-def inputs(folder: str) -> tuple[str, str]:
+def inputs(folder: str, small: bool = False) -> tuple[str, str]:
     from sam3tiles.demo import write_scene
     from sam3tiles.testing.graphs import build_contract_models
 
     scene = os.path.join(folder, "scene.tif")
-    write_scene(scene, 3000, 2000, 3)
+    write_scene(scene, *((1000, 800) if small else (3000, 2000)), 3)
     return scene, str(build_contract_models(os.path.join(folder, "model"), decoder="colour", grid=1))
 
 
@@ -129,10 +130,14 @@ def main(argv=None) -> int:
     ap.add_argument("--step", type=int, default=50)
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--grid", type=int, nargs="*", help="probe these limits (MB) instead of bisecting")
+    ap.add_argument("--smoke", action="store_true", help="one small run under 3 GB (checks the code, no figure)")
     a = ap.parse_args(argv)
-    wait_for_quiet()
+    if a.smoke:
+        a.config, a.grid, a.reps = ["reference --workers 1"], [3000], 1
+    else:
+        wait_for_quiet()
     with tempfile.TemporaryDirectory() as d:
-        a.scene, a.model = inputs(d)
+        a.scene, a.model = inputs(d, small=a.smoke)
         for config in a.config or CONFIGS:
             if a.grid:
                 for mb in a.grid:
@@ -140,6 +145,8 @@ def main(argv=None) -> int:
                     why = [r["why"] for r in runs if r["why"]][:1]
                     print(json.dumps({"config": config, "ease": a.ease, "limit_mb": mb,
                                       "codes": [r["code"] for r in runs], "why": why}), flush=True)
+                    if a.smoke and any(r["code"] != 0 for r in runs):
+                        return 1  # the code under test is broken: a run under 3 GB finishes
             else:
                 print(json.dumps(lowest(config, a)), flush=True)
     return 0
