@@ -37,6 +37,11 @@ def check_scheduler(address: str | None) -> None:
                          "tcp://10.0.0.5:8786, as `dask scheduler` prints it), or leave it out to run in this process")
 
 
+def local_threads(workers: int | None) -> int:
+    """The threads of the in-process cluster: `workers` (default: the cores, at most 4) and one for the model."""
+    return (workers or max(1, min(4, os.cpu_count() or 1))) + 1
+
+
 @dataclass
 class Engine:
     client: object  # distributed.Client
@@ -231,7 +236,7 @@ def open_engine(client=None, scheduler: str | None = None, workers: int | None =
             _quiet_if_interrupted()
             c.close()
         return
-    n = workers or max(1, min(4, os.cpu_count() or 1))
+    n = local_threads(workers) - 1
     dlog = logging.getLogger("distributed")
     if dlog.level == logging.NOTSET or dlog.level < logging.WARNING:
         dlog.setLevel(logging.WARNING)

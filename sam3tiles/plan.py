@@ -239,7 +239,6 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
     from .engine import check_scheduler  # (engine imports dask: only when a run is planned)
 
     check_scheduler(opts.scheduler)  # a scheduler address that cannot be one: before anything is opened
-    check_address_space()  # a low `ulimit -v` aborts native code mid-run, its lock left behind
     if report_path is None and out is not None:
         report_path = report_path_for(Path(out), opts.layer)
     paths = expand_inputs(inputs, opts.asset, own=[report_path] if report_path is not None else [])
@@ -258,6 +257,7 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
         label_path = _check_labels(labels, paths, overwrite or (labels is not None and replaceable(labels, ours)))
     opts, spec = resolve_model(opts)
     planned = tuple(plan_input(path, opts, d) for path, d in zip(paths, per_input))
+    check_room(opts, planned)  # a low `ulimit -v` aborts native code mid-run, its lock left behind
     check_plan(paths, [i.crs for i in planned], [i.n_tiles for i in planned], opts, per_input=per_input,
                reads=read_paths([(i.path, f) for i in planned for f in i.files], chips, box_file), writes=writes)
     if label_path is not None:
@@ -449,6 +449,24 @@ def _check_labels(labels, paths: list[str], overwrite: bool) -> Path | None:
                          "segment one image per run to get its labels")
     check_labels(labels, overwrite)
     return Path(labels)
+
+
+def check_room(opts: Options, planned: Sequence[InputPlan]) -> None:
+    """Refuse a run the address-space limit leaves too little room (`limits.check_address_space`): its
+    threads in this process (Dask's; onnxruntime's pool a graph on the CPU), the model loaded here, GDAL's
+    cache (at most the inputs' pixels)."""
+    from numpy import dtype
+
+    from .engine import SCHEDULER_ENV, local_threads
+
+    pixels = sum(i.width * i.height * i.band_count * dtype(i.dtype).itemsize for i in planned)
+    if opts.scheduler or os.environ.get(SCHEDULER_ENV):
+        check_address_space(0, pixels=pixels)  # the tiles and the model run on the cluster's workers
+        return
+    onnx = opts.runtime_spec().backend == "onnx"
+    model = sum(f.stat().st_size for f in Path(opts.model).glob("*.onnx*")) if onnx else 0
+    pools = 3 * ((opts.threads or os.cpu_count() or 1) - 1) if onnx and opts.device in ("auto", "cpu") else 0
+    check_address_space(local_threads(opts.workers) + pools, model, onnx, pixels=pixels)
 
 
 def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:

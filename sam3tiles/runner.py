@@ -492,6 +492,12 @@ def _call(fn, job):
     return fn(*job)
 
 
+def _call_pickled(fn, blob: bytes):
+    import pickle
+
+    return fn(*pickle.loads(blob))
+
+
 #: Tiles per in-process task at most (`tasks.tile_batch_task`).
 MAX_BATCH = 4
 
@@ -506,12 +512,27 @@ def batch_size(engine: Engine, limit: int) -> int:
 
 def _submit_on(engine: Engine, retries: int):
     """`submit` for `BlockMerger`: a block's merge is a task on the engine's workers (CPU, any worker),
-    started as soon as the block's last tile is in; its pieces are scattered, not put in the graph."""
+    started as soon as the block's last tile is in.
+
+    In process its pieces are scattered (handed to the worker as they are, never pickled). On a cluster they
+    go in the task itself, pickled once here (bytes: the scheduler neither unpickles nor walks them): the
+    scheduler keeps a task's arguments, so a merge whose worker is lost reruns on one that joins, or waits
+    for the worker timeout like any tile. Scattered, they would live on that worker only: the scheduler
+    forgets data it cannot recompute, and cancels the merge "already forgotten" (issue 36)."""
 
     def submit(fn, job):
         client = engine.client
-        (data,) = client.scatter([job], hash=False)
-        return client.submit(_call, fn, data, pure=False, retries=retries)
+        if not engine.distributed:
+            (data,) = client.scatter([job], hash=False)
+            return client.submit(_call, fn, data, pure=False, retries=retries)
+        import pickle
+
+        import dask
+
+        blob = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+        # a block's pieces (a few MB) are no slowdown for the scheduler: not what the warning is about
+        with dask.config.set({"distributed.admin.large-graph-warning-threshold": max(len(blob) * 2, 10 << 20)}):
+            return client.submit(_call_pickled, fn, blob, pure=False, retries=retries)
 
     return submit
 

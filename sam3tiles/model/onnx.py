@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ContractError, ModelError
+from ..limits import address_space_limit
 from .contract import CONTRACT, EMBEDDING_OUTPUTS, TensorSpec, check_graph, raise_for_differences
 from .files import (DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, files_fingerprint,
                     require_model)
@@ -123,6 +124,10 @@ class OnnxRuntime:
             raise ModelError(missing(device, available, ort.__version__)) from None
 
         options = ort.SessionOptions()
+        if address_space_limit() is not None:
+            # the CPU arena grows by doubling and keeps what it took: under `ulimit -v` it asked for twice
+            # the activations; freed to malloc instead, a contract-graph run fits 0.45 GB lower (issue 36)
+            options.enable_cpu_mem_arena = False
         if intra_op_threads > 0:
             options.intra_op_num_threads = intra_op_threads
         if inter_op_threads > 0:

@@ -32,3 +32,22 @@ def gdal_env() -> Iterator[None]:
     GDAL's previous configuration is back when it ends."""
     with rasterio.Env(**gdal_options()):
         yield
+
+
+def gdal_cache_bytes(environ: Mapping[str, str] = os.environ) -> int:
+    """The most GDAL's block cache of a run holds (bytes): `GDAL_OPTIONS`' unless the environment sets
+    GDAL_CACHEMAX (GDAL's forms: MB below 100000, else bytes; a unit, MB or GB; or a % of the memory)."""
+    value = environ.get("GDAL_CACHEMAX")
+    if value is None:
+        return int(GDAL_OPTIONS["GDAL_CACHEMAX"])
+    v = value.strip().upper()
+    try:
+        if v.endswith("%"):
+            return int(float(v[:-1]) / 100 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+            if v.endswith(unit):
+                return int(float(v[:-2]) * scale)
+        n = int(v)
+        return n << 20 if n < 100000 else n
+    except (ValueError, OSError):
+        return 5 * (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // 100  # GDAL's default: 5%
