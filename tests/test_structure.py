@@ -119,7 +119,7 @@ def test_no_function_over_12_parameters():
 
 
 def test_the_piece_key_base_lives_in_one_module():
-    # a piece key is tile index * PASSES_PER_TILE + pass: only sam3tiles.piecekey spells its arithmetic
+    # a piece key is tile index * PASSES_PER_TILE + pass: only sam3tiles.tiling.piecekey spells its arithmetic
     import re
 
     here = Path(__file__).parent
@@ -127,7 +127,7 @@ def test_the_piece_key_base_lives_in_one_module():
     found = [f"{p}:{i}" for root in (ROOT, here, here.parent / "benchmarks") for p in sorted(root.rglob("*.py"))
              if p.name != "piecekey.py" and p.name != Path(__file__).name
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
-    assert not found, f"the piece key's arithmetic outside sam3tiles/piecekey.py: {found}"
+    assert not found, f"the piece key's arithmetic outside sam3tiles/tiling/piecekey.py: {found}"
 
 
 def _reader_names() -> tuple[set[str], set[str]]:
