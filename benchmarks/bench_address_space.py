@@ -30,8 +30,8 @@ from .common import ROOT, wait_for_quiet
 
 DRIVER = r"""
 import os, sys
-import sam3tiles.limits as L
-import sam3tiles.plan as P
+import sam3tiles.run.limits as L
+import sam3tiles.run.plan as P
 
 def vm():
     return int(open('/proc/self/status').read().split('VmSize:')[1].split()[0]) >> 10
@@ -112,7 +112,7 @@ def lowest(config: str, a) -> dict:
 
 
 def inputs(folder: str, small: bool = False) -> tuple[str, str]:
-    from sam3tiles.demo import write_scene
+    from sam3tiles.testing.demo import write_scene
     from sam3tiles.testing.graphs import build_contract_models
 
     scene = os.path.join(folder, "scene.tif")

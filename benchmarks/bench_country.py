@@ -36,7 +36,7 @@ STRIDE = 752  # model pixels between tile origins at the default tile size and o
 
 def make_source(folder: Path, tiles: int) -> tuple[Path, float]:
     """A VRT mosaic of copies of one scene and the scale that gives about `tiles` tiles."""
-    from sam3tiles.demo import write_scene
+    from sam3tiles.testing.demo import write_scene
 
     scene = folder / "scene.tif"
     write_scene(scene, SCENE, SCENE, seed=11, crs=None)
@@ -66,8 +66,8 @@ def measure(tiles: int, workers: int, threads: bool = False) -> dict:
     import psutil
     from distributed import Client, LocalCluster
 
-    from sam3tiles.checkpoint import stored_rows
-    from sam3tiles.pipeline import segment_job
+    from sam3tiles.run.checkpoint import stored_rows
+    from sam3tiles.run.pipeline import segment_job
 
     proc = psutil.Process()
     with tempfile.TemporaryDirectory(prefix="bench_country_") as tmp:
@@ -112,7 +112,7 @@ def measure(tiles: int, workers: int, threads: bool = False) -> dict:
         cpu, main = time.process_time() - cpu0, time.thread_time() - main0
     n = report.tiles
     step = max(1, len(curve) // 12)
-    from sam3tiles.engine import Engine
+    from sam3tiles.run.engine import Engine
 
     return {"tiles": n, "objects": report.objects, "wall_s": round(wall, 1), "tiles_per_s": round(n / wall, 1),
             "peak_rss_mb": round(peak["rss"] / 2**20), "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),

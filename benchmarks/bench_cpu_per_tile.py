@@ -24,13 +24,13 @@ import os
 import statistics
 import time
 
-from sam3tiles.grid import TileGrid
 from sam3tiles.merge import merge_pieces
 from sam3tiles.model.registry import RuntimeSpec, get_runtime
 from sam3tiles.readers import open_source
-from sam3tiles.tasks import InferResult, SourceSpec, prepared_prompt, read_task, vectorize_task
-from sam3tiles.tileframe import tile_frame
-from sam3tiles.vectorize import Pieces, crop_detections
+from sam3tiles.run.tasks import InferResult, SourceSpec, prepared_prompt, read_task, vectorize_task
+from sam3tiles.tiling.frame import tile_frame
+from sam3tiles.tiling.grid import TileGrid
+from sam3tiles.vectorize.pieces import Pieces, crop_detections
 
 from . import common
 from .common import emit, run_child, smoke

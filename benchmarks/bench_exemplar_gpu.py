@@ -15,7 +15,7 @@ polygons) in four ways and scores the boxes' kind against the truth in each tile
 * `pasted_far`: tiles far from the exemplar with the pasted copy (what --box-scope image does);
 * `none_far`: the same far tiles without a paste (what --box-scope tile does: no example, nothing);
 * `strip_*`: the same four for a building too large for the margin, on the grid narrowed to leave an
-  exemplar strip (`sam3tiles.strip`): the copy is pasted in the strip;
+  exemplar strip (`sam3tiles.prompts.strip`): the copy is pasted in the strip;
 * `chip_far`: far tiles with a chip cut from another scene (`--example-image`) pasted.
 
 It prints recall / precision per way, detections dropped on pastes, and ms for encode, decode and the
@@ -41,7 +41,7 @@ def _scene(tmp: Path, size: int):
     one (it needs the exemplar strip), and a chip cut from another scene (seed 8) as a plain PNG."""
     from PIL import Image
 
-    from sam3tiles.demo import write_scene
+    from sam3tiles.testing.demo import write_scene
 
     scene = write_scene(tmp / "scene.tif", size, size, seed=7)
     truth = scene.truth[scene.truth["class"] == "blue"]
@@ -76,9 +76,9 @@ class Bench:
 
     def run(self, tile, boxes, pastes):
         """Polygons of one tile: encode once, one decode per box pass, paste screening when `pastes`."""
-        from sam3tiles.tileframe import tile_frame
-        from sam3tiles.prompts import box_passes
-        from sam3tiles.vectorize import crop_detections, pieces_from_crops
+        from sam3tiles.prompts.prompt import box_passes
+        from sam3tiles.tiling.frame import tile_frame
+        from sam3tiles.vectorize.pieces import crop_detections, pieces_from_crops
 
         image = self.src.read_tile(tile)
         screen = None
@@ -115,10 +115,10 @@ def _total(rows):
 def _ways(src, rt, truth, box, n_tiles: int, tile_size: int, prefix: str, b: "Bench") -> tuple[dict, object]:
     """in_place / pasted_home / pasted_far / none_far (module notes) for one positive box on a grid of
     `tile_size` (1008: the default grid, the paste in the margin; less: an exemplar strip)."""
-    from sam3tiles.exemplars import Paste, TilePlan, input_exemplars, paste_area, place
-    from sam3tiles.grid import TileGrid
     from sam3tiles.model.runtime import MODEL_SIZE, ExampleBox
-    from sam3tiles.prompts import GeoBox, Prompt, tile_boxes
+    from sam3tiles.prompts.exemplars import Paste, TilePlan, input_exemplars, paste_area, place
+    from sam3tiles.prompts.prompt import GeoBox, Prompt, tile_boxes
+    from sam3tiles.tiling.grid import TileGrid
 
     gb = GeoBox(*box)
     grid = TileGrid(src.width, src.height, tile_size=tile_size, transform=src.transform)
@@ -147,10 +147,10 @@ def _ways(src, rt, truth, box, n_tiles: int, tile_size: int, prefix: str, b: "Be
 
 def _chip_far(src, rt, chip: str, n_tiles: int, b: "Bench") -> list:
     """Far tiles with an example image (a chip cut from another scene) pasted, no box of this image."""
-    from sam3tiles.chips import parse_example_images
-    from sam3tiles.exemplars import input_exemplars
-    from sam3tiles.grid import TileGrid
-    from sam3tiles.prompts import Prompt
+    from sam3tiles.prompts.chips import parse_example_images
+    from sam3tiles.prompts.exemplars import input_exemplars
+    from sam3tiles.prompts.prompt import Prompt
+    from sam3tiles.tiling.grid import TileGrid
 
     (im,) = parse_example_images([chip])
     ex = input_exemplars(src, [Prompt(None, (), (im,))], (1.0, 1.0), {im: (1.0, None)})
@@ -165,8 +165,8 @@ def _chip_far(src, rt, chip: str, n_tiles: int, b: "Bench") -> list:
 def measure(image: str, truth, box, model_dir: str, device: str, n_tiles: int, big_box=None,
             chip: str | None = None) -> dict:
     from sam3tiles.model.onnx import OnnxRuntime
+    from sam3tiles.prompts.strip import choose_strip, patch_sizes
     from sam3tiles.readers import open_source
-    from sam3tiles.strip import choose_strip, patch_sizes
 
     rt = OnnxRuntime(model_dir, device=device)
     with open_source(image) as src:
@@ -174,7 +174,7 @@ def measure(image: str, truth, box, model_dir: str, device: str, n_tiles: int, b
         out, ex = _ways(src, rt, truth, box, n_tiles, 1008, "", b)
         strip = None
         if big_box is not None:  # a box too large for the margin: the grid narrowed to leave a strip
-            from sam3tiles.prompts import GeoBox
+            from sam3tiles.prompts.prompt import GeoBox
 
             strip = choose_strip(patch_sizes(src.transform, src.width, src.height, [GeoBox(*big_box)], 1.0), 1008, 256)
             if strip.strip:
@@ -216,7 +216,7 @@ def main(argv=None) -> int:
         if args.image:
             import geopandas as gpd
 
-            from sam3tiles.prompts import GeoBox
+            from sam3tiles.prompts.prompt import GeoBox
 
             gb = GeoBox.parse(args.box)
             truth = gpd.read_file(args.kind_file) if args.kind_file else gpd.GeoDataFrame(geometry=[])

@@ -112,7 +112,7 @@ def write_chip(tmp: Path, size: int, seed: int, geo: bool) -> Path:
 
 
 def run_size(tmp: Path, side: int, size: int, seed: int) -> dict:
-    from sam3tiles.pipeline import segment_job
+    from sam3tiles.run.pipeline import segment_job
 
     scene = tmp / f"scene{size}_{seed}.tif"
     truth = write_scene(scene, side, size, seed)
@@ -145,10 +145,10 @@ def run_size(tmp: Path, side: int, size: int, seed: int) -> dict:
 def text_f1(scene: Path, truth, box) -> dict:
     """F1 of the text prompt 'red' alone, and beside a box-only prompt (the blue exemplar) in one run."""
     from sam3tiles.options import Options
-    from sam3tiles.pipeline import execute
-    from sam3tiles.plan import plan_run
-    from sam3tiles.prompts import GeoBox, Prompt
-    from sam3tiles.targets import Targets
+    from sam3tiles.prompts.prompt import GeoBox, Prompt
+    from sam3tiles.run.pipeline import execute
+    from sam3tiles.run.plan import plan_run
+    from sam3tiles.run.targets import Targets
 
     ref = Options(backend="reference")
     alone = plan_run(str(scene), ["red"], options=ref, targets=Targets(checkpoint=False))

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from sam3tiles.cli.main import cli
-from sam3tiles.demo import write_scene
+from sam3tiles.testing.demo import write_scene
 
 
 def scene_path(cache: Path, size: int) -> Path:

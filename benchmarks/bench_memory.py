@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from sam3tiles.pipeline import segment_job
+from sam3tiles.run.pipeline import segment_job
 
 from .common import ROOT, emit, smoke
 from .synthetic import cached_scene

@@ -3,8 +3,8 @@
     python -m benchmarks.bench_merge_quality [--size 3000 2500] [--seeds 1 2 3] [--behaviours all ...] [--smoke]
         [--onnx-n1] [--cap-refine 2000]
 
-Generated scenes (`sam3tiles.demo`: vehicles `red` of about 10 x 20 px, buildings `blue`, one field larger
-than a tile `yellow`) are cut into the pipeline's tiles; the reference backend, wrapped by
+Generated scenes (`sam3tiles.testing.demo`: vehicles `red` of about 10 x 20 px, buildings `blue`, one field
+larger than a tile `yellow`) are cut into the pipeline's tiles; the reference backend, wrapped by
 `MisbehavingRuntime` with one behaviour of ../shared/model-behaviour.md (or all together), answers every
 tile, and the SAME per-tile pieces go to each method:
 
@@ -52,8 +52,8 @@ import numpy as np
 import shapely
 
 from sam3tiles.merge.parts import IOS_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS, regions
-from sam3tiles.piecekey import tile_of
-from sam3tiles.vectorize import MASK_CELL
+from sam3tiles.tiling.piecekey import tile_of
+from sam3tiles.vectorize.pieces import MASK_CELL
 
 from .common import emit, table
 
@@ -66,12 +66,12 @@ def tile_pieces(path, behaviour, squash: bool = False, runtime=None, overlap: in
     """(per-tile Pieces, frames, tiles, transform) of the scene at `path` answered by the misbehaving model
     (or by `runtime`, as it is), for `prompts` (piece prompt k = the k-th of them); `overlap`: the grid's
     overlap in tile px (None: the default)."""
-    from sam3tiles.grid import DEFAULT_OVERLAP, TileGrid, squash_tile
-    from sam3tiles.tileframe import tile_frame
-    from sam3tiles.model.misbehaving import MisbehavingRuntime
     from sam3tiles.model.reference import ReferenceRuntime
     from sam3tiles.readers import open_source
-    from sam3tiles.vectorize import crop_detections, pieces_from_crops
+    from sam3tiles.testing.misbehaving import MisbehavingRuntime
+    from sam3tiles.tiling.frame import tile_frame
+    from sam3tiles.tiling.grid import DEFAULT_OVERLAP, TileGrid, squash_tile
+    from sam3tiles.vectorize.pieces import crop_detections, pieces_from_crops
 
     rt = runtime if runtime is not None else MisbehavingRuntime(ReferenceRuntime(), behaviour)
     prompts = [rt.prepare_prompt(p) for p in prompts]
@@ -92,7 +92,7 @@ def tile_pieces(path, behaviour, squash: bool = False, runtime=None, overlap: in
 
 def merge_sam3tiles(per_tile, frames, **_):
     from sam3tiles.merge import merge_pieces
-    from sam3tiles.vectorize import Pieces
+    from sam3tiles.vectorize.pieces import Pieces
 
     merged, stats = merge_pieces(Pieces.concat(per_tile), frames)
     return list(zip(merged.prompt, merged.geometry)), stats
@@ -384,8 +384,8 @@ def union_ious(per_tile, frames, merged, truth_by_class) -> dict:
 def run_onnx_n1(size, seeds) -> list:
     """The contract graphs answering each prompt with ONE mask (grid 1: N <= 1 per tile and prompt)
     through the same per-tile path and the merge: union IoU per class and seed."""
-    from sam3tiles.demo import write_scene
     from sam3tiles.model.onnx import OnnxRuntime
+    from sam3tiles.testing.demo import write_scene
     from sam3tiles.testing.graphs import build_contract_models
 
     rows = []
@@ -410,9 +410,9 @@ def run_cap_refine(size: int, seeds, behaviours=("cap=200", "all"), overlap: int
     import functools
 
     from sam3tiles.evaluate import evaluate
-    from sam3tiles.model.misbehaving import MisbehavingRuntime
     from sam3tiles.model.reference import ReferenceRuntime
-    from sam3tiles.pipeline import segment_job
+    from sam3tiles.run.pipeline import segment_job
+    from sam3tiles.testing.misbehaving import MisbehavingRuntime
 
     from .bench_refine import make_scene
 
@@ -488,8 +488,8 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, nargs=2, default=[3000, 2500])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--behaviours", nargs="+", default=None,
-                    help="presets of sam3tiles.model.misbehaving, combined with '+' ('grow+miss'); 'pairs': "
-                         "every pair of the faults in PAIRED")
+                    help="presets of sam3tiles.testing.misbehaving, combined with '+' ('grow+miss'); "
+                         "'pairs': every pair of the faults in PAIRED")
     ap.add_argument("--scene", choices=("demo", "hard", "tessellation"), default="demo",
                     help="demo: vehicles, buildings, a field; hard: fields across 4+ tiles, a tessellation of "
                          "parcels 8 px apart, long thin objects (benchmarks.synthetic.hard_objects); "
@@ -506,8 +506,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.smoke:
         args.size, args.seeds, args.behaviours = [1800, 1500], [1], ["reference", "semantic"]
-    from sam3tiles.demo import write_scene
-    from sam3tiles.model.misbehaving import BEHAVIOURS
+    from sam3tiles.testing.demo import write_scene
+    from sam3tiles.testing.misbehaving import BEHAVIOURS
 
 
     try:

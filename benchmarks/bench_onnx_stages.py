@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from sam3tiles.demo import write_scene
-from sam3tiles.pipeline import segment_job
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.testing.demo import write_scene
 from sam3tiles.testing.graphs import build_contract_models
 
 

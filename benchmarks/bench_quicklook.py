@@ -20,11 +20,11 @@ def one(size: int, folder: Path) -> list[dict]:
     import rasterio
     from rasterio.enums import Resampling
 
-    from sam3tiles import quicklook
-    from sam3tiles.demo import write_scene
-    from sam3tiles.pipeline import InputResult
     from sam3tiles.readers import open_source
+    from sam3tiles.run.pipeline import InputResult
+    from sam3tiles.testing.demo import write_scene
     from sam3tiles.units import Frame
+    from sam3tiles.writers import quicklook
 
     scene = write_scene(folder / f"scene{size}.tif", size, size, seed=1)
     gdf = scene.truth.rename(columns={"class": "prompt"})

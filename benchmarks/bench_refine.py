@@ -34,9 +34,9 @@ from shapely.geometry import box
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from sam3tiles.demo import write_scene
 from sam3tiles.evaluate import evaluate
-from sam3tiles.pipeline import segment_job
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.testing.demo import write_scene
 
 CELL = 34  # px per jittered-grid cell: a vehicle's rotated box (<= 25 px) plus the 8 px gap
 
@@ -75,7 +75,7 @@ def make_scene(folder: Path, kind: str, size: int, seed: int):
     """A dense scene (GeoTIFF of vehicles), or kind "slide": a brightfield OME-TIFF pyramid whose nuclei
     (`indigo`, one per 44 px cell, 60 % of the cells: about 315 per 1008 px tile) saturate native tiles."""
     if kind == "slide":
-        from sam3tiles.slidegen import write_slide
+        from sam3tiles.testing.slidegen import write_slide
 
         return write_slide(folder / f"slide-{size}-{seed}.ome.tif", size, size, seed=seed, names=("indigo",),
                            cell=44, fill=0.6)

@@ -23,7 +23,7 @@ import time
 from distributed import Client, LocalCluster
 
 from sam3tiles.model.registry import runtime_stats
-from sam3tiles.pipeline import segment_job
+from sam3tiles.run.pipeline import segment_job
 
 from . import common
 from .common import emit, run_child, smoke
@@ -59,7 +59,7 @@ def _encodes(client) -> dict:
 
 
 def _import() -> None:
-    import sam3tiles.pipeline  # noqa: F401
+    import sam3tiles.run.pipeline  # noqa: F401
 
 
 def main(argv=None) -> int:

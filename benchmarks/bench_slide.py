@@ -30,7 +30,7 @@ import rasterio
 
 from sam3tiles.evaluate import evaluate, format_table
 from sam3tiles.readers import open_source
-from sam3tiles.slidegen import write_slide
+from sam3tiles.testing.slidegen import write_slide
 
 from .synthetic import cache_folder
 

@@ -9,7 +9,7 @@ write the same merged GeoPackage. The scene has one object per `--cell` px squar
 vehicles per tile window, so vectorizing is real work):
 
 * plain loop: for each tile, read -> encode -> decode -> vectorize, one after the other (what a script
-  around a model does today; `sam3tiles.tasks.run_tile_inline`), then the merge and the write;
+  around a model does today; `sam3tiles.run.tasks.run_tile_inline`), then the merge and the write;
 * pipeline: `segment_job` with the in-process engine (reads and vectorizing of other tiles run while the
   model task waits on the GPU; checkpoints on, as the CLI runs).
 
@@ -28,14 +28,14 @@ import time
 
 import geopandas as gpd
 
-from sam3tiles.grid import TileGrid
 from sam3tiles.merge import merge_pieces
 from sam3tiles.model.registry import RuntimeSpec, get_runtime
-from sam3tiles.pipeline import segment_job  # imports distributed before any clock starts
 from sam3tiles.readers import open_source
-from sam3tiles.tasks import SourceSpec, TilePrompt, run_tile_inline
-from sam3tiles.tileframe import tile_frame
-from sam3tiles.vectorize import Pieces
+from sam3tiles.run.pipeline import segment_job  # imports distributed before any clock starts
+from sam3tiles.run.tasks import SourceSpec, TilePrompt, run_tile_inline
+from sam3tiles.tiling.frame import tile_frame
+from sam3tiles.tiling.grid import TileGrid
+from sam3tiles.vectorize.pieces import Pieces
 
 from .common import emit, run_child, smoke
 from .synthetic import cached_scene
@@ -48,7 +48,8 @@ def warm_imports() -> None:
     import importlib
 
     for name in ("scipy.sparse.csgraph", "pyogrio", "pyarrow.parquet", "tifffile", "PIL.Image", "PIL.ImageDraw",
-                 "PIL.ImageFont", "sam3tiles.quicklook", "distributed.deploy.local", "importlib_metadata"):
+                 "PIL.ImageFont", "sam3tiles.writers.quicklook", "distributed.deploy.local",
+                 "importlib_metadata"):
         try:
             importlib.import_module(name)
         except ImportError:  # an optional module this environment lacks: neither variant uses it then

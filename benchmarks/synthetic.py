@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sam3tiles.demo import write_scene
 from sam3tiles.testing import grid_objects, grid_pieces  # noqa: F401 - benchmarks import both from here
+from sam3tiles.testing.demo import write_scene
 
 CACHE = Path(__file__).resolve().parent / ".cache"
 
@@ -42,7 +42,7 @@ def hard_objects(width: int, height: int, seed: int = 0, tile: int = 1008, gap: 
     import shapely
     from shapely import affinity
 
-    from sam3tiles.demo import GAP
+    from sam3tiles.testing.demo import GAP
 
     rng = np.random.default_rng(seed)
     placed: list = []

@@ -4,8 +4,8 @@
     python examples/make_data.py --only aerial   # one of: aerial, parking, panels
     sam3tiles run configs/buildings.yaml
 
-The scenes come from `sam3tiles.demo.write_scene`: UTM 33N, 0.3 m pixels, origin (500000, 4100000), in the
-colours the reference backend finds by name ('blue' buildings, 'red' vehicles, 'yellow' fields). The
+The scenes come from `sam3tiles.testing.demo.write_scene`: UTM 33N, 0.3 m pixels, origin (500000, 4100000), in
+the colours the reference backend finds by name ('blue' buildings, 'red' vehicles, 'yellow' fields). The
 truth of each scene is written beside it (`<name>-truth.gpkg`) for `sam3tiles evaluate`.
 
 The microscopy job (configs/nuclei.yaml) has its own generator; see that file.
@@ -48,7 +48,7 @@ def panel_layout(width: int, height: int) -> list[tuple[str, object]]:
 
 def make(out: Path, only: str | None = None, quiet: bool = False) -> dict[str, Path]:
     """Write the scenes (skipping one that exists with its truth) and return {name: path}."""
-    from sam3tiles.demo import write_scene
+    from sam3tiles.testing.demo import write_scene
     from sam3tiles.writers import write_vector
 
     for folder in (out, out.parent / "out"):  # the scenes, and the folder the jobs write to

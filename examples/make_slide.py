@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None, help="compression threads (default: tifffile's)")
     args = ap.parse_args(argv)
 
-    from sam3tiles.slidegen import Pyramid, write_slide
+    from sam3tiles.testing.slidegen import Pyramid, write_slide
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

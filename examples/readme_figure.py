@@ -15,7 +15,7 @@ import rasterio
 from PIL import Image, ImageDraw
 from rasterio.windows import Window
 
-from sam3tiles.grid import TileGrid
+from sam3tiles.tiling.grid import TileGrid
 
 
 def main(demo_dir: str = "sam3tiles-demo", out: str = "docs/demo.png", x0: int = 560, y0: int = 560,

@@ -4,13 +4,13 @@ Aspect-preserving overlapping tiles, one image embedding per tile, text or examp
 merged across seams into polygons in the source CRS. See `sam3tiles.segment`.
 """
 
-from .limits import ease_reservations
+from .run.limits import ease_reservations
 
 ease_reservations()  # under `ulimit -v`: before pyarrow loads (it reads its allocator's settings then)
 
 from .api import segment, segment_report
 from .options import Options
-from .prompts import GeoBox
+from .prompts.prompt import GeoBox
 from .version import __version__
 
 __all__ = ["segment", "segment_report", "Options", "GeoBox", "__version__"]

@@ -10,9 +10,9 @@ from typing import Any, Callable, Iterable, ParamSpec, Sequence, Union
 import geopandas as gpd
 
 from .options import Options
-from .pipeline import segment_job
-from .prompts import GeoBox
-from .report import RunReport
+from .prompts.prompt import GeoBox
+from .run.pipeline import segment_job
+from .run.report import RunReport
 
 #: What `segment` takes as inputs: a path, URL or glob, an open rasterio dataset, or a list of them.
 Inputs = Union[str, os.PathLike, Any, Iterable[Union[str, os.PathLike, Any]]]
@@ -60,7 +60,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             a list of them.
         box_file: a vector file of example boxes (any CRS; optional 'label' column 1/0).
         example_images: exemplars from other images, "PATH[,neg]" or a `pathlib.Path` (a folder or glob:
-            every image in it), one or a list; see `sam3tiles.chips`.
+            every image in it), one or a list; see `sam3tiles.prompts.chips`.
         out: write the objects there (.gpkg, .parquet, .fgb, .geojson, .coco.json; "name.parquet/": a
             partitioned GeoParquet dataset), or into a folder (one .gpkg per input); with `out`,
             checkpoints are kept beside it and a rerun resumes.
@@ -83,7 +83,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
         bands, squash: bands as (R, G, B) or one band, 1-based; the whole image as one squashed tile.
         refine, refine_depth: "auto": a tile where a prompt hits SAM 3's 200-object cap is re-run as
             sub-tiles at twice the zoom, for that prompt, up to `refine_depth` doublings; "off" (see
-            `sam3tiles.refine`).
+            `sam3tiles.tiling.refine`).
         min_area, max_area, simplify: drop smaller / larger objects (the area column's units: m² on a lon/lat
             CRS, else CRS units²); simplify polygons (metres on a lon/lat CRS, else CRS units).
         min_score: drop objects scored below it (0.5..1; the graphs already drop scores below 0.5).
@@ -96,8 +96,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             (see `Options`).
         verify_inputs: tell changed inputs by a hash of their content (checkpoints), not size/time/ETag.
         box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
-            free margin, see `sam3tiles.exemplars`); "tile": a box acts only in the tiles it lies in.
-        asset, progress_format: STAC inputs' asset key; "bar", or "json" lines on stderr (`sam3tiles.progress`).
+            free margin, see `sam3tiles.prompts.exemplars`); "tile": a box acts only in the tiles it lies in.
+        asset, progress_format: STAC inputs' asset key; "bar", or "json" lines on stderr (`run.progress`).
 
     Huge jobs: `segment_report(...)` (same arguments) returns only the `RunReport`, never every object.
     """

@@ -30,13 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .errors import JobFileError, Sam3TilesError, worded
 from .options import Opt, Options, cross_problems, type_hints
-from .pipeline import execute
-from .plan import RunPlan, plan_run
-from .prompts import GeoBox
-from .readers.remote import is_remote
-from .targets import Targets
-from .wording import raw, render
 from .options import fields as registry_fields
+from .prompts.prompt import GeoBox
+from .readers.remote import is_remote
+from .run.pipeline import execute
+from .run.plan import RunPlan, plan_run
+from .run.targets import Targets
+from .wording import raw, render
 
 __all__ = ["Job", "LoadedJob", "load_job", "parse_job", "job_options", "job_call", "plan_job", "run_job"]
 
@@ -61,7 +61,8 @@ class Prompts(_Section):
     boxes: list[str] = Field(default_factory=list)
     box_file: str | None = None
     box_scope: Literal["image", "tile"] = "image"  # image: boxes act in every tile; tile: where they lie
-    example_images: list[str] = Field(default_factory=list)  # "PATH[,neg]", a folder or a glob (sam3tiles.chips)
+    # "PATH[,neg]", a folder or a glob (sam3tiles.prompts.chips)
+    example_images: list[str] = Field(default_factory=list)
 
     _lists = field_validator("text", "boxes", "example_images", mode="before")(_as_list)
 

@@ -28,19 +28,20 @@ from typing import Any, Callable, Iterator, Sequence
 
 from . import wording
 from .errors import UsageError
-from .grid import DEFAULT_OVERLAP, MIN_TILE, TILE_SIZE, max_overlap
 from .model.providers import DEVICES, PRECISIONS, precision_problem
 from .model.registry import RuntimeSpec, available_backends
 from .model.runtime import MODEL_SIZE
-from .progress import PROGRESS_FORMATS
 from .readers.base import parse_bands
-from .refine import DEFAULT_DEPTH, MAX_DEPTH, MODES as REFINE_MODES
-from .vectorize import EDGE_MARGIN
+from .tiling.grid import DEFAULT_OVERLAP, MIN_TILE, TILE_SIZE, max_overlap
+from .tiling.refine import DEFAULT_DEPTH, MAX_DEPTH, MODES as REFINE_MODES
+from .vectorize.pieces import EDGE_MARGIN
 
 __all__ = ["Opt", "opt", "Options", "declarations", "DEVICES", "ARGUMENTS"]
 
 #: Commands that take registry options on the command line.
 COMMANDS = ("segment", "plan", "run")
+#: Values of `progress_format` (`run.progress.progress_bar` draws each).
+PROGRESS_FORMATS = ("bar", "json")
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ class Options:
                        commands=("segment", "plan"))
     refine: str = opt(REFINE_MODES[0], "auto: a tile where a prompt hits SAM 3's 200-object cap is re-run as 4 sub-tiles "
                                        "at twice the zoom, for that prompt only, recursively where still saturated "
-                                       "(see sam3tiles.refine); off: such tiles are only reported.",
+                                       "(see sam3tiles.tiling.refine); off: such tiles are only reported.",
                       job="tiling.refine", flags=("--refine",), commands=("segment", "plan"), choices=REFINE_MODES)
     refine_depth: int = opt(DEFAULT_DEPTH, "Zoom doublings refinement may apply at most.", job="tiling.refine_depth",
                             flags=("--refine-depth",), commands=("segment", "plan"), ge=0, le=MAX_DEPTH,
@@ -227,7 +228,7 @@ class Options:
     # -- where GIS tools drive the run (issue 23) ------------------------------------------------------
     progress_format: str = opt("bar", "bar: a progress bar (none with -q); json: one JSON line per update on "
                                       "stderr, even with -q, for programs driving the command line (the QGIS "
-                                      "provider; see sam3tiles.progress).",
+                                      "provider; see sam3tiles.run.progress).",
                                flags=("--progress",), commands=("segment",), choices=PROGRESS_FORMATS)
 
     def __post_init__(self) -> None:

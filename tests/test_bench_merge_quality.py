@@ -32,7 +32,7 @@ def test_merge_quality_benchmark_smoke(capsys):
 
 
 def test_behaviours_combine_and_hard_scenes_hold_their_objects():
-    from sam3tiles.model.misbehaving import BEHAVIOURS, behaviour
+    from sam3tiles.testing.misbehaving import BEHAVIOURS, behaviour
 
     both = behaviour("grow+miss")
     assert both.grow == BEHAVIOURS["grow"].grow and both.miss == BEHAVIOURS["miss"].miss and both.split == 0

@@ -14,12 +14,12 @@ import pytest
 import shapely
 from click.testing import CliRunner
 
-from sam3tiles.checkpoint import stored_rows
 from sam3tiles.cli.main import cli
 from sam3tiles.errors import UsageError
-from sam3tiles.pipeline import segment_job
-from sam3tiles.prompts import GeoBox
-from sam3tiles.runner import _BatchedPuts
+from sam3tiles.prompts.prompt import GeoBox
+from sam3tiles.run.checkpoint import stored_rows
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.run.runner import _BatchedPuts
 from test_exemplars import _box_arg, _crs, _far_exemplar, _scene
 
 
@@ -89,7 +89,7 @@ def logging_levels():
 
 
 def test_verbosity_flags_mean_the_same_before_and_after_the_subcommand(tmp_path, monkeypatch, logging_levels):
-    import sam3tiles.pipeline as pipeline
+    import sam3tiles.run.pipeline as pipeline
 
     def boom(*a, **k):
         raise RuntimeError("planted bug")

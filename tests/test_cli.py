@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import sam3tiles
 from sam3tiles.cli.main import cli
-from sam3tiles.demo import write_scene
+from sam3tiles.testing.demo import write_scene
 
 
 @pytest.fixture(scope="module")

@@ -92,7 +92,7 @@ def _crop(pass_index, cells, score, cell0=(10, 10), shape=(12, 12)):
     """An InstanceCrop whose mask is `cells` (row, col ranges inside a `shape` crop at `cell0`)."""
     import numpy as np
 
-    from sam3tiles.vectorize import InstanceCrop
+    from sam3tiles.vectorize.pieces import InstanceCrop
 
     probs = np.zeros(shape, np.float16)
     (r0, r1), (c0, c1) = cells
@@ -102,7 +102,7 @@ def _crop(pass_index, cells, score, cell0=(10, 10), shape=(12, 12)):
 
 
 def test_passes_fold_one_object_keep_the_better_score_and_every_distinct_one():
-    from sam3tiles.vectorize import merge_passes
+    from sam3tiles.vectorize.pieces import merge_passes
 
     a0 = _crop(0, ((2, 8), (2, 8)), 0.80)
     b0 = _crop(0, ((0, 4), (0, 4)), 0.70, cell0=(40, 40))
@@ -124,7 +124,7 @@ def test_passes_fold_one_object_keep_the_better_score_and_every_distinct_one():
 def test_negatives_go_into_every_pass_or_the_tile_is_refused():
     from sam3tiles.errors import PromptError
     from sam3tiles.model.runtime import ExampleBox
-    from sam3tiles.prompts import box_passes
+    from sam3tiles.prompts.prompt import box_passes
 
     pos = [ExampleBox((0.1 * i + 0.05, 0.5, 0.02, 0.02), True) for i in range(5)]
     neg = [ExampleBox((0.5, 0.1 * i + 0.05, 0.02, 0.02), False) for i in range(3)]
@@ -150,8 +150,8 @@ def test_a_negative_only_prompt_is_refused_by_the_api_before_any_work(scene, tmp
 def test_tiles_an_earlier_version_stored_with_every_pass_are_computed_again(scene, tmp_path, monkeypatch):
     """A work folder of a version before passes were one answer holds, for a tile of several passes, every
     pass's objects: a rerun must not take them for this version's answer."""
-    from sam3tiles import runner, tasks
-    from sam3tiles.pipeline import segment_job
+    from sam3tiles.run import runner, tasks
+    from sam3tiles.run.pipeline import segment_job
 
     path, truth = scene
     boxes = _blue_boxes(truth, 17)
@@ -171,7 +171,7 @@ def test_tiles_an_earlier_version_stored_with_every_pass_are_computed_again(scen
 def test_a_small_object_one_pass_saw_a_cell_larger_all_round_is_folded_and_a_fused_pair_gives_way():
     """A 3 x 6 cell object that another pass returned grown by a cell on every side (5 x 8: IoU 0.45) is one
     object; so is a pair one pass saw fused and another pass as two: the better-scored answer stays."""
-    from sam3tiles.vectorize import merge_passes
+    from sam3tiles.vectorize.pieces import merge_passes
 
     small = _crop(0, ((4, 7), (3, 9)), 0.8)
     grown = _crop(1, ((3, 8), (2, 10)), 0.7)

@@ -25,11 +25,11 @@ import numpy as np
 import pytest
 import shapely
 
-from sam3tiles.model.registry import runtime_stats
-from sam3tiles.demo import write_scene
 from sam3tiles.merge import merge_blocked, merge_pieces, tile_blocks
-from sam3tiles.pipeline import segment_job
+from sam3tiles.model.registry import runtime_stats
+from sam3tiles.run.pipeline import segment_job
 from sam3tiles.testing import grid_pieces
+from sam3tiles.testing.demo import write_scene
 
 distributed = pytest.importorskip("distributed")
 

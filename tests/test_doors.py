@@ -16,10 +16,10 @@ from affine import Affine
 from rasterio.crs import CRS
 
 import sam3tiles
-from sam3tiles.demo import write_scene
 from sam3tiles.errors import UsageError
 from sam3tiles.readers.remote import source_name
-from sam3tiles.report import RunReport
+from sam3tiles.run.report import RunReport
+from sam3tiles.testing.demo import write_scene
 from sam3tiles.units import Frame, area_column
 
 FT = 0.3048  # metres per international foot
@@ -150,8 +150,8 @@ def test_outlines_contrast_with_a_background_of_their_own_colour(tmp_path, promp
     light colour, light for a dark one) keeps it visible."""
     from shapely.geometry import box
 
-    from sam3tiles import quicklook
-    from sam3tiles.runner import InputResult
+    from sam3tiles.run.runner import InputResult
+    from sam3tiles.writers import quicklook
     from sam3tiles.writers.qupath import class_colour
 
     colour = class_colour(prompt)
@@ -173,8 +173,8 @@ def test_every_polygon_of_an_object_is_outlined_and_a_tiny_one_is_a_dot(tmp_path
     an object smaller than 1.5 preview pixels either way is a dot in the prompt's colour on its halo."""
     from shapely.geometry import GeometryCollection, LineString, MultiPolygon, box
 
-    from sam3tiles import quicklook
-    from sam3tiles.runner import InputResult
+    from sam3tiles.run.runner import InputResult
+    from sam3tiles.writers import quicklook
     from sam3tiles.writers.qupath import class_colour
 
     src = _flat_raster(tmp_path / "g.tif", 400, 300, (90, 90, 90))
@@ -198,7 +198,7 @@ def test_every_polygon_of_an_object_is_outlined_and_a_tiny_one_is_a_dot(tmp_path
 
 def test_an_image_without_overviews_is_drawn_by_a_bounded_decimated_read(tmp_path, monkeypatch):
     """A 4200x4000 GeoTIFF without overviews (over the old 16 Mpx budget) was drawn as flat grey."""
-    from sam3tiles import quicklook
+    from sam3tiles.writers import quicklook
 
     src = _flat_raster(tmp_path / "big.tif", 4200, 4000, (0, 0, 0), gradient=True)
     with rasterio.open(src) as s:
@@ -212,7 +212,7 @@ def test_an_image_without_overviews_is_drawn_by_a_bounded_decimated_read(tmp_pat
 
 
 def test_demo_scene_has_overviews(tmp_path):
-    from sam3tiles.demo import add_overviews
+    from sam3tiles.testing.demo import add_overviews
 
     scene = write_scene(tmp_path / "scene.tif", 1100, 900, seed=1).path
     assert add_overviews(scene) == [2, 4] and rasterio.open(scene).overviews(1) == [2, 4]

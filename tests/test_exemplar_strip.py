@@ -18,12 +18,12 @@ from PIL import Image
 from benchmarks.bench_exemplar_sizes import crs_box, pick, score, write_chip, write_scene
 from sam3tiles.cli.main import cli
 from sam3tiles.errors import BandError, InputDataError, UsageError
-from sam3tiles.exemplars import GUARD, LIMIT, plan_tile
-from sam3tiles.grid import TileGrid
-from sam3tiles.pipeline import segment_job
-from sam3tiles.prompts import GeoBox, Prompt
-from sam3tiles.strip import choose_strip, fits
+from sam3tiles.prompts.exemplars import GUARD, LIMIT, plan_tile
+from sam3tiles.prompts.prompt import GeoBox, Prompt
+from sam3tiles.prompts.strip import choose_strip, fits
+from sam3tiles.run.pipeline import segment_job
 from sam3tiles.testing import write_raster
+from sam3tiles.tiling.grid import TileGrid
 
 REF = {"backend": "reference", "checkpoint": False}
 
@@ -61,7 +61,7 @@ def test_the_strip_never_covers_a_core_and_the_cores_still_partition_the_image()
         assert choice.strip >= patch and fits(patch, patch, choice.tile_size, 256)
         grid = TileGrid(3100, 2900, tile_size=choice.tile_size, overlap=256)
         boxes = [GeoBox(10, 10, 10 + side, 10 + side), GeoBox(40, 40, 60, 60, positive=False)]
-        from sam3tiles.exemplars import Exemplar
+        from sam3tiles.prompts.exemplars import Exemplar
 
         ex = [Exemplar(i, b, np.zeros((3, int(b.maxy - b.miny) + 17, int(b.maxx - b.minx) + 17), np.uint8),
                        np.ones((int(b.maxy - b.miny) + 17, int(b.maxx - b.minx) + 17), bool), (8, 8, 8 + b.maxx - b.minx,

@@ -16,10 +16,10 @@ from onnx_graphs import build_contract_models
 from shapely.geometry import box
 
 from sam3tiles.evaluate import evaluate_class
-from sam3tiles.exemplars import GUARD, MAX_PASTES, Exemplar, InputExemplars, place, plan_tile
-from sam3tiles.grid import TileGrid
-from sam3tiles.pipeline import segment_job
-from sam3tiles.prompts import GeoBox, Prompt, tile_boxes
+from sam3tiles.prompts.exemplars import GUARD, MAX_PASTES, Exemplar, InputExemplars, place, plan_tile
+from sam3tiles.prompts.prompt import GeoBox, Prompt, tile_boxes
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.tiling.grid import TileGrid
 
 T = Affine(0.5, 0, 400000, 0, -0.5, 5000000)
 BG = (92, 112, 84)
@@ -199,9 +199,9 @@ def test_screen_drops_copies_and_clips_real_objects_reaching_the_core():
     """On an interior tile with a paste in its top-left corner: a detection on the paste alone is dropped;
     one running from the paste into the core is kept without the pasted pixels and marked cut (the
     neighbours see what the paste hides); one elsewhere is untouched."""
-    from sam3tiles.exemplars import TilePastes
     from sam3tiles.model.runtime import Detections, TileImage
-    from sam3tiles.vectorize import pieces_from_crops
+    from sam3tiles.prompts.exemplars import TilePastes
+    from sam3tiles.vectorize.pieces import pieces_from_crops
 
     tile = TileGrid(3000, 3000).tile(1, 1)
     rgb, valid = np.full((3, 60, 60), 200, np.uint8), np.ones((60, 60), bool)

@@ -29,10 +29,10 @@ import rasterio
 from click.testing import CliRunner
 from shapely.geometry import box
 
-from sam3tiles.checkpoint import stored_rows
 from sam3tiles.cli.main import cli
-from sam3tiles.demo import CRS_DEMO
-from sam3tiles.pipeline import segment_job
+from sam3tiles.run.checkpoint import stored_rows
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.testing.demo import CRS_DEMO
 
 from sam3tiles.testing import RED
 from sam3tiles.testing import blob_image as _image
@@ -257,7 +257,7 @@ def test_a_remote_file_replaced_during_the_run_fails_it(tmp_path):
     a = _write(tmp_path / "a.tif", np.concatenate([_image()] * 3, axis=2), **kw)
     b = _write(tmp_path / "b.tif", np.concatenate([_image(RED)] * 3, axis=2), **kw)
     from sam3tiles.options import Options
-    from sam3tiles.plan import plan_run
+    from sam3tiles.run.plan import plan_run
 
     handler = type("H", (_Swapping,), {"versions": [a.read_bytes(), b.read_bytes()], "switch_after": 10 ** 9})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -498,7 +498,7 @@ def _rows(db) -> int:
 def _lose_the_worker(scheduler, tmp_path, timeout, rejoin):
     import time
 
-    from sam3tiles.demo import write_scene
+    from sam3tiles.testing.demo import write_scene
 
     src = tmp_path / "scene.tif"
     write_scene(src, 1700, 1200, 3)  # 12 tiles of 512 px
@@ -549,7 +549,7 @@ def _kill_at_the_first_merge(monkeypatch, worker, address, rejoin):
     """Forces the moment: the worker is killed just after the run handed it a merge block's pieces, and the
     scheduler has dropped it before the run goes on (the scheduler forgets data only that worker held).
     Returns what happened: the second worker started when `rejoin`."""
-    from sam3tiles import runner
+    from sam3tiles.run import runner
 
     real, seen = runner._submit_on, {}
 
@@ -577,7 +577,7 @@ def test_a_worker_lost_holding_a_merge_block_is_a_lost_worker(scheduler, tmp_pat
     """The worker dies while it holds a merge block's pieces (the scheduler forgets data it cannot recompute,
     and cancels its futures "already forgotten"): exit 4 after the worker timeout, checkpoints kept, as at
     any other moment; a worker that joins in time finishes the run (exit 0), the merge redone there."""
-    from sam3tiles.demo import write_scene
+    from sam3tiles.testing.demo import write_scene
 
     src = tmp_path / "scene.tif"
     write_scene(src, 1000, 900, 3)  # 4 tiles of 512 px: one merge block, merged when the last tile is in
@@ -638,7 +638,7 @@ def test_a_run_under_a_moderate_address_space_limit_finishes(tmp_path, mb, backe
     """Round 3 saw 1.5 GB finish, yet 1.5 to 2 GB was refused; and at 2.1 GB pyarrow's allocator reserved
     1 GiB (it had room) and the run could not start a thread (exit 1). Both finish: the limits module
     shrinks those reservations under a limit and asks only for what the run needs (issue 36)."""
-    from sam3tiles.demo import write_scene
+    from sam3tiles.testing.demo import write_scene
     from sam3tiles.testing.graphs import build_contract_models
 
     src = tmp_path / "scene.tif"
@@ -728,7 +728,7 @@ def test_a_thread_keeps_its_dataset_of_the_same_content_read_with_other_bands(tm
     prompt's --bands, the same identity) keeps its dataset."""
     import threading
 
-    from sam3tiles import tasks
+    from sam3tiles.run import tasks
 
     a = _write(tmp_path / "a.tif", _image())
     out = {}

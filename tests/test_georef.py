@@ -9,9 +9,9 @@ from affine import Affine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sam3tiles.grid import TileGrid
 from sam3tiles.model.runtime import MASK_SIZE, MODEL_SIZE, Detections
-from sam3tiles.vectorize import crop_detections, pieces_from_crops
+from sam3tiles.tiling.grid import TileGrid
+from sam3tiles.vectorize.pieces import crop_detections, pieces_from_crops
 
 CELL = MODEL_SIZE / MASK_SIZE  # 3.5 tile pixels per mask cell
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from sam3tiles.cli.main import cli
-from sam3tiles.demo import write_scene
+from sam3tiles.testing.demo import write_scene
 
 OGRINFO = Path("/usr/bin/ogrinfo")
 SYSTEM_PYTHON = Path("/usr/bin/python3")

@@ -18,7 +18,7 @@ import sam3tiles
 from sam3tiles.cli.main import cli
 from sam3tiles.errors import ModelError
 from sam3tiles.model.providers import CPU, CUDA, TENSORRT, cpu_fallback, requested
-from sam3tiles.pipeline import segment_job
+from sam3tiles.run.pipeline import segment_job
 from sam3tiles.testing import write_raster
 from sam3tiles.testing.graphs import build_contract_models
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sam3tiles.errors import UsageError
-from sam3tiles.grid import TileGrid, scale_for_gsd, squash_tile
+from sam3tiles.tiling.grid import TileGrid, scale_for_gsd, squash_tile
 
 dims = st.integers(min_value=1, max_value=9000)
 scales = st.sampled_from([0.25, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0])

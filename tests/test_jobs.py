@@ -14,9 +14,9 @@ import yaml
 from click.testing import CliRunner
 
 from sam3tiles.cli.main import cli
-from sam3tiles.demo import write_scene
 from sam3tiles.errors import JobFileError
 from sam3tiles.jobs import job_call, load_job, parse_job
+from sam3tiles.testing.demo import write_scene
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -133,7 +133,7 @@ def test_paths_resolve_against_the_job_folder_and_globs_expand(tmp_path):
 
 
 def test_labels_go_to_segment_job_as_a_target(tmp_path):
-    from sam3tiles.targets import Targets
+    from sam3tiles.run.targets import Targets
 
     (tmp_path / "a.tif").write_bytes(b"x")
     lj = parse_job("inputs: [a.tif]\nprompts: {text: nucleus}\noutput: {path: n.gpkg, labels: n-labels.tif}\n",

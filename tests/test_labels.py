@@ -25,7 +25,7 @@ from affine import Affine
 from click.testing import CliRunner
 
 from sam3tiles.errors import OutputError, UsageError
-from sam3tiles.slidegen import PIXEL_UM, Pyramid, write_slide
+from sam3tiles.testing.slidegen import PIXEL_UM, Pyramid, write_slide
 from sam3tiles.writers.labels import check_labels, write_labels
 from sam3tiles.writers.pyramid import Levels
 
@@ -185,7 +185,7 @@ def test_a_full_disk_while_writing_labels_leaves_nothing_and_never_a_wrong_file(
     """A real full disk (a small tmpfs) at every stage of each format: the writer fails with an error that says
     so (or succeeds, and then the file holds the labels), and nothing of it stays on the disk: no temporary
     file, no scratch pyramid, no temporary store that zarr's writer threads still wrote after the failure."""
-    from sam3tiles.checks import is_disk_full
+    from sam3tiles.run.checks import is_disk_full
 
     gdf = discs(300, 1300, 1100, seed=3)
     want = burnt(gdf, 1300, 1100)
@@ -216,7 +216,7 @@ def test_a_full_disk_while_writing_labels_leaves_nothing_and_never_a_wrong_file(
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory):
-    from sam3tiles.demo import write_scene
+    from sam3tiles.testing.demo import write_scene
 
     return write_scene(tmp_path_factory.mktemp("scene") / "scene.tif", 1300, 1100, 5)
 

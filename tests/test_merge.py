@@ -8,12 +8,12 @@ import shapely
 from affine import Affine
 from shapely.geometry import box
 
-from sam3tiles.grid import TileGrid
-from sam3tiles.testing import frames_and_pieces
 from sam3tiles.merge import merge_pieces
-from sam3tiles.tileframe import tile_frame
-from sam3tiles.pipeline import segment_job
-from sam3tiles.vectorize import Pieces
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.testing import frames_and_pieces
+from sam3tiles.tiling.frame import tile_frame
+from sam3tiles.tiling.grid import TileGrid
+from sam3tiles.vectorize.pieces import Pieces
 
 from sam3tiles.testing import write_raster
 
@@ -146,7 +146,7 @@ def test_linked_slivers_beside_an_owned_object_are_dropped():
 def test_tile_windows_at_once_are_the_frames_windows(transform, scale):
     """`tile_windows` (what the block merge builds up front) gives each tile's frame window to the bit,
     north-up or rotated, at any zoom; frames set on `TileFrames` (sub-tiles) are taken as they are."""
-    from sam3tiles.tileframe import TileFrames, tile_windows
+    from sam3tiles.tiling.frame import TileFrames, tile_windows
 
     g = TileGrid(5300, 4100, transform=transform, scale=scale)
     tiles = list(g)

@@ -11,18 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from shapely.geometry import MultiPolygon, box
 
-from sam3tiles.demo import write_scene
 from sam3tiles.evaluate import evaluate
-from sam3tiles.grid import TileGrid
 from sam3tiles.merge import merge_pieces
-from sam3tiles.model.misbehaving import BEHAVIOURS, Behaviour, MisbehavingRuntime, behaviour
 from sam3tiles.model.reference import ReferenceRuntime
 from sam3tiles.model.runtime import MODEL_SIZE, TileImage
-from sam3tiles.piecekey import tile_of
-from sam3tiles.pipeline import segment_job
+from sam3tiles.run.pipeline import segment_job
 from sam3tiles.testing import frames_and_pieces
-from sam3tiles.tileframe import tile_frame
-from sam3tiles.vectorize import EDGE_MARGIN, Pieces, tile_key
+from sam3tiles.testing.demo import write_scene
+from sam3tiles.testing.misbehaving import BEHAVIOURS, Behaviour, MisbehavingRuntime, behaviour
+from sam3tiles.tiling.frame import tile_frame
+from sam3tiles.tiling.grid import TileGrid
+from sam3tiles.tiling.piecekey import tile_of
+from sam3tiles.vectorize.pieces import EDGE_MARGIN, Pieces, tile_key
 
 # -- the wrapper ------------------------------------------------------------------------------------------
 

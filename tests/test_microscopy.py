@@ -35,12 +35,12 @@ from rasterio.windows import Window
 
 from sam3tiles.errors import BandError, InputDataError, UsageError
 from sam3tiles.evaluate import evaluate
-from sam3tiles.grid import TileGrid
-from sam3tiles.writers import NO_CRS_NOTE, write_vector
-from sam3tiles.pipeline import segment_job
-from sam3tiles.readers.slide import SlideSource, is_slide
-from sam3tiles.slidegen import Pyramid, write_slide
 from sam3tiles.readers import open_source
+from sam3tiles.readers.slide import SlideSource, is_slide
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.testing.slidegen import Pyramid, write_slide
+from sam3tiles.tiling.grid import TileGrid
+from sam3tiles.writers import NO_CRS_NOTE, write_vector
 
 BF_PROMPTS = ["indigo", "crimson"]
 
@@ -94,7 +94,7 @@ def test_is_slide_only_for_ome_and_pyramids(slides, tmp_path):
     plain = tmp_path / "plain.tif"
     tifffile.imwrite(plain, np.zeros((64, 80, 3), np.uint8), photometric="rgb")
     assert not is_slide(plain)  # a plain TIFF stays with rasterio
-    from sam3tiles.demo import write_scene
+    from sam3tiles.testing.demo import write_scene
 
     geo = write_scene(tmp_path / "geo.tif", 300, 200, seed=0).path
     assert not is_slide(geo)  # GeoTIFFs stay with rasterio
@@ -287,7 +287,7 @@ def test_sixteen_bit_fluorescence_is_stretched_once(slides):
         img = src.read_tile(tile)
         classes = np.zeros(img.valid.shape, bool)
         vw, vh = tile.valid_wh
-        from sam3tiles.slidegen import render_classes
+        from sam3tiles.testing.slidegen import render_classes
 
         objs = render_classes(slide.objects, tile.x0, tile.y0, tile.x0 + vw, tile.y0 + vh)
         classes[:vh, :vw] = objs > 0

@@ -13,14 +13,14 @@ import shapely
 import tifffile
 
 import sam3tiles
-from sam3tiles.frames import file_metadata
-from sam3tiles.napari_reader import get_reader
-from sam3tiles.pipeline import segment_job
-from sam3tiles.slidegen import Pyramid, write_slide
+from sam3tiles.integrations.napari import get_reader
+from sam3tiles.run.frames import file_metadata
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.testing.slidegen import Pyramid, write_slide
 from sam3tiles.writers import write_vector
 
 npe2 = pytest.importorskip("npe2")
-MANIFEST = Path(sam3tiles.__file__).parent / "napari.yaml"
+MANIFEST = Path(sam3tiles.__file__).parent / "integrations" / "napari.yaml"
 PROMPTS = ["indigo", "crimson"]
 
 
@@ -60,8 +60,9 @@ def _pixel(v: float) -> int:
 def test_entry_point_names_the_manifest():
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((Path(sam3tiles.__file__).parent.parent / "pyproject.toml").read_text())
-    assert project["project"]["entry-points"]["napari.manifest"] == {"sam3tiles": "sam3tiles:napari.yaml"}
-    assert "napari.yaml" in project["tool"]["setuptools"]["package-data"]["sam3tiles"]
+    manifest = {"sam3tiles": "sam3tiles.integrations:napari.yaml"}
+    assert project["project"]["entry-points"]["napari.manifest"] == manifest
+    assert "napari.yaml" in project["tool"]["setuptools"]["package-data"]["sam3tiles.integrations"]
     assert npe2.PluginManifest.from_file(MANIFEST).name == project["project"]["name"]
     assert "npe2" in " ".join(project["project"]["optional-dependencies"]["napari"])
 

@@ -14,7 +14,7 @@ from sam3tiles.testing.graphs import build_contract_models
 from shapely.geometry import box
 
 from sam3tiles.cli.main import cli
-from sam3tiles.pipeline import segment_job
+from sam3tiles.run.pipeline import segment_job
 
 BG = (92, 112, 84)
 T = Affine(0.5, 0, 400000, 0, -0.5, 5000000)
@@ -158,7 +158,7 @@ def test_merged_geometry_is_valid_and_single(tmp_path, colour_models):
 def test_one_mask_per_prompt_graphs_cover_the_scene(tmp_path):
     """Contract graphs that answer each prompt with ONE mask holding every match (grid=1: N <= 1 per tile
     and prompt, as SAM 3 answers concept prompts): the merge keeps every region of every tile's mask."""
-    from sam3tiles.demo import write_scene
+    from sam3tiles.testing.demo import write_scene
 
     models = build_contract_models(tmp_path / "model", decoder="colour", grid=1)
     scene = write_scene(tmp_path / "scene.tif", 2300, 1900, seed=7)

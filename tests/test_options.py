@@ -20,12 +20,12 @@ import sam3tiles
 from sam3tiles import api
 from sam3tiles.cli.main import cli
 from sam3tiles.cli.options import registry_options
-from sam3tiles.demo import write_scene
 from sam3tiles.errors import JobFileError, UsageError
 from sam3tiles.jobs import job_section, parse_job
 from sam3tiles.options import Options, declarations, fields, opt
-from sam3tiles.pipeline import segment_job
-from sam3tiles.prompts import GeoBox
+from sam3tiles.prompts.prompt import GeoBox
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.testing.demo import write_scene
 
 MINIMAL = "inputs: [a.tif]\nprompts: {text: [blue]}\noutput: {path: o.gpkg}\n"
 
@@ -151,10 +151,10 @@ def test_each_option_s_own_range_is_checked_once_when_built(name, value):
 
 
 def test_one_statement_of_the_overlap_rule_and_the_devices():
-    from sam3tiles.grid import TileGrid, max_overlap
-    from sam3tiles.model.registry import RuntimeSpec
     from sam3tiles.model.providers import DEVICES
+    from sam3tiles.model.registry import RuntimeSpec
     from sam3tiles.options import declarations
+    from sam3tiles.tiling.grid import TileGrid, max_overlap
 
     for tile_size in (64, 512, 513, 1008):
         most = max_overlap(tile_size)
@@ -212,7 +212,7 @@ def test_help_texts_come_from_the_registry():
 def test_the_onnx_model_folder_is_resolved_on_a_copy(small, tmp_path, monkeypatch):
     from onnx_graphs import build_contract_models
 
-    from sam3tiles.plan import plan_run
+    from sam3tiles.run.plan import plan_run
 
     models = build_contract_models(tmp_path / "model", decoder="colour", grid=1)
     monkeypatch.setenv("SAM3TILES_MODEL_DIR", str(models))

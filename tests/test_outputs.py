@@ -24,13 +24,13 @@ from PIL import Image
 from rasterio.crs import CRS
 
 from sam3tiles.cli.main import cli
-from sam3tiles.demo import COLOURS, layout
 from sam3tiles.errors import UsageError
-from sam3tiles.frames import COLUMNS
-from sam3tiles.pipeline import segment_job
-from sam3tiles.plan import gsd_scale as _gsd_scale
 from sam3tiles.readers import open_source
-from sam3tiles.slidegen import Pyramid, write_slide
+from sam3tiles.run.frames import COLUMNS
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.run.plan import gsd_scale as _gsd_scale
+from sam3tiles.testing.demo import COLOURS, layout
+from sam3tiles.testing.slidegen import Pyramid, write_slide
 from sam3tiles.units import Frame, ome_pixel_size_um, pixel_size
 from sam3tiles.writers import write_vector
 
@@ -330,7 +330,7 @@ def test_min_score_and_max_area(lonlat, tmp_path):
 
 
 def test_preview_outlines_objects_and_is_bounded(lonlat, tmp_path, monkeypatch):
-    from sam3tiles import quicklook
+    from sam3tiles.writers import quicklook
 
     path, cars = lonlat
     out = tmp_path / "cars.gpkg"
@@ -360,7 +360,7 @@ def test_preview_outlines_objects_and_is_bounded(lonlat, tmp_path, monkeypatch):
 def test_preview_of_several_inputs_has_a_panel_each(lonlat, tmp_path):
     import shutil
 
-    from sam3tiles import quicklook
+    from sam3tiles.writers import quicklook
 
     path, cars = lonlat
     other = shutil.copy(path, tmp_path / "other.tif")

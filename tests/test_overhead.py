@@ -4,7 +4,7 @@ test, several tiles a task in process, the garbage collector during a run."""
 
 import numpy as np
 
-from sam3tiles.demo import write_scene
+from sam3tiles.testing.demo import write_scene
 
 
 def test_merge_link_shortcuts_keep_the_areas():
@@ -69,10 +69,10 @@ def test_a_batch_of_tiles_gives_each_tile_its_own_outcome(tmp_path):
 
     from sam3tiles.errors import RasterReadError
     from sam3tiles.model.registry import RuntimeSpec
-    from sam3tiles.tasks import SourceSpec, TilePrompt, TileResult, tile_batch_task
+    from sam3tiles.run.tasks import SourceSpec, TilePrompt, TileResult, tile_batch_task
 
-    from sam3tiles.grid import TileGrid
     from sam3tiles.readers import open_source
+    from sam3tiles.tiling.grid import TileGrid
 
     p = write_scene(tmp_path / "g.tif", 3000, 1000, seed=2).path
     with tifffile.TiffFile(p) as tf:  # a deflate block in row 0 at x 2560-2816: only the last tile reads it
@@ -130,7 +130,7 @@ def test_worker_threads_take_datasets_the_planning_thread_opened(tmp_path, monke
     import threading
 
     import sam3tiles
-    from sam3tiles import tasks
+    from sam3tiles.run import tasks
 
     scene = write_scene(tmp_path / "s.tif", 2600, 1800, seed=4)
     spec = tasks.SourceSpec(str(scene.path), (1, 2, 3), None, "x")

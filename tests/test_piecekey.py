@@ -1,9 +1,9 @@
-"""The merge's order keys (sam3tiles.piecekey): int64 for every tile index a run may have."""
+"""The merge's order keys (sam3tiles.tiling.piecekey): int64 for every tile index a run may have."""
 
 import numpy as np
 
-from sam3tiles.piecekey import MAX_INDEX, ORDER_TILE, PARTS, part_order, piece_order
-from sam3tiles.refine import Refiner
+from sam3tiles.tiling.piecekey import MAX_INDEX, ORDER_TILE, PARTS, part_order, piece_order
+from sam3tiles.tiling.refine import Refiner
 
 
 def _orders(tiles, positions, parts):

@@ -7,8 +7,8 @@ import pytest
 import shapely
 from affine import Affine
 
-from sam3tiles.polygonize import _LARGE_PX, polygonize_crops, shelf_pack
-from sam3tiles.vectorize import InstanceCrop, _cells_for, mask_to_geometry, upsample
+from sam3tiles.vectorize.pieces import InstanceCrop, _cells_for, mask_to_geometry, upsample
+from sam3tiles.vectorize.polygonize import _LARGE_PX, polygonize_crops, shelf_pack
 
 
 def _crop(rng, box, holes=False, kind="blob"):

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from sam3tiles.cli.main import cli
 from sam3tiles.cli.qgis import PLUGIN, plugin_source
-from sam3tiles.demo import write_scene
+from sam3tiles.testing.demo import write_scene
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEM_PYTHON = "/usr/bin/python3"

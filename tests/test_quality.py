@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import shapely
 
-from sam3tiles.demo import write_scene
 from sam3tiles.evaluate import evaluate
-from sam3tiles.grid import TileGrid
-from sam3tiles.pipeline import segment_job
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.testing.demo import write_scene
+from sam3tiles.tiling.grid import TileGrid
 
 SCENES = [(3000, 2500, 3), (4100, 3000, 5), (2600, 4300, 11)]
 
@@ -50,7 +50,7 @@ def test_objects_crossing_seams_come_out_once_and_whole(scene_results):
     scene, tiled, _, rep = scene_results
     grid = TileGrid(scene.width, scene.height)
     # core boundaries in pixels -> CRS lines
-    from sam3tiles.demo import ORIGIN, PIXEL
+    from sam3tiles.testing.demo import ORIGIN, PIXEL
 
     xs = [ORIGIN[0] + (j * grid.stride + grid.overlap / 2) * PIXEL for j in range(1, grid.shape[1])]
     ys = [ORIGIN[1] - (i * grid.stride + grid.overlap / 2) * PIXEL for i in range(1, grid.shape[0])]

@@ -16,20 +16,20 @@ import shapely
 from click.testing import CliRunner
 
 from benchmarks.bench_refine import encodes, vehicles
-from sam3tiles import tasks
 from sam3tiles.cli.main import cli
-from sam3tiles.demo import write_scene
 from sam3tiles.errors import UsageError
 from sam3tiles.evaluate import evaluate
-from sam3tiles.grid import TileGrid
 from sam3tiles.model import reference
 from sam3tiles.model.registry import clear_cache
-from sam3tiles.pipeline import segment_job
-from sam3tiles.prompts import GeoBox, Prompt
-from sam3tiles.refine import NOTHING, RefineHook, Refiner, keep_larger_pieces
-from sam3tiles.tasks import TileResult
-from sam3tiles.tileframe import tile_frame
-from sam3tiles.vectorize import Pieces
+from sam3tiles.prompts.prompt import GeoBox, Prompt
+from sam3tiles.run import tasks
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.run.tasks import TileResult
+from sam3tiles.testing.demo import write_scene
+from sam3tiles.tiling.frame import tile_frame
+from sam3tiles.tiling.grid import TileGrid
+from sam3tiles.tiling.refine import NOTHING, RefineHook, Refiner, keep_larger_pieces
+from sam3tiles.vectorize.pieces import Pieces
 
 CAP = 40
 
@@ -239,7 +239,7 @@ def test_saturated_advice_from_python_names_keywords(uniform, caplog):
 
 def test_slide_sub_tiles_read_the_matching_pyramid_level(cap, tmp_path, monkeypatch):
     from sam3tiles.readers.slide import SlideSource
-    from sam3tiles.slidegen import Pyramid, write_slide
+    from sam3tiles.testing.slidegen import Pyramid, write_slide
 
     slide = write_slide(tmp_path / "bf.ome.tif", 2100, 2100, seed=7, pyramid=Pyramid(levels=2), names=("indigo",), cell=44,
                         fill=0.06, size=(26.0, 36.0))  # nuclei of 13-18 px at scale 0.5

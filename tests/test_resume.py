@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sam3tiles.checkpoint import stored_rows
 from sam3tiles.model.registry import clear_cache
-from sam3tiles.demo import write_scene
-from sam3tiles.pipeline import segment_job
+from sam3tiles.run.checkpoint import stored_rows
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.testing.demo import write_scene
 
 # -- the killed job --------------------------------------------------------------------------------------
 
@@ -203,11 +203,11 @@ def test_added_prompt_computes_only_that_prompt(small, tmp_path):
 def test_example_box_invalidates_only_the_tiles_it_lies_in(small, tmp_path):
     """--box-scope tile: a box reaches the tiles it lies in; image: also every tile it is pasted into, and a
     changed exemplar invalidates exactly the tiles it reached."""
-    from sam3tiles.exemplars import input_exemplars
     from sam3tiles.options import Options
-    from sam3tiles.plan import plan_input
-    from sam3tiles.prompts import GeoBox, Prompt, tile_boxes
+    from sam3tiles.prompts.exemplars import input_exemplars
+    from sam3tiles.prompts.prompt import GeoBox, Prompt, tile_boxes
     from sam3tiles.readers import open_source
+    from sam3tiles.run.plan import plan_input
 
     _run(small.path, ["blue"], tmp_path)
     blue = small.truth[small.truth["class"] == "blue"]
@@ -272,7 +272,7 @@ def test_folder_output_is_written_at_the_end(small, tmp_path):
     its rerun is not stopped by 'output exists'."""
     import shutil
 
-    import sam3tiles.pipeline as pl
+    import sam3tiles.run.pipeline as pl
 
     other = tmp_path / "other.tif"
     shutil.copy(small.path, other)

@@ -22,9 +22,9 @@ import shapely
 from click.testing import CliRunner
 from range_server import serve
 
-from sam3tiles.demo import write_scene
 from sam3tiles.errors import UsageError
-from sam3tiles.pipeline import segment_job
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.testing.demo import write_scene
 from sam3tiles.writers import stream
 
 PROMPTS = ["red", "blue"]
@@ -155,7 +155,7 @@ def test_presigned_url_and_stac_item_give_the_local_objects(served, reference, t
     coll = tmp_path / "search.json"
     coll.write_text(json.dumps({"type": "FeatureCollection", "features": [json.loads((d / "item.json").read_text())
                                                                           | {"links": [{"rel": "self", "href": f"{url}/item.json"}]}]}))
-    from sam3tiles.plan import expand_inputs
+    from sam3tiles.run.plan import expand_inputs
 
     assert expand_inputs(str(coll), "visual") == [f"{url}/scene.tif"]
     lst = tmp_path / "inputs.txt"

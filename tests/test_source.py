@@ -7,9 +7,9 @@ import pytest
 from affine import Affine
 
 from sam3tiles.errors import BandError, RasterReadError
-from sam3tiles.grid import TileGrid
-from sam3tiles.pipeline import segment_job
 from sam3tiles.readers import RasterSource, parse_bands
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.tiling.grid import TileGrid
 
 
 def test_band_selection(raster_factory):
@@ -109,7 +109,7 @@ import rasterio
 from rasterio.env import get_gdal_config
 
 before = get_gdal_config("GDAL_CACHEMAX")
-import sam3tiles, sam3tiles.pipeline, sam3tiles.readers  # noqa: E401,F401  importing configures nothing
+import sam3tiles, sam3tiles.run.pipeline, sam3tiles.readers  # noqa: E401,F401  importing configures nothing
 from sam3tiles.readers import gdal_env
 assert ("GDAL_CACHEMAX" in os.environ) == (sys.argv[1] == "user"), os.environ.get("GDAL_CACHEMAX")
 assert get_gdal_config("GDAL_CACHEMAX") == before

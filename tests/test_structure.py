@@ -1,6 +1,6 @@
-"""The package's shape, checked statically: imports point one way (no cycle among sam3tiles modules), no
-function is longer than 80 lines or takes more than 12 parameters (but `api.segment`). Fails with the cycle
-or the functions named."""
+"""The package's shape, checked statically: imports point one way (no cycle among sam3tiles modules, none up
+a layer, no cycle between its folders), no function is longer than 80 lines or takes more than 12 parameters
+(but `api.segment`). Fails with the imports, the cycle or the functions named."""
 
 from __future__ import annotations
 
@@ -87,6 +87,59 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+#: The layers, top to bottom (docs/architecture.md), by the name under `sam3tiles` (a folder or a root module;
+#: "" is the package's face): a module imports only from its own layer and those below it.
+LAYERS = [
+    {"", "__main__", "cli", "integrations", "testing"},  # the doors, and what sits beside the command line
+    {"api", "jobs"},
+    {"run"},
+    {"options"},
+    {"tiling", "model", "readers", "prompts", "vectorize", "merge", "writers", "evaluate"},  # the stages
+    {"errors", "wording", "units", "version"},  # the values
+]
+
+
+def _part(module: str) -> str:
+    """The name under `sam3tiles` a module belongs to: its folder, or itself at the root."""
+    return module.split(".")[1] if "." in module else ""
+
+
+def _layer_problems(edges: dict[str, set[str]]) -> list[str]:
+    """Imports that point up a layer, cycles between the parts of the package (folders and root modules), and
+    imports of `integrations` or `testing` from anywhere but the command line."""
+    rank = {part: i for i, layer in enumerate(LAYERS) for part in layer}
+    problems = [f"{m} -> {d} (up a layer)" for m, deps in edges.items() for d in deps
+                if rank[_part(d)] < rank[_part(m)]]
+    problems += [f"{m} -> {d} (beside the CLI)" for m, deps in edges.items() for d in deps
+                 if _part(d) in ("integrations", "testing") and _part(m) not in (_part(d), "cli")]
+    parts: dict[str, set[str]] = {}
+    for m, deps in edges.items():
+        parts.setdefault(_part(m), set()).update(_part(d) for d in deps if _part(d) != _part(m))
+    problems += [f"a cycle between {' '.join(c)}" for c in _cycles(parts)]
+    return problems
+
+
+def test_imports_point_down_the_layers():
+    mods = _modules()
+    edges = {m: _imports(m, p, mods) for m, p in mods.items()}
+    assert {_part(m) for m in mods} <= set().union(*LAYERS), "a new folder or root module: give it a layer"
+    assert _layer_problems(edges) == []
+
+
+def test_the_layer_check_finds_an_import_up_and_a_cycle():
+    pairs = [("model.onnx", "run.limits"), ("run.limits", "readers.env"), ("readers.env", "tiling.grid"),
+             ("tiling.grid", "readers.base"), ("merge.blocks", "testing.demo")]
+    edges: dict[str, set[str]] = {}
+    for a, b in pairs:
+        edges.setdefault(f"sam3tiles.{a}", set()).add(f"sam3tiles.{b}")
+        edges.setdefault(f"sam3tiles.{b}", set())
+    assert sorted(_layer_problems(edges)) == [
+        "a cycle between readers tiling",
+        "sam3tiles.merge.blocks -> sam3tiles.testing.demo (beside the CLI)",
+        "sam3tiles.merge.blocks -> sam3tiles.testing.demo (up a layer)",
+        "sam3tiles.model.onnx -> sam3tiles.run.limits (up a layer)"]
+
+
 def test_no_function_over_80_lines():
     long = []
     for name, path in _modules().items():
@@ -119,7 +172,7 @@ def test_no_function_over_12_parameters():
 
 
 def test_the_piece_key_base_lives_in_one_module():
-    # a piece key is tile index * PASSES_PER_TILE + pass: only sam3tiles.piecekey spells its arithmetic
+    # a piece key is tile index * PASSES_PER_TILE + pass: only sam3tiles.tiling.piecekey spells its arithmetic
     import re
 
     here = Path(__file__).parent
@@ -127,7 +180,7 @@ def test_the_piece_key_base_lives_in_one_module():
     found = [f"{p}:{i}" for root in (ROOT, here, here.parent / "benchmarks") for p in sorted(root.rglob("*.py"))
              if p.name != "piecekey.py" and p.name != Path(__file__).name
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
-    assert not found, f"the piece key's arithmetic outside sam3tiles/piecekey.py: {found}"
+    assert not found, f"the piece key's arithmetic outside sam3tiles/tiling/piecekey.py: {found}"
 
 
 def _reader_names() -> tuple[set[str], set[str]]:

@@ -8,10 +8,10 @@ from PIL import Image
 from rasterio.transform import from_origin
 
 import sam3tiles
-from sam3tiles import quicklook as Q
-from sam3tiles.grid import TileGrid
 from sam3tiles.readers import open_source
-from sam3tiles.thumbs import MAX_SIDE, Picture, panel_wh, take
+from sam3tiles.tiling.grid import TileGrid
+from sam3tiles.writers import quicklook as Q
+from sam3tiles.writers.thumbs import MAX_SIDE, Picture, panel_wh, take
 
 
 def _gradient_tif(path, w, h, seed=0):
@@ -109,7 +109,7 @@ def test_the_panel_under_the_outlines_is_every_level_at_three_quarters():
     """The quicklook's picture is dimmed to floor(3 v / 4) per level, exactly, for every level 0-255."""
     from affine import Affine
 
-    from sam3tiles.runner import InputResult
+    from sam3tiles.run.runner import InputResult
     from sam3tiles.units import Frame
 
     rng = np.random.default_rng(5)
@@ -128,7 +128,7 @@ def test_the_quicklook_drawn_beside_the_output_outlines_every_chunk(tmp_path, mo
     `segment` returns."""
     import geopandas as gpd
 
-    from sam3tiles.demo import write_scene
+    from sam3tiles.testing.demo import write_scene
     from sam3tiles.writers import stream
 
     write_scene(tmp_path / "s.tif", 2200, 1700, seed=3)

@@ -16,10 +16,10 @@ from click.testing import CliRunner
 
 import sam3tiles
 from sam3tiles.cli.main import cli
-from sam3tiles.demo import write_scene
 from sam3tiles.errors import JobFileError, OutputExistsError, UsageError, worded
 from sam3tiles.jobs import load_job, run_job
 from sam3tiles.options import ARGUMENTS, Options, fields
+from sam3tiles.testing.demo import write_scene
 from sam3tiles.wording import enable, opt, raw, render
 
 PACKAGE = Path(sam3tiles.__file__).parent

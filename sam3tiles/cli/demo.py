@@ -24,10 +24,10 @@ def demo(ctx, out, size, seed, workers, overwrite):
     """Generate a georeferenced scene (UTM, 0.3 m pixels) with vehicles, buildings and fields of known
     extent; segment it with the reference backend, tiled and --squash; write polygons, an overlay PNG
     and the evaluation of both."""
-    from ..demo import add_overviews, overlay_png, write_scene
     from ..errors import UsageError
     from ..evaluate import evaluate, format_table
-    from ..pipeline import Options, segment_job
+    from ..run.pipeline import Options, segment_job
+    from ..testing.demo import add_overviews, overlay_png, write_scene
 
     try:
         width, height = (int(v) for v in size.lower().split("x"))

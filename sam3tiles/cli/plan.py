@@ -25,10 +25,10 @@ from .options import handle_errors, overwrite_opt, registry_options
 def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **options):
     """Print the tile count, skipped (all-nodata) tiles and a cost estimate for INPUT; optionally write
     the grid."""
-    from ..chips import parse_example_images
-    from ..plan import DECODE_S, ENCODE_S, exemplar_lines, plan_input, refine_line, with_exemplars
-    from ..tilelayer import tile_plan
-    from ..prompts import GeoBox, build_prompts
+    from ..prompts.chips import parse_example_images
+    from ..prompts.prompt import GeoBox, build_prompts
+    from ..run.plan import DECODE_S, ENCODE_S, exemplar_lines, plan_input, refine_line, with_exemplars
+    from ..run.tilelayer import tile_plan
     from ..writers import check_output, write_vector
 
     opts = Options.from_params(options)

@@ -17,7 +17,7 @@ PLUGIN = "sam3tiles_qgis"
 
 def plugin_source() -> Path:
     """The plugin folder shipped as package data (never imported by sam3tiles itself: it needs qgis)."""
-    return Path(__file__).resolve().parents[1] / "qgis_plugin" / PLUGIN
+    return Path(__file__).resolve().parents[1] / "integrations" / "qgis_plugin" / PLUGIN
 
 
 def default_plugins_dir() -> Path:

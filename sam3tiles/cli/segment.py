@@ -46,7 +46,7 @@ def segment(ctx, inputs, texts, boxes, example_images, box_file, out, verbose, q
       sam3tiles segment 'tiles/*.tif' --text car --scale 2 --out cars/
       sam3tiles segment scene.tif --box 500010,4100020,500030,4100035 --out panels.parquet
     """
-    from ..pipeline import segment_job  # geopandas, dask: loaded when a command runs, not for --help
+    from ..run.pipeline import segment_job  # geopandas, dask: loaded when a command runs, not for --help
 
     quiet = quiet + (ctx.obj or {}).get("quiet", 0)
     inputs, out = positional_output(list(inputs), out)

@@ -64,7 +64,7 @@ inside its own tile's core, the cores not grown: they partition the image), the 
 The package: `parts` (a part's columns, its regions, the thresholds), `rules` (rules 0-6 over one pass:
 `merge_pieces`), `stats` (`MergeStats`: the counts and the coverage figures), `blocks` (the same merge by
 spatial blocks, fed tile by tile: `BlockMerger`, `merge_blocked`). A tile's frame in map coordinates
-(`TileFrame`) lives in `sam3tiles.tileframe`; the piece and order keys in `sam3tiles.piecekey`.
+(`TileFrame`) lives in `sam3tiles.tiling.frame`; the piece and order keys in `sam3tiles.tiling.piecekey`.
 """
 
 from __future__ import annotations

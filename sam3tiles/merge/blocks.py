@@ -12,9 +12,9 @@ from typing import Mapping
 import numpy as np
 import shapely
 
-from ..piecekey import ORDER_TILE, piece_order, tile_of
-from ..tileframe import TileFrame, TileFrames
-from ..vectorize import Pieces
+from ..tiling.frame import TileFrame, TileFrames
+from ..tiling.piecekey import ORDER_TILE, piece_order, tile_of
+from ..vectorize.pieces import Pieces
 from .early import EarlyLinks
 from .parts import IOS_MIN, IOU_MIN, Merged
 from .rules import merge_pass, merge_pieces

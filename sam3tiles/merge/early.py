@@ -19,9 +19,9 @@ from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
-from ..piecekey import piece_order
-from ..tileframe import TileFrame
-from ..vectorize import Pieces
+from ..tiling.frame import TileFrame
+from ..tiling.piecekey import piece_order
+from ..vectorize.pieces import Pieces
 from .parts import Cols
 from .rules import band_parts, candidate_pairs, pair_verdicts
 

@@ -12,9 +12,9 @@ import numpy as np
 import shapely
 from shapely.geometry import MultiPolygon
 
-from ..piecekey import tile_of
-from ..tileframe import TileFrame
-from ..vectorize import Pieces
+from ..tiling.frame import TileFrame
+from ..tiling.piecekey import tile_of
+from ..vectorize.pieces import Pieces
 
 IOU_MIN = 0.5
 IOS_MIN = 0.8

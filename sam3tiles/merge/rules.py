@@ -10,9 +10,9 @@ import numpy as np
 import shapely
 from shapely.geometry import Polygon
 
-from ..piecekey import PARTS, part_order, tile_of
-from ..tileframe import TileFrame
-from ..vectorize import EDGE_MARGIN, MASK_CELL, Pieces
+from ..tiling.frame import TileFrame
+from ..tiling.piecekey import PARTS, part_order, tile_of
+from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, PAIR_CHUNK, SLIVER_CELLS,
                     THICK_CELLS, Cols, Merged, edge_dist, polygonal, regions)
 from .stats import MergeStats, count_by_prompt

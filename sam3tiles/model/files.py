@@ -171,9 +171,10 @@ def _bar_class(progress: bool):
 
     if progress:
         return None
-    from ..progress import tqdm_class  # not tqdm.auto: it warns at import in a kernel without ipywidgets
+    # tqdm.std, not tqdm.auto (it warns at import in a kernel without ipywidgets): this bar never draws
+    from tqdm.std import tqdm
 
-    class _Quiet(tqdm_class()):
+    class _Quiet(tqdm):
         def __init__(self, *args, **kwargs):
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)

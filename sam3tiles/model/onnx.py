@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import ContractError, ModelError
-from ..limits import address_space_limit
 from .contract import CONTRACT, EMBEDDING_OUTPUTS, TensorSpec, check_graph, raise_for_differences
 from .files import (DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, files_fingerprint,
                     require_model)
@@ -36,9 +35,9 @@ from .tokenizer import get_tokenizer
 
 logger = logging.getLogger(__name__)
 
+from ..wording import opt, render, spoken
 from .providers import (CPU, CUDA, DEVICES, TENSORRT, cpu_fallback, describe, missing, names, precision_problem,
                         requested)
-from ..wording import opt, render, spoken
 
 _PROMPT_OUTPUTS = ("text_attention_mask", "text_memory")
 _DECODER_OUTPUTS = ("boxes", "scores", "masks")
@@ -85,6 +84,17 @@ def _short(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
+def _address_space_limited() -> bool:
+    """True under a soft RLIMIT_AS (`ulimit -v`), read as `run.limits.address_space_limit` reads it (the
+    model sits below the run, so it reads the limit itself)."""
+    try:
+        import resource
+    except ImportError:
+        return False
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return not (soft == resource.RLIM_INFINITY or soft < 0)
+
+
 def _describe(args) -> list[TensorSpec]:
     return [TensorSpec(a.name, a.type, tuple(d if isinstance(d, int) else (d or None) for d in a.shape))
             for a in args]
@@ -124,7 +134,7 @@ class OnnxRuntime:
             raise ModelError(missing(device, available, ort.__version__)) from None
 
         options = ort.SessionOptions()
-        if address_space_limit() is not None:
+        if _address_space_limited():
             # the CPU arena grows by doubling and keeps what it took: under `ulimit -v` it asked for twice
             # the activations; freed to malloc instead, a contract-graph run fits 0.45 GB lower (issue 36)
             options.enable_cpu_mem_arena = False

@@ -17,8 +17,8 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import BandError, RasterReadError
-from ..grid import Tile
 from ..model.runtime import MODEL_SIZE, TileImage
+from ..tiling.grid import Tile
 from ..wording import opt
 
 log = logging.getLogger(__name__)

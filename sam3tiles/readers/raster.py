@@ -13,8 +13,8 @@ from rasterio.errors import RasterioIOError
 from rasterio.windows import Window
 
 from ..errors import BandError, RasterReadError
-from .base import MAX_PIXELS, STATS_SIDE, Source, Stretch, _first_line
 from ..wording import opt
+from .base import MAX_PIXELS, STATS_SIDE, Source, Stretch, _first_line
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class RasterSource(Source):
             if p.stat().st_size == 0:
                 raise RasterReadError(f"{self.path} is empty (0 bytes): the file was not written completely")
         try:
-            ds = rasterio.open(self.path)  # NotGeoreferencedWarning: filtered per run (`sam3tiles.quiet`)
+            ds = rasterio.open(self.path)  # NotGeoreferencedWarning: filtered per run (`sam3tiles.run.quiet`)
         except RasterioIOError as e:
             raise RasterReadError(f"{self.path} is not a raster GDAL can read ({_first_line(e)}): "
                                   "give a GeoTIFF, COG, TIFF, PNG or JPEG") from None

@@ -5,10 +5,15 @@ Everything is generated in code (no binaries in the repository):
 * `write_raster`: an array written as a GeoTIFF (or any GDAL format) by rasterio;
 * `blob_image`, `write_demo_raster`: one coloured block on a plain background, in the demo's frame (the
   small scenes of the resume and fault tests);
-* `grid_objects`: objects for `sam3tiles.demo.write_scene` on a jittered lattice, fast at any size;
+* `grid_objects`: objects for `sam3tiles.testing.demo.write_scene` on a jittered lattice, fast at any size;
 * `grid_pieces`: what the tiles of a large image would hand the merge, without running a model;
 * `sam3tiles.testing.graphs`: small ONNX graphs that keep the SAM 3 contract and really segment, by colour
-  (needs the `onnx` package, from the `test` extra).
+  (needs the `onnx` package, from the `test` extra);
+* `demo`: the demo's georeferenced scene with objects of known extent (`sam3tiles demo` runs on it);
+* `slidegen`: whole-slide images (OME-TIFF pyramids) with objects of known extent;
+* `misbehaving`: a backend that misbehaves the way a real SAM 3 does, around any other backend.
+
+Only the command line (`sam3tiles demo`), the tests and the benchmarks import this folder.
 """
 
 from __future__ import annotations
@@ -23,10 +28,10 @@ from rasterio.crs import CRS
 from shapely import affinity
 from shapely.geometry import box
 
-from ..grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid
-from ..piecekey import piece_key
-from ..tileframe import tile_frame
-from ..vectorize import EDGE_MARGIN, Pieces, tile_key
+from ..tiling.frame import tile_frame
+from ..tiling.grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid
+from ..tiling.piecekey import piece_key
+from ..vectorize.pieces import EDGE_MARGIN, Pieces, tile_key
 
 UTM = CRS.from_epsg(32633)
 
@@ -62,8 +67,9 @@ def blob_image(colour=BLUE, h: int = 400, w: int = 500, at: tuple[int, int] = (1
 
 
 def write_demo_raster(path, data: np.ndarray, transform=None, **profile):
-    """`write_raster` in the demo scene's CRS and pixel grid (`sam3tiles.demo`) unless `transform` says."""
-    from ..demo import CRS_DEMO, ORIGIN, PIXEL
+    """`write_raster` in the demo scene's CRS and pixel grid (`sam3tiles.testing.demo`) unless `transform`
+    says."""
+    from .demo import CRS_DEMO, ORIGIN, PIXEL
 
     return write_raster(path, data, transform=transform or Affine(PIXEL, 0, ORIGIN[0], 0, -PIXEL, ORIGIN[1]),
                         crs=CRS_DEMO, **profile)
@@ -130,9 +136,9 @@ def grid_pieces(n_pieces: int, per_tile: int = 100, seed: int = 0, tile_size: in
 
 
 def grid_objects(width: int, height: int, cell: int = 500, seed: int = 0):
-    """Objects for `sam3tiles.demo.write_scene` on a jittered lattice (fast at any size, never overlapping):
-    one per `cell` x `cell` block, alternately a 'blue' building (20-120 px, smaller in small cells) and a
-    'red' vehicle (10 x 20 px)."""
+    """Objects for `sam3tiles.testing.demo.write_scene` on a jittered lattice (fast at any size, never
+    overlapping): one per `cell` x `cell` block, alternately a 'blue' building (20-120 px, smaller in small
+    cells) and a 'red' vehicle (10 x 20 px)."""
     rng = np.random.default_rng(seed)
     big = max(21.0, min(120.0, cell - 40.0))
     out = []

@@ -14,15 +14,16 @@ from typing import Sequence
 
 import numpy as np
 
-from .model.registry import RuntimeSpec, get_runtime
-from .errors import ModelError, shippable
-from .grid import Tile
-from .model.runtime import MAX_QUERIES, PreparedPrompt, TileImage
-from .prompts import TilePrompt
-from .readers import RasterSource, Stretch, gdal_env, open_source
-from .readers.identity import forget_cached
-from .thumbs import take
-from .vectorize import EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, merge_passes, pieces_from_crops
+from ..errors import ModelError, shippable
+from ..model.registry import RuntimeSpec, get_runtime
+from ..model.runtime import MAX_QUERIES, PreparedPrompt, TileImage
+from ..prompts.prompt import TilePrompt
+from ..readers import RasterSource, Stretch, gdal_env, open_source
+from ..readers.identity import forget_cached
+from ..tiling.grid import Tile
+from ..vectorize.pieces import (EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, merge_passes,
+                                pieces_from_crops)
+from ..writers.thumbs import take
 
 #: A tile whose decoder pass returns at least this many objects is reported as saturated (SAM 3 keeps
 #: at most 200 queries per input).

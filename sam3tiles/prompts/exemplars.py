@@ -43,11 +43,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from rasterio.windows import Window
 
-from .grid import Tile
-from .model.runtime import MASK_SIZE, MODEL_SIZE, Detections, ExampleBox, TileImage
-from .prompts import ExampleImage, GeoBox, Prompt, tile_boxes
-from .vectorize import InstanceCrop, crop_detections
-from .wording import opt
+from ..model.runtime import MASK_SIZE, MODEL_SIZE, Detections, ExampleBox, TileImage
+from ..tiling.grid import Tile
+from ..vectorize.pieces import InstanceCrop, crop_detections
+from ..wording import opt
+from .prompt import ExampleImage, GeoBox, Prompt, tile_boxes
 
 #: Grid pixels of context read around an example box.
 MARGIN = 8

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
+from ..model.runtime import MODEL_SIZE
+from ..tiling.grid import TileGrid
+from ..wording import opt
 from .exemplars import LIMIT, patch_window, place
-from .grid import TileGrid
-from .model.runtime import MODEL_SIZE
-from .wording import opt
 
 __all__ = ["LIMIT", "StripChoice", "choose_strip", "fits", "patch_sizes", "strip_line"]
 

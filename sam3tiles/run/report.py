@@ -7,8 +7,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .version import __version__
-from .writers import atomic_path
+from ..version import __version__
+from ..writers import atomic_path
 
 STAGES = ("read", "prompt", "encode", "decode", "vectorize", "merge", "write")
 

@@ -7,11 +7,11 @@ import os
 
 import geopandas as gpd
 
-from .grid import Tile, TileGrid
+from ..readers import gdal_env, open_source
+from ..tiling.frame import tile_frame
+from ..tiling.grid import Tile, TileGrid
+from ..tiling.refine import Refiner
 from .plan import InputPlan
-from .readers import gdal_env, open_source
-from .refine import Refiner
-from .tileframe import tile_frame
 
 
 @gdal_env()

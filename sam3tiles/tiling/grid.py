@@ -23,8 +23,8 @@ from typing import Iterator
 from affine import Affine
 from rasterio.windows import Window
 
-from .errors import UsageError
-from .wording import opt
+from ..errors import UsageError
+from ..wording import opt
 
 TILE_SIZE = 1008
 #: Smallest tile the pipeline lays out (pixels); the largest is what the model takes (MODEL_SIZE).

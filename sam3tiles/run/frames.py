@@ -13,12 +13,12 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 
-from .errors import UsageError
-from .units import Frame, add_areas, area_column, area_unit, length_to_crs
-from .merge import Merged
+from ..errors import UsageError
+from ..merge import Merged
+from ..units import Frame, add_areas, area_column, area_unit, length_to_crs
+from ..wording import opt
+from ..writers import NO_CRS_NOTE
 from .report import RunReport
-from .writers import NO_CRS_NOTE
-from .wording import opt
 
 COLUMNS = ["id", "prompt", "score", "area_px", "area_um2", "n_tiles", "source", "backend", "model"]
 _HEAD, _TAIL = COLUMNS[:3], COLUMNS[5:]

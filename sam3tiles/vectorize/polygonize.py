@@ -24,7 +24,7 @@ import shapely
 from affine import Affine
 from rasterio.errors import NotGeoreferencedWarning
 
-from .model.runtime import MASK_SIZE, MODEL_SIZE
+from ..model.runtime import MASK_SIZE, MODEL_SIZE
 
 _K = MASK_SIZE / MODEL_SIZE
 #: Objects with more box pixels than this are upsampled separably on their own (rows, then columns):

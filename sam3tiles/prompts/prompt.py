@@ -10,11 +10,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 from affine import Affine
 
-from .errors import PromptError, UsageError
-from .grid import Tile
-from .model.runtime import MODEL_SIZE, VISUAL_PROMPT, ExampleBox
-from .piecekey import PASSES_PER_TILE
-from .wording import opt
+from ..errors import PromptError, UsageError
+from ..model.runtime import MODEL_SIZE, VISUAL_PROMPT, ExampleBox
+from ..tiling.grid import Tile
+from ..tiling.piecekey import PASSES_PER_TILE
+from ..wording import opt
 
 #: A box cut by a tile edge is given to that tile when at least this share of it lies inside, or when
 #: the part inside is at least MIN_CLIPPED_PX on both sides (boxes larger than a tile).
@@ -264,7 +264,7 @@ def read_box_file(path: str, raster_crs) -> list[GeoBox]:
     import geopandas as gpd
     import pyogrio.errors
 
-    from .errors import CRSError, InputDataError
+    from ..errors import CRSError, InputDataError
 
     if not os.path.exists(path):
         raise InputDataError(f"{opt('box_file', path)}: no such file: check the path")

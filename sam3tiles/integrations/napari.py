@@ -1,4 +1,4 @@
-"""The napari reader (npe2 plugin, `sam3tiles/napari.yaml`): our vector outputs as shapes layers, our label
+"""The napari reader (npe2 plugin, `napari.yaml` beside it): our vector outputs as shapes layers, our label
 images as labels layers. Install with `pip install "sam3tiles[napari]"`, then drop a file on napari.
 
 Nothing here imports napari: each reader returns napari's LayerData tuples `(data, kwargs, layer_type)`,
@@ -156,7 +156,7 @@ def _read_frame(p: str, layer: str | None = None):
 
 def _has_crs(gdf) -> bool:
     """A map CRS (north up: rows are -y). Pixel space: no CRS, or the pixel grid a .qupath.geojson names."""
-    from .writers.qupath import is_pixel_crs
+    from ..writers.qupath import is_pixel_crs
 
     if "objectType" in gdf.columns:  # QuPath's flavour: pixels, whatever CRS GDAL assumed (older files)
         return False
@@ -184,7 +184,7 @@ def _column(values: np.ndarray) -> list:
 
 
 def _shape_kwargs(name: str, features: dict, n: int) -> dict:
-    from .writers.qupath import class_colour
+    from ..writers.qupath import class_colour
 
     r, g, b = (c / 255 for c in class_colour(name))
     return {"name": name, "shape_type": ["polygon"] * n, "edge_color": [r, g, b, 1.0],
@@ -196,8 +196,8 @@ def _our_tiff(p: str) -> bool:
     """A label image --labels wrote: the OME name or the GeoTIFF tag (`writers.labels`)."""
     import tifffile
 
-    from .writers.labels import TAG
-    from .writers.ome import LABELS_NAME
+    from ..writers.labels import TAG
+    from ..writers.ome import LABELS_NAME
 
     try:
         with tifffile.TiffFile(p) as tf:

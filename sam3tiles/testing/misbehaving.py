@@ -32,7 +32,8 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import ndimage
 
-from .runtime import MASK_SIZE, MAX_QUERIES, MODEL_SIZE, Detections, ExampleBox, PreparedPrompt, TileImage
+from ..model.runtime import (MASK_SIZE, MAX_QUERIES, MODEL_SIZE, Detections, ExampleBox, PreparedPrompt,
+                             TileImage)
 
 #: Neighbours whose masks come within this many cells of each other can be fused.
 FUSE_CELLS = 3

@@ -1,8 +1,8 @@
 """A tile's frame in map coordinates: its window, core and exclusive area as polygons in the output CRS.
 
-`sam3tiles.grid` lays tiles out in pixels (grid, tile and source frames); a `TileFrame` is the same tile in
-the CRS the pieces are in, which is where the merge compares them, the plan measures its overlap and
-refinement shares a parent's area with its sub-tiles. (Not `sam3tiles.frames`: those are output tables.)
+`sam3tiles.tiling.grid` lays tiles out in pixels (grid, tile and source frames); a `TileFrame` is the same
+tile in the CRS the pieces are in, which is where the merge compares them, the plan measures its overlap and
+refinement shares a parent's area with its sub-tiles. (Not `sam3tiles.run.frames`: those are output tables.)
 """
 
 from __future__ import annotations

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import shapely
 
-from .errors import UsageError
+from ..errors import UsageError
+from ..wording import opt
+from .frame import TileFrame, tile_frame
 from .grid import Tile, TileGrid
 from .piecekey import MAX_INDEX
-from .tileframe import TileFrame, tile_frame
-from .wording import opt
 
 MODES = ("auto", "off")
 DEFAULT_DEPTH = 2

@@ -30,14 +30,14 @@ import shapely
 from PIL import Image, ImageDraw, ImageFont
 from rasterio.windows import Window
 
-from .errors import RasterReadError
-from .readers import open_source
+from ..errors import RasterReadError
+from ..readers import open_source
+from ..readers.remote import input_name, source_name
+from ..units import to_pixels
+from .atomic import atomic_path
+from .png import png_bytes
+from .qupath import class_colour
 from .thumbs import MAX_SIDE, panel_wh
-from .readers.remote import input_name, source_name
-from .units import to_pixels
-from .writers.atomic import atomic_path
-from .writers.png import png_bytes
-from .writers.qupath import class_colour
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,6 @@ import sys
 import threading
 import time
 
-#: Values of `--progress`.
-PROGRESS_FORMATS = ("bar", "json")
-
 
 def in_notebook() -> bool:
     """True inside a Jupyter kernel (IPython with an IPKernelApp), without importing IPython."""

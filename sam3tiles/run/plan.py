@@ -19,30 +19,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from ..errors import InputDataError, OutputExistsError, PromptError, UsageError
+from ..model.files import require_model
+from ..model.registry import RuntimeSpec, get_runtime, spec_identity
+from ..options import Options
+from ..prompts.chips import parse_example_images
+from ..prompts.prompt import (GeoBox, Prompt, boxes_outside, build_prompts, prompt_arguments, raster_bounds,
+                              read_box_file)
+from ..readers import Source, Stretch, gdal_env, open_source
+from ..readers.identity import changed_error, changed_while_opened, file_stamp, opening_stamp
+from ..readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_hrefs
+from ..tiling.grid import Tile, TileGrid, scale_for_gsd, squash_tile
+from ..tiling.refine import Refiner
+from ..units import Frame, pixel_size
+from ..wording import enable, mention, named_in, opt, raw, spoken
+from ..writers import check_output
+from ..writers.atomic import check_name
+from ..writers.held import settle
+from ..writers.labels import check_labels, check_labels_for, label_format
+from ..writers.stream import check_dataset, is_dataset
+from ..writers.vector import QUPATH_SUFFIX, check_geojson_frame, check_layer, is_qupath
 from .checks import (check_box_file, check_input, check_paths, check_plan, check_vrt_cycle, check_work_dir,
                      replaceable, vouched)
-from .errors import InputDataError, OutputExistsError, PromptError, UsageError
-from .grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from .limits import check_address_space
-from .model.files import require_model
-from .model.registry import RuntimeSpec, get_runtime, spec_identity
-from .options import Options
-from .chips import parse_example_images
-from .prompts import (GeoBox, Prompt, boxes_outside, build_prompts, prompt_arguments, raster_bounds,
-                      read_box_file)
-from .readers import Source, Stretch, gdal_env, open_source
-from .readers.identity import changed_error, changed_while_opened, file_stamp, opening_stamp
-from .readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_hrefs
-from .refine import Refiner
 from .targets import Targets
-from .units import Frame, pixel_size
-from .writers import check_output
-from .writers.atomic import check_name
-from .writers.stream import check_dataset, is_dataset
-from .writers.held import settle
-from .writers.vector import QUPATH_SUFFIX, check_geojson_frame, check_layer, is_qupath
-from .writers.labels import check_labels, check_labels_for, label_format
-from .wording import enable, mention, named_in, opt, raw, spoken
 
 #: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
 ENCODE_S, DECODE_S = 0.35, 0.07
@@ -77,8 +77,8 @@ class InputPlan:
         """The input's frame for units (`units.Frame`)."""
         return Frame(self.crs, self.transform, self.width, self.height, self.pixel_size_um)
     files: tuple[str, ...] = ()  # every file its pixels come from (a VRT's sources, ...)
-    # exemplars (`sam3tiles.strip`): the strip the grid leaves in each tile input (0: none), the tiles the
-    # grid had without it, each example image's (image, chip -> source pixels, bands to read), a note
+    # exemplars (`sam3tiles.prompts.strip`): the strip the grid leaves in each tile input (0: none), the tiles
+    # the grid had without it, each example image's (image, chip -> source pixels, bands to read), a note
     exemplar_strip: int = 0
     base_tiles: int = 0
     chips: tuple = ()
@@ -201,7 +201,7 @@ class RunPlan:
 
 def exemplar_lines(inputs: Sequence[InputPlan]) -> list[str]:
     """What the exemplars cost (plan, dry run): the strip's extra tiles per input, and notes."""
-    from .strip import strip_line
+    from ..prompts.strip import strip_line
 
     out = [f"  {os.path.basename(i.path)}: {strip_line(i.exemplar_strip, i.n_tiles, i.base_tiles, i.grid.tile_size)}"
            for i in inputs if i.exemplar_strip and i.grid is not None]
@@ -507,10 +507,10 @@ def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPla
 def with_exemplars(inp: InputPlan, prompts: Sequence[Prompt], opts: Options) -> InputPlan:
     """`inp` with its example images checked (bands, pixel size, size at the run's scale) and, when its
     exemplars do not fit a tile's free margin, its grid narrowed to leave an exemplar strip
-    (`sam3tiles.strip`; --box-scope tile: example images only)."""
-    from .chips import chip_bands, chip_factor, chip_wh, check_chip_size
-    from .exemplars import LIMIT
-    from .strip import choose_strip, patch_sizes
+    (`sam3tiles.prompts.strip`; --box-scope tile: example images only)."""
+    from ..prompts.chips import chip_bands, chip_factor, chip_wh, check_chip_size
+    from ..prompts.exemplars import LIMIT
+    from ..prompts.strip import choose_strip, patch_sizes
 
     images = list(dict.fromkeys(im for p in prompts for im in p.images))
     boxes = list(dict.fromkeys(b for p in prompts for b in p.boxes)) if opts.box_scope == "image" else []

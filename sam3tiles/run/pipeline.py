@@ -18,29 +18,29 @@ from typing import Any, Sequence
 
 import geopandas as gpd
 
+from ..errors import TilesFailedError
+from ..merge import MergeStats
+from ..model.registry import runtime_stats
+from ..options import Options
+from ..prompts.prompt import GeoBox
+from ..readers import gdal_env
+from ..readers.remote import source_name
+from ..wording import opt, spoken
+from ..writers import output_lock, write_vector
+from ..writers.atomic import Deferred, deferred_renames, remove_stale_temps
+from ..writers.labels import write_labels
+from ..writers.stream import ObjectSpool
+from ..writers.vector import readers_note
 from .checkpoint import TileStore
 from .checks import disk_errors, record_outputs, replaceable
 from .engine import Engine, open_engine
-from .errors import TilesFailedError
 from .frames import file_metadata
-from .merge import MergeStats
-from .model.registry import runtime_stats
-from .options import Options
 from .plan import InputPlan, RunPlan, check_out, plan_run, preview_path, side_files
 from .progress import progress_bar
-from .prompts import GeoBox
 from .quiet import run_filters
-from .readers.remote import source_name
-from .readers import gdal_env
 from .report import RunReport
 from .runner import InputResult, InputRun
-from .writers import output_lock, write_vector
-from .writers.vector import readers_note
 from .targets import Targets
-from .writers.atomic import Deferred, deferred_renames, remove_stale_temps
-from .writers.labels import write_labels
-from .writers.stream import ObjectSpool
-from .wording import opt, spoken
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ def _saturation_advice(report: RunReport, opts: Options) -> None:
     """Tiles still saturated (not refined): one line of advice on stderr; --strict makes it exit 5."""
     if not report.saturated:
         return
-    from .refine import advice
+    from ..tiling.refine import advice
 
     if opts.squash:
         line = (f"{report.saturated} squashed image(s) hit SAM 3's 200-object cap, so objects are missing: run "
@@ -177,7 +177,7 @@ def run_input(engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport, 
 def check_unchanged(inp: InputPlan) -> None:
     """An input whose files changed while the run read them (a server replaced the file: a new ETag) mixes
     two versions' objects: exit 3 naming it, the checkpoints kept (a rerun recomputes the new version)."""
-    from .readers.identity import changed_error, changed_files
+    from ..readers.identity import changed_error, changed_files
 
     changed = changed_files(inp.files, inp.stamps) if inp.stamps else []
     if changed:
@@ -221,7 +221,7 @@ def write_output(spool: ObjectSpool, inputs, dest, plan: RunPlan, results: list[
     with ExitStack() as stack:
         chunks = spool.frames(inputs)
         if not opts.no_preview:  # drawn from the same chunks, on a thread, while the output is written
-            from .quicklook import Beside
+            from ..writers.quicklook import Beside
 
             preview = stack.enter_context(Beside(preview_path(dest, opts.layer), results, labels, opts.bands))
             chunks = preview.passing(chunks, spool.count(inputs))

@@ -19,8 +19,8 @@ import struct
 import threading
 from pathlib import Path
 
+from ..wording import opt
 from .tasks import TileResult
-from .wording import opt
 
 SCHEMA = 4  # 2: one row per (tile, prompt), pieces renumbered as prompt 0; 3: JSON + WKB rows, no pickle;
 # 4: a row carries the key it was stored under (a row moved to another key is recomputed)
@@ -72,7 +72,7 @@ class TileStore:
         return self._conn
 
     def _error(self, e: BaseException):
-        from .errors import OutputError
+        from ..errors import OutputError
 
         what = getattr(e, "strerror", None) or str(e).strip().splitlines()[0]
         return OutputError(f"the checkpoint store {self.path} cannot be used ({what}): free disk space or fix the "
@@ -188,7 +188,7 @@ def decode_result(blob, key: str | None = None) -> TileResult | None:
     with `key`, also None for a row stored under another key (swapped or copied between tiles)."""
     import shapely
 
-    from .vectorize import Pieces
+    from ..vectorize.pieces import Pieces
 
     try:
         if not isinstance(blob, (bytes, bytearray, memoryview)):
@@ -258,7 +258,7 @@ def join_parts(tile_index: int, parts: list[tuple[int | None, TileResult]]) -> T
     so the pieces come in the order an uninterrupted run produces them."""
     from dataclasses import fields
 
-    from .vectorize import Pieces
+    from ..vectorize.pieces import Pieces
 
     pieces = Pieces()
     skipped, saturated, unusable, seconds = True, False, [], {}

@@ -28,9 +28,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from .errors import CRSError, OutputError, OutputExistsError, UsageError
-from .readers.identity import local_path_of
-from .wording import enable, mention, opt
+from ..errors import CRSError, OutputError, OutputExistsError, UsageError
+from ..readers.identity import local_path_of
+from ..wording import enable, mention, opt
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def claim_work_dir(path: str | os.PathLike) -> Path:
                              "or empty folder for the checkpoints")
     p.mkdir(parents=True, exist_ok=True)
     if not is_work_dir(p):
-        from .writers.atomic import atomic_path
+        from ..writers.atomic import atomic_path
 
         with atomic_path(p / MARKER) as tmp:
             tmp.write_text(json.dumps({"tool": "sam3tiles", "schema": 1,
@@ -275,7 +275,7 @@ def min_overlap(edge_margin: int) -> int:
     """The smallest overlap (tile pixels) the merge needs to join an object cut by a seam: two cells of
     the model's mask grid (so both tiles see the object beyond the cut) plus the edge margin that marks
     pieces touching a tile's edge."""
-    from .model.runtime import MASK_SIZE, MODEL_SIZE
+    from ..model.runtime import MASK_SIZE, MODEL_SIZE
 
     return math.ceil(2 * MODEL_SIZE / MASK_SIZE) + int(edge_margin)
 
@@ -333,8 +333,8 @@ def disk_errors(folder: str | os.PathLike, what: str = "the output"):
 
 def check_input(path: str, src, opts) -> list[str]:
     """Per-input checks on an open source; returns every file its pixels come from."""
-    from .errors import RasterReadError
-    from .readers.identity import local_path_of
+    from ..errors import RasterReadError
+    from ..readers.identity import local_path_of
 
     check_placeable(path, src)
     files = list(src.source_files)
@@ -371,7 +371,7 @@ def check_vrt_cycle(path: str, limit: int = 64) -> None:
     local = local_path_of(path)
     if local is None or not local.lower().endswith(".vrt") or not os.path.isfile(local):
         return
-    from .errors import RasterReadError
+    from ..errors import RasterReadError
 
     def walk(vrt: str, chain: tuple[str, ...]) -> None:
         if len(chain) > limit:
@@ -407,7 +407,7 @@ def check_plan(inputs: Sequence[str], crss: Sequence, tile_counts: Sequence[int]
 def check_box_file(path: str) -> None:
     """A box file's features must have geometries: a null or empty one is named (exit 3), not blamed on
     the CRS later."""
-    from .errors import InputDataError
+    from ..errors import InputDataError
 
     if not os.path.isfile(path):
         return  # the reader names a missing file
@@ -498,7 +498,7 @@ def record_outputs(work_dir, files: Sequence[tuple[Path, Path]], failed: int, st
     """Record the outputs (temporary name, final name) a run puts in place; see `replaceable`."""
     if work_dir is None or not is_work_dir(work_dir):
         return
-    from .writers.atomic import atomic_path
+    from ..writers.atomic import atomic_path
 
     recs = _records(work_dir)
     for tmp, final in files:

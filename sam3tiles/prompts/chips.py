@@ -25,10 +25,10 @@ from typing import Sequence
 import numpy as np
 from rasterio.windows import Window
 
-from .errors import BandError, InputDataError, UsageError
-from .prompts import ExampleImage
-from .units import Frame, pixel_size
-from .wording import opt, raw
+from ..errors import BandError, InputDataError, UsageError
+from ..units import Frame, pixel_size
+from ..wording import opt, raw
+from .prompt import ExampleImage
 
 #: What a folder or glob of example images picks up.
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp", ".jp2")
@@ -72,7 +72,7 @@ def parse_example_images(specs: Sequence[str]) -> list[ExampleImage]:
 
 
 def _open(img: ExampleImage, bands: Sequence[int] | None = None):
-    from .readers import open_source
+    from ..readers import open_source
 
     try:
         return open_source(img.path, bands=bands)

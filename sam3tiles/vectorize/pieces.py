@@ -23,9 +23,9 @@ import shapely
 from affine import Affine
 from shapely.geometry import MultiPolygon, shape
 
-from .grid import Tile
-from .piecekey import piece_key
-from .model.runtime import MASK_SIZE, MODEL_SIZE, Detections
+from ..model.runtime import MASK_SIZE, MODEL_SIZE, Detections
+from ..tiling.grid import Tile
+from ..tiling.piecekey import piece_key
 from .polygonize import polygonize_crops, upsample
 
 _K = MASK_SIZE / MODEL_SIZE

@@ -22,25 +22,25 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
+from ..errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, shippable
+from ..merge import BlockMerger, Merged, MergeStats, Packed, tile_blocks
+from ..model.registry import RuntimeSpec, get_runtime
+from ..prompts.prompt import Prompt, TilePrompt, boxes_outside, prompts_for_tile
+from ..readers.remote import source_name
+from ..tiling.frame import TileFrames
+from ..tiling.grid import Tile
+from ..tiling.refine import RefineHook, Refinement
+from ..units import Frame
+from ..wording import opt, spoken
+from ..writers.stream import ObjectSpool, SpoolInput
+from ..writers.thumbs import MAX_SIDE, Picture, panel_wh
 from .checkpoint import TileStore, encode_result, join_parts, prompt_part, tile_key
 from .engine import Engine, _count
-from .errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, shippable
 from .frames import objects_frame
-from .grid import Tile
-from .merge import BlockMerger, Merged, MergeStats, Packed, tile_blocks
-from .model.registry import RuntimeSpec, get_runtime
 from .plan import InputPlan, RunPlan
-from .prompts import Prompt, TilePrompt, boxes_outside, prompts_for_tile
-from .readers.remote import source_name
-from .refine import RefineHook, Refinement
 from .report import RunReport
-from .thumbs import MAX_SIDE, Picture, panel_wh
-from .tileframe import TileFrames
-from .units import Frame
-from .writers.stream import ObjectSpool, SpoolInput
 from .tasks import (SourceSpec, TileResult, close_spares, infer_task, open_spares, prepared_prompt, read_task, tile_batch_task,
                     vectorize_task)
-from .wording import opt, spoken
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class InputRun:
         for scale in scales & set(self.exemplars):
             _report_exemplars(self.report, self.exemplars[scale], self.inp.overlap, self.inp.path)
         if self.exemplars and any(v is not None for v in self.exemplars.values()):
-            from .exemplars import report_by_prompt
+            from ..prompts.exemplars import report_by_prompt
 
             report_by_prompt(self.report, self.inp, self.plan.prompts)
 
@@ -444,8 +444,8 @@ def _exemplars_of(inp, prompts: Sequence[Prompt], opts, scale_xy: tuple[float, f
     boxes = opts.box_scope != "tile"  # example images are pasted whatever the box scope
     if inp.grid is None or not any(p.images or (boxes and p.boxes) for p in prompts):
         return None
-    from .exemplars import input_exemplars
-    from .readers import open_source
+    from ..prompts.exemplars import input_exemplars
+    from ..readers import open_source
 
     with open_source(inp.path, bands=inp.bands, stretch=inp.stretch) as src:
         return input_exemplars(src, prompts, scale_xy, {im: (f, b) for im, f, b in inp.chips}, boxes=boxes)
