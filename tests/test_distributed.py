@@ -217,7 +217,7 @@ def test_partitioned_merge_in_the_pipeline_equals_single(scene, local):
     assert_same(single, gdf)
     assert_same(local, gdf)
     # the same objects and the same link/stitch/drop counts; `merged_groups` is counted per block and a group
-    # that crosses a block edge is counted in each block it touches (known; docs/STATUS.md, issue 10)
+    # that crosses a block edge is counted in each block it touches (known; notes/, issue 10)
     strip = lambda m: {k: v for k, v in m.items() if k != "merged_groups"}  # noqa: E731
     assert strip(report.merge) == strip(report0.merge)
 

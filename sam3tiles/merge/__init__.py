@@ -54,7 +54,7 @@ mask can stop short of the tile edge. The rules, in order:
    to each other (two tiles agree on them) are dropped only beside an object of their own prompt: another
    prompt's mask says nothing of them, and they are the views of an object its owners missed. A lone one
    is still dropped beside any prompt's object (its own prompt alone kept false positives the tiles' edges
-   made: docs/merge-floor.md).
+   made: docs/how-close-the-merge-comes.md).
 
 *Coverage.* For every prompt, the output covers what each tile said is object inside its own core, apart
 from the drops of rules 4-6. `MergeStats.coverage` holds per prompt the area the tiles own (each part

@@ -2,8 +2,8 @@
 
 `build_contract_models(directory)` writes the three files a sam3tiles model directory holds, with the
 exact names, opset 21, the exact input/output names, dtypes, shapes and output order of
-/work/shared/sam3-contract.md, external weights in ``*.onnx.data`` for the two encoders and none for the
-decoder. They run in milliseconds on a CPU.
+../shared/sam3-contract.md (beside the repository), external weights in ``*.onnx.data`` for the two
+encoders and none for the decoder. They run in milliseconds on a CPU.
 
 What they compute (normalised colour = (x/255 - 0.5)/0.5, as the real encoder does):
 

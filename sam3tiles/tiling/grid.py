@@ -33,8 +33,8 @@ MIN_TILE = 64
 #: by ownership); larger ones are stitched across seams. 256 px is a quarter of a tile: buildings and
 #: vehicles at 0.1-0.5 m are whole, and every core keeps >= 128 px of context from any tile edge,
 #: where SAM 3's masks are weakest. Cost: (1008/752)^2 = 1.8x the tiles of a grid without overlap.
-#: Measured against 192, 128 and 64 with a misbehaving model (docs/overlap.md): each loses > 0.005 F1
-#: on some class, so 256 stays.
+#: Measured against 192, 128 and 64 with a misbehaving model (docs/why-256-px-overlap.md): each loses
+#: > 0.005 F1 on some class, so 256 stays.
 DEFAULT_OVERLAP = 256
 
 
