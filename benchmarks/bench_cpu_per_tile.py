@@ -28,7 +28,7 @@ from sam3tiles.merge import merge_pieces
 from sam3tiles.model.registry import RuntimeSpec, get_runtime
 from sam3tiles.readers import open_source
 from sam3tiles.run.tasks import InferResult, SourceSpec, prepared_prompt, read_task, vectorize_task
-from sam3tiles.tiling.frame import tile_frame
+from sam3tiles.tiling.frame import TileFrames
 from sam3tiles.tiling.grid import TileGrid
 from sam3tiles.vectorize.pieces import Pieces, crop_detections
 
@@ -70,7 +70,7 @@ def measure(objects: int, gpu_ms: float, size: int = SIZE) -> dict:
         per_tile.append(len(res.pieces))
         all_pieces.append(res.pieces)
     t0 = cpu()
-    merge_pieces(Pieces.concat(all_pieces), {t.index: tile_frame(t, grid.overlap) for t in tiles})
+    merge_pieces(Pieces.concat(all_pieces), dict(TileFrames(grid)))
     merge_ms = 1000 * (cpu() - t0) / len(tiles)
     med = statistics.median
     cpu = med(read_ms) + med(post_ms) + med(vec_ms) + merge_ms

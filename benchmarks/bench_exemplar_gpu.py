@@ -72,12 +72,12 @@ def _score(pieces, truth, core):
 class Bench:
     def __init__(self, src, runtime, prompt, truth):
         self.src, self.rt, self.prompt, self.truth = src, runtime, prompt, truth
+        self.frames = None  # the frames of the grid the tiles run are of (`TileFrames`), set with the grid
         self.ms = {"encode": [], "decode": [], "compose": [], "crop_pasted": [], "crop_plain": []}
 
     def run(self, tile, boxes, pastes):
         """Polygons of one tile: encode once, one decode per box pass, paste screening when `pastes`."""
         from sam3tiles.prompts.prompt import box_passes
-        from sam3tiles.tiling.frame import tile_frame
         from sam3tiles.vectorize.pieces import crop_detections, pieces_from_crops
 
         image = self.src.read_tile(tile)
@@ -99,7 +99,7 @@ class Bench:
             crops += (screen.crops if screen else crop_detections)(det, 0, pi, tile.valid_wh, None)
             crop_s += time.perf_counter() - t0
         self.ms["crop_pasted" if screen else "crop_plain"].append(1000 * crop_s)
-        core = tile_frame(tile, 0).core
+        core = self.frames.frame(tile).core
         return _score(pieces_from_crops(crops, tile), self.truth, core), screen.stats() if screen else {}
 
 
@@ -118,10 +118,12 @@ def _ways(src, rt, truth, box, n_tiles: int, tile_size: int, prefix: str, b: "Be
     from sam3tiles.model.runtime import MODEL_SIZE, ExampleBox
     from sam3tiles.prompts.exemplars import Paste, TilePlan, input_exemplars, paste_area, place
     from sam3tiles.prompts.prompt import GeoBox, Prompt, tile_boxes
+    from sam3tiles.tiling.frame import TileFrames
     from sam3tiles.tiling.grid import TileGrid
 
     gb = GeoBox(*box)
     grid = TileGrid(src.width, src.height, tile_size=tile_size, transform=src.transform)
+    b.frames = TileFrames(grid)
     tiles = list(grid)
     ex = input_exemplars(src, [Prompt(None, (gb,))], (1.0, 1.0))
     home = next(t for t in tiles if tile_boxes([gb], t))
@@ -150,11 +152,13 @@ def _chip_far(src, rt, chip: str, n_tiles: int, b: "Bench") -> list:
     from sam3tiles.prompts.chips import parse_example_images
     from sam3tiles.prompts.exemplars import input_exemplars
     from sam3tiles.prompts.prompt import Prompt
+    from sam3tiles.tiling.frame import TileFrames
     from sam3tiles.tiling.grid import TileGrid
 
     (im,) = parse_example_images([chip])
     ex = input_exemplars(src, [Prompt(None, (), (im,))], (1.0, 1.0), {im: (1.0, None)})
     grid = TileGrid(src.width, src.height, transform=src.transform)
+    b.frames = TileFrames(grid)
     rows = []
     for t in list(grid)[-n_tiles:]:
         plan = ex.plan(t)

@@ -69,7 +69,7 @@ def tile_pieces(path, behaviour, squash: bool = False, runtime=None, overlap: in
     from sam3tiles.model.reference import ReferenceRuntime
     from sam3tiles.readers import open_source
     from sam3tiles.testing.misbehaving import MisbehavingRuntime
-    from sam3tiles.tiling.frame import tile_frame
+    from sam3tiles.tiling.frame import TileFrames
     from sam3tiles.tiling.grid import DEFAULT_OVERLAP, TileGrid, squash_tile
     from sam3tiles.vectorize.pieces import crop_detections, pieces_from_crops
 
@@ -77,8 +77,8 @@ def tile_pieces(path, behaviour, squash: bool = False, runtime=None, overlap: in
     prompts = [rt.prepare_prompt(p) for p in prompts]
     with open_source(path) as src:
         overlap = DEFAULT_OVERLAP if overlap is None else overlap
-        tiles = [squash_tile(src.width, src.height, src.transform)] if squash else \
-            list(TileGrid(src.width, src.height, transform=src.transform, overlap=overlap))
+        grid = None if squash else TileGrid(src.width, src.height, transform=src.transform, overlap=overlap)
+        tiles = [squash_tile(src.width, src.height, src.transform)] if grid is None else list(grid)
         out = []
         for tile in tiles:
             image = src.read_tile(tile)
@@ -87,7 +87,8 @@ def tile_pieces(path, behaviour, squash: bool = False, runtime=None, overlap: in
             crops = [c for k, p in enumerate(prompts)
                      for c in crop_detections(rt.decode(emb, p), k, 0, tile.valid_wh, holes)]
             out.append(pieces_from_crops(crops, tile))
-        return out, {t.index: tile_frame(t, overlap) for t in tiles}, tiles, src.transform, (src.height, src.width)
+        frames = dict(TileFrames(grid, {t.index: t for t in tiles}))
+        return out, frames, tiles, src.transform, (src.height, src.width)
 
 
 def merge_sam3tiles(per_tile, frames, **_):

@@ -33,7 +33,7 @@ from sam3tiles.model.registry import RuntimeSpec, get_runtime
 from sam3tiles.readers import open_source
 from sam3tiles.run.pipeline import segment_job  # imports distributed before any clock starts
 from sam3tiles.run.tasks import SourceSpec, TilePrompt, run_tile_inline
-from sam3tiles.tiling.frame import tile_frame
+from sam3tiles.tiling.frame import TileFrames
 from sam3tiles.tiling.grid import TileGrid
 from sam3tiles.vectorize.pieces import Pieces
 
@@ -68,7 +68,7 @@ def plain_loop(path: str, encode: float, decode: float, text: str) -> dict:
     tiles = list(grid)
     results = [run_tile_inline(source, spec, t, [TilePrompt(0, text)]) for t in tiles]
     merged, _ = merge_pieces(Pieces.concat([r.pieces for r in results]),
-                             {t.index: tile_frame(t, grid.overlap) for t in tiles})
+                             dict(TileFrames(grid)))
     with tempfile.TemporaryDirectory() as tmp:
         gpd.GeoDataFrame({"score": merged.score}, geometry=merged.geometry, crs=crs).to_file(f"{tmp}/o.gpkg")
     wall = time.perf_counter() - t0

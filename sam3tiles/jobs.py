@@ -346,8 +346,8 @@ def _abs(base: Path, value: str) -> str:
     return os.path.normpath(base / Path(os.path.expanduser(value)))
 
 
-def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> LoadedJob:
-    problems: list[str] = []
+def _resolve_inputs(job: Job, base: Path, check_files: bool, problems: list[str]) -> list[str]:
+    """The job's inputs resolved against `base`, globs expanded; what is wrong with each goes to `problems`."""
     inputs: list[str] = []
     for i, item in enumerate(job.inputs):
         if not item.strip():
@@ -372,6 +372,13 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
             problems.append(f"inputs[{i}]: {path} is a folder: give files or a glob such as '{item.rstrip('/')}/*.tif'")
         else:
             inputs.append(path)
+    return inputs
+
+
+def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> LoadedJob:
+    """The job with its paths resolved against `base`; every problem found is reported at once (`_fail`)."""
+    problems: list[str] = []
+    inputs = _resolve_inputs(job, base, check_files, problems)
     box_file = None
     if job.prompts.box_file is not None:
         box_file = _abs(base, job.prompts.box_file)
@@ -396,11 +403,9 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
         if job.backend.name in ("reference", "simulated"):
             problems.append(f"backend.model: only the onnx backend reads model files (backend.name is "
                             f"{job.backend.name!r}): remove backend.model or set backend.name: onnx")
-    if job.tiling.squash and job.tiling.scale != 1.0:
-        problems.append("tiling.squash: squash fits the whole image into one tile, so tiling.scale does not "
-                        "apply: remove one of them")
-    problems += [p.format(tile_size="tiling.tile_size", overlap="tiling.overlap")
-                 for p in cross_problems(job.tiling.tile_size, job.tiling.overlap, job.tiling.squash)]
+    tiling = job.tiling  # the rules between its options, named in the job's keys
+    problems += [render(p, "job") for p in cross_problems(tiling.tile_size, tiling.overlap, tiling.squash,
+                                                          tiling.scale)]
     out = job.output
     if not out.path.strip():
         problems.append("output.path: is empty: name the output file, e.g. out/objects.gpkg")

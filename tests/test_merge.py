@@ -11,7 +11,7 @@ from shapely.geometry import box
 from sam3tiles.merge import merge_pieces
 from sam3tiles.run.pipeline import segment_job
 from sam3tiles.testing import frames_and_pieces
-from sam3tiles.tiling.frame import tile_frame
+from sam3tiles.tiling.frame import TileFrames
 from sam3tiles.tiling.grid import TileGrid
 from sam3tiles.vectorize.pieces import Pieces
 
@@ -123,7 +123,7 @@ def test_merge_is_independent_of_piece_order():
 @pytest.mark.parametrize("n_tiles", [1, 4])
 def test_empty_input(n_tiles):
     grid = TileGrid(1008 * n_tiles // 2 + 10, 1008)
-    frames = {t.index: tile_frame(t, grid.overlap) for t in grid}
+    frames = dict(TileFrames(grid))
     merged, stats = merge_pieces(Pieces(), frames)
     assert merged.geometry == [] and stats.objects == 0
 
@@ -146,15 +146,15 @@ def test_linked_slivers_beside_an_owned_object_are_dropped():
 def test_tile_windows_at_once_are_the_frames_windows(transform, scale):
     """`tile_windows` (what the block merge builds up front) gives each tile's frame window to the bit,
     north-up or rotated, at any zoom; frames set on `TileFrames` (sub-tiles) are taken as they are."""
-    from sam3tiles.tiling.frame import TileFrames, tile_windows
+    from sam3tiles.tiling.frame import tile_windows
 
     g = TileGrid(5300, 4100, transform=transform, scale=scale)
     tiles = list(g)
     windows, pixels = tile_windows(tiles)
-    frames = [tile_frame(t, g.overlap) for t in tiles]
+    frames = [TileFrames(g).frame(t) for t in tiles]
     assert shapely.to_wkb(windows).tolist() == [shapely.to_wkb(f.window) for f in frames]
     assert pixels.tolist() == [f.pixel for f in frames]
-    lazy = TileFrames({t.index: t for t in tiles}, g.overlap)
+    lazy = TileFrames(g, {t.index: t for t in tiles})
     from dataclasses import replace
 
     lazy[tiles[1].index] = odd = replace(frames[1], window=box(0, 0, 1, 1), pixel=7.0)

@@ -19,7 +19,7 @@ from sam3tiles.run.pipeline import segment_job
 from sam3tiles.testing import frames_and_pieces
 from sam3tiles.testing.demo import write_scene
 from sam3tiles.testing.misbehaving import BEHAVIOURS, Behaviour, MisbehavingRuntime, behaviour
-from sam3tiles.tiling.frame import tile_frame
+from sam3tiles.tiling.frame import TileFrames
 from sam3tiles.tiling.grid import TileGrid
 from sam3tiles.tiling.piecekey import tile_of
 from sam3tiles.vectorize.pieces import EDGE_MARGIN, Pieces, tile_key
@@ -281,7 +281,7 @@ def layouts(draw):
 
 
 def _pieces(placed):
-    frames = {t.index: tile_frame(t, SMALL.overlap) for t in SMALL}
+    frames = dict(TileFrames(SMALL))
     p = Pieces()
     for t, v, prompt in sorted(placed, key=lambda x: x[0].index):
         f = frames[t.index]

@@ -26,7 +26,7 @@ from sam3tiles.run import tasks
 from sam3tiles.run.pipeline import segment_job
 from sam3tiles.run.tasks import TileResult
 from sam3tiles.testing.demo import write_scene
-from sam3tiles.tiling.frame import tile_frame
+from sam3tiles.tiling.frame import TileFrames
 from sam3tiles.tiling.grid import TileGrid
 from sam3tiles.tiling.refine import NOTHING, RefineHook, Refiner, keep_larger_pieces
 from sam3tiles.vectorize.pieces import Pieces
@@ -96,8 +96,8 @@ def test_parent_keeps_only_pieces_larger_than_half_the_sub_tile_overlap():
 def test_hook_returns_the_sub_tiles_and_their_frames_for_the_loop_to_apply():
     grid = TileGrid(3000, 2200)
     tile = grid.tile(0, 0)
-    hook = RefineHook(grid, "auto", 2, [Prompt("red"), Prompt(None, (GeoBox(0, 0, 10, 10),))], grid.overlap, "s.tif")
-    frame = tile_frame(tile, grid.overlap)
+    hook = RefineHook(grid, "auto", 2, [Prompt("red"), Prompt(None, (GeoBox(0, 0, 10, 10),))], "s.tif")
+    frame = TileFrames(grid)[tile.index]
     assert not frame.exclusive.is_empty  # a corner tile has an area no other window sees
 
     def result(saturated):
@@ -110,7 +110,7 @@ def test_hook_returns_the_sub_tiles_and_their_frames_for_the_loop_to_apply():
     assert not r.saturated and r.prompts == {0} and r.sub_tiles == tuple(hook.refiner.children(tile))
     assert r.frame.window.equals(frame.window) and r.frame.exclusive.is_empty  # shared with the sub-tiles
     for sub, f in zip(r.sub_tiles, r.sub_frames):
-        assert f.window.equals(tile_frame(sub, grid.overlap).window) and f.exclusive.is_empty
+        assert f.window.equals(TileFrames(grid).frame(sub).window) and f.exclusive.is_empty
     with pytest.raises(AttributeError):
         r.prompts = frozenset()  # a value: the loop applies it, nothing writes it
     assert hook.stats.refined == {0: 1} and hook.stats.sub_tiles == {1: len(r.sub_tiles)}

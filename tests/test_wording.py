@@ -123,6 +123,32 @@ def test_the_overlap_rule_three_ways(scene, tmp_path):
     assert code == 2 and "tiling.overlap: must be less than half of tiling.tile_size, at most 255 (got 300)" in err
 
 
+SQUASH_SCALED = {"python": "squash: squash fits the whole image into one tile, so scale does not apply: remove "
+                           "one of them",
+                 "cli": "--squash: squash fits the whole image into one tile, so --scale does not apply: remove "
+                        "one of them",
+                 "job": "tiling.squash: squash fits the whole image into one tile, so tiling.scale does not apply: "
+                        "remove one of them"}
+
+
+@pytest.mark.parametrize("door", ["python", "cli", "job"])
+def test_squash_with_a_scale_is_refused_at_every_door(door, scene, tmp_path):
+    """Squash fits the whole image into one tile, so a scale would be ignored without a word: every door
+    refuses the pair (exit 2, both named in its words, nothing written), not the job file alone."""
+    out = tmp_path / "o.gpkg"
+    if door == "python":
+        with pytest.raises(UsageError) as info:
+            sam3tiles.segment(scene, "red", backend="reference", squash=True, scale=2, out=out)
+        code, err = info.value.exit_code, str(info.value)
+    elif door == "cli":
+        code, err = _cli("segment", scene, "--text", "red", "--backend", "reference", "--out", out, "--squash",
+                         "--scale", 2)
+    else:
+        code, err = _cli("run", _job(tmp_path, scene, "tiling: {squash: true, scale: 2}\n"))
+    assert code == 2 and SQUASH_SCALED[door] in err, err
+    assert not out.exists()
+
+
 # -- the markers themselves ------------------------------------------------------------------------------
 
 def test_each_vocabulary_spells_every_kind_of_marker():

@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from ..model.runtime import MODEL_SIZE
-from ..tiling.grid import TileGrid
+from ..tiling.grid import TileGrid, max_overlap
 from ..wording import opt
 from .exemplars import LIMIT, patch_window, place
 
@@ -48,7 +48,7 @@ class StripChoice:
 @lru_cache(maxsize=256)
 def fits(w: int, h: int, tile_size: int, overlap: int) -> bool:
     """Whether a w x h patch fits the free area of an interior tile of a grid of `tile_size`."""
-    if overlap >= tile_size // 2:
+    if overlap > max_overlap(tile_size):  # no grid of such tiles
         return False
     g = TileGrid(3 * tile_size, 3 * tile_size, tile_size=tile_size, overlap=overlap)
     return place(g.tile(1, 1), w, h, []) is not None
@@ -75,7 +75,7 @@ def choose_strip(patches: Sequence[tuple[int, int, float]], tile_size: int, over
     size = min(tile_size, MODEL_SIZE - max(min(p[0], p[1]) for p in need))
     while size > 2 * overlap and not all(fits(p[0], p[1], size, overlap) for p in need):
         size -= 4
-    if size <= 2 * overlap + 1:
+    if overlap > max_overlap(size):
         return StripChoice(too_large=big, refused=f"the exemplars need tiles of {size} px or less to leave them a "
                            f"strip, which {opt('overlap', overlap)} does not allow: use "
                            f"{opt('overlap', max(0, size // 2 - 64))} or a smaller {opt('scale')}")

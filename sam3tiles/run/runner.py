@@ -103,7 +103,7 @@ class InputRun:
             self.bar.total = (self.bar.total or 0) + len(self.tiles)
             # no refresh(): a bar drawn before its delay is not closed with a newline, so an error message
             # would follow it on the same line
-        frames = TileFrames(self.tiles, self.inp.overlap)  # made when asked: not 2 KB held per tile
+        frames = TileFrames(self.inp.grid, self.tiles)  # made when asked: not 2 KB held per tile
         mb = self.opts.merge_block
         blocks = tile_blocks(list(self.tiles.values()), mb) if mb > 0 else {i: 0 for i in self.tiles}
         index = self._begin_spool()
@@ -115,7 +115,7 @@ class InputRun:
                                   on_block=lambda objects, first: self._spool_block(index, objects, first),
                                   early=not self.engine.distributed)
         self.hook = RefineHook(self.inp.grid, self.opts.refine, self.opts.refine_depth, self.plan.prompts,
-                               self.inp.overlap, self.inp.path)
+                               self.inp.path)
         self.planned = (item for tile in self.tiles.values() if (item := self.admit(tile)) is not None)
         spares = not self.engine.distributed and bool(self.tiles)  # worker threads of this process
         if spares:

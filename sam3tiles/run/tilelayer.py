@@ -8,7 +8,7 @@ import os
 import geopandas as gpd
 
 from ..readers import gdal_env, open_source
-from ..tiling.frame import tile_frame
+from ..tiling.frame import TileFrames
 from ..tiling.grid import Tile, TileGrid
 from ..tiling.refine import Refiner
 from .plan import InputPlan
@@ -24,10 +24,11 @@ def tile_plan(inp: InputPlan, check_nodata: bool = True, report: dict | None = N
     tiles = list(inp.tiles()) + (sub_tiles(inp.grid, refined) if refined else [])
     marks = {r["index"]: r["prompts"] for r in refined}
     depth_of = Refiner(inp.grid, max(len(r["path"]) for r in refined)).depth_of if refined else (lambda i: 0)
+    frames = TileFrames(inp.grid)
     with open_source(inp.path, bands=inp.bands, stretch=inp.stretch) as src:
         rows = []
         for t in tiles:
-            f = tile_frame(t, inp.overlap)
+            f = frames.frame(t)
             rows.append({"tile": t.index, "row": t.row, "col": t.col, "depth": depth_of(t.index), "x0": t.x0,
                          "y0": t.y0, "valid_w": t.valid_wh[0], "valid_h": t.valid_wh[1],
                          "has_data": src.tile_has_data(t) if check_nodata else True,

@@ -28,7 +28,7 @@ from rasterio.crs import CRS
 from shapely import affinity
 from shapely.geometry import box
 
-from ..tiling.frame import tile_frame
+from ..tiling.frame import TileFrames
 from ..tiling.grid import DEFAULT_OVERLAP, TILE_SIZE, TileGrid
 from ..tiling.piecekey import piece_key
 from ..vectorize.pieces import EDGE_MARGIN, Pieces, tile_key
@@ -131,7 +131,7 @@ def grid_pieces(n_pieces: int, per_tile: int = 100, seed: int = 0, tile_size: in
     pieces = Pieces(geometry=list(geoms), score=rng.uniform(0.5, 1.0, len(obj)).tolist(),
                     prompt=[0] * len(obj), tile_key=piece_key(tile_index).tolist(),
                     complete=(d >= EDGE_MARGIN).tolist(), edge_dist=d.tolist())
-    frames = {t.index: tile_frame(t, grid.overlap) for t in grid}
+    frames = dict(TileFrames(grid))
     return pieces, frames, grid, len(x0)
 
 
@@ -158,7 +158,7 @@ def grid_objects(width: int, height: int, cell: int = 500, seed: int = 0):
 def frames_and_pieces(grid: TileGrid, placed, complete_edge_dist: float = 10.0):
     """Merge input by hand: `placed` is [(tile (row, col), geometry in CRS, complete)]; returns the grid's
     frames and the Pieces (score 0.9, prompt 0; a complete piece lies `complete_edge_dist` px from its edge)."""
-    frames = {t.index: tile_frame(t, grid.overlap) for t in grid}
+    frames = dict(TileFrames(grid))
     p = Pieces()
     for (r, c), geom, complete in placed:
         t = grid.tile(r, c)

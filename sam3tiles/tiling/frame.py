@@ -3,6 +3,10 @@
 `sam3tiles.tiling.grid` lays tiles out in pixels (grid, tile and source frames); a `TileFrame` is the same
 tile in the CRS the pieces are in, which is where the merge compares them, the plan measures its overlap and
 refinement shares a parent's area with its sub-tiles. (Not `sam3tiles.run.frames`: those are output tables.)
+
+The grid answers its tiles' frames, `TileFrames(grid)[index]` (or `.frame(tile)` for any tile of it, its
+sub-tiles too), as odc-geo's `GeoboxTiles[i, j]` answers a georeferenced tile: the overlap a frame needs is
+the grid's, so no caller carries it.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import numpy as np
 import shapely
 from shapely.geometry import MultiLineString, Polygon
 
-from .grid import Tile
+from .grid import Tile, TileGrid
 
 
 @dataclass(frozen=True)
@@ -37,8 +41,9 @@ def _poly(transform, x0, y0, x1, y1) -> Polygon:
     return Polygon(pts)
 
 
-def tile_frame(tile: Tile, overlap: int) -> TileFrame:
-    """Window, core (+1 px), exclusive area and interior edges of `tile` in CRS coordinates."""
+def _tile_frame(tile: Tile, overlap: int) -> TileFrame:
+    """Window, core (+1 px), exclusive area and interior edges of `tile` in CRS coordinates, `overlap` being
+    its grid's. The arithmetic, for `TileFrames`: callers ask the grid's frames, which hold the overlap."""
     t = tile.transform
     vw, vh = tile.valid_wh
     cx0, cy0, cx1, cy1 = tile.core_tile_px
@@ -53,7 +58,7 @@ def tile_frame(tile: Tile, overlap: int) -> TileFrame:
 
 
 def tile_windows(tiles: Sequence[Tile]) -> tuple[np.ndarray, np.ndarray]:
-    """The windows of many tiles at once (polygons with `tile_frame(t, ...).window`'s coordinates, made by
+    """The windows of many tiles at once (polygons with `_tile_frame(t, ...).window`'s coordinates, made by
     the same arithmetic) and their `pixel` sizes: what the block merge needs of every tile up front, without
     the other three shapes of each frame (a tenth of the time)."""
     n = len(tiles)
@@ -72,17 +77,51 @@ def tile_windows(tiles: Sequence[Tile]) -> tuple[np.ndarray, np.ndarray]:
     return shapely.polygons(np.stack([px, py], axis=2)), np.abs(a * e - b * d) ** 0.5
 
 
+class _GridTiles(Mapping):
+    """Tile index -> `Tile` of a grid, made when asked (a grid of a huge image is not held as a dict)."""
+
+    def __init__(self, grid: TileGrid):
+        self.grid = grid
+
+    def __getitem__(self, i: int) -> Tile:
+        if i not in self:
+            raise KeyError(i)
+        return self.grid.tile(*divmod(int(i), self.grid.shape[1]))
+
+    def __contains__(self, i: object) -> bool:  # without making the tile
+        return isinstance(i, (int, np.integer)) and 0 <= i < len(self.grid)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self.grid)))
+
+    def __len__(self) -> int:
+        return len(self.grid)
+
+
 class TileFrames(MutableMapping):
     """Tile index -> `TileFrame` of a grid's tiles, made when asked and not kept (four polygons, ~2 KB a
     tile: 200 MB for a 10^5-tile grid held for nothing); frames set here (a refined tile's shared frame,
-    its sub-tiles') are kept."""
+    its sub-tiles') are kept.
 
-    def __init__(self, tiles: Mapping[int, Tile], overlap: int):
-        self.tiles, self.overlap, self._set = tiles, overlap, {}
+    `grid`: the grid the tiles are of, whose overlap their frames leave (None: a squashed image's one tile,
+    which borders no other); `tiles`: its tiles by index when the caller holds them (default: the grid's,
+    made when asked)."""
+
+    def __init__(self, grid: TileGrid | None, tiles: Mapping[int, Tile] | None = None):
+        self.grid, self._set = grid, {}
+        self.tiles = tiles if tiles is not None else _GridTiles(grid) if grid is not None else {}
+
+    def frame(self, tile: Tile) -> TileFrame:
+        """The frame of any tile of the grid, its sub-tiles too (`TileGrid.split`), made now, not kept."""
+        if self.grid is None:
+            if any(tile.interior):  # its exclusive area would take the whole window
+                raise ValueError(f"tile {tile.index} borders another tile: its frame needs their grid")
+            return _tile_frame(tile, 0)
+        return _tile_frame(tile, self.grid.overlap)
 
     def __getitem__(self, i: int) -> TileFrame:
         f = self._set.get(i)
-        return f if f is not None else tile_frame(self.tiles[i], self.overlap)
+        return f if f is not None else self.frame(self.tiles[i])
 
     def __setitem__(self, i: int, frame: TileFrame) -> None:
         self._set[int(i)] = frame

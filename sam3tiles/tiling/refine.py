@@ -31,7 +31,7 @@ import shapely
 
 from ..errors import UsageError
 from ..wording import opt
-from .frame import TileFrame, tile_frame
+from .frame import TileFrame, TileFrames
 from .grid import Tile, TileGrid
 from .piecekey import MAX_INDEX
 
@@ -166,8 +166,8 @@ class RefineHook:
     The loop registers them with its merger, looks them up in the checkpoints and queues the rest at the
     front (one call, no second pass).
 
-    `grid`: None for a squashed run (never refined); `prompts`: the run's prompts (label, text);
-    `overlap`: the grid's overlap in tile pixels (the sub-tiles' frames); `source`: the input's path.
+    `grid`: None for a squashed run (never refined); it answers the sub-tiles' frames; `prompts`: the
+    run's prompts (label, text); `source`: the input's path.
 
     Box-only prompts are not refined: a sub-tile finds their objects only through an example in it or
     pasted into it (`--box-scope image`), and a paste may fit in no sub-tile's margin at twice the zoom,
@@ -175,10 +175,11 @@ class RefineHook:
     Prompts with text and boxes are refined; their sub-tiles get the example boxes like any tile.
     """
 
-    def __init__(self, grid: TileGrid | None, mode: str, depth: int, prompts, overlap: int, source: str = ""):
+    def __init__(self, grid: TileGrid | None, mode: str, depth: int, prompts, source: str = ""):
         depth = depth if mode == "auto" else 0
         self.refiner = Refiner(grid, depth, source) if grid is not None else None
-        self.prompts, self.overlap = prompts, overlap
+        self.frames = TileFrames(grid) if grid is not None else None
+        self.prompts = prompts
         self.stats = RefineStats(mode=mode if grid is not None else "off", depth=depth)
 
     def depth_of(self, index: int) -> int:
@@ -195,9 +196,9 @@ class RefineHook:
         if self.refiner is not None and todo:
             subs = self.refiner.refine(tile, todo, res.pieces, frame.pixel, self.stats,
                                        [p.label for p in self.prompts])
-        if not subs:
+        if not subs or self.frames is None:
             return Refinement(saturated=True) if res.saturated else NOTHING
-        return Refinement(tuple(subs), tuple(shared_frame(tile_frame(sub, self.overlap)) for sub in subs),
+        return Refinement(tuple(subs), tuple(shared_frame(self.frames.frame(sub)) for sub in subs),
                           shared_frame(frame), frozenset(todo))
 
     def key_part(self, tile: Tile) -> dict:
