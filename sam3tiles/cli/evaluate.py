@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputDataError
+from ..writers.formats import FORMATS, endings
 from .options import handle_errors
 
 
@@ -25,8 +26,9 @@ def read_vector(path: str):
         try:
             return gpd.read_parquet(path)
         except Exception:  # noqa: BLE001
-            raise InputDataError(f"{path} is not a vector file GDAL or GeoParquet can read: give a .gpkg, "
-                                 ".parquet, .fgb or .geojson") from None
+            readable = [f for f in FORMATS if f.driver]  # what GDAL (or geopandas, GeoParquet) reads
+            raise InputDataError(f"{path} is not a vector file GDAL or GeoParquet can read: give a "
+                                 f"{endings(readable, every=False, last=' or ')}") from None
 
 
 @click.command(short_help="Compare predictions with truth.")

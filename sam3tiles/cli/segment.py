@@ -6,10 +6,11 @@ import click
 
 from ..errors import EXIT_FAILED_TILES, UsageError
 from ..options import Options
+from ..writers.formats import PER_INPUT, endings, help_text, last_argument
 from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, verbose_opt
 
 
-@click.command(short_help="Segment rasters into polygons.")
+@click.command(short_help="Segment rasters into polygons.", epilog=help_text("cli"))
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--text", "--prompt", "-t", "texts", multiple=True,
               help="What to find, e.g. --text building (repeatable; --prompt is the same).")
@@ -20,9 +21,9 @@ from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, 
                    "whole extent is one exemplar, resampled to the run's pixel size when georeferenced.")
 @click.option("--box-file", default=None, help="Vector file of example boxes (any CRS; optional 'label' "
                                                "column 1/0).")
-@click.option("--out", "-o", default=None, help="Output file (.gpkg, .parquet, .fgb, .geojson, .coco.json), a "
-                                                "folder for one .gpkg per input, or NAME.parquet/ for a "
-                                                "partitioned GeoParquet dataset. Also as the last argument "
+@click.option("--out", "-o", default=None, help=f"Output file ({endings(every=False)}: see the formats below), a "
+                                                f"folder for one {PER_INPUT.suffix} per input, or NAME.parquet/ for "
+                                                "a partitioned GeoParquet dataset. Also as the last argument "
                                                 "(rio style: segment IN.tif OUT.gpkg).")
 @registry_options("segment")
 @click.option("--labels", default=None, metavar="OUT.tif|OUT.ome.zarr",
@@ -62,18 +63,12 @@ def segment(ctx, inputs, texts, boxes, example_images, box_file, out, verbose, q
         ctx.exit(EXIT_FAILED_TILES)
 
 
-#: What only an output is: an input never ends so (.geojson and .json may be STAC inputs: see below).
-_OUTPUT_ONLY = (".gpkg", ".parquet", ".geoparquet", ".fgb", ".coco.json", ".parquet/", ".geoparquet/")
-
-
 def positional_output(inputs: list[str], out: str | None) -> tuple[list[str], str]:
     """rio style: `segment IN.tif OUT.gpkg`. The last argument is the output when it names one
-    (`_OUTPUT_ONLY`; without --out also .geojson or a folder ending in '/'); given with a different --out,
-    refused."""
+    (`writers.formats.last_argument`: an ending only outputs have; without --out also one a STAC input may
+    have, .geojson, or a folder ending in '/'); given with a different --out, refused."""
     last = inputs[-1] if len(inputs) > 1 else None
-    low = (last or "").lower()
-    is_out = last is not None and (low.endswith(_OUTPUT_ONLY) or
-                                   (out is None and (low.endswith(".geojson") or last.endswith(("/", "\\")))))
+    is_out = last is not None and last_argument(last, out_given=out is not None)
     if is_out and out is not None and out != last:
         raise UsageError(f"two outputs given: --out {out} and {last} (the last argument): give one")
     if is_out:

@@ -15,8 +15,9 @@ data coordinate (r, c), so pixel centres are at integers and pixel (r, c) covers
   image's affine maps its pixel (r, c) to the CRS coordinates of that pixel's centre (transform of
   (c + 0.5, r + 0.5)), not of its corner.
 
-* Vector outputs (.gpkg, .geojson / .qupath.geojson, .parquet, .fgb): one shapes layer per prompt, named
-  after it, in the prompt's colour (the QuPath classification colour, `writers.qupath.class_colour`),
+* Vector outputs (the formats `writers.formats` marks `napari`: .gpkg, .parquet, .fgb, .geojson and
+  .qupath.geojson): one shapes layer per prompt, named after it, in the prompt's colour (the QuPath
+  classification colour, `writers.qupath.class_colour`),
   polygons as (row, col) vertices in the frame above. Holes are not drawn (napari's shapes have none);
   a MultiPolygon gives one shape per part. `id`, `score`, `prompt` (and the area columns) are features.
 * Label images (.tif / .ome.tif written by `--labels`, .ome.zarr): a labels layer, the pyramid as a
@@ -40,7 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-VECTOR = (".gpkg", ".geojson", ".json", ".parquet", ".geoparquet", ".fgb")
+from ..writers.formats import format_for
+
 RASTER = (".tif", ".tiff")
 FEATURES = ("id", "score", "prompt", "area", "area_px", "area_um2", "n_tiles")
 
@@ -59,8 +61,8 @@ def get_reader(path):
         return read_labels if "sam3tiles" in _attrs(Path(p)) else None  # `writers.ome.open_ome_zarr`
     if low.endswith(RASTER) and os.path.isfile(p):
         return read_labels if _our_tiff(p) else None
-    folder = low.endswith((".parquet", ".geoparquet")) and os.path.isdir(p)  # a partitioned dataset
-    if low.endswith(VECTOR) and (folder or os.path.isfile(p)) and not low.endswith(".coco.json"):
+    fmt = format_for(p)  # the formats napari opens: `writers.formats` (`Format.napari`)
+    if fmt is not None and fmt.napari and (os.path.isfile(p) or (fmt.dataset and os.path.isdir(p))):
         return read_vector if _marked_layers(p) else None
     return None
 
@@ -69,11 +71,11 @@ def _marked_layers(p: str) -> list:
     """The layers of a vector file that carry sam3tiles' run metadata (`writers.vector`: a GeoPackage or
     FlatGeobuf layer's `sam3tiles` metadata item, GeoParquet's pandas attrs, GeoJSON's foreign member);
     `[None]` for a one-layer format; `[]` when the file is not ours or cannot be read."""
-    low = p.lower()
+    driver = _driver(p)  # where the writer put the mark: by the format's GDAL driver
     try:
-        if low.endswith((".parquet", ".geoparquet")):
+        if driver == "Parquet":
             return [None] if _parquet_mark(p) else []
-        if low.endswith((".geojson", ".json")):
+        if driver == "GeoJSON":
             return [None] if _geojson_mark(p) else []
         import pyogrio
 
@@ -81,6 +83,12 @@ def _marked_layers(p: str) -> list:
                 if "sam3tiles" in (pyogrio.read_info(p, layer=str(name)).get("layer_metadata") or {})]
     except Exception:  # noqa: BLE001 - whatever GDAL, Arrow or the JSON parser refuses is not ours to claim
         return []
+
+
+def _driver(p: str) -> str | None:
+    """The GDAL driver of the format `p`'s name asks for (`writers.formats`), or None."""
+    fmt = format_for(p)
+    return fmt.driver if fmt is not None else None
 
 
 def _parquet_mark(p: str) -> bool:
@@ -149,7 +157,7 @@ def read_vector(path, stack: bool = False) -> list[tuple]:
 def _read_frame(p: str, layer: str | None = None):
     import geopandas as gpd
 
-    if p.lower().endswith((".parquet", ".geoparquet")):
+    if _driver(p) == "Parquet":
         return gpd.read_parquet(p)
     return gpd.read_file(p, layer=layer) if layer is not None else gpd.read_file(p)
 

@@ -37,8 +37,9 @@ from ..writers import check_output
 from ..writers.atomic import check_name
 from ..writers.held import settle
 from ..writers.labels import check_labels, check_labels_for, label_format
-from ..writers.stream import check_dataset, is_dataset
-from ..writers.vector import QUPATH_SUFFIX, check_geojson_frame, check_layer, is_qupath
+from ..writers.formats import GPKG, PER_INPUT, QUPATH, check_space, endings, format_for, is_dataset
+from ..writers.stream import check_dataset
+from ..writers.vector import check_layer
 from .checks import (check_box_file, check_input, check_paths, check_plan, check_vrt_cycle, check_work_dir,
                      replaceable, vouched)
 from .limits import check_address_space
@@ -263,7 +264,7 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
     if label_path is not None:
         check_labels_for(label_path, planned[0].crs)
     if combined is not None:
-        check_geojson_frame(combined, planned[0].crs)
+        check_space(combined, planned[0].crs)
     check_side_files(writes, overwrite, ours)
     crs0 = planned[0].crs
     n_given = len(geo_boxes)
@@ -417,9 +418,9 @@ def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[l
     if p.suffix:
         return [None] * len(inputs), p
     if not p.is_dir():
-        raise UsageError(f"{opt('out', p)}: for several inputs give an existing folder (one .gpkg each) or a file "
-                         "name ending in .gpkg/.parquet/.fgb/.geojson (one combined output)")
-    outs = [p / (Path(file_name(i)).stem + ".gpkg") for i in inputs]
+        raise UsageError(f"{opt('out', p)}: for several inputs give an existing folder (one {PER_INPUT.suffix} each) "
+                         f"or a file name ending in {endings(every=False, last=' or ')} (one combined output)")
+    outs = [p / (Path(file_name(i)).stem + PER_INPUT.suffix) for i in inputs]
     seen: dict[Path, str] = {}
     for i, o in zip(inputs, outs):
         if o in seen:  # a/visual.tif and b/visual.tif: one would overwrite the other's objects
@@ -432,11 +433,11 @@ def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[l
 def check_qupath_type(qupath_type: str, out: str | os.PathLike | None, combined: Path | None) -> None:
     """`qupath_type` other than its default shapes QuPath's GeoJSON (`*.qupath.geojson`) only: into any
     other output (or none) it would be ignored, so it is refused."""
-    if qupath_type == QUPATH_DEFAULT or (combined is not None and is_qupath(combined)):
+    if qupath_type == QUPATH_DEFAULT or (combined is not None and format_for(combined) is QUPATH):
         return
-    what = (f"{opt('out', out)} is no QuPath GeoJSON (*{QUPATH_SUFFIX}, objects in pixels)" if out is not None
+    what = (f"{opt('out', out)} is no {QUPATH.name} (*{QUPATH.suffix}, objects in pixels)" if out is not None
             else f"no output is written ({opt('out')} not given)")
-    name = (combined.name[: -len(combined.suffix)] if combined is not None else "objects") + QUPATH_SUFFIX
+    name = (combined.name[: -len(combined.suffix)] if combined is not None else "objects") + QUPATH.suffix
     raise UsageError(f"{opt('qupath_type', qupath_type)}: {what}, so the object type would be ignored: name it "
                      f"{name}, or leave {opt('qupath_type')} out")
 
@@ -547,7 +548,7 @@ def check_out(p: Path, overwrite: bool, opts: Options, dataset: bool = False) ->
         return
     check_output(p, overwrite or opts.layer is not None, opts.layer)
     check_layer(p, opts.layer, overwrite)
-    if p.suffix.lower() == ".gpkg" and p.exists():
+    if format_for(p) is GPKG and p.exists():
         settle(p)  # another program holds it open in WAL mode: refused before any work
 
 

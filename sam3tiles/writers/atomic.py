@@ -19,21 +19,18 @@ from typing import Callable
 
 from ..errors import OutputError, OutputExistsError, UsageError
 from ..wording import enable, opt
+from .formats import format_for, unknown
 
 log = logging.getLogger(__name__)
 
-DRIVERS = {".gpkg": "GPKG", ".parquet": "Parquet", ".geoparquet": "Parquet", ".fgb": "FlatGeobuf",
-           ".geojson": "GeoJSON", ".json": "GeoJSON"}
-
 
 def check_output(path: str | os.PathLike, overwrite: bool, layer: str | None = None) -> Path:
-    """Validate an output path before any work: known extension, a name the file system and the side
+    """Validate an output path before any work: a format's ending (`formats.format_for`), a name the file system and the side
     files' names allow (`check_name`), writable folder, no clash."""
     p = Path(path)
     check_name(p, "out", layer)
-    if p.suffix.lower() not in DRIVERS:
-        raise UsageError(f"{opt('out', p)}: unknown format {p.suffix or '(no extension)'}: end the name with "
-                         f"{', '.join(sorted(set(DRIVERS)))}")
+    if format_for(p) is None:
+        raise unknown(p)
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise OutputError(f"{opt('out', p)}: the folder {parent} does not exist: create it first")

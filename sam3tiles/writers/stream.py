@@ -33,27 +33,16 @@ import shapely
 from ..errors import OutputError, OutputExistsError, UsageError
 from ..units import area_column
 from ..wording import enable, opt
+from .formats import format_for
 
 #: Objects per chunk written to an output (and per part of a partitioned GeoParquet dataset); bounds the
 #: shapely objects held at once (~2.5 KB each).
 CHUNK_ROWS = 20_000
-#: Output names that ask for a partitioned GeoParquet dataset (a folder of parts): `objects.parquet/`.
-DATASET_SUFFIXES = (".parquet", ".geoparquet")
-
-
-def is_dataset(out: str | os.PathLike | None) -> bool:
-    """Whether `out` names a partitioned GeoParquet dataset: a name ending in `.parquet/` (or an existing
-    folder named `*.parquet`)."""
-    if out is None:
-        return False
-    s = os.fspath(out)
-    p = Path(s)
-    return p.suffix.lower() in DATASET_SUFFIXES and (s.endswith(("/", os.sep)) or p.is_dir())
 
 
 def check_dataset(path: str | os.PathLike, overwrite: bool) -> Path:
     """Validate a dataset folder before any work: writable parent; an existing one only with `overwrite`,
-    and only when it holds nothing but Parquet parts (never delete what sam3tiles did not write)."""
+    and only when it holds nothing but its format's parts (never delete what sam3tiles did not write)."""
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
@@ -63,8 +52,10 @@ def check_dataset(path: str | os.PathLike, overwrite: bool) -> Path:
     if p.exists():
         if not overwrite:
             raise OutputExistsError(f"{opt('out', p)}/ exists: {enable('overwrite')} to replace it, or choose another name")
-        if not p.is_dir() or any(not q.name.endswith(".parquet") for q in p.iterdir()):
-            raise OutputError(f"{opt('out', p)}/: it holds files that are not Parquet parts, so it is not a dataset "
+        fmt = format_for(p)
+        if not p.is_dir() or fmt is None or any(not q.name.lower().endswith(fmt.suffix) for q in p.iterdir()):
+            what = fmt.driver or fmt.name if fmt is not None else "dataset"
+            raise OutputError(f"{opt('out', p)}/: it holds files that are not {what} parts, so it is not a dataset "
                               "sam3tiles wrote: choose another name (nothing was deleted)")
     return p
 

@@ -1,4 +1,5 @@
-"""Writing results: GeoPackage, GeoParquet, FlatGeobuf, GeoJSON or COCO by extension, atomically.
+"""Writing results: GeoPackage, GeoParquet, FlatGeobuf, GeoJSON or COCO, as the name asks (`writers.formats`),
+atomically.
 
 Every write goes to a temporary name beside the target and is renamed into place, so a reader never
 sees half a file. A lock file stops two runs from writing one output at once.
@@ -13,7 +14,7 @@ sees half a file. A lock file stops two runs from writing one output at once.
 * GeoJSON with a CRS is RFC 7946 (WGS84 lon/lat, no `crs` member) unless `geojson_crs="native"`;
   coordinates keep a tenth of a source pixel. Without a CRS (pixel space) it is QuPath's GeoJSON and
   must be named `*.qupath.geojson`: GIS tools read a plain GeoJSON as lon/lat, so a plain `.geojson` of
-  pixel coordinates is refused (`check_geojson_frame`); the QuPath file also names its pixel grid in a
+  pixel coordinates is refused (`formats.check_space`); the QuPath file also names its pixel grid in a
   `crs` member, which GDAL/QGIS read as an engineering CRS, not lon/lat (`writers.qupath`).
 * Objects may come as chunks (an iterator of GeoDataFrames, from `writers.stream.ObjectSpool`): GeoPackage
   and GeoParquet are written a chunk at a time (GeoParquet: one part per chunk, then joined into one file
@@ -43,7 +44,8 @@ import pandas as pd
 
 from ..errors import OutputError, OutputExistsError, UsageError
 from ..units import Frame, area_column, area_unit, coordinate_precision, lonlat_resolution, native_resolution
-from .atomic import DRIVERS, atomic_path
+from .atomic import atomic_path
+from .formats import FORMATS, Target, check_space, endings, format_for, unknown
 from .held import settle
 from .qupath import write_qupath_geojson
 from ..wording import enable, opt
@@ -59,59 +61,25 @@ GPKG_VERSION = "1.2"
 #: Written into files without a CRS so that no reader mistakes pixel coordinates for degrees.
 NO_CRS_NOTE = "no CRS: coordinates are source-image pixels (x right, y down), not a map projection"
 GEOJSON_CRS = ("wgs84", "native")
-#: Who opens a GeoParquet output (docs/outputs.md): said in the run report, since LTS GIS stacks do not.
-PARQUET_READERS = ("{path}: GeoParquet 1.1 opens in geopandas, pyarrow, DuckDB, GDAL >= 3.5 built with its "
-                   "Parquet driver (ogrinfo --formats | grep Parquet) and the QGIS builds on such a GDAL "
-                   "(conda-forge, OSGeo4W); not in Debian/Ubuntu's GDAL or QGIS packages (no Parquet driver): "
-                   "write a .gpkg for those")
 
 
 def readers_note(path: str | os.PathLike) -> str | None:
     """A line for the run report naming the tools that open `path`'s format, where common ones cannot."""
-    if Path(str(path).rstrip("/")).suffix.lower() in (".parquet", ".geoparquet"):
-        return PARQUET_READERS.format(path=path)
-    return None
+    fmt = format_for(path)
+    return fmt.readers.format(path=path) if fmt is not None and fmt.readers else None
 
 
 #: Table names SQLite and the GeoPackage standard keep for themselves (compared ignoring case).
 RESERVED_PREFIXES = ("sqlite_", "gpkg_", "rtree_")
 
 
-def is_coco(path: str | os.PathLike) -> bool:
-    return str(path).lower().endswith(".coco.json")
-
-
-QUPATH_SUFFIX = ".qupath.geojson"
-
-
-def is_qupath(path: str | os.PathLike) -> bool:
-    """QuPath's flavour of GeoJSON (pixel coordinates) by name: `*.qupath.geojson`."""
-    return str(path).lower().endswith(QUPATH_SUFFIX)
-
-
-def check_geojson_frame(path: str | os.PathLike, crs) -> None:
-    """A GeoJSON output must say its frame by its name: pixel space (no CRS) only as `.qupath.geojson`
-    (a GIS tool reads a plain GeoJSON as WGS84 lon/lat: a silently wrong place on the map), a CRS only as
-    plain `.geojson` (QuPath's flavour is in slide pixels)."""
-    p = Path(path)
-    if DRIVERS.get(p.suffix.lower()) != "GeoJSON" or is_coco(p):
-        return
-    base = p.name[: -len(QUPATH_SUFFIX)] if is_qupath(p) else p.stem
-    if crs is None and not is_qupath(p):
-        raise UsageError(f"{opt('out', p)}: the input has no CRS (pixel coordinates), and GIS tools read a plain GeoJSON "
-                         f"as WGS84 lon/lat, so the objects would be drawn at wrong places without a warning: name "
-                         f"it {base}{QUPATH_SUFFIX} for QuPath's GeoJSON in pixels, or write {base}.gpkg or "
-                         f"{base}.parquet (they say 'no CRS')")
-    if crs is not None and is_qupath(p):
-        raise UsageError(f"{opt('out', p)}: QuPath's GeoJSON is in slide pixels, but the input has a CRS: name it "
-                         f"{base}.geojson for RFC 7946 lon/lat (or {opt('geojson_crs', 'native')}), or write {base}.gpkg")
-
-
 def layer_name(path: str | os.PathLike, layer: str | None = None) -> str:
-    """The layer an output gets: `layer` when given, else the file's stem (`x.qupath.geojson`: x)."""
+    """The layer an output gets: `layer` when given, else the file's name without its format's ending
+    (`x.qupath.geojson`: x)."""
     if layer:
         return layer
-    return Path(path).name[: -len(QUPATH_SUFFIX)] if is_qupath(path) else Path(path).stem
+    fmt = format_for(path)
+    return fmt.stem(path) if fmt is not None else Path(path).stem
 
 
 def gpkg_layers(path: str | os.PathLike) -> list[str] | None:
@@ -125,14 +93,17 @@ def gpkg_layers(path: str | os.PathLike) -> list[str] | None:
 
 
 def check_layer(path: str | os.PathLike, layer: str | None, overwrite: bool) -> None:
-    """Before any work: `--layer` needs a .gpkg output; an existing layer of that name is replaced only
-    with `overwrite`. Call after `check_output(path, overwrite or layer is not None)`."""
+    """Before any work: `layer` needs an output whose format holds layers (GeoPackage); an existing layer of
+    that name is replaced only with `overwrite`. Call after `check_output(path, overwrite or layer is not None)`."""
     p = Path(path)
-    gpkg = p.suffix.lower() == ".gpkg"
+    fmt = format_for(p)
+    gpkg = fmt is not None and fmt.layers
     if layer is not None:
         if not gpkg:
-            raise UsageError(f"{opt('layer', layer)}: only a GeoPackage holds several layers: give an {opt('out')} ending in "
-                             f".gpkg, or drop {opt('layer')}")
+            holders = [f for f in FORMATS if f.layers]
+            raise UsageError(f"{opt('layer', layer)}: only {' or '.join(f'a {f.name}' for f in holders)} holds several "
+                             f"layers: give an {opt('out')} ending in {endings(holders, last=' or ')}, or drop "
+                             f"{opt('layer')}")
         if not layer.strip() or layer.lower().startswith(RESERVED_PREFIXES):
             raise UsageError(f"{opt('layer', repr(layer))} is not a usable layer name (names starting with "
                              f"{', '.join(RESERVED_PREFIXES)} belong to SQLite and the GeoPackage itself): give a "
@@ -157,52 +128,75 @@ def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str
                  layer: str | None = None, metadata: dict | None = None, frames: dict[str, Frame] | None = None,
                  geojson_crs: str = "wgs84", prompts: list[str] | None = None, dataset: bool = False,
                  qupath_type: str = "detection") -> Path:
-    """Write `gdf` by extension, atomically. A GeoDataFrame without a CRS is written as 'no CRS'.
+    """Write `gdf` in the format its name asks for (`writers.formats`), atomically. A GeoDataFrame without
+    a CRS is written as 'no CRS' (refused where the format cannot hold pixels: `formats.check_space`).
 
     `gdf` is one GeoDataFrame or its chunks in order (the first, possibly empty, gives the columns).
     `frames` (source file name -> `units.Frame`) say each input's pixel grid: they set the GeoJSON
     coordinate precision, the area unit in the metadata and, for COCO, the images and pixel coordinates.
     `prompts` are the COCO categories, in order. A .gpkg that exists and holds other layers keeps them.
-    `dataset`: `path` is a partitioned GeoParquet dataset folder (see the module doc).
+    `dataset`: `path` is a partitioned dataset folder (see the module doc).
     `qupath_type`: "detection" or "annotation", the objectType of QuPath GeoJSON (pixel space).
     """
     p = Path(path)
+    fmt = format_for(p)
+    if fmt is None:
+        raise unknown(p)
     chunks = iter([gdf] if isinstance(gdf, gpd.GeoDataFrame) else gdf)
     first = next(chunks)
+    check_space(p, first.crs)
     frames = frames or {}
-    metadata = _json_safe(metadata or {})
+    target = Target(fmt, p, layer_name(p, layer), _json_safe(metadata or {}), _description(first, frames), frames,
+                    geojson_crs, prompts, qupath_type)
+    rows = itertools.chain([first], chunks)
+    write = fmt.write()
     if dataset:
+        if not fmt.dataset:
+            raise UsageError(f"{opt('out', p)}: a {fmt.name} is no partitioned dataset: drop the trailing '/'")
         with atomic_path(p, folder=True) as tmp:
-            for k, chunk in enumerate(itertools.chain([first], chunks)):
+            for k, chunk in enumerate(rows):
                 if k == 0 or len(chunk):
-                    _write_parquet(chunk, tmp / f"part-{k:05d}.parquet", metadata)
+                    write(iter([chunk]) if fmt.chunked else chunk, tmp / f"part-{k:05d}{fmt.suffix}", target)
         return p
-    driver = DRIVERS[p.suffix.lower()]
-    name = layer_name(p, layer)
-    description = _description(first, frames)
-    if driver not in ("GPKG", "Parquet"):  # formats without appends: the chunks joined in memory
-        first = _joined(itertools.chain([first], chunks))
     with atomic_path(p) as tmp:
-        if is_coco(p):
-            from .coco import write_coco
-
-            write_coco(first, tmp, frames, prompts, metadata)
-        elif driver == "Parquet":
-            _write_parquet_chunks(itertools.chain([first], chunks), tmp, metadata)
-        elif driver == "GPKG":
-            if p.exists() and gpkg_layers(p) is not None:
-                settle(p)  # another program's WAL: checkpointed first, or refused while it holds the file
-                shutil.copy2(p, tmp)  # copy, write the layer into the copy, rename: see the module docstring
-            _write_gpkg(itertools.chain([first], chunks), tmp, name, metadata, description)
-        elif driver == "GeoJSON" and (first.crs is None or is_qupath(p)):
-            check_geojson_frame(p, first.crs)
-            write_qupath_geojson(first, tmp, metadata, name=name, object_type=qupath_type)  # pixel space: QuPath
-        elif driver == "GeoJSON":
-            _write_geojson(first, tmp, name, metadata, description, frames, geojson_crs)
-        else:
-            _write_ogr(first, tmp, driver, name, {"TITLE": name, "DESCRIPTION": description},
-                       {"sam3tiles": json.dumps(metadata)} if metadata else None)
+        write(rows if fmt.chunked else _joined(rows), tmp, target)  # formats without appends: joined in memory
     return p
+
+
+# -- the writers of `formats.FORMATS`: writer(rows, tmp, target) ------------------------------------------
+
+def write_gpkg(chunks: Iterable[gpd.GeoDataFrame], tmp: Path, t: Target) -> None:
+    """A layer into a new GeoPackage, or into a copy of the existing one (see the module docstring)."""
+    if t.path.exists() and gpkg_layers(t.path) is not None:
+        settle(t.path)  # another program's WAL: checkpointed first, or refused while it holds the file
+        shutil.copy2(t.path, tmp)  # copy, write the layer into the copy, rename: see the module docstring
+    _write_gpkg(chunks, tmp, t.layer, t.metadata, t.description)
+
+
+def write_parquet(chunks: Iterable[gpd.GeoDataFrame], tmp: Path, t: Target) -> None:
+    _write_parquet_chunks(chunks, tmp, t.metadata)
+
+
+def write_ogr(gdf: gpd.GeoDataFrame, tmp: Path, t: Target) -> None:
+    """Any GDAL format, by `t.format.driver` and its layer creation options; the run metadata as the
+    layer's `sam3tiles` metadata item."""
+    options = {k: v.format(layer=t.layer, description=t.description) for k, v in t.format.options.items()}
+    _write_ogr(gdf, tmp, t.format.driver, t.layer, options,
+               {"sam3tiles": json.dumps(t.metadata)} if t.metadata else None)
+
+
+def write_geojson(gdf: gpd.GeoDataFrame, tmp: Path, t: Target) -> None:
+    _write_geojson(gdf, tmp, t.layer, t.metadata, t.description, t.frames, t.geojson_crs)
+
+
+def write_qupath(gdf: gpd.GeoDataFrame, tmp: Path, t: Target) -> None:
+    write_qupath_geojson(gdf, tmp, t.metadata, name=t.layer, object_type=t.qupath_type)
+
+
+def write_coco(gdf: gpd.GeoDataFrame, tmp: Path, t: Target) -> None:
+    from .coco import write_coco as coco
+
+    coco(gdf, tmp, t.frames, t.prompts, t.metadata)
 
 
 def _joined(chunks: Iterable[gpd.GeoDataFrame]) -> gpd.GeoDataFrame:
