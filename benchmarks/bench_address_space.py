@@ -31,7 +31,7 @@ from .common import ROOT, wait_for_quiet
 DRIVER = r"""
 import os, sys
 import sam3tiles.run.limits as L
-import sam3tiles.run.plan as P
+import sam3tiles.run.preflight as P
 
 def vm():
     return int(open('/proc/self/status').read().split('VmSize:')[1].split()[0]) >> 10

@@ -101,13 +101,18 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
 
     Huge jobs: `segment_report(...)` (same arguments) returns only the `RunReport`, never every object.
     """
-    gdf, _ = _run(locals(), return_objects=True)
-    assert gdf is not None  # return_objects=True always reads the objects back
-    return gdf
+    return _objects(locals())
 
 
 _OPTION_NAMES = frozenset(Options.__dataclass_fields__)
 _P = ParamSpec("_P")
+
+
+def _objects(args: dict[str, Any]) -> gpd.GeoDataFrame:
+    """`segment`'s arguments (by name) -> the objects the run wrote, read back (`_run`)."""
+    gdf, _ = _run(args, return_objects=True)
+    assert gdf is not None  # return_objects=True always reads the objects back
+    return gdf
 
 
 def _run(args: dict[str, Any], *, return_objects: bool) -> tuple[gpd.GeoDataFrame | None, RunReport]:

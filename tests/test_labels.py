@@ -185,7 +185,7 @@ def test_a_full_disk_while_writing_labels_leaves_nothing_and_never_a_wrong_file(
     """A real full disk (a small tmpfs) at every stage of each format: the writer fails with an error that says
     so (or succeeds, and then the file holds the labels), and nothing of it stays on the disk: no temporary
     file, no scratch pyramid, no temporary store that zarr's writer threads still wrote after the failure."""
-    from sam3tiles.run.checks import is_disk_full
+    from sam3tiles.writers.atomic import is_disk_full
 
     gdf = discs(300, 1300, 1100, seed=3)
     want = burnt(gdf, 1300, 1100)

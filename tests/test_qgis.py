@@ -59,6 +59,31 @@ def test_install_writes_the_plugin_folder_and_refuses_to_clobber(tmp_path):
     assert r.exit_code != 0 and "not the sam3tiles plugin" in r.output
 
 
+def test_the_plugin_offers_sam3tiles_own_devices_and_backends_read_without_sam3tiles(tmp_path):
+    """One source for the device and backend lists (`model.providers.DEVICES`, the backend registry): the
+    install writes them into the plugin, which reads them in a Python that cannot import sam3tiles, and
+    keeps no list of its own (it lacked tensorrt). A plugin folder without them names the fix."""
+    from sam3tiles.model.providers import DEVICES
+    from sam3tiles.model.registry import available_backends
+
+    CliRunner().invoke(cli, ["qgis", "install", "--dest", str(tmp_path)], catch_exceptions=False)
+    code = ("import importlib.util, json, sys; sys.path.insert(0, sys.argv[1]); "
+            "assert importlib.util.find_spec('sam3tiles') is None, 'sam3tiles importable'; "
+            "from sam3tiles_qgis.choices import choices; print(json.dumps(choices()))")
+    r = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(tmp_path)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    backends, devices = json.loads(r.stdout)
+    assert devices == list(DEVICES) and "tensorrt" in devices
+    assert backends == list(available_backends()) and backends[:2] == ["onnx", "reference"]  # BACKEND 1: reference
+    src = ast.parse((tmp_path / PLUGIN / "algorithm.py").read_text())
+    own = [n.value for n in ast.walk(src) if isinstance(n, ast.Constant) and n.value in (*DEVICES, *backends)]
+    assert not own, own
+    r = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(plugin_source().parent)], capture_output=True,
+                       text=True, timeout=60)  # the source folder: no choices.json
+    assert r.returncode != 0 and "choices.json cannot be read" in r.stderr and "sam3tiles qgis install" in r.stderr
+
+
 def test_the_main_package_never_imports_the_plugin():
     for path in (ROOT / "sam3tiles").rglob("*.py"):
         if plugin_source() in path.parents:

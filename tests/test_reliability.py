@@ -218,7 +218,7 @@ def test_a_full_disk_is_exit_2_naming_the_folder_and_leaves_nothing(tiny_disk, t
     assert r.exit_code == 2, (r.exit_code, r.stderr, r.exception)
     assert str(tiny_disk) in r.stderr and "Traceback" not in r.stderr
     assert any(w in r.stderr for w in ("space", "full", "cannot be used")), r.stderr
-    from sam3tiles.run.checks import is_work_dir
+    from sam3tiles.run.workfolder import is_work_dir
 
     left = [p for p in tiny_disk.iterdir() if p.name != "filler"]
     # no output, lock or temporary file; a work folder only if it holds checkpoints of finished tiles

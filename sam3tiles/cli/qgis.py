@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -13,11 +14,23 @@ from ..errors import OutputError, OutputExistsError
 from .options import handle_errors
 
 PLUGIN = "sam3tiles_qgis"
+#: The file in the installed plugin that lists sam3tiles' backends and devices (`plugin_choices`).
+CHOICES = "choices.json"
 
 
 def plugin_source() -> Path:
     """The plugin folder shipped as package data (never imported by sam3tiles itself: it needs qgis)."""
     return Path(__file__).resolve().parents[1] / "integrations" / "qgis_plugin" / PLUGIN
+
+
+def plugin_choices() -> dict[str, list[str]]:
+    """What the plugin offers as choices, from sam3tiles' own lists: the backends the registry knows (the
+    built-ins first) and `model.providers.DEVICES`. Written into the installed plugin as CHOICES: QGIS's
+    Python may not import sam3tiles, so the plugin keeps no list of its own."""
+    from ..model.providers import DEVICES
+    from ..model.registry import available_backends
+
+    return {"backends": list(available_backends()), "devices": list(DEVICES)}
 
 
 def default_plugins_dir() -> Path:
@@ -33,8 +46,9 @@ def default_plugins_dir() -> Path:
 
 
 def install_plugin(dest: Path | None = None, overwrite: bool = False) -> Path:
-    """Copy the plugin folder into `dest` (default: the QGIS profile's plugins); returns its new path.
-    An existing folder is replaced only with `overwrite` and only when it is ours (has our metadata)."""
+    """Copy the plugin folder into `dest` (default: the QGIS profile's plugins), with its CHOICES
+    (`plugin_choices`); returns its new path. An existing folder is replaced only with `overwrite` and only
+    when it is ours (has our metadata)."""
     folder = Path(dest) if dest is not None else default_plugins_dir()
     target = folder / PLUGIN
     if target.exists():
@@ -46,7 +60,8 @@ def install_plugin(dest: Path | None = None, overwrite: bool = False) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{PLUGIN}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(plugin_source(), tmp, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(plugin_source(), tmp, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", CHOICES))
+    (tmp / CHOICES).write_text(json.dumps(plugin_choices(), indent=1) + "\n", encoding="utf-8")
     if target.exists():
         shutil.rmtree(target)
     tmp.rename(target)

@@ -51,7 +51,7 @@ class TileStore:
         # opened on first use, so a run that fails before any tile leaves no work folder behind
         if self._conn is None:
             try:
-                from .checks import claim_work_dir, clear_work_dir
+                from .workfolder import claim_work_dir, clear_work_dir
 
                 if self.fresh:
                     clear_work_dir(self.dir)  # only a marked folder, only the files sam3tiles wrote

@@ -195,60 +195,96 @@ def open_engine(client=None, scheduler: str | None = None, workers: int | None =
     the SAM3TILES_SCHEDULER variable), else an in-process cluster with `workers` CPU threads. On a cluster,
     `worker_timeout` (seconds; None: wait forever) bounds the wait for a model worker when none is left
     (`WorkerWatch`)."""
+    if client is not None:
+        engine = _client_engine(client, worker_timeout)
+    elif scheduler := scheduler or os.environ.get(SCHEDULER_ENV) or None:
+        engine = _cluster_engine(scheduler, worker_timeout)
+    else:
+        engine = _local_engine(workers)
+    with engine as e:
+        yield e
+
+
+@contextmanager
+def _client_engine(client, worker_timeout: float | None):
+    """An Engine on a caller's client: it stays open (the caller's), its workers counted and watched."""
+    threads, gpu = _count(client)
+    if not gpu:
+        log.warning("no worker of the given client advertises the GPU resource: model tasks run on any "
+                    "worker (give GPU workers resources={'GPU': 1})")
+    with _watched(client, str(getattr(client.scheduler, "address", "the client's scheduler")), gpu > 0,
+                  worker_timeout):
+        yield Engine(client, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu)
+
+
+def _connect(scheduler: str):
+    """A client of the scheduler at `scheduler` that has a worker (a scheduler started a moment ago gets
+    WAIT_FOR_WORKERS seconds for its first); none answering, or no worker joining, is exit 2."""
     # dask.distributed takes about a second to import: commands that run no tiles (`model`, `plan`,
     # `--help`) do not pay for it
+    from distributed import Client
+
+    check_scheduler(scheduler)
+    try:
+        c = Client(scheduler, timeout="20s")
+    except (OSError, TimeoutError) as e:
+        raise UsageError(f"{opt('scheduler', scheduler)}: no Dask scheduler answers there ({e}): start one with "
+                         f"`dask scheduler`, or leave {opt('scheduler')} out to run in this process") from None
+    try:
+        if not (c.scheduler_info().get("workers") or {}):
+            # a scheduler started a moment ago: let its first worker join before choosing placements
+            try:
+                c.wait_for_workers(1, timeout=WAIT_FOR_WORKERS)
+            except TimeoutError:
+                raise UsageError(f"{opt('scheduler', scheduler)}: no worker joined in {WAIT_FOR_WORKERS} s: start "
+                                 f"one with `dask worker {scheduler} --resources GPU=1`") from None
+    except BaseException:
+        _quiet_if_interrupted()
+        c.close()
+        raise
+    return c
+
+
+@contextmanager
+def _cluster_engine(scheduler: str, worker_timeout: float | None):
+    """An Engine on the cluster at `scheduler`, closed with the block; its model workers watched."""
+    c = _connect(scheduler)
+    try:
+        threads, gpu = _count(c)
+        if not gpu:
+            log.warning("no worker of %s advertises the GPU resource: model tasks run on any worker "
+                        "(start GPU workers with `dask worker ADDRESS --resources GPU=1`)", scheduler)
+        log.info("Dask dashboard: %s", c.dashboard_link)
+        with _watched(c, scheduler, gpu > 0, worker_timeout):
+            yield Engine(c, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu)
+    finally:
+        _quiet_if_interrupted()
+        c.close()
+
+
+#: The in-process cluster's Dask configuration. It has no dashboard and one worker: its statistical profiler
+#: (a walk of every thread's stack each 10 ms), its 0.5 s system monitor, the 20 ms event-loop tick and work
+#: stealing fed nobody, and took a good part of the event loop's CPU (the GIL the tiles' work needs).
+LOCAL_CONFIG = {"distributed.worker.daemon": False, "distributed.admin.tick.limit": "60s",
+                "distributed.logging.distributed": "error", "distributed.worker.profile.enabled": False,
+                "distributed.admin.system-monitor.interval": "5s",
+                "distributed.admin.system-monitor.disk": False, "distributed.admin.tick.interval": "1s",
+                "distributed.scheduler.work-stealing": False,
+                "distributed.worker.memory.monitor-interval": "1s"}
+
+
+@contextmanager
+def _local_engine(workers: int | None):
+    """An Engine on an in-process cluster (threads): `workers` threads and one for the model, whose single
+    worker has the resource GPU=1; closed with the block."""
     import dask
     from distributed import Client, LocalCluster
 
-    if client is not None:
-        threads, gpu = _count(client)
-        if not gpu:
-            log.warning("no worker of the given client advertises the GPU resource: model tasks run on any "
-                        "worker (give GPU workers resources={'GPU': 1})")
-        with _watched(client, str(getattr(client.scheduler, "address", "the client's scheduler")), gpu > 0,
-                      worker_timeout):
-            yield Engine(client, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu)
-        return
-    scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
-    if scheduler:
-        check_scheduler(scheduler)
-        try:
-            c = Client(scheduler, timeout="20s")
-        except (OSError, TimeoutError) as e:
-            raise UsageError(f"{opt('scheduler', scheduler)}: no Dask scheduler answers there ({e}): start one with "
-                             f"`dask scheduler`, or leave {opt('scheduler')} out to run in this process") from None
-        try:
-            if not (c.scheduler_info().get("workers") or {}):
-                # a scheduler started a moment ago: let its first worker join before choosing placements
-                try:
-                    c.wait_for_workers(1, timeout=WAIT_FOR_WORKERS)
-                except TimeoutError:
-                    raise UsageError(f"{opt('scheduler', scheduler)}: no worker joined in {WAIT_FOR_WORKERS} s: start "
-                                     f"one with `dask worker {scheduler} --resources GPU=1`") from None
-            threads, gpu = _count(c)
-            if not gpu:
-                log.warning("no worker of %s advertises the GPU resource: model tasks run on any worker "
-                            "(start GPU workers with `dask worker ADDRESS --resources GPU=1`)", scheduler)
-            log.info("Dask dashboard: %s", c.dashboard_link)
-            with _watched(c, scheduler, gpu > 0, worker_timeout):
-                yield Engine(c, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu)
-        finally:
-            _quiet_if_interrupted()
-            c.close()
-        return
     n = local_threads(workers) - 1
     dlog = logging.getLogger("distributed")
     if dlog.level == logging.NOTSET or dlog.level < logging.WARNING:
         dlog.setLevel(logging.WARNING)
-    # the in-process cluster has no dashboard and one worker: its statistical profiler (a walk of every
-    # thread's stack each 10 ms), its 0.5 s system monitor, the 20 ms event-loop tick and work stealing
-    # fed nobody, and took a good part of the event loop's CPU (the GIL the tiles' work needs)
-    with dask.config.set({"distributed.worker.daemon": False, "distributed.admin.tick.limit": "60s",
-                          "distributed.logging.distributed": "error", "distributed.worker.profile.enabled": False,
-                          "distributed.admin.system-monitor.interval": "5s",
-                          "distributed.admin.system-monitor.disk": False, "distributed.admin.tick.interval": "1s",
-                          "distributed.scheduler.work-stealing": False,
-                          "distributed.worker.memory.monitor-interval": "1s"}):
+    with dask.config.set(LOCAL_CONFIG):
         with warnings.catch_warnings():
             # an in-process cluster still serves /health over HTTP; another one on 8787 is no concern
             warnings.filterwarnings("ignore", message="Port .* is already in use")

@@ -27,20 +27,21 @@ from ..readers import gdal_env
 from ..readers.remote import source_name
 from ..wording import opt, spoken
 from ..writers import output_lock, write_vector
-from ..writers.atomic import Deferred, deferred_renames, remove_stale_temps
+from ..writers.atomic import Deferred, deferred_renames, disk_errors, remove_stale_temps
 from ..writers.labels import write_labels
 from ..writers.stream import ObjectSpool
 from ..writers.vector import readers_note
 from .checkpoint import TileStore
-from .checks import disk_errors, record_outputs, replaceable
 from .engine import Engine, open_engine
 from .frames import file_metadata
-from .plan import InputPlan, RunPlan, check_out, plan_run, preview_path, side_files
+from .plan import InputPlan, RunPlan, plan_run, preview_path, side_files
+from .preflight import check_out
 from .progress import progress_bar
 from .quiet import run_filters
 from .report import RunReport
 from .runner import InputResult, InputRun
 from .targets import Targets
+from .workfolder import record_outputs, replaceable
 
 log = logging.getLogger(__name__)
 

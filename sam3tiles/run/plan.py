@@ -1,11 +1,11 @@
-"""The pre-flight of a run: everything checked and decided before the first tile, as one `RunPlan`.
+"""The plan of a run: everything decided before the first tile, as one `RunPlan`.
 
 `plan_run(...)` is the one place where a run's inputs, outputs, options, model, prompts and boxes are
-checked, in this order: inputs (paths, globs) -> what the run reads against what it writes
-(`checks.check_paths`) -> outputs (may they be written?) -> the label image ->
-the model (backend and files) -> every input opened once (bad files fail fast with their own message;
-its grid) -> example boxes (inside some input?) -> prompts. `segment`, `run`, `run --dry-run` and
-`sam3tiles plan` all go through it, so a run and its dry run refuse the same things with the same
+decided and checked (the checks: `preflight`), in this order: inputs (paths, globs) -> what the run
+reads against what it writes (`preflight.check_paths`) -> outputs (may they be written?) -> the label
+image -> the model (backend and files) -> every input opened once (bad files fail fast with their own
+message; its grid) -> example boxes (inside some input?) -> prompts. `segment`, `run`, `run --dry-run`
+and `sam3tiles plan` all go through it, so a run and its dry run refuse the same things with the same
 messages and exit codes. Checks added later belong in `plan_run`'s sequence. Nothing is written here.
 """
 
@@ -19,36 +19,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ..errors import InputDataError, OutputExistsError, PromptError, UsageError
+from ..errors import UsageError
 from ..model.files import require_model
-from ..model.registry import RuntimeSpec, get_runtime, spec_identity
+from ..model.registry import RuntimeSpec, spec_identity
 from ..options import Options
 from ..prompts.chips import parse_example_images
-from ..prompts.prompt import (GeoBox, Prompt, boxes_outside, build_prompts, prompt_arguments, raster_bounds,
-                              read_box_file)
+from ..prompts.prompt import GeoBox, Prompt, build_prompts, prompt_arguments, raster_bounds, read_box_file
 from ..readers import Source, Stretch, gdal_env, open_source
 from ..readers.identity import changed_error, changed_while_opened, file_stamp, opening_stamp
 from ..readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_hrefs
 from ..tiling.grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from ..tiling.refine import Refiner
 from ..units import Frame, pixel_size
-from ..wording import enable, mention, named_in, opt, raw, spoken
-from ..writers import check_output
+from ..wording import named_in, opt, raw, spoken
 from ..writers.atomic import check_name
-from ..writers.held import settle
-from ..writers.labels import check_labels, check_labels_for, label_format
-from ..writers.formats import GPKG, PER_INPUT, QUPATH, check_space, endings, format_for, is_dataset
-from ..writers.stream import check_dataset
-from ..writers.vector import check_layer
-from .checks import (check_box_file, check_input, check_paths, check_plan, check_vrt_cycle, check_work_dir,
-                     replaceable, vouched)
-from .limits import check_address_space
+from ..writers.labels import check_labels_for, label_format
+from ..writers.formats import PER_INPUT, check_space, endings, is_dataset
+from .preflight import (check_box_file, check_boxes_inside, check_input, check_label_path, check_out, check_paths,
+                        check_plan, check_prompts_here, check_qupath_type, check_room, check_side_files,
+                        check_vrt_cycle)
 from .targets import Targets
+from .workfolder import check_work_dir, replaceable, vouched
+
 
 #: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
 ENCODE_S, DECODE_S = 0.35, 0.07
-#: The object type a QuPath GeoJSON gets unless asked otherwise (`check_qupath_type`).
-QUPATH_DEFAULT = Options.__dataclass_fields__["qupath_type"].default
 
 
 log = logging.getLogger(__name__)
@@ -255,7 +250,7 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
         with vouched(ours, "out", p):
             check_out(p, overwrite or replaceable(p, ours), opts, dataset)
     with vouched(ours, "labels", labels):
-        label_path = _check_labels(labels, paths, overwrite or (labels is not None and replaceable(labels, ours)))
+        label_path = check_label_path(labels, paths, overwrite or (labels is not None and replaceable(labels, ours)))
     opts, spec = resolve_model(opts)
     planned = tuple(plan_input(path, opts, d) for path, d in zip(paths, per_input))
     check_room(opts, planned)  # a low `ulimit -v` aborts native code mid-run, its lock left behind
@@ -319,7 +314,7 @@ def side_files(outputs: Sequence[Path], labels: Path | None, report: Path | None
 
 
 def written(outputs: Sequence[Path], labels, report, work_dir, opts: Options, given: Targets) -> list[tuple[str, Path]]:
-    """Every path a run writes, as (role, path) (`checks.WRITTEN`): its outputs, report, previews, label image
+    """Every path a run writes, as (role, path) (`preflight.WRITTEN`): its outputs, report, previews, label image
     and work folder (where its object spool lies). A report or work folder the run was not given is named as
     such ("the report"): its path follows the output's."""
     files = [("out", p) for p in outputs]
@@ -330,27 +325,11 @@ def written(outputs: Sequence[Path], labels, report, work_dir, opts: Options, gi
 
 
 def read_paths(inputs: Sequence, chips: Sequence, box_file) -> list[tuple[str, str, str]]:
-    """Every path a run reads, as `checks.check_paths` takes them: `inputs` (paths, or (input, a file it
+    """Every path a run reads, as `preflight.check_paths` takes them: `inputs` (paths, or (input, a file it
     reads) pairs), example images (`chips.ExampleImage`), the box file."""
     out = [("inputs", *((i, i) if isinstance(i, str) else i)) for i in inputs]
     out += [("example_images", c.path, c.path) for c in chips]
     return out + ([("box_file", str(box_file), str(box_file))] if box_file else [])
-
-
-def check_side_files(files: Sequence[tuple[str, Path]], overwrite: bool, ours) -> None:
-    """The run owns only what it creates: an existing report or preview (of `files`, `written`'s list) it did
-    not write (not an output of an unfinished run of this work folder) is exit 2 without --overwrite, like
-    the output (a damaged record of the work folder is named: `checks.vouched`)."""
-    for what, p in files:
-        if what in ("report_path", "the report", "labels"):
-            check_name(p, "labels" if what == "labels" else "report_path")  # a newline or an overlong name fails its rename
-    for what, p in files:
-        if what not in ("report_path", "the report", "the preview") or overwrite or not os.path.lexists(p) or \
-                replaceable(p, ours, True):
-            continue
-        with vouched(ours, what, p):
-            raise OutputExistsError(f"{mention(what, p)} exists and this run did not write it: {enable('overwrite')} to "
-                                    "replace it, or move it away")
 
 
 def expand_inputs(inputs, asset: str | None = None, _lists: tuple[str, ...] = (), own: Sequence = ()) -> list[str]:
@@ -358,7 +337,7 @@ def expand_inputs(inputs, asset: str | None = None, _lists: tuple[str, ...] = ()
     sorted; a glob that matches nothing is an error, and so is an in-memory array (it has no frame).
     A URL or /vsi path is never a glob (a presigned URL's '?'); STAC items and item collections become
     their assets' hrefs (`asset`: the key; see `readers.remote`); a `.txt` file lists inputs, one a line.
-    `own`: files the run writes (its report): one among the inputs stays a path, for `checks.check_paths`
+    `own`: files the run writes (its report): one among the inputs stays a path, for `preflight.check_paths`
     to name, and is not read as a STAC item."""
     mine = {os.path.realpath(p) for p in own}
     if isinstance(inputs, (str, os.PathLike)) or _is_dataset(inputs) or _is_array(inputs):
@@ -428,46 +407,6 @@ def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[l
                              "file (one combined output with a `source` column) or segment them separately")
         seen[o] = i
     return outs, None
-
-
-def check_qupath_type(qupath_type: str, out: str | os.PathLike | None, combined: Path | None) -> None:
-    """`qupath_type` other than its default shapes QuPath's GeoJSON (`*.qupath.geojson`) only: into any
-    other output (or none) it would be ignored, so it is refused."""
-    if qupath_type == QUPATH_DEFAULT or (combined is not None and format_for(combined) is QUPATH):
-        return
-    what = (f"{opt('out', out)} is no {QUPATH.name} (*{QUPATH.suffix}, objects in pixels)" if out is not None
-            else f"no output is written ({opt('out')} not given)")
-    name = (combined.name[: -len(combined.suffix)] if combined is not None else "objects") + QUPATH.suffix
-    raise UsageError(f"{opt('qupath_type', qupath_type)}: {what}, so the object type would be ignored: name it "
-                     f"{name}, or leave {opt('qupath_type')} out")
-
-
-def _check_labels(labels, paths: list[str], overwrite: bool) -> Path | None:
-    if labels is None:
-        return None
-    if len(paths) != 1:
-        raise UsageError(f"{opt('labels')} writes the label image of one input, but {len(paths)} were given: "
-                         "segment one image per run to get its labels")
-    check_labels(labels, overwrite)
-    return Path(labels)
-
-
-def check_room(opts: Options, planned: Sequence[InputPlan]) -> None:
-    """Refuse a run the address-space limit leaves too little room (`limits.check_address_space`): its
-    threads in this process (Dask's; onnxruntime's pool a graph on the CPU), the model loaded here, GDAL's
-    cache (at most the inputs' pixels)."""
-    from numpy import dtype
-
-    from .engine import SCHEDULER_ENV, local_threads
-
-    pixels = sum(i.width * i.height * i.band_count * dtype(i.dtype).itemsize for i in planned)
-    if opts.scheduler or os.environ.get(SCHEDULER_ENV):
-        check_address_space(0, pixels=pixels)  # the tiles and the model run on the cluster's workers
-        return
-    onnx = opts.runtime_spec().backend == "onnx"
-    model = sum(f.stat().st_size for f in Path(opts.model).glob("*.onnx*")) if onnx else 0
-    pools = 3 * ((opts.threads or os.cpu_count() or 1) - 1) if onnx and opts.device in ("auto", "cpu") else 0
-    check_address_space(local_threads(opts.workers) + pools, model, onnx, pixels=pixels)
 
 
 def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:
@@ -540,18 +479,6 @@ def with_exemplars(inp: InputPlan, prompts: Sequence[Prompt], opts: Options) -> 
                                chips=tuple(chips), exemplar_note=note)
 
 
-def check_out(p: Path, overwrite: bool, opts: Options, dataset: bool = False) -> None:
-    """An output path, and with --layer (or an existing GeoPackage) the layer written into it; a partitioned
-    GeoParquet dataset (`name.parquet/`): `check_dataset`."""
-    if dataset:
-        check_dataset(p, overwrite)
-        return
-    check_output(p, overwrite or opts.layer is not None, opts.layer)
-    check_layer(p, opts.layer, overwrite)
-    if format_for(p) is GPKG and p.exists():
-        settle(p)  # another program holds it open in WAL mode: refused before any work
-
-
 def gsd_scale(src: Source, gsd: float) -> float:
     """--gsd in the frame's length unit (metres on a geographic CRS, microns on a slide: `units`)."""
     size = pixel_size(Frame.of(src))
@@ -571,31 +498,3 @@ def build_grid(src: Source, opts: Options) -> TileGrid:
             raise UsageError(f"{opt('gsd', format(opts.gsd, 'g'))} on {src.path} means a scale of {scale:g}: "
                              f"{raw(e).split(': ', 1)[-1]}; choose a {opt('gsd')} near the raster's own resolution") from None
         raise
-
-
-def check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, box_file: str | None) -> None:
-    """An example box that misses every input is an error (usually coordinates in another CRS)."""
-    lost = [i for i, b in enumerate(boxes) if all(boxes_outside([b], bd) for bd in bounds)]
-    if not lost:
-        return
-    where = (f"the raster's CRS ({crs.to_string()})" if crs is not None
-             else "pixel coordinates (the raster has no CRS)")
-    extent = "; ".join(",".join(f"{v:.10g}" for v in bd) for bd in bounds[:3]) + ("; ..." if len(bounds) > 3 else "")
-    given = [i for i in lost if i < n_given]
-    if given:
-        b = boxes[given[0]]
-        raise PromptError(f"{opt('boxes', format(b.minx, 'g'))},{b.miny:g},{b.maxx:g},{b.maxy:g} lies outside every input (bounds "
-                          f"{extent}): give MINX,MINY,MAXX,MAXY in {where}")
-    if len(lost) < len(boxes) - n_given:
-        return  # some of the file's boxes are used; the others are counted in the report
-    raise InputDataError(f"{opt('box_file', box_file)}: all its {len(lost)} box(es) lie outside every input (bounds "
-                         f"{extent}): draw the boxes over the raster")
-
-
-def check_prompts_here(spec: RuntimeSpec, prompts: Sequence[Prompt]) -> None:
-    """Encode every prompt in this process; one the backend can never find is a PromptError."""
-    rt = get_runtime(spec)
-    prepared = [rt.prepare_prompt(p.model_text) for p in prompts]
-    notes = [b.note or repr(b.text) for b in prepared if not b.usable]
-    if notes:
-        raise PromptError("; ".join(notes))

@@ -1,5 +1,5 @@
-"""Safe writing: output checks, atomic writes (temporary name beside the target, then rename) and
-output locks, so a reader never sees half a file and two runs never write one output."""
+"""Safe writing: output checks, atomic writes (temporary name beside the target, then rename), output
+locks and full disks, so a reader never sees half a file and two runs never write one output."""
 
 from __future__ import annotations
 
@@ -228,7 +228,7 @@ def output_lock(path: str | os.PathLike):
             continue
         except OSError as e:
             raise OutputError(f"{opt('out', p)}: cannot create a lock file in {lock.parent or '.'} ({e.strerror}): "
-                              + ("free disk space there" if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+                              + ("free disk space there" if e.errno in DISK_ERRNOS
                                  else "choose a writable folder")) from None
         finally:
             tmp.unlink(missing_ok=True)
@@ -326,3 +326,39 @@ def _alive(pid) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# -- full disks ---------------------------------------------------------------------------------------------
+
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def is_disk_full(e: BaseException, folder: str | os.PathLike | None = None) -> bool:
+    """An OSError (or GDAL/SQLite error text) that says the disk or quota is full, or any write error in
+    a folder whose file system has (almost) no space left: GDAL's GeoPackage driver, for one, then fails
+    with an unrelated SQLite message ("no such table")."""
+    if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+        return True
+    text = str(e).lower()
+    if any(w in text for w in ("no space left", "disk is full", "database or disk is full", "quota exceeded",
+                               "file too large")):
+        return True
+    if folder is None:
+        return False
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 1 << 20  # under 1 MiB left
+
+
+@contextmanager
+def disk_errors(folder: str | os.PathLike, what: str = "the output"):
+    """Turn a full disk while writing into an exit-2 error naming the folder (the writers leave nothing)."""
+    try:
+        yield
+    except Exception as e:
+        if not isinstance(e, (OutputError, KeyboardInterrupt)) and is_disk_full(e, folder):
+            raise OutputError(f"no space left writing {what} in {folder} (the disk or quota is full): free space "
+                              "there or choose another folder, then rerun (finished tiles are checkpointed)") from None
+        raise

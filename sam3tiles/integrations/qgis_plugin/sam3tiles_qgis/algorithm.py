@@ -21,9 +21,9 @@ from qgis.core import (QgsProcessing, QgsProcessingAlgorithm, QgsProcessingExcep
                        QgsProcessingParameterNumber, QgsProcessingParameterRasterLayer,
                        QgsProcessingParameterString, QgsProcessingParameterVectorDestination)
 
+from .choices import choices
+
 CLI_SETTING = "SAM3TILES_CLI"
-BACKENDS = ["onnx", "reference", "simulated"]
-DEVICES = ["auto", "cpu", "cuda"]
 #: seconds a cancelled command has to clean up before it is killed
 GRACE_SECONDS = 30
 
@@ -49,6 +49,14 @@ def cli_command():
         "(or $SAM3TILES_CLI) to its sam3tiles executable")
 
 
+def _choices():
+    """(backends, devices): sam3tiles' own lists, as `sam3tiles qgis install` wrote them (`choices`)."""
+    try:
+        return choices()
+    except RuntimeError as e:
+        raise QgsProcessingException(str(e)) from None
+
+
 def _layer_path(source):
     """A layer's file path (without GDAL/OGR '|option' suffixes)."""
     return source.split("|", 1)[0]
@@ -71,16 +79,17 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
         return SegmentAlgorithm()
 
     def initAlgorithm(self, config=None):  # noqa: N802
+        backends, devices = _choices()
         self.addParameter(QgsProcessingParameterRasterLayer("INPUT", "Raster"))
         self.addParameter(QgsProcessingParameterString("PROMPTS", "Prompts (comma-separated text, e.g. "
                                                                   "building, car)", optional=True))
         self.addParameter(QgsProcessingParameterFeatureSource(
             "BOXES", "Example boxes (polygons; optional 'label' field 1/0)", [QgsProcessing.TypeVectorPolygon],
             optional=True))
-        self.addParameter(QgsProcessingParameterEnum("BACKEND", "Backend", BACKENDS, defaultValue=0))
+        self.addParameter(QgsProcessingParameterEnum("BACKEND", "Backend", backends, defaultValue=0))
         self.addParameter(QgsProcessingParameterFile("MODEL", "SAM 3 model folder (default: sam3tiles' cache)",
                                                      behavior=QgsProcessingParameterFile.Folder, optional=True))
-        self.addParameter(QgsProcessingParameterEnum("DEVICE", "Device", DEVICES, defaultValue=0))
+        self.addParameter(QgsProcessingParameterEnum("DEVICE", "Device", devices, defaultValue=0))
         self.addParameter(QgsProcessingParameterNumber("SCALE", "Scale (2: zoom in for tiny objects)",
                                                        QgsProcessingParameterNumber.Double, 1.0, minValue=0.01))
         self.addParameter(QgsProcessingParameterNumber("MIN_SCORE", "Minimum score",
@@ -121,8 +130,9 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
                 cmd += ["--box-file", _layer_path(boxes)]
         if not prompts and not boxes:
             raise QgsProcessingException("give PROMPTS (comma-separated text) or a BOXES layer of examples")
-        cmd += ["--backend", BACKENDS[self.parameterAsEnum(parameters, "BACKEND", context)],
-                "--device", DEVICES[self.parameterAsEnum(parameters, "DEVICE", context)]]
+        backends, devices = _choices()
+        cmd += ["--backend", backends[self.parameterAsEnum(parameters, "BACKEND", context)],
+                "--device", devices[self.parameterAsEnum(parameters, "DEVICE", context)]]
         model = self.parameterAsFile(parameters, "MODEL", context)
         if model:
             cmd += ["--model", model]
