@@ -405,7 +405,7 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
                             f"{job.backend.name!r}): remove backend.model or set backend.name: onnx")
     tiling = job.tiling  # the rules between its options, named in the job's keys
     problems += [render(p, "job") for p in cross_problems(tiling.tile_size, tiling.overlap, tiling.squash,
-                                                          tiling.scale)]
+                                                          tiling.scale, tiling.gsd)]
     out = job.output
     if not out.path.strip():
         problems.append("output.path: is empty: name the output file, e.g. out/objects.gpkg")

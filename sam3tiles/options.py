@@ -347,7 +347,7 @@ def check(o: Options) -> None:
         raise UsageError(f"{wording.opt('max_area', f'{o.max_area:g}')} must be larger than "
                          f"{wording.opt('min_area', f'{o.min_area:g}')} (both in the "
                          "area column's units: area_m2, area_px, ...)")
-    for problem in cross_problems(o.tile_size, o.overlap, o.squash, o.scale):
+    for problem in cross_problems(o.tile_size, o.overlap, o.squash, o.scale, o.gsd):
         raise UsageError(problem)
     problem = precision_problem(o.device, o.precision) or device_problem(o.backend, o.device, o.precision)
     if problem is not None:
@@ -373,12 +373,15 @@ def device_problem(backend: str | object, device: str, precision: str) -> str | 
             f"precision (its caller builds it): set them where it is built, and leave {wording.opt(name)} out")
 
 
-def cross_problems(tile_size: int, overlap: int, squash: bool, scale: float) -> list[str]:
+def cross_problems(tile_size: int, overlap: int, squash: bool, scale: float, gsd: float | None = None) -> list[str]:
     """The rules between the tiling options, as messages that name the options by marker (`wording.opt`),
     spelled by the door that reports them: `check` raises the first, a job file lists them all
     (`jobs.py`). The overlap's bound is the grid's invariant (`tiling.grid.max_overlap`)."""
     if squash and scale != 1:
         return [f"{wording.opt('squash')}: squash fits the whole image into one tile, so {wording.opt('scale')} "
+                "does not apply: remove one of them"]
+    if squash and gsd is not None:
+        return [f"{wording.opt('squash')}: squash fits the whole image into one tile, so {wording.opt('gsd')} "
                 "does not apply: remove one of them"]
     if not squash and overlap > max_overlap(tile_size):
         return [f"{wording.opt('overlap')}: must be less than half of {wording.opt('tile_size')}, at most "

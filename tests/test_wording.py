@@ -149,6 +149,24 @@ def test_squash_with_a_scale_is_refused_at_every_door(door, scene, tmp_path):
     assert not out.exists()
 
 
+
+@pytest.mark.parametrize("door", ["python", "cli", "job"])
+def test_squash_with_a_gsd_is_refused_at_every_door(door, scene, tmp_path):
+    """A target sampling distance is a zoom too: squashed, it would be ignored without a word."""
+    out = tmp_path / "o.gpkg"
+    if door == "python":
+        with pytest.raises(UsageError) as info:
+            sam3tiles.segment(scene, "red", backend="reference", squash=True, gsd=0.5, out=out)
+        code, err = info.value.exit_code, str(info.value)
+    elif door == "cli":
+        code, err = _cli("segment", scene, "--text", "red", "--backend", "reference", "--out", out, "--squash",
+                         "--gsd", 0.5)
+    else:
+        code, err = _cli("run", _job(tmp_path, scene, "tiling: {squash: true, gsd: 0.5}\n"))
+    names = {"python": ("squash", "gsd"), "cli": ("--squash", "--gsd"), "job": ("tiling.squash", "tiling.gsd")}[door]
+    assert code == 2 and all(n in err for n in names) and "does not apply" in err, err
+    assert not out.exists()
+
 # -- the markers themselves ------------------------------------------------------------------------------
 
 def test_each_vocabulary_spells_every_kind_of_marker():
