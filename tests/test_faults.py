@@ -455,6 +455,79 @@ def test_a_full_tmpdir_leaves_no_spool_behind(tmp_path, monkeypatch):
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+# -- the one lock (outputs and the object spool), its owner killed ---------------------------------------------
+
+_HOLDER = """
+import sys, time
+from sam3tiles.writers.atomic import output_lock
+from sam3tiles.writers.stream import ObjectSpool
+if sys.argv[1] == "lock":
+    held = output_lock(sys.argv[2])  # kept: a lock whose generator is collected is released
+    held.__enter__()
+else:
+    spool = ObjectSpool(sys.argv[2])
+    spool.db
+    print(spool.path, flush=True)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def _holder(what: str, path: Path) -> tuple[subprocess.Popen, Path | None]:
+    """Another process that holds `output_lock(path)` ("lock") or a spool in the folder `path` ("spool")
+    until killed; and the spool's path."""
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, what, str(path)], stdout=subprocess.PIPE, text=True)
+    lines = [line.strip() for line in iter(proc.stdout.readline, "held\n")]
+    return proc, (Path(lines[0]) if what == "spool" else None)
+
+
+def test_a_killed_runs_lock_is_taken_over_though_its_pid_names_another_process_now(tmp_path, caplog):
+    """The lock of a run killed on this host is taken over even when its pid was given to another process
+    since (a container's pid 1, a busy host): the owner held the lock's flock, which the kernel released.
+    A living owner is refused, naming it."""
+    from sam3tiles.errors import OutputError
+    from sam3tiles.writers.atomic import output_lock
+
+    out = tmp_path / "o.gpkg"
+    proc, _ = _holder("lock", out)
+    try:
+        with pytest.raises(OutputError, match=rf"another run \(pid {proc.pid} on "), output_lock(out):
+            pass
+    finally:
+        proc.kill()
+        proc.wait()
+    lock = tmp_path / "o.gpkg.lock"
+    owner = json.loads(lock.read_text())
+    assert owner["pid"] == proc.pid  # the killed run's, left behind
+    lock.write_text(json.dumps({**owner, "pid": os.getpid()}))  # its pid now names a living process: this one
+    with caplog.at_level("WARNING", logger="sam3tiles"), output_lock(out):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+    assert "took over the lock" in caplog.text and "no longer holds it" in caplog.text, caplog.text
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_runs_spool_and_its_lock_go_with_the_next_spool_a_living_ones_stay(tmp_path):
+    """The spool holds sam3tiles' one lock (`writers.atomic.output_lock`), naming its owner: the next spool in
+    the folder removes a killed run's spool and its lock, and keeps another living process's."""
+    from sam3tiles.writers.stream import ObjectSpool
+
+    living, kept = _holder("spool", tmp_path)
+    killed, stale = _holder("spool", tmp_path)
+    killed.kill()
+    killed.wait()
+    try:
+        assert json.loads(Path(f"{kept}.lock").read_text())["pid"] == living.pid
+        assert stale.exists() and Path(f"{stale}.lock").exists()
+        with ObjectSpool(tmp_path) as mine:
+            mine.db
+            assert not stale.exists() and not Path(f"{stale}.lock").exists()
+            assert kept.exists() and Path(f"{kept}.lock").exists()
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([kept.name, f"{kept.name}.lock"])
+    finally:
+        living.kill()
+        living.wait()
+
+
 # -- a lost worker -------------------------------------------------------------------------------------------
 
 def _wait_for(cond, timeout, what):

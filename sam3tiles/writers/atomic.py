@@ -209,106 +209,182 @@ def deferred_renames(pending: Deferred):
 
 
 @contextmanager
-def output_lock(path: str | os.PathLike):
-    """Hold `<out>.lock` for the run. The lock is written whole under a temporary name and linked into
-    place, so it is never empty or half-written. A lock whose owner is gone (a killed run on this host),
-    an unreadable lock file or an empty folder in its place is taken over with a warning; a live owner
-    (or one on another host) is an error naming it."""
+def output_lock(path: str | os.PathLike, named: str | None = None, quiet: bool = False):
+    """Hold `<path>.lock` while the block runs: sam3tiles' one lock, of an output (two runs never write one)
+    and of the object spool (`writers.stream`: another run's cleanup never removes a living run's spool).
+
+    The lock is written whole under a temporary name and linked into place, so it is never empty or
+    half-written. It names its owner (pid, host, time) and says whether the owner holds an flock on it
+    (`"flock": true`; the kernel releases that when the owner ends, killed or not). A lock whose owner is
+    gone is taken over with a warning (`quiet`: logged at debug level): on this host, one whose flock is
+    free (a pid given to another process since cannot keep it), else one whose pid no longer runs; so is
+    an unreadable lock file, a link to nothing or an empty folder in its place. A live owner (or one on
+    another host) is an OutputError naming it and the fix. `named`: how messages name `path` (default: the
+    output, `wording.opt("out", path)`)."""
     p = real_target(path)  # two names of one file (a link) share its lock
     lock = p.with_name(p.name + ".lock")
+    who = named or opt("out", p)
     me = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
+    held = None
     for _ in range(3):
         tmp = lock.with_name(f".{lock.name}.{uuid.uuid4().hex[:8]}.tmp")
         try:
-            with open(tmp, "w") as f:
-                json.dump(me, f)
-            _link(tmp, lock)
+            held = _place(tmp, lock, me)
         except FileExistsError:
-            _take_over(lock, p, me)
+            _take_over(lock, p, who, me, logging.DEBUG if quiet else logging.WARNING)
             continue
         except OSError as e:
-            raise OutputError(f"{opt('out', p)}: cannot create a lock file in {lock.parent or '.'} ({e.strerror}): "
+            raise OutputError(f"{who}: cannot create a lock file in {lock.parent or '.'} ({e.strerror}): "
                               + ("free disk space there" if e.errno in DISK_ERRNOS
                                  else "choose a writable folder")) from None
         finally:
             tmp.unlink(missing_ok=True)
         break
     else:
-        raise OutputError(f"{opt('out', p)}: another run keeps taking its lock {lock}: wait for it to finish")
-    remove_stale_temps(p)  # left by a run killed while writing
+        raise OutputError(f"{who}: another run keeps taking its lock {lock}: wait for it to finish")
     try:
+        remove_stale_temps(p)  # left by a run killed while writing
         yield
     finally:
         lock.unlink(missing_ok=True)
+        if held is not None:
+            os.close(held)  # its flock goes with it
 
 
-def _link(tmp: Path, lock: Path) -> None:
-    """Put the finished `tmp` in place as `lock`, failing with FileExistsError when a lock exists."""
+def _place(tmp: Path, lock: Path, me: dict) -> int | None:
+    """Put a lock naming `me` in place as `lock`, failing with FileExistsError when a lock exists; returns
+    the descriptor that holds its flock (None where the file system offers none)."""
+    fd, flocked = _lock_file(tmp, me)
     try:
-        os.link(tmp, lock)
-    except FileExistsError:
-        raise
+        os.link(tmp, lock)  # the lock is that file: its flock is the one `fd` holds
     except OSError as e:
-        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+        os.close(fd)
+        if isinstance(e, FileExistsError) or e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP,
+                                                              errno.EXDEV, errno.EMLINK):
             raise
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # no hard links here: create, then fill
-        with os.fdopen(fd, "w") as f:
-            f.write(tmp.read_text())
+        fd, flocked = _lock_file(lock, me)  # no hard links here: made in place (its flock taken, then filled)
+    if not flocked:
+        os.close(fd)
+        return None
+    return fd
 
 
-def _take_over(lock: Path, p: Path, me: dict) -> None:
-    """Remove a lock whose owner is gone (with a warning), or raise naming the live owner."""
+def _lock_file(path: Path, me: dict) -> tuple[int, bool]:
+    """Create `path` (FileExistsError when it exists), take its flock, then write `me` into it; returns
+    its descriptor and whether the flock was taken (before the content: a lock that says so has it)."""
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    try:
+        flocked = _flock(fd)
+        data = json.dumps({**me, "flock": flocked}).encode()
+        while data:
+            data = data[os.write(fd, data):]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, flocked
+
+
+def _flock(fd: int) -> bool:
+    """Take an exclusive flock on `fd` without waiting; False where the system or file system has none."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _read_lock(lock: Path) -> tuple[bytes, float, bool | None, tuple[int, int]] | None:
+    """The lock file's content, its age (seconds), whether no process holds its flock (None: cannot be
+    told: no flock on this system or file system) and its identity (device, inode), all of one open file;
+    None when it is gone. OSError when it cannot be opened."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        free = None
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when `fd` closes, below
+            free = True
+        except BlockingIOError:
+            free = False
+        except (ImportError, OSError):
+            pass
+        st = os.fstat(fd)
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks), time.time() - st.st_mtime, free, (st.st_dev, st.st_ino)
+
+
+def _take_over(lock: Path, p: Path, who: str, me: dict, level: int = logging.WARNING) -> None:
+    """Remove a lock whose owner is gone (logged at `level`), or raise naming the live owner."""
     if lock.is_dir():
         try:
             lock.rmdir()
         except OSError:
-            raise OutputError(f"{opt('out', p)}: {lock} is a folder with files in it, not a sam3tiles lock: move it away "
+            raise OutputError(f"{who}: {lock} is a folder with files in it, not a sam3tiles lock: move it away "
                               f"or choose another {opt('out')}") from None
-        log.warning("%s was an empty folder in place of the lock: removed it", lock)
+        log.log(level, "%s was an empty folder in place of the lock: removed it", lock)
         return
     if lock.is_symlink() and not lock.exists():
         lock.unlink(missing_ok=True)  # no run makes a link: left by a tool, or its target removed
-        log.warning("took over the lock %s (a link to nothing, not a sam3tiles lock: removed it)", lock)
+        log.log(level, "took over the lock %s (a link to nothing, not a sam3tiles lock: removed it)", lock)
         return
     try:
-        raw = lock.read_bytes()
-        age = time.time() - lock.stat().st_mtime
-    except FileNotFoundError:
-        return  # released meanwhile
+        seen = _read_lock(lock)
     except OSError as e:
-        raise OutputError(f"{opt('out', p)}: its lock {lock} cannot be read ({e.strerror}): delete it if no run writes "
+        raise OutputError(f"{who}: its lock {lock} cannot be read ({e.strerror}): delete it if no run writes "
                           f"{p}") from None
-    try:
-        owner = json.loads(raw)
-        owner = owner if isinstance(owner, dict) and _pid_like(owner.get("pid")) else None
-    except ValueError:
-        owner = None
-    if owner is None:
-        if age < 5:  # an older version writes its lock in two steps: give it a moment
-            raise OutputError(f"{opt('out', p)} is being locked by another run just now: wait for it, or retry")
-        why = "empty" if not raw.strip() else "unreadable"
-    elif owner.get("host") != me["host"]:
-        raise OutputError(f"{opt('out', p)} is being written by another run (pid {owner['pid']} on {owner.get('host')}): "
-                          f"wait for it, or delete {lock} if that run is gone")
-    elif _alive(owner["pid"]):
-        raise OutputError(f"{opt('out', p)} is being written by another run (pid {owner['pid']} on {owner['host']}): "
-                          f"wait for it, or delete {lock} if that run is gone")
-    else:
-        why = f"left by pid {owner['pid']}, which is no longer running"
+    if seen is None:
+        return  # released meanwhile
+    raw, age, free, ident = seen
+    why = _gone(raw, age, free, who, lock, me)
     # move it aside first: of two runs taking over one stale lock, only one gets it
     aside = lock.with_name(f".{lock.name}.{uuid.uuid4().hex[:8]}.stale")
     try:
         os.rename(lock, aside)
     except FileNotFoundError:
         return
-    if aside.read_bytes() != raw:  # a new lock arrived between the read and the rename: give it back
+    st = os.stat(aside)
+    if (st.st_dev, st.st_ino) != ident or aside.read_bytes() != raw:  # a new lock arrived meanwhile: give it back
         try:
             os.link(aside, lock)
         finally:
             aside.unlink(missing_ok=True)
-        raise OutputError(f"{opt('out', p)} is being written by another run: wait for it")
+        raise OutputError(f"{who} is being written by another run: wait for it")
     aside.unlink(missing_ok=True)
-    log.warning("took over the lock %s (%s)", lock, why)
+    log.log(level, "took over the lock %s (%s)", lock, why)
+
+
+def _gone(raw: bytes, age: float, free: bool | None, who: str, lock: Path, me: dict) -> str:
+    """Why the lock `raw` (its age in seconds; `free`: whether its flock is free, `_read_lock`) has no owner
+    any more, or OutputError naming the live owner."""
+    try:
+        owner = json.loads(raw)
+        owner = owner if isinstance(owner, dict) and _pid_like(owner.get("pid")) else None
+    except ValueError:
+        owner = None
+    if owner is None:
+        if free is False or age < 5:  # an older version writes its lock in two steps: give it a moment
+            raise OutputError(f"{who} is being locked by another run just now: wait for it, or retry")
+        return "empty" if not raw.strip() else "unreadable"
+    pid, here = owner["pid"], owner.get("host") == me["host"]
+    released = here and owner.get("flock") is True and free is True  # the kernel dropped it: its owner ended
+    if not here or free is False or (not released and _alive(pid)):
+        raise OutputError(f"{who} is being written by another run (pid {pid} on {owner.get('host')}): "
+                          f"wait for it, or delete {lock} if that run is gone")
+    if _alive(pid):
+        return f"left by pid {pid}, which no longer holds it (the pid names another process now)"
+    return f"left by pid {pid}, which is no longer running"
 
 
 def _pid_like(pid) -> bool:

@@ -21,6 +21,7 @@ import shutil
 import sqlite3
 import tempfile
 import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -33,6 +34,7 @@ import shapely
 from ..errors import OutputError, OutputExistsError, UsageError
 from ..units import area_column
 from ..wording import enable, opt
+from .atomic import output_lock
 from .formats import format_for
 
 #: Objects per chunk written to an output (and per part of a partitioned GeoParquet dataset); bounds the
@@ -82,7 +84,7 @@ class ObjectSpool:
         self.path: Path | None = None
         self._tmpdir = None
         self._db: sqlite3.Connection | None = None
-        self._lock: int | None = None  # a file descriptor holding an flock on the spool while it lives
+        self._lock: ExitStack | None = None  # the spool's lock while it lives (`_hold`)
         self.inputs: list[SpoolInput] = []
         self._has_um: list[bool] = []
         self._area: list[str] = []
@@ -103,25 +105,27 @@ class ObjectSpool:
                 Path(folder).mkdir(parents=True, exist_ok=True)
                 remove_stale_spools(folder)
                 self.path = Path(folder) / f"objects-{uuid.uuid4().hex[:8]}.spool.sqlite"
+                self._lock = _hold(self.path)  # before the file is made: no other run's cleanup removes it
                 db = sqlite3.connect(self.path, isolation_level=None)
-                self._lock = _hold(self.path)
                 db.execute("PRAGMA journal_mode=OFF")  # a scratch file: a killed run starts it over
                 db.execute("PRAGMA synchronous=OFF")
                 db.execute("CREATE TABLE objects (id INTEGER, input INTEGER, ord INTEGER, prompt INTEGER, "
                            "score REAL, area REAL, area_px REAL, area_um2 REAL, n_tiles INTEGER, "
                            "source INTEGER, backend INTEGER, model INTEGER, wkb BLOB)")
                 db.execute("CREATE VIRTUAL TABLE boxes USING rtree(oid, minx, maxx, miny, maxy)")
-            except (OSError, sqlite3.Error) as e:
+            except (OSError, sqlite3.Error, OutputError) as e:
                 if "db" in locals():
                     db.close()
-                if self._lock is not None:
-                    os.close(self._lock)
-                    self._lock = None
                 if self.path is not None:
                     self.path.unlink(missing_ok=True)
+                if self._lock is not None:
+                    self._lock.close()
+                    self._lock = None
                 if self._tmpdir is not None:  # a full $TMPDIR: the folder made for the spool goes too
                     shutil.rmtree(self._tmpdir, ignore_errors=True)
                     self._tmpdir = None
+                if isinstance(e, OutputError):
+                    raise  # the lock's own message: it names the spool's folder and the fix
                 raise OutputError(f"cannot create the object spool in {folder or tempfile.gettempdir()} ({e}): free "
                                   f"disk space or choose another {opt('work_dir')} (or $TMPDIR)") from None
             self._db = db
@@ -288,10 +292,10 @@ class ObjectSpool:
             self._db.close()
         finally:
             self._db = None
-            if self._lock is not None:
-                os.close(self._lock)
-                self._lock = None
             self.path.unlink(missing_ok=True)
+            if self._lock is not None:
+                self._lock.close()
+                self._lock = None
             if self._tmpdir is not None:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
 
@@ -302,19 +306,12 @@ class ObjectSpool:
         self.close()
 
 
-def _hold(path: Path) -> int | None:
-    """An exclusive flock on `path` for as long as the spool lives (None where flock is not available)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: stale spools are not cleaned up
-        return None
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
+def _hold(path: Path) -> ExitStack:
+    """The spool's lock (`writers.atomic.output_lock`, sam3tiles' one lock), held until the stack closes:
+    while it is held, another run's `remove_stale_spools` leaves the spool alone."""
+    held = ExitStack()
+    held.enter_context(output_lock(path, f"the object spool in {path.parent}", quiet=True))
+    return held
 
 
 #: The folders a spool without a work folder lives in, in $TMPDIR (`tempfile.mkdtemp(prefix=...)`).
@@ -347,23 +344,18 @@ def remove_stale_spool_dirs(tmp: str | os.PathLike) -> list[Path]:
 
 def remove_stale_spools(folder: str | os.PathLike) -> list[Path]:
     """Spool files a killed run left in `folder` (a walltime kill leaves one per run, each about the
-    output's size): those no living spool holds (`_hold`) are removed."""
-    try:
-        import fcntl
-    except ImportError:
-        return []
+    output's size): those whose lock no living run holds (`_hold`) are removed, as is a lock left without
+    its spool."""
+    names = {q.name for q in Path(folder).glob("objects-????????.spool.sqlite")}
+    names |= {q.name.removesuffix(".lock") for q in Path(folder).glob("objects-????????.spool.sqlite.lock")}
     gone = []
-    for q in Path(folder).glob("objects-????????.spool.sqlite"):
+    for q in sorted(Path(folder) / n for n in names):
         try:
-            fd = os.open(q, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            q.unlink(missing_ok=True)
-            gone.append(q)
-        except OSError:
-            pass  # held: a run using this work folder now
-        finally:
-            os.close(fd)
+            with output_lock(q, f"the object spool {q}", quiet=True):  # a killed run's lock: taken over
+                q.unlink()
+                gone.append(q)
+        except FileNotFoundError:
+            continue  # a lock without its spool: gone with the lock
+        except (OutputError, OSError):
+            continue  # held: a run using this folder now
     return gone
