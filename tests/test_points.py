@@ -134,3 +134,212 @@ def test_the_reference_backend_answers_the_region_under_the_click():
     background = rt.decode_clicks(tile, [Click((800, 300))])
     assert _cells(background).mean() > 0.8  # the region under a background click: the caller checks its area
     assert len(rt.decode_clicks(tile, [Click((200, 180), positive=False)])) == 0
+
+
+# -- points through the whole run --------------------------------------------------------------------------
+
+import geopandas as gpd  # noqa: E402
+import shapely  # noqa: E402
+
+import sam3tiles  # noqa: E402
+from sam3tiles.testing import write_raster  # noqa: E402
+from sam3tiles.testing.pointscene import write_point_scene  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    """2400 x 2200 px (9 tiles): small objects, objects across seams, two larger than a tile, 3 background
+    points; the point layer in lon/lat (reprojected by the run) with columns to carry."""
+    d = tmp_path_factory.mktemp("scene")
+    s = write_point_scene(d / "scene.tif", 2400, 2200, seed=3)
+    s.points.to_crs(4326).to_file(d / "points.gpkg")
+    return s
+
+
+def _iou(a, b) -> float:
+    return float(shapely.area(shapely.intersection(a, b)) / shapely.area(shapely.union(a, b)))
+
+
+def _segment(*args) -> tuple:
+    r = CliRunner().invoke(cli, ["segment", *map(str, args), "--backend", "reference", "--workers", "1"])
+    return r.exit_code, r.output
+
+
+def test_a_point_layer_gives_one_whole_object_per_point_with_its_columns(scene, tmp_path):
+    out = tmp_path / "objects.gpkg"
+    code, output = _segment(scene.path, "--point-file", scene.path.parent / "points.gpkg", "-o", out)
+    assert code == 0, output
+    got = gpd.read_file(out)
+    pts = scene.points
+    assert len(got) == len(pts)  # one row per positive point, in the file's order
+    assert list(got["name"]) == list(pts["name"]) and list(got["height"]) == pytest.approx(list(pts["height"]))
+    assert "label" not in got.columns and {"found", "status", "point_id"} <= set(got.columns)
+    objects = got[got["kind"] != "background"]
+    assert objects["found"].all() and (objects["status"] == "found").all()
+    truth = scene.truth.set_index("name").geometry
+    ious = {n: _iou(g, truth[n]) for n, g in zip(objects["name"], objects.geometry)}
+    text = _text_ious(scene)  # the same objects found by text prompts (their colours' names)
+    assert all(ious[n] >= text[n] - 0.02 for n in ious), (ious, text)
+    assert min(ious.values()) >= 0.85 and np.mean(list(ious.values())) >= 0.95, ious
+    kinds = dict(zip(scene.truth["name"], scene.truth["kind"]))
+    assert {"small", "seam", "large"} <= set(kinds.values())
+    large = objects[objects["kind"] == "large"]
+    assert (large["n_tiles"] > 1).all()  # followed into the tiles their cores reach, joined
+    back = got[got["kind"] == "background"]
+    assert not back["found"].any() and (back["status"] == "background").all() and back.geometry.isna().all()
+    report = __import__("json").loads(out.with_name("objects.gpkg.report.json").read_text())
+    p = report["points"]
+    assert p["given"] == len(pts) and p["found"] == len(objects) and p["background"] == len(back)
+    assert report["objects"] == len(objects)
+
+
+def _text_ious(scene) -> dict:
+    """Each object's best IoU among the objects a text prompt of its colour's name found."""
+    got = sam3tiles.segment(str(scene.path), sorted(set(scene.truth["colour"])), backend="reference", checkpoint=False)
+    return {row["name"]: max((_iou(g, row.geometry) for g in got.geometry[got["prompt"] == row["colour"]]), default=0.0)
+            for _, row in scene.truth.iterrows()}
+
+
+def test_points_in_one_tile_share_one_encode(scene, tmp_path):
+    """Every point's home tile is encoded once for all its points; a tile is encoded again only to follow an
+    object that reaches past it."""
+    gdf, report = sam3tiles.segment(str(scene.path), point_file=str(scene.path.parent / "points.gpkg"),
+                                    backend="reference", checkpoint=False), None
+    report = gdf.attrs["sam3tiles_report"]
+    p = report["points"]
+    assert p["home_tiles"] <= 9 and p["encodes"] == p["home_tiles"] + p["follow_encodes"]
+    assert p["encodes"] < len(scene.points)  # several points a window
+
+
+def test_not_found_rows_are_kept_by_the_formats_with_a_table(scene, tmp_path):
+    pts = scene.points.iloc[[0, len(scene.points) - 1]]  # an object, a background point
+    args = [a for p in pts.geometry for a in ("--point", f"{p.x},{p.y}")]
+    for name in ("o.parquet", "o.fgb", "o.geojson"):
+        out = tmp_path / name
+        code, output = _segment(scene.path, *args, "-o", out, "--no-preview")
+        assert code == 0, output
+        got = gpd.read_parquet(out) if name.endswith("parquet") else gpd.read_file(out)
+        assert list(got["found"]) == [True, False] and got.geometry.isna().tolist() == [False, True], name
+        assert list(got["point_id"]) == [1, 2]
+    out = tmp_path / "o.coco.json"
+    code, output = _segment(scene.path, *args, "-o", out, "--no-preview")
+    assert code == 0, output
+    assert len(__import__("json").loads(out.read_text())["annotations"]) == 1  # objects only
+
+
+def test_a_negative_point_acts_on_the_positive_beside_it(tmp_path):
+    img = np.full((3, 600, 800), 90, np.uint8)
+    img[:, 100:300, 100:300] = np.asarray([230, 20, 25], np.uint8)[:, None, None]
+    img[:, 100:300, 300:420] = np.asarray([190, 20, 25], np.uint8)[:, None, None]  # a touching look-alike
+    src = write_raster(tmp_path / "in.tif", img)
+    t = rasterio_transform(src)
+    x, y = t * (200, 200)
+    nx, ny = t * (360, 200)
+    both = sam3tiles.segment(str(src), points=(x, y), backend="reference", checkpoint=False)
+    one = sam3tiles.segment(str(src), points=[(x, y), f"{nx},{ny},neg"], backend="reference", checkpoint=False)
+    assert len(both) == len(one) == 1  # a negative point is no object: no row
+    cell = abs(t.a) * 1008 / 288  # a mask cell in CRS units
+    assert both.geometry[0].bounds[2] == pytest.approx((t * (420, 0))[0], abs=cell)
+    assert one.geometry[0].bounds[2] == pytest.approx((t * (300, 0))[0], abs=cell)
+
+
+def rasterio_transform(path):
+    import rasterio
+
+    with rasterio.open(path) as ds:
+        return ds.transform
+
+
+def test_points_on_an_image_without_a_crs_are_pixels(tmp_path):
+    s = write_point_scene(tmp_path / "plain.tif", 1300, 1100, seed=1, crs=None, n_background=1)
+    p = s.points.geometry.iloc[0]
+    got = sam3tiles.segment(str(s.path), points=[(p.x, p.y)], backend="reference", checkpoint=False)
+    assert got.crs is None and got["found"].all()
+    assert _iou(got.geometry[0], s.truth.geometry[0]) > 0.9
+
+
+def test_job_keys_and_api_keywords_give_the_same_rows(scene, tmp_path):
+    import yaml
+
+    job = {"inputs": [str(scene.path)], "prompts": {"point_file": "points.gpkg", "points": []},
+           "backend": {"name": "reference"}, "output": {"path": str(tmp_path / "job.gpkg")}}
+    (scene.path.parent / "job.yaml").write_text(yaml.safe_dump(job))
+    r = CliRunner().invoke(cli, ["run", str(scene.path.parent / "job.yaml")])
+    assert r.exit_code == 0, r.output
+    api = sam3tiles.segment(str(scene.path), point_file=scene.path.parent / "points.gpkg", backend="reference",
+                            checkpoint=False)
+    from_job = gpd.read_file(tmp_path / "job.gpkg")
+    assert list(from_job["name"]) == list(api["name"]) and list(from_job["found"]) == list(api["found"])
+
+
+# -- the four-graph contract graphs end to end --------------------------------------------------------------
+
+def _contract_scene(tmp_path):
+    """1500 x 1200 px (2 x 2 tiles, core seams at 880): each object a colour of its own; one across the
+    vertical seam, one band longer than a tile, one small; the background grey."""
+    img = np.full((3, 1200, 1500), 90, np.uint8)
+    objects = {"seam": ((800, 200, 960, 330), (255, 0, 0)), "band": ((100, 700, 1400, 820), (0, 0, 255)),
+               "small": ((200, 300, 260, 350), (0, 255, 0))}
+    for (x0, y0, x1, y1), c in objects.values():
+        img[:, y0:y1, x0:x1] = np.asarray(c, np.uint8)[:, None, None]
+    src = write_raster(tmp_path / "in.tif", img)
+    t = rasterio_transform(src)
+    boxes = {k: shapely.box(*(t * v[0][:2]), *(t * v[0][2:])) for k, v in objects.items()}
+    return src, t, {k: shapely.box(*b.bounds) for k, b in boxes.items()}
+
+
+def test_the_four_graph_layout_runs_points_through_the_cli(four, tmp_path):
+    src, t, truth = _contract_scene(tmp_path)
+    clicks = [f"{g.centroid.x},{g.centroid.y}" for g in truth.values()] + [",".join(map(str, t * (1300, 300)))]
+    out = tmp_path / "o.gpkg"
+    args = ["segment", str(src), "--backend", "onnx", "--model", str(four), "--device", "cpu", "-o", str(out)]
+    r = CliRunner().invoke(cli, [*args, *(a for c in clicks for a in ("--point", c))])
+    assert r.exit_code == 0, r.output
+    got = gpd.read_file(out)
+    assert list(got["found"]) == [True, True, True, False] and got["status"].iloc[3] == "background"
+    for (name, g), geom, score in zip(truth.items(), got.geometry, got["score"]):
+        assert _iou(geom, g) > (0.9 if name == "small" else 0.95), name  # 60 x 50 px: 3.5 px mask cells
+        assert score == pytest.approx(SECOND_PASS_IOU)  # the second pass answered
+    assert got["n_tiles"].iloc[1] > 1  # the band, followed across its tiles
+    assert "point_decoder" in r.output  # the providers each graph ran on, the point decoder's too
+
+
+def test_a_point_decoder_the_run_cannot_drive_is_exit_4_naming_its_inputs(differs, tmp_path):
+    src, _, truth = _contract_scene(tmp_path)
+    g = truth["small"].centroid
+    r = CliRunner().invoke(cli, ["segment", str(src), "--point", f"{g.x},{g.y}", "--backend", "onnx", "--model",
+                                 str(differs), "--device", "cpu", "-o", str(tmp_path / "o.gpkg")])
+    assert r.exit_code == 4 and "orig_im_size int64 [2]" in r.output and "Traceback" not in r.output
+
+
+def test_a_point_is_at_home_in_the_tile_whose_core_holds_it():
+    from sam3tiles.tiling.grid import TileGrid
+
+    grid = TileGrid(3000, 2600)
+    rng = np.random.default_rng(0)
+    for x, y in rng.uniform(0, [3000, 2600], (200, 2)):
+        t = grid.tile_at(x, y)
+        x0, y0, x1, y1 = t.core_xyxy
+        assert x0 <= x < x1 and y0 <= y < y1
+    assert grid.tile_at(880, 10).col == 1 and grid.tile_at(879.9, 10).col == 0  # a core edge: the next tile's
+    assert grid.tile_at(-5, 99999).index == grid.tile(grid.shape[0] - 1, 0).index  # past the edge: the nearest
+    assert [t.index for t in grid.tiles_over(800, 10, 900, 20)] == [0, 1]
+
+
+def test_points_are_a_run_of_their_own_and_a_dry_run_says_what_they_cost(scene, tmp_path):
+    from sam3tiles.errors import UsageError
+    from sam3tiles.run.plan import plan_run
+    from sam3tiles.run.targets import Targets
+
+    p = scene.points.geometry.iloc[0]
+    with pytest.raises(UsageError, match=r"points \(points, point_file\) are prompts of their own, not beside prompts"):
+        sam3tiles.segment(str(scene.path), "red", points=(p.x, p.y), backend="reference", checkpoint=False)
+    with pytest.raises(UsageError, match=r"points: give points as 'X,Y\[,neg\]' text"):
+        sam3tiles.segment(str(scene.path), points=3.5, backend="reference", checkpoint=False)
+    plan = plan_run(str(scene.path), point_file=scene.path.parent / "points.gpkg",
+                    options=sam3tiles.Options(backend="reference"), targets=Targets(checkpoint=False))
+    text = "\n".join(plan.describe())
+    n = len(scene.points)
+    assert f"points: {n} positive (one object each, one row each), 0 negative; columns carried: name, kind, height" in text
+    assert f"{n} clicks of two point decoder passes" in text and plan.estimates()["encodes"] <= 9
+    assert sam3tiles.GeoPoint(1.0, 2.0, False) == sam3tiles.GeoPoint.parse("1,2,neg")

@@ -182,6 +182,8 @@ def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str
     description = _description(first, frames)
     if driver not in ("GPKG", "Parquet"):  # formats without appends: the chunks joined in memory
         first = _joined(itertools.chain([first], chunks))
+        if is_coco(p) or (driver == "GeoJSON" and (first.crs is None or is_qupath(p))):
+            first = objects_only(first)
     with atomic_path(p) as tmp:
         if is_coco(p):
             from .coco import write_coco
@@ -200,9 +202,19 @@ def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str
         elif driver == "GeoJSON":
             _write_geojson(first, tmp, name, metadata, description, frames, geojson_crs)
         else:
-            _write_ogr(first, tmp, driver, name, {"TITLE": name, "DESCRIPTION": description},
+            # GDAL builds no FlatGeobuf spatial index over a row without a geometry (a point where nothing
+            # was found): such a file is written without one
+            index = {"SPATIAL_INDEX": "NO"} if driver == "FlatGeobuf" and first.geometry.isna().any() else {}
+            _write_ogr(first, tmp, driver, name, {"TITLE": name, "DESCRIPTION": description, **index},
                        {"sam3tiles": json.dumps(metadata)} if metadata else None)
     return p
+
+
+def objects_only(gdf: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
+    """The rows that are objects: formats that hold objects only (COCO annotations, QuPath objects) leave out
+    the rows of points where nothing was found (no geometry; the run report counts them)."""
+    missing = gdf.geometry.isna()
+    return gdf[~missing] if missing.any() else gdf
 
 
 def _joined(chunks: Iterable[gpd.GeoDataFrame]) -> gpd.GeoDataFrame:
