@@ -343,3 +343,57 @@ def test_points_are_a_run_of_their_own_and_a_dry_run_says_what_they_cost(scene, 
     assert f"points: {n} positive (one object each, one row each), 0 negative; columns carried: name, kind, height" in text
     assert f"{n} clicks of two point decoder passes" in text and plan.estimates()["encodes"] <= 9
     assert sam3tiles.GeoPoint(1.0, 2.0, False) == sam3tiles.GeoPoint.parse("1,2,neg")
+
+
+class _FailsLeft(ReferenceRuntime):
+    """The reference backend whose clicks fail left of x = 300 in a tile (a tile that keeps failing)."""
+
+    def decode_clicks(self, embedding, clicks):
+        if clicks[0].xy[0] < 300:
+            raise RuntimeError("the GPU fell over")
+        return super().decode_clicks(embedding, clicks)
+
+
+def _two_squares(tmp_path, name="in.tif", x_off=0.0):
+    img = np.full((3, 1400, 1400), 90, np.uint8)
+    img[:, 100:200, 100:200] = np.asarray([230, 20, 25], np.uint8)[:, None, None]  # home tile 0
+    img[:, 1100:1200, 1100:1200] = np.asarray([18, 22, 232], np.uint8)[:, None, None]  # home tile 3
+    src = write_raster(tmp_path / name, img, transform=__import__("affine").Affine(0.5, 0, 400000 + x_off, 0, -0.5,
+                                                                                   5000000))
+    t = rasterio_transform(src)
+    return src, [t * (150, 150), t * (1150, 1150)]
+
+
+def test_a_point_whose_tile_failed_is_a_failed_row_and_counts(tmp_path):
+    src, pts = _two_squares(tmp_path)
+    gdf = sam3tiles.segment(str(src), points=pts, backend=_FailsLeft(), retries=0, checkpoint=False)
+    assert list(gdf["status"]) == ["failed", "found"] and list(gdf["found"]) == [False, True]
+    report = gdf.attrs["sam3tiles_report"]
+    assert report["failed"] == 1 and report["points"]["failed"] == 1 and report["objects"] == 1
+    from sam3tiles.errors import TilesFailedError
+
+    with pytest.raises(TilesFailedError, match="tile 0 .* failed"):
+        sam3tiles.segment(str(src), points=pts, backend=_FailsLeft(), retries=0, strict=True, checkpoint=False)
+
+
+def test_an_object_larger_than_the_tiles_allowed_is_partial(scene, monkeypatch):
+    from sam3tiles.run import points as run_points
+
+    monkeypatch.setattr(run_points, "MAX_TILES", 1)
+    large = scene.points[scene.points["kind"] == "large"].geometry.iloc[0]
+    gdf = sam3tiles.segment(str(scene.path), points=(large.x, large.y), backend="reference", checkpoint=False)
+    assert list(gdf["status"]) == ["partial"] and gdf["found"].all() and gdf["n_tiles"].iloc[0] == 1
+
+
+def test_points_over_several_inputs_run_in_the_first_that_holds_them(tmp_path, caplog):
+    a, pa = _two_squares(tmp_path, "a.tif")
+    b, pb = _two_squares(tmp_path, "b.tif", x_off=700.0)  # 1400 px to the east: adjoining a
+    outside = (pb[1][0] + 5000, pb[1][1])
+    layer = tmp_path / "pts.gpkg"
+    gpd.GeoDataFrame({"tree": ["oak", "elm", "far"]}, geometry=gpd.points_from_xy(*zip(pa[1], pb[0], outside)),
+                     crs=32633).to_file(layer)
+    gdf = sam3tiles.segment([str(a), str(b)], point_file=layer, backend="reference", checkpoint=False)
+    assert list(gdf["source"]) == [str(a), str(b)] and list(gdf["point_id"]) == [1, 2]  # outside: no row
+    assert list(gdf["tree"]) == ["oak", "elm"]
+    assert gdf["found"].all() and gdf.attrs["sam3tiles_report"]["points"]["outside"] == 1
+    assert "1 positive point(s)" in caplog.text and "outside every input" in caplog.text

@@ -137,7 +137,7 @@ def check_points_inside(points: Sequence[GeoPoint], n_given: int, bounds: list, 
     given = [i for i in outside if i < n_given]
     if given:
         p = points[given[0]]
-        raise PromptError(f"{opt('points', format(p.x, 'g'))},{p.y:g} lies outside every input (bounds {extent}): give "
+        raise PromptError(f"{opt('points', format(p.x, '.10g'))},{p.y:.10g} lies outside every input (bounds {extent}): give "
                           f"X,Y in {where}")
     if len(outside) == len(points) - n_given:
         raise InputDataError(f"{opt('point_file', point_file)}: all its {len(outside)} point(s) lie outside every input "
