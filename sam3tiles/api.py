@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable, ParamSpec, Sequence, Union
 import geopandas as gpd
 
 from .options import Options
+from .prompts.points import GeoPoint
 from .prompts.prompt import GeoBox
 from .run.pipeline import segment_job
 from .run.report import RunReport
@@ -18,6 +19,8 @@ from .run.report import RunReport
 Inputs = Union[str, os.PathLike, Any, Iterable[Union[str, os.PathLike, Any]]]
 #: Example boxes: one box (a GeoBox, its text, a tuple, a shapely geometry) or a list of them.
 Boxes = Union[GeoBox, str, Sequence[Union[GeoBox, str, tuple, Any]]]
+#: Point prompts: one point (a GeoPoint, "X,Y[,neg]" text, an (x, y[, positive]) tuple, a shapely Point) or a list.
+Points = Union[GeoPoint, str, tuple, Sequence[Union[GeoPoint, str, tuple, Any]]]
 #: Example images: one path ("PATH[,neg]", a folder or glob, a pathlib.Path) or a list of them.
 ExampleImages = Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]]]
 
@@ -25,8 +28,8 @@ _D = Options()  # the registry's defaults, so the signature below cannot drift f
 
 
 def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes = (),
-            box_file: str | os.PathLike | None = None, example_images: ExampleImages = (),
-            out: str | os.PathLike | None = None,
+            box_file: str | os.PathLike | None = None, example_images: ExampleImages = (), points: Points = (),
+            point_file: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
             overwrite: bool = False, labels: str | os.PathLike | None = None,
             work_dir: str | os.PathLike | None = None, fresh: bool = False, checkpoint: bool = True,
             report_path: str | os.PathLike | None = None, client: Any = None, options: Options | None = None,
@@ -35,16 +38,16 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             scheduler: str | None = _D.scheduler, worker_timeout: float = _D.worker_timeout,
             tile_size: int = _D.tile_size, overlap: int | float = _D.overlap, scale: float = _D.scale,
             gsd: float | None = _D.gsd, bands: tuple[int, ...] | str | None = _D.bands, squash: bool = _D.squash,
-            refine: str = _D.refine, refine_depth: int = _D.refine_depth,
-            min_area: float = _D.min_area, max_area: float | None = _D.max_area, min_score: float = _D.min_score,
-            simplify: float = _D.simplify, layer: str | None = _D.layer, geojson_crs: str = _D.geojson_crs,
-            qupath_type: str = _D.qupath_type, no_preview: bool = _D.no_preview, retries: int = _D.retries,
-            strict: bool = _D.strict, progress: bool = _D.progress, max_in_flight: int | None = _D.max_in_flight,
+            refine: str = _D.refine, refine_depth: int = _D.refine_depth, min_area: float = _D.min_area,
+            max_area: float | None = _D.max_area, min_score: float = _D.min_score, simplify: float = _D.simplify,
+            layer: str | None = _D.layer, geojson_crs: str = _D.geojson_crs, qupath_type: str = _D.qupath_type,
+            no_preview: bool = _D.no_preview, retries: int = _D.retries, strict: bool = _D.strict,
+            progress: bool = _D.progress, max_in_flight: int | None = _D.max_in_flight,
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
-            box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs,
-            asset: str | None = _D.asset, progress_format: str = _D.progress_format) -> gpd.GeoDataFrame:
-    """Segment one or more rasters with text prompts and/or example boxes; returns the objects.
+            box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs, asset: str | None = _D.asset,
+            progress_format: str = _D.progress_format) -> gpd.GeoDataFrame:
+    """Segment one or more rasters with text prompts and/or example boxes, or point prompts; returns the objects.
 
     Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
     coordinates, y down): id, prompt, score, the area named for its unit (area_m2, ...), area_px, n_tiles,
@@ -55,12 +58,14 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             or saved search (JSON file or URL; see `asset`), .txt list of inputs, an open rasterio dataset
             (read again by its `name`), or a list of them. A numpy array is refused: write a GeoTIFF.
         prompts: what to find: one text ("building") or several (["building", "car"]).
-        boxes: example boxes in the raster's CRS: (minx, miny, maxx, maxy[, positive]) tuples, shapely
-            geometries (their bounds), `sam3tiles.GeoBox`, or text "MINX,MINY,MAXX,MAXY[,neg]"; one box or
-            a list of them.
+        boxes: example boxes in the raster's CRS: (minx, miny, maxx, maxy[, positive]) tuples, shapely geometries
+            (their bounds), `sam3tiles.GeoBox`, or text "MINX,MINY,MAXX,MAXY[,neg]"; one box or a list of them.
         box_file: a vector file of example boxes (any CRS; optional 'label' column 1/0).
         example_images: exemplars from other images, "PATH[,neg]" or a `pathlib.Path` (a folder or glob:
             every image in it), one or a list; see `sam3tiles.prompts.chips`.
+        points, point_file: a point run (no texts or examples beside it): clicks in the raster's CRS as
+            `sam3tiles.GeoPoint`, "X,Y[,neg]", (x, y[, positive]) or shapely Points, one or a list; a vector
+            layer of points (any CRS; 'label' 1/0; its columns carried). One object, one row a point: docs/points.md.
         out: write the objects there (.gpkg, .parquet, .fgb, .geojson, .coco.json; "name.parquet/": a
             partitioned GeoParquet dataset), or into a folder (one .gpkg per input); with `out`,
             checkpoints are kept beside it and a rerun resumes.
@@ -73,7 +78,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
         options: an `Options` value; the keywords below override its fields (on a copy).
         backend: "onnx" (SAM 3 model files), "reference" (a colour-matching stand-in, no weights) or
             "simulated"; the model backend registry may accept more.
-        model, device, precision, threads: the ONNX model folder, "auto"/"cpu"/"cuda"/"tensorrt",
+        model, device, precision, threads: the ONNX model folder, "auto"/"cpu"/"cuda"/"tensorrt"/"coreml"/"dml",
             "auto"/"fp32"/"tf32" (CUDA's TF32 off/on)/"fp16" (TensorRT), onnxruntime threads.
         workers, scheduler: CPU threads of a local run; a dask.distributed scheduler address.
         worker_timeout: seconds a cluster run waits for a model worker when none is left (then exit 4).
@@ -81,9 +86,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             below 1 is a fraction of the tile side (0.2 -> 202 px of 1008).
         scale, gsd: uniform zoom, or a target ground sampling distance (CRS units per pixel).
         bands, squash: bands as (R, G, B) or one band, 1-based; the whole image as one squashed tile.
-        refine, refine_depth: "auto": a tile where a prompt hits SAM 3's 200-object cap is re-run as
-            sub-tiles at twice the zoom, for that prompt, up to `refine_depth` doublings; "off" (see
-            `sam3tiles.tiling.refine`).
+        refine, refine_depth: "auto": a tile where a prompt hits SAM 3's 200-object cap is re-run as sub-tiles
+            at twice the zoom, for that prompt, up to `refine_depth` doublings; "off" (`sam3tiles.tiling.refine`).
         min_area, max_area, simplify: drop smaller / larger objects (the area column's units: m² on a lon/lat
             CRS, else CRS units²); simplify polygons (metres on a lon/lat CRS, else CRS units).
         min_score: drop objects scored below it (0.5..1; the graphs already drop scores below 0.5).
@@ -92,8 +96,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
         qupath_type: QuPath GeoJSON objects as "detection" (default) or "annotation" (editable in QuPath).
         retries, strict, progress: retries per tile; raise when any tile failed or still hit the 200-object
             cap; a progress bar (a widget in notebooks with ipywidgets).
-        max_in_flight, edge_margin, encode_seconds, decode_seconds, merge_block: tuning and testing knobs
-            (see `Options`).
+        max_in_flight, edge_margin, encode_seconds, decode_seconds, merge_block: tuning and testing knobs (`Options`).
         verify_inputs: tell changed inputs by a hash of their content (checkpoints), not size/time/ETag.
         box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
             free margin, see `sam3tiles.prompts.exemplars`); "tile": a box acts only in the tiles it lies in.
@@ -121,8 +124,10 @@ def _run(args: dict[str, Any], *, return_objects: bool) -> tuple[gpd.GeoDataFram
     changes = {k: v for k, v in args.items() if k in _OPTION_NAMES}
     changes = {k: v for k, v in changes.items() if options is None or v != getattr(_D, k)}
     box_file = args["box_file"]  # prompts, boxes, example images: as given (`prompts.prompt_arguments`)
+    point_file = args["point_file"]
     return segment_job(args["inputs"], args["prompts"], boxes=args["boxes"],
                        box_file=None if box_file is None else str(box_file), example_images=args["example_images"],
+                       points=args["points"], point_file=None if point_file is None else str(point_file),
                        out=args["out"], overwrite=args["overwrite"], options=options, client=args["client"],
                        work_dir=args["work_dir"], fresh=args["fresh"], checkpoint=args["checkpoint"],
                        report_path=args["report_path"], labels=args["labels"],

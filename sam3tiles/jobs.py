@@ -63,8 +63,11 @@ class Prompts(_Section):
     box_scope: Literal["image", "tile"] = "image"  # image: boxes act in every tile; tile: where they lie
     # "PATH[,neg]", a folder or a glob (sam3tiles.prompts.chips)
     example_images: list[str] = Field(default_factory=list)
+    # point prompts, a run of their own (sam3tiles.prompts.points): "X,Y[,neg]", and a vector layer of points
+    points: list[str] = Field(default_factory=list)
+    point_file: str | None = None
 
-    _lists = field_validator("text", "boxes", "example_images", mode="before")(_as_list)
+    _lists = field_validator("text", "boxes", "example_images", "points", mode="before")(_as_list)
 
 
 def _job_type(f, d: Opt, cls: type) -> Any:
@@ -300,6 +303,7 @@ class LoadedJob:
     inputs: list[str] = field(default_factory=list)
     box_file: str | None = None
     example_images: list[str] = field(default_factory=list)  # resolved against the job file's folder
+    point_file: str | None = None  # resolved against the job file's folder
     model: str | None = None
     output: str = ""
     work_dir: str | None = None
@@ -375,6 +379,23 @@ def _resolve_inputs(job: Job, base: Path, check_files: bool, problems: list[str]
     return inputs
 
 
+def _point_file(job: Job, base: Path, check_files: bool, problems: list[str]) -> str | None:
+    """`prompts.point_file` resolved against the job file's folder; its points parsed (`prompts.points`)."""
+    from .prompts.points import GeoPoint
+
+    for i, p in enumerate(job.prompts.points):
+        try:
+            GeoPoint.parse(p)
+        except ValueError as e:  # the parser's own message, under the key's name
+            problems.append(f"prompts.points[{i}]: {render(raw(e), 'job').split(': ', 1)[-1]}")
+    if job.prompts.point_file is None:
+        return None
+    path = _abs(base, job.prompts.point_file)
+    if check_files and not os.path.isfile(path):
+        problems.append(f"prompts.point_file: no such file: {path}")
+    return path
+
+
 def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> LoadedJob:
     """The job with its paths resolved against `base`; every problem found is reported at once (`_fail`)."""
     problems: list[str] = []
@@ -385,9 +406,11 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
         if check_files and not os.path.isfile(box_file):
             problems.append(f"prompts.box_file: no such file: {box_file}")
     pr = job.prompts
-    if not pr.text and not pr.boxes and pr.box_file is None and not pr.example_images:
+    point_file = _point_file(job, base, check_files, problems)
+    if not pr.text and not pr.boxes and pr.box_file is None and not pr.example_images and not pr.points \
+            and point_file is None:
         problems.append("prompts: nothing to find: give text (e.g. text: [building]), boxes or box_file "
-                        "(or example_images)")
+                        "(or example_images, points, point_file)")
     example_images = [_abs(base, e) for e in job.prompts.example_images]
     for i, t in enumerate(job.prompts.text):
         if not t.strip():
@@ -415,7 +438,7 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
     if problems:
         raise _fail(name, problems)
     return LoadedJob(job=job, source=name, base=base, inputs=list(dict.fromkeys(inputs)), box_file=box_file,
-                     example_images=example_images, model=model, output=_abs(base, out.path) + ("/" if out.path.endswith("/") else ""),
+                     example_images=example_images, point_file=point_file, model=model, output=_abs(base, out.path) + ("/" if out.path.endswith("/") else ""),
                      work_dir=_abs(base, out.work_dir) if out.work_dir else None,
                      report=_abs(base, out.report) if out.report else None,
                      labels=_abs(base, out.labels) if out.labels else None)
@@ -441,7 +464,8 @@ def job_call(lj: LoadedJob, *, fresh: bool = False, strict: bool | None = None, 
     """The keyword arguments of the `segment_job(...)` call that runs `lj`."""
     j = lj.job
     return dict(inputs=lj.inputs, text=list(j.prompts.text), boxes=list(j.prompts.boxes), box_file=lj.box_file,
-                example_images=list(lj.example_images), out=lj.output, overwrite=j.output.overwrite, options=job_options(lj, strict=strict, progress=progress),
+                example_images=list(lj.example_images), points=list(j.prompts.points), point_file=lj.point_file,
+                out=lj.output, overwrite=j.output.overwrite, options=job_options(lj, strict=strict, progress=progress),
                 work_dir=lj.work_dir, fresh=fresh, report_path=lj.report, labels=lj.labels)
 
 

@@ -139,8 +139,10 @@ class Options:
         None, "Folder of the SAM 3 ONNX files (default: $SAM3TILES_MODEL_DIR or the user cache; see "
               "`sam3tiles model fetch`).", job="backend.model", flags=("--model",))
     # -- GPU options (issue 21): the execution provider and its precision (model.providers) -----------
-    device: str = opt("auto", "Where the model runs: auto (CUDA when there), cpu, cuda, or tensorrt (TensorRT "
-                              "with an engine cache beside the model; fp16 unless --precision says otherwise).",
+    device: str = opt("auto", "Where the model runs: auto (CUDA when there), cpu, cuda, tensorrt (TensorRT "
+                              "with an engine cache beside the model; fp16 unless --precision says otherwise), "
+                              "coreml (Apple; onnxruntime's macOS wheel) or dml (DirectML on Windows; "
+                              "onnxruntime-directml, its first tile checked against the CPU).",
                       job="backend.device", flags=("--device",), choices=DEVICES)
     precision: str = opt("auto", "GPU arithmetic: fp32 (CUDA with TF32 off), tf32 (CUDA with TF32 on: "
                                  "onnxruntime's default), fp16 (TensorRT only); auto: the provider's default.",
@@ -273,6 +275,7 @@ def declarations(cls: type | None = None) -> dict[str, Opt]:
 ARGUMENTS: dict[str, tuple[str, str]] = {
     "inputs": ("INPUT", "inputs"), "prompts": ("--text", "prompts.text"), "boxes": ("--box", "prompts.boxes"),
     "box_file": ("--box-file", "prompts.box_file"), "example_images": ("--example-image", "prompts.example_images"),
+    "points": ("--point", "prompts.points"), "point_file": ("--point-file", "prompts.point_file"),
     "out": ("--out", "output.path"), "overwrite": ("--overwrite", "output.overwrite"),
     "labels": ("--labels", "output.labels"), "work_dir": ("--work-dir", "output.work_dir"),
     "report_path": ("the report", "output.report"), "fresh": ("--fresh", "--fresh")}

@@ -1176,6 +1176,82 @@ PASSES_CASES: dict[str, Case] = {
 CASES.update(PASSES_CASES)
 
 
+# -- points as prompts (issue 41) ----------------------------------------------------------------------------
+
+def _pt(x=140, y=150, tag=""):
+    """A point at pixel (x, y) of the square scene, in its CRS (140, 150: the blue square's middle)."""
+    return f"{ORIGIN[0] + x * PIXEL},{ORIGIN[1] - y * PIXEL}{tag}"
+
+
+def _point_file(geoms=None, crs=CRS_DEMO.to_wkt(), name="points.gpkg", where=None):
+    def make(tmp):
+        from shapely.geometry import Point
+
+        pts = geoms if geoms is not None else [Point(*map(float, _pt().split(",")))]
+        folder = where(tmp) if where else tmp
+        folder.mkdir(exist_ok=True)
+        p = folder / name
+        gpd.GeoDataFrame({"label": [1] * len(pts)}, geometry=pts, crs=crs).to_file(p)
+        return p
+    return make
+
+
+def seg_points(*points, point_file=None, text=(), model=None, extra=(), out="out.gpkg"):
+    def argv(tmp):
+        args = ["segment", str(_square(tmp)), *[a for t in text for a in ("--text", t)],
+                *[a for p in points for a in ("--point", p)]]
+        if point_file is not None:
+            args += ["--point-file", str(point_file(tmp))]
+        backend = ["--backend", "reference"] if model is None else ["--backend", "onnx", "--model", str(model(tmp)),
+                                                                     "--device", "cpu"]
+        return [*args, *backend, "--workers", "1", "--out", str(tmp / "o" / out), *extra]
+    return argv
+
+
+def _four(kind):
+    def make(tmp):
+        from sam3tiles.testing.graphs import build_contract_models, build_four_graph_models
+
+        return build_contract_models(tmp / "m3") if kind == "v0.3.0" else build_four_graph_models(tmp / "m4", point=kind)
+    return make
+
+
+def _far_point():
+    from shapely.geometry import Point
+
+    return [Point(ORIGIN[0] + 90_000, ORIGIN[1])]
+
+
+def _polygon():
+    return [box(*square_geo_box())]
+
+
+POINTS_CASES: dict[str, Case] = {
+    "point-beside-text": Case(seg_points(_pt(), text=("blue",)), 2, r"are prompts of their own, not beside --text"),
+    "point-third-value": Case(seg_points(_pt(tag=",maybe")), 2, r"--point .*the third value must be 'neg' or 'pos'"),
+    "point-not-numbers": Case(seg_points("east,north"), 2, r"--point 'east,north': the coordinates must be numbers"),
+    "point-outside": Case(seg_points(f"{ORIGIN[0] - 5000},{ORIGIN[1]}"), 2, r"--point .* lies outside every input"),
+    "points-negative-only": Case(seg_points(_pt(tag=",neg")), 2, r"are all negative.*add a positive point"),
+    "points-squash": Case(seg_points(_pt(), extra=("--squash",)), 2, r"--squash: points run on the tile grid"),
+    "point-file-missing": Case(seg_points(point_file=lambda t: t / "nope.gpkg"), 3, r"--point-file .*no such file"),
+    "point-file-polygons": Case(seg_points(point_file=_point_file(_polygon())), 3,
+                                r"feature 1 is a Polygon, not a point: give a layer of points"),
+    "point-file-no-crs": Case(seg_points(point_file=_point_file(crs=None)), 3, r"--point-file .* has no CRS"),
+    "point-file-all-outside": Case(seg_points(point_file=_point_file(_far_point())), 3,
+                                   r"--point-file .*all its 1 point\(s\) lie outside every input"),
+    "point-file-is-the-output": Case(seg_points(point_file=_point_file(where=lambda t: t / "o", name="out.gpkg")), 2,
+                                     r"--out .* is the point file \(--point-file .*\): it would be replaced",
+                                     keeps=("out.gpkg",)),
+    "point-without-a-point-decoder": Case(seg_points(_pt(), model=_four("v0.3.0")), 4,
+                                          r"clicks need the point decoder sam3_point_decoder.onnx"),
+    "point-decoder-differs": Case(seg_points(_pt(), model=_four("differs")), 4,
+                                  r"(?s)interface sam3tiles cannot drive.*orig_im_size int64 \[2\]"),
+    "point-on-background-is-a-row": Case(seg_points(_pt(), _pt(400, 350)), 0, r"wrote 1 object to ", objects=2),
+    "job-point-bad": Case(_job(_with(prompts={"text": [], "points": ["1,2,3,4"]})), 2,
+                          r"prompts\.points\[0\]: .*give X,Y\[,neg\]"),
+}
+CASES.update(POINTS_CASES)
+
 def _invoke(argv: list[str], in_subprocess: bool, cwd: Path):
     if in_subprocess:
         p = subprocess.run([sys.executable, "-m", "sam3tiles.cli", *argv], capture_output=True, text=True,

@@ -352,7 +352,7 @@ def test_info_describes_each_graph_and_the_layout(tmp_path, slots):
     if slots == 1:
         assert result.layout == "v0.3.0 layout: 1 box slot"
     else:
-        assert result.layout.startswith("16-slot layout") and "point decoder present" in result.layout
+        assert result.layout.startswith("16-slot layout") and "point decoder: clicks usable" in result.layout
 
 
 def test_read_graph_io_agrees_with_onnx(tmp_path):

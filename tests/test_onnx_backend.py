@@ -296,7 +296,7 @@ def test_example_box_finds_things_of_its_colour(rt16, emb16):
 
 def test_counters(colour_dir, tile):
     rt = _rt(colour_dir)
-    assert rt.counters == {"encodes": 0, "prompts": 0, "decodes": 0}
+    assert rt.counters == {"encodes": 0, "prompts": 0, "decodes": 0, "click_decodes": 0}
     e1 = rt.encode(tile)
     e2 = rt.encode(TileImage(blank_tile(), ALL_VALID))
     red = [rt.prepare_prompt(t) for t in ("red", "red", " RED ", "Red")]  # one token row
@@ -307,7 +307,7 @@ def test_counters(colour_dir, tile):
         rt.decode(e, red[0])
     rt.decode(e1, PreparedPrompt("yellow"))  # a prompt prepared elsewhere: encoded here, once
     rt.decode(e2, PreparedPrompt("yellow"))
-    assert rt.counters == {"encodes": 2, "prompts": 3, "decodes": 4}
+    assert rt.counters == {"encodes": 2, "prompts": 3, "decodes": 4, "click_decodes": 0}
 
 
 def test_prompt_is_encoded_once_under_threads(colour_dir):

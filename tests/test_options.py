@@ -165,7 +165,7 @@ def test_one_statement_of_the_overlap_rule_and_the_devices():
         with pytest.raises(UsageError, match=f"between 0 and {most} pixels"):
             TileGrid(3000, 2000, tile_size=tile_size, overlap=most + 1)
     assert declarations()["device"].allowed() == DEVICES
-    with pytest.raises(UsageError, match="choose auto, cpu, cuda or tensorrt"):
+    with pytest.raises(UsageError, match="choose auto, cpu, cuda, tensorrt, coreml or dml"):
         RuntimeSpec(backend="reference", device="tpu")
 
 

@@ -155,7 +155,8 @@ def check(directory: Path | None, device: str, precision: str, threads: int) -> 
     The first thing to run after `sam3tiles model fetch`. Draws the article's scenes (800x600 and
     1280x720: a noisy gradient with a red circle, a blue rectangle, a green triangle, a yellow ellipse),
     runs the prompts "red circle", "blue rectangle", "green triangle", "yellow ellipse", "visual",
-    "shape", "cat" and an example box around the circle, the way the published callers do (the scene
+    "shape", "cat", an example box around the circle and, with the point decoder of the four-graph layout, a
+    click at each shape's centre, the way the published callers do (the scene
     stretched to 1008x1008), and prints objects found, IoU and score per prompt beside the published
     figures (IoU 0.99 per shape prompt; all four shapes under "visual"; nothing for "shape" or "cat";
     the circle alone for its box). Exit 0 when every prompt finds exactly the published objects at IoU
@@ -170,6 +171,9 @@ def check(directory: Path | None, device: str, precision: str, threads: int) -> 
         raise UsageError(problem)
     rt = OnnxRuntime(directory, device=device, intra_op_threads=threads, precision=precision)
     click.echo(f"model {rt.model_dir} ({rt.identity}), providers {', '.join(rt.providers)}")
+    problem = rt.clicks_problem()
+    click.echo("clicks: checked too (the point decoder loads and fits)" if problem is None else
+               f"clicks: not checked ({problem.splitlines()[0]})")
     results = selfcheck.run_check(rt)
     click.echo(selfcheck.format_results(results))
     bad = [f"{r.probe.label!r} on {r.scene[0]}x{r.scene[1]}" for r in results if not r.ok]

@@ -21,6 +21,12 @@ from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, 
                    "whole extent is one exemplar, resampled to the run's pixel size when georeferenced.")
 @click.option("--box-file", default=None, help="Vector file of example boxes (any CRS; optional 'label' "
                                                "column 1/0).")
+@click.option("--point", "points", multiple=True, metavar="X,Y[,neg]",
+              help="A click in the raster's CRS (pixels for an image without one), repeatable: each positive point is "
+                   "one object and one output row; ',neg' marks a negative point (it acts on the positives in its "
+                   "tile). Points run on their own, without --text or examples (docs/points.md).")
+@click.option("--point-file", default=None, help="Vector layer of points (any CRS; optional 'label' column 1/0; "
+                                                 "its other columns are carried to the output rows).")
 @click.option("--out", "-o", default=None, help=f"Output file ({endings(every=False)}: see the formats below), a "
                                                 f"folder for one {PER_INPUT.suffix} per input, or NAME.parquet/ for "
                                                 "a partitioned GeoParquet dataset. Also as the last argument "
@@ -37,7 +43,7 @@ from .options import handle_errors, overwrite_opt, quiet_opt, registry_options, 
 @quiet_opt
 @click.pass_context
 @handle_errors
-def segment(ctx, inputs, texts, boxes, example_images, box_file, out, verbose, quiet, **params):
+def segment(ctx, inputs, texts, boxes, example_images, box_file, points, point_file, out, verbose, quiet, **params):
     """Segment INPUTS (rasters, globs, URLs, STAC items, .txt lists) with SAM 3, tile by tile, and write merged
     polygons to --out (a file; a folder for one .gpkg per input; NAME.parquet/ for a GeoParquet dataset).
 
@@ -46,6 +52,7 @@ def segment(ctx, inputs, texts, boxes, example_images, box_file, out, verbose, q
       sam3tiles segment ortho.tif --text building --out buildings.gpkg
       sam3tiles segment 'tiles/*.tif' --text car --scale 2 --out cars/
       sam3tiles segment scene.tif --box 500010,4100020,500030,4100035 --out panels.parquet
+      sam3tiles segment ortho.tif --point-file trees.gpkg --out crowns.gpkg
     """
     from ..run.pipeline import segment_job  # geopandas, dask: loaded when a command runs, not for --help
 
@@ -53,7 +60,8 @@ def segment(ctx, inputs, texts, boxes, example_images, box_file, out, verbose, q
     inputs, out = positional_output(list(inputs), out)
     opts = Options.from_params(params, progress=not quiet)  # `params`: the registry's options, and below
     _, report = segment_job(inputs, list(texts), boxes=list(boxes), box_file=box_file,
-                            example_images=list(example_images), out=out, overwrite=params["overwrite"],
+                            example_images=list(example_images), points=list(points), point_file=point_file,
+                            out=out, overwrite=params["overwrite"],
                             options=opts, work_dir=params["work_dir"], fresh=params["fresh"],
                             labels=params["labels"], return_objects=False)
     if not quiet:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ContractError, ModelError
@@ -75,8 +75,18 @@ CONTRACT: dict[str, tuple[str, tuple[TensorSpec, ...], tuple[TensorSpec, ...]]] 
 }
 #: The encoder outputs the decoder reads (the only ones `encode` asks for).
 EMBEDDING_OUTPUTS = ("vision_pos_enc_2", "backbone_fpn_0", "backbone_fpn_1", "backbone_fpn_2")
-#: Extra image-encoder outputs of the later 16-slot layout (for the point decoder; unused here).
+#: Extra image-encoder outputs of the four-graph layout (v0.6.0): what the point decoder reads besides the clicks.
 LATER_ENCODER_OUTPUTS = ("image_embeddings", "high_res_features1", "high_res_features2")
+#: The click inputs sam3tiles feeds a point decoder. Inferred, not known (no source we can read has the real
+#: names): the same author's SAM 2 export takes `point_coords` float32 [1, N, 2] in model-input pixels,
+#: `point_labels` float32 [1, N] (1 positive, 0 negative), `mask_input` float32 [1, 1, M, M] (a mask's logits fed
+#: back) and `has_mask_input` float32 [1]. "N" is the clicks (the only dynamic axis), "M" the mask grid.
+POINT_CLICK_INPUTS = (
+    _spec("point_coords", _F, 1, "N", 2),
+    _spec("point_labels", _F, 1, "N"),
+    _spec("mask_input", _F, 1, 1, "M", "M"),
+    _spec("has_mask_input", _F, 1),
+)
 
 _ORT_DTYPES = {"float": "float32", "double": "float64", "float16": "float16", "bfloat16": "bfloat16"}
 
@@ -163,6 +173,96 @@ def raise_for_differences(checks: Sequence[ContractCheck], directory: Path) -> N
             f"difference{'s' if len(diffs) != 1 else ''}):\n  - " + "\n  - ".join(diffs) +
             f"\nsam3tiles runs the published sam3-onnx files unchanged: check them with `sam3tiles model "
             f"verify {shlex.quote(str(directory))}` and download them again with `{fetch_command(directory)}`")
+
+
+# --------------------------------------------------------------------------------------------------
+# the point decoder (four-graph layout): its interface is read, never assumed
+
+
+@dataclass(frozen=True)
+class PointInterface:
+    """How sam3tiles drives a point decoder: the output of M x M mask logits it feeds back as `mask_input` and
+    reads (`mask_output`), the predicted IoUs (`iou_output`), candidates per pass (`candidates`)."""
+
+    mask_output: str
+    iou_output: str
+    mask_size: int
+    candidates: int
+
+
+def _point_input_problems(got: dict[str, TensorSpec], encoder: dict[str, TensorSpec]) -> tuple[list[str], int | None]:
+    """Differences of a point decoder's inputs from what sam3tiles feeds, and the mask grid M of `mask_input`."""
+    diffs, m = [], None
+    for name in LATER_ENCODER_OUTPUTS:
+        t = got.get(name)
+        if t is None:
+            continue
+        enc = encoder.get(name)
+        if enc is None:
+            diffs.append(f"{POINT_DECODER}: input {name!r} is an image-encoder output, but {IMAGE_ENCODER} has no "
+                         f"{name!r} (a v0.3.0 encoder: clicks need the nine-output encoder of the four-graph layout)")
+        elif normalise_dtype(t.dtype) != normalise_dtype(enc.dtype) or len(t.shape) != len(enc.shape) or any(
+                isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(t.shape, enc.shape)):
+            diffs.append(f"{POINT_DECODER}: input {t.describe()} does not take the image encoder's {enc.describe()}")
+    for want in POINT_CLICK_INPUTS:
+        t = got.get(want.name)
+        if t is None:
+            continue
+        dims = [d for w, d in zip(want.shape, t.shape) if w == "M"]
+        ok = (normalise_dtype(t.dtype) == want.dtype and len(t.shape) == len(want.shape)
+              and all(not (isinstance(w, int) and isinstance(d, int) and w != d) for w, d in zip(want.shape, t.shape))
+              and all(isinstance(d, int) for d in dims) and len(set(dims)) <= 1)
+        if not ok:
+            diffs.append(f"{POINT_DECODER}: input {t.describe()}, where sam3tiles feeds {want.describe()}"
+                         + (" (M a fixed size)" if dims else ""))
+        elif dims:
+            m = dims[0]
+    return diffs, m
+
+
+def check_point_graph(inputs: Iterable[TensorSpec], outputs: Iterable[TensorSpec],
+                      encoder_outputs: Iterable[TensorSpec]) -> tuple[PointInterface | None, list[str]]:
+    """A point decoder's interface against what sam3tiles can feed and read: (its `PointInterface`, []) or
+    (None, every difference). Inputs: exactly `LATER_ENCODER_OUTPUTS` (shaped as the encoder's outputs of
+    those names) and `POINT_CLICK_INPUTS`. Outputs: predicted IoUs float32 [1, K] and K candidate masks
+    float32 [1, K, M, M] (the grid of `mask_input`, fed back on the second pass); other outputs are ignored."""
+    got = {t.name: t for t in inputs}
+    want = set(LATER_ENCODER_OUTPUTS) | {t.name for t in POINT_CLICK_INPUTS}
+    diffs = [f"{POINT_DECODER}: input {n!r} is missing" for n in (*LATER_ENCODER_OUTPUTS, *(t.name for t in
+                                                                   POINT_CLICK_INPUTS)) if n not in got]
+    diffs += [f"{POINT_DECODER}: unexpected input {got[n].describe()}, which sam3tiles cannot feed"
+              for n in got if n not in want]
+    more, m = _point_input_problems(got, {t.name: t for t in encoder_outputs})
+    diffs += more
+    outs = [t for t in outputs if normalise_dtype(t.dtype) == "float32"]
+    ious = sorted((t for t in outs if len(t.shape) == 2 and t.shape[0] in (1, None)),
+                  key=lambda t: "iou" not in t.name.lower())
+    k = ious[0].shape[1] if ious and isinstance(ious[0].shape[1], int) else None
+    masks = [t for t in outs if len(t.shape) == 4 and m is not None and tuple(t.shape[2:]) == (m, m)
+             and (k is None or t.shape[1] in (k, None))]
+    masks.sort(key=lambda t: "low" not in t.name.lower())
+    if not ious:
+        diffs.append(f"{POINT_DECODER}: no output of predicted IoUs float32 [1,K] (the graph's outputs are "
+                     f"{', '.join(t.describe() for t in outputs) or 'none'})")
+    elif m is not None and not masks:
+        diffs.append(f"{POINT_DECODER}: no output of candidate masks float32 [1,K,{m},{m}] to feed back as "
+                     f"mask_input (the graph's outputs are {', '.join(t.describe() for t in outputs)})")
+    if diffs or m is None:
+        return None, diffs
+    k = k or (masks[0].shape[1] if isinstance(masks[0].shape[1], int) else 3)
+    return PointInterface(masks[0].name, ious[0].name, m, k), []
+
+
+def point_refusal(differences: Sequence[str], inputs: Iterable[TensorSpec], directory: Path) -> str:
+    """A model error's message: the point decoder's interface is not the one sam3tiles can drive; the
+    differences and the graph's inputs, printed, never guessed around."""
+    listed = ", ".join(t.describe() for t in inputs) or "none"
+    return (f"clicks cannot run: {directory / POINT_DECODER} has an interface sam3tiles cannot drive "
+            f"({len(differences)} difference{'s' if len(differences) != 1 else ''}):\n  - " + "\n  - ".join(differences)
+            + f"\nIts inputs are: {listed}. sam3tiles feeds the encoder's {', '.join(LATER_ENCODER_OUTPUTS)} and "
+            + ", ".join(t.describe() for t in POINT_CLICK_INPUTS) + " (inferred from the SAM 2 export of the same "
+            f"author: docs/points.md); `sam3tiles model info {shlex.quote(str(directory))}` prints every graph. "
+            "Text prompts and example boxes still run with these files")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -307,6 +407,8 @@ class ModelInfo:
     box_slots: int | None
     point_decoder: bool
     missing: list[str]
+    #: the point decoder's differences from what sam3tiles can drive (`check_point_graph`); [] when usable
+    point_differences: list[str] = field(default_factory=list)
 
     @property
     def layout(self) -> str:
@@ -318,7 +420,10 @@ class ModelInfo:
             kind = "16-slot layout (as in sam3-onnx v0.6.0)"
         else:
             kind = f"{self.box_slots} box slots"
-        return kind + (", point decoder present (unused)" if self.point_decoder else "")
+        if not self.point_decoder:
+            return kind
+        return kind + (", point decoder: clicks refused (its interface differs, below)" if self.point_differences
+                       else ", point decoder: clicks usable")
 
     @property
     def differences(self) -> list[str]:
@@ -340,6 +445,10 @@ class ModelInfo:
             lines.extend(f"  - {d}" for d in self.differences)
         elif not self.missing:
             lines.append("contract: every graph fits")
+        if self.point_differences:
+            lines.append("point decoder: clicks refused, sam3tiles cannot drive its interface (inferred from the "
+                         "SAM 2 export: docs/points.md):")
+            lines.extend(f"  - {d}" for d in self.point_differences)
         return "\n".join(lines)
 
 
@@ -362,6 +471,9 @@ def info(directory: str | os.PathLike[str] | None = None) -> ModelInfo:
         if key == "decoder":
             box_slots = check.box_slots
     point = d / POINT_DECODER
+    point_diffs: list[str] = []
     if point.is_file():
-        graphs[POINT_DECODER] = read_graph_io(point)
-    return ModelInfo(d, graphs, checks, box_slots, point.is_file(), missing)
+        io = graphs[POINT_DECODER] = read_graph_io(point)
+        encoder = graphs.get(IMAGE_ENCODER)
+        _, point_diffs = check_point_graph(io.inputs, io.outputs, encoder.outputs if encoder else [])
+    return ModelInfo(d, graphs, checks, box_slots, point.is_file(), missing, point_diffs)

@@ -10,8 +10,14 @@ slot count is read from the decoder's ``box_coords`` input (1 in v0.3.0, 16 in t
 * `prepare_prompt` tokenizes and runs the language encoder once per distinct text per instance.
 * `decode` runs the decoder for one (tile, prompt, up to `box_slots` boxes) and returns its outputs
   as `Detections`, untouched.
+* Clicks (the four-graph layout): `encode(image, clicks=True)` also asks for the encoder's
+  `image_embeddings`, `high_res_features1/2`, so one encode feeds both decoders; `decode_clicks` runs the
+  point decoder (`model.points`: loaded and checked on first use, `clicks_problem`; on the CPU under CoreML,
+  which cannot load its unbounded `point_coords`).
+* `coreml`: each graph loads with its Gemm weights transposed in memory (`model.coreml`); `dml`: the first
+  answered tile is checked against the CPU (`model.parity`).
 
-`counters` ({"encodes", "prompts", "decodes"}) count the graph runs.
+`counters` ({"encodes", "prompts", "decodes", "click_decodes"}) count the graph runs.
 """
 
 from __future__ import annotations
@@ -27,17 +33,18 @@ from typing import Any
 import numpy as np
 
 from ..errors import ContractError, ModelError
-from .contract import CONTRACT, EMBEDDING_OUTPUTS, TensorSpec, check_graph, raise_for_differences
+from .contract import (CONTRACT, EMBEDDING_OUTPUTS, LATER_ENCODER_OUTPUTS, TensorSpec, check_graph, check_point_graph,
+                       normalise_dtype, point_refusal, raise_for_differences)
 from .files import (DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, files_fingerprint,
                     require_model)
-from .runtime import MODEL_SIZE, Detections, ExampleBox, PreparedPrompt, TileImage
+from .runtime import MODEL_SIZE, Click, Detections, ExampleBox, PreparedPrompt, TileImage
 from .tokenizer import get_tokenizer
 
 logger = logging.getLogger(__name__)
 
 from ..wording import opt, render, spoken
-from .providers import (CPU, CUDA, DEVICES, TENSORRT, cpu_fallback, describe, missing, names, precision_problem,
-                        requested)
+from .providers import (COREML, CPU, CUDA, DEVICES, DML, EXPLICIT, NEEDS, TENSORRT, cpu_fallback, describe, missing,
+                        names, precision_problem, requested)
 
 _PROMPT_OUTPUTS = ("text_attention_mask", "text_memory")
 _DECODER_OUTPUTS = ("boxes", "scores", "masks")
@@ -96,26 +103,29 @@ def _address_space_limited() -> bool:
 
 
 def _describe(args) -> list[TensorSpec]:
-    return [TensorSpec(a.name, a.type, tuple(d if isinstance(d, int) else (d or None) for d in a.shape))
+    return [TensorSpec(a.name, normalise_dtype(a.type), tuple(d if isinstance(d, int) else (d or None) for d in a.shape))
             for a in args]
 
 
 class OnnxRuntime:
-    """SAM 3 through onnxruntime, implementing `sam3tiles.runtime.ModelRuntime`.
+    """SAM 3 through onnxruntime, implementing `sam3tiles.runtime.ModelRuntime` (and clicks, with a point decoder).
 
     `model_dir`: the model directory (None: ``$SAM3TILES_MODEL_DIR`` or the default cache); never
-    downloads. `device`: "auto" (CUDA when onnxruntime offers it, else the CPU, said once), "cpu", "cuda"
-    or "tensorrt" (a ModelError when onnxruntime cannot run the graphs there: never the CPU instead).
-    `intra_op_threads` / `inter_op_threads`: onnxruntime thread pools
+    downloads. `device`: "auto" (CUDA when onnxruntime offers it, else the CPU, said once), "cpu", "cuda",
+    "tensorrt", "coreml" or "dml" (a ModelError when onnxruntime cannot run the graphs there: never the CPU
+    instead). `intra_op_threads` / `inter_op_threads`: onnxruntime thread pools
     (0 = onnxruntime's default). `io_binding`: keep embeddings as OrtValues and feed them with
-    IOBinding (default: on with CUDA, off on CPU; forcing it on a CPU run is for tests).
+    IOBinding (default: on with CUDA, off on CPU; forcing it on a CPU run is for tests). `parity`: check the
+    first answered tile against the CPU (`model.parity`; default: on for dml only), `parity_against`: the
+    model folder the CPU loads for it (default: this one; another is for tests).
     """
 
     name = "onnx"
 
     def __init__(self, model_dir: str | os.PathLike[str] | None = None, *, device: str = "auto",
                  intra_op_threads: int = 0, inter_op_threads: int = 0, io_binding: bool | None = None,
-                 precision: str = "auto"):
+                 precision: str = "auto", parity: bool | None = None,
+                 parity_against: str | os.PathLike[str] | None = None):
         import onnxruntime as ort
 
         if device not in DEVICES:
@@ -126,28 +136,19 @@ class OnnxRuntime:
         self.model_dir = require_model(model_dir)
         self._tokenizer = get_tokenizer(self.model_dir)
         self.requested_device, self.precision = device, precision
+        self._threads = (intra_op_threads, inter_op_threads)
         available = ort.get_available_providers()
         try:
             providers = requested(device, precision, available, self.model_dir,
                                   files_fingerprint(self.model_dir) if device == "tensorrt" else "", ort.__version__)
         except LookupError:  # an explicit device that is not there: refused, never the CPU instead
             raise ModelError(missing(device, available, ort.__version__)) from None
-
-        options = ort.SessionOptions()
-        if _address_space_limited():
-            # the CPU arena grows by doubling and keeps what it took: under `ulimit -v` it asked for twice
-            # the activations; freed to malloc instead, a contract-graph run fits 0.45 GB lower (issue 36)
-            options.enable_cpu_mem_arena = False
-        if intra_op_threads > 0:
-            options.intra_op_num_threads = intra_op_threads
-        if inter_op_threads > 0:
-            options.inter_op_num_threads = inter_op_threads
-            if inter_op_threads > 1:
-                options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
         self._sessions: dict[str, Any] = {}
+        self._held: list = []  # what a session built from memory needs kept alive (CoreML's transposed weights)
         self._load_failure = ""  # why a GPU session could not be created (then the CPU; see _say_fallbacks)
         self.requested_providers = describe(providers)
-        self._load_sessions(ort, options, providers, available)
+        self._providers = providers
+        self._load_sessions(ort, providers, available)
         #: what onnxruntime actually placed each graph on (a graph may fall back, see _say_fallbacks)
         self.session_providers = {key: list(s.get_providers()) for key, s in self._sessions.items()}
 
@@ -158,7 +159,8 @@ class OnnxRuntime:
         self.has_point_decoder = (self.model_dir / POINT_DECODER).is_file()
 
         self.providers: list[str] = list(self._sessions["decoder"].get_providers())
-        self.device = "cuda" if self.providers and self.providers[0] in (CUDA, TENSORRT) else "cpu"
+        self.device = {CUDA: "cuda", TENSORRT: "cuda", COREML: "coreml", DML: "dml"}.get(
+            self.providers[0] if self.providers else CPU, "cpu")
         self._say_fallbacks(device, available)
         self.io_binding = (self.device == "cuda") if io_binding is None else bool(io_binding)
         self._bind_device = "cuda" if self.device == "cuda" else "cpu"
@@ -166,13 +168,34 @@ class OnnxRuntime:
         self._lock = threading.Lock()
         self._prompt_lock = threading.Lock()
         self._prompts: dict[bytes, _Prompt] = {}
-        self.counters = {"encodes": 0, "prompts": 0, "decodes": 0}
+        self._point: Any = None  # model.points.PointDecoder, loaded on first use (`clicks_problem`)
+        self._point_problem: str | None = None
+        self._parity = self._parity_state(parity, parity_against, ort.__version__)
+        self.counters = {"encodes": 0, "prompts": 0, "decodes": 0, "click_decodes": 0}
         logger.info("SAM 3 ONNX model %s loaded from %s: %d box slot(s), providers in use: %s%s",
                     self._identity, self.model_dir, self.box_slots, ", ".join(self.providers),
                     ", IOBinding" if self.io_binding else "")
 
     # ---------------------------------------------------------------------------------------------
     # loading
+
+    def _session_options(self, ort):
+        """Fresh session options (one per session: CoreML's adds each graph's own weights to them)."""
+        options = ort.SessionOptions()
+        if _address_space_limited():
+            # the CPU arena grows by doubling and keeps what it took: under `ulimit -v` it asked for twice
+            # the activations; freed to malloc instead, a contract-graph run fits 0.45 GB lower (issue 36)
+            options.enable_cpu_mem_arena = False
+        intra, inter = self._threads
+        if intra > 0:
+            options.intra_op_num_threads = intra
+        if inter > 0:
+            options.inter_op_num_threads = inter
+            if inter > 1 and self.requested_device != "dml":  # DirectML runs sequentially only
+                options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+        if self.requested_device == "dml":  # onnxruntime's DirectML provider takes no memory pattern
+            options.enable_mem_pattern = False
+        return options
 
     def _say_fallbacks(self, device: str, available: list[str]) -> None:
         """`auto`: graphs onnxruntime placed on the CPU (no CUDA here, or one it could not start), said once
@@ -182,30 +205,43 @@ class OnnxRuntime:
             failed = f" (creating a session failed: {self._load_failure})" if self._load_failure else ""
             logger.warning(spoken(said + failed))
 
-    def _load_sessions(self, ort, options, providers: list, available: list[str]) -> None:
-        """The three sessions; an explicit GPU device onnxruntime dropped from one (it could not start it
-        there) is a ModelError at once, before the other graphs load."""
+    def _load_sessions(self, ort, providers: list, available: list[str]) -> None:
+        """The three sessions; an explicit device onnxruntime dropped from one (it could not start it there) is
+        a ModelError at once, before the other graphs load."""
         device = self.requested_device
         for key in ("image_encoder", "language_encoder", "decoder"):
-            self._sessions[key], providers = self._load_session(ort, key, options, providers)
-            if device in ("cuda", "tensorrt"):
+            self._sessions[key], providers = self._load_session(ort, key, providers)
+            if device in EXPLICIT:
                 problem = cpu_fallback(device, available, {key: list(self._sessions[key].get_providers())})
                 if problem is not None:
                     raise ModelError(problem)
 
-    def _load_session(self, ort, key: str, options, providers: list):
-        file_name = CONTRACT[key][0]
+    def _new_session(self, ort, path, providers: list):
+        """A session of the graph at `path`: as the file says, or under CoreML with its Gemm weights
+        transposed in memory (`model.coreml`)."""
+        if COREML in names(providers):
+            from .coreml import coreml_graph
+
+            graph = coreml_graph(path)
+            self._held.append(graph)
+            return ort.InferenceSession(graph.model, graph.options(ort, self._session_options(ort)), providers=providers)
+        return ort.InferenceSession(str(path), self._session_options(ort), providers=providers)
+
+    def _load_session(self, ort, key: str, providers: list):
+        file_name = CONTRACT[key][0] if key in CONTRACT else POINT_DECODER
         path = self.model_dir / file_name
         try:
-            return ort.InferenceSession(str(path), options, providers=providers), providers
+            return self._new_session(ort, path, providers), providers
+        except ModelError:
+            raise
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidProtobuf/NoSuchFile/...
             if set(names(providers)) - {CPU}:  # the file's own error if the CPU cannot load it either
-                on_cpu = self._load_session(ort, key, options, [CPU])
-                if self.requested_device in ("cuda", "tensorrt"):  # asked for: never the CPU instead
+                on_cpu = self._load_session(ort, key, [CPU])
+                if self.requested_device in EXPLICIT:  # asked for: never the CPU instead
                     raise ModelError(
                         f"{opt('device', self.requested_device)}: onnxruntime could not create the {file_name} "
-                        f"session with {names(providers)[0]} ({_short(exc)}): check the GPU, CUDA 12 and cuDNN 9 "
-                        f"for this onnxruntime-gpu, or use {opt('device', 'cpu')}") from exc
+                        f"session with {names(providers)[0]} ({_short(exc)}): it needs "
+                        f"{NEEDS[self.requested_device]}; or use {opt('device', 'cpu')}") from exc
                 self._load_failure = f"{file_name} with {names(providers)[0]}: {_short(exc)}"  # _say_fallbacks
                 return on_cpu
             data = path.with_name(path.name + ".data")
@@ -246,28 +282,124 @@ class OnnxRuntime:
     # ---------------------------------------------------------------------------------------------
     # the ModelRuntime interface
 
-    def encode(self, image: TileImage | np.ndarray) -> OnnxEmbedding:
-        """The tile's embedding: only `EMBEDDING_OUTPUTS` are computed out of the encoder."""
+    def encode(self, image: TileImage | np.ndarray, clicks: bool = False) -> OnnxEmbedding:
+        """The tile's embedding: only `EMBEDDING_OUTPUTS` are computed out of the encoder, and with `clicks`
+        the point decoder's `LATER_ENCODER_OUTPUTS` too (one encode feeds both decoders)."""
         rgb = image.rgb if isinstance(image, TileImage) else image
         if rgb.shape != (3, MODEL_SIZE, MODEL_SIZE) or rgb.dtype != np.uint8:
             raise ValueError(f"encode takes uint8 [3,{MODEL_SIZE},{MODEL_SIZE}], got {rgb.dtype} {rgb.shape}")
         rgb = np.ascontiguousarray(rgb)
+        wanted = EMBEDDING_OUTPUTS + (LATER_ENCODER_OUTPUTS if clicks else ())
+        if clicks:
+            self._require_clicks()
+        if self._parity is not None and self._parity["image"] is None:  # dml: the first tile, for the CPU
+            self._parity.update(image=rgb.copy(), clicks=clicks)
         if self.io_binding:
             session = self._sessions["image_encoder"]
             binding = session.io_binding()
             binding.bind_cpu_input("image", rgb)
-            for name in EMBEDDING_OUTPUTS:
+            for name in wanted:
                 binding.bind_output(name, self._bind_device)
             try:
                 session.run_with_iobinding(binding)
             except Exception as exc:
                 raise ModelError(f"the SAM 3 image encoder failed: {_short(exc)}. If this is out "
                                  f"of memory, use fewer GPU workers or {opt('device', 'cpu')}") from exc
-            values = dict(zip(EMBEDDING_OUTPUTS, binding.get_outputs()))
+            values = dict(zip(wanted, binding.get_outputs()))
         else:
-            values = dict(zip(EMBEDDING_OUTPUTS, self._run("image_encoder", EMBEDDING_OUTPUTS, {"image": rgb})))
+            values = dict(zip(wanted, self._run("image_encoder", wanted, {"image": rgb})))
         self._count("encodes")
         return OnnxEmbedding(values, self._bind_device if self.io_binding else "cpu", id(self))
+
+    # -- clicks (the point decoder of the four-graph layout) ----------------------------------------------
+
+    def clicks_problem(self) -> str | None:
+        """Why clicks cannot run with these files (a model error's message), or None: loads the point decoder
+        on first use and checks its interface against what sam3tiles can drive (`contract.check_point_graph`)."""
+        with self._lock:
+            if self._point is None and self._point_problem is None:
+                self._point, self._point_problem = self._load_point_decoder()
+        return self._point_problem
+
+    def _require_clicks(self) -> None:
+        problem = self.clicks_problem()
+        if problem is not None:
+            raise ModelError(problem)
+
+    def _load_point_decoder(self):
+        """(PointDecoder, None) or (None, why not). Under CoreML on the CPU: CoreML cannot load the point
+        decoder (its `point_coords` dimension is unbounded)."""
+        import onnxruntime as ort
+
+        from .points import PointDecoder
+
+        if not self.has_point_decoder:
+            return None, (f"clicks need the point decoder {POINT_DECODER} of the four-graph layout (sam3-onnx "
+                          f"v0.6.0), and {self.model_dir} has none (the v0.3.0 files `sam3tiles model fetch` gets "
+                          "have three graphs): put the four-graph files there, or use text prompts or example boxes")
+        encoder = _describe(self._sessions["image_encoder"].get_outputs())
+        providers = [CPU] if self.device in ("coreml", "cpu") else self._providers
+        session, _ = self._load_session(ort, "point_decoder", providers)
+        inputs = _describe(session.get_inputs())
+        interface, diffs = check_point_graph(inputs, _describe(session.get_outputs()), encoder)
+        if interface is None:
+            return None, point_refusal(diffs, inputs, self.model_dir)
+        self.session_providers["point_decoder"] = list(session.get_providers())
+        return PointDecoder(session, interface), None
+
+    def decode_clicks(self, embedding: OnnxEmbedding, clicks: Sequence[Click]) -> Detections:
+        """The object under the positive `clicks` (0 or 1 detection; negatives push away), from an embedding
+        made with `encode(..., clicks=True)`: two point decoder passes (`model.points`)."""
+        self._require_clicks()
+        missing_features = [k for k in LATER_ENCODER_OUTPUTS if k not in embedding.values]
+        if missing_features:
+            raise ValueError(f"decode_clicks needs an embedding from encode(image, clicks=True); this one lacks "
+                             f"{', '.join(missing_features)}")
+        features = {k: v if isinstance(v, np.ndarray) else v.numpy() for k, v in embedding.values.items()
+                    if k in LATER_ENCODER_OUTPUTS}  # a few MB: the point decoder may sit on another device
+        try:
+            det = self._point.decode(features, clicks)
+        except Exception as exc:  # onnxruntime's own errors
+            raise ModelError(f"the SAM 3 point decoder failed: {_short(exc)}") from exc
+        with self._lock:
+            self.counters["click_decodes"] += 2
+        self._check_parity(det, lambda rt, emb: rt.decode_clicks(emb, clicks))
+        return det
+
+    # -- dml: the first answered tile against the CPU (model.parity) --------------------------------------
+
+    def _parity_state(self, parity: bool | None, against, ort_version: str) -> dict | None:
+        from .parity import remembered
+
+        if not (self.requested_device == "dml" if parity is None else parity):
+            return None
+        key = f"{files_fingerprint(self.model_dir).replace('onnx:', '')}-ort{ort_version}-{self.requested_device}"
+        if against is None and remembered(self.model_dir, key):
+            return None
+        return {"key": key, "against": against or self.model_dir, "image": None, "clicks": False}
+
+    def _check_parity(self, det: Detections, again) -> None:
+        """dml: compare the first tile's answer `det` with the CPU's (`again(cpu_runtime, cpu_embedding)`);
+        a ModelError when they differ. Done once per runtime."""
+        state = self._parity
+        if state is None or state["image"] is None:
+            return
+        from .parity import compare, remember
+
+        self._parity = None
+        cpu = OnnxRuntime(state["against"], device="cpu", intra_op_threads=self._threads[0])
+        try:
+            reference = again(cpu, cpu.encode(state["image"], clicks=state["clicks"]))
+        finally:
+            cpu.close()
+        problem = compare(det, reference)
+        if problem is not None:
+            raise ModelError(f"{opt('device', self.requested_device)}: its answer on the first tile differs from the "
+                             f"CPU's ({problem}); DirectML has given silently wrong SAM 3 masks on some devices, so "
+                             f"this device is refused: use {opt('device', 'cpu')}, or update the GPU driver and "
+                             "onnxruntime-directml and try again")
+        if len(reference):
+            remember(self.model_dir, state["key"], {"objects": len(reference)})
 
     def prepare_prompt(self, text: str) -> PreparedPrompt:
         """Tokenize `text` and run the language encoder, once per distinct token row per instance."""
@@ -306,10 +438,11 @@ class OnnxRuntime:
             payload = self.prepare_prompt(prompt.text).payload
         feeds: dict[str, Any] = {"language_mask": payload.language_mask,
                                  "language_features": payload.language_features, **self._box_inputs(boxes)}
-        if not all(isinstance(v, np.ndarray) for v in embedding.values.values()):  # OrtValues: IOBinding
+        values = {k: v for k, v in embedding.values.items() if k in EMBEDDING_OUTPUTS}  # not the point features
+        if not all(isinstance(v, np.ndarray) for v in values.values()):  # OrtValues: IOBinding
             session = self._sessions["decoder"]
             binding = session.io_binding()
-            for name, value in embedding.values.items():
+            for name, value in values.items():
                 if isinstance(value, np.ndarray):
                     binding.bind_cpu_input(name, value)
                 else:
@@ -324,19 +457,23 @@ class OnnxRuntime:
                 raise ModelError(f"the SAM 3 decoder failed: {_short(exc)}") from exc
             out_boxes, scores, masks = binding.copy_outputs_to_cpu()
         else:
-            feeds.update(embedding.values)
+            feeds.update(values)
             out_boxes, scores, masks = self._run("decoder", _DECODER_OUTPUTS, feeds)
         self._count("decodes")
         try:
-            return Detections(boxes=out_boxes, scores=scores, masks=masks)
+            det = Detections(boxes=out_boxes, scores=scores, masks=masks)
         except ValueError as exc:
             raise ContractError(f"the SAM 3 decoder returned outputs that do not fit the contract: {exc}. "
                                 f"Check the model with `sam3tiles model info {self.model_dir}`") from exc
+        self._check_parity(det, lambda rt, emb: rt.decode(emb, rt.prepare_prompt(prompt.text), boxes))
+        return det
 
     def close(self) -> None:
         """Drop the sessions and cached prompts (frees the model's memory once nothing else holds it)."""
         self._sessions.clear()
         self._prompts.clear()
+        self._point = None
+        self._held.clear()
 
     def __repr__(self) -> str:
         return (f"OnnxRuntime({str(self.model_dir)!r}, device={self.device!r}, box_slots={self.box_slots}, "

@@ -12,7 +12,13 @@ shape its outputs:
   first;
 * a positive example box replaces the colour by the median colour inside the box(es); a negative example
   box drops instances that overlap it and, like SAM 3's negative exemplars, instances of its kind: those
-  whose mean colour lies nearer the median colour inside the negative box than the prompt colour.
+  whose mean colour lies nearer the median colour inside the negative box than the prompt colour;
+* clicks (`decode_clicks`): the region under the click. Each positive click's colour is the median of the
+  valid pixels within `CLICK_RADIUS` of it; a pixel matches a click within `MATCH_DISTANCE` of its colour and
+  nearer it than every negative click's colour; the instance is the union of the 8-connected components of
+  the mask grid (> 0.5) that hold a positive click (its cell, or the nearest matched cell within one), score
+  their mean. A click on background answers the background around it, as the real point decoder does (the
+  caller checks the area: docs/points.md).
 """
 
 from __future__ import annotations
@@ -24,11 +30,13 @@ import numpy as np
 from PIL import Image, ImageColor
 from scipy import ndimage
 
-from .runtime import (MASK_SIZE, MAX_QUERIES, MODEL_SIZE, Detections, ExampleBox, PreparedPrompt, TileImage,
+from .runtime import (MASK_SIZE, MAX_QUERIES, MODEL_SIZE, Click, Detections, ExampleBox, PreparedPrompt, TileImage,
                        VISUAL_PROMPT)
 from ..wording import opt
 
 MATCH_DISTANCE = 60.0
+#: Pixels around a click whose median colour is the click's colour.
+CLICK_RADIUS = 2
 _EIGHT = np.ones((3, 3), bool)
 
 
@@ -55,9 +63,34 @@ class ReferenceRuntime:
         src = open(__file__, "rb").read()
         return "reference:" + hashlib.sha256(src).hexdigest()[:12]
 
-    def encode(self, image: TileImage) -> TileImage:
+    def encode(self, image: TileImage, clicks: bool = False) -> TileImage:
         self.counters["encodes"] += 1
         return image
+
+    def decode_clicks(self, embedding: TileImage, clicks: Sequence[Click]) -> Detections:
+        """The region under the positive clicks (module doc), 0 or 1 object."""
+        self.counters["click_decodes"] = self.counters.get("click_decodes", 0) + 1
+        image = embedding
+        pos = [(c, _colour_at(image, c)) for c in clicks if c.positive]
+        negs = [col for col in (_colour_at(image, c) for c in clicks if not c.positive) if col is not None]
+        grid_sum = np.zeros((MASK_SIZE, MASK_SIZE), np.float32)
+        keep = np.zeros((MASK_SIZE, MASK_SIZE), bool)
+        for click, colour in pos:
+            if colour is None:
+                continue
+            match = _click_match(image, colour, negs)
+            grid = np.asarray(Image.fromarray(match.astype(np.float32), mode="F").resize((MASK_SIZE, MASK_SIZE), Image.BOX))
+            labels, n = ndimage.label(grid > 0.5, structure=_EIGHT)
+            lid = _label_at(labels, click)
+            if lid:
+                keep |= labels == lid
+                grid_sum = np.maximum(grid_sum, grid)
+        if not keep.any():
+            return Detections.empty()
+        mask = np.where(keep, grid_sum, 0.0).astype(np.float32)
+        rows, cols = np.flatnonzero(keep.any(axis=1)), np.flatnonzero(keep.any(axis=0))
+        box = np.asarray([[cols[0], rows[0], cols[-1] + 1, rows[-1] + 1]], np.float32) / MASK_SIZE
+        return Detections(box, np.asarray([float(mask[keep].mean())], np.float32), mask[None, None])
 
     def prepare_prompt(self, text: str) -> PreparedPrompt:
         self.counters["prompts"] += 1
@@ -185,3 +218,39 @@ def _cell_box(b: ExampleBox) -> tuple[int, int, int, int]:
     """A box's extent on the 288 mask grid: (r0, r1, c0, c1), end exclusive."""
     x0, y0, x1, y1 = (v * MASK_SIZE / MODEL_SIZE for v in b.xyxy_px)
     return (int(np.floor(y0)), int(np.ceil(y1)), int(np.floor(x0)), int(np.ceil(x1)))
+
+
+def _colour_at(image: TileImage, click: Click) -> tuple[int, int, int] | None:
+    """The median colour of the valid pixels within `CLICK_RADIUS` of a click (None: none valid there)."""
+    x, y = int(np.floor(click.xy[0])), int(np.floor(click.xy[1]))
+    y0, y1 = max(y - CLICK_RADIUS, 0), min(y + CLICK_RADIUS + 1, MODEL_SIZE)
+    x0, x1 = max(x - CLICK_RADIUS, 0), min(x + CLICK_RADIUS + 1, MODEL_SIZE)
+    if y1 <= y0 or x1 <= x0:
+        return None
+    sel = image.valid[y0:y1, x0:x1]
+    if not sel.any():
+        return None
+    return tuple(int(v) for v in np.median(image.rgb[:, y0:y1, x0:x1][:, sel], axis=1))  # type: ignore[return-value]
+
+
+def _click_match(image: TileImage, colour, negatives) -> np.ndarray:
+    """Valid pixels within MATCH_DISTANCE of `colour` and nearer it than every negative click's colour."""
+    match = colour_match(image.rgb, colour) & image.valid
+    if negatives and match.any():
+        idx = np.flatnonzero(match)
+        f = image.rgb.reshape(3, -1)[:, idx].astype(np.float32)
+        d_pos = sum((f[c] - colour[c]) ** 2 for c in range(3))
+        for neg in negatives:
+            d_neg = sum((f[c] - neg[c]) ** 2 for c in range(3))
+            match.ravel()[idx[d_neg <= d_pos]] = False
+    return match
+
+
+def _label_at(labels: np.ndarray, click: Click) -> int:
+    """The component holding a click's cell, or the nearest one within a cell of it (0: none)."""
+    r = min(int(click.xy[1] * MASK_SIZE / MODEL_SIZE), MASK_SIZE - 1)
+    c = min(int(click.xy[0] * MASK_SIZE / MODEL_SIZE), MASK_SIZE - 1)
+    if labels[r, c]:
+        return int(labels[r, c])
+    near = labels[max(r - 1, 0):r + 2, max(c - 1, 0):c + 2]
+    return int(near.max())

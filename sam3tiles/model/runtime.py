@@ -12,6 +12,11 @@ Frames and units, shared by every backend:
 
 Everything after `decode` (vectorizing, merging, writing) is shared by every backend.
 
+Clicks (optional, docs/points.md): a backend that answers point prompts implements
+`decode_clicks(embedding, clicks) -> Detections` (0 or 1 object: the one under the positive `Click`s, their
+union when several, negatives pushing away; its score the model's confidence) and takes
+`encode(image, clicks=True)` (an embedding both decoders read). `clicks_problem(runtime)` says why one cannot.
+
 For backend authors (docs/backends.md has a worked example):
 
 * Lifetime: one instance per process, built once (`model.registry.get_runtime`) and kept for every tile.
@@ -71,6 +76,14 @@ class ExampleBox:
         """The box as (x0, y0, x1, y1) in model-input pixels."""
         cx, cy, w, h = (v * MODEL_SIZE for v in self.cxcywh)
         return (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+
+
+@dataclass(frozen=True)
+class Click:
+    """A click in the 1008 model-input frame: `xy` in model-input pixels (x right, y down); positive or not."""
+
+    xy: tuple[float, float]
+    positive: bool = True
 
 
 @dataclass
@@ -133,3 +146,16 @@ class ModelRuntime(Protocol):
     def decode(self, embedding: Any, prompt: PreparedPrompt, boxes: Sequence[ExampleBox] = ()) -> Detections:
         """Detections for one prompt on one encoded tile; at most `box_slots` boxes."""
         ...
+
+
+def clicks_problem(runtime: Any) -> str | None:
+    """Why `runtime` cannot answer clicks (a model error's message), or None. A backend may say itself
+    (`clicks_problem()`: the ONNX backend loads and checks its point decoder); else it needs `decode_clicks`."""
+    ask = getattr(runtime, "clicks_problem", None)
+    if callable(ask):
+        return ask()
+    if callable(getattr(runtime, "decode_clicks", None)):
+        return None
+    return (f"the {getattr(runtime, 'name', type(runtime).__name__)!r} backend answers no clicks (it has no "
+            "decode_clicks, docs/backends.md): use the onnx backend with the four-graph model files, or the "
+            "reference backend")

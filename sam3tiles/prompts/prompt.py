@@ -253,54 +253,66 @@ def raster_bounds(transform: Affine, width: int, height: int) -> tuple[float, fl
     return (min(xs), min(ys), max(xs), max(ys))
 
 
+def read_vector(path: str, raster_crs, what: str):
+    """A vector file GDAL reads, as a GeoDataFrame in the raster's CRS (`what`: the argument naming it, for
+    messages: box_file, point_file). A missing, unreadable or empty file is exit 3; so is one without a CRS on
+    a georeferenced raster, or whose coordinates cannot be in its CRS."""
+    import geopandas as gpd
+    import numpy as np
+    import pyogrio.errors
+
+    from ..errors import CRSError, InputDataError
+
+    if not os.path.exists(path):
+        raise InputDataError(f"{opt(what, path)}: no such file: check the path")
+    try:
+        gdf = gpd.read_file(path)
+    except (pyogrio.errors.DataSourceError, pyogrio.errors.DataLayerError, ValueError) as e:
+        raise InputDataError(f"{opt(what, path)} is not a vector file GDAL can read ({str(e).splitlines()[0]}): "
+                             "give a GeoPackage, GeoJSON, Shapefile or similar") from None
+    if gdf.empty:
+        raise InputDataError(f"{opt(what, path)} has no features: draw at least one")
+    if raster_crs is None:
+        return gdf
+    if gdf.crs is None:
+        raise CRSError(f"{opt(what, path)} has no CRS but the raster has one ({raster_crs.to_string()}): "
+                       "set the file's CRS (e.g. ogr2ogr -a_srs) so its features can be placed")
+    if gdf.crs.is_geographic:
+        x0, y0, x1, y1 = gdf.total_bounds
+        if min(x0, y0) < -360 or max(x1, y1) > 360:
+            raise CRSError(f"{opt(what, path)}: its CRS ({gdf.crs.to_string()}) is longitude/latitude but its "
+                           f"coordinates ({x0:.6g}, {y0:.6g}, ...) are not: set the CRS they are in (a GeoJSON "
+                           "file is always WGS84; write projected coordinates as GeoPackage)")
+    gdf = gdf.to_crs(raster_crs.to_wkt())
+    if not np.isfinite(gdf.total_bounds).all():
+        raise CRSError(f"{opt(what, path)}: its features cannot be placed in the raster's CRS "
+                       f"({raster_crs.to_string()}): check the file's CRS")
+    return gdf
+
+
+def is_negative(label) -> bool:
+    """A `label` column's value that marks a negative example or click: 0, neg, negative, false, -."""
+    return str(label).strip().lower() in ("0", "0.0", "neg", "negative", "false", "-")
+
+
 def read_box_file(path: str, raster_crs) -> list[GeoBox]:
     """Example boxes from any vector file GDAL reads, reprojected to the raster's CRS.
 
     Each feature's bounding box is one example; a `label` column (1/0, positive/negative, pos/neg) marks
     negatives, default positive.
     """
-    import os
+    from ..errors import InputDataError
 
-    import geopandas as gpd
-    import pyogrio.errors
-
-    from ..errors import CRSError, InputDataError
-
-    if not os.path.exists(path):
-        raise InputDataError(f"{opt('box_file', path)}: no such file: check the path")
-    try:
-        gdf = gpd.read_file(path)
-    except (pyogrio.errors.DataSourceError, pyogrio.errors.DataLayerError, ValueError) as e:
-        raise InputDataError(f"{opt('box_file', path)} is not a vector file GDAL can read ({str(e).splitlines()[0]}): "
-                             "give a GeoPackage, GeoJSON, Shapefile or similar") from None
-    if gdf.empty:
-        raise InputDataError(f"{opt('box_file', path)} has no features: draw at least one example box")
-    if raster_crs is not None:
-        if gdf.crs is None:
-            raise CRSError(f"{opt('box_file', path)} has no CRS but the raster has one ({raster_crs.to_string()}): "
-                           "set the file's CRS (e.g. ogr2ogr -a_srs) so the boxes can be placed")
-        if gdf.crs.is_geographic:
-            x0, y0, x1, y1 = gdf.total_bounds
-            if min(x0, y0) < -360 or max(x1, y1) > 360:
-                raise CRSError(f"{opt('box_file', path)}: its CRS ({gdf.crs.to_string()}) is longitude/latitude but its "
-                               f"coordinates ({x0:.6g}, {y0:.6g}, ...) are not: set the CRS they are in (a GeoJSON "
-                               "file is always WGS84; write projected boxes as GeoPackage)")
-        gdf = gdf.to_crs(raster_crs.to_wkt())
-        import numpy as np
-
-        if not np.isfinite(gdf.total_bounds).all():
-            raise CRSError(f"{opt('box_file', path)}: its boxes cannot be placed in the raster's CRS "
-                           f"({raster_crs.to_string()}): check the file's CRS")
+    gdf = read_vector(path, raster_crs, "box_file")
     labels = gdf["label"] if "label" in gdf.columns else [1] * len(gdf)
     out = []
     for geom, lab in zip(gdf.geometry, labels):
         if geom is None or geom.is_empty:
             continue
-        positive = str(lab).strip().lower() not in ("0", "neg", "negative", "false", "-")
         x0, y0, x1, y1 = geom.bounds
         if x1 <= x0 or y1 <= y0:
             raise InputDataError(f"{opt('box_file', path)}: a feature has no area (a point or line): draw boxes")
-        out.append(GeoBox(x0, y0, x1, y1, positive))
+        out.append(GeoBox(x0, y0, x1, y1, not is_negative(lab)))
     return out
 
 

@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 
 
 def segment_job(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox | str] | GeoBox | str = (),
-                box_file: str | None = None, example_images: Sequence[str] | str = (), options: Options | None = None,
+                box_file: str | None = None, example_images: Sequence[str] | str = (), points: Any = (),
+                point_file: str | None = None, options: Options | None = None,
                 client=None, fresh: bool = False, return_objects: bool = True,
                 **kwargs: Any) -> tuple[gpd.GeoDataFrame | None, RunReport]:
     """`segment` plus its RunReport. The keywords `out`, `overwrite`, `labels`, `work_dir`, `checkpoint` and
@@ -61,8 +62,8 @@ def segment_job(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBo
     t_start = time.perf_counter()
     with run_filters():  # the inputs are opened while planning too
         targets, changes = Targets.split(kwargs)
-        plan = plan_run(inputs, text, boxes=boxes, box_file=box_file, example_images=example_images,
-                        targets=targets, options=with_options(options, changes))
+        plan = plan_run(inputs, text, boxes=boxes, box_file=box_file, example_images=example_images, points=points,
+                        point_file=point_file, targets=targets, options=with_options(options, changes))
         return execute(plan, client=client, fresh=fresh, t_start=t_start, return_objects=return_objects)
 
 
@@ -104,6 +105,7 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
                 remove_stale_temps(plan.work_dir / "outputs.json")
             _announce(engine, report, bar)
             results = [run_input(engine, plan, inp, report, store, bar, spool) for inp in plan.inputs]
+            _points_report(plan, report)
             # every output is written under a temporary name; the report is written, then they are all
             # renamed into place: a run stopped before then leaves no output without its report, and its
             # rerun is not stopped by "output exists"
@@ -170,9 +172,27 @@ def run_input(engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport, 
               progress_bar=None, spool: ObjectSpool | None = None) -> InputResult:
     """Segment one input of `plan` through `engine`; its merged objects go to `spool` block by block as
     the merge decides them (not yet written to any output)."""
-    result = InputRun(engine, plan, inp, report, store, progress_bar, spool).run()
+    if plan.points is not None:  # point prompts: one object a point (`run.points`), no merge
+        from .points import PointRun
+
+        result = PointRun(engine, plan, inp, plan.inputs.index(inp), report, spool if spool is not None
+                          else ObjectSpool()).run()
+    else:
+        result = InputRun(engine, plan, inp, report, store, progress_bar, spool).run()
     check_unchanged(inp)
     return result
+
+
+def _points_report(plan: RunPlan, report: RunReport) -> None:
+    """The run's points as given (per input counts come from `run.points`)."""
+    if plan.points is None:
+        return
+    pts = plan.points
+    report.points.update(given=pts.positives, negative=len(pts.points) - pts.positives,
+                         outside=sum(o < 0 and p.positive for p, o in zip(pts.points, pts.owner)))
+    if report.points["outside"]:
+        log.warning(spoken(f"{report.points['outside']} positive point(s) of {opt('point_file')} lie outside every "
+                           "input: they are in no output"))
 
 
 def check_unchanged(inp: InputPlan) -> None:
@@ -193,9 +213,9 @@ def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport, 
     merge_total = MergeStats()
     for r in results:
         merge_total.add(r.merge)
-    report.objects = spool.count()
+    report.objects = spool.objects()  # not the rows of points where nothing was found
     report.objects_by_prompt = spool.counts_by_prompt()
-    report.merge = merge_total.as_dict()
+    report.merge = merge_total.as_dict() if plan.points is None else {}  # points are not merged
     for i, (res, inp) in enumerate(zip(results, plan.inputs)):
         if inp.output is not None:
             with _timed(report, "write"), disk_errors(inp.output.parent):

@@ -24,6 +24,7 @@ from ..model.files import require_model
 from ..model.registry import RuntimeSpec, spec_identity
 from ..options import Options
 from ..prompts.chips import parse_example_images
+from ..prompts.points import PointPrompts, check_point_run, plan_points, point_arguments
 from ..prompts.prompt import GeoBox, Prompt, build_prompts, prompt_arguments, raster_bounds, read_box_file
 from ..readers import Source, Stretch, gdal_env, open_source
 from ..readers.identity import changed_error, changed_while_opened, file_stamp, opening_stamp
@@ -44,6 +45,8 @@ from .workfolder import check_work_dir, replaceable, vouched
 
 #: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
 ENCODE_S, DECODE_S = 0.35, 0.07
+#: ... and per click (two point decoder passes: 27 ms on an RTX 3080 Ti in the v0.6.0 write-up).
+POINT_DECODE_S = 0.03
 
 
 log = logging.getLogger(__name__)
@@ -133,6 +136,7 @@ class RunPlan:
     work_dir: Path | None  # checkpoints; None: none kept
     report_path: Path | None
     dataset: bool = False  # the combined output is a partitioned GeoParquet dataset (`name.parquet/`)
+    points: PointPrompts | None = None  # point prompts (`run.points`): then `prompts` is empty
 
     @property
     def paths(self) -> list[str]:
@@ -148,7 +152,14 @@ class RunPlan:
         return sum(i.n_tiles for i in self.inputs)
 
     def estimates(self) -> dict[str, float]:
-        """Model calls and GPU minutes at desktop-GPU speed (before nodata tiles are skipped)."""
+        """Model calls and GPU minutes at desktop-GPU speed (before nodata tiles are skipped). Points: the tiles
+        holding points, one click (two point decoder passes) each (objects followed past a tile add more)."""
+        if self.points is not None:
+            from ..prompts.points import home_tiles
+
+            tiles = home_tiles(self.points, self.inputs)
+            return {"tiles": tiles, "encodes": tiles, "decodes": self.points.positives,
+                    "gpu_minutes": (tiles * ENCODE_S + self.points.positives * POINT_DECODE_S) / 60}
         tiles = self.n_tiles
         decodes = tiles * len(self.prompts)
         return {"tiles": tiles, "encodes": tiles, "decodes": decodes,
@@ -162,13 +173,15 @@ class RunPlan:
                 "prompts": [p.label for p in self.prompts], "boxes": len(self.boxes), "box_scope": o.box_scope,
                 "example_images": [im.path for im in dict.fromkeys(i for p in self.prompts for i in p.images)],
                 "exemplar_strip": max((i.exemplar_strip for i in self.inputs), default=0),
-                "refine": o.refine, "refine_depth": o.refine_depth}
+                "refine": o.refine, "refine_depth": o.refine_depth,
+                **({"points": len(self.points.points)} if self.points is not None else {})}
 
     def describe(self) -> list[str]:
         """The plan as lines for the terminal (`run --dry-run`)."""
         o, e = self.options, self.estimates()
         model = f", model {o.model}, device {o.device}" if self.spec.backend == "onnx" else ""
         lines = [f"inputs: {len(self.inputs)}", *(f"  {i.describe()}" for i in self.inputs),
+                 self.points.describe() if self.points is not None else
                  "prompts: " + ", ".join(repr(p.label) for p in self.prompts)
                  + (f" ({len(self.boxes)} example box(es), box scope {o.box_scope})" if self.boxes else "")
                  + (f" ({n} example image(s))" if (n := len({i for p in self.prompts for i in p.images})) else ""),
@@ -187,6 +200,11 @@ class RunPlan:
         if self.work_dir is not None:
             lines.append(f"checkpoints: {self.work_dir}" + (spoken(f"  (exists: a run resumes from it; {opt('fresh')} starts over)")
                                                             if self.work_dir.is_dir() else ""))
+        if self.points is not None:
+            return lines + [f"tiles holding points: {e['tiles']}; model calls: {e['encodes']} encodes, {e['decodes']} "
+                            "clicks of two point decoder passes (more where an object reaches past its tile and is "
+                            f"followed); estimated GPU time: ~{e['gpu_minutes']:.1f} min at ~{ENCODE_S} s per encode "
+                            f"+ {POINT_DECODE_S} s per click on a desktop GPU"]
         lines += [f"tiles: {e['tiles']} (all-nodata tiles are skipped at run time, checkpointed ones resumed)",
                   f"model calls: {e['encodes']} encodes, {e['decodes']} decodes (more when a tile holds more "
                   "example boxes than a pass takes, or refinement adds sub-tiles)",
@@ -222,16 +240,20 @@ def _exists(p: Path, what: str) -> str:
 
 
 def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox | str] | GeoBox | str = (),
-             box_file: str | None = None, example_images: Sequence[str] | str = (), targets: Targets = Targets(),
+             box_file: str | None = None, example_images: Sequence[str] | str = (), points=(),
+             point_file: str | os.PathLike | None = None, targets: Targets = Targets(),
              options: Options | None = None, check_prompts: bool = False) -> RunPlan:
     """Check a run and decide everything about it before any work; raises the run's own errors. `text`,
-    `boxes`, `example_images`: one or several (`prompts.prompt_arguments`). `targets`:
+    `boxes`, `example_images`: one or several (`prompts.prompt_arguments`); `points`, `point_file`: a point run
+    (`prompts.points`). `targets`:
     where it writes (`targets.Targets`). `check_prompts`: also encode each prompt here when the backend
     loads in a moment (not onnx), as a dry run does; a real run checks them on its model worker instead.
     """
     out, overwrite, labels, work_dir, checkpoint, report_path = targets.values()
     opts = options or Options()
     texts, geo_boxes, example_images = prompt_arguments(text, boxes, example_images)
+    given_points, point_file = check_point_run(point_arguments(points), point_file, texts, geo_boxes, box_file,
+                                               example_images, opts.squash)
     from .engine import check_scheduler  # (engine imports dask: only when a run is planned)
 
     check_scheduler(opts.scheduler)  # a scheduler address that cannot be one: before anything is opened
@@ -243,7 +265,7 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
     chips = parse_example_images(example_images)
     outputs = [p for p in [combined, *per_input] if p is not None]
     writes = written(outputs, labels, report_path, work_dir if checkpoint else None, opts, targets)
-    check_paths(read_paths(paths, chips, box_file), writes, several=len(paths) > 1)  # before "exists", "2 inputs"
+    check_paths(read_paths(paths, chips, box_file, point_file), writes, several=len(paths) > 1)  # before "exists"
     ours = work_dir if checkpoint else None  # outputs an unfinished run of this work folder left may be replaced
     dataset = is_dataset(out)
     for p in outputs:
@@ -255,7 +277,8 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
     planned = tuple(plan_input(path, opts, d) for path, d in zip(paths, per_input))
     check_room(opts, planned)  # a low `ulimit -v` aborts native code mid-run, its lock left behind
     check_plan(paths, [i.crs for i in planned], [i.n_tiles for i in planned], opts, per_input=per_input,
-               reads=read_paths([(i.path, f) for i in planned for f in i.files], chips, box_file), writes=writes)
+               reads=read_paths([(i.path, f) for i in planned for f in i.files], chips, box_file, point_file),
+               writes=writes)
     if label_path is not None:
         check_labels_for(label_path, planned[0].crs)
     if combined is not None:
@@ -267,13 +290,14 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
         check_box_file(box_file)
         geo_boxes += read_box_file(box_file, crs0)
     check_boxes_inside(geo_boxes, n_given, [i.bounds for i in planned], crs0, box_file)
-    prompts = tuple(build_prompts(texts, geo_boxes, chips))
+    pts = plan_points(given_points, point_file, crs0, [i.bounds for i in planned])
+    prompts = tuple(build_prompts(texts, geo_boxes, chips)) if pts is None else ()
     planned = tuple(with_exemplars(i, prompts, opts) for i in planned)
     if check_prompts and spec.backend != "onnx":
         check_prompts_here(spec, prompts)
     return RunPlan(inputs=planned, options=opts, spec=spec, model_identity=spec_identity(spec), prompts=prompts,
                    boxes=tuple(geo_boxes), out=str(out) if out is not None else None, combined=combined,
-                   labels=label_path, overwrite=overwrite, dataset=dataset,
+                   labels=label_path, overwrite=overwrite, dataset=dataset, points=pts,
                    work_dir=Path(work_dir) if (checkpoint and work_dir is not None) else None,
                    report_path=Path(report_path) if report_path is not None else None)
 
@@ -324,11 +348,12 @@ def written(outputs: Sequence[Path], labels, report, work_dir, opts: Options, gi
     return files
 
 
-def read_paths(inputs: Sequence, chips: Sequence, box_file) -> list[tuple[str, str, str]]:
+def read_paths(inputs: Sequence, chips: Sequence, box_file, point_file=None) -> list[tuple[str, str, str]]:
     """Every path a run reads, as `preflight.check_paths` takes them: `inputs` (paths, or (input, a file it
-    reads) pairs), example images (`chips.ExampleImage`), the box file."""
+    reads) pairs), example images (`chips.ExampleImage`), the box file, the point file."""
     out = [("inputs", *((i, i) if isinstance(i, str) else i)) for i in inputs]
     out += [("example_images", c.path, c.path) for c in chips]
+    out += [("point_file", str(point_file), str(point_file))] if point_file else []
     return out + ([("box_file", str(box_file), str(box_file))] if box_file else [])
 
 

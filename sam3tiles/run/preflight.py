@@ -63,7 +63,7 @@ def _read_phrase(role: str, given: str, file: str) -> str:
     if role == "inputs":
         return f"the input {given}" if file == given else f"the input {given}'s file {file}"
     return f"an example image ({opt('example_images', given)})" if role == "example_images" else \
-        f"the box file ({opt(role, given)})"
+        f"the {'point' if role == 'point_file' else 'box'} file ({opt(role, given)})"
 
 
 def _keys(p: Path) -> list:

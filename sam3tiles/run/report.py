@@ -42,6 +42,9 @@ class RunReport:
     # extra (passes), folded (their detections of an object another pass had found: one answer a tile)
     decoder_passes: dict = field(default_factory=dict)
     output_notes: list = field(default_factory=list)  # e.g. which tools open a GeoParquet output
+    # point prompts (run.points): given, negative, outside (positive points in no input); per status found,
+    # nothing, background, failed, partial; encodes = home_tiles + follow_encodes
+    points: dict = field(default_factory=dict)
     merge: dict = field(default_factory=dict)
     refine: dict = field(default_factory=dict)  # see refine.RefineStats.add_to
     checkpoint: dict = field(default_factory=dict)  # work_dir, reused (tile-prompt results), stored, partial_tiles
@@ -75,6 +78,17 @@ class RunReport:
                 for graph, used in (c.get("providers") or {}).items() if isinstance(c, dict) else ():
                     seen.setdefault((backend, graph, used), None)
         return [f"providers ({b}, {g}): {u}" for b, g, u in seen]
+
+    def _points_lines(self) -> list[str]:
+        p = self.points
+        if not p:
+            return []
+        return [f"points: {p.get('given', 0)} positive, {p.get('negative', 0)} negative; {p.get('found', 0)} found, "
+                f"not found: {p.get('nothing', 0)} nothing there, {p.get('background', 0)} background"
+                + (f", {p['failed']} failed" if p.get("failed") else "")
+                + (f", {p['outside']} outside every input" if p.get("outside") else "")
+                + f"; {p.get('encodes', 0)} encodes ({p.get('home_tiles', 0)} tiles holding points, "
+                f"{p.get('follow_encodes', 0)} following objects past them)"]
 
     def summary(self) -> str:
         """A few lines for the terminal."""
@@ -126,6 +140,7 @@ class RunReport:
             lines.append(f"decoder passes: {d['extra']} more than one a prompt and tile (example boxes beyond the "
                          f"decoder's box slots); {d.get('folded', 0)} detections of an object another pass had found "
                          "were folded into it")
+        lines += self._points_lines()
         lines.extend(self.exemplar_notes)
         lines.extend(self.output_notes)
         if self.boxes_outside:

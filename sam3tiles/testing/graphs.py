@@ -22,7 +22,11 @@ What they compute (normalised colour = (x/255 - 0.5)/0.5, as the real encoder do
   normalised xyxy, mask = the 288 cells whose centre lies inside it, score 0.9 (positive) or 0.7
   (negative). Proves boxes reach the decoder in the normalised cxcywh frame of the 1008 input.
 
-`box_slots=16` gives the later 16-slot decoder interface (``box_coords [16,1,4]`` ...).
+`box_slots=16` gives the later 16-slot decoder interface (``box_coords [16,1,4]`` ...);
+`build_four_graph_models` the whole four-graph layout of the v0.6.0 write-up: a nine-output image encoder
+(its Gemm weights stored {K, N} with transB=0, as v0.6.0 stores them), the 16-slot decoder and a point
+decoder that segments the colour under the clicks (`point_decoder`: the interface is inferred, see
+docs/points.md).
 """
 
 from __future__ import annotations
@@ -265,12 +269,132 @@ def colour_decoder(box_slots: int = 1, grid: int = DEFAULT_GRID) -> onnx.ModelPr
     return g.model("sam3_decoder", _decoder_inputs(box_slots), _decoder_outputs())
 
 
-def point_decoder() -> onnx.ModelProto:
-    """A stand-in for the later layout's point decoder (only its presence matters to sam3tiles)."""
+#: The four-graph layout's extra encoder outputs (their shapes are ours: the real ones are not published).
+POINT_FEATURES = {"image_embeddings": [1, 256, 72, 72], "high_res_features1": [1, 32, 288, 288],
+                  "high_res_features2": [1, 64, 144, 144]}
+#: The point decoder's candidate masks and their predicted IoUs, in an order that is not quality order
+#: (as the write-up says of the real one): 0 a part of the object (left of the click), 1 the object, 2 the
+#: whole window. The second pass (a mask fed back) answers the object with IoU 0.95, the first with 0.9.
+CLICK_IOUS = (0.55, 0.9, 0.7)
+SECOND_PASS_IOU = 0.95
+#: Logits of the contract point decoder's masks (inside / outside).
+CLICK_LOGIT = 6.0
+
+
+def signed_permutation(n: int, seed: int) -> np.ndarray:
+    """An n x n matrix of one +-1 a row and column: exact in float arithmetic, its inverse its transpose."""
+    rng = np.random.default_rng(seed)
+    w = np.zeros((n, n), np.float32)
+    w[np.arange(n), rng.permutation(n)] = rng.choice(np.asarray([-1.0, 1.0], np.float32), n)
+    return w
+
+
+#: The Gemm weights of the four-graph contract graphs, stored {K, N} with transB=0 as v0.6.0 stores every
+#: Gemm weight: a signed permutation carries the colour into `high_res_features1` (the point decoder undoes
+#: it with its transpose), a dense matrix makes `image_embeddings` (so a transform that moved one weight
+#: wrongly would change outputs).
+HIGH_RES_MIX = signed_permutation(32, 1)
+EMBED_MIX = (np.random.default_rng(2).normal(0, 0.1, (256, 256))).astype(np.float32)
+
+
+def _pixels_gemm(g: _G, x: str, channels: int, size: int, weight: np.ndarray, name: str, out: str) -> str:
+    """out [1, C, size, size] = x's C channels mixed per pixel by `weight` [C, C] (a Gemm, transB=0)."""
+    flat = g.op("Transpose", g.op("Reshape", x, g.const([channels, size * size], np.int64)), perm=[1, 0])
+    mixed = g.op("Gemm", flat, g.const(weight, name=name), transB=0)
+    back = g.op("Transpose", mixed, perm=[1, 0])
+    return g.op("Reshape", back, g.const([1, channels, size, size], np.int64), out=out)
+
+
+def nine_output_encoder() -> onnx.ModelProto:
+    """The four-graph layout's image encoder: the six published outputs, then `image_embeddings`,
+    `high_res_features1`, `high_res_features2` for the point decoder, two of them through Gemms stored
+    {K, N}, transB=0."""
+    model = image_encoder()
     g = _G()
-    g.op("Identity", "point_coords", out="point_coords_out")
-    return g.model("sam3_point_decoder", [_vi("point_coords", F32, [1, "num_points", 2])],
-                   [_vi("point_coords_out", F32, [1, "num_points", 2])])
+    g.nodes, g.inits = list(model.graph.node), list(model.graph.initializer)
+    g._n = 10_000
+    _pixels_gemm(g, "backbone_fpn_2", 256, 72, EMBED_MIX, "embed_mix", "image_embeddings")
+    first32 = g.op("Slice", "backbone_fpn_0", g.const([0], np.int64), g.const([32], np.int64), g.const([1], np.int64))
+    _pixels_gemm(g, first32, 32, 288, HIGH_RES_MIX, "high_res_mix", "high_res_features1")
+    g.op("Slice", "backbone_fpn_1", g.const([0], np.int64), g.const([64], np.int64), g.const([1], np.int64),
+         out="high_res_features2")
+    outputs = list(model.graph.output) + [_vi(k, F32, v) for k, v in POINT_FEATURES.items()]
+    return g.model("sam3_image_encoder", list(model.graph.input), outputs)
+
+
+def _click_cells(g: _G) -> tuple[str, str, str, str]:
+    """(one-hot rows [N,288], one-hot columns [N,288], positive [N], negative [N]) of the clicks."""
+    coords = g.op("Reshape", "point_coords", g.const([-1, 2], np.int64))  # [N,2] model-input pixels
+    cells = g.op("Floor", g.op("Div", coords, g.const(MODEL / MASK, np.float32)))
+    cells = g.op("Clip", cells, g.const(0.0, np.float32), g.const(float(MASK - 1), np.float32))
+    at = g.const(np.arange(MASK, dtype=np.float32).reshape(1, MASK))
+
+    def one_hot(axis: int) -> str:
+        c = g.op("Slice", cells, g.const([axis], np.int64), g.const([axis + 1], np.int64), g.const([1], np.int64))
+        return g.op("Cast", g.op("Equal", at, c), to=F32)  # [N,288]
+
+    labels = g.op("Reshape", "point_labels", g.const([-1], np.int64))
+    pos = g.op("Cast", g.op("Equal", labels, g.const(1.0, np.float32)), to=F32)
+    neg = g.op("Cast", g.op("Equal", labels, g.const(0.0, np.float32)), to=F32)
+    return one_hot(1), one_hot(0), pos, neg
+
+
+def point_decoder() -> onnx.ModelProto:
+    """A point decoder with the inferred interface (the same author's SAM 2 export: `point_coords` [1,N,2]
+    model-input pixels, `point_labels` [1,N] 1/0, `mask_input` [1,1,288,288], `has_mask_input` [1]) that
+    segments the colour under the positive clicks: cells of that colour (within `COLOUR_TOLERANCE`) and nearer
+    it than any negative click's colour. Three candidates in `CLICK_IOUS`' order; with a mask fed back, the
+    object candidate is that mask (so feeding back the wrong candidate shows) and its IoU `SECOND_PASS_IOU`.
+    Outputs as SAM 2's: `masks` [1,3,1008,1008], `iou_predictions` [1,3], `low_res_masks` [1,3,288,288]."""
+    g = _G()
+    feats = g.op("Transpose", g.op("Reshape", "high_res_features1", g.const([32, MASK * MASK], np.int64)), perm=[1, 0])
+    unmixed = g.op("Gemm", feats, g.const(np.ascontiguousarray(HIGH_RES_MIX.T), name="high_res_unmix"), transB=0)
+    rgb = g.op("Reshape", g.op("Transpose", g.op("Slice", unmixed, g.const([0], np.int64), g.const([3], np.int64),
+                                                 g.const([1], np.int64)), perm=[1, 0]), g.const([1, 3, MASK, MASK], np.int64))
+    rows, cols, pos, neg = _click_cells(g)
+    colours = g.op("Einsum", rows, g.op("Reshape", rgb, g.const([3, MASK, MASK], np.int64)), cols,
+                   equation="ny,cyx,nx->nc")  # [N,3]: the colour under each click
+    eps = g.const(1e-6, np.float32)
+    n_pos = g.op("ReduceSum", pos, keepdims=1)  # [1]
+    pos_colour = g.op("Div", g.op("ReduceSum", g.op("Mul", colours, g.op("Unsqueeze", pos, g.const([1], np.int64))),
+                                  g.const([0], np.int64), keepdims=1), g.op("Max", n_pos, eps))  # [1,3]
+
+    def distance(colour: str) -> str:  # [K,3] -> squared distances [K,288,288]
+        diff = g.op("Sub", rgb, g.op("Unsqueeze", colour, g.const([2, 3], np.int64)))
+        return g.op("ReduceSum", g.op("Mul", diff, diff), g.const([1], np.int64), keepdims=0)
+
+    d_pos = distance(pos_colour)  # [1,288,288]
+    d_neg = g.op("ReduceMin", g.op("Add", distance(colours), g.op("Reshape", g.op("Mul", g.op(
+        "Sub", g.const(1.0, np.float32), neg), g.const(1e6, np.float32)), g.const([-1, 1, 1], np.int64))),
+        g.const([0], np.int64), keepdims=1)  # nearest negative colour (1e6 without one)
+    match = g.op("And", g.op("And", g.op("Less", d_pos, g.const(COLOUR_TOLERANCE, np.float32)),
+                             g.op("Less", d_pos, d_neg)), g.op("Greater", n_pos, g.const(0.0, np.float32)))
+    match = g.op("Unsqueeze", match, g.const([0], np.int64))  # [1,1,288,288]
+    inside, outside = g.const(CLICK_LOGIT, np.float32), g.const(-CLICK_LOGIT, np.float32)
+    fed = g.op("Greater", g.op("Reshape", "has_mask_input", g.const([1, 1, 1, 1], np.int64)), g.const(0.5, np.float32))
+    obj = g.op("Or", g.op("And", fed, g.op("Greater", "mask_input", g.const(0.0, np.float32))),
+               g.op("And", g.op("Not", fed), match))
+    click_col = g.op("ReduceSum", g.op("Mul", g.op("ArgMax", cols, axis=1, keepdims=0), g.op("Cast", pos, to=I64)),
+                     keepdims=1)  # the (first) positive click's column, to cut the "part" candidate
+    left = g.op("Less", g.const(np.arange(MASK, dtype=np.int64).reshape(1, 1, 1, MASK)),
+                g.op("Reshape", click_col, g.const([1, 1, 1, 1], np.int64)))
+    part = g.op("Where", g.op("And", match, left), inside, outside)
+    whole = g.op("Expand", inside, g.const([1, 1, MASK, MASK], np.int64))
+    low = g.op("Concat", part, g.op("Where", obj, inside, outside), whole, axis=1, out="low_res_masks")
+    g.op("Resize", low, "", "", g.const([1, 3, MODEL, MODEL], np.int64), mode="linear", out="masks")
+    second = g.op("Reshape", g.op("Cast", fed, to=F32), g.const([1], np.int64))
+    obj_iou = g.op("Add", g.const([CLICK_IOUS[1]], np.float32),
+                   g.op("Mul", second, g.const([SECOND_PASS_IOU - CLICK_IOUS[1]], np.float32)))
+    used = g.op("Mul", g.op("ReduceSum", "image_embeddings", keepdims=0), g.const(0.0, np.float32))  # fed, unused
+    used = g.op("Add", used, g.op("Mul", g.op("ReduceSum", "high_res_features2", keepdims=0), g.const(0.0, np.float32)))
+    ious = g.op("Concat", g.const([CLICK_IOUS[0]], np.float32), obj_iou, g.const([CLICK_IOUS[2]], np.float32), axis=0)
+    g.op("Reshape", g.op("Add", ious, used), g.const([1, 3], np.int64), out="iou_predictions")
+    inputs = [_vi(k, F32, v) for k, v in POINT_FEATURES.items()] + [
+        _vi("point_coords", F32, [1, "num_points", 2]), _vi("point_labels", F32, [1, "num_points"]),
+        _vi("mask_input", F32, [1, 1, MASK, MASK]), _vi("has_mask_input", F32, [1])]
+    outputs = [_vi("masks", F32, [1, 3, MODEL, MODEL]), _vi("iou_predictions", F32, [1, 3]),
+               _vi("low_res_masks", F32, [1, 3, MASK, MASK])]
+    return g.model("sam3_point_decoder", inputs, outputs)
 
 
 _ELEM = {"float32": F32, "int64": I64, "bool": TensorProto.BOOL, "uint8": TensorProto.UINT8,
@@ -317,11 +441,13 @@ def build_contract_models(directory: str | Path, box_slots: int = 1, decoder: st
     """Write sam3_image_encoder.onnx(+.data), sam3_language_encoder.onnx(+.data), sam3_decoder.onnx.
 
     `decoder`: "colour" (segments by the prompt's colour word or the example boxes' colour) or
-    "box-echo" (returns the given boxes). Returns the directory.
+    "box-echo" (returns the given boxes). `with_point_decoder`: the four-graph layout's nine-output encoder
+    and sam3_point_decoder.onnx (`point_decoder`) too. Returns the directory.
     """
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    _save(image_encoder(), d / "sam3_image_encoder.onnx", external=True)
+    encoder = nine_output_encoder() if with_point_decoder else image_encoder()
+    _save(encoder, d / "sam3_image_encoder.onnx", external=True)
     _save(language_encoder(), d / "sam3_language_encoder.onnx", external=True)
     if decoder == "colour":
         dec = colour_decoder(box_slots, grid)
@@ -332,6 +458,25 @@ def build_contract_models(directory: str | Path, box_slots: int = 1, decoder: st
     _save(dec, d / "sam3_decoder.onnx", external=False)
     if with_point_decoder:
         _save(point_decoder(), d / "sam3_point_decoder.onnx", external=False)
+    return d
+
+
+def build_four_graph_models(directory: str | Path, *, grid: int = 1, point: str = "colour") -> Path:
+    """The four-graph layout (as the v0.6.0 write-up describes it): the nine-output encoder, the language
+    encoder, the 16-slot colour decoder and the point decoder. `point`: "colour" (`point_decoder`) or
+    "differs" (a point decoder whose inputs are not the ones sam3tiles can feed: `point_labels` int64 and an
+    `orig_im_size` input, as some SAM exports have)."""
+    d = build_contract_models(directory, box_slots=16, grid=grid, with_point_decoder=True)
+    if point == "differs":
+        inputs = [[k, "float32", v] for k, v in POINT_FEATURES.items()] + [
+            ["point_coords", "float32", [1, "num_points", 2]], ["point_labels", "int64", [1, "num_points"]],
+            ["mask_input", "float32", [1, 1, MASK, MASK]], ["has_mask_input", "float32", [1]],
+            ["orig_im_size", "int64", [2]]]
+        outputs = [["masks", "float32", [1, 3, MODEL, MODEL]], ["iou_predictions", "float32", [1, 3]],
+                   ["low_res_masks", "float32", [1, 3, MASK, MASK]]]
+        _save(interface_graph("sam3_point_decoder", inputs, outputs), d / "sam3_point_decoder.onnx", external=False)
+    elif point != "colour":
+        raise ValueError(f"point must be 'colour' or 'differs', got {point!r}")
     return d
 
 

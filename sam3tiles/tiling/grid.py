@@ -14,6 +14,7 @@ object smaller than the overlap lies whole in the tile whose core holds its cent
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from dataclasses import dataclass
@@ -161,6 +162,21 @@ class TileGrid:
             interior=(col > 0, row > 0, col < cols - 1, row < rows - 1),
             src_transform=self.transform,
         )
+
+    def tile_at(self, x: float, y: float) -> Tile:
+        """The tile whose core holds source pixel (x, y): cores partition the image (a point on a core's edge
+        belongs to the tile right of or below it; one past the image's edge to the nearest tile)."""
+        bx, by = self._core_bounds
+        col = min(max(bisect.bisect_right(bx, x * self.scale) - 1, 0), len(bx) - 2)
+        row = min(max(bisect.bisect_right(by, y * self.scale) - 1, 0), len(by) - 2)
+        return self.tile(row, col)
+
+    def tiles_over(self, x0: float, y0: float, x1: float, y1: float) -> Iterator[Tile]:
+        """The tiles whose cores meet the source-pixel box [x0, x1] x [y0, y1]."""
+        first, last = self.tile_at(x0, y0), self.tile_at(x1, y1)
+        for r in range(first.row, last.row + 1):
+            for c in range(first.col, last.col + 1):
+                yield self.tile(r, c)
 
     def __iter__(self) -> Iterator[Tile]:
         rows, cols = self.shape

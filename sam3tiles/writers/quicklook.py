@@ -173,7 +173,9 @@ class Quicklook:
             self.drawn.append(ok)
 
     def draw(self, gdf) -> None:
-        """Outline one chunk of the objects (a GeoDataFrame with `prompt` and `source` columns)."""
+        """Outline one chunk of the objects (a GeoDataFrame with `prompt` and `source` columns; rows without a
+        geometry, points where nothing was found, are no objects)."""
+        gdf = gdf[gdf.geometry.notna()]
         for p, n in (gdf["prompt"].value_counts().items() if "prompt" in gdf.columns else []):
             self.colours.setdefault(str(p), tuple(class_colour(p)))
             self.counts[str(p)] = self.counts.get(str(p), 0) + int(n)

@@ -89,7 +89,10 @@ class ObjectSpool:
         self._has_um: list[bool] = []
         self._area: list[str] = []
         self._text: dict[str, int] = {}  # prompt / source / backend / model strings -> their code
+        #: columns beyond the standard ones (a point layer's columns, `found`...): name -> dtype, as first added
+        self._extra: dict[str, object] = {}
         self.rows = 0
+        self.empty = 0  # rows without a geometry (points where nothing was found): no objects
         self._finalized = False
 
     @property
@@ -111,7 +114,7 @@ class ObjectSpool:
                 db.execute("PRAGMA synchronous=OFF")
                 db.execute("CREATE TABLE objects (id INTEGER, input INTEGER, ord INTEGER, prompt INTEGER, "
                            "score REAL, area REAL, area_px REAL, area_um2 REAL, n_tiles INTEGER, "
-                           "source INTEGER, backend INTEGER, model INTEGER, wkb BLOB)")
+                           "source INTEGER, backend INTEGER, model INTEGER, wkb BLOB, extra BLOB)")
                 db.execute("CREATE VIRTUAL TABLE boxes USING rtree(oid, minx, maxx, miny, maxy)")
             except (OSError, sqlite3.Error, OutputError) as e:
                 if "db" in locals():
@@ -155,13 +158,14 @@ class ObjectSpool:
         rows = zip([input_index] * n, gdf["_order"].tolist(), codes["prompt"], gdf["score"].astype(float).tolist(),
                    gdf[self._area[input_index]].astype(float).tolist(), gdf["area_px"].astype(float).tolist(),
                    [None if np.isnan(v) else float(v) for v in um], gdf["n_tiles"].astype(int).tolist(),
-                   codes["source"], codes["backend"], codes["model"], list(shapely.to_wkb(geoms)))
+                   codes["source"], codes["backend"], codes["model"], list(shapely.to_wkb(geoms)),
+                   self._extras(gdf, input_index))
         db = self.db
         db.execute("BEGIN")
         try:
             start = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM objects").fetchone()[0] + 1
             db.executemany("INSERT INTO objects (input, ord, prompt, score, area, area_px, area_um2, n_tiles, source, "
-                           "backend, model, wkb) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                           "backend, model, wkb, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
             ok = np.isfinite(bounds).all(axis=1)  # an empty geometry has no box
             db.executemany("INSERT INTO boxes VALUES (?, ?, ?, ?, ?)",
                            zip(np.arange(start, start + n)[ok].tolist(), bounds[ok, 0].tolist(),
@@ -172,7 +176,26 @@ class ObjectSpool:
                 db.execute("ROLLBACK")
             raise OutputError(f"cannot write the object spool {self.path} ({e}): free disk space") from None
         self.rows += n
+        self.empty += int(len(geoms) - np.count_nonzero(shapely.is_geometry(geoms)))
         return n
+
+    #: The columns every row has (`frames.COLUMNS`, the area column, geometry, the order key).
+    STANDARD = frozenset(("prompt", "score", "area_px", "area_um2", "n_tiles", "source", "backend", "model",
+                          "_order"))
+
+    def _extras(self, gdf: gpd.GeoDataFrame, input_index: int) -> list:
+        """Each row's other columns (a point layer's columns, `found`, ...), pickled, or None; their names and
+        dtypes are kept as first seen, so every chunk read back has the same columns and dtypes."""
+        import pickle
+
+        names = [c for c in gdf.columns if c not in self.STANDARD and c != self._area[input_index]
+                 and c != gdf.geometry.name]
+        if not names:
+            return [None] * len(gdf)
+        for c in names:
+            self._extra.setdefault(c, gdf[c].dtype)
+        return [pickle.dumps(dict(zip(names, row)), protocol=pickle.HIGHEST_PROTOCOL)
+                for row in gdf[names].itertuples(index=False, name=None)]
 
     def finalize(self) -> None:
         """Number the objects 1, 2, ... in job order (input, then merge order)."""
@@ -200,7 +223,8 @@ class ObjectSpool:
         if not self.rows:
             return {}
         names = {v: k for k, v in self._text.items()}
-        out = {names[c]: n for c, n in self.db.execute("SELECT prompt, COUNT(*) FROM objects GROUP BY prompt")}
+        out = {names[c]: n for c, n in self.db.execute("SELECT prompt, COUNT(*) FROM objects WHERE wkb IS NOT NULL "
+                                                        "GROUP BY prompt")}
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
     def frames_of(self, inputs: Sequence[int]) -> dict:
@@ -229,7 +253,7 @@ class ObjectSpool:
         sel = ",".join(str(int(i)) for i in inputs) or "-1"
         while True:
             rows = self.db.execute(f"SELECT id, prompt, score, area, area_px, area_um2, n_tiles, source, backend, "
-                                   f"model, wkb FROM objects WHERE id > ? AND input IN ({sel}) ORDER BY id LIMIT ?",
+                                   f"model, wkb, extra FROM objects WHERE id > ? AND input IN ({sel}) ORDER BY id LIMIT ?",
                                    (last, chunk)).fetchall()
             if offset is None:
                 offset = rows[0][0] - 1 if rows else 0
@@ -242,11 +266,11 @@ class ObjectSpool:
             last = rows[-1][0]
 
     def _frame(self, rows: list, offset: int, crs, um: bool, area: str) -> gpd.GeoDataFrame:
-        """Rows (id, prompt, score, area, area_px, area_um2, n_tiles, source, backend, model, wkb) -> the
-        output's columns, in that order (`um`: with area_um2; `area`: the area column's name,
+        """Rows (id, prompt, score, area, area_px, area_um2, n_tiles, source, backend, model, wkb, extra) -> the
+        output's columns, in that order, then the other columns (`_extras`) (`um`: with area_um2; `area`: the area column's name,
         `units.area_column`, which is area_px itself without a CRS). It is the order of `frames.ordered` (the
         output table's definition, a layer above: tests/test_outputs.py holds the two equal)."""
-        cols = list(zip(*rows)) if rows else [[] for _ in range(11)]
+        cols = list(zip(*rows)) if rows else [[] for _ in range(12)]
         names = {v: k for k, v in self._text.items()}
 
         def text(col):
@@ -260,9 +284,30 @@ class ObjectSpool:
                 "backend": text(cols[8]), "model": text(cols[9])}
         if not um:
             del data["area_um2"]
+        data.update(self._extra_columns(cols[11]))
         df = pd.DataFrame(data)
         geoms = shapely.from_wkb(np.asarray(cols[10], dtype=object)) if rows else []
         return gpd.GeoDataFrame(df, geometry=gpd.GeoSeries(geoms, crs=crs), crs=crs)
+
+    def _extra_columns(self, blobs) -> dict:
+        """The other columns of rows read back (`_extras`), in their dtypes as first added."""
+        import pickle
+
+        if not self._extra:
+            return {}
+        dicts = [pickle.loads(b) if b is not None else {} for b in blobs]
+        out = {}
+        for name, dtype in self._extra.items():
+            values = [d.get(name) for d in dicts]
+            try:
+                out[name] = pd.Series(values, dtype=dtype)
+            except (TypeError, ValueError):  # a missing value in an integer or bool column
+                out[name] = pd.Series(values, dtype=object)
+        return out
+
+    def objects(self) -> int:
+        """Rows that are objects (rows without a geometry are points where nothing was found)."""
+        return self.rows - self.empty
 
     def read(self, inputs: Sequence[int]) -> gpd.GeoDataFrame:
         """Every object of `inputs` in memory (what `segment()` returns; small jobs)."""

@@ -181,6 +181,8 @@ def write_ogr(gdf: gpd.GeoDataFrame, tmp: Path, t: Target) -> None:
     """Any GDAL format, by `t.format.driver` and its layer creation options; the run metadata as the
     layer's `sam3tiles` metadata item."""
     options = {k: v.format(layer=t.layer, description=t.description) for k, v in t.format.options.items()}
+    if t.format.driver == "FlatGeobuf" and gdf.geometry.isna().any():
+        options["SPATIAL_INDEX"] = "NO"  # GDAL builds none over a row without a geometry (a point not found)
     _write_ogr(gdf, tmp, t.format.driver, t.layer, options,
                {"sam3tiles": json.dumps(t.metadata)} if t.metadata else None)
 
@@ -190,13 +192,20 @@ def write_geojson(gdf: gpd.GeoDataFrame, tmp: Path, t: Target) -> None:
 
 
 def write_qupath(gdf: gpd.GeoDataFrame, tmp: Path, t: Target) -> None:
-    write_qupath_geojson(gdf, tmp, t.metadata, name=t.layer, object_type=t.qupath_type)
+    write_qupath_geojson(objects_only(gdf), tmp, t.metadata, name=t.layer, object_type=t.qupath_type)
 
 
 def write_coco(gdf: gpd.GeoDataFrame, tmp: Path, t: Target) -> None:
     from .coco import write_coco as coco
 
-    coco(gdf, tmp, t.frames, t.prompts, t.metadata)
+    coco(objects_only(gdf), tmp, t.frames, t.prompts, t.metadata)
+
+
+def objects_only(gdf: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
+    """The rows that are objects: formats that hold objects only (COCO annotations, QuPath objects) leave out
+    the rows of points where nothing was found (no geometry; the run report counts them)."""
+    missing = gdf.geometry.isna()
+    return gdf[~missing] if missing.any() else gdf
 
 
 def _joined(chunks: Iterable[gpd.GeoDataFrame]) -> gpd.GeoDataFrame:

@@ -1,0 +1,352 @@
+"""Points as prompts, one input: each positive point's object, whole, from the tiles it needs (issue 41).
+
+Where a point runs: in the grid tile whose core holds it (its *home*), not in a window centred on it. Why:
+
+* points share encodes: every point at home in a tile is decoded on that tile's one encode (a tree inventory
+  or nuclei centroids put hundreds in a tile); a window of its own per point costs an encode each;
+* a core lies at least overlap/2 (128 px at the default overlap) from every window edge that borders another
+  tile, so the model sees the click with that much context on every side, and an object that stays inside
+  the window comes out whole from that one decode (its mask reaches no inner edge: `complete`);
+* an object that reaches past the window (cut: its mask touches an inner edge) is *followed*: each tile whose
+  core the object reaches is run with one click on the object's part in that core (the point of that part
+  farthest inside it) and every negative point of that window; the object is the union of each visited
+  tile's answer inside that tile's own core. The cores partition the image, so the parts join without overlap
+  whatever the object's size: objects across seams and larger than a tile are stitched from tiles, each
+  trusted in its core, as the tiles' answers to a text prompt are. A window centred on the point would see
+  ~504 px around it instead of >= 128 px, but an object larger than that needs following anyway.
+
+Not found: a home answer with no mask (`nothing`), or one covering more than `BACKGROUND_SHARE` of the home
+tile's window (`background`: the point decoder answers a click on background with most of the window, 71% of
+the image at predicted IoU 0.945 in the write-up). Such a point gets its row (`found` false, no geometry) and
+is counted in the report, never written as an object. So an object covering more than half a tile's window
+is refused as background: zoom out (`--scale 0.5`) for objects that large. A point whose tile failed is
+`failed` (exit 5, as failed tiles are); an object still growing after `MAX_TILES` tiles is `partial`.
+
+Point runs are not checkpointed: a rerun recomputes them (a point decode is a few percent of an encode).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import geopandas as gpd
+import numpy as np
+import shapely
+from affine import Affine
+from shapely.geometry import Polygon
+from shapely.ops import polylabel
+
+from ..errors import ModelError, TilesFailedError, shippable
+from ..merge import MergeStats
+from ..model.registry import RuntimeSpec, get_runtime
+from ..model.runtime import MASK_SIZE, MODEL_SIZE, Click, clicks_problem
+from ..prompts.points import GeoPoint
+from ..readers.remote import source_name
+from ..tiling.grid import Tile
+from ..units import add_areas, length_to_crs
+from ..vectorize.pieces import crop_detections, pieces_from_crops
+from ..wording import opt
+from ..writers.stream import ObjectSpool, SpoolInput
+from .plan import InputPlan, RunPlan
+from .report import RunReport
+from .runner import InputResult, short_error
+from .tasks import MODEL_LOCK, SourceSpec, read_task
+
+log = logging.getLogger(__name__)
+
+#: A home answer covering more than this share of the home tile's window (its valid cells) is background.
+BACKGROUND_SHARE = 0.5
+#: Tiles one object may be assembled from; one still growing past them is written as `partial`.
+MAX_TILES = 64
+#: The `prompt` column of point rows.
+LABEL = "point"
+
+
+@dataclass
+class _Object:
+    """One positive point's object as it is found: its home tile, each visited tile's answer, its state."""
+
+    index: int  # the point's place among the run's points (its row order; point_id - 1)
+    point: GeoPoint
+    home: int
+    status: str = "pending"  # found | nothing | background | failed | partial (| pending, following)
+    score: float = 0.0
+    parts: dict = field(default_factory=dict)  # tile index -> the object's mask there (CRS) or None
+    geometry: object = None
+
+
+@shippable
+def _clicks_check(spec: RuntimeSpec) -> str | None:
+    return clicks_problem(get_runtime(spec))
+
+
+@shippable
+def point_tile_task(src: SourceSpec, spec: RuntimeSpec, tile: Tile, asks: list, edge_margin: int) -> tuple[list, dict]:
+    """Read the tile, encode it once, decode each ask's clicks: per ask (object index, its mask in the CRS or
+    None, score, complete, share of the window's valid cells); and the seconds per stage."""
+    image, read_s = read_task(src, tile)
+    seconds = {"read": read_s, "encode": 0.0, "decode": 0.0, "vectorize": 0.0}
+    if image is None:  # every pixel nodata
+        return [(i, None, 0.0, True, 0.0) for i, _ in asks], seconds
+    runtime = get_runtime(spec)
+    with MODEL_LOCK:
+        t0 = time.perf_counter()
+        emb = runtime.encode(image, clicks=True)
+        t1 = time.perf_counter()
+        dets = [(i, runtime.decode_clicks(emb, clicks)) for i, clicks in asks]
+        seconds.update(encode=t1 - t0, decode=time.perf_counter() - t1)
+        del emb
+    t0 = time.perf_counter()
+    vw, vh = tile.valid_wh
+    rows, cols = -(-vh * MASK_SIZE // MODEL_SIZE), -(-vw * MASK_SIZE // MODEL_SIZE)
+    holes = None if image.valid[:vh, :vw].all() else image.valid
+    out = []
+    for i, det in dets:
+        pieces = pieces_from_crops(crop_detections(det, 0, 0, tile.valid_wh, holes), tile, edge_margin)
+        if not len(pieces):
+            out.append((i, None, 0.0, True, 0.0))
+            continue
+        share = float((det.masks[0, 0, :rows, :cols] > 0.5).sum()) / (rows * cols)
+        out.append((i, pieces.geometry[0], float(det.scores[0]), bool(pieces.complete[0]), share))
+    seconds["vectorize"] = time.perf_counter() - t0
+    return out, seconds
+
+
+class PointRun:
+    """The points of one planned input (those it holds first among the inputs): their objects to `spool`."""
+
+    def __init__(self, engine, plan: RunPlan, inp: InputPlan, input_index: int, report: RunReport,
+                 spool: ObjectSpool):
+        self.engine, self.plan, self.inp, self.report, self.spool = engine, plan, inp, report, spool
+        self.input_index, self.opts, self.spec = input_index, plan.options, plan.spec
+        self.source = SourceSpec(inp.path, inp.bands, inp.stretch, inp.identity)
+        self.grid = inp.grid
+        self.to_crs = inp.transform * Affine.scale(1 / self.grid.scale)  # grid pixels -> CRS
+        self.stats = {"encodes": 0, "home_tiles": 0, "follow_encodes": 0}
+
+    def run(self) -> InputResult:
+        index = self.spool.begin_input(SpoolInput(source_name(self.inp.path), self.inp.crs.to_wkt()
+                                                  if self.inp.crs else None, self.inp.frame))
+        self._check_clicks()
+        objects = self._objects()
+        negatives = [p for p, o in zip(self.plan.points.points, self.plan.points.owner)
+                     if not p.positive and o == self.input_index]
+        self.neg_px = [~self.inp.transform * (p.x, p.y) for p in negatives]
+        work: dict[int, list] = {}
+        for obj in objects:
+            work.setdefault(obj.home, []).append((obj.index, self._tile_px(obj.home, obj.point.x, obj.point.y)))
+        self.stats["home_tiles"] = len(work)
+        first = True
+        while work:
+            self._take(objects, work, self._round(work), home=first)
+            first = False
+            work = self._follow(objects)
+        self.stats["follow_encodes"] = self.stats["encodes"] - self.stats["home_tiles"]
+        for obj in objects:
+            if obj.status in ("following", "partial"):
+                obj.geometry = self._assemble(obj)
+                obj.status = "found" if obj.status == "following" else obj.status
+        self.spool.add(index, self._rows(objects))
+        self._account(objects)
+        return InputResult(self.inp.path, index, MergeStats(), self.inp.frame)
+
+    # -- before ---------------------------------------------------------------------------------------------
+
+    def _check_clicks(self) -> None:
+        """The backend answers clicks (the ONNX one: its point decoder loads and fits), on a model worker."""
+        fut = self.engine.client.submit(_clicks_check, self.spec, pure=False, resources=self.engine.model_resources())
+        try:
+            problem = fut.result()
+        finally:
+            fut.release()
+        if problem is not None:
+            raise ModelError(problem)
+
+    def _objects(self) -> list[_Object]:
+        pts = self.plan.points
+        out = []
+        for k, (p, owner) in enumerate(zip(pts.points, pts.owner)):
+            if p.positive and owner == self.input_index:
+                x, y = ~self.inp.transform * (p.x, p.y)
+                out.append(_Object(k, p, self.grid.tile_at(x, y).index))
+        return out
+
+    def _tile(self, index: int) -> Tile:
+        return self.grid.tile(*divmod(index, self.grid.shape[1]))
+
+    def _tile_px(self, index: int, x: float, y: float) -> tuple[float, float]:
+        """A CRS point in a tile's pixels (the model-input frame)."""
+        u, v = ~self._tile(index).transform * (x, y)
+        return (float(u), float(v))
+
+    def _clicks(self, tile: Tile, at: tuple[float, float]) -> tuple[Click, ...]:
+        """One positive click and every negative point in the tile's window."""
+        vw, vh = tile.valid_wh
+        sx, sy = tile.scale_xy
+        negs = [((x * sx - tile.x0), (y * sy - tile.y0)) for x, y in self.neg_px]
+        return (Click(at), *(Click(xy, False) for xy in negs if 0 <= xy[0] < vw and 0 <= xy[1] < vh))
+
+    # -- during ---------------------------------------------------------------------------------------------
+
+    def _round(self, work: dict[int, list]) -> dict[int, list | None]:
+        """One task a tile (read, one encode, a decode per ask); None for a tile that failed."""
+        from distributed import as_completed
+
+        client, retries = self.engine.client, self.opts.retries
+        futs = {}
+        for t, asks in work.items():
+            tile = self._tile(t)
+            clicked = [(i, self._clicks(tile, at)) for i, at in asks]
+            fut = client.submit(point_tile_task, self.source, self.spec, tile, clicked, self.opts.edge_margin,
+                                pure=False, retries=retries, resources=self.engine.model_resources())
+            futs[fut.key] = (t, fut)
+        out: dict[int, list | None] = {}
+        for fut in as_completed([f for _, f in futs.values()], loop=client.loop):
+            t = futs[fut.key][0]
+            if fut.status == "finished":
+                out[t], seconds = fut.result()
+                for k, v in seconds.items():
+                    self.report.seconds[k] = self.report.seconds.get(k, 0.0) + v
+            else:
+                out[t] = None
+                self._failed(self._tile(t), fut.exception())
+            fut.release()
+        self.stats["encodes"] += len(work)
+        self.report.tiles += len(work)
+        self.report.done += sum(v is not None for v in out.values())
+        return out
+
+    def _failed(self, tile: Tile, exc: BaseException | None) -> None:
+        if isinstance(exc, (ModelError, MemoryError)):
+            raise exc
+        if self.opts.strict:
+            raise TilesFailedError(f"tile {tile.index} (row {tile.row}, col {tile.col}) of {self.inp.path} failed "
+                                   f"after {self.opts.retries} retries: {short_error(exc)}. {opt('strict')} stops "
+                                   "the run there")
+        self.report.failed += 1
+        self.report.failed_tiles.append({"source": self.inp.path, "tile": tile.index, "row": tile.row,
+                                         "col": tile.col, "error": short_error(exc)})
+        log.warning("tile %d (row %d, col %d) of %s failed: %s", tile.index, tile.row, tile.col, self.inp.path,
+                    short_error(exc))
+
+    def _take(self, objects: list[_Object], work: dict[int, list], answers: dict[int, list | None],
+              home: bool) -> None:
+        """A round's answers into the objects: at home the verdict (found whole, cut, nothing, background); a
+        tile that failed answers its objects nothing there (at home: `failed`)."""
+        by_index = {o.index: o for o in objects}
+        for t, asks in work.items():
+            got = answers.get(t)
+            if got is None:
+                for i, _ in asks:
+                    by_index[i].parts[t] = None
+                    if home:
+                        by_index[i].status = "failed"
+                continue
+            for i, geom, score, complete, share in got:
+                obj = by_index[i]
+                obj.parts[t] = geom
+                if not home:
+                    continue
+                obj.score = score
+                if geom is None:
+                    obj.status = "nothing"
+                elif share > BACKGROUND_SHARE:
+                    obj.status = "background"
+                elif complete:
+                    obj.status, obj.geometry = "found", geom
+                else:
+                    obj.status = "following"
+
+    def _follow(self, objects: list[_Object]) -> dict[int, list]:
+        """The next round: for each object still followed, the tiles whose core its known mask reaches and that
+        have not answered it yet, each with a click on the part in its core."""
+        work: dict[int, list] = {}
+        for obj in objects:
+            if obj.status != "following":
+                continue
+            known = shapely.union_all([g for g in obj.parts.values() if g is not None])
+            asks = []
+            for tile in self._tiles_under(known):
+                if tile.index in obj.parts:
+                    continue
+                seed = self._seed(known, tile)
+                if seed is not None:
+                    asks.append((tile.index, seed))
+            if len(obj.parts) + len(asks) > MAX_TILES:
+                obj.status = "partial"
+                continue
+            for t, seed in asks:
+                work.setdefault(t, []).append((obj.index, seed))
+        return work
+
+    def _core(self, tile: Tile) -> Polygon:
+        """A tile's core in the CRS, from grid coordinates (neighbours' shared edges are the same numbers)."""
+        x0, y0, x1, y1 = tile.core_xyxy
+        return Polygon([self.to_crs * xy for xy in ((x0, y0), (x1, y0), (x1, y1), (x0, y1))])
+
+    def _tiles_under(self, geom) -> list[Tile]:
+        inv = ~self.inp.transform
+        xs, ys = zip(*(inv * xy for xy in shapely.get_coordinates(shapely.envelope(geom))))
+        return [t for t in self.grid.tiles_over(min(xs), min(ys), max(xs), max(ys)) if self._core(t).intersects(geom)]
+
+    def _seed(self, known, tile: Tile) -> tuple[float, float] | None:
+        """The point of the object's part in the tile's core farthest inside it, in the tile's pixels."""
+        part = shapely.intersection(known, self._core(tile))
+        polys = [g for g in getattr(part, "geoms", [part]) if g.geom_type == "Polygon" and not g.is_empty]
+        if not polys:
+            return None
+        pixel = abs(self.inp.transform.a) / self.grid.scale
+        p = polylabel(max(polys, key=lambda g: g.area), tolerance=pixel)
+        return self._tile_px(tile.index, p.x, p.y)
+
+    def _assemble(self, obj: _Object):
+        """A followed object: each visited tile's answer inside its own core (where a tile answered nothing,
+        what the others saw there), joined."""
+        known = shapely.union_all([g for g in obj.parts.values() if g is not None])
+        pieces = []
+        for t, geom in obj.parts.items():
+            core = self._core(self._tile(t))
+            pieces.append(shapely.intersection(geom if geom is not None else known, core))
+        out = shapely.union_all([g for g in pieces if not g.is_empty])
+        return shapely.make_valid(out) if not out.is_valid else out
+
+    # -- after ----------------------------------------------------------------------------------------------
+
+    def _rows(self, objects: list[_Object]) -> gpd.GeoDataFrame:
+        """One output row per positive point, in the order given: its object or none, its columns."""
+        wkt = self.inp.crs.to_wkt() if self.inp.crs is not None else None
+        found = [o.status in ("found", "partial") for o in objects]
+        geoms = [o.geometry if f else None for o, f in zip(objects, found)]
+        tolerance = length_to_crs(self.inp.frame, self.opts.simplify)
+        if tolerance > 0:
+            geoms = [g if g is None else g.simplify(tolerance, preserve_topology=True) for g in geoms]
+        gdf = gpd.GeoDataFrame({
+            "prompt": [LABEL] * len(objects),
+            "score": np.asarray([o.score if f else 0.0 for o, f in zip(objects, found)], np.float32),
+            "n_tiles": np.asarray([sum(g is not None for g in o.parts.values()) if f else 0
+                                   for o, f in zip(objects, found)], np.int32),
+        }, geometry=gpd.GeoSeries(geoms, crs=wkt), crs=wkt)
+        add_areas(gdf, self.inp.frame)
+        gdf["source"] = source_name(self.inp.path)
+        gdf["backend"] = self.spec.backend
+        gdf["model"] = self.plan.model_identity
+        gdf["found"] = np.asarray(found, bool)
+        gdf["status"] = [o.status for o in objects]
+        gdf["point_id"] = np.asarray([o.index + 1 for o in objects], np.int64)
+        for name in self.plan.points.columns:
+            gdf[name] = [dict(o.point.attrs).get(name) for o in objects]
+        gdf["_order"] = np.asarray([o.index for o in objects], np.int64)
+        return gdf
+
+    def _account(self, objects: list[_Object]) -> None:
+        p = self.report.points
+        for key in ("nothing", "background", "failed", "partial"):
+            p[key] = p.get(key, 0) + sum(o.status == key for o in objects)
+        p["found"] = p.get("found", 0) + sum(o.status in ("found", "partial") for o in objects)
+        for k, v in self.stats.items():
+            p[k] = p.get(k, 0) + v
+        if any(o.status == "partial" for o in objects):
+            log.warning("%s: %d point object(s) still grew after %d tiles: written as found so far (status "
+                        "'partial')", self.inp.path, sum(o.status == "partial" for o in objects), MAX_TILES)
