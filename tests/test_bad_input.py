@@ -1176,6 +1176,25 @@ PASSES_CASES: dict[str, Case] = {
 CASES.update(PASSES_CASES)
 
 
+# -- issue 40: the inputs are checked before the model (a wrong path is exit 3 with or without the model) ------
+
+def seg_no_model(src, *extra):
+    """`segment` with the default backend (onnx) and --model naming an empty folder: no model there."""
+    def argv(tmp: Path):
+        (tmp / "no-model").mkdir(exist_ok=True)
+        return ["segment", str(src(tmp) if callable(src) else src), "--text", "building", "--model",
+                str(tmp / "no-model"), "--out", str(tmp / "o" / "out.gpkg"), *extra]
+    return argv
+
+
+DOORS40_CASES: dict[str, Case] = {
+    "missing-input-without-the-model": Case(seg_no_model(lambda t: t / "nope.tif"), 3, r"nope\.tif: no such file"),
+    "unreadable-input-without-the-model": Case(seg_no_model(_zero), 3, r"zero\.tif"),
+    "good-input-without-the-model": Case(seg_no_model(_square), 4, r"(?s)no-model lacks .*sam3tiles model fetch"),
+}
+CASES.update(DOORS40_CASES)
+
+
 def _invoke(argv: list[str], in_subprocess: bool, cwd: Path):
     if in_subprocess:
         p = subprocess.run([sys.executable, "-m", "sam3tiles.cli", *argv], capture_output=True, text=True,
