@@ -172,3 +172,26 @@ def test_rio_plugin_is_registered():
     assert "sam3tiles" in main_group.commands
     r = CliRunner().invoke(main_group, ["sam3tiles", "plan", "--help"])
     assert r.exit_code == 0 and "tile count" in r.output
+
+
+def _commands(group, path=()):
+    """(argv, command) of every command and group under `group`."""
+    import click
+
+    yield list(path), group
+    if isinstance(group, click.Group):
+        for name, cmd in group.commands.items():
+            yield from _commands(cmd, (*path, name))
+
+
+def test_every_help_text_is_complete():
+    """No help text ends a sentence on a colon with nothing after it (`qgis install --help` ended on
+    "sam3tiles command to:", the value it meant printed only by the install itself: issue 40)."""
+    for argv, _ in _commands(cli):
+        r = run(*argv, "--help")
+        assert r.exit_code == 0, (argv, r.output)
+        lines = r.output.splitlines()
+        for i, line in enumerate(lines):
+            if line.rstrip().endswith(":") and line.strip() not in ("Options:", "Commands:"):
+                after = lines[i + 1].strip() if i + 1 < len(lines) else ""
+                assert after and after not in ("Options:", "Commands:"), (argv, line)  # what the colon announces
