@@ -156,9 +156,24 @@ def test_evaluate_and_api(scene, tmp_path):
 def test_demo_small(tmp_path):
     r = run("-q", "demo", "--out", tmp_path / "d", "--size", "2500x2000", "--seed", "3")
     assert r.exit_code == 0, r.output
-    for f in ("scene.tif", "truth.gpkg", "tiled.gpkg", "squash.gpkg", "overlay.png", "tiled-evaluation.csv"):
+    for f in ("scene.tif", "truth.gpkg", "tiled.gpkg", "squash.gpkg", "overlay.png", "tiled-evaluation.csv",
+              "boxes.gpkg", "chips/building-1.png", "background.png"):
         assert (tmp_path / "d" / f).exists()
     assert "recall tiled 1.00" in r.output
+    _has_a_legend(tmp_path / "d" / "overlay.png", [(0, 255, 0), (255, 0, 255)])
+
+
+def _has_a_legend(png, colours) -> None:
+    """A legend in the picture's top-left corner (issue 40: the overlay had none): a white box holding a
+    swatch of each colour the picture draws, and dark text."""
+    from PIL import Image
+
+    img = np.asarray(Image.open(png).convert("RGB"))[:60, :300]
+    white = (img == 255).all(axis=-1)
+    assert white.mean() > 0.5, white.mean()  # the box (the scene has no pure white)
+    for colour in colours:
+        assert (img == colour).all(axis=-1).sum() >= 40, colour  # a swatch, not a stray pixel
+    assert (img.max(axis=-1) < 60).sum() >= 50  # text
 
 
 def test_rio_plugin_is_registered():

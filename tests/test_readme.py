@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,3 +159,26 @@ def test_every_readme_command_runs_as_written(user_folder):
     assert not failures, "\n".join(failures)
     assert (d / "demo.gpkg").exists() and (d / "grid.gpkg").exists() and (d / "nuclei.qupath.geojson").exists()
     assert (d / "nuclei-labels.ome.tif").exists() and (d / "examples" / "out" / "nuclei.qupath.geojson").exists()
+
+
+COLOURS = {"green": (0, 255, 0), "magenta": (255, 0, 255), "white": (255, 255, 255)}
+
+
+def test_the_readme_figure_shows_what_its_caption_says():
+    """docs/demo.png: each colour the caption names is drawn in it, exactly (issue 40: the caption said
+    white where the picture's palette had turned the core lines maroon), it has a legend, and it stays
+    under 1 MB."""
+    from PIL import Image
+
+    text = (ROOT / "README.md").read_text()
+    caption = text[text.index("(docs/demo.png)"):].split("\n\n")[1]
+    named = [c for c in COLOURS if c in caption]
+    assert named == ["green", "magenta", "white"], caption
+    png = ROOT / "docs" / "demo.png"
+    assert png.stat().st_size < 1_000_000
+    img = np.asarray(Image.open(png).convert("RGB"))
+    for name in named:
+        assert (img == COLOURS[name]).all(axis=-1).sum() > 500, name
+    legend = img[:90, :340]  # the legend box: dark, with every colour's swatch
+    assert (legend.max(axis=-1) < 40).mean() > 0.5
+    assert all((legend == COLOURS[c]).all(axis=-1).sum() >= 60 for c in named)

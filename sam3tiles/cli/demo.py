@@ -9,6 +9,9 @@ import click
 from .options import handle_errors
 
 PROMPTS = ("red", "blue", "yellow")
+GREEN, MAGENTA = (0, 255, 0), (255, 0, 255)
+#: The overlay's legend (and the README figure's, examples/readme_figure.py).
+LEGEND = [("tiled: sam3tiles, merged across seams", GREEN), ("squashed to 1008 px: the published callers", MAGENTA)]
 NAMES = {"red": "vehicles ~10x20 px", "blue": "buildings 40-160 px", "yellow": "fields larger than a tile"}
 
 
@@ -60,8 +63,8 @@ def demo(ctx, out, size, seed, workers, overwrite):
         table.to_csv(d / f"{mode}-evaluation.csv", index=False)
         tables[mode] = table
         results[mode] = gdf
-    png = overlay_png(d / "scene.tif", [(results["squash"], (255, 0, 255)), (results["tiled"], (0, 255, 0))],
-                      d / "overlay.png")
+    png = overlay_png(d / "scene.tif", [(results["squash"], MAGENTA), (results["tiled"], GREEN)], d / "overlay.png",
+                      legend=LEGEND)
     click.echo("")
     for mode, table in tables.items():
         click.echo(f"{mode}:")
