@@ -450,3 +450,19 @@ def test_napari_opens_a_slide_and_its_outputs_in_one_frame(outputs, tmp_path):
             shapes = _shapes_of(found, data, d / vector, "indigo")
             colour = tifffile.imread(slide.path, level=0)[level0 == next(iter(shapes))].mean(axis=0)
             _one_object_on_its_pixels(shapes, level0, data[image["key"]], colour)
+
+
+def test_the_segmented_images_open_as_image_layers(outputs, geo_outputs, plugin, tmp_path):
+    """Through npe2 alone: a GeoTIFF (its overviews as levels) and a slide (its pyramid) are image layers in
+    their own pixels, each with its way back to the map; a plain TIFF is left to other readers."""
+    scene, d = geo_outputs
+    slide = outputs[0]
+    [(levels, kw, kind)] = read(scene.path, plugin)
+    assert kind == "image" and kw["rgb"] and kw["multiscale"] and levels[0].shape == (1100, 1300, 3)
+    assert np.array_equal(np.asarray(levels[0][100:110, 200:210]), tifffile.imread(scene.path)[100:110, 200:210])
+    assert "32633" in kw["metadata"]["sam3tiles"]["crs"]
+    [(levels, kw, kind)] = read(slide.path, plugin)
+    assert kind == "image" and [lvl.shape[:2] for lvl in levels] == [(640, 900), (320, 450)]
+    assert kw["metadata"]["sam3tiles"]["crs"] is None
+    tifffile.imwrite(tmp_path / "plain.tif", np.zeros((10, 10, 3), np.uint8))
+    assert get_reader(str(tmp_path / "plain.tif")) is None
