@@ -104,14 +104,14 @@ def write_examples(d: Path, scene) -> None:
     write_vector(gpd.GeoDataFrame({"label": labels}, geometry=[box(*g.bounds) for g in picks], crs=truth.crs),
                  d / "boxes.gpkg")
     (d / "chips").mkdir(exist_ok=True)
-    with rasterio.open(scene.path) as src:
+    with rasterio.open(scene.path) as ds:
         for i, g in enumerate(buildings.geometry, 1):
-            win = from_bounds(*g.buffer(1.5).bounds, transform=src.transform).round_offsets().round_lengths()
-            Image.fromarray(np.moveaxis(src.read(window=win), 0, -1)).save(d / "chips" / f"building-{i}.png")
-        free = next(w for w in (Window(c, r, 48, 48) for r in range(0, src.height - 48, 48)
-                                for c in range(0, src.width - 48, 48))
-                    if not truth.intersects(box(*rasterio.windows.bounds(w, src.transform))).any())
-        Image.fromarray(np.moveaxis(src.read(window=free), 0, -1)).save(d / "background.png")
+            win = from_bounds(*g.buffer(1.5).bounds, transform=ds.transform).round_offsets().round_lengths()
+            Image.fromarray(np.moveaxis(ds.read(window=win), 0, -1)).save(d / "chips" / f"building-{i}.png")
+        free = next(w for w in (Window(c, r, 48, 48) for r in range(0, ds.height - 48, 48)
+                                for c in range(0, ds.width - 48, 48))
+                    if not truth.intersects(box(*rasterio.windows.bounds(w, ds.transform))).any())
+        Image.fromarray(np.moveaxis(ds.read(window=free), 0, -1)).save(d / "background.png")
 
 
 def check_demo_folder(d: Path, overwrite: bool) -> None:
