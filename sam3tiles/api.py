@@ -41,7 +41,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             refine: str = _D.refine, refine_depth: int = _D.refine_depth, min_area: float = _D.min_area,
             max_area: float | None = _D.max_area, min_score: float = _D.min_score, simplify: float = _D.simplify,
             layer: str | None = _D.layer, geojson_crs: str = _D.geojson_crs, qupath_type: str = _D.qupath_type,
-            no_preview: bool = _D.no_preview, retries: int = _D.retries, strict: bool = _D.strict,
+            no_preview: bool = _D.no_preview, clean: bool = _D.clean,
+            retries: int = _D.retries, strict: bool = _D.strict,
             progress: bool = _D.progress, max_in_flight: int | None = _D.max_in_flight,
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
@@ -91,8 +92,9 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
         min_area, max_area, simplify: drop smaller / larger objects (the area column's units: m² on a lon/lat
             CRS, else CRS units²); simplify polygons (metres on a lon/lat CRS, else CRS units).
         min_score: drop objects scored below it (0.5..1; the graphs already drop scores below 0.5).
-        layer, geojson_crs, no_preview: the GeoPackage layer (default: the file's stem; other layers are
-            kept); GeoJSON in "wgs84" (RFC 7946) or "native"; skip the quicklook OUT.preview.png.
+        layer, geojson_crs, no_preview, clean: the GeoPackage layer (default: the file's stem; other layers
+            are kept); GeoJSON in "wgs84" (RFC 7946) or "native"; skip the quicklook OUT.preview.png; delete the
+            work folder (checkpoints) after a run with no failed tile (kept by default: a rerun resumes from it).
         qupath_type: QuPath GeoJSON objects as "detection" (default) or "annotation" (editable in QuPath).
         retries, strict, progress: retries per tile; raise when any tile failed or still hit the 200-object
             cap; a progress bar (a widget in notebooks with ipywidgets).

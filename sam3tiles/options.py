@@ -208,6 +208,9 @@ class Options:
                            job="output.qupath_type", flags=("--qupath-type",), choices=("detection", "annotation"))
     no_preview: bool = opt(False, "Do not write the quicklook OUT.preview.png (the image, objects outlined per "
                                   "prompt, failed tiles marked).", job="output.no_preview", flags=("--no-preview",))
+    clean: bool = opt(False, "Delete the work folder (the checkpoints, OUT.sam3tiles-work) after a run with no "
+                             "failed tile; by default it is kept, so that a rerun resumes.", job="output.clean",
+                      flags=("--clean",))
     retries: int = opt(2, "Retries of a failed tile task before the tile counts as failed.", job="run.retries",
                        ge=0, le=20)
     strict: bool = opt(False, "Exit with an error (5) when any tile failed or still hit SAM 3's 200-object cap.",

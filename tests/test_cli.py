@@ -156,9 +156,24 @@ def test_evaluate_and_api(scene, tmp_path):
 def test_demo_small(tmp_path):
     r = run("-q", "demo", "--out", tmp_path / "d", "--size", "2500x2000", "--seed", "3")
     assert r.exit_code == 0, r.output
-    for f in ("scene.tif", "truth.gpkg", "tiled.gpkg", "squash.gpkg", "overlay.png", "tiled-evaluation.csv"):
+    for f in ("scene.tif", "truth.gpkg", "tiled.gpkg", "squash.gpkg", "overlay.png", "tiled-evaluation.csv",
+              "boxes.gpkg", "chips/building-1.png", "background.png"):
         assert (tmp_path / "d" / f).exists()
     assert "recall tiled 1.00" in r.output
+    _has_a_legend(tmp_path / "d" / "overlay.png", [(0, 255, 0), (255, 0, 255)])
+
+
+def _has_a_legend(png, colours) -> None:
+    """A legend in the picture's top-left corner (issue 40: the overlay had none): a white box holding a
+    swatch of each colour the picture draws, and dark text."""
+    from PIL import Image
+
+    img = np.asarray(Image.open(png).convert("RGB"))[:60, :300]
+    white = (img == 255).all(axis=-1)
+    assert white.mean() > 0.5, white.mean()  # the box (the scene has no pure white)
+    for colour in colours:
+        assert (img == colour).all(axis=-1).sum() >= 40, colour  # a swatch, not a stray pixel
+    assert (img.max(axis=-1) < 60).sum() >= 50  # text
 
 
 def test_rio_plugin_is_registered():
@@ -172,3 +187,26 @@ def test_rio_plugin_is_registered():
     assert "sam3tiles" in main_group.commands
     r = CliRunner().invoke(main_group, ["sam3tiles", "plan", "--help"])
     assert r.exit_code == 0 and "tile count" in r.output
+
+
+def _commands(group, path=()):
+    """(argv, command) of every command and group under `group`."""
+    import click
+
+    yield list(path), group
+    if isinstance(group, click.Group):
+        for name, cmd in group.commands.items():
+            yield from _commands(cmd, (*path, name))
+
+
+def test_every_help_text_is_complete():
+    """No help text ends a sentence on a colon with nothing after it (`qgis install --help` ended on
+    "sam3tiles command to:", the value it meant printed only by the install itself: issue 40)."""
+    for argv, _ in _commands(cli):
+        r = run(*argv, "--help")
+        assert r.exit_code == 0, (argv, r.output)
+        lines = r.output.splitlines()
+        for i, line in enumerate(lines):
+            if line.rstrip().endswith(":") and line.strip() not in ("Options:", "Commands:"):
+                after = lines[i + 1].strip() if i + 1 < len(lines) else ""
+                assert after and after not in ("Options:", "Commands:"), (argv, line)  # what the colon announces

@@ -45,10 +45,22 @@ def _noise(nb) -> list[str]:
     return bad
 
 
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
 def test_example_notebook_prints_only_what_it_asks_for(tmp_path):
+    """Its text says what a run shows: each `segment` cell a progress widget (even a run of a second: issue
+    40, the widget waited a second and a short run never showed it), then what the cells ask for."""
     nb = _execute(nbformat.read(ROOT / "examples" / "notebook.ipynb", as_version=4), tmp_path)
     assert _noise(nb) == []
+    intro = nb.cells[0].source
+    assert "progress widget" in intro and "each run" in intro.lower()
     outputs = {i: c.outputs for i, c in enumerate(nb.cells) if c.cell_type == "code"}
+    runs = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "sam3tiles.segment(" in c.source]
+    assert len(runs) == 2
+    for i in outputs:
+        widgets = [o for o in outputs[i] if WIDGET in o.get("data", {})]
+        assert len(widgets) == (1 if i in runs else 0), (i, outputs[i])
     count = next(o for o in outputs[2] if o.output_type == "execute_result")["data"]["text/plain"]
     assert int(count) > 10
     explored = next(o for o in outputs[5] if o.output_type == "execute_result")["data"]

@@ -121,7 +121,8 @@ def test_bad_input_through_the_cli(tmp_path, colour_models, case):
                       '{"type":"Polygon","coordinates":[[[0,0],[1,0],[1,1],[0,1],[0,0]]]}}]}')
         # GeoJSON without a crs member reads as WGS84; a CSV-less shapefile would be truly CRS-less:
         # write a GeoPackage without CRS instead
-        gpd.GeoDataFrame(geometry=[box(400100, 4999500, 400200, 4999600)]).to_file(tmp_path / "b.gpkg")
+        with pytest.warns(UserWarning, match="'crs' was not provided"):  # pyogrio says so: that is the point
+            gpd.GeoDataFrame(geometry=[box(400100, 4999500, 400200, 4999600)]).to_file(tmp_path / "b.gpkg")
         args += ["--box-file", str(tmp_path / "b.gpkg")]
         code, words = 3, "no CRS"
     elif case == "prompt-too-long":

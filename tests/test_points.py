@@ -233,14 +233,14 @@ def test_a_negative_point_acts_on_the_positive_beside_it(tmp_path):
     img[:, 100:300, 300:420] = np.asarray([190, 20, 25], np.uint8)[:, None, None]  # a touching look-alike
     src = write_raster(tmp_path / "in.tif", img)
     t = rasterio_transform(src)
-    x, y = t * (200, 200)
-    nx, ny = t * (360, 200)
+    x, y = t @ (200, 200)
+    nx, ny = t @ (360, 200)
     both = sam3tiles.segment(str(src), points=(x, y), backend="reference", checkpoint=False)
     one = sam3tiles.segment(str(src), points=[(x, y), f"{nx},{ny},neg"], backend="reference", checkpoint=False)
     assert len(both) == len(one) == 1  # a negative point is no object: no row
     cell = abs(t.a) * 1008 / 288  # a mask cell in CRS units
-    assert both.geometry[0].bounds[2] == pytest.approx((t * (420, 0))[0], abs=cell)
-    assert one.geometry[0].bounds[2] == pytest.approx((t * (300, 0))[0], abs=cell)
+    assert both.geometry[0].bounds[2] == pytest.approx((t @ (420, 0))[0], abs=cell)
+    assert one.geometry[0].bounds[2] == pytest.approx((t @ (300, 0))[0], abs=cell)
 
 
 def rasterio_transform(path):
@@ -284,13 +284,13 @@ def _contract_scene(tmp_path):
         img[:, y0:y1, x0:x1] = np.asarray(c, np.uint8)[:, None, None]
     src = write_raster(tmp_path / "in.tif", img)
     t = rasterio_transform(src)
-    boxes = {k: shapely.box(*(t * v[0][:2]), *(t * v[0][2:])) for k, v in objects.items()}
+    boxes = {k: shapely.box(*(t @ v[0][:2]), *(t @ v[0][2:])) for k, v in objects.items()}
     return src, t, {k: shapely.box(*b.bounds) for k, b in boxes.items()}
 
 
 def test_the_four_graph_layout_runs_points_through_the_cli(four, tmp_path):
     src, t, truth = _contract_scene(tmp_path)
-    clicks = [f"{g.centroid.x},{g.centroid.y}" for g in truth.values()] + [",".join(map(str, t * (1300, 300)))]
+    clicks = [f"{g.centroid.x},{g.centroid.y}" for g in truth.values()] + [",".join(map(str, t @ (1300, 300)))]
     out = tmp_path / "o.gpkg"
     args = ["segment", str(src), "--backend", "onnx", "--model", str(four), "--device", "cpu", "-o", str(out)]
     r = CliRunner().invoke(cli, [*args, *(a for c in clicks for a in ("--point", c))])
@@ -361,7 +361,7 @@ def _two_squares(tmp_path, name="in.tif", x_off=0.0):
     src = write_raster(tmp_path / name, img, transform=__import__("affine").Affine(0.5, 0, 400000 + x_off, 0, -0.5,
                                                                                    5000000))
     t = rasterio_transform(src)
-    return src, [t * (150, 150), t * (1150, 1150)]
+    return src, [t @ (150, 150), t @ (1150, 1150)]
 
 
 def test_a_point_whose_tile_failed_is_a_failed_row_and_counts(tmp_path):

@@ -143,3 +143,67 @@ def test_processing_cancel_stops_the_run_and_leaves_no_output(tmp_path):
     left = {p.name for p in tmp_path.iterdir() if p.name.startswith("cancelled")}
     # no output, no report, no temporaries: only the checkpoints a rerun resumes from (and the lock file)
     assert not out.exists() and left <= {"cancelled.gpkg.sam3tiles-work", "cancelled.gpkg.lock"}, left
+
+
+STREAM_CHECK = r'''
+import gc, json, sys, time
+sys.path.insert(0, sys.argv[1])
+from sam3tiles_qgis.stream import run_streamed
+
+
+class Feedback:
+    """The calls the runner makes on QGIS's QgsProcessingFeedback, recorded."""
+
+    def __init__(self, cancel_after=None):
+        self.values, self.info, self.errors, self.cancel_after = [], [], [], cancel_after
+
+    def isCanceled(self):
+        return self.cancel_after is not None and len(self.values) >= self.cancel_after
+
+    def setProgress(self, v):
+        self.values.append(v)
+
+    def pushInfo(self, text):
+        self.info.append(text)
+
+    def reportError(self, text):
+        self.errors.append(text)
+
+
+def child(body):
+    return [sys.executable, "-c", "import json, sys, time\n" + body]
+
+
+out = {}
+fb = Feedback()
+out["done"] = run_streamed(child("print(json.dumps({'event': 'progress', 'percent': 50.0}))\nprint('a line')\n"
+                                 "print(json.dumps({'event': 'end'}))"), fb)[0], fb.values, fb.info
+fb = Feedback()
+out["failed"] = run_streamed(child("print('Error: no such file', flush=True)\nsys.exit(3)"), fb)[0], fb.errors
+fb = Feedback(cancel_after=1)
+t0 = time.monotonic()
+out["cancelled"] = run_streamed(child("print(json.dumps({'event': 'progress', 'percent': 1.0}), flush=True)\n"
+                                      "time.sleep(60)"), fb)[0], time.monotonic() - t0
+try:
+    run_streamed(["/nonexistent/sam3tiles", "segment"], Feedback())
+except RuntimeError as e:
+    out["cannot start"] = str(e)
+gc.collect()
+print(json.dumps(out))
+'''
+
+
+def test_the_command_runner_closes_what_it_opens(tmp_path):
+    """The algorithm's runner (`sam3tiles_qgis.stream.run_streamed`, which imports neither qgis nor sam3tiles)
+    in a Python that has neither, under -W error::ResourceWarning: a run that finishes, one that fails, one
+    cancelled and a command that cannot start leave no pipe unclosed and no process unwaited (the algorithm
+    left the command's stdout pipe open: a ResourceWarning in QGIS's log, issue 40)."""
+    CliRunner().invoke(cli, ["qgis", "install", "--dest", str(tmp_path)], catch_exceptions=False)
+    r = subprocess.run([sys.executable, "-I", "-S", "-W", "error::ResourceWarning", "-c", STREAM_CHECK,
+                        str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ResourceWarning" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr
+    out = json.loads(r.stdout)
+    assert out["done"] == [0, [50.0, 100.0], ["a line"]]
+    assert out["failed"] == [3, ["Error: no such file"]]
+    assert out["cancelled"][0] != 0 and out["cancelled"][1] < 30  # terminated, not waited for
+    assert "cannot start /nonexistent/sam3tiles" in out["cannot start"]

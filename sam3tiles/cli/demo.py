@@ -9,6 +9,9 @@ import click
 from .options import handle_errors
 
 PROMPTS = ("red", "blue", "yellow")
+GREEN, MAGENTA = (0, 255, 0), (255, 0, 255)
+#: The overlay's legend (and the README figure's, examples/readme_figure.py).
+LEGEND = [("tiled: sam3tiles, merged across seams", GREEN), ("squashed to 1008 px: the published callers", MAGENTA)]
 NAMES = {"red": "vehicles ~10x20 px", "blue": "buildings 40-160 px", "yellow": "fields larger than a tile"}
 
 
@@ -45,6 +48,7 @@ def demo(ctx, out, size, seed, workers, overwrite):
     from ..writers import write_vector
 
     write_vector(scene.truth, d / "truth.gpkg")
+    write_examples(d, scene)
     tables = {}
     results = {}
     for mode, squash in (("tiled", False), ("squash", True)):
@@ -59,8 +63,8 @@ def demo(ctx, out, size, seed, workers, overwrite):
         table.to_csv(d / f"{mode}-evaluation.csv", index=False)
         tables[mode] = table
         results[mode] = gdf
-    png = overlay_png(d / "scene.tif", [(results["squash"], (255, 0, 255)), (results["tiled"], (0, 255, 0))],
-                      d / "overlay.png")
+    png = overlay_png(d / "scene.tif", [(results["squash"], MAGENTA), (results["tiled"], GREEN)], d / "overlay.png",
+                      legend=LEGEND)
     click.echo("")
     for mode, table in tables.items():
         click.echo(f"{mode}:")
@@ -71,13 +75,43 @@ def demo(ctx, out, size, seed, workers, overwrite):
         click.echo(f"{cls:>6} ({NAMES[cls]}): recall tiled {rec['tiled'].get(cls, 0):.2f}, "
                    f"squashed {rec['squash'].get(cls, 0):.2f}")
     click.echo(f"\nwrote {d}/tiled.gpkg, {d}/squash.gpkg, {d}/truth.gpkg, {png} (green: tiled, magenta: "
-               "squashed)")
+               f"squashed), and example prompts: {d}/boxes.gpkg, {d}/chips/, {d}/background.png")
 
 
 #: What `sam3tiles demo` writes into its folder (with each GeoPackage's report and preview).
-DEMO_FILES = ("scene.tif", "truth.gpkg", "overlay.png", *(f"{m}{x}" for m in ("tiled", "squash") for x in
-                                                         (".gpkg", ".gpkg.report.json", ".gpkg.preview.png",
-                                                          "-evaluation.csv")))
+DEMO_FILES = ("scene.tif", "truth.gpkg", "overlay.png", "boxes.gpkg", "chips", "background.png",
+              *(f"{m}{x}" for m in ("tiled", "squash") for x in (".gpkg", ".gpkg.report.json", ".gpkg.preview.png",
+                                                                 "-evaluation.csv")))
+
+
+def write_examples(d: Path, scene) -> None:
+    """The example prompts the README's commands use: `boxes.gpkg` (two buildings, and a vehicle with
+    `label` 0: a negative example), `chips/` (two buildings cut from the scene) and `background.png` (a
+    patch of ground, a negative example image)."""
+    import geopandas as gpd
+    import numpy as np
+    import rasterio
+    from PIL import Image
+    from rasterio.windows import Window, from_bounds
+    from shapely.geometry import box
+
+    from ..writers import write_vector
+
+    truth = scene.truth
+    buildings = truth[truth["class"] == "blue"].head(2)
+    picks = [*buildings.geometry, *truth[truth["class"] == "red"].head(1).geometry]
+    labels = [1] * len(buildings) + [0] * (len(picks) - len(buildings))
+    write_vector(gpd.GeoDataFrame({"label": labels}, geometry=[box(*g.bounds) for g in picks], crs=truth.crs),
+                 d / "boxes.gpkg")
+    (d / "chips").mkdir(exist_ok=True)
+    with rasterio.open(scene.path) as ds:
+        for i, g in enumerate(buildings.geometry, 1):
+            win = from_bounds(*g.buffer(1.5).bounds, transform=ds.transform).round_offsets().round_lengths()
+            Image.fromarray(np.moveaxis(ds.read(window=win), 0, -1)).save(d / "chips" / f"building-{i}.png")
+        free = next(w for w in (Window(c, r, 48, 48) for r in range(0, ds.height - 48, 48)
+                                for c in range(0, ds.width - 48, 48))
+                    if not truth.intersects(box(*rasterio.windows.bounds(w, ds.transform))).any())
+        Image.fromarray(np.moveaxis(ds.read(window=free), 0, -1)).save(d / "background.png")
 
 
 def check_demo_folder(d: Path, overwrite: bool) -> None:

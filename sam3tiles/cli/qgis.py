@@ -82,7 +82,8 @@ def qgis() -> None:
 def install(dest: Path | None, overwrite: bool) -> None:
     """Write the plugin folder sam3tiles_qgis into the QGIS profile (or --dest). Then enable it in QGIS
     (Plugins > Manage and Install Plugins > Installed), and, if QGIS does not find this command on PATH,
-    set Settings > Options > Processing > Providers > sam3tiles > sam3tiles command to:"""
+    set Settings > Options > Processing > Providers > sam3tiles > sam3tiles command to the command this
+    prints (or set $SAM3TILES_CLI to it)."""
     target = install_plugin(dest, overwrite)
     click.echo(f"installed the QGIS plugin in {target}")
     exe = shutil.which("sam3tiles")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..errors import EXIT_FAILED_TILES
+from ..wording import speaking
 from .options import handle_errors, quiet_opt, registry_options, verbose_opt
 
 @click.command(short_help="Run a job file (YAML).")
@@ -40,8 +41,8 @@ def run(ctx, job_file, dry_run, fresh, verbose, quiet, strict=None):
         return
     _, report = run_job(lj, fresh=fresh, strict=strict or None, progress=not quiet, return_objects=False)
     if not quiet:
-        click.echo(report.summary(), err=True)
-        click.echo(f"wrote {report.objects} object{'' if report.objects == 1 else 's'} to {lj.output}", err=True)
+        with speaking("job"):  # the report's advice names job keys (output.clean), as the job sets them
+            click.echo(report.summary(), err=True)
     if report.failed:
         ctx.exit(EXIT_FAILED_TILES)
 

@@ -66,7 +66,6 @@ def segment(ctx, inputs, texts, boxes, example_images, box_file, points, point_f
                             labels=params["labels"], return_objects=False)
     if not quiet:
         click.echo(report.summary(), err=True)
-        click.echo(f"wrote {report.objects} object{'' if report.objects == 1 else 's'} to {out}", err=True)
     if report.failed:
         ctx.exit(EXIT_FAILED_TILES)
 

@@ -1,35 +1,52 @@
 """The napari reader (npe2 plugin, `napari.yaml` beside it): our vector outputs as shapes layers, our label
-images as labels layers. Install with `pip install "sam3tiles[napari]"`, then drop a file on napari.
+images as labels layers, and the rasters sam3tiles segments (GeoTIFFs, slides) as image layers, all in one
+frame. Install with `pip install "sam3tiles[napari]"`; docs/microscopy.md (napari) is the user's guide.
 
 Nothing here imports napari: each reader returns napari's LayerData tuples `(data, kwargs, layer_type)`,
 so it runs (and is tested) through npe2 alone.
 
-One frame for both layer kinds, napari's: a labels (or image) layer draws its pixel (r, c) centred at
-data coordinate (r, c), so pixel centres are at integers and pixel (r, c) covers [r - 0.5, r + 0.5].
+**One frame: the source raster's pixels.** Data coordinate (row, col) is the centre of the source's
+full-resolution pixel (row, col): the frame napari's own reader, and any image viewer, gives the source
+image, so `napari scene.tif objects.gpkg labels.tif` shows each object on its pixels whichever reader
+opens the scene. Our polygons have their corners on pixel edges (pixel (r, c) is [c, c + 1] x [r, r + 1]
+in source pixels), so a vertex at source pixel coordinates (x, y) becomes (row, col) = (y - 0.5, x - 0.5).
 
-* Pixel space (slides; rasters without a CRS): world = data = (row, col) of the source's level 0, with
-  the pixel centres at integers, as napari draws the labels layer and any image layer of the source
-  itself. Our polygons have their corners on pixel edges (x right, y down; pixel (r, c) is
-  [c, c + 1] x [r, r + 1]), so a vertex (x, y) becomes (row, col) = (y - 0.5, x - 0.5).
-* A map CRS: world = (-y, x) in CRS units (north up); vertices are taken as they are, and a GeoTIFF label
-  image's affine maps its pixel (r, c) to the CRS coordinates of that pixel's centre (transform of
-  (c + 0.5, r + 0.5)), not of its corner.
+* Pixel space (slides; rasters without a CRS): the coordinates are source pixels already.
+* A map CRS: the run records the first input's pixel grid in the file's metadata (`pixel_frame`:
+  transform and CRS, `run.frames.file_metadata`); vertices are reprojected to that CRS when the file is in
+  another (RFC 7946 GeoJSON is WGS84) and mapped through the inverse transform. The label GeoTIFF has
+  the source's own grid. Every layer's metadata says how to go back (`sam3tiles`: `crs`, `transform`,
+  `data_to_crs`, the 3x3 matrix taking (row, col, 1) to (x, y, 1) in the CRS). Not the CRS itself as
+  the frame: napari could not place the source image there without our reader, and map coordinates
+  (millions of metres) lose sub-pixel detail in the viewer's float32 rendering.
+
+**What each file opens as.**
 
 * Vector outputs (the formats `writers.formats` marks `napari`: .gpkg, .parquet, .fgb, .geojson and
-  .qupath.geojson): one shapes layer per prompt, named after it, in the prompt's colour (the QuPath
-  classification colour, `writers.qupath.class_colour`),
-  polygons as (row, col) vertices in the frame above. Holes are not drawn (napari's shapes have none);
+  .qupath.geojson): one shapes layer per prompt of each GeoPackage layer we wrote, named after the prompt
+  (`layer prompt` when the file holds several of our layers), in the prompt's colour (the QuPath
+  classification colour, `writers.qupath.class_colour`). Holes are not drawn (napari's shapes have none);
   a MultiPolygon gives one shape per part. `id`, `score`, `prompt` (and the area columns) are features.
 * Label images (.tif / .ome.tif written by `--labels`, .ome.zarr): a labels layer, the pyramid as a
-  multiscale list of lazy arrays (zarr, read as napari asks), in the frame above.
+  multiscale list of lazy arrays (zarr, read as napari asks).
+* Rasters sam3tiles segments, asked by napari (a GeoTIFF, an OME-TIFF or pyramidal slide
+  `readers.slide.is_slide` takes): an image layer, its overviews or pyramid as a multiscale list.
 
-Only files sam3tiles wrote are claimed, told by the mark every writer puts into the file's metadata: the
-`sam3tiles` run metadata (a GeoPackage or FlatGeobuf layer's metadata item, GeoParquet's pandas attrs,
-the GeoJSON FeatureCollection's foreign member; `writers.vector`, `frames.file_metadata`), the label
-TIFF's tag or OME name (`writers.labels.TAG`, `writers.ome.LABELS_NAME`), the OME-Zarr root's `sam3tiles`
-attribute. Anything else, or a file that cannot be read, gets None from `get_reader`, so napari asks its
-other readers. Of a GeoPackage only the marked layers are read. (`writers.vector.write_vector` called
-without `metadata` writes no mark: such a file is not claimed.)
+**Which files are ours.** A label image or vector output is ours by the mark every writer puts into the
+file's metadata: the `sam3tiles` run metadata (a GeoPackage or FlatGeobuf layer's metadata item,
+GeoParquet's pandas attrs, the GeoJSON FeatureCollection's foreign member; `writers.vector`,
+`frames.file_metadata`), the label TIFF's tag or OME name (`writers.labels.TAG`, `writers.ome.LABELS_NAME`),
+the OME-Zarr root's `sam3tiles` attribute. Anything else, or a file that cannot be read, gets None from
+`get_reader`, so napari asks its other readers. Of a GeoPackage only the marked layers are read.
+
+**How napari chooses a reader** (napari 0.5+, npe2): by the file's name alone, before any reader looks
+inside. `viewer.open(path)` uses napari's own reader unless `plugin=` names another (`plugin=None`: choose
+as below). `napari FILES`, drag and drop, File > Open and `viewer.open(path, plugin=None)` take the
+reader the preferences associate with the name (`settings.plugins.extension2reader`, fnmatch patterns),
+else the only reader whose `filename_patterns` match (a folder: the readers that accept folders), else
+ask (the reader dialog; `viewer.open` raises `MultipleReaderError`). No manifest field ranks readers: our
+.gpkg, .parquet, .fgb, .geojson open at once; napari's own reader also matches .tif and folders, so
+napari asks there until a preference names sam3tiles (the dialog's "remember", or the settings).
 """
 
 from __future__ import annotations
@@ -37,6 +54,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -45,12 +63,18 @@ from ..writers.formats import format_for
 
 RASTER = (".tif", ".tiff")
 FEATURES = ("id", "score", "prompt", "area", "area_px", "area_um2", "n_tiles")
+#: napari's reader preferences (`settings.plugins.extension2reader`) that give sam3tiles the names napari's
+#: own reader also matches (TIFFs, folders: OME-Zarr, GeoParquet datasets), so napari opens them without
+#: asking. Set once in napari's Preferences > Plugins, by ticking "remember" in its reader dialog, or in code:
+#: `s = napari.settings.get_settings().plugins; s.extension2reader = {**s.extension2reader, **PREFERENCES}`.
+#: A TIFF that is neither ours nor a raster sam3tiles reads is then refused, and napari offers its reader.
+PREFERENCES = {"*.tif": "sam3tiles", "*.tiff": "sam3tiles", "*.ome.zarr/": "sam3tiles", "*.parquet/": "sam3tiles"}
 
 
 def get_reader(path):
-    """npe2 `get_reader`: the reader function for one of our outputs, else None (napari then asks its other
-    readers). Ours: the sam3tiles mark in the file's metadata (module docstring); a file that cannot be
-    read is not claimed either."""
+    """npe2 `get_reader`: the reader function for one of our outputs or a raster sam3tiles segments, else
+    None (napari then asks its other readers). Ours: the sam3tiles mark in the file's metadata (module
+    docstring); a file that cannot be read is not claimed either."""
     if isinstance(path, (list, tuple)):
         if len(path) != 1:
             return None
@@ -60,29 +84,45 @@ def get_reader(path):
     if low.endswith(".ome.zarr") and os.path.isdir(p):
         return read_labels if "sam3tiles" in _attrs(Path(p)) else None  # `writers.ome.open_ome_zarr`
     if low.endswith(RASTER) and os.path.isfile(p):
-        return read_labels if _our_tiff(p) else None
+        kind = _tiff_kind(p)
+        return read_labels if kind == "labels" else read_raster if kind == "raster" else None
     fmt = format_for(p)  # the formats napari opens: `writers.formats` (`Format.napari`)
     if fmt is not None and fmt.napari and (os.path.isfile(p) or (fmt.dataset and os.path.isdir(p))):
-        return read_vector if _marked_layers(p) else None
+        return read_vector if _marks(p) else None
     return None
 
 
-def _marked_layers(p: str) -> list:
-    """The layers of a vector file that carry sam3tiles' run metadata (`writers.vector`: a GeoPackage or
-    FlatGeobuf layer's `sam3tiles` metadata item, GeoParquet's pandas attrs, GeoJSON's foreign member);
-    `[None]` for a one-layer format; `[]` when the file is not ours or cannot be read."""
+def _marks(p: str) -> dict:
+    """The run metadata of each layer of a vector file that carries sam3tiles' mark (`writers.vector`: a
+    GeoPackage or FlatGeobuf layer's `sam3tiles` metadata item, GeoParquet's pandas attrs, GeoJSON's
+    foreign member), by layer name (None for a one-layer format); empty when the file is not ours or
+    cannot be read."""
     driver = _driver(p)  # where the writer put the mark: by the format's GDAL driver
     try:
-        if driver == "Parquet":
-            return [None] if _parquet_mark(p) else []
-        if driver == "GeoJSON":
-            return [None] if _geojson_mark(p) else []
-        import pyogrio
+        with warnings.catch_warnings():  # GDAL's complaints about a file that is not ours are not news
+            warnings.simplefilter("ignore")
+            if driver == "Parquet":
+                return {None: meta} if (meta := _parquet_mark(p)) is not None else {}
+            if driver == "GeoJSON":
+                return {None: meta} if (meta := _geojson_mark(p)) is not None else {}
+            import pyogrio
 
-        return [str(name) for name, _ in pyogrio.list_layers(p)
-                if "sam3tiles" in (pyogrio.read_info(p, layer=str(name)).get("layer_metadata") or {})]
+            marks = {}
+            for name, _ in pyogrio.list_layers(p):
+                item = (pyogrio.read_info(p, layer=str(name)).get("layer_metadata") or {}).get("sam3tiles")
+                if item is not None:
+                    marks[str(name)] = _json_dict(item)
+            return marks
     except Exception:  # noqa: BLE001 - whatever GDAL, Arrow or the JSON parser refuses is not ours to claim
-        return []
+        return {}
+
+
+def _json_dict(item) -> dict:
+    try:
+        value = json.loads(item) if isinstance(item, str) else item
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _driver(p: str) -> str | None:
@@ -91,13 +131,14 @@ def _driver(p: str) -> str | None:
     return fmt.driver if fmt is not None else None
 
 
-def _parquet_mark(p: str) -> bool:
+def _parquet_mark(p: str) -> dict | None:
     """GeoParquet (a `geo` schema item) whose pandas attrs hold `sam3tiles`; a dataset: its first part."""
     import pyarrow.parquet as pq
 
     part = min(Path(p).glob("*.parquet")) if os.path.isdir(p) else p
     meta = pq.read_schema(part).metadata or {}
-    return b"geo" in meta and "sam3tiles" in json.loads(meta.get(b"PANDAS_ATTRS", b"{}"))
+    attrs = json.loads(meta.get(b"PANDAS_ATTRS", b"{}"))
+    return _json_dict(attrs["sam3tiles"]) if b"geo" in meta and "sam3tiles" in attrs else None
 
 
 #: How much of a GeoJSON is read for its head (the members before `features`).
@@ -105,15 +146,15 @@ GEOJSON_HEAD = 1 << 20
 _SPACE = re.compile(r"\s*")
 
 
-def _geojson_mark(p: str) -> bool:
-    """A FeatureCollection whose `sam3tiles` member is an object. GDAL and `writers.qupath` write it before
-    `features`, so the head is read member by member up to `features`, never the features themselves."""
+def _geojson_mark(p: str) -> dict | None:
+    """The `sam3tiles` member of a FeatureCollection, when it is an object. GDAL and `writers.qupath` write
+    it before `features`, so the head is read member by member up to `features`, never the features."""
     with open(p, encoding="utf-8-sig") as f:
         head = f.read(GEOJSON_HEAD)
     decode = json.JSONDecoder().raw_decode
     i = _SPACE.match(head).end()
     if not head.startswith("{", i):
-        return False
+        return None
     members, i = {}, i + 1
     while True:
         key, i = decode(head, _SPACE.match(head, i).end())
@@ -125,11 +166,42 @@ def _geojson_mark(p: str) -> bool:
         if not head.startswith(",", i):
             break
         i += 1
-    return members.get("type") == "FeatureCollection" and isinstance(members.get("sam3tiles"), dict)
+    ours = members.get("sam3tiles")
+    return ours if members.get("type") == "FeatureCollection" and isinstance(ours, dict) else None
 
 
 def _one(path) -> str:
     return str(path[0] if isinstance(path, (list, tuple)) else path).rstrip("/" + os.sep)
+
+
+# -- the frame ---------------------------------------------------------------------------------------------
+def frame_metadata(transform, crs) -> dict:
+    """A layer's `sam3tiles` metadata: the source's pixel -> CRS transform (rasterio's a, b, c, d, e, f, of
+    pixel corners), its CRS (WKT; None: pixel space) and `data_to_crs`, the 3x3 matrix taking a data
+    coordinate (row, col, 1) to (x, y, 1): a pixel's centre is data (row, col), CRS transform(col + 0.5,
+    row + 0.5)."""
+    a, b, c, d, e, f = (float(v) for v in tuple(transform)[:6])
+    return {"frame": "source pixels: data (row, col) is the centre of the source's full-resolution pixel "
+                     "(row, col)", "crs": crs, "transform": [a, b, c, d, e, f],
+            "data_to_crs": [[b, a, c + 0.5 * (a + b)], [e, d, f + 0.5 * (d + e)], [0.0, 0.0, 1.0]]}
+
+
+def _vector_frame(gdf, meta: dict):
+    """(gdf in the frame's CRS, the pixel -> CRS transform, the CRS as WKT) for `read_vector`; None for a
+    map CRS without a recorded pixel grid (a file of an earlier version: drawn north up, row = -y)."""
+    from affine import Affine
+
+    if not _has_crs(gdf):
+        return gdf, Affine.identity(), None
+    grid = meta.get("pixel_frame")
+    if not isinstance(grid, dict) or not grid.get("crs") or len(grid.get("transform") or ()) != 6:
+        return None
+    from pyproj import CRS
+
+    crs = CRS.from_user_input(grid["crs"])
+    if CRS.from_user_input(gdf.crs) != crs:
+        gdf = gdf.to_crs(crs)  # an RFC 7946 GeoJSON's lon/lat back to the source's CRS
+    return gdf, Affine(*grid["transform"]), crs.to_wkt()
 
 
 # -- vectors -----------------------------------------------------------------------------------------------
@@ -137,17 +209,20 @@ def read_vector(path, stack: bool = False) -> list[tuple]:
     """Shapes layers (one per prompt) of a sam3tiles vector output: of each layer with our mark (a file
     without it: its first layer). Several layers of one GeoPackage: `layer prompt` names the shapes layers."""
     p = _one(path)
-    ours = _marked_layers(p) or [None]
+    ours = _marks(p) or {None: {}}
     layers = []
-    for layer in ours:
+    for layer, meta in ours.items():
         gdf = _read_frame(p, layer)
-        flip = _has_crs(gdf)
+        framed = _vector_frame(gdf, meta)
         prompts = gdf["prompt"].astype(str) if "prompt" in gdf.columns else np.full(len(gdf), layer or Path(p).stem)
+        placed = framed[0] if framed is not None else gdf
         for name in dict.fromkeys(prompts):
-            part = gdf[np.asarray(prompts == name)]
-            shapes, rows = _shapes(part.geometry.values, flip)
+            part = placed[np.asarray(prompts == name)]
+            shapes, rows = _shapes(part.geometry.values, None if framed is None else framed[1])
             feats = {c: _column(part[c].to_numpy()[rows]) for c in FEATURES if c in part.columns}
             kwargs = _shape_kwargs(name, feats, len(shapes))
+            kwargs["metadata"] = {"path": p, "sam3tiles": frame_metadata(framed[1], framed[2]) if framed else
+                                  {"frame": "map: data (row, col) is (-y, x) in the CRS (no pixel grid recorded)"}}
             if len(ours) > 1:
                 kwargs["name"] = f"{layer} {name}"
             layers.append((shapes, kwargs, "shapes"))
@@ -163,7 +238,7 @@ def _read_frame(p: str, layer: str | None = None):
 
 
 def _has_crs(gdf) -> bool:
-    """A map CRS (north up: rows are -y). Pixel space: no CRS, or the pixel grid a .qupath.geojson names."""
+    """A map CRS. Pixel space: no CRS, or the pixel grid a .qupath.geojson names."""
     from ..writers.qupath import is_pixel_crs
 
     if "objectType" in gdf.columns:  # QuPath's flavour: pixels, whatever CRS GDAL assumed (older files)
@@ -171,8 +246,10 @@ def _has_crs(gdf) -> bool:
     return gdf.crs is not None and not is_pixel_crs(gdf.crs)
 
 
-def _shapes(geoms, flip: bool) -> tuple[list[np.ndarray], list[int]]:
-    """(row, col) vertex arrays of every polygon part, and the row of the frame each came from."""
+def _shapes(geoms, transform) -> tuple[list[np.ndarray], list[int]]:
+    """(row, col) vertex arrays of every polygon part, and the row of the frame each came from. `transform`:
+    the source's pixel -> CRS transform (None: the map fallback, row = -y)."""
+    inv = ~transform if transform is not None else None
     shapes, rows = [], []
     for i, g in enumerate(geoms):
         if g is None or g.is_empty:
@@ -180,9 +257,14 @@ def _shapes(geoms, flip: bool) -> tuple[list[np.ndarray], list[int]]:
         for poly in getattr(g, "geoms", [g]):
             if poly.geom_type != "Polygon":
                 continue
-            xy = np.asarray(poly.exterior.coords)[:-1, :2]  # napari closes the ring itself
-            # pixel space: corners on pixel edges, napari's pixel centres on integers (module docstring)
-            shapes.append(np.column_stack([-xy[:, 1], xy[:, 0]]) if flip else xy[:, ::-1] - 0.5)
+            x, y = np.asarray(poly.exterior.coords)[:-1, :2].T  # napari closes the ring itself
+            if inv is None:
+                shapes.append(np.column_stack([-y, x]))
+                rows.append(i)
+                continue
+            px, py = inv.a * x + inv.b * y + inv.c, inv.d * x + inv.e * y + inv.f
+            # corners on pixel edges, napari's pixel centres on integers (module docstring)
+            shapes.append(np.column_stack([py - 0.5, px - 0.5]))
             rows.append(i)
     return shapes, rows
 
@@ -199,20 +281,50 @@ def _shape_kwargs(name: str, features: dict, n: int) -> dict:
             "face_color": [r, g, b, 0.25], "edge_width": 1, "features": features}
 
 
-# -- label images ------------------------------------------------------------------------------------------
-def _our_tiff(p: str) -> bool:
-    """A label image --labels wrote: the OME name or the GeoTIFF tag (`writers.labels`)."""
+# -- label images and rasters ------------------------------------------------------------------------------
+def _tiff_kind(p: str) -> str | None:
+    """"labels": a label image --labels wrote (the OME name or the GeoTIFF tag, `writers.labels`); "raster":
+    a GeoTIFF or a slide sam3tiles reads (`readers.slide.is_slide`); None: neither, or not a TIFF."""
     import tifffile
 
+    from ..readers.slide import is_slide
     from ..writers.labels import TAG
     from ..writers.ome import LABELS_NAME
 
     try:
         with tifffile.TiffFile(p) as tf:
             gdal = tf.pages[0].tags.get(42112)
-            return (tf.is_ome and LABELS_NAME in (tf.ome_metadata or "")) or bool(gdal and TAG in str(gdal.value))
+            if (tf.is_ome and LABELS_NAME in (tf.ome_metadata or "")) or bool(gdal and TAG in str(gdal.value)):
+                return "labels"
+            geotiff = tf.is_geotiff
+        return "raster" if geotiff or is_slide(p) else None
     except Exception:  # noqa: BLE001 - not a TIFF tifffile reads: not ours
-        return False
+        return None
+
+
+def _tiff_levels(p: str):
+    """(TiffFile, its first series, every level as a lazy zarr array, full resolution first). The file
+    stays open: napari reads the levels lazily, tile by tile."""
+    import tifffile
+    import zarr
+
+    tf = tifffile.TiffFile(p)
+    series = tf.series[0]
+    node = zarr.open(tf.aszarr(series=0), mode="r")
+    levels = [node[str(i)] for i in range(len(series.levels))] if len(series.levels) > 1 else [node]
+    return tf, series, levels
+
+
+def _tiff_frame(tf, p: str) -> dict:
+    """The layer metadata of a TIFF in the frame: a GeoTIFF's transform and CRS, else pixel space."""
+    from affine import Affine
+
+    if not tf.is_geotiff:
+        return frame_metadata(Affine.identity(), None)
+    import rasterio
+
+    with rasterio.open(p) as ds:
+        return frame_metadata(ds.transform, ds.crs.to_wkt() if ds.crs else None)
 
 
 def read_labels(path, stack: bool = False) -> list[tuple]:
@@ -220,22 +332,28 @@ def read_labels(path, stack: bool = False) -> list[tuple]:
     p = _one(path)
     if p.lower().endswith(".ome.zarr"):
         return _zarr_layers(p)
-    import tifffile
-    import zarr
-
-    tf = tifffile.TiffFile(p)  # stays open: napari reads the levels lazily, tile by tile
-    node = zarr.open(tf.aszarr(series=0), mode="r")
-    levels = [node[str(i)] for i in range(len(tf.series[0].levels))] if len(tf.series[0].levels) > 1 else [node]
-    kwargs = {"name": Path(p).name.split(".")[0], "multiscale": len(levels) > 1}
-    if tf.is_geotiff:
-        kwargs["affine"] = _geo_affine(tf)
-    kwargs["metadata"] = {"path": p}
+    tf, _, levels = _tiff_levels(p)
+    kwargs = {"name": Path(p).name.split(".")[0], "multiscale": len(levels) > 1,
+              "metadata": {"path": p, "sam3tiles": _tiff_frame(tf, p)}}
     return [(levels if len(levels) > 1 else levels[0], kwargs, "labels")]
+
+
+def read_raster(path, stack: bool = False) -> list[tuple]:
+    """An image layer of a raster sam3tiles segments (a GeoTIFF, a slide): its overviews or pyramid as the
+    levels, in the frame of our shapes and labels (its own pixels)."""
+    p = _one(path)
+    tf, series, levels = _tiff_levels(p)
+    kwargs = {"name": Path(p).name.split(".")[0], "multiscale": len(levels) > 1,
+              "metadata": {"path": p, "sam3tiles": _tiff_frame(tf, p)}}
+    if series.axes.endswith("S") and series.shape[-1] in (3, 4):
+        kwargs["rgb"] = True
+    return [(levels if len(levels) > 1 else levels[0], kwargs, "image")]
 
 
 def _zarr_layers(p: str) -> list[tuple]:
     """Each image-label group the OME-Zarr lists (root `labels`, else `labels/.zattrs`)."""
     import zarr
+    from affine import Affine
 
     root = Path(p)
     names = _attrs(root).get("labels") or [f"labels/{n}" for n in _attrs(root / "labels").get("labels", [])]
@@ -244,7 +362,7 @@ def _zarr_layers(p: str) -> list[tuple]:
         group = zarr.open_group(str(root / name), mode="r")
         ms = _attrs(root / name)["multiscales"][0]
         levels = [group[d["path"]] for d in ms["datasets"]]
-        meta = {"path": str(root / name), "multiscales": ms}
+        meta = {"path": str(root / name), "multiscales": ms, "sam3tiles": frame_metadata(Affine.identity(), None)}
         layers.append((levels if len(levels) > 1 else levels[0],
                        {"name": ms.get("name", Path(name).name), "multiscale": len(levels) > 1, "metadata": meta},
                        "labels"))
@@ -256,14 +374,3 @@ def _attrs(folder: Path) -> dict:
         return json.loads((folder / ".zattrs").read_text())
     except (OSError, ValueError):
         return {}
-
-
-def _geo_affine(tf) -> list[list[float]]:
-    """The GeoTIFF's pixel -> CRS transform as napari's 3x3 affine in the (-y, x) frame of the shapes: napari
-    draws pixel (r, c) centred at data (r, c), so (r, c) goes to the CRS coordinates of that pixel's centre."""
-    import rasterio
-    from affine import Affine
-
-    with rasterio.open(tf.filehandle.path) as ds:
-        t = ds.transform * Affine.translation(0.5, 0.5)
-    return [[-t.e, -t.d, -t.f], [t.b, t.a, t.c], [0.0, 0.0, 1.0]]

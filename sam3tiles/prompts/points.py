@@ -228,6 +228,6 @@ def home_tiles(points: PointPrompts, inputs: Sequence) -> int:
     for p, owner in zip(points.points, points.owner):
         if p.positive and owner >= 0 and inputs[owner].grid is not None:
             inp = inputs[owner]
-            x, y = ~inp.transform * (p.x, p.y)
+            x, y = ~inp.transform @ (p.x, p.y)
             seen.add((owner, inp.grid.tile_at(x, y).index))
     return len(seen)

@@ -96,10 +96,21 @@ def file_metadata(report: RunReport, gdf: gpd.GeoDataFrame, frames: dict[str, Fr
     if gdf.crs is None:
         meta["crs"] = NO_CRS_NOTE
     if frames:
-        frame = next(iter(frames.values()))
+        source, frame = next(iter(frames.items()))
+        meta["pixel_frame"] = pixel_frame(source, frame)
         meta["units"] = {"area_px": "source pixels"}
         if frame.crs is not None:
             meta["units"] = {area_column(frame): area_unit(frame), **meta["units"]}
         if any(f.pixel_size_um for f in frames.values()):
             meta["units"]["area_um2"] = "square micrometres (OME physical pixel size)"
     return meta
+
+
+def pixel_frame(source: str, frame: Frame) -> dict:
+    """The pixel grid of an output's first input, recorded in the file: the napari plugin draws every object
+    in it (`integrations.napari`: data (row, col) = the centre of that source pixel), so the objects lie on
+    the source image whichever reader opens it. `transform`: pixel -> CRS, rasterio's (a, b, c, d, e, f)."""
+    crs = frame.crs
+    wkt = None if crs is None else crs.to_wkt() if hasattr(crs, "to_wkt") else str(crs)
+    return {"source": source, "transform": [float(v) for v in tuple(frame.transform)[:6]], "crs": wkt,
+            "width": int(frame.width), "height": int(frame.height)}

@@ -41,7 +41,7 @@ from .quiet import run_filters
 from .report import RunReport
 from .runner import InputResult, InputRun
 from .targets import Targets
-from .workfolder import record_outputs, replaceable
+from .workfolder import clear_work_dir, record_outputs, replaceable
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,7 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
     opts = plan.options
     report = RunReport(inputs=plan.paths, output=str(plan.combined or plan.out) if plan.out else None,
                        backend=plan.spec.backend, model=plan.model_identity, parameters=plan.parameters())
+    report.files = written_files(plan)
     store = TileStore(plan.work_dir, fresh=fresh) if plan.work_dir is not None else None
     if store is not None:
         report.checkpoint["work_dir"] = str(plan.work_dir)
@@ -126,16 +127,33 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
         if store is not None:
             report.checkpoint["stored"] = store.puts
             store.close()
+    if report.checkpoint.get("clean") and plan.work_dir is not None:
+        clear_work_dir(plan.work_dir)  # only the files sam3tiles writes there, then the folder if it is empty
+        report.checkpoint["removed"] = not plan.work_dir.exists()
     if opts.strict and report.failed:
         raise TilesFailedError(f"{report.failed} tile(s) failed (see the report); rerun to retry them")
     _saturation_advice(report, opts)
     return gdf, report
 
 
+def written_files(plan: RunPlan) -> dict:
+    """Every path the run writes, for the report (`RunReport.files`): the vector outputs, the label image,
+    the previews, the report, the work folder."""
+    opts = plan.options
+    return {"objects": [str(p) for p in plan.outputs], "labels": str(plan.labels) if plan.labels else None,
+            "previews": [] if opts.no_preview else [str(preview_path(p, opts.layer)) for p in plan.outputs],
+            "report": str(plan.report_path) if plan.report_path else None,
+            "work_dir": str(plan.work_dir) if plan.work_dir else None}
+
+
 def _publish(plan: RunPlan, report: RunReport, store: TileStore | None, pending: Deferred, t_start: float) -> None:
     """Write the report, record the outputs in the work folder, then rename the outputs into place."""
     if store is not None:
         report.checkpoint["stored"] = store.puts
+        # --clean: the work folder goes after a run that needs no rerun (no failed tile; under --strict, none
+        # saturated either); said in the report before it is written
+        opts = plan.options
+        report.checkpoint["clean"] = opts.clean and not report.failed and not (opts.strict and report.saturated)
     report.wall_seconds = time.perf_counter() - t_start
     wd = plan.work_dir if store is not None else None
     first = Deferred()  # the report: recorded as this run's before it appears (a rerun may replace it)
@@ -216,6 +234,8 @@ def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport, 
     report.objects = spool.objects()  # not the rows of points where nothing was found
     report.objects_by_prompt = spool.counts_by_prompt()
     report.merge = merge_total.as_dict() if plan.points is None else {}  # points are not merged
+    if plan.points is None:
+        report.merge["crossed_seams"] = spool.count_multi_tile()  # what a user calls the merge's work
     for i, (res, inp) in enumerate(zip(results, plan.inputs)):
         if inp.output is not None:
             with _timed(report, "write"), disk_errors(inp.output.parent):

@@ -3,8 +3,8 @@
 `plan_run(...)` is the one place where a run's inputs, outputs, options, model, prompts and boxes are
 decided and checked (the checks: `preflight`), in this order: inputs (paths, globs) -> what the run
 reads against what it writes (`preflight.check_paths`) -> outputs (may they be written?) -> the label
-image -> the model (backend and files) -> every input opened once (bad files fail fast with their own
-message; its grid) -> example boxes (inside some input?) -> prompts. `segment`, `run`, `run --dry-run`
+image -> every input opened once (bad files fail fast with their own message; its grid) -> the model
+(backend and files) -> example boxes (inside some input?) -> prompts. `segment`, `run`, `run --dry-run`
 and `sam3tiles plan` all go through it, so a run and its dry run refuse the same things with the same
 messages and exit codes. Checks added later belong in `plan_run`'s sequence. Nothing is written here.
 """
@@ -273,8 +273,8 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
             check_out(p, overwrite or replaceable(p, ours), opts, dataset)
     with vouched(ours, "labels", labels):
         label_path = check_label_path(labels, paths, overwrite or (labels is not None and replaceable(labels, ours)))
-    opts, spec = resolve_model(opts)
     planned = tuple(plan_input(path, opts, d) for path, d in zip(paths, per_input))
+    opts, spec = resolve_model(opts)  # after the inputs: a wrong path is exit 3 with or without the model
     check_room(opts, planned)  # a low `ulimit -v` aborts native code mid-run, its lock left behind
     check_plan(paths, [i.crs for i in planned], [i.n_tiles for i in planned], opts, per_input=per_input,
                reads=read_paths([(i.path, f) for i in planned for f in i.files], chips, box_file, point_file),

@@ -123,7 +123,7 @@ class PointRun:
         self.input_index, self.opts, self.spec = input_index, plan.options, plan.spec
         self.source = SourceSpec(inp.path, inp.bands, inp.stretch, inp.identity)
         self.grid = inp.grid
-        self.to_crs = inp.transform * Affine.scale(1 / self.grid.scale)  # grid pixels -> CRS
+        self.to_crs = inp.transform @ Affine.scale(1 / self.grid.scale)  # grid pixels -> CRS
         self.stats = {"encodes": 0, "home_tiles": 0, "follow_encodes": 0}
 
     def run(self) -> InputResult:
@@ -133,7 +133,7 @@ class PointRun:
         objects = self._objects()
         negatives = [p for p, o in zip(self.plan.points.points, self.plan.points.owner)
                      if not p.positive and o == self.input_index]
-        self.neg_px = [~self.inp.transform * (p.x, p.y) for p in negatives]
+        self.neg_px = [~self.inp.transform @ (p.x, p.y) for p in negatives]
         work: dict[int, list] = {}
         for obj in objects:
             work.setdefault(obj.home, []).append((obj.index, self._tile_px(obj.home, obj.point.x, obj.point.y)))
@@ -169,7 +169,7 @@ class PointRun:
         out = []
         for k, (p, owner) in enumerate(zip(pts.points, pts.owner)):
             if p.positive and owner == self.input_index:
-                x, y = ~self.inp.transform * (p.x, p.y)
+                x, y = ~self.inp.transform @ (p.x, p.y)
                 out.append(_Object(k, p, self.grid.tile_at(x, y).index))
         return out
 
@@ -178,7 +178,7 @@ class PointRun:
 
     def _tile_px(self, index: int, x: float, y: float) -> tuple[float, float]:
         """A CRS point in a tile's pixels (the model-input frame)."""
-        u, v = ~self._tile(index).transform * (x, y)
+        u, v = ~self._tile(index).transform @ (x, y)
         return (float(u), float(v))
 
     def _clicks(self, tile: Tile, at: tuple[float, float]) -> tuple[Click, ...]:
@@ -284,11 +284,11 @@ class PointRun:
     def _core(self, tile: Tile) -> Polygon:
         """A tile's core in the CRS, from grid coordinates (neighbours' shared edges are the same numbers)."""
         x0, y0, x1, y1 = tile.core_xyxy
-        return Polygon([self.to_crs * xy for xy in ((x0, y0), (x1, y0), (x1, y1), (x0, y1))])
+        return Polygon([self.to_crs @ xy for xy in ((x0, y0), (x1, y0), (x1, y1), (x0, y1))])
 
     def _tiles_under(self, geom) -> list[Tile]:
         inv = ~self.inp.transform
-        xs, ys = zip(*(inv * xy for xy in shapely.get_coordinates(shapely.envelope(geom))))
+        xs, ys = zip(*(inv @ xy for xy in shapely.get_coordinates(shapely.envelope(geom))))
         return [t for t in self.grid.tiles_over(min(xs), min(ys), max(xs), max(ys)) if self._core(t).intersects(geom)]
 
     def _seed(self, known, tile: Tile) -> tuple[float, float] | None:

@@ -51,7 +51,11 @@ def progress_bar(fmt: str = "bar"):
     """A tile progress bar (`fmt` "bar") or JSON lines on stderr ("json")."""
     if fmt == "json":
         return JsonProgress()
-    return tqdm_class()(total=0, unit="tile", desc="tiles", dynamic_ncols=True, delay=1.0)
+    bar = tqdm_class()
+    # a terminal bar waits a second (a short run leaves no bar behind); a notebook's widget shows from the
+    # start, as the cell's record of the run (with a delay a short run showed none: issue 40)
+    return bar(total=0, unit="tile", desc="tiles", dynamic_ncols=True, delay=0.0 if bar.__module__ == "tqdm.notebook"
+               else 1.0)
 
 
 class JsonProgress:

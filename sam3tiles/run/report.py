@@ -1,4 +1,11 @@
-"""The end-of-run report: tiles done / resumed / skipped / failed / saturated, objects, seconds per stage."""
+"""The end-of-run report: tiles done / resumed / skipped / failed / saturated, objects, seconds per stage,
+every file written.
+
+Two readers: the terminal (`summary`: a few lines in a user's words, a unit on every quantity, the merge as
+"N objects crossed tile seams, M duplicates removed", the work folder's purpose, and last every file
+written with its size) and programs (`as_dict`, the JSON beside the output: every figure, the merge's
+internals, every path written in `files`, what each figure counts in `units`).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +15,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..version import __version__
+from ..wording import opt, spoken
 from ..writers import atomic_path
 
 STAGES = ("read", "prompt", "encode", "decode", "vectorize", "merge", "write")
+#: What the report's quantities are in (the JSON's `units`; the text names its units itself).
+UNITS = {"seconds": "s (read, prompt, encode, decode, vectorize: summed over tiles)", "wall_seconds": "s",
+         "tiles_per_second": "tiles per second of wall time",
+         "merge": "counts of parts (a part: one tile's piece of an object) and objects",
+         "merge.coverage": "the input CRS's units squared (square metres on a metre CRS; without a CRS, source "
+                           "pixels)", "files": "paths as written"}
 
 
 @dataclass
@@ -47,7 +61,10 @@ class RunReport:
     points: dict = field(default_factory=dict)
     merge: dict = field(default_factory=dict)
     refine: dict = field(default_factory=dict)  # see refine.RefineStats.add_to
-    checkpoint: dict = field(default_factory=dict)  # work_dir, reused (tile-prompt results), stored, partial_tiles
+    checkpoint: dict = field(default_factory=dict)  # work_dir, reused (tile-prompt results), stored, partial_tiles,
+    # removed (--clean: the work folder was removed after the run)
+    # every path the run wrote: objects (the vector outputs), labels, previews, report, work_dir (None: not written)
+    files: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=lambda: {s: 0.0 for s in STAGES})
     wall_seconds: float = 0.0
     runtime_counters: dict = field(default_factory=dict)
@@ -62,6 +79,7 @@ class RunReport:
         d["tiles_per_second"] = round(self.tiles_per_second, 3)
         d["seconds"] = {k: round(v, 3) for k, v in self.seconds.items()}
         d["wall_seconds"] = round(self.wall_seconds, 3)
+        d["units"] = dict(UNITS)
         return d
 
     def write_json(self, path: str | os.PathLike) -> Path:
@@ -91,22 +109,16 @@ class RunReport:
                 f"{p.get('follow_encodes', 0)} following objects past them)"]
 
     def summary(self) -> str:
-        """A few lines for the terminal."""
-        m = self.merge
+        """A few lines for the terminal, in a user's words (every quantity with its unit); the last lines
+        say where the work folder is and list every file written with its size."""
         lines = [
-            f"tiles: {self.tiles} total, {self.done} done, {self.resumed} resumed, {self.skipped} skipped (nodata), "
-            f"{self.failed} failed, {self.saturated} saturated",
-            "objects: " + str(self.objects) + (" (" + ", ".join(f"{k}: {v}" for k, v in self.objects_by_prompt.items())
-                                               + ")" if self.objects_by_prompt else ""),
+            f"tiles: {self.tiles} in all: {self.done} done, {self.resumed} resumed from checkpoints, {self.skipped} "
+            f"skipped (no data), {self.failed} failed, {self.saturated} saturated (hit SAM 3's 200-object cap)",
+            f"objects: {self.objects}" + (" (" + ", ".join(f"{k}: {v}" for k, v in self.objects_by_prompt.items())
+                                          + ")" if self.objects_by_prompt else ""),
         ]
-        if m:
-            lines.append(f"merge: {m.get('pieces', 0)} pieces -> {m.get('objects', 0)} objects; "
-                         f"{m.get('links', 0)} links, {m.get('stitched', 0)} stitched, "
-                         f"{m.get('duplicates_dropped', 0)} duplicates dropped, largest group "
-                         f"{m.get('largest_group', 0)}, rule violations {m.get('rule_violations', 0)}")
-            for k, c in m.get("coverage", {}).items():  # areas in CRS units squared (see sam3tiles.merge)
-                lines.append(f"  {k}: tiles own {c['owned']:.6g}, out {c['out']:.6g}; dropped uncovered: "
-                             f"{c['duplicates']:.3g} as duplicates, {c['slivers']:.3g} as slivers")
+        if self.merge:
+            lines.append(self._merge_line())
         r = self.refine
         if r.get("refined"):
             per = ", ".join(f"depth {k}: {v} tile(s) -> {r['sub_tiles'].get(str(int(k) + 1), 0)} sub-tiles"
@@ -114,9 +126,10 @@ class RunReport:
             lines.append(f"refined (zoomed in where a prompt hit the 200-object cap): {per}; "
                          f"{r.get('extra_encodes', 0)} extra encodes; "
                          f"{r.get('saturated_at_max_depth', 0)} still saturated at depth {r.get('depth')}")
-        secs = ", ".join(f"{k} {v:.2f}" for k, v in self.seconds.items() if v > 0)
-        lines.append(f"seconds: {secs or '-'}; wall {self.wall_seconds:.2f} ({self.tiles_per_second:.2f} tiles/s)"
-                     + ("; read/encode/decode/vectorize are summed over tiles" if self.tiles > 1 else ""))
+        secs = ", ".join(f"{k} {v:.2f} s" for k, v in self.seconds.items() if round(v, 2) > 0)
+        lines.append(f"time: {self.wall_seconds:.2f} s ({self.tiles_per_second:.2f} tiles/s)"
+                     + (f"; by stage {secs}" if secs else "")
+                     + (" (read, encode, decode, vectorize summed over tiles)" if self.tiles > 1 and secs else ""))
         if self.dashboard:
             lines.append(f"dask dashboard: {self.dashboard}")
         lines += self._provider_lines()
@@ -145,4 +158,54 @@ class RunReport:
         lines.extend(self.output_notes)
         if self.boxes_outside:
             lines.append(f"{self.boxes_outside} example box(es) lie outside every tile and were not used")
-        return "\n".join(lines)
+        return "\n".join([*lines, *self.files_lines()])
+
+    def _merge_line(self) -> str:
+        """The merge in a user's words; its internals (links, groups, coverage) are in the JSON."""
+        m = self.merge
+        line = (f"merge: {_n(m.get('crossed_seams', 0), 'object')} crossed tile seams (joined from the tiles that "
+                f"saw them), {_n(m.get('duplicates_dropped', 0), 'duplicate')} removed")
+        if m.get("slivers_dropped"):
+            line += f", {_n(m['slivers_dropped'], 'sliver')} (thin cut edges) removed"
+        if m.get("rule_violations"):
+            line += (f"; {_n(m['rule_violations'], 'part')} cut at a seam that no neighbouring tile saw "
+                     "(merge.rule_violations in the report)")
+        return line
+
+    def files_lines(self) -> list[str]:
+        """The work folder (what it is for, when it may go) and every file written, with its size."""
+        f, lines = self.files, []
+        work = f.get("work_dir")
+        if work and self.checkpoint.get("removed"):
+            lines.append(spoken(f"work folder {work}: removed after the run ({opt('clean')})"))
+        elif work and os.path.isdir(work):
+            lines.append(spoken(f"work folder {work} ({human_size(_size(work))}): checkpoints, so that a rerun resumes "
+                                f"where this one stopped; delete it once you no longer need to rerun "
+                                f"({opt('clean')} deletes it after a run that had no failed tile)"))
+        outs = list(f.get("objects") or ([self.output] if self.output else []))
+        n = f"{self.objects} object{'' if self.objects == 1 else 's'}"
+        lines.append(f"wrote {n} to {self.output}" if self.output else f"found {n} (no output file)")
+        paths = [*outs, *(f.get("previews") or []), *([f["labels"]] if f.get("labels") else []),
+                 *([f["report"]] if f.get("report") else [])]
+        lines += [f"  {p}  {human_size(_size(p))}" for p in paths if os.path.exists(p)]
+        return lines
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _size(path: str | os.PathLike) -> int:
+    """Bytes of a file, or of every file under a folder (a dataset, an OME-Zarr, the work folder)."""
+    p = Path(path)
+    if p.is_dir():
+        return sum(q.stat().st_size for q in p.rglob("*") if q.is_file())
+    return p.stat().st_size if p.exists() else 0
+
+
+def human_size(n: int) -> str:
+    """Bytes as a person reads them: 830 B, 12.4 kB, 3.1 MB, 2.5 GB (powers of 1000)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"

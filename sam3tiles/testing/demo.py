@@ -158,8 +158,9 @@ def write_scene(path: str | Path, width: int = 4000, height: int = 3000, seed: i
 
 
 def overlay_png(raster: str | Path, layers: list[tuple[gpd.GeoDataFrame, tuple[int, int, int]]],
-                out: str | Path, max_side: int = 1600) -> Path:
-    """A downsampled picture of the raster with polygon outlines drawn on it."""
+                out: str | Path, max_side: int = 1600, legend: list[tuple[str, tuple[int, int, int]]] = ()) -> Path:
+    """A downsampled picture of the raster with polygon outlines drawn on it, and a `legend` of
+    (label, colour) entries in its top-left corner (`draw_legend`)."""
     with rasterio.open(raster) as ds:
         f = max(ds.width, ds.height) / max_side
         w, h = max(1, round(ds.width / max(f, 1))), max(1, round(ds.height / max(f, 1)))
@@ -177,9 +178,33 @@ def overlay_png(raster: str | Path, layers: list[tuple[gpd.GeoDataFrame, tuple[i
                     continue
                 pts = [inv @ xy for xy in poly.exterior.coords]
                 draw.line(pts, fill=colour, width=2 if math.isfinite(pts[0][0]) else 1)
+    if legend:
+        draw_legend(draw, legend)
     out = Path(out)
     img.save(out)
     return out
+
+
+def draw_legend(draw: ImageDraw.ImageDraw, entries, corner: tuple[int, int] = (8, 8), fill=(255, 255, 255),
+                ink=(20, 20, 20)) -> None:
+    """A legend box at `corner`: per (label, colour) entry a swatch (a thick line in the colour, as the
+    picture draws it) and its label, dark text on a white box. `fill`, `ink` and the colours are what
+    `draw` takes (RGB, or a palette index for a paletted picture)."""
+    from PIL import ImageFont
+
+    try:
+        font = ImageFont.load_default(size=14)
+    except TypeError:  # Pillow < 10.1: the bitmap font
+        font = ImageFont.load_default()
+    row, pad, swatch = 20, 8, 28
+    width = max(draw.textlength(label, font=font) for label, _ in entries)
+    x0, y0 = corner
+    draw.rectangle([x0, y0, x0 + 3 * pad + swatch + width, y0 + 2 * pad + row * len(entries) - 4], fill=fill,
+                   outline=ink)
+    for i, (label, colour) in enumerate(entries):
+        y = y0 + pad + row * i + row // 2 - 2
+        draw.line([(x0 + pad, y), (x0 + pad + swatch, y)], fill=colour, width=4)
+        draw.text((x0 + 2 * pad + swatch, y), label, fill=ink, font=font, anchor="lm")
 
 
 def add_overviews(path, min_side: int = 256) -> list[int]:

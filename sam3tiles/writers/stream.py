@@ -218,6 +218,12 @@ class ObjectSpool:
         return sum(self.db.execute("SELECT COUNT(*) FROM objects WHERE input = ?", (i,)).fetchone()[0]
                    for i in inputs)
 
+    def count_multi_tile(self) -> int:
+        """Objects joined from the pieces of more than one tile (they lay across tile seams)."""
+        if not self.rows:
+            return 0
+        return int(self.db.execute("SELECT COUNT(*) FROM objects WHERE n_tiles > 1").fetchone()[0])
+
     def counts_by_prompt(self) -> dict[str, int]:
         """Objects per prompt label, over every input, most first."""
         if not self.rows:

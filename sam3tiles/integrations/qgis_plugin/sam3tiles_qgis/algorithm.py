@@ -2,18 +2,15 @@
 
 The command is found from the Processing setting "sam3tiles command", else $SAM3TILES_CLI (a command line,
 e.g. "/opt/venv/bin/python -m sam3tiles"), else `sam3tiles` on PATH. It runs with `--progress json`
-(one JSON object a line: {"event": "progress", "percent": ...}), which is streamed to the feedback; a
+(one JSON object a line: {"event": "progress", "percent": ...}), which is streamed to the feedback
+(`stream.run_streamed`, which closes the command's pipe and waits for it whatever happens); a
 cancel terminates it (SIGTERM: the command removes its temporary files; its outputs are written under
 temporary names and renamed at the end, so a cancelled run leaves no output behind).
 """
 
-import json
 import os
-import queue
 import shlex
 import shutil
-import subprocess
-import threading
 
 from qgis.core import (QgsProcessing, QgsProcessingAlgorithm, QgsProcessingException,
                        QgsProcessingParameterDefinition, QgsProcessingParameterEnum,
@@ -22,10 +19,9 @@ from qgis.core import (QgsProcessing, QgsProcessingAlgorithm, QgsProcessingExcep
                        QgsProcessingParameterString, QgsProcessingParameterVectorDestination)
 
 from .choices import choices
+from .stream import run_streamed
 
 CLI_SETTING = "SAM3TILES_CLI"
-#: seconds a cancelled command has to clean up before it is killed
-GRACE_SECONDS = 30
 
 
 def cli_command():
@@ -148,62 +144,10 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
     def processAlgorithm(self, parameters, context, feedback):  # noqa: N802
         cmd, out = self.command(parameters, context, feedback)
         feedback.pushCommandInfo(" ".join(shlex.quote(c) for c in cmd))
-        rc, tail = run_streamed(cmd, feedback)
+        rc, tail = run_streamed(cmd, feedback, QgsProcessingException)
         if feedback.isCanceled():
             raise QgsProcessingException("cancelled: the sam3tiles run was stopped and wrote no output "
                                          "(rerun to resume from its checkpointed tiles)")
         if rc != 0:
             raise QgsProcessingException(f"sam3tiles exited with status {rc}: " + " | ".join(tail[-5:]))
         return {"OUTPUT": out}
-
-
-def _reader(stream, lines):
-    for line in iter(stream.readline, ""):
-        lines.put(line.rstrip("\n"))
-    lines.put(None)
-
-
-def run_streamed(cmd, feedback):
-    """Run `cmd`; its JSON progress lines -> feedback progress, other lines -> the log. A cancel
-    terminates it (then kills it after GRACE_SECONDS). Returns (exit status, the last text lines)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONHOME"}  # QGIS's own, not the command's
-    try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                text=True, bufsize=1, env=env)
-    except OSError as e:
-        raise QgsProcessingException(f"cannot start {cmd[0]}: {e}: check the sam3tiles command setting")
-    lines, tail = queue.Queue(), []
-    threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
-    done = False
-    while not done:
-        if feedback.isCanceled() and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        try:
-            line = lines.get(timeout=0.1)
-        except queue.Empty:
-            continue
-        if line is None:
-            done = True
-        else:
-            _show(line, feedback, tail)
-    return proc.wait(), tail
-
-
-def _show(line, feedback, tail):
-    try:
-        event = json.loads(line) if line.startswith("{") else None
-    except ValueError:
-        event = None
-    if isinstance(event, dict) and event.get("event") == "progress":
-        feedback.setProgress(float(event.get("percent", 0.0)))
-    elif isinstance(event, dict) and event.get("event") == "message":
-        feedback.pushInfo(str(event.get("text", "")))
-    elif isinstance(event, dict) and event.get("event") == "end":
-        feedback.setProgress(100.0)
-    elif line.strip():
-        tail.append(line)
-        (feedback.reportError if line.startswith("Error") else feedback.pushInfo)(line)
