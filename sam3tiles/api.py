@@ -43,7 +43,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
             box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs,
-            asset: str | None = _D.asset, progress_format: str = _D.progress_format) -> gpd.GeoDataFrame:
+            asset: str | None = _D.asset, no_mosaic: bool = _D.no_mosaic,
+            progress_format: str = _D.progress_format) -> gpd.GeoDataFrame:
     """Segment one or more rasters with text prompts and/or example boxes; returns the objects.
 
     Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
@@ -98,6 +99,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
         box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
             free margin, see `sam3tiles.prompts.exemplars`); "tile": a box acts only in the tiles it lies in.
         asset, progress_format: STAC inputs' asset key; "bar", or "json" lines on stderr (`run.progress`).
+        no_mosaic: each input on its own (default: files that form one map are one image, docs/many-files.md).
 
     Huge jobs: `segment_report(...)` (same arguments) returns only the `RunReport`, never every object.
     """

@@ -345,7 +345,25 @@ def content_hash(path: str, ds=None) -> str:
     return h.hexdigest()
 
 
+#: Threads that stamp an input's files when it has many (a mosaic's members; a URL's stamp is a request).
+STAMP_THREADS = 16
+
+
+def file_stamps(files) -> tuple:
+    """`file_stamp` of each of `files`, in order; `STAMP_THREADS` at a time when there are many."""
+    files = list(files)
+    if len(files) < 4:
+        return tuple(file_stamp(f) for f in files)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(STAMP_THREADS, len(files)), thread_name_prefix="sam3tiles-stamp") as pool:
+        return tuple(pool.map(file_stamp, files))
+
+
 def changed_files(files, stamps) -> list[str]:
     """Those of `files` whose `file_stamp` is no longer the one in `stamps` (taken when the run planned):
     a file replaced while the run read it (a server's new ETag, a local copy over it)."""
-    return [f for f, old in zip(files, stamps) if old is not None and file_stamp(f) != old]
+    files, stamps = list(files), list(stamps)
+    known = [k for k, old in enumerate(stamps[:len(files)]) if old is not None]
+    now = file_stamps([files[k] for k in known])
+    return [files[k] for k, new in zip(known, now) if new != stamps[k]]
