@@ -228,7 +228,7 @@ class Options:
     no_mosaic: bool = opt(False, "Segment each input on its own. By default inputs that form one map (adjacent "
                                  "or overlapping files of one CRS, pixel size and bands) are read as one image, so "
                                  "objects come out once and whole across file edges (docs/many-files.md).",
-                          job="tiling.no_mosaic", flags=("--no-mosaic",), commands=("segment", "plan"))
+                          job="run.no_mosaic", flags=("--no-mosaic",), commands=("segment", "plan"))
     # -- where GIS tools drive the run (issue 23) ------------------------------------------------------
     progress_format: str = opt("bar", "bar: a progress bar (none with -q); json: one JSON line per update on "
                                       "stderr, even with -q, for programs driving the command line (the QGIS "

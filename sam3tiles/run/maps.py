@@ -152,7 +152,8 @@ def _warn_touching(headers: Sequence[Header]) -> None:
 
 
 def touching_pairs(headers: Sequence[Header]) -> list[tuple[int, int]]:
-    """(i, j), i < j: files whose footprints touch or overlap (within half a pixel), from one STRtree."""
+    """(i, j), i < j: files of one CRS whose footprints touch or overlap (within half a pixel), from one STRtree
+    (footprints in two CRSs are not comparable: such files are never neighbours)."""
     import shapely
 
     boxes = [shapely.box(*h.bounds) for h in headers]
@@ -160,7 +161,7 @@ def touching_pairs(headers: Sequence[Header]) -> list[tuple[int, int]]:
     grown = [b.buffer(abs(h.transform.a) / 2, join_style="mitre") if h.crs is not None else b
              for b, h in zip(boxes, headers)]
     a, b = tree.query(grown, predicate="intersects")
-    return sorted({(int(i), int(j)) for i, j in zip(a, b) if i < j})
+    return sorted({(int(i), int(j)) for i, j in zip(a, b) if i < j and headers[i].crs == headers[j].crs})
 
 
 def compatible(a: Header, b: Header) -> str | None:
@@ -338,9 +339,22 @@ def one_at_a_time(layout: Layout, grid) -> int:
                for m in layout.members)
 
 
-def hole_tiles(layout: Layout, tiles) -> int:
-    """Tiles whose window touches no file of the mosaic (skipped without a read)."""
-    return sum(1 for t in tiles if not len(layout.touching(t.src_window)))
+def hole_tiles(layout: Layout, grid) -> int:
+    """Grid tiles whose window touches no file of the mosaic (skipped without a read). Each file marks the
+    rows and columns of tiles its box meets: members x (rows + cols), not members x tiles."""
+    rows, cols = grid.shape
+    covered = np.zeros((rows, cols), bool)
+    w, h = grid.scaled_wh
+    x0 = np.arange(cols) * grid.stride
+    y0 = np.arange(rows) * grid.stride
+    x1 = np.minimum(x0 + grid.tile_size, np.ceil(w - 1e-9))
+    y1 = np.minimum(y0 + grid.tile_size, np.ceil(h - 1e-9))
+    for c0, r0, c1, r1 in layout.boxes * grid.scale:
+        cs = np.flatnonzero((x0 < c1) & (x1 > c0))
+        rs = np.flatnonzero((y0 < r1) & (y1 > r0))
+        if len(cs) and len(rs):
+            covered[rs[0]:rs[-1] + 1, cs[0]:cs[-1] + 1] = True
+    return int((~covered).sum())
 
 
 def map_facts(inp) -> dict:
@@ -356,7 +370,7 @@ def map_facts(inp) -> dict:
     covered, overlap = coverage(lay.members, lay.width, lay.height)
     area = float(lay.width * lay.height)
     return {**facts, "mosaic": True, "tiles_one_at_a_time": one_at_a_time(lay, inp.grid),
-            "hole_tiles": hole_tiles(lay, inp.tiles()) if inp.grid is not None else 0,
+            "hole_tiles": hole_tiles(lay, inp.grid) if inp.grid is not None else 0,
             "holes": round(1 - covered / area, 4), "overlaps": round(overlap / area, 4)}
 
 
