@@ -38,8 +38,13 @@ def scores(objects, truth) -> dict:
 
 
 @pytest.fixture(scope="module")
-def one_file(scene, tmp_path_factory):
-    report, objects = run(scene.path, tmp_path_factory.mktemp("one") / "one.gpkg")
+def one_file_run(scene, tmp_path_factory):
+    return run(scene.path, tmp_path_factory.mktemp("one") / "one.gpkg")
+
+
+@pytest.fixture(scope="module")
+def one_file(scene, one_file_run):
+    report, objects = one_file_run
     return report, scores(objects, scene.truth)
 
 
@@ -211,12 +216,12 @@ def test_inputs_in_two_crss_are_two_maps_said_in_the_plan_and_the_report(scene, 
         segment_report(inputs, PROMPTS, backend="reference", out=str(tmp_path / "one.gpkg"), checkpoint=False)
 
 
-def test_two_files_of_the_same_ground_give_each_dates_objects_as_two_single_file_runs(scene, tmp_path):
-    later = write_scene(tmp_path / "later.tif", 2000, 1500, seed=4)  # another date, inside the first
+def test_two_files_of_the_same_ground_give_each_dates_objects_as_two_single_file_runs(scene, one_file_run, tmp_path):
+    later = write_scene(tmp_path / "later.tif", 1500, 1200, seed=4)  # another date, inside the first
     report, objects = run([str(scene.path), str(later.path)], tmp_path / "both.gpkg")
     assert [m["files"] for m in report.maps] == [1, 1] and "same ground" in report.map_notes[0]
-    for path in (scene.path, later.path):
-        _, single = run(str(path), tmp_path / f"{path.stem}-alone.gpkg")
+    singles = {scene.path: one_file_run[1], later.path: run(str(later.path), tmp_path / "later.gpkg")[1]}
+    for path, single in singles.items():
         mine = objects[objects["source"] == str(path)]
         assert len(mine) == len(single)
         assert sorted(mine.geometry.area.round(3)) == sorted(single.geometry.area.round(3))
@@ -262,3 +267,111 @@ def test_stac_items_lists_globs_and_remote_cogs_form_one_mosaic_beside_an_unrela
     mosaic = objects[objects["source"] != str(far)]
     assert_like_one_file(report, mosaic, scene.truth, one_file, other_tiles=1)
     assert any(s.startswith("http://") for s in mosaic["source"]) and (objects["source"] == str(far)).sum() == 1
+
+
+# -- provenance, checkpoints, per-file outputs, the plan and the report (issue 38, items 4 and 2) ------------
+
+def test_source_names_every_file_an_objects_pixels_came_from_in_every_format(scene, tmp_path):
+    import numpy as np
+    import shapely
+
+    from sam3tiles.readers.mosaic import SEPARATOR
+
+    files = split_raster(scene.path, tmp_path / "files", overlap=200)
+    inputs, work = str(tmp_path / "files" / "*.tif"), str(tmp_path / "work")  # the other formats resume
+    _, objects = run(inputs, tmp_path / "o.gpkg", checkpoint=True, work_dir=work)
+    names = [str(p.path) for p in files]  # the map's order: the glob's, sorted
+    boxes = {str(p.path): shapely.box(*rasterio_bounds(p.path)) for p in files}
+    several = 0
+    for geom, source in zip(objects.geometry, objects["source"]):
+        listed = source.split(SEPARATOR)
+        assert listed == sorted(listed, key=names.index)  # in the map's order, each once
+        assert all(boxes[f].intersects(geom) for f in listed)  # a file its pixels could come from
+        assert any(boxes[f].contains(geom.centroid) for f in listed)
+        several += len(listed) > 1
+    field = objects[objects["prompt"] == "yellow"]
+    assert len(field) == 1 and len(field["source"].iloc[0].split(SEPARATOR)) >= 2  # larger than a file
+    assert 0 < several < len(objects)
+    for fmt in ("parquet", "fgb"):  # one joined string in every format: outputs stay combinable
+        other = segment_report(inputs, PROMPTS, backend="reference", out=str(tmp_path / f"o.{fmt}"), work_dir=work)
+        assert other.objects == len(objects) and other.resumed == 9
+        got = gpd.read_parquet(tmp_path / "o.parquet") if fmt == "parquet" else gpd.read_file(tmp_path / "o.fgb")
+        assert np.array_equal(got.sort_values("id")["source"].to_numpy(),
+                              objects.sort_values("id")["source"].to_numpy())
+
+
+def rasterio_bounds(path):
+    import rasterio
+
+    with rasterio.open(path) as ds:
+        return tuple(ds.bounds)
+
+
+def test_a_changed_or_added_file_recomputes_only_the_tiles_it_touches(scene, one_file, tmp_path):
+    import os
+    import shutil
+
+    import rasterio
+
+    files = tmp_path / "files"
+    split_raster(scene.path, files, missing=((1, 1),))
+    inputs, out, work = str(files / "*.tif"), tmp_path / "o.gpkg", tmp_path / "work"
+    first = segment_report(inputs, PROMPTS, backend="reference", out=str(out), work_dir=str(work))
+    assert first.resumed == 0 and first.done + first.skipped == 9
+    # a file rewritten (new content stamp): the 4 tiles its window meets (tile cols 1-2 x rows 1-2) recompute
+    data = rasterio.open(files / "r2c2.tif").read()
+    with rasterio.open(files / "r2c2.tif", "r+") as ds:
+        ds.write(data)
+    os.utime(files / "r2c2.tif", ns=(1, 1))
+    again = segment_report(inputs, PROMPTS, backend="reference", out=str(out), work_dir=str(work), overwrite=True)
+    assert (again.resumed, again.done) == (5, 4)
+    # the missing file added (inside the map's extent: the grid stays): every tile it meets recomputes
+    # (all nine: it is the middle file), and the map is the one file's
+    split_raster(scene.path, tmp_path / "all")
+    shutil.copy(tmp_path / "all" / "r1c1.tif", files / "r1c1.tif")
+    third, objects = run(inputs, out, work_dir=str(work), overwrite=True, checkpoint=True)
+    assert third.resumed + third.done == 9 and third.done >= 1
+    assert_like_one_file(third, objects, scene.truth, one_file)
+
+
+def test_out_folder_gives_each_object_to_the_file_that_holds_its_centroid(scene, tmp_path):
+    import shapely
+
+    files = split_raster(scene.path, tmp_path / "files", overlap=240)
+    inputs, work = str(tmp_path / "files" / "*.tif"), str(tmp_path / "work")
+    _, combined = run(inputs, tmp_path / "one.gpkg", checkpoint=True, work_dir=work)
+    (tmp_path / "out").mkdir()
+    report = segment_report(inputs, PROMPTS, backend="reference", out=str(tmp_path / "out"), work_dir=work)
+    assert report.objects == len(combined) and report.resumed == 9  # the same map, the same tiles
+    seen = []
+    for p in files:
+        got = gpd.read_file(tmp_path / "out" / f"{p.path.stem}.gpkg")
+        box = shapely.box(*rasterio_bounds(p.path))
+        assert all(box.covers(c) for c in got.geometry.centroid)  # each in a file that holds its centroid
+        seen += got["id"].tolist()
+        assert (tmp_path / "out" / f"{p.path.stem}.gpkg.preview.png").exists()
+    assert sorted(seen) == sorted(combined["id"])  # every object once, with the map's id
+
+
+def test_the_plan_and_the_report_show_the_mosaic(scene, tmp_path):
+    from click.testing import CliRunner
+
+    from sam3tiles.cli.main import cli
+
+    split_raster(scene.path, tmp_path / "files", overlap=150, missing=((0, 2),))
+    inputs = str(tmp_path / "files" / "*.tif")
+    r = CliRunner().invoke(cli, ["plan", inputs, "--out", str(tmp_path / "grid.gpkg")])
+    assert r.exit_code == 0, r.output
+    assert "inputs: 8 files as 1 map(s), 1 of them mosaic(s)" in r.output
+    assert "a mosaic of 8 files" in r.output and "tiles: 9 (3 rows x 3 cols)" in r.output
+    # each file alone fits one tile (8), but its objects would be cut; the hole: the missing file's cell but
+    # the 75 px its neighbours reach into it: 725 x 525 px of 2400 x 1800
+    line = next(ln for ln in r.output.splitlines() if "one file at a time" in ln)
+    assert "9 tile(s) (8 one file at a time); holes 8.8%" in line and "overlaps " in line
+    assert len(gpd.read_file(tmp_path / "grid.gpkg")) == 9
+    report, _ = run(inputs, tmp_path / "o.gpkg")
+    (m,) = report.maps
+    assert (m["files"], m["tiles"], m["tiles_one_at_a_time"]) == (8, 9, 8)
+    assert m["holes"] == round(725 * 525 / (W * H), 4)
+    summary = report.summary()
+    assert "maps: 1 from 8 files" in summary and f"{m['map']}: 9 tiles (8 one file at a time)" in summary
