@@ -375,3 +375,76 @@ def test_the_plan_and_the_report_show_the_mosaic(scene, tmp_path):
     assert m["holes"] == round(725 * 525 / (W * H), 4)
     summary = report.summary()
     assert "maps: 1 from 8 files" in summary and f"{m['map']}: 9 tiles (8 one file at a time)" in summary
+
+
+# -- exemplars, labels and the quicklook on a mosaic (issue 38, item 5) ------------------------------------
+
+def test_example_boxes_images_labels_and_the_quicklook_act_on_the_whole_mosaic(scene, tmp_path):
+    import numpy as np
+    import rasterio
+    from PIL import Image
+    from rasterio.windows import Window
+
+    building = scene.truth[scene.truth["class"] == "blue"].geometry.iloc[0]
+    box = tuple(building.buffer(1.0).bounds)  # map coordinates
+    car = scene.truth[scene.truth["class"] == "red"].geometry.iloc[0]
+    with rasterio.open(scene.path) as ds:  # an example image: a chip around a vehicle, as from another image
+        row, col = ds.index(car.centroid.x, car.centroid.y)
+        win = Window(col - 24, row - 24, 48, 48)
+        prof = dict(ds.profile, width=48, height=48, transform=ds.window_transform(win), tiled=False)
+        with rasterio.open(tmp_path / "chip.tif", "w", **prof) as chip:
+            chip.write(ds.read(window=win))
+    split_raster(scene.path, tmp_path / "files", overlap=160)
+    got = {}
+    for name, inputs in (("one", str(scene.path)), ("mosaic", str(tmp_path / "files" / "*.tif"))):
+        report = segment_report(inputs, [], boxes=[box], example_images=[str(tmp_path / "chip.tif")],
+                                backend="reference", out=str(tmp_path / f"{name}.gpkg"),
+                                labels=str(tmp_path / f"{name}.tif"), checkpoint=False)
+        assert report.exemplars["pasted"] > 0
+        with rasterio.open(tmp_path / f"{name}.tif") as lab:
+            got[name] = (gpd.read_file(tmp_path / f"{name}.gpkg"), lab.read(1), lab.transform,
+                         np.asarray(Image.open(tmp_path / f"{name}.gpkg.preview.png").convert("RGB"), np.int16))
+    one, mosaic = got["one"], got["mosaic"]
+    assert len(mosaic[0]) == len(one[0]) > 10
+    assert sorted(mosaic[0].geometry.area.round(2)) == sorted(one[0].geometry.area.round(2))
+    assert mosaic[2] == one[2] and mosaic[1].shape == (H, W)  # one label image, on the mosaic's grid
+    assert ((mosaic[1] > 0) == (one[1] > 0)).mean() > 0.9999
+    assert mosaic[3].shape == one[3].shape  # the quicklook shows the whole map
+    picture = slice(0, one[3].shape[0] - 80)  # above the legend
+    assert np.abs(mosaic[3][picture] - one[3][picture]).mean() < 1.0
+
+
+def test_the_quicklook_of_several_maps_outlines_a_mosaics_objects_on_its_panel(tmp_path):
+    from types import SimpleNamespace
+
+    import numpy as np
+    import shapely
+
+    from sam3tiles.options import Options
+    from sam3tiles.run.maps import group_inputs
+    from sam3tiles.units import Frame
+    from sam3tiles.writers.quicklook import Quicklook
+
+    a = _flat_at(tmp_path / "a.tif", 50, 40, 20, col=0, row=0)
+    b = _flat_at(tmp_path / "b.tif", 50, 40, 20, col=40, row=0)
+    far = _flat_at(tmp_path / "far.tif", 50, 40, 20, col=400, row=0)
+    maps = [g.path for g in group_inputs([str(a), str(b), str(far)], Options()).maps]
+    frames = []
+    for path in maps:
+        with open_source_of(path) as src:
+            frames.append(Frame(src.crs, src.transform, src.width, src.height))
+    results = [SimpleNamespace(source=p, frame=f, picture=np.zeros((f.height, f.width, 3), np.uint8), marks=[])
+               for p, f in zip(maps, frames)]
+    q = Quicklook(results, ["blue"])
+    x0, y0 = 400000, 5000000  # an object across the seam of a and b, one in far
+    objs = gpd.GeoDataFrame({"prompt": ["blue", "blue"], "source": [f"{a} | {b}", str(far)]},
+                            geometry=[shapely.box(x0 + 15, y0 - 8, x0 + 25, y0 - 2),
+                                      shapely.box(x0 + 205, y0 - 8, x0 + 215, y0 - 2)], crs="EPSG:32633")
+    q.draw(objs)
+    assert all(np.asarray(img).any() for img in q.images)  # each panel got its object's outline
+
+
+def open_source_of(path):
+    from sam3tiles.readers import open_source
+
+    return open_source(path)
