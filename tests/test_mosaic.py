@@ -363,7 +363,7 @@ def test_the_plan_and_the_report_show_the_mosaic(scene, tmp_path):
     r = CliRunner().invoke(cli, ["plan", inputs, "--out", str(tmp_path / "grid.gpkg")])
     assert r.exit_code == 0, r.output
     assert "inputs: 8 files as 1 map(s), 1 of them mosaic(s)" in r.output
-    assert "a mosaic of 8 files" in r.output and "tiles: 9 (3 rows x 3 cols)" in r.output
+    assert "mosaic of 8 files" in r.output and "tiles: 9 (3 rows x 3 cols)" in r.output
     # each file alone fits one tile (8), but its objects would be cut; the hole: the missing file's cell but
     # the 75 px its neighbours reach into it: 725 x 525 px of 2400 x 1800
     line = next(ln for ln in r.output.splitlines() if "one file at a time" in ln)

@@ -66,8 +66,8 @@ def _show_map(inp, name: str, opts, prompts: int, report, report_path):
 
     everything = tile_plan(inp, report=report)
     grid = everything[everything["depth"] == 0]
-    kind = f" (a mosaic of {len(inp.paths)} files)" if len(inp.paths) > 1 else ""
-    click.echo(f"{name}{kind}: {inp.width} x {inp.height} px, {inp.band_count} band(s) {inp.dtype}, "
+    mosaic = len(inp.paths) > 1  # its name says so: "mosaic of N files (first ... last)"
+    click.echo(f"{name}: {inp.width} x {inp.height} px, {inp.band_count} band(s) {inp.dtype}, "
                f"CRS {inp.crs.to_string() if inp.crs else 'none (pixel coordinates)'}")
     st = inp.stretch
     click.echo(f"bands used: {','.join(map(str, inp.bands))}; stretch: "
@@ -78,14 +78,14 @@ def _show_map(inp, name: str, opts, prompts: int, report, report_path):
     todo, minutes = n - skipped, (n - skipped) * (ENCODE_S + DECODE_S * prompts) / 60
     click.echo(f"model calls: {todo} encodes, {todo * prompts} decodes; at ~{ENCODE_S} s + {DECODE_S} s "
                f"per prompt on a desktop GPU: ~{minutes:.1f} GPU-minutes")
-    if kind:
+    if mosaic:
         click.echo(inp.describe())
     click.echo(refine_line(opts))
     for line in exemplar_lines([inp]):
         click.echo(line)
     if report is not None:
         click.echo(_refined_line(everything, report_path, name))
-    if kind:
+    if mosaic:
         everything["map"] = str(inp.path)
     return everything
 

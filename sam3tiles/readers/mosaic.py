@@ -225,7 +225,7 @@ class MosaicSource(Source):
             m = self._mosaic.members[k]
             if len(self._members_open) >= OPEN_MEMBERS:
                 self._members_open.popitem(last=False)[1].close()
-            src = RasterSource(m.path, bands=self.bands, stretch=self.stretch)
+            src = _Member(m.path, bands=self.bands, stretch=self.stretch)
             if (src.width, src.height) != (m.width, m.height):
                 src.close()
                 raise RasterReadError(f"{m.path} is {src.width}x{src.height} px, not the {m.width}x{m.height} px it "
@@ -234,32 +234,50 @@ class MosaicSource(Source):
         return src
 
     def read_window(self, window, out_wh: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-        """The window composed from the members it touches by the overlap rule (module doc)."""
+        """The window composed from the members it touches by the overlap rule (module doc). A pixel only
+        one member covers is copied as read; the rule's distances are computed only where members overlap."""
         w, h = out_wh
         rgb = np.zeros((3, h, w), np.uint8)
         valid = np.zeros((h, w), bool)
-        touching = self._mosaic.touching(window)
         sx, sy = float(window.width) / w, float(window.height) / h
-        best = np.full((h, w), np.inf) if len(touching) > 1 else None
-        t = self.transform
-        for k in touching:
-            part = _part(self._mosaic.members[k], window, sx, sy, w, h)
-            if part is None:
-                continue
-            (j0, j1, i0, i1), sub = part
+        parts = [(int(k), *p) for k in self._mosaic.touching(window)
+                 if (p := _part(self._mosaic.members[k], window, sx, sy, w, h)) is not None]
+        cover = np.zeros((h, w), np.uint8)  # how many members cover each output pixel
+        for _, (j0, j1, i0, i1), _ in parts:
+            cover[i0:i1, j0:j1] += 1
+        best = None  # squared distance to the centre of the member a shared pixel came from
+        for k, (j0, j1, i0, i1), sub in parts:
             prgb, pvalid = self._member(k).read_window(sub, (j1 - j0, i1 - i0))
-            if best is None:  # one member: nothing to choose
-                rgb[:, i0:i1, j0:j1], valid[i0:i1, j0:j1] = prgb, pvalid
+            n = cover[i0:i1, j0:j1]
+            out, ok = rgb[:, i0:i1, j0:j1], valid[i0:i1, j0:j1]
+            if n.max() == 1:  # nobody else covers these pixels
+                out[...], ok[...] = prgb, pvalid
                 continue
-            cx, cy = self._mosaic.members[k].centre
-            dx = (float(window.col_off) + (np.arange(j0, j1) + 0.5) * sx - cx) * abs(t.a)
-            dy = (float(window.row_off) + (np.arange(i0, i1) + 0.5) * sy - cy) * abs(t.e)
-            d = dy[:, None] ** 2 + dx[None, :] ** 2
-            take = pvalid & (d < best[i0:i1, j0:j1])
-            best[i0:i1, j0:j1][take] = d[take]
-            rgb[:, i0:i1, j0:j1][:, take] = prgb[:, take]
-            valid[i0:i1, j0:j1] |= take
+            shared = n > 1
+            alone = pvalid & ~shared
+            np.copyto(out, prgb, where=alone[None])
+            ok |= alone
+            rows, cols = np.flatnonzero(shared.any(axis=1)), np.flatnonzero(shared.any(axis=0))
+            a0, a1, b0, b1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+            if best is None:
+                best = np.full((h, w), np.inf, np.float32)
+            d = self._distances(k, window, sx, sy, (j0 + b0, j0 + b1, i0 + a0, i0 + a1))
+            near = best[i0 + a0:i0 + a1, j0 + b0:j0 + b1]
+            take = pvalid[a0:a1, b0:b1] & shared[a0:a1, b0:b1] & (d < near)
+            np.copyto(near, d, where=take)
+            np.copyto(out[:, a0:a1, b0:b1], prgb[:, a0:a1, b0:b1], where=take[None])
+            ok[a0:a1, b0:b1] |= take
         return rgb, valid
+
+    def _distances(self, k: int, window, sx: float, sy: float, rect) -> np.ndarray:
+        """Squared distances (CRS units) from member `k`'s centre to the centres of the output pixels `rect`
+        (j0, j1, i0, i1) of `window` resampled by `sx`, `sy` source pixels per output pixel."""
+        j0, j1, i0, i1 = rect
+        cx, cy = self._mosaic.members[k].centre
+        t = self.transform
+        dx = ((float(window.col_off) + (np.arange(j0, j1) + 0.5) * sx - cx) * abs(t.a)).astype(np.float32)
+        dy = ((float(window.row_off) + (np.arange(i0, i1) + 0.5) * sy - cy) * abs(t.e)).astype(np.float32)
+        return dy[:, None] ** 2 + dx[None, :] ** 2
 
     def compute_stretch(self, percentiles: tuple[float, float] = (2.0, 98.0)) -> Stretch:
         """One stretch for the whole map: percentiles of the valid pixels of decimated reads of up to
@@ -288,6 +306,13 @@ class MosaicSource(Source):
         lo, hi = np.percentile(pooled, percentiles)
         hi = hi if hi > lo else lo + 1.0
         return Stretch(lo=(float(lo),) * len(self.bands), hi=(float(hi),) * len(self.bands))
+
+
+class _Member(RasterSource):
+    """A mosaic's member as a worker opens it: its file was checked when the map was planned (truncation,
+    its first and last block), so it is opened without those probes (a tile may open dozens of members)."""
+
+    _probe_file = False
 
 
 def _part(m: Member, window, sx: float, sy: float, w: int, h: int):

@@ -379,7 +379,7 @@ def mosaic_line(inp) -> str:
     f = map_facts(inp)
     stretch = "" if inp.stretch is None else f", stretched {inp.stretch.lo[0]:g}..{inp.stretch.hi[0]:g}"
     holes = f", {f['hole_tiles']} over holes only (skipped unread)" if f["hole_tiles"] else ""
-    return (f"{inp.path}: a mosaic of {f['files']} files, {inp.width} x {inp.height} px, bands "
+    return (f"{inp.path}: {inp.width} x {inp.height} px, bands "
             f"{','.join(map(str, inp.bands))} {inp.dtype}{stretch}, {f['crs']}: {inp.n_tiles} tile(s){holes} "
             f"({f['tiles_one_at_a_time']} one file at a time); holes {f['holes']:.1%}, overlaps {f['overlaps']:.1%} "
             "of its area")

@@ -331,7 +331,8 @@ def check_maps(paths: list[str], planned: Sequence[InputPlan], opts: Options, pe
     check_plan(paths, [crs_of[p] for p in paths], [i.n_tiles for i in planned], opts, per_input=per_input,
                reads=reads, writes=writes)
     if labels is not None and len(planned) > 1:
-        raise UsageError(f"{opt('labels')} writes the label image of one map, but the inputs form {len(planned)} maps "
+        raise UsageError(f"{opt('labels')} writes the label image of one input (or one map of several files), but the "
+                         f"inputs form {len(planned)} maps "
                          f"({', '.join(os.path.basename(i.paths[0]) for i in planned[:3])}"
                          f"{', ...' if len(planned) > 3 else ''}): segment one map per run to get its labels")
     mosaic = next((i for i in planned if i.member_ids), None)
