@@ -448,3 +448,47 @@ def open_source_of(path):
     from sam3tiles.readers import open_source
 
     return open_source(path)
+
+
+def test_a_mosaic_path_of_thousands_of_files_travels_small_and_is_unpickled_once_per_process():
+    import pickle
+
+    from sam3tiles.readers.mosaic import Layout, Member, MosaicPath
+
+    members = tuple(Member(f"/data/county/tiles/ortho_{k:05d}.tif", 300 * (k % 50), 300 * (k // 50), 300, 300,
+                           (f"/data/county/tiles/ortho_{k:05d}.tif",)) for k in range(2000))
+    layout = Layout(members, 15000, 12000, (0.3, 0, 5e5, 0, -0.3, 4.1e6), "", (1, 2, 3), 3, "uint8")
+    path = MosaicPath("mosaic of 2000 files", layout)
+    blob = pickle.dumps(path)
+    assert len(blob) < 40_000  # a read task on a cluster carries it (277 KB unpacked)
+    a, b = pickle.loads(blob), pickle.loads(blob)
+    assert a == path and isinstance(a, MosaicPath) and a.layout is b.layout  # one layout per worker process
+    assert a.layout.members == members and a.layout.touching(_window(310, 10, 5, 5)).tolist() == [1]
+
+
+def _window(col, row, width, height):
+    from rasterio.windows import Window
+
+    return Window(col, row, width, height)
+
+
+def test_files_whose_changes_cannot_be_told_are_named_once_for_the_whole_mosaic(tmp_path, caplog):
+    import logging
+
+    import numpy as np
+    from affine import Affine
+
+    from sam3tiles.options import Options
+    from sam3tiles.run.plan import plan_run
+    from sam3tiles.run.targets import Targets
+    from sam3tiles.testing import write_raster
+
+    paths = [f"/vsimem/mosaic-{k}.tif" for k in range(3)]  # GDAL's memory files: no size, time or ETag
+    for k, p in enumerate(paths):
+        write_raster(p, np.full((3, 20, 30), 90, np.uint8), transform=Affine(0.5, 0, 400000 + 15 * k, 0, -0.5, 5e6))
+    with caplog.at_level(logging.WARNING):
+        plan = plan_run(paths, ["red"], targets=Targets(out=str(tmp_path / "o.gpkg")),
+                        options=Options(backend="reference"))
+    assert [len(i.paths) for i in plan.inputs] == [3]
+    said = [r.getMessage() for r in caplog.records if "cannot tell whether" in r.getMessage()]
+    assert len(said) == 1 and "3 file(s)" in said[0], said

@@ -290,9 +290,10 @@ def source_files(ds, path: str) -> list[str]:
 
 
 def input_identity(path: str, files: list[str], bands, verify: bool = False, ds=None,
-                   stamps: list | None = None) -> str:
+                   stamps: list | None = None, warn: bool = True) -> str:
     """A 16-hex-digit identity of input `path` whose pixels come from `files` (see the module doc);
-    `stamps`: their `file_stamp`s, when the caller has them."""
+    `stamps`: their `file_stamp`s, when the caller has them; `warn`: say when a file's is unknown (a
+    mosaic says it once for all its files)."""
     h = hashlib.sha256()
     h.update(f"{_name(path)}|{bands}".encode())
     unknown = []
@@ -305,7 +306,7 @@ def input_identity(path: str, files: list[str], bands, verify: bool = False, ds=
             unknown.append(f)
             stamp = f"unknown:{f}:{uuid.uuid4().hex}"  # matches nothing stored before, in any process
         h.update(stamp.encode())
-    if unknown:
+    if unknown and warn:
         log.warning(spoken("%s: cannot tell whether %s changed since an earlier run (no size/time/ETag): its "
                            f"checkpoints will not be reused; {opt('verify_inputs')} hashes its content instead"),
                     path, unknown[0])
