@@ -41,12 +41,12 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             refine: str = _D.refine, refine_depth: int = _D.refine_depth, min_area: float = _D.min_area,
             max_area: float | None = _D.max_area, min_score: float = _D.min_score, simplify: float = _D.simplify,
             layer: str | None = _D.layer, geojson_crs: str = _D.geojson_crs, qupath_type: str = _D.qupath_type,
-            no_preview: bool = _D.no_preview, clean: bool = _D.clean,
-            retries: int = _D.retries, strict: bool = _D.strict,
-            progress: bool = _D.progress, max_in_flight: int | None = _D.max_in_flight,
+            no_preview: bool = _D.no_preview, clean: bool = _D.clean, retries: int = _D.retries,
+            strict: bool = _D.strict, progress: bool = _D.progress, max_in_flight: int | None = _D.max_in_flight,
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
-            box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs, asset: str | None = _D.asset,
+            box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs,
+            asset: str | None = _D.asset, no_mosaic: bool = _D.no_mosaic,
             progress_format: str = _D.progress_format) -> gpd.GeoDataFrame:
     """Segment one or more rasters with text prompts and/or example boxes, or point prompts; returns the objects.
 
@@ -70,19 +70,18 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
         out: write the objects there (.gpkg, .parquet, .fgb, .geojson, .coco.json; "name.parquet/": a
             partitioned GeoParquet dataset), or into a folder (one .gpkg per input); with `out`,
             checkpoints are kept beside it and a rerun resumes.
-        overwrite: replace an existing output.
-        labels: also write a uint32 label pyramid aligned with the (single) input (values = `id`): `.tif` (COG
-            GeoTIFF; a slide's: pyramidal OME-TIFF) or `.ome.zarr` (see `writers.labels`).
-        work_dir, fresh, checkpoint: checkpoint folder; ignore checkpoints; keep none at all.
-        report_path: the run report JSON (default: beside `out`).
+        overwrite, labels: replace an existing output; also write a uint32 label pyramid aligned with the
+            (single) input (values = `id`): `.tif` (COG; a slide's: pyramidal OME-TIFF) or `.ome.zarr`.
+        work_dir, fresh, checkpoint, report_path: checkpoint folder; ignore checkpoints; keep none at all; the
+            run report JSON (default: beside `out`).
         client: a `distributed.Client` to run on (default: an in-process cluster, or `scheduler`).
         options: an `Options` value; the keywords below override its fields (on a copy).
         backend: "onnx" (SAM 3 model files), "reference" (a colour-matching stand-in, no weights) or
             "simulated"; the model backend registry may accept more.
         model, device, precision, threads: the ONNX model folder, "auto"/"cpu"/"cuda"/"tensorrt"/"coreml"/"dml",
             "auto"/"fp32"/"tf32" (CUDA's TF32 off/on)/"fp16" (TensorRT), onnxruntime threads.
-        workers, scheduler: CPU threads of a local run; a dask.distributed scheduler address.
-        worker_timeout: seconds a cluster run waits for a model worker when none is left (then exit 4).
+        workers, scheduler, worker_timeout: CPU threads of a local run; a dask.distributed scheduler address;
+            seconds a cluster run waits for a model worker when none is left (then exit 4).
         tile_size, overlap: tile side and overlap in (scaled) pixels (tile_size at most 1008); an overlap
             below 1 is a fraction of the tile side (0.2 -> 202 px of 1008).
         scale, gsd: uniform zoom, or a target ground sampling distance (CRS units per pixel).
@@ -102,7 +101,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
         verify_inputs: tell changed inputs by a hash of their content (checkpoints), not size/time/ETag.
         box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
             free margin, see `sam3tiles.prompts.exemplars`); "tile": a box acts only in the tiles it lies in.
-        asset, progress_format: STAC inputs' asset key; "bar", or "json" lines on stderr (`run.progress`).
+        asset, progress_format, no_mosaic: STAC inputs' asset key; "bar", or "json" lines on stderr
+            (`run.progress`); each input on its own (default: files of one map are one image: docs/many-files.md).
 
     Huge jobs: `segment_report(...)` (same arguments) returns only the `RunReport`, never every object.
     """

@@ -230,6 +230,10 @@ class Options:
     asset: str | None = opt(None, "STAC inputs (item JSON files or URLs, or a saved search): the key of the "
                                   "asset to segment (job files: the top-level key `asset`).",
                             flags=("--asset",), commands=("segment", "plan"))
+    no_mosaic: bool = opt(False, "Segment each input on its own. By default inputs that form one map (adjacent "
+                                 "or overlapping files of one CRS, pixel size and bands) are read as one image, so "
+                                 "objects come out once and whole across file edges (docs/many-files.md).",
+                          job="run.no_mosaic", flags=("--no-mosaic",), commands=("segment", "plan"))
     # -- where GIS tools drive the run (issue 23) ------------------------------------------------------
     progress_format: str = opt("bar", "bar: a progress bar (none with -q); json: one JSON line per update on "
                                       "stderr, even with -q, for programs driving the command line (the QGIS "

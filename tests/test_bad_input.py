@@ -1277,6 +1277,37 @@ DOORS40_CASES: dict[str, Case] = {
 CASES.update(DOORS40_CASES)
 
 
+# -- many files as one map (issue 38) ----------------------------------------------------------------------
+
+def _halves(tmp, gap: int = 0, damaged: bool = False):
+    """The square scene cut at column 140 (through the square) into two files in tmp/halves/, the right one
+    `gap` px further right (a gap: two maps); `damaged`: the right one truncated. Returns the glob."""
+    d = tmp / "halves"
+    d.mkdir(exist_ok=True)
+    data = square_image()
+    for name, c0, c1 in (("left.tif", 0, 140), ("right.tif", 140, data.shape[2])):
+        at = rasterio.Affine(PIXEL, 0, ORIGIN[0] + (c0 + (gap if c0 else 0)) * PIXEL, 0, -PIXEL, ORIGIN[1])
+        write(d / name, np.ascontiguousarray(data[:, :, c0:c1]), transform=at, compress=None, tiled=False)
+    if damaged:
+        raw = (d / "right.tif").read_bytes()
+        (d / "right.tif").write_bytes(raw[: len(raw) // 2])
+    return str(d / "*.tif")
+
+
+MOSAIC_CASES: dict[str, Case] = {
+    "mosaic-object-across-the-file-edge-is-whole": Case(seg(_halves), 0, r"wrote 1 object to ", objects=1),
+    "mosaic-no-mosaic-cuts-it-and-warns": Case(seg(_halves, "--no-mosaic"), 0,
+                                               r"touch or overlap.*--no-mosaic.*cut or doubled", objects=2),
+    "mosaic-coco-output-refused": Case(seg(_halves, out="out.coco.json"), 2,
+                                       r"COCO annotations are in each input image's pixels.*--no-mosaic"),
+    "mosaic-labels-of-two-maps-refused": Case(lambda t: seg(lambda t: _halves(t, gap=40), "--labels",
+                                                            str(t / "o" / "labels.tif"))(t), 2,
+                                              r"--labels writes the label image of one input.*the inputs form 2 maps"),
+    "mosaic-damaged-member-named": Case(seg(lambda t: _halves(t, damaged=True)), 3, r"right\.tif is truncated"),
+}
+CASES.update(MOSAIC_CASES)
+
+
 def _invoke(argv: list[str], in_subprocess: bool, cwd: Path):
     if in_subprocess:
         p = subprocess.run([sys.executable, "-m", "sam3tiles.cli", *argv], capture_output=True, text=True,

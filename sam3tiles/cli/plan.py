@@ -24,24 +24,50 @@ from .options import handle_errors, overwrite_opt, registry_options
 @handle_errors
 def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **options):
     """Print the tile count, skipped (all-nodata) tiles and a cost estimate for INPUT; optionally write
-    the grid."""
+    the grid. INPUT may also be a glob, a .txt list or STAC items: the maps their files form are planned
+    (several files of one map: a mosaic, read as one image)."""
+    from ..errors import UsageError
     from ..prompts.chips import parse_example_images
     from ..prompts.prompt import GeoBox, build_prompts
-    from ..run.plan import DECODE_S, ENCODE_S, exemplar_lines, plan_input, refine_line, with_exemplars
-    from ..run.tilelayer import tile_plan
+    from ..run.maps import group_inputs, map_lines
+    from ..run.plan import expand_inputs, plan_input, with_exemplars
     from ..writers import check_output, write_vector
 
     opts = Options.from_params(options)
     if out:
         check_output(out, overwrite)
-    inp = plan_input(input, opts)  # the pre-flight's own step for one input
+    dates: dict = {}
+    paths = expand_inputs(input, opts.asset, dates=dates)
+    grouping = group_inputs(paths, opts, dates)
+    maps = [plan_input(g.path, opts) for g in grouping.maps]  # the pre-flight's own step for each map
     if boxes or example_images:
-        inp = with_exemplars(inp, build_prompts([], [GeoBox.parse(b) for b in boxes],
-                                                parse_example_images(example_images)), opts)
+        maps = [with_exemplars(inp, build_prompts([], [GeoBox.parse(b) for b in boxes],
+                                                  parse_example_images(example_images)), opts) for inp in maps]
     report = _load_report(report_path) if report_path else None
+    if len(paths) > 1:
+        for line in map_lines(maps, grouping.notes):
+            click.echo(line)
+    layers = [_show_map(inp, input if len(paths) == 1 else inp.path, opts, prompts, report, report_path)
+              for inp in maps]
+    if out:
+        if len({str(inp.crs) for inp in maps}) > 1:
+            raise UsageError(f"--out {out}: the inputs form maps in {len({str(i.crs) for i in maps})} CRSs, which one "
+                             "file cannot hold: plan the files of one CRS at a time")
+        import pandas as pd
+
+        write_vector(layers[0] if len(layers) == 1 else pd.concat(layers, ignore_index=True), out, layer="tiles")
+        click.echo(f"wrote the grid to {out}")
+
+
+def _show_map(inp, name: str, opts, prompts: int, report, report_path):
+    """Print one planned map's tiles and costs; returns its tile layer (a `map` column when of a mosaic)."""
+    from ..run.plan import DECODE_S, ENCODE_S, exemplar_lines, refine_line
+    from ..run.tilelayer import tile_plan
+
     everything = tile_plan(inp, report=report)
     grid = everything[everything["depth"] == 0]
-    click.echo(f"{input}: {inp.width} x {inp.height} px, {inp.band_count} band(s) {inp.dtype}, "
+    mosaic = len(inp.paths) > 1  # its name says so: "mosaic of N files (first ... last)"
+    click.echo(f"{name}: {inp.width} x {inp.height} px, {inp.band_count} band(s) {inp.dtype}, "
                f"CRS {inp.crs.to_string() if inp.crs else 'none (pixel coordinates)'}")
     st = inp.stretch
     click.echo(f"bands used: {','.join(map(str, inp.bands))}; stretch: "
@@ -49,16 +75,19 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
     n, skipped = len(grid), int((~grid["has_data"]).sum())
     rows, cols = int(grid["row"].max()) + 1, int(grid["col"].max()) + 1
     click.echo(f"tiles: {n} ({rows} rows x {cols} cols), {skipped} skipped (all nodata), {n - skipped} to run")
-    click.echo(f"model calls: {n - skipped} encodes, {(n - skipped) * prompts} decodes; at ~{ENCODE_S} s + {DECODE_S} s "
-               f"per prompt on a desktop GPU: ~{(n - skipped) * (ENCODE_S + DECODE_S * prompts) / 60:.1f} GPU-minutes")
+    todo, minutes = n - skipped, (n - skipped) * (ENCODE_S + DECODE_S * prompts) / 60
+    click.echo(f"model calls: {todo} encodes, {todo * prompts} decodes; at ~{ENCODE_S} s + {DECODE_S} s "
+               f"per prompt on a desktop GPU: ~{minutes:.1f} GPU-minutes")
+    if mosaic:
+        click.echo(inp.describe())
     click.echo(refine_line(opts))
     for line in exemplar_lines([inp]):
         click.echo(line)
     if report is not None:
-        click.echo(_refined_line(everything, report_path, input))
-    if out:
-        write_vector(everything, out, layer="tiles")
-        click.echo(f"wrote the grid to {out}")
+        click.echo(_refined_line(everything, report_path, name))
+    if mosaic:
+        everything["map"] = str(inp.path)
+    return everything
 
 
 def _refined_line(tiles, report_path: str, input: str) -> str:

@@ -10,18 +10,22 @@ from typing import Sequence
 
 from .base import MAX_PIXELS, STATS_SIDE, Source, Stretch, parse_bands, trim_heap
 from .env import gdal_env
+from .mosaic import MosaicPath, MosaicSource
 from .raster import RasterSource
 from .slide import SlideSource, is_slide
 
 
 def open_source(path: str | os.PathLike, bands: Sequence[int] | None = None,
                 stretch: Stretch | None | str = "auto") -> Source:
-    """Open any supported image: whole-slide pyramids (OME-TIFF, pyramidal TIFF) through `SlideSource`,
-    every other raster through rasterio (`RasterSource`). Both give the same reader interface."""
+    """Open any supported image: a mosaic of many files (`mosaic.MosaicPath`, planned by `run.maps`) through
+    `MosaicSource`, whole-slide pyramids (OME-TIFF, pyramidal TIFF) through `SlideSource`, every other raster
+    through rasterio (`RasterSource`). All give the same reader interface."""
+    if isinstance(path, MosaicPath):
+        return MosaicSource(path, bands=bands, stretch=stretch)
     if is_slide(str(path)):
         return SlideSource(path, bands=bands, stretch=stretch)
     return RasterSource(path, bands=bands, stretch=stretch)
 
 
-__all__ = ["MAX_PIXELS", "STATS_SIDE", "RasterSource", "SlideSource", "Source", "Stretch", "gdal_env",
-           "is_slide", "open_source", "parse_bands", "trim_heap"]
+__all__ = ["MAX_PIXELS", "STATS_SIDE", "MosaicPath", "MosaicSource", "RasterSource", "SlideSource", "Source", "Stretch",
+           "gdal_env", "is_slide", "open_source", "parse_bands", "trim_heap"]

@@ -290,9 +290,10 @@ def source_files(ds, path: str) -> list[str]:
 
 
 def input_identity(path: str, files: list[str], bands, verify: bool = False, ds=None,
-                   stamps: list | None = None) -> str:
+                   stamps: list | None = None, warn: bool = True) -> str:
     """A 16-hex-digit identity of input `path` whose pixels come from `files` (see the module doc);
-    `stamps`: their `file_stamp`s, when the caller has them."""
+    `stamps`: their `file_stamp`s, when the caller has them; `warn`: say when a file's is unknown (a
+    mosaic says it once for all its files)."""
     h = hashlib.sha256()
     h.update(f"{_name(path)}|{bands}".encode())
     unknown = []
@@ -305,7 +306,7 @@ def input_identity(path: str, files: list[str], bands, verify: bool = False, ds=
             unknown.append(f)
             stamp = f"unknown:{f}:{uuid.uuid4().hex}"  # matches nothing stored before, in any process
         h.update(stamp.encode())
-    if unknown:
+    if unknown and warn:
         log.warning(spoken("%s: cannot tell whether %s changed since an earlier run (no size/time/ETag): its "
                            f"checkpoints will not be reused; {opt('verify_inputs')} hashes its content instead"),
                     path, unknown[0])
@@ -345,7 +346,25 @@ def content_hash(path: str, ds=None) -> str:
     return h.hexdigest()
 
 
+#: Threads that stamp an input's files when it has many (a mosaic's members; a URL's stamp is a request).
+STAMP_THREADS = 16
+
+
+def file_stamps(files) -> tuple:
+    """`file_stamp` of each of `files`, in order; `STAMP_THREADS` at a time when there are many."""
+    files = list(files)
+    if len(files) < 4:
+        return tuple(file_stamp(f) for f in files)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(STAMP_THREADS, len(files)), thread_name_prefix="sam3tiles-stamp") as pool:
+        return tuple(pool.map(file_stamp, files))
+
+
 def changed_files(files, stamps) -> list[str]:
     """Those of `files` whose `file_stamp` is no longer the one in `stamps` (taken when the run planned):
     a file replaced while the run read it (a server's new ETag, a local copy over it)."""
-    return [f for f, old in zip(files, stamps) if old is not None and file_stamp(f) != old]
+    files, stamps = list(files), list(stamps)
+    known = [k for k, old in enumerate(stamps[:len(files)]) if old is not None]
+    now = file_stamps([files[k] for k in known])
+    return [files[k] for k, new in zip(known, now) if new != stamps[k]]

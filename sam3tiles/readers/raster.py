@@ -26,6 +26,9 @@ class RasterSource(Source):
     Pickles by path, so Dask workers reopen it.
     """
 
+    #: Probe the file for truncation on open (a mosaic's member, probed when its map was planned: not again)
+    _probe_file = True
+
     def _reset(self) -> None:
         self._ds = None
         self._lut = None  # a paletted raster's colour table: index -> (r, g, b, a)
@@ -49,12 +52,12 @@ class RasterSource(Source):
             ds.close()
             raise RasterReadError(f"{self.path}: header claims {ds.width}x{ds.height} pixels, which is not "
                                   "plausible: the file is corrupt")
-        short = _tiff_truncated(self.path)
+        short = _tiff_truncated(self.path) if self._probe_file else None
         if short:
             ds.close()
             raise RasterReadError(f"{self.path} is truncated: its pixel data ends at byte {short[0]} but the file "
                                   f"has {short[1]} bytes: the copy or download was interrupted; copy it again")
-        if ds.driver == "GTiff":  # blocks are random access: the first and last pixel cost a block each
+        if ds.driver == "GTiff" and self._probe_file:  # random access blocks: the first and last pixel cost one each
             try:
                 for col, row in ((0, 0), (ds.width - 1, ds.height - 1)):
                     ds.read(1, window=Window(col, row, 1, 1))

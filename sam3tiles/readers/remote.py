@@ -93,6 +93,12 @@ def _read_json(path: str) -> dict:
 def stac_hrefs(path: str, asset: str | None) -> list[str]:
     """The raster(s) a STAC Item or ItemCollection at `path` names: the asset `asset` of each item (or an
     item's only raster asset when `asset` is None). A missing key is an error listing the item's assets."""
+    return [href for href, _ in stac_items(path, asset)]
+
+
+def stac_items(path: str, asset: str | None) -> list[tuple[str, str | None]]:
+    """`stac_hrefs` with each item's datetime (ISO text: `datetime`, else `start_datetime`; None when it has
+    neither): items of different days are different images of their ground (`run.maps`)."""
     doc = _read_json(path)
     kind = doc.get("type") if isinstance(doc, dict) else None
     if kind == "FeatureCollection":
@@ -107,7 +113,15 @@ def stac_hrefs(path: str, asset: str | None) -> list[str]:
         raise InputDataError(f"{path}: not a STAC item (no 'type': 'Feature' with 'assets'): give an item's JSON, "
                              "or a raster")
     base = _self_href(doc, path)
-    return [_asset_href(item, asset, path, _self_href(item, base)) for item in items]
+    return [(_asset_href(item, asset, path, _self_href(item, base)), _item_datetime(item)) for item in items]
+
+
+def _item_datetime(item: dict) -> str | None:
+    props = item.get("properties") if isinstance(item, dict) else None
+    if not isinstance(props, dict):
+        return None
+    when = props.get("datetime") or props.get("start_datetime")
+    return when if isinstance(when, str) and when else None
 
 
 def _self_href(doc: dict, fallback: str) -> str:

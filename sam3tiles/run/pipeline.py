@@ -34,6 +34,7 @@ from ..writers.vector import readers_note
 from .checkpoint import TileStore
 from .engine import Engine, open_engine
 from .frames import file_metadata
+from .maps import map_facts
 from .plan import InputPlan, RunPlan, plan_run, preview_path, side_files
 from .preflight import check_out
 from .progress import progress_bar
@@ -86,6 +87,8 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
     report = RunReport(inputs=plan.paths, output=str(plan.combined or plan.out) if plan.out else None,
                        backend=plan.spec.backend, model=plan.model_identity, parameters=plan.parameters())
     report.files = written_files(plan)
+    if len(plan.paths) > 1:  # the maps the files form (issue 38)
+        report.maps, report.map_notes = [map_facts(i) for i in plan.inputs], list(plan.map_notes)
     store = TileStore(plan.work_dir, fresh=fresh) if plan.work_dir is not None else None
     if store is not None:
         report.checkpoint["work_dir"] = str(plan.work_dir)
@@ -240,6 +243,9 @@ def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport, 
         if inp.output is not None:
             with _timed(report, "write"), disk_errors(inp.output.parent):
                 write_output(spool, [i], inp.output, plan, [res], report)
+        for dest, member, chunks in member_outputs(spool, i, inp):
+            with _timed(report, "write"), disk_errors(dest.parent):
+                write_output(spool, [i], dest, plan, [member], report, chunks=chunks)
     if plan.combined is not None:
         with _timed(report, "write"), disk_errors(plan.combined.parent):
             write_output(spool, range(len(results)), plan.combined, plan, results, report, dataset=plan.dataset)
@@ -250,22 +256,45 @@ def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport, 
                          pixel_size_um=inp.pixel_size_um)
 
 
+def member_outputs(spool: ObjectSpool, index: int, inp: InputPlan):
+    """A mosaic's per-file outputs (--out FOLDER/): (output, the file's `InputResult`, its objects' chunks) for
+    each file: every object goes to the file that owns its centroid by the overlap rule (`readers.mosaic`),
+    with the map's ids."""
+    from ..readers.mosaic import Ownership, layout_of
+    from ..units import Frame
+
+    if not inp.member_outputs:
+        return
+    lay = layout_of(inp.path)
+    own = Ownership(lay)
+    for k, dest in enumerate(inp.member_outputs):
+        if dest is None:
+            continue
+        m = lay.members[k]
+        frame = Frame(inp.crs, inp.transform @ inp.transform.translation(m.col, m.row), m.width, m.height)
+        chunks = spool.frames_in(index, lay.map_boxes[k],
+                                 lambda gdf, k=k: own.owners(gdf.geometry.centroid.values) == k)
+        yield dest, InputResult(m.path, index, frame=frame), chunks
+
+
 def write_output(spool: ObjectSpool, inputs, dest, plan: RunPlan, results: list[InputResult], report: RunReport,
-                 dataset: bool = False) -> None:
+                 dataset: bool = False, chunks=None) -> None:
     """One output (by extension; `dataset`: a partitioned GeoParquet folder) of the objects of `inputs`,
-    read from the spool a chunk at a time, and unless --no-preview its quicklook `OUT.preview.png`."""
+    read from the spool a chunk at a time (or `chunks`: those given), and unless --no-preview its quicklook
+    `OUT.preview.png`."""
     opts = plan.options
     frames = {source_name(r.source): r.frame for r in results if r.frame is not None}
     labels = [p.label for p in plan.prompts]
     crs = spool.crs_of(inputs)
     meta = file_metadata(report, gpd.GeoDataFrame(geometry=gpd.GeoSeries([], crs=crs)), frames)
     with ExitStack() as stack:
-        chunks = spool.frames(inputs)
+        n = spool.count(inputs) if chunks is None else float("inf")  # given chunks: their PNG after the last
+        chunks = spool.frames(inputs) if chunks is None else chunks
         if not opts.no_preview:  # drawn from the same chunks, on a thread, while the output is written
             from ..writers.quicklook import Beside
 
             preview = stack.enter_context(Beside(preview_path(dest, opts.layer), results, labels, opts.bands))
-            chunks = preview.passing(chunks, spool.count(inputs))
+            chunks = preview.passing(chunks, n)
         write_vector(chunks, dest, layer=opts.layer, metadata=meta, frames=frames,
                      geojson_crs=opts.geojson_crs, prompts=labels, dataset=dataset,
                      qupath_type=opts.qupath_type)

@@ -27,8 +27,9 @@ from ..prompts.chips import parse_example_images
 from ..prompts.points import PointPrompts, check_point_run, plan_points, point_arguments
 from ..prompts.prompt import GeoBox, Prompt, build_prompts, prompt_arguments, raster_bounds, read_box_file
 from ..readers import Source, Stretch, gdal_env, open_source
-from ..readers.identity import changed_error, changed_while_opened, file_stamp, opening_stamp
-from ..readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_hrefs
+from ..readers.identity import changed_error, changed_while_opened, file_stamps, opening_stamp
+from ..readers.mosaic import layout_of, member_identities, mosaic_identity, window_identity
+from ..readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_items
 from ..tiling.grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from ..tiling.refine import Refiner
 from ..units import Frame, pixel_size
@@ -36,6 +37,7 @@ from ..wording import named_in, opt, raw, spoken
 from ..writers.atomic import check_name
 from ..writers.labels import check_labels_for, label_format
 from ..writers.formats import PER_INPUT, check_space, endings, is_dataset
+from .maps import group_inputs, map_lines
 from .preflight import (check_box_file, check_boxes_inside, check_input, check_label_path, check_out, check_paths,
                         check_plan, check_prompts_here, check_qupath_type, check_room, check_side_files,
                         check_vrt_cycle)
@@ -84,6 +86,20 @@ class InputPlan:
     exemplar_note: str = ""
     levels: tuple[tuple[int, int], ...] = ()  # a slide's pyramid levels (width, height), full resolution first
     stamps: tuple = ()  # their `readers.identity.file_stamp`s when planned (None: unknown)
+    # a mosaic (`readers.mosaic`, issue 38): each member's checkpoint identity and own output (--out FOLDER/)
+    member_ids: tuple[str, ...] = ()
+    member_outputs: tuple = ()
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The files the map is made of: a mosaic's members, or the input itself."""
+        lay = layout_of(self.path)
+        return lay.paths if lay is not None else (self.path,)
+
+    def identity_at(self, window) -> str:
+        """The checkpoint identity of the pixels of a source-pixel window: the input's, or a mosaic's for
+        the members the window touches only (a changed member recomputes only its tiles)."""
+        return window_identity(self.path, self.identity, self.member_ids, window)
 
     @property
     def bounds(self) -> tuple[float, float, float, float]:
@@ -111,6 +127,10 @@ class InputPlan:
             yield from self.grid
 
     def describe(self) -> str:
+        if self.member_ids:
+            from .maps import mosaic_line
+
+            return mosaic_line(self)
         crs = self.crs.to_string() if self.crs else "no CRS (pixel coordinates)"
         stretch = "" if self.stretch is None else f", stretched {self.stretch.lo[0]:g}..{self.stretch.hi[0]:g}"
         strip = (f" ({self.base_tiles} without the {self.exemplar_strip} px exemplar strip)"
@@ -137,15 +157,18 @@ class RunPlan:
     report_path: Path | None
     dataset: bool = False  # the combined output is a partitioned GeoParquet dataset (`name.parquet/`)
     points: PointPrompts | None = None  # point prompts (`run.points`): then `prompts` is empty
+    map_notes: tuple[str, ...] = ()  # how the inputs were grouped into maps (`maps.Grouping.notes`)
 
     @property
     def paths(self) -> list[str]:
-        return [i.path for i in self.inputs]
+        """Every input file, a mosaic's members each."""
+        return [p for i in self.inputs for p in i.paths]
 
     @property
     def outputs(self) -> list[Path]:
         """Every vector output this run writes (the label image aside)."""
-        return [p for p in [self.combined, *(i.output for i in self.inputs)] if p is not None]
+        return [p for p in [self.combined, *(o for i in self.inputs for o in (i.output, *i.member_outputs))]
+                if p is not None]
 
     @property
     def n_tiles(self) -> int:
@@ -180,7 +203,7 @@ class RunPlan:
         """The plan as lines for the terminal (`run --dry-run`)."""
         o, e = self.options, self.estimates()
         model = f", model {o.model}, device {o.device}" if self.spec.backend == "onnx" else ""
-        lines = [f"inputs: {len(self.inputs)}", *(f"  {i.describe()}" for i in self.inputs),
+        lines = [*map_lines(self.inputs, self.map_notes), *(f"  {i.describe()}" for i in self.inputs),
                  self.points.describe() if self.points is not None else
                  "prompts: " + ", ".join(repr(p.label) for p in self.prompts)
                  + (f" ({len(self.boxes)} example box(es), box scope {o.box_scope})" if self.boxes else "")
@@ -259,7 +282,8 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
     check_scheduler(opts.scheduler)  # a scheduler address that cannot be one: before anything is opened
     if report_path is None and out is not None:
         report_path = report_path_for(Path(out), opts.layer)
-    paths = expand_inputs(inputs, opts.asset, own=[report_path] if report_path is not None else [])
+    dates: dict = {}  # STAC items' datetimes, by href (`maps`: two days are two images)
+    paths = expand_inputs(inputs, opts.asset, own=[report_path] if report_path is not None else [], dates=dates)
     per_input, combined, work_dir = _outputs(paths, out, work_dir, checkpoint, opts.layer)
     check_qupath_type(opts.qupath_type, out, combined)
     chips = parse_example_images(example_images)
@@ -272,13 +296,14 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
         with vouched(ours, "out", p):
             check_out(p, overwrite or replaceable(p, ours), opts, dataset)
     with vouched(ours, "labels", labels):
-        label_path = check_label_path(labels, paths, overwrite or (labels is not None and replaceable(labels, ours)))
-    planned = tuple(plan_input(path, opts, d) for path, d in zip(paths, per_input))
+        label_path = check_label_path(labels, paths if opts.no_mosaic else paths[:1],
+                                      overwrite or (labels is not None and replaceable(labels, ours)))
+    planned, notes = plan_maps(paths, opts, per_input, dates)
     opts, spec = resolve_model(opts)  # after the inputs: a wrong path is exit 3 with or without the model
     check_room(opts, planned)  # a low `ulimit -v` aborts native code mid-run, its lock left behind
-    check_plan(paths, [i.crs for i in planned], [i.n_tiles for i in planned], opts, per_input=per_input,
-               reads=read_paths([(i.path, f) for i in planned for f in i.files], chips, box_file, point_file),
-               writes=writes)
+    reads = read_paths([(f if i.member_ids else i.path, f) for i in planned for f in i.files], chips, box_file,
+                       point_file)
+    check_maps(paths, planned, opts, per_input, reads, writes, label_path, combined)
     if label_path is not None:
         check_labels_for(label_path, planned[0].crs)
     if combined is not None:
@@ -299,7 +324,47 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
                    boxes=tuple(geo_boxes), out=str(out) if out is not None else None, combined=combined,
                    labels=label_path, overwrite=overwrite, dataset=dataset, points=pts,
                    work_dir=Path(work_dir) if (checkpoint and work_dir is not None) else None,
-                   report_path=Path(report_path) if report_path is not None else None)
+                   report_path=Path(report_path) if report_path is not None else None, map_notes=tuple(notes))
+
+
+def plan_maps(paths: list[str], opts: Options, per_input: Sequence, dates: dict) -> tuple[tuple[InputPlan, ...], list]:
+    """The inputs grouped into maps (`maps.group_inputs`: several files of one map are a mosaic) and each map
+    planned (`plan_input`); a mosaic's files keep their own outputs (`member_outputs`, --out FOLDER/).
+    Returns (the maps' plans, the notes on the grouping)."""
+    grouping = group_inputs(paths, opts, dates)
+    planned = []
+    for g in grouping.maps:
+        if len(g.members) == 1:
+            planned.append(plan_input(g.path, opts, per_input[g.members[0]]))
+            continue
+        outs = tuple(per_input[k] for k in g.members)
+        inp = plan_input(g.path, opts)
+        planned.append(dataclasses.replace(inp, member_outputs=outs) if any(o is not None for o in outs) else inp)
+    return tuple(planned), grouping.notes
+
+
+def check_maps(paths: list[str], planned: Sequence[InputPlan], opts: Options, per_input: Sequence, reads: list,
+               writes: list, labels: Path | None, combined: Path | None) -> None:
+    """The whole-run checks once the maps are planned (`preflight.check_plan`: tiling, one CRS per combined
+    output, outputs, paths read and written), and what a run of several maps or of a mosaic cannot write:
+    one label image for several maps; COCO annotations (in each input image's pixels) of a mosaic, which is
+    no image file."""
+    from ..writers.formats import COCO, format_for
+
+    crs_of = {p: i.crs for i in planned for p in i.paths}
+    check_plan(paths, [crs_of[p] for p in paths], [i.n_tiles for i in planned], opts, per_input=per_input,
+               reads=reads, writes=writes)
+    if labels is not None and len(planned) > 1:
+        raise UsageError(f"{opt('labels')} writes the label image of one input (or one map of several files), but the "
+                         f"inputs form {len(planned)} maps "
+                         f"({', '.join(os.path.basename(i.paths[0]) for i in planned[:3])}"
+                         f"{', ...' if len(planned) > 3 else ''}): segment one map per run to get its labels")
+    mosaic = next((i for i in planned if i.member_ids), None)
+    if combined is not None and mosaic is not None and format_for(combined) is COCO:
+        raise UsageError(f"{opt('out', combined)}: COCO annotations are in each input image's pixels, and "
+                         f"{len(mosaic.paths)} of the inputs form one map (a mosaic) that is no image file: write "
+                         f"a GeoPackage or GeoParquet, or give {opt('no_mosaic')} (objects at file edges are then "
+                         "cut or doubled)")
 
 
 def _outputs(paths: list[str], out, work_dir, checkpoint: bool, layer: str | None):
@@ -357,13 +422,14 @@ def read_paths(inputs: Sequence, chips: Sequence, box_file, point_file=None) -> 
     return out + ([("box_file", str(box_file), str(box_file))] if box_file else [])
 
 
-def expand_inputs(inputs, asset: str | None = None, _lists: tuple[str, ...] = (), own: Sequence = ()) -> list[str]:
+def expand_inputs(inputs, asset: str | None = None, _lists: tuple[str, ...] = (), own: Sequence = (),
+                  dates: dict | None = None) -> list[str]:
     """Paths, URLs, globs or open rasterio datasets (one or a list) -> a list of paths, globs expanded and
     sorted; a glob that matches nothing is an error, and so is an in-memory array (it has no frame).
     A URL or /vsi path is never a glob (a presigned URL's '?'); STAC items and item collections become
     their assets' hrefs (`asset`: the key; see `readers.remote`); a `.txt` file lists inputs, one a line.
     `own`: files the run writes (its report): one among the inputs stays a path, for `preflight.check_paths`
-    to name, and is not read as a STAC item."""
+    to name, and is not read as a STAC item. `dates`: filled with each STAC item's datetime by its href."""
     mine = {os.path.realpath(p) for p in own}
     if isinstance(inputs, (str, os.PathLike)) or _is_dataset(inputs) or _is_array(inputs):
         inputs = [inputs]
@@ -375,9 +441,12 @@ def expand_inputs(inputs, asset: str | None = None, _lists: tuple[str, ...] = ()
             if real in _lists:
                 chain = " -> ".join(os.path.basename(q) for q in (*_lists[_lists.index(real):], real))
                 raise UsageError(f"{s}: the list of inputs names itself ({chain}, a cycle): remove that line")
-            out.extend(expand_inputs(read_input_list(s), asset, (*_lists, real), own))
+            out.extend(expand_inputs(read_input_list(s), asset, (*_lists, real), own, dates))
         elif looks_like_stac(s, asset) and (is_remote(s) or os.path.realpath(s) not in mine):
-            out.extend(stac_hrefs(s, asset))
+            for href, when in stac_items(s, asset):
+                out.append(href)
+                if dates is not None and when:
+                    dates.setdefault(href, when)
         elif not is_remote(s) and any(ch in s for ch in "*?[") and not os.path.exists(s):  # existing: literal
             hits = sorted(glob.glob(s, recursive=True))
             if not hits:
@@ -450,23 +519,27 @@ def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:
 def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPlan:
     """Open one input (its own errors: unreadable, bands, size) and lay out its tiles."""
     check_vrt_cycle(path)  # before GDAL opens it: it would read itself until its depth limit
-    before = opening_stamp(path)  # a file replaced after GDAL's first read of it and before `stamps`: seen
+    # a file replaced after GDAL's first read of it and before `stamps`: seen (a mosaic's files: by their own stamps)
+    before = opening_stamp(path) if layout_of(path) is None else None
     with open_source(path, bands=opts.bands) as src:
         if src.kind == "slide" and src.crs is None and src.pixel_size_um is None:
             log.warning("%s: the slide states no physical pixel size (OME PhysicalSizeX): areas stay in pixels, "
                         "no area_um2", path)
         files = tuple(check_input(path, src, opts))  # placeable, a VRT's sources exist
-        stamps = tuple(file_stamp(f) for f in src.source_files)  # checked again when the input is done
+        stamps = file_stamps(src.source_files)  # checked again when the input is done
         if changed_while_opened(path, before, stamps):
             raise changed_error(path, path, kept=False)
         grid = None if opts.squash else build_grid(src, opts)
         if grid is not None and opts.refine == "auto":
             Refiner(grid, opts.refine_depth)  # refuses a depth whose sub-tile numbers the merge cannot hold
+        ids = member_identities(path, stamps, opts.verify_inputs)  # a mosaic's: each member's (per-tile keys)
+        identity = mosaic_identity(path, ids) if ids else src.identity_for(verify=opts.verify_inputs,
+                                                                           stamps=list(stamps))
         return InputPlan(path=path, width=src.width, height=src.height, crs=src.crs, transform=src.transform,
                          bands=tuple(src.bands), band_count=int(src.band_count), dtype=str(src.dtype),
-                         stretch=src.stretch, identity=src.identity_for(verify=opts.verify_inputs, stamps=list(stamps)),
-                         grid=grid, squash_size=opts.tile_size, output=output, pixel_size_um=src.pixel_size_um,
-                         files=files, levels=tuple(src.levels) if src.kind == "slide" else (), stamps=stamps)
+                         stretch=src.stretch, identity=identity, grid=grid, squash_size=opts.tile_size, output=output,
+                         pixel_size_um=src.pixel_size_um, files=files,
+                         levels=tuple(src.levels) if src.kind == "slide" else (), stamps=stamps, member_ids=ids)
 
 
 def with_exemplars(inp: InputPlan, prompts: Sequence[Prompt], opts: Options) -> InputPlan:

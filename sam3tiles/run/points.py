@@ -43,6 +43,7 @@ from ..merge import MergeStats
 from ..model.registry import RuntimeSpec, get_runtime
 from ..model.runtime import MASK_SIZE, MODEL_SIZE, Click, clicks_problem
 from ..prompts.points import GeoPoint
+from ..readers.mosaic import Ownership, layout_of
 from ..readers.remote import source_name
 from ..tiling.grid import Tile
 from ..units import add_areas, length_to_crs
@@ -329,7 +330,7 @@ class PointRun:
                                    for o, f in zip(objects, found)], np.int32),
         }, geometry=gpd.GeoSeries(geoms, crs=wkt), crs=wkt)
         add_areas(gdf, self.inp.frame)
-        gdf["source"] = source_name(self.inp.path)
+        gdf["source"] = self._sources(objects, geoms)
         gdf["backend"] = self.spec.backend
         gdf["model"] = self.plan.model_identity
         gdf["found"] = np.asarray(found, bool)
@@ -339,6 +340,17 @@ class PointRun:
             gdf[name] = [dict(o.point.attrs).get(name) for o in objects]
         gdf["_order"] = np.asarray([o.index for o in objects], np.int64)
         return gdf
+
+    def _sources(self, objects: list[_Object], geoms: list) -> list[str]:
+        """Each row's `source`: the input; on a mosaic the files its object's pixels came from (as for a prompt
+        run), or the file that holds its point where no object was found."""
+        lay = layout_of(self.inp.path)
+        if lay is None:
+            return [source_name(self.inp.path)] * len(objects)
+        own = Ownership(lay)
+        at = own.owners([shapely.Point(o.point.x, o.point.y) for o in objects])
+        named = own.sources([g if g is not None else shapely.Point() for g in geoms])
+        return [n if g is not None else own.names[k] for n, g, k in zip(named, geoms, at)]
 
     def _account(self, objects: list[_Object]) -> None:
         p = self.report.points

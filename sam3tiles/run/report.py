@@ -59,6 +59,9 @@ class RunReport:
     # point prompts (run.points): given, negative, outside (positive points in no input); per status found,
     # nothing, background, failed, partial; encodes = home_tiles + follow_encodes
     points: dict = field(default_factory=dict)
+    # the maps the inputs form (issue 38: `run.maps.map_facts`, when several files), and files kept apart
+    maps: list = field(default_factory=list)
+    map_notes: list = field(default_factory=list)
     merge: dict = field(default_factory=dict)
     refine: dict = field(default_factory=dict)  # see refine.RefineStats.add_to
     checkpoint: dict = field(default_factory=dict)  # work_dir, reused (tile-prompt results), stored, partial_tiles,
@@ -97,6 +100,19 @@ class RunReport:
                     seen.setdefault((backend, graph, used), None)
         return [f"providers ({b}, {g}): {u}" for b, g, u in seen]
 
+    def _map_lines(self) -> list[str]:
+        """The maps several input files formed: mosaics with their tiles against one file at a time."""
+        if not any(m.get("mosaic") for m in self.maps) and not self.map_notes and len(self.maps) < 2:
+            return []
+        crss = list(dict.fromkeys(str(m.get("crs")) for m in self.maps))
+        out = [f"maps: {len(self.maps)} from {sum(m.get('files', 1) for m in self.maps)} files"
+               + (f", in {len(crss)} CRSs ({', '.join(crss[:4])})" if len(crss) > 1 else "")]
+        for m in self.maps:
+            if m.get("mosaic"):
+                out.append(f"  {m['map']}: {m['tiles']} tiles ({m['tiles_one_at_a_time']} one file at a time), "
+                           f"holes {m['holes']:.1%}, overlaps {m['overlaps']:.1%} of its area")
+        return out + [f"  kept apart: {n}" for n in self.map_notes]
+
     def _points_lines(self) -> list[str]:
         p = self.points
         if not p:
@@ -111,7 +127,7 @@ class RunReport:
     def summary(self) -> str:
         """A few lines for the terminal, in a user's words (every quantity with its unit); the last lines
         say where the work folder is and list every file written with its size."""
-        lines = [
+        lines = [*self._map_lines(),
             f"tiles: {self.tiles} in all: {self.done} done, {self.resumed} resumed from checkpoints, {self.skipped} "
             f"skipped (no data), {self.failed} failed, {self.saturated} saturated (hit SAM 3's 200-object cap)",
             f"objects: {self.objects}" + (" (" + ", ".join(f"{k}: {v}" for k, v in self.objects_by_prompt.items())

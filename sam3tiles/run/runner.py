@@ -26,6 +26,7 @@ from ..errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, 
 from ..merge import BlockMerger, Merged, MergeStats, Packed, tile_blocks
 from ..model.registry import RuntimeSpec, get_runtime
 from ..prompts.prompt import Prompt, TilePrompt, boxes_outside, prompts_for_tile
+from ..readers.mosaic import Ownership, layout_of
 from ..readers.remote import source_name
 from ..tiling.frame import TileFrames
 from ..tiling.grid import Tile
@@ -91,6 +92,8 @@ class InputRun:
         self.hook: RefineHook | None = None  # refinement: sub-tiles of tiles that hit the object cap
         self.slots = 1
         self.picture: Picture | None = None  # the preview's picture, filled by the grid tiles as they finish
+        lay = layout_of(inp.path)
+        self.ownership = Ownership(lay) if lay is not None else None  # a mosaic's files, for `source`
 
     def run(self) -> InputResult:
         all_boxes = [b for p in self.plan.prompts for b in p.boxes]
@@ -149,6 +152,8 @@ class InputRun:
                             source=source_name(self.inp.path), backend=self.spec.backend,
                             model=self.plan.model_identity, simplify=o.simplify, min_area=o.min_area,
                             max_area=o.max_area, min_score=o.min_score, order=first)
+        if self.ownership is not None and len(gdf):  # a mosaic: the files each object's pixels came from
+            gdf["source"] = self.ownership.sources(gdf.geometry.values)
         self.spool.add(index, gdf)
 
     def _marks(self) -> list:
@@ -210,7 +215,7 @@ class InputRun:
                  ) -> list[tuple[int | None, str | None, str]]:
         """(prompt index, model text, checkpoint key) per prompt of the tile; one entry without a prompt
         for a tile no prompt applies to. `pastes`: the exemplars pasted into the tile (in every key)."""
-        base = {"source": self.inp.identity,
+        base = {"source": self.inp.identity_at(tile.src_window),  # a mosaic's: the files the tile reads
                 "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy, list(tile.src_transform)[:6],
                          tile.interior],
                 "model": self.plan.model_identity, "edge_margin": self.opts.edge_margin,

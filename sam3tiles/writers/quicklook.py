@@ -32,6 +32,7 @@ from rasterio.windows import Window
 
 from ..errors import RasterReadError
 from ..readers import open_source
+from ..readers.mosaic import SEPARATOR, layout_of
 from ..readers.remote import input_name, source_name
 from ..units import to_pixels
 from .atomic import atomic_path
@@ -165,10 +166,14 @@ class Quicklook:
         self.counts: dict[str, int] = {}
         self.images, self.drawn, self.draws = [], [], {}
         side = panel_side(len(self.panels))
+        self.panel_of: dict[str, str] = {}  # an object's (first) source file -> its panel: a mosaic's files too
         for r in self.panels:
             img, ok = _panel(r, side, bands)
-            self.draws[source_name(r.source)] = (ImageDraw.Draw(img), r.frame, img.width / r.frame.width,
-                                                 img.height / r.frame.height)
+            name = source_name(r.source)
+            self.draws[name] = (ImageDraw.Draw(img), r.frame, img.width / r.frame.width, img.height / r.frame.height)
+            lay = layout_of(r.source)
+            self.panel_of.update({source_name(p): name for p in (lay.paths if lay is not None else ())})
+            self.panel_of[name] = name
             self.images.append(img)
             self.drawn.append(ok)
 
@@ -179,9 +184,10 @@ class Quicklook:
         for p, n in (gdf["prompt"].value_counts().items() if "prompt" in gdf.columns else []):
             self.colours.setdefault(str(p), tuple(class_colour(p)))
             self.counts[str(p)] = self.counts.get(str(p), 0) + int(n)
+        one = len(self.results) == 1 or "source" not in gdf.columns  # one input: every object of the output is its
+        panel = None if one else gdf["source"].astype(str).str.split(SEPARATOR, n=1).str[0].map(self.panel_of)
         for name, (draw, frame, sx, sy) in self.draws.items():
-            objs = gdf[gdf["source"] == name] if "source" in gdf.columns else gdf
-            _outline(draw, objs, frame, sx, sy, self.colours)
+            _outline(draw, gdf if one else gdf[panel == name], frame, sx, sy, self.colours)
 
     def png(self) -> bytes:
         """The panels side by side (one per input), the legend below: the PNG file's bytes."""

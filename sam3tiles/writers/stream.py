@@ -271,6 +271,33 @@ class ObjectSpool:
                 return
             last = rows[-1][0]
 
+    def frames_in(self, input_index: int, box, keep, chunk: int | None = None) -> Iterator[gpd.GeoDataFrame]:
+        """The objects of one input whose boxes meet `box` (minx, miny, maxx, maxy) and that `keep` (a frame
+        -> a boolean mask) selects, in id order, about `chunk` rows at a time; ids as in that input's own
+        numbering (a mosaic's per-file outputs: `run.pipeline`). Always yields at least one frame."""
+        self.finalize()
+        crs = self.crs_of([input_index])
+        area = self._area[input_index]
+        base = self.db.execute("SELECT MIN(id) FROM objects WHERE input = ?", (input_index,)).fetchone()[0] or 1
+        minx, miny, maxx, maxy = (float(v) for v in box)
+        last, empty = 0, True
+        while True:
+            rows = self.db.execute("SELECT o.id, o.prompt, o.score, o.area, o.area_px, o.area_um2, o.n_tiles, "
+                                   "o.source, o.backend, o.model, o.wkb, o.extra FROM boxes b JOIN objects o "
+                                   "ON o.rowid = b.oid WHERE b.minx <= ? AND b.maxx >= ? AND b.miny <= ? AND b.maxy >= ? AND "
+                                   "o.input = ? AND o.id > ? ORDER BY o.id LIMIT ?",
+                                   (maxx, minx, maxy, miny, input_index, last, chunk or CHUNK_ROWS)).fetchall()
+            if not rows:
+                if empty:
+                    yield self._frame([], 0, crs, self._has_um[input_index], area)
+                return
+            last = rows[-1][0]
+            gdf = self._frame(rows, base - 1, crs, self._has_um[input_index], area)
+            gdf = gdf[np.asarray(keep(gdf), dtype=bool)].reset_index(drop=True)
+            if len(gdf):
+                empty = False
+                yield gdf
+
     def _frame(self, rows: list, offset: int, crs, um: bool, area: str) -> gpd.GeoDataFrame:
         """Rows (id, prompt, score, area, area_px, area_um2, n_tiles, source, backend, model, wkb, extra) -> the
         output's columns, in that order, then the other columns (`_extras`) (`um`: with area_um2; `area`: the area column's name,

@@ -1,0 +1,399 @@
+"""Which inputs form one map (issue 38): headers read in parallel, footprints indexed, files grouped, each
+group of several files a mosaic (`readers.mosaic`). The rules, as docs/many-files.md states them:
+
+* **Pieces of one map** (compatible): georeferenced rasters read by GDAL (not slides, not pixel space), of
+  one CRS (as GDAL states it), one pixel size (within `PIXEL_TOLERANCE`, relative), no rotation, grid
+  origins a whole number of pixels apart (within `LATTICE_TOLERANCE` px), the same bands and data type.
+  A file is never warped or resampled to fit a map.
+* **The same ground** (never one map): two compatible files of which one holds at least `SAME_GROUND` of
+  the smaller's area (two dates of one area), or two STAC items of different days. They stay separate
+  images, each with its own objects and `source`; one date's pixels never hide another's.
+* **Grouping.** Files in a stable order: STAC items by their datetime, then the rest as given. Each file
+  joins the first map it touches or overlaps (within half a pixel) that holds no file of the same ground
+  for it; a file that touches several such maps joins them into one, unless that would put two files of
+  the same ground in one map. Otherwise it starts a map. A map of one file is a plain input, as before.
+* **Thousands of files.** Headers (no pixels but the two a GeoTIFF's open probes) are read by
+  `HEADER_THREADS` threads, footprints go into one STRtree, and each file is compared with the files its
+  footprint meets only: planning grows linearly with the file count.
+
+`--no-mosaic` (`Options.no_mosaic`) keeps one input at a time, as before issue 38, with a warning when
+inputs touch (objects at file edges are cut or doubled then).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..options import Options
+from ..readers import gdal_env, open_source
+from ..readers.mosaic import SEPARATOR, Layout, Member, MosaicPath, mosaic_name
+from ..readers.remote import source_name
+from ..wording import opt, spoken
+from .preflight import check_input, check_vrt_cycle
+
+log = logging.getLogger(__name__)
+
+#: Threads that read the inputs' headers at planning (GDAL releases the GIL while it reads).
+HEADER_THREADS = 16
+#: Pixel sizes that differ by at most this share are one.
+PIXEL_TOLERANCE = 1e-6
+#: Grid origins within this many pixels of a whole-pixel offset lie on one pixel lattice.
+LATTICE_TOLERANCE = 1e-3
+#: Two files of which one holds at least this share of the smaller's area cover the same ground.
+SAME_GROUND = 0.5
+#: Lines of notes the plan shows about files that touch but are not one map.
+MAX_NOTES = 5
+
+
+@dataclass(frozen=True)
+class Header:
+    """What grouping reads of one input: its frame, size, bands, kind, files and STAC datetime."""
+
+    path: str
+    crs: object  # rasterio CRS or None
+    transform: object  # Affine
+    width: int
+    height: int
+    bands: tuple[int, ...]
+    band_count: int
+    dtype: str
+    kind: str
+    nodata: bool  # some pixel may be nodata
+    files: tuple[str, ...]
+    when: str | None = None  # the STAC item's datetime (ISO), for an input that came from one
+
+    @property
+    def day(self) -> str | None:
+        return self.when[:10] if self.when else None
+
+    @property
+    def bounds(self) -> tuple[float, float, float, float]:
+        t = self.transform
+        xs = (t.c, t.c + t.a * self.width)
+        ys = (t.f, t.f + t.e * self.height)
+        return (min(xs), min(ys), max(xs), max(ys))
+
+    def alone(self) -> str | None:
+        """Why this file can be no piece of a map (None: it can)."""
+        t = self.transform
+        if self.kind != "raster" or self.crs is None:
+            return "no map CRS"
+        if t.b != 0 or t.d != 0 or t.a <= 0 or t.e >= 0:
+            return "a rotated or flipped grid"
+        if SEPARATOR in source_name(self.path):
+            return f"its name holds {SEPARATOR.strip()!r}, which joins a mosaic's file names in `source`"
+        return None
+
+
+@dataclass
+class MapGroup:
+    """One map: the inputs (indices into the expanded inputs, in the map's order) and what to plan (the
+    input's path, or the mosaic's `MosaicPath`)."""
+
+    members: list[int]
+    path: str = ""
+
+
+@dataclass
+class Grouping:
+    """The maps of a run, and the plan's notes on them (files that touch but are not one map, and why)."""
+
+    maps: list[MapGroup]
+    notes: list[str] = field(default_factory=list)
+
+
+def read_header(path: str, opts: Options, when: str | None = None) -> Header:
+    """One input's header (the pre-flight's checks of it: unreadable, bands, placeable)."""
+    with gdal_env():  # each header thread enters the run's GDAL configuration
+        check_vrt_cycle(path)
+        with open_source(path, bands=opts.bands, stretch=None) as src:
+            files = tuple(check_input(path, src, opts))
+            return Header(path, src.crs, src.transform, int(src.width), int(src.height), tuple(src.bands),
+                          int(src.band_count), str(src.dtype), src.kind, bool(src.may_have_nodata()), files, when)
+
+
+def read_headers(paths: Sequence[str], opts: Options, dates: dict | None = None) -> list[Header]:
+    """Every input's header, `HEADER_THREADS` at a time; the first bad input (in the given order) raises its
+    own error, as planning one input at a time would."""
+    dates = dates or {}
+    if len(paths) == 1:
+        return [read_header(paths[0], opts, dates.get(paths[0]))]
+    with ThreadPoolExecutor(min(HEADER_THREADS, len(paths)), thread_name_prefix="sam3tiles-header") as pool:
+        return list(pool.map(lambda p: read_header(p, opts, dates.get(p)), paths))
+
+
+def group_inputs(paths: Sequence[str], opts: Options, dates: dict | None = None) -> Grouping:
+    """The maps `paths` form (see the module doc). One input, or `no_mosaic`: each input its own map
+    (`no_mosaic` warns when inputs touch)."""
+    if len(paths) == 1:
+        return Grouping([MapGroup([0], paths[0])])
+    headers = read_headers(paths, opts, dates)
+    if opts.no_mosaic:
+        _warn_touching(headers)
+        return Grouping([MapGroup([i], p) for i, p in enumerate(paths)])
+    groups, notes = group(headers)
+    maps = [MapGroup(g, paths[g[0]] if len(g) == 1 else mosaic_path([headers[i] for i in g])) for g in groups]
+    return Grouping(maps, notes)
+
+
+def _warn_touching(headers: Sequence[Header]) -> None:
+    pairs = [(i, j) for i, j in touching_pairs(headers) if compatible(headers[i], headers[j]) is None]
+    if pairs:
+        i, j = pairs[0]
+        log.warning(spoken(f"{len(pairs)} pair(s) of inputs touch or overlap (e.g. {headers[i].path} and "
+                           f"{headers[j].path}): with {opt('no_mosaic')} each input is segmented alone, so objects "
+                           f"at file edges will be cut or doubled; leave {opt('no_mosaic')} out to segment them as "
+                           "one map"))
+
+
+def touching_pairs(headers: Sequence[Header]) -> list[tuple[int, int]]:
+    """(i, j), i < j: files of one CRS whose footprints touch or overlap (within half a pixel), from one STRtree
+    (footprints in two CRSs are not comparable: such files are never neighbours)."""
+    import shapely
+
+    boxes = [shapely.box(*h.bounds) for h in headers]
+    tree = shapely.STRtree(boxes)
+    grown = [b.buffer(abs(h.transform.a) / 2, join_style="mitre") if h.crs is not None else b
+             for b, h in zip(boxes, headers)]
+    a, b = tree.query(grown, predicate="intersects")
+    return sorted({(int(i), int(j)) for i, j in zip(a, b) if i < j and headers[i].crs == headers[j].crs})
+
+
+def compatible(a: Header, b: Header) -> str | None:
+    """Why `a` and `b` can be no pieces of one map (None: they can)."""
+    why = a.alone() or b.alone()
+    if why:
+        return why
+    if a.crs != b.crs:
+        return f"other CRSs ({a.crs.to_string()}, {b.crs.to_string()})"
+    if (a.bands, a.band_count, a.dtype) != (b.bands, b.band_count, b.dtype):
+        return (f"other bands or data types ({a.band_count} band(s) {a.dtype}, {b.band_count} band(s) {b.dtype})"
+                if (a.band_count, a.dtype) != (b.band_count, b.dtype) else "other bands chosen")
+    ta, tb = a.transform, b.transform
+    if abs(ta.a - tb.a) > PIXEL_TOLERANCE * abs(ta.a) or abs(ta.e - tb.e) > PIXEL_TOLERANCE * abs(ta.e):
+        return f"other pixel sizes ({ta.a:g} x {-ta.e:g}, {tb.a:g} x {-tb.e:g})"
+    dx, dy = (tb.c - ta.c) / ta.a, (tb.f - ta.f) / ta.e
+    if abs(dx - round(dx)) > LATTICE_TOLERANCE or abs(dy - round(dy)) > LATTICE_TOLERANCE:
+        return f"grids shifted by a fraction of a pixel ({dx - round(dx):+.3f}, {dy - round(dy):+.3f} px)"
+    return None
+
+
+def same_ground(a: Header, b: Header) -> str | None:
+    """Why two compatible files that touch are not pieces of one map but the same ground (None: they are
+    pieces): most of one lies inside the other, or they are STAC items of different days."""
+    if a.day and b.day and a.day != b.day:
+        return f"STAC items of different days ({a.day}, {b.day})"
+    (ax0, ay0, ax1, ay1), (bx0, by0, bx1, by1) = a.bounds, b.bounds
+    inter = max(0.0, min(ax1, bx1) - max(ax0, bx0)) * max(0.0, min(ay1, by1) - max(ay0, by0))
+    smaller = min((ax1 - ax0) * (ay1 - ay0), (bx1 - bx0) * (by1 - by0))
+    if smaller > 0 and inter >= SAME_GROUND * smaller:
+        return f"the same ground ({inter / smaller:.0%} of the smaller inside the other: two dates?)"
+    return None
+
+
+def map_order(headers: Sequence[Header]) -> list[int]:
+    """The stable order files join maps in: STAC items by datetime, then the rest as given."""
+    return sorted(range(len(headers)), key=lambda i: (headers[i].when is None, headers[i].when or "", i))
+
+
+class _Maps:
+    """Maps being grouped: union-find over files, each root's days and the maps it must never join."""
+
+    def __init__(self, n: int):
+        self.parent = list(range(n))
+        self.days: dict[int, set] = {}
+        self.avoid: dict[int, set] = {}
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def start(self, i: int, day: str | None, avoid: set) -> None:
+        self.days[i] = {day} - {None}
+        self.avoid[i] = set(avoid)
+        for g in avoid:
+            self.avoid[g].add(i)
+
+    def may_join(self, g: int, day: str | None, avoid: set) -> bool:
+        return g not in avoid and (day is None or self.days[g] <= {day})
+
+    def add(self, g: int, i: int, day: str | None, avoid: set) -> None:
+        self.parent[i] = g
+        self.days[g] |= {day} - {None}
+        self.avoid[g] |= avoid
+        for a in avoid:
+            self.avoid[a].add(g)
+
+    def merge(self, g: int, h: int) -> bool:
+        """Map `h` into map `g`, unless they must stay apart."""
+        if h in self.avoid[g] or len(self.days[g] | self.days[h]) > 1:
+            return False
+        self.parent[h] = g
+        self.days[g] |= self.days.pop(h)
+        for a in self.avoid.pop(h):
+            self.avoid[a].discard(h)
+            self.avoid[a].add(g)
+            self.avoid[g].add(a)
+        return True
+
+
+def group(headers: Sequence[Header]) -> tuple[list[list[int]], list[str]]:
+    """The maps (lists of indices into `headers`, each in the map order; maps in the order of their first
+    file) and notes on touching files kept apart (see the module doc)."""
+    order = map_order(headers)
+    rank = {i: r for r, i in enumerate(order)}
+    neighbours: dict[int, list[int]] = {i: [] for i in range(len(headers))}
+    for i, j in touching_pairs(headers):
+        neighbours[i].append(j)
+        neighbours[j].append(i)
+    maps, notes, done = _Maps(len(headers)), [], set()
+    for i in order:
+        h = headers[i]
+        near = sorted((j for j in neighbours[i] if j in done), key=rank.__getitem__)
+        pieces, avoid = [], set()
+        for j in near:
+            why = compatible(h, headers[j]) or same_ground(h, headers[j])
+            if why is None:
+                pieces.append(j)
+            else:
+                notes.append(f"{headers[j].path} and {h.path} touch but are not one map: {why}")
+                if compatible(h, headers[j]) is None:
+                    avoid.add(maps.find(j))
+        _place(maps, i, h.day, avoid, list(dict.fromkeys(maps.find(j) for j in pieces)))
+        done.add(i)
+    by_root: dict[int, list[int]] = {}
+    for i in order:
+        by_root.setdefault(maps.find(i), []).append(i)
+    if len(notes) > MAX_NOTES:
+        notes = notes[:MAX_NOTES] + [f"... and {len(notes) - MAX_NOTES} more pairs of touching files kept apart"]
+    return list(by_root.values()), notes
+
+
+def _place(maps: _Maps, i: int, day: str | None, avoid: set, candidates: list[int]) -> None:
+    """File `i` joins the first candidate map it may, which then takes in the others it may; or starts one."""
+    target = next((g for g in candidates if maps.may_join(g, day, avoid)), None)
+    if target is None:
+        maps.start(i, day, avoid)
+        return
+    maps.add(target, i, day, avoid)
+    for g in candidates:
+        g = maps.find(g)
+        if g != target:
+            maps.merge(target, g)
+
+
+def mosaic_path(headers: Sequence[Header]) -> MosaicPath:
+    """The `MosaicPath` of a map of several files (in the map's order): its grid on the first file's pixel
+    lattice, its origin at the union's top-left, each file at its whole-pixel offset."""
+    ref = headers[0].transform
+    offsets = [(round((h.transform.c - ref.c) / ref.a), round((h.transform.f - ref.f) / ref.e)) for h in headers]
+    c0 = min(dx for dx, _ in offsets)
+    r0 = min(dy for _, dy in offsets)
+    members = tuple(Member(h.path, dx - c0, dy - r0, h.width, h.height, h.files)
+                    for h, (dx, dy) in zip(headers, offsets))
+    width = max(m.col + m.width for m in members)
+    height = max(m.row + m.height for m in members)
+    transform = (ref.a, 0.0, ref.c + c0 * ref.a, 0.0, ref.e, ref.f + r0 * ref.e)
+    covered = coverage(members, width, height)[0] >= width * height
+    layout = Layout(members, width, height, transform, headers[0].crs.to_wkt(), headers[0].bands,
+                    headers[0].band_count, headers[0].dtype, nodata=not covered or any(h.nodata for h in headers))
+    return MosaicPath(mosaic_name([h.path for h in headers]), layout)
+
+
+def coverage(members: Sequence[Member], width: int, height: int) -> tuple[float, float]:
+    """(pixels some file covers, pixels several files cover) of a mosaic's `width` x `height` grid."""
+    import shapely
+
+    boxes = shapely.box(*np.asarray([(m.col, m.row, m.col + m.width, m.row + m.height) for m in members],
+                                    dtype=np.float64).T)
+    union = float(shapely.area(shapely.union_all(boxes)))
+    return union, float(shapely.area(boxes).sum()) - union
+
+
+def paths_of(path) -> tuple[str, ...]:
+    """The files of a map: a mosaic's members, or the input itself."""
+    from ..readers.mosaic import layout_of
+
+    lay = layout_of(path)
+    return lay.paths if lay is not None else (str(path),)
+
+
+
+# -- what the plan and the report say ----------------------------------------------------------------------
+
+def one_at_a_time(layout: Layout, grid) -> int:
+    """The tiles a mosaic's files would cost segmented one at a time, on the mosaic's tiling (`grid`; None:
+    squashed, one a file)."""
+    from ..tiling.grid import TileGrid
+
+    if grid is None:
+        return len(layout.members)
+    return sum(len(TileGrid(m.width, m.height, scale=grid.scale, tile_size=grid.tile_size, overlap=grid.overlap))
+               for m in layout.members)
+
+
+def hole_tiles(layout: Layout, grid) -> int:
+    """Grid tiles whose window touches no file of the mosaic (skipped without a read). Each file marks the
+    rows and columns of tiles its box meets: members x (rows + cols), not members x tiles."""
+    rows, cols = grid.shape
+    covered = np.zeros((rows, cols), bool)
+    w, h = grid.scaled_wh
+    x0 = np.arange(cols) * grid.stride
+    y0 = np.arange(rows) * grid.stride
+    x1 = np.minimum(x0 + grid.tile_size, np.ceil(w - 1e-9))
+    y1 = np.minimum(y0 + grid.tile_size, np.ceil(h - 1e-9))
+    for c0, r0, c1, r1 in layout.boxes * grid.scale:
+        cs = np.flatnonzero((x0 < c1) & (x1 > c0))
+        rs = np.flatnonzero((y0 < r1) & (y1 > r0))
+        if len(cs) and len(rs):
+            covered[rs[0]:rs[-1] + 1, cs[0]:cs[-1] + 1] = True
+    return int((~covered).sum())
+
+
+def map_facts(inp) -> dict:
+    """A planned map (`plan.InputPlan`) for the plan and the report: its files, tiles, and for a mosaic its
+    holes and overlaps (shares of its area) and the tiles its files would cost one at a time."""
+    from ..readers.mosaic import layout_of
+
+    lay = layout_of(inp.path)
+    facts = {"map": str(inp.path), "files": len(inp.paths), "crs": inp.crs.to_string() if inp.crs else None,
+             "width": inp.width, "height": inp.height, "tiles": inp.n_tiles}
+    if lay is None:
+        return facts
+    covered, overlap = coverage(lay.members, lay.width, lay.height)
+    area = float(lay.width * lay.height)
+    return {**facts, "mosaic": True, "tiles_one_at_a_time": one_at_a_time(lay, inp.grid),
+            "hole_tiles": hole_tiles(lay, inp.grid) if inp.grid is not None else 0,
+            "holes": round(1 - covered / area, 4), "overlaps": round(overlap / area, 4)}
+
+
+def mosaic_line(inp) -> str:
+    """One line of the plan for a mosaic (`plan.InputPlan.describe`)."""
+    f = map_facts(inp)
+    stretch = "" if inp.stretch is None else f", stretched {inp.stretch.lo[0]:g}..{inp.stretch.hi[0]:g}"
+    holes = f", {f['hole_tiles']} over holes only (skipped unread)" if f["hole_tiles"] else ""
+    return (f"{inp.path}: {inp.width} x {inp.height} px, bands "
+            f"{','.join(map(str, inp.bands))} {inp.dtype}{stretch}, {f['crs']}: {inp.n_tiles} tile(s){holes} "
+            f"({f['tiles_one_at_a_time']} one file at a time); holes {f['holes']:.1%}, overlaps {f['overlaps']:.1%} "
+            "of its area")
+
+
+def map_lines(inputs: Sequence, notes: Sequence[str] = ()) -> list[str]:
+    """The plan's first lines: the inputs, and when files were grouped, the maps they form (in how many
+    CRSs) and the notes on files kept apart."""
+    files = sum(len(i.paths) for i in inputs)
+    crss = list(dict.fromkeys(i.crs.to_string() if i.crs else "no CRS" for i in inputs))
+    if files == len(inputs) and not notes:
+        return [f"inputs: {len(inputs)}"]
+    mosaics = sum(len(i.paths) > 1 for i in inputs)
+    head = f"inputs: {files} files as {len(inputs)} map(s), {mosaics} of them mosaic(s) of several files"
+    if len(crss) > 1:
+        head += f"; {len(crss)} CRSs ({', '.join(crss[:4])}{', ...' if len(crss) > 4 else ''}): one map or more each"
+    return [head, *(f"  kept apart: {n}" for n in notes)]
