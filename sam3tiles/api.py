@@ -35,7 +35,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             scheduler: str | None = _D.scheduler, worker_timeout: float = _D.worker_timeout,
             tile_size: int = _D.tile_size, overlap: int | float = _D.overlap, scale: float = _D.scale,
             gsd: float | None = _D.gsd, bands: tuple[int, ...] | str | None = _D.bands, squash: bool = _D.squash,
-            refine: str = _D.refine, refine_depth: int = _D.refine_depth,
+            refine: str = _D.refine, refine_depth: int = _D.refine_depth, tissue: str = _D.tissue,
+            aoi: str | os.PathLike | Sequence[float] | None = _D.aoi, aoi_clip: bool = _D.aoi_clip,
             min_area: float = _D.min_area, max_area: float | None = _D.max_area, min_score: float = _D.min_score,
             simplify: float = _D.simplify, layer: str | None = _D.layer, geojson_crs: str = _D.geojson_crs,
             qupath_type: str = _D.qupath_type, no_preview: bool = _D.no_preview, retries: int = _D.retries,
@@ -84,6 +85,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
         refine, refine_depth: "auto": a tile where a prompt hits SAM 3's 200-object cap is re-run as
             sub-tiles at twice the zoom, for that prompt, up to `refine_depth` doublings; "off" (see
             `sam3tiles.tiling.refine`).
+        aoi, aoi_clip, tissue: area of interest (file or box), clip to it; glass skipped (docs/area-of-interest.md).
         min_area, max_area, simplify: drop smaller / larger objects (the area column's units: m² on a lon/lat
             CRS, else CRS units²); simplify polygons (metres on a lon/lat CRS, else CRS units).
         min_score: drop objects scored below it (0.5..1; the graphs already drop scores below 0.5).
