@@ -23,10 +23,11 @@ from .options import handle_errors, overwrite_opt, registry_options
 @overwrite_opt
 @handle_errors
 def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **options):
-    """Print the tile count, skipped (all-nodata) tiles and a cost estimate for INPUT; optionally write
-    the grid."""
+    """Print the tile count, the tiles skipped (outside --aoi, no tissue, all nodata) and a cost estimate
+    for INPUT against the full grid's; optionally write the grid (columns run, skip)."""
     from ..prompts.chips import parse_example_images
     from ..prompts.prompt import GeoBox, build_prompts
+    from ..run.area import check_area_meets, skip_estimate
     from ..run.plan import DECODE_S, ENCODE_S, exemplar_lines, plan_input, refine_line, with_exemplars
     from ..run.tilelayer import tile_plan
     from ..writers import check_output, write_vector
@@ -35,6 +36,7 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
     if out:
         check_output(out, overwrite)
     inp = plan_input(input, opts)  # the pre-flight's own step for one input
+    check_area_meets([inp], opts.aoi)
     if boxes or example_images:
         inp = with_exemplars(inp, build_prompts([], [GeoBox.parse(b) for b in boxes],
                                                 parse_example_images(example_images)), opts)
@@ -46,11 +48,20 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
     st = inp.stretch
     click.echo(f"bands used: {','.join(map(str, inp.bands))}; stretch: "
                f"{'none (uint8)' if st is None else f'{st.lo[0]:g}..{st.hi[0]:g} -> 0..255'}")
-    n, skipped = len(grid), int((~grid["has_data"]).sum())
+    n, run = len(grid), int(grid["run"].sum())
     rows, cols = int(grid["row"].max()) + 1, int(grid["col"].max()) + 1
-    click.echo(f"tiles: {n} ({rows} rows x {cols} cols), {skipped} skipped (all nodata), {n - skipped} to run")
-    click.echo(f"model calls: {n - skipped} encodes, {(n - skipped) * prompts} decodes; at ~{ENCODE_S} s + {DECODE_S} s "
-               f"per prompt on a desktop GPU: ~{(n - skipped) * (ENCODE_S + DECODE_S * prompts) / 60:.1f} GPU-minutes")
+    why = grid.loc[~grid["run"], "skip"].value_counts()
+    order = ["outside the area", "no tissue", "all nodata"]
+    why = ", ".join(f"{int(why[k])} {k}" for k in sorted(why.index, key=lambda k: (order.index(k) if k in order
+                                                                                 else len(order), k)))
+    click.echo(f"tiles: {n} ({rows} rows x {cols} cols), {n - run} skipped{f' ({why})' if why else ''}, {run} to run")
+    if inp.skips is not None and inp.skips.tissue:
+        click.echo(f"tissue: {inp.skips.tissue}")
+    if opts.aoi is not None:
+        click.echo("the area grows at run time where an object in it crosses into a skipped tile")
+    click.echo(f"model calls: {run} encodes, {run * prompts} decodes; at ~{ENCODE_S} s + {DECODE_S} s per prompt on a "
+               f"desktop GPU: " + (skip_estimate(run, n, prompts, ENCODE_S, DECODE_S) if run < n else
+                                   f"~{run * (ENCODE_S + DECODE_S * prompts) / 60:.1f} GPU-minutes"))
     click.echo(refine_line(opts))
     for line in exemplar_lines([inp]):
         click.echo(line)

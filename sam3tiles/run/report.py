@@ -24,11 +24,16 @@ class RunReport:
     tiles: int = 0
     done: int = 0
     resumed: int = 0
-    skipped: int = 0
+    skipped: int = 0  # every skipped tile; per reason in `skipped_by`
     failed: int = 0
     saturated: int = 0
     failed_tiles: list = field(default_factory=list)  # [{"source", "tile", "row", "col", "error"}]
     saturated_tiles: list = field(default_factory=list)
+    # tiles skipped per reason (`tiling.selection`: outside the area, no tissue, all nodata)
+    skipped_by: dict = field(default_factory=dict)
+    # the area of interest: aoi (as given), clip, tiles_grown, objects_outside (not written), objects_clipped;
+    # tissue: a note per slide (its share, or why none was skipped)
+    area: dict = field(default_factory=dict)
     objects: int = 0
     objects_by_prompt: dict = field(default_factory=dict)
     unusable_prompts: list = field(default_factory=list)
@@ -52,7 +57,8 @@ class RunReport:
 
     @property
     def tiles_per_second(self) -> float:
-        return (self.done + self.skipped) / self.wall_seconds if self.wall_seconds > 0 else 0.0
+        read = self.done + self.skipped_by.get("all nodata", self.skipped if not self.skipped_by else 0)
+        return read / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -76,12 +82,29 @@ class RunReport:
                     seen.setdefault((backend, graph, used), None)
         return [f"providers ({b}, {g}): {u}" for b, g, u in seen]
 
+    def _skipped_why(self) -> str:
+        """'nodata' when every skipped tile was found all nodata (as before areas and tissue); else per reason."""
+        why = {reason: n for reason, n in self.skipped_by.items() if n}
+        if set(why) <= {"all nodata"}:
+            return "nodata"
+        return ", ".join(f"{n} {reason}" for reason, n in why.items())
+
+    def _area_lines(self) -> list[str]:
+        a = self.area
+        out = []
+        if "aoi" in a:
+            out.append(f"area of interest {a['aoi']}: grown into {a.get('tiles_grown', 0)} skipped tile(s) where an "
+                       f"object crossed its edge; {a.get('objects_outside', 0)} object(s) outside it not written"
+                       + (f", {a.get('objects_clipped', 0)} clipped to it" if a.get("clip") else ""))
+        out += [f"tissue: {t}" for t in a.get("tissue", [])]
+        return out
+
     def summary(self) -> str:
         """A few lines for the terminal."""
         m = self.merge
         lines = [
-            f"tiles: {self.tiles} total, {self.done} done, {self.resumed} resumed, {self.skipped} skipped (nodata), "
-            f"{self.failed} failed, {self.saturated} saturated",
+            f"tiles: {self.tiles} total, {self.done} done, {self.resumed} resumed, {self.skipped} skipped "
+            f"({self._skipped_why()}), {self.failed} failed, {self.saturated} saturated",
             "objects: " + str(self.objects) + (" (" + ", ".join(f"{k}: {v}" for k, v in self.objects_by_prompt.items())
                                                + ")" if self.objects_by_prompt else ""),
         ]
@@ -93,6 +116,7 @@ class RunReport:
             for k, c in m.get("coverage", {}).items():  # areas in CRS units squared (see sam3tiles.merge)
                 lines.append(f"  {k}: tiles own {c['owned']:.6g}, out {c['out']:.6g}; dropped uncovered: "
                              f"{c['duplicates']:.3g} as duplicates, {c['slivers']:.3g} as slivers")
+        lines += self._area_lines()
         r = self.refine
         if r.get("refined"):
             per = ", ".join(f"depth {k}: {v} tile(s) -> {r['sub_tiles'].get(str(int(k) + 1), 0)} sub-tiles"
