@@ -136,8 +136,8 @@ def test_a_box_is_in_the_rasters_crs_and_the_plan_draws_the_tiles(geo, tmp_path)
     assert f"tiles: {len(tiles)} (8 rows x 8 cols), {len(tiles) - len(runs)} skipped ({len(tiles) - len(runs)} " \
            f"outside the area), {len(runs)} to run" in r.output
     assert "saved" in r.output and "for the full grid of 64" in r.output
-    # every tile that runs can see the box grown by half the overlap; every one that is skipped cannot
-    grown = box(*map(float, aoi.split(","))).buffer(64 * PIXEL)
+    # every tile that runs has its core within half the overlap of the box along each axis; no skipped one
+    grown = box(*map(float, aoi.split(","))).buffer(64 * PIXEL, join_style="mitre")
     cores = gpd.GeoSeries(tiles["core"].apply(shapely.from_wkt))
     assert cores[tiles["run"]].intersects(grown).all()
     assert not cores[~tiles["run"]].buffer(-2 * PIXEL).intersects(grown).any()

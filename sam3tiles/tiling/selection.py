@@ -3,10 +3,12 @@
 A `TileSelection` says, for each tile of a grid, "run" or "skip, because ...". It is made once per input by
 the plan from a list of skip rules, each a reason and a test over every tile's core at once:
 
-* `AreaSkip` ("outside the area"): the tile's core does not touch the area of interest (`--aoi`) grown by
-  the grid's overlap, so no object reaching into the area has its centre in that core (an object up to the
-  overlap across lies whole in the tile owning its centre: `tiling.grid`). Larger objects reach further:
-  the run grows the selection where one crosses into a skipped tile (`tiling.growth`);
+* `AreaSkip` ("outside the area"): the tile's core, grown by half the grid's overlap on every side (about
+  its window: what the tile sees), does not touch the area of interest (`--aoi`). So every object up to
+  the overlap across that reaches into the area (its centre within half the overlap of it along each
+  axis) has its centre in the core of a tile that runs, the tile that sees it whole (`tiling.grid`).
+  Larger objects reach further: the run grows the selection where one crosses into a skipped tile
+  (`tiling.growth`);
 * `MaskSkip` ("no tissue"): the tile's core holds no pixel of a low-resolution mask (a slide's tissue,
   `tiling.tissue`), dilated by a margin of mask pixels.
 
@@ -49,23 +51,20 @@ class Skip(Protocol):
 
 @dataclass(frozen=True, eq=False)
 class AreaSkip:
-    """Skip the tiles whose core does not touch `area` (source pixels) grown by `margin` grid pixels (default:
-    the grid's overlap; in source pixels: divided by the scale)."""
+    """Skip the tiles whose core grown by `margin` grid pixels on every side (default: half the grid's overlap;
+    in source pixels: divided by the scale) does not touch `area` (source pixels). Growing the cores, which
+    are boxes, is the exact square (Chebyshev) margin: an area grown by a buffer would round its corners."""
 
     area: BaseGeometry
     margin: float | None = None
     reason: str = OUTSIDE
     growable: bool = True
 
-    def grown(self, grid: TileGrid) -> BaseGeometry:
-        """The area grown by the margin, source pixels."""
-        margin = (grid.overlap / 2 if self.margin is None else self.margin) / grid.scale
-        return self.area.buffer(margin) if margin > 0 else self.area
-
     def skips(self, grid: TileGrid, cores: np.ndarray) -> np.ndarray:
-        grown = self.grown(grid)
-        shapely.prepare(grown)
-        return ~shapely.intersects(grown, shapely.box(cores[:, 0], cores[:, 1], cores[:, 2], cores[:, 3]))
+        m = (grid.overlap / 2 if self.margin is None else self.margin) / grid.scale
+        shapely.prepare(self.area)
+        return ~shapely.intersects(self.area, shapely.box(cores[:, 0] - m, cores[:, 1] - m, cores[:, 2] + m,
+                                                          cores[:, 3] + m))
 
 
 @dataclass(frozen=True, eq=False)
