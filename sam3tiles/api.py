@@ -29,23 +29,23 @@ _D = Options()  # the registry's defaults, so the signature below cannot drift f
 
 def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes = (),
             box_file: str | os.PathLike | None = None, example_images: ExampleImages = (), points: Points = (),
-            point_file: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
-            overwrite: bool = False, labels: str | os.PathLike | None = None,
-            work_dir: str | os.PathLike | None = None, fresh: bool = False, checkpoint: bool = True,
-            report_path: str | os.PathLike | None = None, client: Any = None, options: Options | None = None,
-            backend: str | object = _D.backend, model: str | None = _D.model, device: str = _D.device,
-            precision: str = _D.precision, threads: int = _D.threads, workers: int | None = _D.workers,
-            scheduler: str | None = _D.scheduler, worker_timeout: float = _D.worker_timeout,
-            tile_size: int = _D.tile_size, overlap: int | float = _D.overlap, scale: float = _D.scale,
-            gsd: float | None = _D.gsd, bands: tuple[int, ...] | str | None = _D.bands, squash: bool = _D.squash,
-            refine: str = _D.refine, refine_depth: int = _D.refine_depth, min_area: float = _D.min_area,
-            max_area: float | None = _D.max_area, min_score: float = _D.min_score, simplify: float = _D.simplify,
-            layer: str | None = _D.layer, geojson_crs: str = _D.geojson_crs, qupath_type: str = _D.qupath_type,
-            no_preview: bool = _D.no_preview, clean: bool = _D.clean, retries: int = _D.retries,
-            strict: bool = _D.strict, progress: bool = _D.progress, max_in_flight: int | None = _D.max_in_flight,
-            edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
-            decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block,
-            box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs,
+            point_file: str | os.PathLike | None = None, out: str | os.PathLike | None = None, overwrite: bool = False,
+            labels: str | os.PathLike | None = None, work_dir: str | os.PathLike | None = None, fresh: bool = False,
+            checkpoint: bool = True, report_path: str | os.PathLike | None = None, client: Any = None,
+            options: Options | None = None, backend: str | object = _D.backend, model: str | None = _D.model,
+            device: str = _D.device, precision: str = _D.precision, threads: int = _D.threads,
+            workers: int | None = _D.workers, scheduler: str | None = _D.scheduler,
+            worker_timeout: float = _D.worker_timeout, tile_size: int = _D.tile_size, overlap: int | float = _D.overlap,
+            scale: float = _D.scale, gsd: float | None = _D.gsd, bands: tuple[int, ...] | str | None = _D.bands,
+            squash: bool = _D.squash, refine: str = _D.refine, refine_depth: int = _D.refine_depth,
+            tissue: str = _D.tissue, aoi: str | os.PathLike | Sequence[float] | None = _D.aoi,
+            aoi_clip: bool = _D.aoi_clip, min_area: float = _D.min_area, max_area: float | None = _D.max_area,
+            min_score: float = _D.min_score, simplify: float = _D.simplify, layer: str | None = _D.layer,
+            geojson_crs: str = _D.geojson_crs, qupath_type: str = _D.qupath_type, no_preview: bool = _D.no_preview,
+            clean: bool = _D.clean, retries: int = _D.retries, strict: bool = _D.strict, progress: bool = _D.progress,
+            max_in_flight: int | None = _D.max_in_flight, edge_margin: int = _D.edge_margin,
+            encode_seconds: float = _D.encode_seconds, decode_seconds: float = _D.decode_seconds,
+            merge_block: int = _D.merge_block, box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs,
             asset: str | None = _D.asset, no_mosaic: bool = _D.no_mosaic,
             progress_format: str = _D.progress_format) -> gpd.GeoDataFrame:
     """Segment one or more rasters with text prompts and/or example boxes, or point prompts; returns the objects.
@@ -59,14 +59,14 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             or saved search (JSON file or URL; see `asset`), .txt list of inputs, an open rasterio dataset
             (read again by its `name`), or a list of them. A numpy array is refused: write a GeoTIFF.
         prompts: what to find: one text ("building") or several (["building", "car"]).
-        boxes: example boxes in the raster's CRS: (minx, miny, maxx, maxy[, positive]) tuples, shapely geometries
-            (their bounds), `sam3tiles.GeoBox`, or text "MINX,MINY,MAXX,MAXY[,neg]"; one box or a list of them.
-        box_file: a vector file of example boxes (any CRS; optional 'label' column 1/0).
+        boxes, box_file: example boxes in the raster's CRS: (minx, miny, maxx, maxy[, positive]) tuples, shapely
+            geometries (their bounds), `sam3tiles.GeoBox`, or text "MINX,MINY,MAXX,MAXY[,neg]", one or a list;
+            a vector file of example boxes (any CRS; optional 'label' column 1/0).
         example_images: exemplars from other images, "PATH[,neg]" or a `pathlib.Path` (a folder or glob:
             every image in it), one or a list; see `sam3tiles.prompts.chips`.
         points, point_file: a point run (no texts or examples beside it): clicks in the raster's CRS as
             `sam3tiles.GeoPoint`, "X,Y[,neg]", (x, y[, positive]) or shapely Points, one or a list; a vector
-            layer of points (any CRS; 'label' 1/0; its columns carried). One object, one row a point: docs/points.md.
+            layer of points (any CRS; 'label' 1/0; its columns carried). One object, one row a point.
         out: write the objects there (.gpkg, .parquet, .fgb, .geojson, .coco.json; "name.parquet/": a
             partitioned GeoParquet dataset), or into a folder (one .gpkg per input); with `out`,
             checkpoints are kept beside it and a rerun resumes.
@@ -74,33 +74,33 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             (single) input (values = `id`): `.tif` (COG; a slide's: pyramidal OME-TIFF) or `.ome.zarr`.
         work_dir, fresh, checkpoint, report_path: checkpoint folder; ignore checkpoints; keep none at all; the
             run report JSON (default: beside `out`).
-        client: a `distributed.Client` to run on (default: an in-process cluster, or `scheduler`).
-        options: an `Options` value; the keywords below override its fields (on a copy).
-        backend: "onnx" (SAM 3 model files), "reference" (a colour-matching stand-in, no weights) or
-            "simulated"; the model backend registry may accept more.
+        client, options: a `distributed.Client` to run on (default: an in-process cluster, or `scheduler`); an
+            `Options` value, whose fields the keywords below override (on a copy).
+        backend: "onnx" (SAM 3 model files), "reference" (a colour-matching stand-in), "simulated", or a plugin's.
         model, device, precision, threads: the ONNX model folder, "auto"/"cpu"/"cuda"/"tensorrt"/"coreml"/"dml",
             "auto"/"fp32"/"tf32" (CUDA's TF32 off/on)/"fp16" (TensorRT), onnxruntime threads.
         workers, scheduler, worker_timeout: CPU threads of a local run; a dask.distributed scheduler address;
             seconds a cluster run waits for a model worker when none is left (then exit 4).
-        tile_size, overlap: tile side and overlap in (scaled) pixels (tile_size at most 1008); an overlap
-            below 1 is a fraction of the tile side (0.2 -> 202 px of 1008).
-        scale, gsd: uniform zoom, or a target ground sampling distance (CRS units per pixel).
+        tile_size, overlap, scale, gsd: tile side and overlap in (scaled) pixels (tile_size at most 1008; an
+            overlap below 1 is a fraction of the tile side: 0.2 -> 202 px); uniform zoom, or a target ground
+            sampling distance (CRS units per pixel).
         bands, squash: bands as (R, G, B) or one band, 1-based; the whole image as one squashed tile.
         refine, refine_depth: "auto": a tile where a prompt hits SAM 3's 200-object cap is re-run as sub-tiles
             at twice the zoom, for that prompt, up to `refine_depth` doublings; "off" (`sam3tiles.tiling.refine`).
-        min_area, max_area, simplify: drop smaller / larger objects (the area column's units: m² on a lon/lat
-            CRS, else CRS units²); simplify polygons (metres on a lon/lat CRS, else CRS units).
-        min_score: drop objects scored below it (0.5..1; the graphs already drop scores below 0.5).
-        layer, geojson_crs, no_preview, clean: the GeoPackage layer (default: the file's stem; other layers
-            are kept); GeoJSON in "wgs84" (RFC 7946) or "native"; skip the quicklook OUT.preview.png; delete the
-            work folder (checkpoints) after a run with no failed tile (kept by default: a rerun resumes from it).
-        qupath_type: QuPath GeoJSON objects as "detection" (default) or "annotation" (editable in QuPath).
+        aoi, aoi_clip, tissue: an area of interest (a vector file or a box), clip objects to it; skip a slide's
+            glass: "auto"/"off" (docs/area-of-interest.md).
+        min_area, max_area, simplify, min_score: drop smaller / larger objects (the area column's units: m² on
+            a lon/lat CRS, else CRS units²); simplify polygons (metres on a lon/lat CRS, else CRS units); drop
+            objects scored below it (0.5..1).
+        layer, geojson_crs, no_preview, clean, qupath_type: the GeoPackage layer (default: the file's stem;
+            other layers are kept); GeoJSON in "wgs84" (RFC 7946) or "native"; skip the quicklook
+            OUT.preview.png; delete the work folder after a run with no failed tile (kept by default: a rerun
+            resumes from it); QuPath objects as "detection" (default) or "annotation" (editable in QuPath).
         retries, strict, progress: retries per tile; raise when any tile failed or still hit the 200-object
             cap; a progress bar (a widget in notebooks with ipywidgets).
-        max_in_flight, edge_margin, encode_seconds, decode_seconds, merge_block: tuning and testing knobs (`Options`).
-        verify_inputs: tell changed inputs by a hash of their content (checkpoints), not size/time/ETag.
-        box_scope: "image": every example box acts in every tile (its pixels are pasted into each tile's
-            free margin, see `sam3tiles.prompts.exemplars`); "tile": a box acts only in the tiles it lies in.
+        max_in_flight, edge_margin, encode_seconds, decode_seconds, merge_block: tuning knobs (`Options`).
+        verify_inputs, box_scope: tell changed inputs by a hash of their content, not size/time/ETag; "image":
+            every example box acts in every tile (pasted into each tile's free margin); "tile": only where it is.
         asset, progress_format, no_mosaic: STAC inputs' asset key; "bar", or "json" lines on stderr
             (`run.progress`); each input on its own (default: files of one map are one image: docs/many-files.md).
 

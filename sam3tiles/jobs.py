@@ -309,6 +309,7 @@ class LoadedJob:
     work_dir: str | None = None
     report: str | None = None
     labels: str | None = None
+    aoi: str | None = None  # tiling.aoi, a file's path resolved against the job file's folder
 
 
 def parse_job(text: str, base: str | os.PathLike = ".", name: str = "<job>", check_files: bool = True) -> LoadedJob:
@@ -420,6 +421,7 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
             GeoBox.parse(b)
         except ValueError as e:  # the parser's own message, under the key's name
             problems.append(f"prompts.boxes[{i}]: {render(raw(e), 'job').split(': ', 1)[-1]}")
+    aoi = _resolve_aoi(job.tiling.aoi, base, check_files, problems)
     model = None
     if job.backend.model is not None:
         model = _abs(base, job.backend.model)
@@ -441,7 +443,21 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
                      example_images=example_images, point_file=point_file, model=model, output=_abs(base, out.path) + ("/" if out.path.endswith("/") else ""),
                      work_dir=_abs(base, out.work_dir) if out.work_dir else None,
                      report=_abs(base, out.report) if out.report else None,
-                     labels=_abs(base, out.labels) if out.labels else None)
+                     labels=_abs(base, out.labels) if out.labels else None, aoi=aoi)
+
+
+def _resolve_aoi(aoi: str | None, base: Path, check_files: bool, problems: list[str]) -> str | None:
+    """tiling.aoi: a box as it is; a file (`PATH[:LAYER]`) resolved against `base`, and it must exist."""
+    from .readers.area import is_box, split_layer
+
+    if aoi is None or is_box(aoi) or is_remote(aoi):
+        return aoi
+    path, layer = split_layer(_abs(base, aoi) if os.path.exists(_abs(base, aoi)) else aoi)
+    path = _abs(base, path)
+    if check_files and not os.path.exists(path):
+        problems.append(f"tiling.aoi: no such file: {path} (relative paths are resolved against the job file's folder; "
+                        "a box is MINX,MINY,MAXX,MAXY)")
+    return path if layer is None else f"{path}:{layer}"
 
 
 # -- running ---------------------------------------------------------------------------------------------
@@ -454,6 +470,7 @@ def job_options(lj: LoadedJob, *, strict: bool | None = None, progress: bool = F
             section, key = d.job.split(".", 1)
             given[f.name] = getattr(getattr(lj.job, section), key)
     given["model"] = lj.model  # resolved against the job file's folder
+    given["aoi"] = lj.aoi
     given["asset"] = lj.job.asset
     if strict is not None:
         given["strict"] = strict

@@ -113,6 +113,21 @@ def _overlap(v: Any) -> int | float:
     return v
 
 
+def _aoi(v: Any) -> str:
+    """--aoi as text: a path (pathlib too), `PATH:LAYER`, or a box (four numbers, or their text)."""
+    import os
+
+    if isinstance(v, (tuple, list)):
+        if len(v) != 4 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            raise UsageError(f"takes a file or a box of 4 numbers (MINX, MINY, MAXX, MAXY), got {list(v)!r}")
+        return ",".join(repr(float(x)) for x in v)
+    if isinstance(v, os.PathLike):
+        v = os.fspath(v)
+    if not isinstance(v, str) or not v.strip():
+        raise UsageError(f"takes a vector file or MINX,MINY,MAXX,MAXY, got {v!r}")
+    return v.strip()
+
+
 def _fraction_overlap(o: "Options") -> None:
     """An overlap below 1 is a fraction of the tile side: pixels, rounded (0.2 of 1008 -> 202)."""
     v = o.overlap
@@ -185,6 +200,19 @@ class Options:
     refine_depth: int = opt(DEFAULT_DEPTH, "Zoom doublings refinement may apply at most.", job="tiling.refine_depth",
                             flags=("--refine-depth",), commands=("segment", "plan"), ge=0, le=MAX_DEPTH,
                             note=f"each level doubles the zoom of saturated tiles; {MAX_DEPTH} is 16x")
+    # -- only where there is something to find (issue 39): run.area, tiling.selection ---------------------
+    aoi: str | None = opt(None, "Area of interest: a vector file (any CRS, all its polygons; PATH:LAYER for one "
+                                "layer) or MINX,MINY,MAXX,MAXY in the raster's CRS; on a slide level-0 pixels (a "
+                                "QuPath GeoJSON export). Only tiles that can see an object reaching into it are "
+                                "encoded; objects that intersect it are written whole.",
+                          job="tiling.aoi", flags=("--aoi",), commands=("segment", "plan"), parse=_aoi,
+                          metavar="FILE[:LAYER]|MINX,MINY,MAXX,MAXY")
+    aoi_clip: bool = opt(False, "Clip the objects to --aoi (their area columns follow) instead of writing them "
+                                "whole.", job="postprocess.aoi_clip", flags=("--aoi-clip",))
+    tissue: str = opt("auto", "Slides: auto skips the tiles with no tissue (a mask from a low-resolution level: "
+                              "docs/area-of-interest.md); off encodes every tile. Rasters: nodata tiles are "
+                              "skipped either way.", job="tiling.tissue", flags=("--tissue",),
+                      commands=("segment", "plan"), choices=("auto", "off"))
     min_area: float = opt(0.0, "Drop objects smaller than this area, in the unit of the output's area column: "
                                "area_m2 on a lon/lat or metre CRS, area_ft2/area_us_ft2/... (CRS units²) "
                                "on others, area_px (pixels) without a CRS.",

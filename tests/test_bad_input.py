@@ -1308,6 +1308,76 @@ MOSAIC_CASES: dict[str, Case] = {
 CASES.update(MOSAIC_CASES)
 
 
+# -- issue 39: areas of interest that cannot be one, refused before any tile ---------------------------------
+
+def _area_file(kind, name="area.gpkg", crs=CRS_DEMO):
+    """A vector file in tmp: `kind` polygon (the square's box), points, lines, empty, broken, or nocrs."""
+    from shapely.geometry import LineString
+
+    def make(tmp):
+        p = tmp / name
+        if kind == "broken":
+            p.write_text('{"type": "FeatureCollection", "features": [')
+            return p
+        sq = box(*square_geo_box(20))
+        geoms = {"polygon": [sq], "half": [box(sq.bounds[0], sq.bounds[1], sq.centroid.x, sq.bounds[3])],
+                 "points": [sq.centroid], "lines": [LineString(sq.exterior.coords)], "empty": [],
+                 "nocrs": [sq]}[kind]
+        gdf = gpd.GeoDataFrame(geometry=geoms, crs=None if kind == "nocrs" or crs is None else crs.to_wkt())
+        with warnings.catch_warnings():  # pyogrio warns of a file without a CRS: the point of the nocrs case
+            warnings.filterwarnings("ignore", "'crs' was not provided", UserWarning)
+            gdf.to_file(p)
+        return p
+    return make
+
+
+def seg_aoi(area, *extra, src=None):
+    def argv(tmp):
+        a = area(tmp) if callable(area) else area
+        return seg(src or _square, "--aoi", str(a), *extra)(tmp)
+    return argv
+
+
+def _aoi_job(aoi):
+    def argv(tmp):
+        return _job(_with(tiling={"aoi": aoi(tmp) if callable(aoi) else aoi}))(tmp)
+    return argv
+
+
+def _clipped_half(tmp):
+    got = gpd.read_file(tmp / "o" / "out.gpkg")
+    assert len(got) == 1 and got.geometry.iloc[0].area == pytest.approx(got["area_m2"].iloc[0])
+    assert got["area_px"].iloc[0] < 0.75 * 60 * 80  # the half of the square inside the area
+
+
+MISSES = r"does not overlap the input: the area spans 1,2,3,4 and .*square\.tif: 500000,.*check the area's CRS"
+AOI_CASES: dict[str, Case] = {
+    "aoi-no-overlap": Case(seg_aoi("1,2,3,4"), 2, r"--aoi 1,2,3,4 " + MISSES),
+    "plan-aoi-no-overlap": Case(lambda t: ["plan", str(_square(t)), "--aoi", "1,2,3,4"], 2, r"--aoi 1,2,3,4 " + MISSES),
+    "job-aoi-no-overlap": Case(_aoi_job([1, 2, 3, 4]), 2, r"tiling\.aoi 1\.0,2\.0,3\.0,4\.0 does not overlap"),
+    "aoi-points": Case(seg_aoi(_area_file("points")), 3, r"area\.gpkg holds points .*an area is polygons: buffer"),
+    "aoi-lines": Case(seg_aoi(_area_file("lines")), 3, r"area\.gpkg holds lines .*buffer them first"),
+    "aoi-empty-file": Case(seg_aoi(_area_file("empty")), 3, r"area\.gpkg holds no geometry: draw the area"),
+    "aoi-broken-file": Case(seg_aoi(_area_file("broken", "area.geojson")), 3,
+                            r"area\.geojson is not a vector file GDAL can read .*give a GeoPackage"),
+    "aoi-missing-file": Case(seg_aoi("nowhere.gpkg"), 3, r"--aoi nowhere\.gpkg: no such file: check the path"),
+    "aoi-no-crs-on-a-georeferenced-raster": Case(seg_aoi(_area_file("nocrs")), 3,
+                                                 r"has no CRS but the raster has one \(EPSG:32633\).*-a_srs"),
+    "aoi-a-crs-on-a-pixel-image": Case(seg_aoi(_area_file("polygon"), src=_plain), 3,
+                                       r"is in EPSG:32633, but the image has no CRS .*level-0 pixels"),
+    "aoi-box-corners-swapped": Case(seg_aoi("500030,4099900,500010,4099950"), 2, r"MINX < MAXX and MINY < MAXY"),
+    "aoi-unknown-layer": Case(seg_aoi(lambda t: f"{_area_file('polygon')(t)}:nope"), 2,
+                              r"has no layer 'nope': its layers are area"),
+    "job-aoi-missing-file": Case(_aoi_job("nowhere.gpkg"), 2, r"tiling\.aoi: no such file: .*nowhere\.gpkg"),
+    "tissue-not-a-choice": Case(seg(_square, "--tissue", "maybe"), 2, r"--tissue.*'maybe' is not one of"),
+    # documented handling: the objects in the area whole, or clipped to it
+    "aoi-around-the-square": Case(seg_aoi(_area_file("polygon")), 0, r"wrote 1 object to ", objects=1),
+    "aoi-clips-half-the-square": Case(seg_aoi(_area_file("half"), "--aoi-clip"), 0, r"wrote 1 object to ", objects=1,
+                                      check=_clipped_half),
+}
+CASES.update(AOI_CASES)
+
+
 def _invoke(argv: list[str], in_subprocess: bool, cwd: Path):
     if in_subprocess:
         p = subprocess.run([sys.executable, "-m", "sam3tiles.cli", *argv], capture_output=True, text=True,

@@ -47,7 +47,8 @@ MINIMAL = "inputs: [a.tif]\nprompts: {text: [blue]}\noutput: {path: o.gpkg}\n"
      ["colour: unknown key: remove it or use one of asset, backend, description, inputs, output, postprocess, prompts, "
       "run, tiling"]),
     (MINIMAL + "tiling: {scael: 2}\n", ["tiling.scael: unknown key: did you mean 'scale'? remove it or use one "
-                                         "of bands, gsd, overlap, refine, refine_depth, scale, squash, tile_size"]),
+                                         "of aoi, bands, gsd, overlap, refine, refine_depth, scale, squash, "
+                                         "tile_size, tissue"]),
     (MINIMAL + "tiling: {scale: -1}\n", ["tiling.scale: must be > 0.0 (got -1)"]),
     (MINIMAL + "tiling: {tile_size: big}\n", ["tiling.tile_size: must be a whole number (got 'big')"]),
     (MINIMAL + "tiling: {bands: [1, 2]}\n", ["tiling.bands: give 1 band (grey) or 3 bands (R,G,B), e.g. [4, 3, 2] "

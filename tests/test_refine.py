@@ -251,7 +251,7 @@ def test_slide_sub_tiles_read_the_matching_pyramid_level(cap, tmp_path, monkeypa
         return original(self, lvl, *a)
 
     monkeypatch.setattr(SlideSource, "_read_level", spy)
-    gdf, rep = seg(slide.path, ["indigo"], scale=0.5)
+    gdf, rep = seg(slide.path, ["indigo"], scale=0.5, tissue="off")  # the tissue's overview aside
     assert rep.refine["refined"].get("0", 0) >= 1 and rep.saturated == 0
     subs = sum(rep.refine["sub_tiles"].values())
     # the grid tiles at scale 0.5 read level 1, the sub-tiles (scale 1) the full resolution

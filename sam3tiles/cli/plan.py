@@ -23,12 +23,14 @@ from .options import handle_errors, overwrite_opt, registry_options
 @overwrite_opt
 @handle_errors
 def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **options):
-    """Print the tile count, skipped (all-nodata) tiles and a cost estimate for INPUT; optionally write
-    the grid. INPUT may also be a glob, a .txt list or STAC items: the maps their files form are planned
-    (several files of one map: a mosaic, read as one image)."""
+    """Print the tile count, the tiles skipped (outside --aoi, no tissue, all nodata) and a cost estimate
+    for INPUT against the full grid's; optionally write the grid (columns run, skip). INPUT may also be a
+    glob, a .txt list or STAC items: the maps their files form are planned (several files of one map: a
+    mosaic, read as one image)."""
     from ..errors import UsageError
     from ..prompts.chips import parse_example_images
     from ..prompts.prompt import GeoBox, build_prompts
+    from ..run.area import check_area_meets
     from ..run.maps import group_inputs, map_lines
     from ..run.plan import expand_inputs, plan_input, with_exemplars
     from ..writers import check_output, write_vector
@@ -40,6 +42,7 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
     paths = expand_inputs(input, opts.asset, dates=dates)
     grouping = group_inputs(paths, opts, dates)
     maps = [plan_input(g.path, opts) for g in grouping.maps]  # the pre-flight's own step for each map
+    check_area_meets(maps, opts.aoi)
     if boxes or example_images:
         maps = [with_exemplars(inp, build_prompts([], [GeoBox.parse(b) for b in boxes],
                                                   parse_example_images(example_images)), opts) for inp in maps]
@@ -61,6 +64,7 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
 
 def _show_map(inp, name: str, opts, prompts: int, report, report_path):
     """Print one planned map's tiles and costs; returns its tile layer (a `map` column when of a mosaic)."""
+    from ..run.area import skip_estimate
     from ..run.plan import DECODE_S, ENCODE_S, exemplar_lines, refine_line
     from ..run.tilelayer import tile_plan
 
@@ -72,12 +76,20 @@ def _show_map(inp, name: str, opts, prompts: int, report, report_path):
     st = inp.stretch
     click.echo(f"bands used: {','.join(map(str, inp.bands))}; stretch: "
                f"{'none (uint8)' if st is None else f'{st.lo[0]:g}..{st.hi[0]:g} -> 0..255'}")
-    n, skipped = len(grid), int((~grid["has_data"]).sum())
+    n, run = len(grid), int(grid["run"].sum())
     rows, cols = int(grid["row"].max()) + 1, int(grid["col"].max()) + 1
-    click.echo(f"tiles: {n} ({rows} rows x {cols} cols), {skipped} skipped (all nodata), {n - skipped} to run")
-    todo, minutes = n - skipped, (n - skipped) * (ENCODE_S + DECODE_S * prompts) / 60
-    click.echo(f"model calls: {todo} encodes, {todo * prompts} decodes; at ~{ENCODE_S} s + {DECODE_S} s "
-               f"per prompt on a desktop GPU: ~{minutes:.1f} GPU-minutes")
+    why = grid.loc[~grid["run"], "skip"].value_counts()
+    order = ["outside the area", "no tissue", "all nodata"]
+    why = ", ".join(f"{int(why[k])} {k}" for k in sorted(why.index, key=lambda k: (order.index(k) if k in order
+                                                                                 else len(order), k)))
+    click.echo(f"tiles: {n} ({rows} rows x {cols} cols), {n - run} skipped{f' ({why})' if why else ''}, {run} to run")
+    if inp.skips is not None and inp.skips.tissue:
+        click.echo(f"tissue: {inp.skips.tissue}")
+    if opts.aoi is not None:
+        click.echo("the area grows at run time where an object in it crosses into a skipped tile")
+    click.echo(f"model calls: {run} encodes, {run * prompts} decodes; at ~{ENCODE_S} s + {DECODE_S} s per prompt on a "
+               f"desktop GPU: " + (skip_estimate(run, n, prompts, ENCODE_S, DECODE_S) if run < n else
+                                   f"~{run * (ENCODE_S + DECODE_S * prompts) / 60:.1f} GPU-minutes"))
     if mosaic:
         click.echo(inp.describe())
     click.echo(refine_line(opts))

@@ -80,8 +80,9 @@ class Source:
       slide's pyramid levels, a raster's overviews); `read_cost(out_wh)`: pixels decoded to read the
       whole image at `out_wh` (the level or overview such a read uses).
     * `identity`, `identity_for(verify)`, `source_files`: what the pixels come from (checkpoint keys).
-    * `read_window`, `read_tile`, `tile_has_data`, `may_have_nodata()`, `compute_stretch`; `close`, and
-      the context manager. Pickles by path: Dask workers reopen it.
+    * `read_window`, `read_tile`, `tile_has_data`, `may_have_nodata()`, `compute_stretch`; `overview`
+      (the whole image small, its own values: a slide's tissue mask); `close`, and the context manager.
+      Pickles by path: Dask workers reopen it.
 
     Subclasses implement `_open`, `_reset` (forget open handles), `close`, `compute_stretch`,
     `read_window`, `may_have_nodata`, `read_cost` and `levels`, and set `bands`, `dtype`, `width`,
@@ -126,6 +127,18 @@ class Source:
     def compute_stretch(self, percentiles: tuple[float, float] = (2.0, 98.0)) -> Stretch:
         """One stretch for the whole image from a decimated read (see the readers)."""
         raise NotImplementedError
+
+    def overview(self, out_wh: tuple[int, int]) -> np.ndarray:
+        """The whole image resampled to `out_wh` (width, height) as float32 [bands, h, w] of its own values
+        (before the stretch where the reader can: a slide's), NaN where there is no data. Read from the
+        level `read_cost(out_wh)` counts; callers keep that small. By default, `read_window`'s (stretched)
+        values."""
+        from rasterio.windows import Window
+
+        rgb, valid = self.read_window(Window(0, 0, self.width, self.height), out_wh)
+        out = rgb[: len(self.bands)].astype(np.float32)
+        out[:, ~valid] = np.nan
+        return out
 
     def close(self) -> None:
         """Release the open file handles (the reader reopens by path when unpickled)."""

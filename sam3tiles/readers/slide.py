@@ -368,6 +368,14 @@ class SlideSource(Source):
             out[i] = np.asarray(img.resize((w, h), resample=resample, box=tuple(rel)))
         return out
 
+    def overview(self, out_wh: tuple[int, int]) -> np.ndarray:
+        """The whole slide at `out_wh` from the level `level_for` picks (area averages), its own values
+        (before the stretch: fluorescence keeps its dim tissue apart from the glass)."""
+        w, h = int(out_wh[0]), int(out_wh[1])
+        level = self.level_for(w / self.width, h / self.height)
+        lw, lh = self._wh[level]
+        return self._resampled(level, (0.0, 0.0, float(lw), float(lh)), (w, h)).astype(np.float32)
+
     def may_have_nodata(self) -> bool:
         return self.dtype.kind == "f"  # slides have no nodata mask; NaN-only tiles are skipped
 

@@ -37,15 +37,23 @@ def ordered(columns) -> list[str]:
 
 def objects_frame(merged: Merged, labels: list[str], *, frame: Frame, source: str, backend: str, model: str,
                   simplify: float = 0.0, min_area: float = 0.0, max_area: float | None = None,
-                  min_score: float = 0.5, order=None) -> gpd.GeoDataFrame:
+                  min_score: float = 0.5, order=None, area=None) -> gpd.GeoDataFrame:
     """One input's merged objects as rows (no id yet: ids are given when outputs are written).
 
     `labels`: the output's `prompt` value per prompt index; `frame`: the input's CRS, pixel grid and
     pixel size (`units.Frame`). `simplify` is in the frame's length unit (metres on a lon/lat CRS), the
     areas in `units.area_unit`; rows below `min_score` or outside [min_area, max_area] are dropped.
-    `order`: per object, its order key (`merge.BlockMerger`'s `first`), kept in an `_order` column."""
+    `order`: per object, its order key (`merge.BlockMerger`'s `first`), kept in an `_order` column.
+    `area` (`run.area.AreaFilter`): only the objects that intersect the area of interest, clipped to it when
+    it says so, before the areas are measured and filtered."""
     wkt = frame.crs.to_wkt() if frame.crs is not None else None
     geoms = merged.geometry
+    if area is not None:
+        geoms, kept = area.keep(geoms)
+        idx = np.flatnonzero(kept)
+        merged = Merged(geoms, [merged.score[i] for i in idx], [merged.prompt[i] for i in idx],
+                        [merged.n_tiles[i] for i in idx])
+        order = np.asarray(order)[idx] if order is not None else None
     tolerance = length_to_crs(frame, simplify)
     if tolerance > 0 and geoms:
         geoms = list(gpd.GeoSeries(geoms).simplify(tolerance, preserve_topology=True))

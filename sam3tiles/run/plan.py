@@ -37,6 +37,7 @@ from ..wording import named_in, opt, raw, spoken
 from ..writers.atomic import check_name
 from ..writers.labels import check_labels_for, label_format
 from ..writers.formats import PER_INPUT, check_space, endings, is_dataset
+from .area import check_area_meets, plan_skips
 from .maps import group_inputs, map_lines
 from .preflight import (check_box_file, check_boxes_inside, check_input, check_label_path, check_out, check_paths,
                         check_plan, check_prompts_here, check_qupath_type, check_room, check_side_files,
@@ -100,6 +101,23 @@ class InputPlan:
         """The checkpoint identity of the pixels of a source-pixel window: the input's, or a mosaic's for
         the members the window touches only (a changed member recomputes only its tiles)."""
         return window_identity(self.path, self.identity, self.member_ids, window)
+
+    skips: object = None  # `run.area.InputSkips`: the tiles it skips (area of interest, tissue), None: none
+
+    def selection(self):
+        """Which tiles of the grid run and why the others are skipped (`tiling.selection.TileSelection`),
+        None when every tile runs (no skip rule, or squashed)."""
+        if self.grid is None or self.skips is None or not self.skips.rules:
+            return None
+        from ..tiling.selection import TileSelection
+
+        return TileSelection.of(self.grid, self.skips.rules)
+
+    @property
+    def n_to_run(self) -> int:
+        """The tiles the plan encodes (before nodata tiles are found; the area may grow at run time)."""
+        sel = self.selection()
+        return sel.to_run if sel is not None else self.n_tiles
 
     @property
     def bounds(self) -> tuple[float, float, float, float]:
@@ -175,18 +193,21 @@ class RunPlan:
         return sum(i.n_tiles for i in self.inputs)
 
     def estimates(self) -> dict[str, float]:
-        """Model calls and GPU minutes at desktop-GPU speed (before nodata tiles are skipped). Points: the tiles
-        holding points, one click (two point decoder passes) each (objects followed past a tile add more)."""
+        """Model calls and GPU minutes at desktop-GPU speed for the tiles to run (`InputPlan.n_to_run`: the
+        area of interest and the tissue skip tiles; nodata tiles are skipped later), and the full grid's.
+        Points: the tiles holding points, one click (two point decoder passes) each (objects followed past a
+        tile add more)."""
         if self.points is not None:
             from ..prompts.points import home_tiles
 
             tiles = home_tiles(self.points, self.inputs)
             return {"tiles": tiles, "encodes": tiles, "decodes": self.points.positives,
                     "gpu_minutes": (tiles * ENCODE_S + self.points.positives * POINT_DECODE_S) / 60}
-        tiles = self.n_tiles
+        tiles, full = sum(i.n_to_run for i in self.inputs), self.n_tiles
         decodes = tiles * len(self.prompts)
-        return {"tiles": tiles, "encodes": tiles, "decodes": decodes,
-                "gpu_minutes": (tiles * ENCODE_S + decodes * DECODE_S) / 60}
+        return {"tiles": tiles, "grid_tiles": full, "encodes": tiles, "decodes": decodes,
+                "gpu_minutes": (tiles * ENCODE_S + decodes * DECODE_S) / 60,
+                "gpu_minutes_full": full * (ENCODE_S + len(self.prompts) * DECODE_S) / 60}
 
     def parameters(self) -> dict:
         """The run report's parameters."""
@@ -228,7 +249,8 @@ class RunPlan:
                             "clicks of two point decoder passes (more where an object reaches past its tile and is "
                             f"followed); estimated GPU time: ~{e['gpu_minutes']:.1f} min at ~{ENCODE_S} s per encode "
                             f"+ {POINT_DECODE_S} s per click on a desktop GPU"]
-        lines += [f"tiles: {e['tiles']} (all-nodata tiles are skipped at run time, checkpointed ones resumed)",
+        lines += [*area_lines(self.inputs, e),
+                  f"tiles: {e['tiles']} (all-nodata tiles are skipped at run time, checkpointed ones resumed)",
                   f"model calls: {e['encodes']} encodes, {e['decodes']} decodes (more when a tile holds more "
                   "example boxes than a pass takes, or refinement adds sub-tiles)",
                   f"estimated GPU time: ~{e['gpu_minutes']:.1f} min at ~{ENCODE_S} s per encode + {DECODE_S} s "
@@ -247,6 +269,18 @@ def exemplar_lines(inputs: Sequence[InputPlan]) -> list[str]:
     return ([f"exemplars: +{extra} tiles (+{extra} encodes) for the exemplar strip"] if extra else
             ["exemplars: pasted into free margins and padding, no extra tiles"] if any(i.chips for i in inputs)
             else []) + out
+
+
+def area_lines(inputs: Sequence[InputPlan], e: dict) -> list[str]:
+    """What the area of interest and the tissue skip (plan, dry run), and the GPU time that saves."""
+    from .area import skip_lines
+
+    out = [f"  {os.path.basename(i.path)}: {line.strip()}"
+           for i in inputs for line in skip_lines(i.selection(), i.skips)]
+    if not out:
+        return []
+    saved = e["gpu_minutes_full"] - e["gpu_minutes"]
+    return ["skipped tiles:", *out, f"  {e['tiles']} of {e['grid_tiles']} tiles to run: ~{saved:.1f} GPU-minutes saved"]
 
 
 def refine_line(opts: Options) -> str:
@@ -299,6 +333,7 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
         label_path = check_label_path(labels, paths if opts.no_mosaic else paths[:1],
                                       overwrite or (labels is not None and replaceable(labels, ours)))
     planned, notes = plan_maps(paths, opts, per_input, dates)
+    check_area_meets(planned, opts.aoi)  # an area of interest that misses every input: exit 2, both extents
     opts, spec = resolve_model(opts)  # after the inputs: a wrong path is exit 3 with or without the model
     check_room(opts, planned)  # a low `ulimit -v` aborts native code mid-run, its lock left behind
     reads = read_paths([(f if i.member_ids else i.path, f) for i in planned for f in i.files], chips, box_file,
@@ -530,6 +565,7 @@ def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPla
         if changed_while_opened(path, before, stamps):
             raise changed_error(path, path, kept=False)
         grid = None if opts.squash else build_grid(src, opts)
+        skips = plan_skips(src, opts)  # the area of interest, a slide's tissue (`run.area`)
         if grid is not None and opts.refine == "auto":
             Refiner(grid, opts.refine_depth)  # refuses a depth whose sub-tile numbers the merge cannot hold
         ids = member_identities(path, stamps, opts.verify_inputs)  # a mosaic's: each member's (per-tile keys)
@@ -539,7 +575,8 @@ def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPla
                          bands=tuple(src.bands), band_count=int(src.band_count), dtype=str(src.dtype),
                          stretch=src.stretch, identity=identity, grid=grid, squash_size=opts.tile_size, output=output,
                          pixel_size_um=src.pixel_size_um, files=files,
-                         levels=tuple(src.levels) if src.kind == "slide" else (), stamps=stamps, member_ids=ids)
+                         levels=tuple(src.levels) if src.kind == "slide" else (), stamps=stamps, member_ids=ids,
+                         skips=skips)
 
 
 def with_exemplars(inp: InputPlan, prompts: Sequence[Prompt], opts: Options) -> InputPlan:

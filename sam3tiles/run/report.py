@@ -38,11 +38,16 @@ class RunReport:
     tiles: int = 0
     done: int = 0
     resumed: int = 0
-    skipped: int = 0
+    skipped: int = 0  # every skipped tile; per reason in `skipped_by`
     failed: int = 0
     saturated: int = 0
     failed_tiles: list = field(default_factory=list)  # [{"source", "tile", "row", "col", "error"}]
     saturated_tiles: list = field(default_factory=list)
+    # tiles skipped per reason (`tiling.selection`: outside the area, no tissue, all nodata)
+    skipped_by: dict = field(default_factory=dict)
+    # the area of interest: aoi (as given), clip, tiles_grown, objects_outside (not written), objects_clipped;
+    # tissue: a note per slide (its share, or why none was skipped)
+    area: dict = field(default_factory=dict)
     objects: int = 0
     objects_by_prompt: dict = field(default_factory=dict)
     unusable_prompts: list = field(default_factory=list)
@@ -75,7 +80,8 @@ class RunReport:
 
     @property
     def tiles_per_second(self) -> float:
-        return (self.done + self.skipped) / self.wall_seconds if self.wall_seconds > 0 else 0.0
+        read = self.done + self.skipped_by.get("all nodata", self.skipped if not self.skipped_by else 0)
+        return read / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -99,6 +105,23 @@ class RunReport:
                 for graph, used in (c.get("providers") or {}).items() if isinstance(c, dict) else ():
                     seen.setdefault((backend, graph, used), None)
         return [f"providers ({b}, {g}): {u}" for b, g, u in seen]
+
+    def _skipped_why(self) -> str:
+        """'no data' when every skipped tile was found all nodata (as before areas and tissue); else per reason."""
+        why = {reason: n for reason, n in self.skipped_by.items() if n}
+        if set(why) <= {"all nodata"}:
+            return "no data"
+        return ", ".join(f"{n} {reason}" for reason, n in why.items())
+
+    def _area_lines(self) -> list[str]:
+        a = self.area
+        out = []
+        if "aoi" in a:
+            out.append(f"area of interest {a['aoi']}: grown into {a.get('tiles_grown', 0)} skipped tile(s) where an "
+                       f"object crossed its edge; {a.get('objects_outside', 0)} object(s) outside it not written"
+                       + (f", {a.get('objects_clipped', 0)} clipped to it" if a.get("clip") else ""))
+        out += [f"tissue: {t}" for t in a.get("tissue", [])]
+        return out
 
     def _map_lines(self) -> list[str]:
         """The maps several input files formed: mosaics with their tiles against one file at a time."""
@@ -129,12 +152,14 @@ class RunReport:
         say where the work folder is and list every file written with its size."""
         lines = [*self._map_lines(),
             f"tiles: {self.tiles} in all: {self.done} done, {self.resumed} resumed from checkpoints, {self.skipped} "
-            f"skipped (no data), {self.failed} failed, {self.saturated} saturated (hit SAM 3's 200-object cap)",
+            f"skipped ({self._skipped_why()}), {self.failed} failed, {self.saturated} saturated (hit SAM 3's "
+            "200-object cap)",
             f"objects: {self.objects}" + (" (" + ", ".join(f"{k}: {v}" for k, v in self.objects_by_prompt.items())
                                           + ")" if self.objects_by_prompt else ""),
         ]
         if self.merge:
             lines.append(self._merge_line())
+        lines += self._area_lines()
         r = self.refine
         if r.get("refined"):
             per = ", ".join(f"depth {k}: {v} tile(s) -> {r['sub_tiles'].get(str(int(k) + 1), 0)} sub-tiles"

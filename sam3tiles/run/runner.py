@@ -37,6 +37,7 @@ from ..writers.stream import ObjectSpool, SpoolInput
 from ..writers.thumbs import MAX_SIDE, Picture, panel_wh
 from .checkpoint import TileStore, encode_result, join_parts, prompt_part, tile_key
 from .engine import Engine, _count
+from .area import InputArea
 from .frames import objects_frame
 from .plan import InputPlan, RunPlan
 from .report import RunReport
@@ -57,6 +58,7 @@ class InputResult:
     frame: Frame | None = None  # the input's frame (units, pixel grid)
     marks: list = field(default_factory=list)  # [("failed" | "saturated", source-pixel Window)] for the preview
     picture: object = None  # the preview's picture from the tiles (`thumbs.Picture.image`), when they covered it
+    selection: object = None  # the tiles run and skipped (`tiling.selection.TileSelection`), None: all ran
 
 
 @dataclass
@@ -94,6 +96,7 @@ class InputRun:
         self.picture: Picture | None = None  # the preview's picture, filled by the grid tiles as they finish
         lay = layout_of(inp.path)
         self.ownership = Ownership(lay) if lay is not None else None  # a mosaic's files, for `source`
+        self.area: InputArea | None = None  # the tiles it skips (area of interest, tissue) and grows into
 
     def run(self) -> InputResult:
         all_boxes = [b for p in self.plan.prompts for b in p.boxes]
@@ -102,13 +105,16 @@ class InputRun:
         self.report.seconds["prompt"] += prompt_seconds
         self.tiles = {t.index: t for t in self.inp.tiles()}
         self.report.tiles += len(self.tiles)
+        frames = TileFrames(self.inp.grid, self.tiles)  # made when asked: not 2 KB held per tile
+        self.area = InputArea(self.inp, self.opts, self.report, frames)  # tiles skipped (area, tissue), grown
+        runs = len(self.tiles) if self.area.to_run is None else self.area.to_run
         if self.bar is not None:
-            self.bar.total = (self.bar.total or 0) + len(self.tiles)
+            self.bar.total = (self.bar.total or 0) + runs
             # no refresh(): a bar drawn before its delay is not closed with a newline, so an error message
             # would follow it on the same line
-        frames = TileFrames(self.inp.grid, self.tiles)  # made when asked: not 2 KB held per tile
         mb = self.opts.merge_block
         blocks = tile_blocks(list(self.tiles.values()), mb) if mb > 0 else {i: 0 for i in self.tiles}
+        blocks = self.area.blocks(blocks)
         index = self._begin_spool()
         if not self.opts.no_preview and (self.inp.output is not None or self.plan.combined is not None):
             f = self.inp.frame
@@ -117,9 +123,12 @@ class InputRun:
         self.merger = BlockMerger(frames, blocks, submit=_submit_on(self.engine, self.opts.retries),
                                   on_block=lambda objects, first: self._spool_block(index, objects, first),
                                   early=not self.engine.distributed)
+        for skipped in self.area.never():  # skipped for good (no tissue): no pieces, as an all-nodata tile
+            self.merger.add(skipped, None)
         self.hook = RefineHook(self.inp.grid, self.opts.refine, self.opts.refine_depth, self.plan.prompts,
                                self.inp.path)
-        self.planned = (item for tile in self.tiles.values() if (item := self.admit(tile)) is not None)
+        self.planned = (item for tile in self.tiles.values()
+                        if self.area.planned(tile.index) and (item := self.admit(tile)) is not None)
         spares = not self.engine.distributed and bool(self.tiles)  # worker threads of this process
         if spares:
             open_spares(self.source, min(self.engine.threads, len(self.tiles)))
@@ -131,14 +140,15 @@ class InputRun:
         self.work.clear()
         self._report_exemplars(set(self.exemplars))  # grid tiles' and sub-tiles' zooms, counted as planned
         self.hook.stats.add_to(self.report.refine)
-        if self.tiles and self.skipped == len(self.tiles):
+        if runs and self.skipped == runs:
             log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", self.inp.path)
         t0 = time.perf_counter()
         _, mstats = self.merger.finish(gather=_gather_on(self.engine))
         mstats.coverage = {self.plan.prompts[int(k)].label: c for k, c in mstats.coverage.items()}
         self.report.seconds["merge"] += time.perf_counter() - t0
+        self.area.finish()
         return InputResult(self.inp.path, index, mstats, self.inp.frame, self._marks(),
-                           self.picture.image() if self.picture is not None else None)
+                           self.picture.image() if self.picture is not None else None, self.area.selection)
 
     def _begin_spool(self) -> int:
         crs = self.inp.crs.to_wkt() if self.inp.crs else None
@@ -151,7 +161,7 @@ class InputRun:
         gdf = objects_frame(objects.unpack(Merged), [p.label for p in self.plan.prompts], frame=self.inp.frame,
                             source=source_name(self.inp.path), backend=self.spec.backend,
                             model=self.plan.model_identity, simplify=o.simplify, min_area=o.min_area,
-                            max_area=o.max_area, min_score=o.min_score, order=first)
+                            max_area=o.max_area, min_score=o.min_score, order=first, area=self.area.filter)
         if self.ownership is not None and len(gdf):  # a mosaic: the files each object's pixels came from
             gdf["source"] = self.ownership.sources(gdf.geometry.values)
         self.spool.add(index, gdf)
@@ -362,6 +372,8 @@ class InputRun:
         refinement = self.hook.arrived(tile, res, computed, self.merger.frames[tile.index])
         if refinement.sub_tiles:
             self._refine(tile, refinement)
+        for index in self.area.arrived(tile, res.pieces):  # an object of the area crosses into skipped tiles
+            self._grow(self.tiles[index])
         self.merger.add(tile.index, res.pieces)
         res.pieces = None
         self.merger.drain(_results_of)  # merged blocks' objects to the spool, as they come
@@ -383,6 +395,14 @@ class InputRun:
             if item is not None:
                 self.queue.appendleft(item)
 
+    def _grow(self, tile: Tile) -> None:
+        """A skipped tile the area grew into (`run.area.InputArea.arrived`): to the front of the queue."""
+        if self.bar is not None:
+            self.bar.total = (self.bar.total or 0) + 1
+        item = self.admit(tile)
+        if item is not None:
+            self.queue.appendleft(item)
+
     def _tick(self) -> None:
         if self.bar is not None:
             self.bar.update(1)
@@ -403,6 +423,7 @@ class InputRun:
         if r.skipped:
             report.skipped += 1
             self.skipped += grid_tile
+            self.area.nodata()
         for k, v in r.exemplars.items():
             report.exemplars[k] = report.exemplars.get(k, 0) + v
         for k, v in r.passes.items():

@@ -11,28 +11,34 @@ from ..readers import gdal_env, open_source
 from ..tiling.frame import TileFrames
 from ..tiling.grid import Tile, TileGrid
 from ..tiling.refine import Refiner
+from ..tiling.selection import NODATA
 from .plan import InputPlan
 
 
 @gdal_env()
 def tile_plan(inp: InputPlan, check_nodata: bool = True, report: dict | None = None) -> gpd.GeoDataFrame:
-    """One row per tile of a planned input: index, row, col, depth, offsets, valid size, has_data; geometry =
-    the tile's window in the CRS (column `core` holds the part the tile owns, as WKT). `report`: a run
-    report (dict) of this input; its refined tiles' sub-tiles are added as rows of depth >= 1 (column
+    """One row per tile of a planned input: index, row, col, depth, offsets, valid size, has_data, run, skip;
+    geometry = the tile's window in the CRS (column `core` holds the part the tile owns, as WKT). `run`:
+    whether the run encodes it; `skip`: why not (`tiling.selection`: outside the area, no tissue, all
+    nodata; empty when it runs). Tiles skipped before any read are not read (has_data True). `report`: a
+    run report (dict) of this input; its refined tiles' sub-tiles are added as rows of depth >= 1 (column
     `refined_prompts` on the refined tiles)."""
     refined = refined_tiles(report, inp.path) if report and inp.grid is not None else []
     tiles = list(inp.tiles()) + (sub_tiles(inp.grid, refined) if refined else [])
     marks = {r["index"]: r["prompts"] for r in refined}
     depth_of = Refiner(inp.grid, max(len(r["path"]) for r in refined)).depth_of if refined else (lambda i: 0)
     frames = TileFrames(inp.grid)
+    sel = inp.selection()
     with open_source(inp.path, bands=inp.bands, stretch=inp.stretch) as src:
         rows = []
         for t in tiles:
             f = frames.frame(t)
+            why = sel.reason(t.index) if sel is not None and t.index < len(sel.codes) else None
+            data = src.tile_has_data(t) if check_nodata and why is None else True
+            why = why or ("" if data else NODATA)
             rows.append({"tile": t.index, "row": t.row, "col": t.col, "depth": depth_of(t.index), "x0": t.x0,
-                         "y0": t.y0, "valid_w": t.valid_wh[0], "valid_h": t.valid_wh[1],
-                         "has_data": src.tile_has_data(t) if check_nodata else True,
-                         "refined_prompts": ",".join(map(str, marks.get(t.index, []))),
+                         "y0": t.y0, "valid_w": t.valid_wh[0], "valid_h": t.valid_wh[1], "has_data": data,
+                         "run": not why, "skip": why, "refined_prompts": ",".join(map(str, marks.get(t.index, []))),
                          "core": f.core.buffer(0).wkt, "geometry": f.window})
     return gpd.GeoDataFrame(rows, geometry="geometry", crs=inp.crs.to_wkt() if inp.crs else None)
 

@@ -10,6 +10,10 @@ memory. Objects sit one per cell of a jittered grid (never overlapping, a gap of
   a dark background), further channels hold dim unrelated signal. One class, so the grid is sparser
   (64 px cells, 60 % filled: about 150 nuclei per 1008 px tile, under SAM 3's 200 objects per prompt).
 
+`tissue=` (a share of the slide, or a `Tissue`) puts the objects on tissue surrounded by empty glass (light
+in brightfield, dark in fluorescence), with a lumen (glass inside the tissue) and a speck of dust on the
+glass, as a scanned slide has: what `--tissue auto` must tell apart (`sam3tiles.tiling.tissue`).
+
 `shape="rect"` makes axis-aligned rectangles with integer corners instead of ellipses (their edges fall
 on pixel edges, so a segmentation can be checked to the half pixel). Truth polygons are in full-resolution
 pixel coordinates (origin top-left, y down), without a CRS. A pixel belongs to an object when its centre
@@ -33,6 +37,10 @@ BRIGHTFIELD = {"indigo": (80, 12, 128), "crimson": (214, 30, 64)}
 BRIGHTFIELD_BACKGROUND = (236, 196, 214)
 FLUORESCENCE = {"white": 20000}
 FLUORESCENCE_BACKGROUND = 600
+GLASS_BRIGHTFIELD = (243, 243, 241)  # empty glass: light, unstained
+GLASS_FLUORESCENCE = 150  # empty glass: the camera's dark level, in every channel
+DUST_BRIGHTFIELD = (120, 118, 115)  # a speck of dust on the glass
+DUST_FLUORESCENCE = 2500
 GAP = 8  # pixels kept free between objects (two cells of SAM 3's 288 mask grid)
 PIXEL_UM = 0.25  # physical pixel size written into the OME metadata (40x)
 
@@ -61,6 +69,70 @@ class Objects:
         return len(self.kind)
 
 
+@dataclass(frozen=True)
+class Tissue:
+    """Where the tissue lies, full-resolution pixels: the union of `ellipses` (cx, cy, rx, ry[, n]: the
+    superellipse |x/rx|^n + |y/ry|^n <= 1, n = 2 an ellipse, larger n a rounded rectangle) less the `holes`
+    (cx, cy, r: glass inside the tissue); `specks` (cx, cy, r): dust on the glass."""
+
+    ellipses: tuple = ()
+    holes: tuple = ()
+    specks: tuple = ()
+
+    @classmethod
+    def share(cls, width: int, height: int, share: float) -> "Tissue":
+        """A rounded section (a superellipse of exponent 4) holding `share` of the slide, at its left, its
+        height 92 % of the slide's (as a section lies beside the label end of the glass), with a lumen at its
+        centre and a speck of dust on the glass at the right."""
+        n = 4.0
+        ry = 0.46 * height
+        fill = 4 * math.gamma(1 + 1 / n) ** 2 / math.gamma(1 + 2 / n)  # area / (rx * ry)
+        rx = min(0.48 * width, share * width * height / (fill * ry))
+        cx, cy = 0.03 * width + rx, height / 2
+        hole = max(8.0, 0.06 * ry)
+        speck = max(2.0, max(width, height) / 1500)
+        return cls(((cx, cy, rx, ry, n),), ((cx, cy, hole),), ((0.93 * width, 0.2 * height, speck),))
+
+    def inside(self, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+        """bool [len(ys), len(xs)]: which pixel centres (full-resolution coordinates) lie on tissue."""
+        return self.contains(xs[None, :], ys[:, None])
+
+    def contains(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Whether the points (x, y) lie on tissue (arrays that broadcast together)."""
+        out = np.zeros(np.broadcast(x, y).shape, bool)
+        for cx, cy, rx, ry, *n in self.ellipses:
+            e = n[0] if n else 2.0
+            out |= np.abs((x - cx) / rx) ** e + np.abs((y - cy) / ry) ** e <= 1.0
+        for cx, cy, r in self.holes:
+            out &= (x - cx) ** 2 + (y - cy) ** 2 > r * r
+        return out
+
+    def dust(self, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(ys), len(xs)), bool)
+        for cx, cy, r in self.specks:
+            out |= (xs[None, :] - cx) ** 2 + (ys[:, None] - cy) ** 2 <= r * r
+        return out
+
+    def area(self, width: int, height: int, step: int = 4) -> float:
+        """The share of a width x height slide on tissue (sampled every `step` px)."""
+        xs, ys = np.arange(0, width, step) + 0.5, np.arange(0, height, step) + 0.5
+        return float(self.inside(xs, ys).mean())
+
+
+def on_tissue(objs: "Objects", tissue: Tissue) -> "Objects":
+    """The objects whose box lies wholly on tissue (corners and centre), the grid rebuilt."""
+    b = objs.bbox
+    xs = np.stack([b[:, 0], b[:, 2], b[:, 0], b[:, 2], (b[:, 0] + b[:, 2]) / 2], axis=1)
+    ys = np.stack([b[:, 1], b[:, 1], b[:, 3], b[:, 3], (b[:, 1] + b[:, 3]) / 2], axis=1)
+    ok = tissue.contains(xs, ys).all(axis=1)
+    keep = np.flatnonzero(ok)
+    remap = np.full(len(objs) + 1, -1, np.int64)
+    remap[keep] = np.arange(len(keep))
+    grid = remap[objs.grid]  # -1 (empty) maps to remap[-1] = -1
+    return Objects(objs.kind[keep], objs.cls[keep], objs.cx[keep], objs.cy[keep], objs.a[keep], objs.b[keep],
+                   objs.theta[keep], objs.bbox[keep], objs.names, objs.cell, grid)
+
+
 @dataclass
 class Slide:
     path: Path
@@ -70,6 +142,7 @@ class Slide:
     levels: list[tuple[int, int]]  # (width, height) per level
     seconds: float = 0.0
     objects: Objects | None = None
+    tissue: Tissue | None = None  # None: tissue everywhere
 
 
 def layout(width: int, height: int, seed: int = 0, *, names: tuple[str, ...] = ("indigo", "crimson"),
@@ -211,6 +284,7 @@ class _Renderer:
     channels: int
     seed: int
     tile: int
+    tissue: Tissue | None = None
 
     def __post_init__(self) -> None:
         bright = self.mode == "brightfield"
@@ -230,15 +304,30 @@ class _Renderer:
                     w, h = min(t, lw - x), min(t, lh - y)
                     classes = render_classes(self.objects, x, y, x + w, y + h, fx, fy)
                     nz = self.noise.cut((self.seed, level, ch, ty, tx), h, w)
+                    glass, dust = self._glass(x, y, w, h, fx, fy)
                     if self.mode == "brightfield":
                         rgb = np.moveaxis(self.lut[classes], -1, 0) + nz
+                        if glass is not None:
+                            rgb[:, glass] = np.asarray(GLASS_BRIGHTFIELD, np.float32)[:, None] + nz[:, glass]
+                            rgb[:, dust] = np.asarray(DUST_BRIGHTFIELD, np.float32)[:, None]
                         yield np.moveaxis(np.clip(rgb, 0, 255).round().astype(np.uint8), 0, -1)
                         continue
                     if ch == 0:
                         val = self.lut[classes] + nz[0]
                     else:  # other channels: dim, unrelated to the nuclei
                         val = FLUORESCENCE_BACKGROUND * (1 + ch) + 3 * nz[0]
+                    if glass is not None:
+                        val[glass] = GLASS_FLUORESCENCE + nz[0][glass]
+                        val[dust] = DUST_FLUORESCENCE
                     yield np.clip(val, 0, 65535).round().astype(np.uint16)
+
+    def _glass(self, x: int, y: int, w: int, h: int, fx: float, fy: float):
+        """(glass, dust) masks of a level window (None, None without tissue): pixel centres in full resolution."""
+        if self.tissue is None:
+            return None, None
+        xs, ys = (np.arange(x, x + w) + 0.5) * fx, (np.arange(y, y + h) + 0.5) * fy
+        glass = ~self.tissue.inside(xs, ys)
+        return glass, glass & self.tissue.dust(xs, ys)
 
     def level_shape(self, level: int) -> tuple[int, ...]:
         lw, lh = self.shapes[level]
@@ -263,9 +352,12 @@ class Pyramid:
 
 def write_slide(path: str | Path, width: int = 3000, height: int = 2500, seed: int = 0, *,
                 mode: str = "brightfield", channels: int = 1, shape: str = "ellipse", objects: Objects | None = None,
-                truth: bool = True, pyramid: Pyramid = Pyramid(), **layout_kwargs) -> Slide:
+                truth: bool = True, pyramid: Pyramid = Pyramid(), tissue: Tissue | float | None = None,
+                **layout_kwargs) -> Slide:
     """Write a pyramidal OME-TIFF slide tile by tile (laid out as `pyramid` says); returns it with its truth
-    polygons. `layout_kwargs` go to `layout` (cell, size, fill, names) when `objects` is not given."""
+    polygons. `layout_kwargs` go to `layout` (cell, size, fill, names) when `objects` is not given.
+    `tissue`: glass around the tissue (`Tissue`, or the share of the slide on tissue: `Tissue.share`); the
+    objects are those of the layout that lie wholly on it."""
     t_start = time.perf_counter()
     levels, min_side, tile = pyramid.levels, pyramid.min_side, pyramid.tile
     compression, compression_level, maxworkers = pyramid.compression, pyramid.compression_level, pyramid.maxworkers
@@ -279,9 +371,13 @@ def write_slide(path: str | Path, width: int = 3000, height: int = 2500, seed: i
             layout_kwargs.setdefault("cell", 64)
             layout_kwargs.setdefault("fill", 0.6)
         objects = layout(width, height, seed, shape=shape, **layout_kwargs)
+    if isinstance(tissue, (int, float)):
+        tissue = Tissue.share(width, height, float(tissue))
+    if tissue is not None:
+        objects = on_tissue(objects, tissue)
     shapes = _level_shapes(width, height, levels, min_side)
     nch = 1 if bright else channels
-    render = _Renderer(objects, shapes, mode, nch, seed, tile)
+    render = _Renderer(objects, shapes, mode, nch, seed, tile, tissue)
     opts = dict(dtype=np.uint8 if bright else np.uint16, tile=(tile, tile),
                 photometric="rgb" if bright else "minisblack", compression=compression, maxworkers=maxworkers)
     if compression == "zlib":
@@ -301,4 +397,4 @@ def write_slide(path: str | Path, width: int = 3000, height: int = 2500, seed: i
     finally:
         tmp.unlink(missing_ok=True)
     gdf = truth_frame(objects) if truth else gpd.GeoDataFrame({"class": []}, geometry=[], crs=None)
-    return Slide(path, gdf, width, height, shapes, time.perf_counter() - t_start, objects)
+    return Slide(path, gdf, width, height, shapes, time.perf_counter() - t_start, objects, tissue)

@@ -146,6 +146,13 @@ class TileGrid:
         rows, cols = self.shape
         return self._bounds(cols, w), self._bounds(rows, h)
 
+    @property
+    def core_bounds(self) -> tuple[list[float], list[float]]:
+        """The cores' edges in grid pixels: (x edges, cols + 1 of them; y edges, rows + 1): tile (row, col)
+        owns [xs[col], xs[col + 1]) x [ys[row], ys[row + 1]). For callers that judge every tile at once
+        (`tiling.selection`), without making each `Tile`."""
+        return self._core_bounds
+
     def tile(self, row: int, col: int) -> Tile:
         rows, cols = self.shape
         if not (0 <= row < rows and 0 <= col < cols):

@@ -1,5 +1,6 @@
 """The quicklook `OUT.preview.png`: the image overview, each object outlined in its prompt's colour,
-failed tiles (red, crossed) and saturated tiles (orange) marked, and a legend.
+failed tiles (red, crossed) and saturated tiles (orange) marked, the tiles the run skipped (outside the area
+of interest, no tissue: `tiling.selection`) darkened, and a legend that counts them by reason.
 
 Bounded in size and time whatever the image size: the picture is at most `MAX_SIDE` pixels a side. It
 comes from the run's own tiles (`thumbs.Picture`, no second decode of the image); where they did not all
@@ -48,6 +49,8 @@ FAILED = (230, 20, 20)
 SATURATED = (255, 150, 0)
 NO_IMAGE = (70, 70, 70)
 DIM = [v * 3 // 4 for v in range(256)]  # the picture under the outlines: each level at 3/4
+SKIPPED = (40, 40, 40)  # the legend's swatch for skipped tiles, drawn at a third of the picture's levels
+AREA = (0, 200, 255)  # the area of interest's outline
 
 
 def panel_side(n_panels: int) -> int:
@@ -84,8 +87,9 @@ def _panel(res, side: int, bands) -> tuple[Image.Image, bool]:
     else:  # dimmed to 3/4, so that outlines stand out on any image (a lookup table: numpy's integer
         # division of a 1024 px picture took 10 ms)
         img = Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8)).point(DIM * 3)
-    draw = ImageDraw.Draw(img)
     sx, sy = pw / f.width, ph / f.height
+    img = _darken_skipped(img, getattr(res, "selection", None), sx, sy)
+    draw = ImageDraw.Draw(img)
     for kind, win in res.marks:
         box = [win.col_off * sx, win.row_off * sy, (win.col_off + win.width) * sx, (win.row_off + win.height) * sy]
         colour = FAILED if kind == "failed" else SATURATED
@@ -94,6 +98,28 @@ def _panel(res, side: int, bands) -> tuple[Image.Image, bool]:
             draw.line(box, fill=colour, width=1)
             draw.line([box[0], box[3], box[2], box[1]], fill=colour, width=1)
     return img, rgb is not None
+
+
+def _darken_skipped(img: Image.Image, selection, sx: float, sy: float) -> Image.Image:
+    """The picture with the tiles the run skipped (their cores) at a third of its levels."""
+    if selection is None or not selection.codes.any():
+        return img
+    xs = (np.arange(img.width) + 0.5) / sx
+    ys = (np.arange(img.height) + 0.5) / sy
+    skipped = selection.codes_at(xs, ys) != 0
+    a = np.asarray(img).copy()
+    a[skipped] = a[skipped] // 3
+    img = Image.fromarray(a)
+    draw = ImageDraw.Draw(img)
+    for rule in selection.rules:  # the area of interest (source pixels), outlined
+        area = getattr(rule, "area", None)
+        if area is None:
+            continue
+        rings = shapely.get_exterior_ring(shapely.get_parts(np.asarray([area], dtype=object)))
+        for ring in rings:
+            xy = (shapely.get_coordinates(ring) * (sx, sy)).ravel().tolist()
+            draw.line(xy, fill=AREA, width=2)
+    return img
 
 
 def halo(colour: tuple) -> tuple:
@@ -267,6 +293,15 @@ def _legend_lines(counts: dict, colours: dict, results, panels, drawn) -> list[t
         lines.append((FAILED, f"failed tile(s): {failed} (crossed)"))
     if saturated:
         lines.append((SATURATED, f"saturated tile(s): {saturated} (may miss objects)"))
+    skipped: dict[str, int] = {}
+    for r in results:
+        for reason, n in (r.selection.counts().items() if getattr(r, "selection", None) is not None else ()):
+            skipped[reason] = skipped.get(reason, 0) + n
+    if skipped:
+        lines.append((SKIPPED, "skipped tile(s), darker: " + ", ".join(f"{n} {k}" for k, n in skipped.items())))
+    if any(getattr(rule, "area", None) is not None for r in results if getattr(r, "selection", None) is not None
+           for rule in r.selection.rules):
+        lines.append((AREA, "the area of interest"))
     if not all(drawn):
         lines.append((NO_IMAGE, "grey: the image is too large to draw without overviews (gdaladdo builds them)"))
     if len(results) > len(panels):

@@ -1,0 +1,222 @@
+"""Only where there is something to find (issue 39): an area of interest and a slide's tissue, against full runs.
+
+    python -m benchmarks.bench_aoi                    # an 8000 px scene and 12000 x 4000 slides, 1008 px tiles
+    python -m benchmarks.bench_aoi --size 6000 --slide 9000
+    python -m benchmarks.bench_aoi --smoke            # seconds: small sizes, 512 px tiles
+
+*Area.* A demo scene (cars, buildings, fields larger than a tile) and a square of a quarter of it, turned
+by 20 degrees, given in EPSG:4326. The full run, then the area's runs: with the margin the plan grows the
+area by (0, half the overlap: the default, the whole overlap), with and without growing into skipped tiles
+at run time, and clipped. Each row: tiles planned and encoded (grown), the GPU time the plan estimates,
+wall seconds, the objects written against the full run's objects that intersect the area (F1 at IoU 0.99,
+objects off by more, the smallest IoU). The reference backend answers every tile the same whatever its
+neighbours; the misbehaving one (`sam3tiles.testing.misbehaving`, all faults) differs between tiles as a
+real SAM 3 does, so which tiles see an object changes what the merge writes.
+
+*Tissue.* Slides with tissue on a third of their area (brightfield, fluorescence): `--tissue off` against
+`auto`: tiles, the GPU minutes the plan's costs give them, wall seconds, the mask's seconds, F1 against the
+full run (IoU 0.5) and against the truth. The reference backend has no encoder: its time follows the
+objects, not the tiles, so the wall seconds change less than a GPU's would (glass tiles cost it little).
+
+The figures are printed as a table and one JSON line; nothing is asserted (tests/test_aoi.py does that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import shapely
+from shapely import affinity
+from shapely.geometry import box
+
+from sam3tiles.evaluate import evaluate
+from sam3tiles.options import Options
+from sam3tiles.run.pipeline import segment_job
+from sam3tiles.run.plan import DECODE_S, ENCODE_S, plan_input
+from sam3tiles.testing.demo import CRS_DEMO, ORIGIN, PIXEL, write_scene
+from sam3tiles.testing.slidegen import write_slide
+
+from .synthetic import cache_folder
+
+PROMPTS = ["red", "blue", "yellow"]
+
+
+def best_iou(a: gpd.GeoDataFrame, b: gpd.GeoDataFrame) -> np.ndarray:
+    """Per object of `a`, its best IoU with an object of `b` of its prompt."""
+    out = np.zeros(len(a))
+    for prompt in set(a["prompt"]):
+        sel = np.flatnonzero((a["prompt"] == prompt).to_numpy())
+        gb = np.asarray(b.geometry[b["prompt"] == prompt].values, dtype=object)
+        if not len(gb):
+            continue
+        tree = shapely.STRtree(gb)
+        ga = np.asarray(a.geometry.values, dtype=object)
+        for k in sel:
+            hits = tree.query(ga[k], predicate="intersects")
+            if len(hits):
+                inter = shapely.area(shapely.intersection(ga[k], gb[hits]))
+                out[k] = float(np.max(inter / shapely.area(shapely.union(ga[k], gb[hits]))))
+    return out
+
+
+def compare(got: gpd.GeoDataFrame, want: gpd.GeoDataFrame, iou: float = 0.99) -> dict:
+    """F1 at `iou` of `got` against `want`, objects of either side off by more, the smallest best IoU."""
+    table = evaluate(got, want.assign(**{"class": want["prompt"]}), iou_min=iou)
+    a, b = best_iou(got, want), best_iou(want, got)
+    f1 = float((table["tp"].sum() * 2) / max(1, table["pred"].sum() + table["truth"].sum()))
+    return {"objects": len(got), "want": len(want), "f1": round(f1, 4),
+            "off": int((a < iou).sum() + (b < iou).sum()), "min_iou": round(float(min(a.min(initial=1), b.min(initial=1))), 3)}
+
+
+@contextlib.contextmanager
+def variant(margin: float | None, grow: bool):
+    """The plan's margin (grid pixels; None: the default, half the overlap) and run-time growth, switched for
+    one run (the benchmark measures what the defaults chose between)."""
+    from sam3tiles.run import area as run_area
+    from sam3tiles.tiling.selection import AreaSkip
+
+    saved_skip, saved_init = run_area.AreaSkip, run_area.InputArea.__init__
+
+    def init(self, *a, **k):
+        saved_init(self, *a, **k)
+        if not grow:
+            self.growth = None
+
+    run_area.AreaSkip = functools.partial(AreaSkip, margin=margin)
+    run_area.InputArea.__init__ = init
+    try:
+        yield
+    finally:
+        run_area.AreaSkip, run_area.InputArea.__init__ = saved_skip, saved_init
+
+
+def quarter(width: int, path: Path) -> tuple[Path, object]:
+    """A square of a quarter of the scene turned by 20 degrees, in EPSG:4326; returned in the scene's CRS."""
+    x0, y0 = ORIGIN[0] + width / 4 * PIXEL, ORIGIN[1] - 3 * width / 4 * PIXEL
+    sq = affinity.rotate(box(x0, y0, x0 + width / 2 * PIXEL, y0 + width / 2 * PIXEL), 20)
+    gpd.GeoDataFrame(geometry=[sq], crs=CRS_DEMO.to_wkt()).to_crs(4326).to_file(path)
+    return path, gpd.read_file(path).to_crs(CRS_DEMO.to_wkt()).geometry.iloc[0]
+
+
+VARIANTS = (("margin 0", 0.0, True, False), ("margin overlap/2 (default)", None, True, False),
+            ("margin overlap", "overlap", True, False), ("overlap/2, no growth", None, False, False),
+            ("overlap/2, clipped", None, True, True))
+
+
+def area_rows(width: int, tiling: dict, backend, label: str, folder: Path, workers: int,
+              variants=VARIANTS) -> list[dict]:
+    """The full run and the area's `variants` (name, margin, growth, clip) on one scene, answered by `backend`."""
+    scene = folder / f"aoi-scene-{width}-t{tiling['tile_size']}.tif"
+    if not scene.exists():
+        write_scene(scene, width, width, seed=3, tile=tiling["tile_size"])
+    area_file, area = quarter(width, folder / f"aoi-{width}.geojson")
+    kw = dict(backend=backend, checkpoint=False, workers=workers, **tiling)
+    t0 = time.perf_counter()
+    full, rf = segment_job(str(scene), PROMPTS, **kw)
+    full_s = time.perf_counter() - t0
+    want = full[full.intersects(area)]
+    per = ENCODE_S + DECODE_S * len(PROMPTS)
+    rows = [{"run": f"{label}: full", "planned": rf.tiles, "encoded": rf.done, "grown": 0,
+             "gpu_min": round(rf.tiles * per / 60, 2), "wall_s": round(full_s, 1), **compare(want, want)}]
+    for name, margin, grow, clip in variants:
+        with variant(float(tiling["overlap"]) if margin == "overlap" else margin, grow):
+            inp = plan_input(str(scene), Options(backend="reference", aoi=str(area_file), **tiling))
+            t0 = time.perf_counter()
+            got, r = segment_job(str(scene), PROMPTS, aoi=str(area_file), aoi_clip=clip, **kw)
+            wall = time.perf_counter() - t0
+        row = {"run": f"{label}: {name}", "planned": inp.n_to_run, "encoded": r.done,
+               "grown": r.area.get("tiles_grown", 0), "gpu_min": round(inp.n_to_run * per / 60, 2),
+               "wall_s": round(wall, 1)}
+        if clip:
+            row.update(objects=len(got), want=len(want), inside=bool(got.within(area.buffer(1e-6)).all()))
+        else:
+            row.update(compare(got, want))
+        rows.append(row)
+    return rows
+
+
+MODES = (("brightfield", ["indigo", "crimson"], {}),
+         ("fluorescence", ["white"], {"cell": 64, "fill": 0.6, "size": (20.0, 44.0)}))
+
+
+def tissue_rows(width: int, height: int, tiling: dict, folder: Path, workers: int, modes=MODES) -> list[dict]:
+    """--tissue off against auto on a brightfield and a fluorescence slide, tissue on a third of each."""
+    from sam3tiles.readers import open_source
+    from sam3tiles.run.area import plan_skips
+
+    rows = []
+    for mode, prompts, layout in modes:
+        slide = write_slide(folder / f"aoi-{mode}-{width}.ome.tif", width, height, seed=1, mode=mode, tissue=1 / 3,
+                            **layout)
+        t0 = time.perf_counter()
+        with open_source(slide.path) as src:
+            plan_skips(src, Options(**tiling))
+        mask_s = time.perf_counter() - t0
+        out = {}
+        for tissue in ("off", "auto"):
+            t0 = time.perf_counter()
+            out[tissue] = segment_job(str(slide.path), prompts, backend="reference", checkpoint=False, workers=workers,
+                                      tissue=tissue, **tiling) + (time.perf_counter() - t0,)
+        (full, rf, fs), (auto, ra, as_) = out["off"], out["auto"]
+        vs_full = evaluate(auto, full.assign(**{"class": full["prompt"]}))
+        per = (ENCODE_S + DECODE_S * len(prompts)) / 60
+        rows.append({"run": f"{mode} slide {width}x{height}, tissue {slide.tissue.area(width, height):.0%}",
+                     "tiles_off": rf.done, "tiles_auto": ra.done, "share": round(ra.done / max(1, rf.done), 2),
+                     "sub_tiles": sum(rf.refine.get("sub_tiles", {}).values()),
+                     "gpu_min_off": round(rf.done * per, 2), "gpu_min_auto": round(ra.done * per, 2),
+                     "wall_off_s": round(fs, 1), "wall_auto_s": round(as_, 1), "mask_s": round(mask_s, 2),
+                     "f1_vs_full": round(float(vs_full["f1"].min()), 4),
+                     "f1_vs_truth": round(float(evaluate(auto, slide.truth)["f1"].min()), 4),
+                     "nuclei": f"{len(auto)} of {len(full)}"})
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    widths = {k: max(len(k), *(len(str(r.get(k, ""))) for r in rows)) for k in keys}
+    lines = ["  ".join(k.ljust(widths[k]) for k in keys)]
+    lines += ["  ".join(str(r.get(k, "")).ljust(widths[k]) for k in keys) for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=8000, help="the scene's side (px)")
+    ap.add_argument("--slide", type=int, default=12000, help="the slides' width (px; height a third)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--no-misbehaving", action="store_true", help="the reference backend only")
+    ap.add_argument("--smoke", action="store_true", help="a 1600 px scene, the default and the clipped run; a "
+                    "2400 px brightfield slide; 512 px tiles")
+    a = ap.parse_args(argv)
+    tiling = {"tile_size": 512, "overlap": 128} if a.smoke else {"tile_size": 1008, "overlap": 256}
+    size, slide = (1600, 2400) if a.smoke else (a.size, a.slide)
+    with tempfile.TemporaryDirectory(dir=cache_folder() if cache_folder().exists() else None) as tmp:
+        folder = Path(tmp)
+        rows = area_rows(size, tiling, "reference", "reference", folder, a.workers,
+                         VARIANTS[1::3] if a.smoke else VARIANTS)
+        if not (a.no_misbehaving or a.smoke):
+            from sam3tiles.model.reference import ReferenceRuntime
+            from sam3tiles.testing.misbehaving import MisbehavingRuntime
+
+            rows += area_rows(size, tiling, functools.partial(MisbehavingRuntime, ReferenceRuntime(), "all"),
+                              "misbehaving", folder, a.workers)
+        slides = tissue_rows(slide, slide // 3, tiling, folder, a.workers, MODES[:1] if a.smoke else MODES)
+    print(f"area of interest: a {size} px scene, a quarter of it turned by 20 degrees, given in EPSG:4326; "
+          f"tiles {tiling['tile_size']} px, overlap {tiling['overlap']}")
+    print(table(rows))
+    print("\ntissue: slides with tissue on a third of their area")
+    print(table(slides))
+    print(json.dumps({"area": rows, "tissue": slides}, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""The area of interest grows while the run goes: a tile skipped as outside the area is taken back when an
+object that reaches into the area crosses into it, so that object comes out whole, as in a full run.
+
+The plan runs the tiles whose core touches the area grown by the overlap (`tiling.selection.AreaSkip`):
+enough for every object up to the overlap across. A larger object (a field, a long building) can reach
+further: a tile at the edge of the run region sees it cut by its window's edge, toward a skipped tile.
+`Growth.arrived(tile, pieces)` looks at each finished tile's cut pieces (`complete` False) that reach
+past its window into a neighbour's, and returns the skipped neighbours to run, as refinement returns
+sub-tiles. A cut piece continues an object of the area when it
+
+* intersects the area itself, or
+* overlaps (same prompt) a continuing piece of a neighbouring tile: the same object seen twice in the band
+  the two windows share. A neighbour's piece seen before the tile that continues it was finished waits
+  (`_waiting`) until a continuing piece reaches it; pieces that will reach it later are left with the
+  tile (`_seeds`) until it finishes.
+
+Only tiles whose window is not wholly inside the area keep such pieces (inside, every piece intersects the
+area): a band about a tile wide along the run region's edge, so what is held follows the area's
+perimeter, not its surface. Chains follow the object across any number of tiles; a tile skipped for
+another reason (no tissue, ...) is never taken back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import shapely
+from shapely.geometry.base import BaseGeometry
+
+from .frame import TileFrames
+from .grid import TileGrid
+from .selection import TileSelection
+
+
+@dataclass
+class _Piece:
+    prompt: int
+    geometry: BaseGeometry
+    targets: tuple[int, ...]  # the grid tiles whose windows it reaches past its own tile's window
+
+
+class Growth:
+    """Which skipped tiles to take back as tiles finish (see the module). `area`: the area of interest in
+    the CRS the pieces are in; `reach`: how far past a window's edge (tile pixels) a cut piece is looked
+    for (the vectorizer's edge margin, plus one)."""
+
+    def __init__(self, grid: TileGrid, frames: TileFrames, selection: TileSelection, area: BaseGeometry,
+                 reach: float = 4.0):
+        self.grid, self.frames, self.selection, self.area = grid, frames, selection, area
+        shapely.prepare(self.area)
+        self.reach = reach
+        self._inside: dict[int, bool] = {}
+        self._finished: set[int] = set()
+        self._seeds: dict[int, list[_Piece]] = {}
+        self._waiting: dict[int, list[_Piece]] = {}
+
+    def arrived(self, tile, pieces) -> list[int]:
+        """The skipped grid tiles to run now that `tile` (a grid tile or a sub-tile: its grid tile's window
+        counts) finished with `pieces` (`vectorize.Pieces`), in index order."""
+        t = tile.row * self.grid.shape[1] + tile.col
+        grown: list[int] = []
+        cut = [k for k in range(len(pieces)) if not pieces.complete[k]] if pieces is not None else []
+        if cut:
+            window = self.frames[t].window
+            d = self.reach * self.frames[t].pixel
+            near = self._neighbours(tile.row, tile.col)
+            seeds = self._seeds.get(t, [])
+            for k in cut:
+                g = pieces.geometry[k]
+                past = g.buffer(d).difference(window)
+                targets = tuple(n for n, w in near if past.intersects(w)) if not past.is_empty else ()
+                if not targets:
+                    continue
+                p = _Piece(int(pieces.prompt[k]), g, targets)
+                if self.area.intersects(g) or any(s.prompt == p.prompt and s.geometry.intersects(g) for s in seeds):
+                    self._spread(p, grown)
+                elif not self._is_inside(t):
+                    self._waiting.setdefault(t, []).append(p)
+        if tile.index < len(self.grid):
+            self._finished.add(t)
+        return sorted(set(grown))
+
+    def _spread(self, p: _Piece, grown: list[int]) -> None:
+        """`p` continues an object of the area: its neighbours run, or learn of it, or their waiting pieces
+        that it overlaps continue it too."""
+        todo = [p]
+        while todo:
+            p = todo.pop()
+            for n in p.targets:
+                if not self.selection.runs(n):
+                    if not self.selection.growable(n):
+                        continue
+                    self.selection.grow(n)
+                    grown.append(n)
+                if n not in self._finished:
+                    if not self._is_inside(n):
+                        self._seeds.setdefault(n, []).append(p)
+                    continue
+                waiting = self._waiting.get(n, [])
+                hit = [q for q in waiting if q.prompt == p.prompt and q.geometry.intersects(p.geometry)]
+                if hit:
+                    self._waiting[n] = [q for q in waiting if q not in hit]
+                    todo += hit
+
+    def _neighbours(self, row: int, col: int) -> list[tuple[int, object]]:
+        """The grid tiles around (row, col) whose windows can overlap its window, with those windows."""
+        rows, cols = self.grid.shape
+        return [(r * cols + c, self.frames[r * cols + c].window)
+                for r in range(max(0, row - 1), min(rows, row + 2)) for c in range(max(0, col - 1), min(cols, col + 2))
+                if (r, c) != (row, col)]
+
+    def _is_inside(self, t: int) -> bool:
+        """Whether tile `t`'s window lies wholly in the area (every piece of it intersects the area)."""
+        v = self._inside.get(t)
+        if v is None:
+            v = self._inside[t] = bool(self.area.contains(self.frames[t].window))
+        return v
