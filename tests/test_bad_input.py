@@ -1238,6 +1238,8 @@ POINTS_CASES: dict[str, Case] = {
     "point-outside": Case(seg_points(f"{ORIGIN[0] - 5000},{ORIGIN[1]}"), 2, r"--point .* lies outside every input"),
     "points-negative-only": Case(seg_points(_pt(tag=",neg")), 2, r"are all negative.*add a positive point"),
     "points-squash": Case(seg_points(_pt(), extra=("--squash",)), 2, r"--squash: points run on the tile grid"),
+    "points-with-an-area": Case(seg_points(_pt(), extra=("--aoi", "1,2,3,4")), 2,
+                                r"--aoi: a point run encodes only the tiles under its points"),
     "point-file-missing": Case(seg_points(point_file=lambda t: t / "nope.gpkg"), 3, r"--point-file .*no such file"),
     "point-file-polygons": Case(seg_points(point_file=_point_file(_polygon())), 3,
                                 r"feature 1 is a Polygon, not a point: give a layer of points"),

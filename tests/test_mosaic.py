@@ -492,3 +492,24 @@ def test_files_whose_changes_cannot_be_told_are_named_once_for_the_whole_mosaic(
     assert [len(i.paths) for i in plan.inputs] == [3]
     said = [r.getMessage() for r in caplog.records if "cannot tell whether" in r.getMessage()]
     assert len(said) == 1 and "3 file(s)" in said[0], said
+
+
+def test_an_area_of_interest_on_a_mosaic_gives_the_one_files_objects_and_tiles(scene, tmp_path):
+    # issues 38 and 39 together: the area selects the tiles of the mosaic's grid as of the one file's
+    import rasterio
+
+    with rasterio.open(scene.path) as ds:
+        b = ds.bounds
+    area = (b.left + 0.1 * (b.right - b.left), b.bottom + 0.45 * (b.top - b.bottom), b.left + 0.55 * (b.right - b.left),
+            b.top - 0.05 * (b.top - b.bottom))
+    one, one_objects = run(scene.path, tmp_path / "one.gpkg", aoi=area)
+    split_raster(scene.path, tmp_path / "files", overlap=150)
+    got, objects = run(str(tmp_path / "files" / "*.tif"), tmp_path / "mosaic.gpkg", aoi=area)
+    assert got.done == one.done < got.tiles and got.failed == 0
+    assert got.area["objects_outside"] == one.area["objects_outside"] > 0
+    assert len(objects) == len(one_objects) > 0
+    pairs = gpd.sjoin(objects, one_objects, predicate="intersects")
+    best = pairs.groupby(level=0).apply(lambda g: max(
+        objects.geometry[g.name].intersection(one_objects.geometry[j]).area
+        / objects.geometry[g.name].union(one_objects.geometry[j]).area for j in g["index_right"]))
+    assert len(best) == len(objects) and best.min() >= 0.99, best.min()

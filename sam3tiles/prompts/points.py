@@ -191,11 +191,12 @@ def build_points(given: Sequence[GeoPoint], from_file: Sequence[GeoPoint], bound
     return PointPrompts(points, owners(points, bounds), columns)
 
 
-def check_point_run(points: list[GeoPoint], point_file, texts, boxes, box_file, images, squash: bool
-                    ) -> tuple[list[GeoPoint], str | None]:
+def check_point_run(points: list[GeoPoint], point_file, texts, boxes, box_file, images, squash: bool,
+                    aoi=None) -> tuple[list[GeoPoint], str | None]:
     """(points, the point file's path as text), once checked: points are prompts of their own, refused beside
     texts, example boxes or example images (each point is one object and one row carrying its columns; those
-    find every object of a kind), and with a squashed image (points run on the tile grid)."""
+    find every object of a kind), with a squashed image (points run on the tile grid) and with an area of
+    interest (`aoi`: the points already choose the tiles)."""
     point_file = None if point_file is None else os.fspath(point_file)
     if not points and not point_file:
         return points, point_file
@@ -208,6 +209,10 @@ def check_point_run(points: list[GeoPoint], point_file, texts, boxes, box_file, 
     if squash:
         raise UsageError(f"{opt('squash')}: points run on the tile grid (each in the tile whose core holds it): leave "
                          f"{opt('squash')} out")
+    if aoi is not None:
+        raise UsageError(f"{opt('aoi')}: a point run encodes only the tiles under its points (and those their objects "
+                         f"reach into), so an area of interest selects nothing more: give only the points inside the "
+                         f"area, and leave {opt('aoi')} out")
     return points, point_file
 
 

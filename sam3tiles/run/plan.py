@@ -310,7 +310,7 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
     opts = options or Options()
     texts, geo_boxes, example_images = prompt_arguments(text, boxes, example_images)
     given_points, point_file = check_point_run(point_arguments(points), point_file, texts, geo_boxes, box_file,
-                                               example_images, opts.squash)
+                                               example_images, opts.squash, opts.aoi)
     from .engine import check_scheduler  # (engine imports dask: only when a run is planned)
 
     check_scheduler(opts.scheduler)  # a scheduler address that cannot be one: before anything is opened
