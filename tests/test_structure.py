@@ -218,8 +218,9 @@ def test_nothing_outside_the_readers_uses_more_than_the_source_interface():
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 who, name = node.value.id, node.attr
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
-                  and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and isinstance(node.args[1], ast.Constant)):
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
+                  and isinstance(node.args[0], ast.Name) and isinstance(node.args[1], ast.Constant)):
                 who, name = node.args[0].id, node.args[1].value
             else:
                 continue
