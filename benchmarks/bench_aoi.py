@@ -73,7 +73,8 @@ def compare(got: gpd.GeoDataFrame, want: gpd.GeoDataFrame, iou: float = 0.99) ->
     a, b = best_iou(got, want), best_iou(want, got)
     f1 = float((table["tp"].sum() * 2) / max(1, table["pred"].sum() + table["truth"].sum()))
     return {"objects": len(got), "want": len(want), "f1": round(f1, 4),
-            "off": int((a < iou).sum() + (b < iou).sum()), "min_iou": round(float(min(a.min(initial=1), b.min(initial=1))), 3)}
+            "off": int((a < iou).sum() + (b < iou).sum()),
+            "min_iou": round(float(min(a.min(initial=1), b.min(initial=1))), 3)}
 
 
 @contextlib.contextmanager

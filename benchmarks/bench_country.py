@@ -115,8 +115,10 @@ def measure(tiles: int, workers: int, threads: bool = False) -> dict:
     from sam3tiles.run.engine import Engine
 
     return {"tiles": n, "objects": report.objects, "wall_s": round(wall, 1), "tiles_per_s": round(n / wall, 1),
-            "peak_rss_mb": round(peak["rss"] / 2**20), "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-            "driver_cpu_ms_per_tile": round(1000 * cpu / n, 2), "main_thread_cpu_ms_per_tile": round(1000 * main / n, 2),
+            "peak_rss_mb": round(peak["rss"] / 2**20),
+            "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "driver_cpu_ms_per_tile": round(1000 * cpu / n, 2),
+            "main_thread_cpu_ms_per_tile": round(1000 * main / n, 2),
             "tasks_alive_peak": peak["tasks"],
             "max_in_flight": Engine(None, True, True, workers + 1, 1).in_flight(),
             "rss_curve_mb": curve[::step]}

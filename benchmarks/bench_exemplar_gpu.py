@@ -49,7 +49,8 @@ def _scene(tmp: Path, size: int):
     side = np.sqrt(rects.geometry.area) / 0.3  # px
     small, large = rects[side < 80], rects[side > 100]  # a patch over ~111 px fits no margin
     other = write_scene(tmp / "other.tif", size, size, seed=8)
-    o = other.truth[(other.truth["class"] == "blue") & (other.truth.geometry.area / other.truth.geometry.envelope.area > 0.99)]
+    o = other.truth[(other.truth["class"] == "blue")
+                    & (other.truth.geometry.area / other.truth.geometry.envelope.area > 0.99)]
     import rasterio
     from rasterio.windows import from_bounds
 
@@ -240,7 +241,8 @@ def main(argv=None) -> int:
             for k, v in result.items() if isinstance(v, dict) and "tiles" in v]
     print(table(rows, ["way", "tiles", "truth", "pred", "recall", "precision", "dropped on pastes"]))
     print(f"ms per tile (median): {result['ms']}; device {result['device']} {result['providers']}, "
-          f"{result['box_slots']} box slot(s), exemplar patch {result['exemplar_px']} px, strip {result['strip_px']} px")
+          f"{result['box_slots']} box slot(s), exemplar patch {result['exemplar_px']} px, "
+          f"strip {result['strip_px']} px")
     return 0
 
 

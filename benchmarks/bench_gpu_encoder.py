@@ -178,7 +178,8 @@ def main(argv=None) -> int:
             print(f"{p:5s} on {device}: encode {r['encode_ms']:.1f} ms/tile (median of {args.repeat}), decode "
                   f"(test decoder) {r['decode_ms']:.1f} ms; {flops / e / 1e12:.1f} TFLOP/s = "
                   f"{100 * flops / e / 1e12 / args.peak_tflops:.0f}% of {args.peak_tflops:g}; "
-                  f"{1 / (e + dm):.1f} tiles/s; masks IoU vs {ref['precision']}: {mask_iou(r['masks'], ref['masks']):.4f}"
+                  f"{1 / (e + dm):.1f} tiles/s; masks IoU vs {ref['precision']}: "
+                  f"{mask_iou(r['masks'], ref['masks']):.4f}"
                   f"; providers: {r['providers']}", flush=True)
             rows.append(r)
     return 0

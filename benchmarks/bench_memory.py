@@ -37,7 +37,8 @@ def measure(size: int, prompts: list[str], workers: int | None, cell: int = 500,
         _, report = segment_job(str(path), prompts, backend="reference", out=f"{tmp}/out.gpkg",
                                 workers=workers, refine=refine, return_objects=False)  # as the CLI runs it
         wall = time.perf_counter() - t0
-    return {"size": size, "cell": cell, "refine": refine, "tiles": report.tiles, "saturated": report.saturated, "objects": report.objects, "wall_s": round(wall, 1),
+    return {"size": size, "cell": cell, "refine": refine, "tiles": report.tiles, "saturated": report.saturated,
+            "objects": report.objects, "wall_s": round(wall, 1),
             "tiles_per_s": round(report.tiles / wall, 2),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 

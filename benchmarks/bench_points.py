@@ -104,7 +104,8 @@ def main(argv=None) -> int:
             print(f"seed {seed} {r['size'][0]}x{r['size'][1]}: {r['objects']} objects ({k['small']['n']} small, "
                   f"{k['seam']['n']} across seams, {k['large']['n']} larger than a tile); recall {r['recall']:.3f}; "
                   f"IoU mean {r['mean_iou']:.4f} min {r['min_iou']:.4f} (small/seam/large min "
-                  + "/".join("-" if k[n]["min_iou"] is None else f"{k[n]['min_iou']:.3f}" for n in ("small", "seam", "large"))
+                  + "/".join("-" if k[n]["min_iou"] is None else f"{k[n]['min_iou']:.3f}"
+                             for n in ("small", "seam", "large"))
                   + f"); text prompts' mean IoU {r['text_mean_iou']:.4f} (points - text {r['delta_vs_text']:+.4f}, "
                   f"{r['worse_than_text']} object(s) worse by > 0.01); background {r['background_not_found']}/"
                   f"{r['background']} not found; columns carried: {r['columns_carried']}; encodes {r['encodes']} "

@@ -41,7 +41,8 @@ def one(size: int, folder: Path) -> list[dict]:
         res = InputResult(str(scene.path), 0, frame=frame)
         t0 = time.perf_counter()
         out = quicklook.write_quicklook(folder / f"p{size}{overviews}.png", gdf, [res], ["red", "blue", "yellow"])
-        rows.append({"size": size, "overviews": overviews, "objects": len(gdf), "seconds": round(time.perf_counter() - t0, 3),
+        rows.append({"size": size, "overviews": overviews, "objects": len(gdf),
+                     "seconds": round(time.perf_counter() - t0, 3),
                      "level_pixels": cost, "image_drawn": cost <= quicklook.READ_BUDGET,
                      "preview_bytes": out.stat().st_size})
     return rows

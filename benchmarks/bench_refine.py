@@ -155,7 +155,8 @@ def bench(size: int, seeds, kinds=(*SCENES, "slide"), scale2: bool = True, folde
 
 
 def table(rows) -> str:
-    head = f"{'scene':8} {'seed':>4} {'run':7} {'truth':>6} {'recall':>7} {'prec':>7} {'encodes':>7} {'bound':>6} {'secs':>6}"
+    head = (f"{'scene':8} {'seed':>4} {'run':7} {'truth':>6} {'recall':>7} {'prec':>7} {'encodes':>7} "
+            f"{'bound':>6} {'secs':>6}")
     lines = [head]
     for r in rows:
         lines.append(f"{r['scene']:8} {r['seed']:>4} {r['run']:7} {r['truth']:>6} {r['recall']:>7.4f} "

@@ -72,7 +72,8 @@ def main(argv=None) -> int:
         try:  # start with the jobs SLURM has started by then; the others join the run when they start
             client.wait_for_workers(args.jobs, timeout=args.wait_all)
         except TimeoutError:
-            print(f"{len(client.scheduler_info(n_workers=-1)['workers'])} of {args.jobs} jobs running: starting with those")
+            running = len(client.scheduler_info(n_workers=-1)["workers"])
+            print(f"{running} of {args.jobs} jobs running: starting with those")
         gdf = sam3tiles.segment(args.inputs, args.text or ["building"], out=args.out, overwrite=args.overwrite,
                                 backend="onnx", model=args.model, device="cuda", client=client, progress=True)
         report = gdf.attrs["sam3tiles_report"]

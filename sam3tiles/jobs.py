@@ -440,7 +440,8 @@ def _resolve(job: Job, base: Path, name: str, check_files: bool = True) -> Loade
     if problems:
         raise _fail(name, problems)
     return LoadedJob(job=job, source=name, base=base, inputs=list(dict.fromkeys(inputs)), box_file=box_file,
-                     example_images=example_images, point_file=point_file, model=model, output=_abs(base, out.path) + ("/" if out.path.endswith("/") else ""),
+                     example_images=example_images, point_file=point_file, model=model,
+                     output=_abs(base, out.path) + ("/" if out.path.endswith("/") else ""),
                      work_dir=_abs(base, out.work_dir) if out.work_dir else None,
                      report=_abs(base, out.report) if out.report else None,
                      labels=_abs(base, out.labels) if out.labels else None, aoi=aoi)

@@ -193,8 +193,9 @@ class Options:
     squash: bool = opt(False, f"Baseline: the whole image stretched to one {MODEL_SIZE}x{MODEL_SIZE} input, as "
                               "the published callers do.", job="tiling.squash", flags=("--squash",),
                        commands=("segment", "plan"))
-    refine: str = opt(REFINE_MODES[0], "auto: a tile where a prompt hits SAM 3's 200-object cap is re-run as 4 sub-tiles "
-                                       "at twice the zoom, for that prompt only, recursively where still saturated "
+    refine: str = opt(REFINE_MODES[0], "auto: a tile where a prompt hits SAM 3's 200-object cap is re-run as "
+                                       "4 sub-tiles at twice the zoom, for that prompt only, recursively where still "
+                                       "saturated "
                                        "(see sam3tiles.tiling.refine); off: such tiles are only reported.",
                       job="tiling.refine", flags=("--refine",), commands=("segment", "plan"), choices=REFINE_MODES)
     refine_depth: int = opt(DEFAULT_DEPTH, "Zoom doublings refinement may apply at most.", job="tiling.refine_depth",

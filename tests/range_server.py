@@ -1,10 +1,11 @@
 """A local HTTP file server with HEAD and byte ranges (what GDAL's /vsicurl needs), for remote-input tests.
 
 `serve(folder)` starts it on 127.0.0.1 in its own process (GDAL holds the GIL while it waits on a
-request, so a server thread in the reading process would never answer) and yields its base URL. Query strings are ignored, as
-a presigned S3/GCS/Azure URL's signature is by a server that accepts it; the server logs every request
-line to `requests.log` in the folder so tests can assert that a query string reached it. `etag` gives each file an ETag and
-Last-Modified from its size and mtime, so a changed file is seen as changed.
+request, so a server thread in the reading process would never answer) and yields its base URL. Query
+strings are ignored, as a presigned S3/GCS/Azure URL's signature is by a server that accepts it; the server
+logs every request line to `requests.log` in the folder so tests can assert that a query string reached it.
+`etag` gives each file an ETag and Last-Modified from its size and mtime, so a changed file is seen as
+changed.
 
 A server that replaces a file while it is read: `serve(folder, switch_after=N)` serves `NAME.next` in place
 of `NAME` (where one lies beside it) from the (N+1)th ranged GET of `NAME` on, counted across all clients (the

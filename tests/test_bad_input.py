@@ -395,7 +395,8 @@ CASES: dict[str, Case] = {
     "unknown-yaml-keys": Case(_job(_with(tiling={"tile_sise": 1008}, colour="red")), 2,
                               r"tiling\.tile_sise: unknown key: did you mean 'tile_size'\?[\s\S]*colour: unknown key"),
     "yaml-wrong-types": Case(_job(_with(tiling={"scale": -1, "overlap": "wide"})), 2,
-                             r"tiling\.overlap: 'wide' is not a number: give pixels \(256\) or a fraction[\s\S]*tiling\.scale: must be > 0"),
+                             r"tiling\.overlap: 'wide' is not a number: give pixels \(256\) or a fraction"
+                             r"[\s\S]*tiling\.scale: must be > 0"),
     "yaml-missing-input-file": Case(_job(_with(inputs=["gone.tif", "square.tif"])), 2,
                                     r"inputs\[0\]: no such file: .*gone\.tif"),
     "yaml-not-a-mapping": Case(_job("- just\n- a list\n"), 2, r"the job must be a mapping"),
@@ -663,7 +664,8 @@ NEW_CASES: dict[str, Case] = {
                                 check=_check_input_kept("square.tif")),
     "out-is-a-geopackage-raster-input": Case(
         lambda t: ["segment", str(_gpkg_raster(t)), "-t", "blue", "--backend", "reference", "--overwrite", "--out",
-                   str(t / "ortho.gpkg")], 2, r"--out .*ortho\.gpkg is the input", check=_check_input_kept("ortho.gpkg")),
+                   str(t / "ortho.gpkg")], 2, r"--out .*ortho\.gpkg is the input",
+        check=_check_input_kept("ortho.gpkg")),
     "per-input-output-is-an-input": Case(
         lambda t: ["segment", str(_gpkg_raster(t)), "-t", "blue", "--backend", "reference", "--overwrite", "--out",
                    str(t)], 2, r"--out .*ortho\.gpkg is the input"),
@@ -681,7 +683,8 @@ NEW_CASES: dict[str, Case] = {
                                                        "overwrite": True})), 2, r"square\.tif is the input"),
     "two-inputs-same-stem-into-a-folder": Case(
         lambda t: ["segment", str(_same_stems(t) / "a" / "scene.tif"), str(t / "b" / "scene.tif"), "-t", "blue",
-                   "--backend", "reference", "--out", str(t / "o")], 2, r"a/scene\.tif and .*b/scene\.tif would both be written to scene\.gpkg: give --out a file"),
+                   "--backend", "reference", "--out", str(t / "o")], 2,
+        r"a/scene\.tif and .*b/scene\.tif would both be written to scene\.gpkg: give --out a file"),
     # -- 5. rasters the tool cannot place, units, tiling
     "crs-without-geotransform": Case(seg(_crs_no_transform), 3, r"has a CRS \(EPSG:32633\) but no geotransform"),
     "gcps-only": Case(seg(_gcp_only), 3, r"ground control points only.*gdalwarp -t_srs EPSG:32633"),
@@ -703,14 +706,16 @@ NEW_CASES: dict[str, Case] = {
     "literal-name-with-brackets": Case(seg(_bracket_name), 0, r"wrote 1 object to ", objects=1,
                                        check=_check_objects_source("scene[1].tif")),
     "job-literal-name-with-brackets": Case(lambda t: _job(_with(inputs=[_bracket_name(t).name]))(t), 0,
-                                           r"wrote 1 object to ", objects=1, check=_check_objects_source("scene[1].tif")),
+                                           r"wrote 1 object to ", objects=1,
+                                           check=_check_objects_source("scene[1].tif")),
     "job-bracket-name-missing": Case(_job(_with(inputs=["missing[1].tif"])), 2, r"matches no file"),
     "out-is-a-directory": Case(seg(_out_dir_named_gpkg), 2, r"--out .*out\.gpkg is a folder, not a file",
                                keeps=("out.gpkg",)),
     "inputs-in-different-crss-one-output": Case(
         lambda t: ["segment", str(_square(t)), str(_utm34(t)), "-t", "blue", "--backend", "reference", "--out",
                    str(t / "o" / "out.gpkg")], 2, r"different CRSs.*EPSG:32633.*EPSG:32634"),
-    "vrt-with-a-missing-source": Case(seg(_vrt(missing=True)), 3, r"mosaic\.vrt reads .*gone\.tif, which does not exist"),
+    "vrt-with-a-missing-source": Case(seg(_vrt(missing=True)), 3,
+                                      r"mosaic\.vrt reads .*gone\.tif, which does not exist"),
     "vrt": Case(seg(_vrt()), 0, r"wrote 1 object to ", objects=1),
     # -- 7. locks and temporary files
     "lock-empty-file": Case(seg(_lock("")), 0, r"took over the lock .* \(empty\)", objects=1),
@@ -719,8 +724,8 @@ NEW_CASES: dict[str, Case] = {
     "lock-of-a-dead-process": Case(lambda t: seg(_lock({"pid": _dead_pid(), "host": os.uname().nodename}))(t), 0,
                                    r"took over the lock .*no longer running", objects=1),
     "lock-empty-folder": Case(seg(_lock("", kind="dir")), 0, r"was an empty folder in place of the lock", objects=1),
-    "lock-folder-with-files": Case(seg(_lock("x", kind="dir")), 2, r"is a folder with files in it, not a sam3tiles lock",
-                                   keeps=("out.gpkg.lock",)),
+    "lock-folder-with-files": Case(seg(_lock("x", kind="dir")), 2,
+                                   r"is a folder with files in it, not a sam3tiles lock", keeps=("out.gpkg.lock",)),
     "lock-of-another-host": Case(seg(_lock({"pid": 1, "host": "elsewhere.example"})), 2,
                                  r"another run \(pid 1 on elsewhere\.example\)", keeps=("out.gpkg.lock",)),
     "stale-temps-of-report-and-labels": Case(lambda t: seg(_stale_temps, "--labels", str(t / "o" / "labels.tif"))(t),
@@ -743,16 +748,20 @@ NEW_CASES: dict[str, Case] = {
     "simplify-inf": Case(seg_sq("--simplify", "inf"), 2, r"--simplify must be >= 0 \(a finite number\) \(got inf\)"),
     "job-key-is-a-list": Case(_job_file("? [a, b]\n: 1\ninputs: [square.tif]\n"), 2,
                               r"a key must be a name, not a list"),
-    "job-section-key-is-a-list": Case(_job_file("inputs: [square.tif]\nprompts: {text: blue}\noutput: {path: o/out.gpkg}\n"
-                                                "tiling: {? [1, 2] : 3}\n"), 2, r"a key must be a name, not a list"),
+    "job-section-key-is-a-list": Case(_job_file("inputs: [square.tif]\nprompts: {text: blue}\n"
+                                                "output: {path: o/out.gpkg}\ntiling: {? [1, 2] : 3}\n"), 2,
+                                      r"a key must be a name, not a list"),
     "job-5000-levels-flow": Case(_job_file(_deep_flow(5000)), 2, r"nested more than \d+ levels deep"),
     "job-5000-levels-block": Case(_job_file(_deep_block(5000)), 2, r"nested more than \d+ levels deep"),
     "job-gsd-inf": Case(_job_file("inputs: [square.tif]\nprompts: {text: blue}\noutput: {path: o/out.gpkg}\n"
-                                  "backend: {name: reference}\ntiling: {gsd: .inf}\n"), 2, r"tiling\.gsd:? must be > 0 \(a finite number\) \(got inf\)"),
+                                  "backend: {name: reference}\ntiling: {gsd: .inf}\n"), 2,
+                         r"tiling\.gsd:? must be > 0 \(a finite number\) \(got inf\)"),
     "job-scale-nan": Case(_job_file("inputs: [square.tif]\nprompts: {text: blue}\noutput: {path: o/out.gpkg}\n"
-                                    "backend: {name: reference}\ntiling: {scale: .nan}\n"), 2, r"tiling\.scale: must be .*\(got nan\)"),
+                                    "backend: {name: reference}\ntiling: {scale: .nan}\n"), 2,
+                           r"tiling\.scale: must be .*\(got nan\)"),
     "job-min-area-inf": Case(_job_file("inputs: [square.tif]\nprompts: {text: blue}\noutput: {path: o/out.gpkg}\n"
-                                       "postprocess: {min_area: .inf}\n"), 2, r"postprocess\.min_area:? must be >= 0 \(a finite number\) \(got inf\)"),
+                                       "postprocess: {min_area: .inf}\n"), 2,
+                              r"postprocess\.min_area:? must be >= 0 \(a finite number\) \(got inf\)"),
     "job-workers-negative": Case(_job(_with(run={"workers": -5})), 2, r"run\.workers: must be >= 1"),
     "more-than-1024-decoder-passes": Case(lambda t: ["segment", str(_square(t)), "--box-file", str(_many_boxes(t)),
                                                      "--backend", "reference", "--workers", "1", "--out",
@@ -811,7 +820,8 @@ def _zero_pixel_vrt(tmp):
 
 def _vrt_reading(name, src):
     bands = "".join(f'<VRTRasterBand dataType="Byte" band="{b}"><SimpleSource><SourceFilename relativeToVRT="1">'
-                    f"{src}</SourceFilename><SourceBand>{b}</SourceBand></SimpleSource></VRTRasterBand>" for b in (1, 2, 3))
+                    f"{src}</SourceFilename><SourceBand>{b}</SourceBand></SimpleSource></VRTRasterBand>"
+                    for b in (1, 2, 3))
     return (f'<VRTDataset rasterXSize="500" rasterYSize="400"><SRS>{CRS_DEMO.to_wkt()}</SRS>'
             f"<GeoTransform>{ORIGIN[0]},{PIXEL},0,{ORIGIN[1]},0,{-PIXEL}</GeoTransform>{bands}</VRTDataset>")
 
@@ -869,7 +879,8 @@ FAULT_CASES: dict[str, Case] = {
     "job-report-path-exists": Case(lambda t: _job(_with(output={"path": "o/out.gpkg", "report": "o/mine.json"}))(
         _side("mine.json")(t) and t), 2, r"mine\.json exists and this run did not write it", keeps=("mine.json",)),
     "job-report-is-the-output": Case(_job(_with(output={"path": "o/out.gpkg", "report": "o/out.gpkg"})), 2,
-                                     r"output\.report .*out\.gpkg is also output\.path's path: one would replace the other"),
+                                     r"output\.report .*out\.gpkg is also output\.path's path: "
+                                     r"one would replace the other"),
     "job-report-is-the-preview": Case(_job(_with(output={"path": "o/out.gpkg", "report": "o/out.gpkg.preview.png"})),
                                       2, r"preview .*is also output\.report's path"),
     "demo-into-a-folder-with-the-users-scene": Case(
@@ -901,7 +912,8 @@ FAULT_CASES: dict[str, Case] = {
                                             r"wrote 1 object to ", objects=1, also_writes=WORK_FILES),
     # -- inputs that cannot be used as they are
     "geotransform-pixel-size-0": Case(seg(_zero_pixel_vrt), 3, r"pixel size of 0 .*gdal_edit\.py"),
-    "vrt-reads-itself": Case(seg(_vrt_cycle("loop.vrt")), 3, r"loop\.vrt reads itself \(loop\.vrt -> loop\.vrt, a cycle"),
+    "vrt-reads-itself": Case(seg(_vrt_cycle("loop.vrt")), 3,
+                             r"loop\.vrt reads itself \(loop\.vrt -> loop\.vrt, a cycle"),
     "vrts-read-each-other": Case(seg(_vrt_cycle("a.vrt", "b.vrt")), 3, r"a\.vrt -> b\.vrt -> a\.vrt, a cycle"),
     "stac-assets-is-a-string": Case(seg(_stac("square.tif")), 3, r"item\.json.*its 'assets' is not a JSON object"),
     "stac-asset-is-a-string": Case(seg(_stac({"image": "square.tif"})), 3, r"asset 'image' is not a JSON object"),
@@ -1101,7 +1113,8 @@ SIDE_CASES: dict[str, Case] = {
     "job-glob-picks-up-its-own-preview": Case(
         _job_after(lambda t: (_png(t / "o" / "photo.png"), _png(t / "o" / "out.gpkg.preview.png")),
                    _with(inputs=["o/*.png"], output={"path": "o/out.gpkg", "overwrite": True})), 2,
-        r"the input .*out\.gpkg\.preview\.png is this run's own preview" + _OWN + r", or give output\.path another name",
+        r"the input .*out\.gpkg\.preview\.png is this run's own preview" + _OWN
+        + r", or give output\.path another name",
         keeps=("photo.png", "out.gpkg.preview.png")),
     "job-glob-picks-up-its-own-report": Case(
         _job_after(_stac_items_with_report, _with(inputs=["o/*.json"], output={"path": "o/out.gpkg"})), 2,
@@ -1153,8 +1166,8 @@ def seg_one_slot(*boxes, text=()):
 
         model = build_contract_models(tmp / "m1", box_slots=1)
         return ["segment", str(_square(tmp)), *[a for t in text for a in ("--text", t)],
-                *[a for b in boxes for a in ("--box", b)], "--backend", "onnx", "--model", str(model), "--device", "cpu",
-                "--workers", "1", "--out", str(tmp / "o" / "out.gpkg")]
+                *[a for b in boxes for a in ("--box", b)], "--backend", "onnx", "--model", str(model),
+                "--device", "cpu", "--workers", "1", "--out", str(tmp / "o" / "out.gpkg")]
     return argv
 
 
@@ -1217,7 +1230,8 @@ def _four(kind):
     def make(tmp):
         from sam3tiles.testing.graphs import build_contract_models, build_four_graph_models
 
-        return build_contract_models(tmp / "m3") if kind == "v0.3.0" else build_four_graph_models(tmp / "m4", point=kind)
+        return (build_contract_models(tmp / "m3") if kind == "v0.3.0"
+                else build_four_graph_models(tmp / "m4", point=kind))
     return make
 
 

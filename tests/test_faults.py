@@ -821,7 +821,8 @@ def test_a_thread_keeps_its_dataset_of_the_same_content_read_with_other_bands(tm
 # -- issue 36: what a run wrote, seen by its next run -----------------------------------------------------------
 
 def _tree(folder: Path) -> dict:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+    return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else None
+            for p in sorted(folder.rglob("*"))}
 
 
 @pytest.mark.parametrize("overwrite", [False, True])

@@ -58,7 +58,8 @@ def test_known_mask_lands_within_half_a_tile_pixel(scale, row, col, r0, c0, h, w
     assert by0 == pytest.approx(y_min, abs=half + 1e-6)
     assert by1 == pytest.approx(y_max, abs=half + 1e-6)
     # a rectangle stays a rectangle: its area matches the expected one to within half a pixel per edge
-    assert geom.area == pytest.approx((x_max - x_min) * (y_max - y_min), abs=half * 2 * (x_max - x_min + y_max - y_min) + 1e-6)
+    assert geom.area == pytest.approx((x_max - x_min) * (y_max - y_min),
+                                      abs=half * 2 * (x_max - x_min + y_max - y_min) + 1e-6)
 
 
 def test_padding_and_nodata_never_become_objects():

@@ -45,8 +45,10 @@ def test_what_each_device_and_precision_asks_for(tmp_path):
     assert requested("auto", "tf32", gpu) == [(CUDA, {"use_tf32": "1"}), CPU]
     assert requested("auto", "tf32", [CPU]) == [CPU]  # no CUDA here: the CPU, as `auto` says
     trt, cuda, cpu = requested("tensorrt", "auto", gpu, tmp_path / "model", "onnx:0123abcd", "1.22.0")
-    assert trt == (TENSORRT, {"trt_fp16_enable": "1", "trt_engine_cache_enable": "1",  # beside the model, by files
-                              "trt_engine_cache_path": str(tmp_path / "model" / "trt-cache" / "0123abcd-fp16-ort1.22.0")})
+    # the engine cache lies beside the model, named by its files
+    assert trt == (TENSORRT, {"trt_fp16_enable": "1", "trt_engine_cache_enable": "1",
+                              "trt_engine_cache_path": str(tmp_path / "model" / "trt-cache"
+                                                           / "0123abcd-fp16-ort1.22.0")})
     assert (cuda, cpu) == (CUDA, CPU)
     assert requested("tensorrt", "fp32", gpu)[0][1]["trt_fp16_enable"] == "0"
     assert requested("tensorrt", "fp32", gpu)[1] == (CUDA, {"use_tf32": "0"})

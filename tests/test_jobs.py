@@ -242,7 +242,8 @@ def test_run_strict_flag_and_exit_5(tmp_path):
     r = CliRunner().invoke(cli, ["-q", "run", str(tmp_path / "job.yaml")])
     assert r.exit_code == 5 and (tmp_path / "o.gpkg").exists()
     report = json.loads((tmp_path / "o.gpkg.report.json").read_text())
-    assert report["failed"] == 2 and [t["tile"] for t in sorted(report["failed_tiles"], key=lambda t: t["tile"])] == [1, 2]
+    assert report["failed"] == 2
+    assert [t["tile"] for t in sorted(report["failed_tiles"], key=lambda t: t["tile"])] == [1, 2]
     assert report["resumed"] + report["done"] == 1  # (resumed when --strict's run had finished it)
 
 

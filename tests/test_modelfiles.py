@@ -403,7 +403,8 @@ def fake_files(monkeypatch, hub):
 def test_cli_fetch_verify(tmp_path, hub, fake_files):
     runner = CliRunner()
     d = tmp_path / "m"
-    result = runner.invoke(model_cli, ["fetch", "--dir", str(d), "--endpoint", hub.url, "--cache-dir", str(tmp_path / "c"), "--no-progress"])
+    result = runner.invoke(model_cli, ["fetch", "--dir", str(d), "--endpoint", hub.url,
+                                       "--cache-dir", str(tmp_path / "c"), "--no-progress"])
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == str(d)
     assert "NOTICE" in result.stderr and mf.SAM_LICENSE_URL in result.stderr
@@ -430,8 +431,8 @@ def test_cli_verify_uses_the_environment_directory(tmp_path, hub, fake_files, mo
 
 def test_cli_fetch_failure_exit_code(tmp_path, hub, fake_files):
     del hub.files[mf.DECODER]
-    result = CliRunner().invoke(model_cli, ["fetch", "--dir", str(tmp_path), "--endpoint", hub.url, "--cache-dir", str(tmp_path / "c"), "--no-progress",
-                                            "--retries", "0"])
+    result = CliRunner().invoke(model_cli, ["fetch", "--dir", str(tmp_path), "--endpoint", hub.url,
+                                            "--cache-dir", str(tmp_path / "c"), "--no-progress", "--retries", "0"])
     assert result.exit_code == EXIT_MODEL
     assert "Error: could not download sam3_decoder.onnx" in result.stderr and "Traceback" not in result.output
 

@@ -78,7 +78,8 @@ def test_vector_outputs_open_as_shapes_layers_in_row_col_order(outputs, plugin, 
     for data, kw, kind in layers:
         mine = gdf[gdf["prompt"] == kw["name"]]
         assert kind == "shapes" and len(data) == len(mine) == len(kw["features"]["id"])
-        assert sorted(kw["features"]["id"]) == sorted(mine["id"]) and all(0.5 <= s <= 1 for s in kw["features"]["score"])
+        assert sorted(kw["features"]["id"]) == sorted(mine["id"])
+        assert all(0.5 <= s <= 1 for s in kw["features"]["score"])
         assert kw["edge_color"] != layers[0][1]["edge_color"] or kw is layers[0][1]  # one colour per prompt
         verts, oid = data[0], kw["features"]["id"][0]
         geom = mine.set_index("id").geometry[oid]
@@ -203,7 +204,8 @@ def test_georeferenced_labels_and_shapes_of_one_object_share_a_centroid(plugin, 
 
     from sam3tiles.testing import blob_image, write_raster
 
-    src = write_raster(tmp_path / "geo.tif", blob_image(h=400, w=500), transform=Affine(0.3, 0, 500000, 0, -0.3, 6000000))
+    src = write_raster(tmp_path / "geo.tif", blob_image(h=400, w=500),
+                       transform=Affine(0.3, 0, 500000, 0, -0.3, 6000000))
     segment_job(str(src), ["blue"], backend="reference", workers=1, checkpoint=False, out=tmp_path / "o.gpkg",
                 labels=tmp_path / "l.tif")
     [(shapes, skw, _)] = read(tmp_path / "o.gpkg", plugin)

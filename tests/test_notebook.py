@@ -38,7 +38,8 @@ def _noise(nb) -> list[str]:
     bad = []
     for i, cell in enumerate(nb.cells):
         for out in cell.get("outputs", []):
-            text = out.get("text", "") if out.output_type == "stream" else str(out.get("data", {}).get("text/plain", ""))
+            text = (out.get("text", "") if out.output_type == "stream"
+                    else str(out.get("data", {}).get("text/plain", "")))
             if out.output_type == "error" or (out.output_type == "stream" and out.get("name") == "stderr") \
                     or "Warning" in text:
                 bad.append(f"cell {i}: {out.output_type} {out.get('name', '')}: {text or out.get('evalue', '')}"[:400])

@@ -127,7 +127,8 @@ def test_lonlat_gsd_and_simplify_are_metres(lonlat):
 
 def test_gsd_without_a_pixel_size_is_refused(tmp_path):
     Image.fromarray(np.zeros((50, 60, 3), np.uint8)).save(tmp_path / "plain.png")
-    with open_source(tmp_path / "plain.png") as src, pytest.raises(UsageError, match="^gsd=0.5: .* zoom with scale instead"):
+    refused = pytest.raises(UsageError, match="^gsd=0.5: .* zoom with scale instead")
+    with open_source(tmp_path / "plain.png") as src, refused:
         _gsd_scale(src, 0.5)
 
 

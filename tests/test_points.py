@@ -54,7 +54,8 @@ def test_model_info_reads_the_four_graph_layout(four, differs):
     info = mc.info(four)
     assert info.layout == "16-slot layout (as in sam3-onnx v0.6.0), point decoder: clicks usable"
     assert not info.point_differences and not info.differences
-    assert "sam3_point_decoder.onnx" in info.format() and "input  point_coords float32 [1,num_points,2]" in info.format()
+    assert "sam3_point_decoder.onnx" in info.format()
+    assert "input  point_coords float32 [1,num_points,2]" in info.format()
     bad = mc.info(differs)
     assert "clicks refused" in bad.layout and not bad.differences  # text prompts still fit
     text = bad.format()
@@ -340,7 +341,8 @@ def test_points_are_a_run_of_their_own_and_a_dry_run_says_what_they_cost(scene, 
                     options=sam3tiles.Options(backend="reference"), targets=Targets(checkpoint=False))
     text = "\n".join(plan.describe())
     n = len(scene.points)
-    assert f"points: {n} positive (one object each, one row each), 0 negative; columns carried: name, kind, height" in text
+    assert (f"points: {n} positive (one object each, one row each), 0 negative; "
+            "columns carried: name, kind, height") in text
     assert f"{n} clicks of two point decoder passes" in text and plan.estimates()["encodes"] <= 9
     assert sam3tiles.GeoPoint(1.0, 2.0, False) == sam3tiles.GeoPoint.parse("1,2,neg")
 

@@ -241,8 +241,9 @@ def test_slide_sub_tiles_read_the_matching_pyramid_level(cap, tmp_path, monkeypa
     from sam3tiles.readers.slide import SlideSource
     from sam3tiles.testing.slidegen import Pyramid, write_slide
 
-    slide = write_slide(tmp_path / "bf.ome.tif", 2100, 2100, seed=7, pyramid=Pyramid(levels=2), names=("indigo",), cell=44,
-                        fill=0.06, size=(26.0, 36.0))  # nuclei of 13-18 px at scale 0.5
+    # nuclei of 13-18 px at scale 0.5
+    slide = write_slide(tmp_path / "bf.ome.tif", 2100, 2100, seed=7, pyramid=Pyramid(levels=2), names=("indigo",),
+                        cell=44, fill=0.06, size=(26.0, 36.0))
     seen = []
     original = SlideSource._read_level
 
@@ -266,7 +267,8 @@ def test_job_file_refine_keys(tmp_path):
     body = "inputs: [a.tif]\nprompts: {text: [red]}\noutput: {path: o.gpkg}\n"
     opts = job_options(parse_job(body + "tiling: {refine: 'off', refine_depth: 3}\n", tmp_path, check_files=False))
     assert (opts.refine, opts.refine_depth) == ("off", 3)
-    assert (job_options(parse_job(body, tmp_path, check_files=False)).refine, opts.__class__().refine_depth) == ("auto", 2)
+    assert (job_options(parse_job(body, tmp_path, check_files=False)).refine,
+            opts.__class__().refine_depth) == ("auto", 2)
     with pytest.raises(UsageError, match="tiling.refine_depth"):
         parse_job(body + "tiling: {refine_depth: 7}\n", tmp_path, check_files=False)
 

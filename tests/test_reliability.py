@@ -89,7 +89,8 @@ def test_checkpoint_rows_round_trip():
     from sam3tiles.vectorize.pieces import Pieces
 
     p = Pieces(geometry=[box(0, 0, 1, 1), MultiPolygon([box(2, 2, 3, 3), box(5, 5, 6, 6)])],
-               score=[np.float32(0.75), 0.5], prompt=[0, 0], tile_key=[piece_key(1, 0), piece_key(1, 1)], complete=[np.bool_(True), False],
+               score=[np.float32(0.75), 0.5], prompt=[0, 0], tile_key=[piece_key(1, 0), piece_key(1, 1)],
+               complete=[np.bool_(True), False],
                edge_dist=[float("inf"), 3.0])
     r = TileResult(1, p, seconds={"read": 0.1}, unusable_prompts=("x",), saturated_prompts=(0,))
     back = decode_result(encode_result(r, None))

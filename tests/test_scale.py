@@ -131,7 +131,8 @@ def served(scene, tmp_path_factory):
         bounds = list(src.bounds)
     item = {"type": "Feature", "stac_version": "1.0.0", "id": "scene-1", "bbox": bounds, "geometry": None,
             "properties": {"datetime": "2026-01-01T00:00:00Z"}, "links": [],
-            "assets": {"visual": {"href": "scene.tif", "type": "image/tiff; application=geotiff; profile=cloud-optimized"},
+            "assets": {"visual": {"href": "scene.tif",
+                                  "type": "image/tiff; application=geotiff; profile=cloud-optimized"},
                        "thumbnail": {"href": "thumb.png", "type": "image/png"}}}
     (d / "item.json").write_text(json.dumps(item))
     with serve(d) as url:
@@ -153,8 +154,8 @@ def test_presigned_url_and_stac_item_give_the_local_objects(served, reference, t
         assert set(got["source"]) == {f"{url}/scene.tif"}  # the asset's href
     # an item collection (a saved STAC search) and a text file of inputs expand to their rasters
     coll = tmp_path / "search.json"
-    coll.write_text(json.dumps({"type": "FeatureCollection", "features": [json.loads((d / "item.json").read_text())
-                                                                          | {"links": [{"rel": "self", "href": f"{url}/item.json"}]}]}))
+    feature = json.loads((d / "item.json").read_text()) | {"links": [{"rel": "self", "href": f"{url}/item.json"}]}
+    coll.write_text(json.dumps({"type": "FeatureCollection", "features": [feature]}))
     from sam3tiles.run.plan import expand_inputs
 
     assert expand_inputs(str(coll), "visual") == [f"{url}/scene.tif"]

@@ -1,16 +1,20 @@
 """The package's shape, checked statically: imports point one way (no cycle among sam3tiles modules, none up
 a layer, no cycle between its folders), no function is longer than 80 lines or takes more than 12 parameters
-(but `api.segment`). Fails with the imports, the cycle or the functions named."""
+(but `api.segment`), no line is longer than 120 characters (ruff E501, `[tool.ruff]` in pyproject.toml).
+Fails with the imports, the cycle, the functions or the lines named."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import sam3tiles
 
 ROOT = Path(sam3tiles.__file__).parent
 MAX_FUNCTION_LINES = 80
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _modules() -> dict[str, Path]:
@@ -218,11 +222,35 @@ def test_nothing_outside_the_readers_uses_more_than_the_source_interface():
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 who, name = node.value.id, node.attr
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
-                  and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and isinstance(node.args[1], ast.Constant)):
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
+                  and isinstance(node.args[0], ast.Name) and isinstance(node.args[1], ast.Constant)):
                 who, name = node.args[0].id, node.args[1].value
             else:
                 continue
             if (who not in ("self", "cls") and name in private) or (who == "src" and name not in interface):
                 found.append(f"{p.relative_to(here.parent)}:{node.lineno} {who}.{name}")
     assert not found, f"reader internals used outside sam3tiles/readers/: {found}"
+
+
+def _ruff_e501(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ruff", "check", "--select", "E501", "--no-cache", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_no_line_over_120_characters():
+    r = _ruff_e501("sam3tiles", "tests", "benchmarks", "examples", cwd=REPO)
+    assert r.returncode == 0, f"lines over 120 characters (wrap them by hand):\n{r.stdout}{r.stderr}"
+
+
+def test_the_line_check_reads_the_limit_from_pyproject(tmp_path):
+    """The check above is only as strict as the configuration ruff finds: with the repository's pyproject.toml
+    a line of 120 characters passes and one of 121 fails (ruff's default, 88, would fail both)."""
+    config = str(REPO / "pyproject.toml")
+    for n, code in ((120, 0), (121, 1)):
+        line = 'x = "' + "a b " * ((n - 6) // 4) + "a" * ((n - 6) % 4) + '"'
+        assert len(line) == n
+        (tmp_path / "long.py").write_text(line + "\n")
+        r = _ruff_e501("--config", config, "long.py", cwd=tmp_path)
+        assert r.returncode == code, f"a {n}-character line: ruff exited {r.returncode}\n{r.stdout}{r.stderr}"
+        assert ("E501" in r.stdout) == (code == 1), r.stdout

@@ -38,7 +38,8 @@ def _picture(path, w, h, tiles=None, grid_kw=None):
     return pic, len(list(grid))
 
 
-@pytest.mark.parametrize("w,h,grid_kw", [(3100, 2300, {}), (2500, 1700, {"scale": 1.5}), (1300, 900, {}), (5200, 3100, {"scale": 0.4})])
+@pytest.mark.parametrize("w,h,grid_kw", [(3100, 2300, {}), (2500, 1700, {"scale": 1.5}), (1300, 900, {}),
+                                        (5200, 3100, {"scale": 0.4})])
 def test_picture_from_tiles_is_the_image_at_the_picture_size(tmp_path, w, h, grid_kw):
     rgb = _gradient_tif(tmp_path / "g.tif", w, h)
     pic, n = _picture(tmp_path / "g.tif", w, h, grid_kw=grid_kw)

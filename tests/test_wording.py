@@ -174,7 +174,8 @@ def test_each_vocabulary_spells_every_kind_of_marker():
     assert render(text) == "out=o.gpkg exists: pass overwrite=True; refine_depth=3, strict"
     assert render(text, "cli") == "--out o.gpkg exists: pass --overwrite; --refine-depth 3, --strict"
     # `sam3tiles run` takes --strict itself, so a job's error names the flag
-    assert render(text, "job") == "output.path o.gpkg exists: set output.overwrite: true; tiling.refine_depth 3, --strict"
+    assert render(text, "job") == ("output.path o.gpkg exists: set output.overwrite: true; "
+                                   "tiling.refine_depth 3, --strict")
     assert render("no marker here", "job") == "no marker here"
 
 
@@ -208,7 +209,8 @@ def test_no_error_outside_the_cli_names_a_flag():
     """Errors name options by marker (`wording.opt`), never by a flag: else a Python caller or a job file
     would read a flag it cannot give."""
     flags = {fl for _, d in fields() for fl in d.flags} | {fl for fl, _ in ARGUMENTS.values() if fl.startswith("--")}
-    pattern = re.compile(r"(?<![\w-])(" + "|".join(sorted(map(re.escape, flags), key=len, reverse=True)) + r")(?![\w-])")
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(sorted(map(re.escape, flags), key=len, reverse=True))
+                         + r")(?![\w-])")
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if "cli" in path.relative_to(PACKAGE).parts or "qgis_plugin" in path.parts:
@@ -218,7 +220,8 @@ def test_no_error_outside_the_cli_names_a_flag():
         prev = None
         for t in toks:
             if t.type == tokenize.OP and t.string in "([{":
-                call = t.string == "(" and prev is not None and prev.type == tokenize.NAME and prev.string.endswith("Error")
+                call = (t.string == "(" and prev is not None and prev.type == tokenize.NAME
+                        and prev.string.endswith("Error"))
                 depth_in_error.append(call or (depth_in_error[-1] if depth_in_error else False))
             elif t.type == tokenize.OP and t.string in ")]}":
                 depth_in_error.pop() if depth_in_error else None
@@ -248,7 +251,8 @@ def test_no_log_line_or_advice_outside_the_cli_names_a_flag():
     """Log warnings, advice and report notes name options by marker too, spelled when written
     (`wording.spoken`) in the running entry point's words."""
     flags = {fl for _, d in fields() for fl in d.flags} | {fl for fl, _ in ARGUMENTS.values() if fl.startswith("--")}
-    pattern = re.compile(r"(?<![\w-])(" + "|".join(sorted(map(re.escape, flags), key=len, reverse=True)) + r")(?![\w-])")
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(sorted(map(re.escape, flags), key=len, reverse=True))
+                         + r")(?![\w-])")
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE)

@@ -123,5 +123,7 @@ def check_demo_folder(d: Path, overwrite: bool) -> None:
         raise OutputError(f"--out {d} is a file: name a folder for the demo")
     there = [n for n in DEMO_FILES if (d / n).exists() or (d / n).is_symlink()]
     if there and not overwrite:
-        raise OutputExistsError(f"--out {d} already holds {there[0]}{f' and {len(there) - 1} more' if len(there) > 1 else ''} "
-                                "of the files the demo writes: pass --overwrite to replace them, or choose a new folder")
+        raise OutputExistsError(f"--out {d} already holds {there[0]}"
+                                f"{f' and {len(there) - 1} more' if len(there) > 1 else ''} "
+                                "of the files the demo writes: pass --overwrite to replace them, "
+                                "or choose a new folder")

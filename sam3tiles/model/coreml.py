@@ -149,8 +149,9 @@ def coreml_graph(path: str | Path) -> CoreMLGraph:
     try:
         import onnx
     except ImportError:
-        raise ModelError(f"{opt('device', 'coreml')} transposes the graphs' Gemm weights in memory with the onnx package, "
-                         "which is not installed: pip install onnx (or pip install 'sam3tiles[coreml]')") from None
+        raise ModelError(f"{opt('device', 'coreml')} transposes the graphs' Gemm weights in memory with the "
+                         "onnx package, which is not installed: pip install onnx "
+                         "(or pip install 'sam3tiles[coreml]')") from None
     path = Path(path)
     model = onnx.load(str(path), load_external_data=False)
     count, overrides = transpose_gemm_weights(model, path.parent)

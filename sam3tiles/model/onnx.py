@@ -103,7 +103,8 @@ def _address_space_limited() -> bool:
 
 
 def _describe(args) -> list[TensorSpec]:
-    return [TensorSpec(a.name, normalise_dtype(a.type), tuple(d if isinstance(d, int) else (d or None) for d in a.shape))
+    return [TensorSpec(a.name, normalise_dtype(a.type),
+                       tuple(d if isinstance(d, int) else (d or None) for d in a.shape))
             for a in args]
 
 
@@ -224,7 +225,8 @@ class OnnxRuntime:
 
             graph = coreml_graph(path)
             self._held.append(graph)
-            return ort.InferenceSession(graph.model, graph.options(ort, self._session_options(ort)), providers=providers)
+            return ort.InferenceSession(graph.model, graph.options(ort, self._session_options(ort)),
+                                        providers=providers)
         return ort.InferenceSession(str(path), self._session_options(ort), providers=providers)
 
     def _load_session(self, ort, key: str, providers: list):

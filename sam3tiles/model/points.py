@@ -85,7 +85,8 @@ class PointDecoder:
               ) -> tuple[np.ndarray, float]:
         m = self.interface.mask_size
         feeds = {**features, **clicks,
-                 "mask_input": mask[None, None].astype(np.float32) if mask is not None else np.zeros((1, 1, m, m), np.float32),
+                 "mask_input": (mask[None, None].astype(np.float32) if mask is not None
+                                else np.zeros((1, 1, m, m), np.float32)),
                  "has_mask_input": np.asarray([1.0 if mask is not None else 0.0], np.float32)}
         masks, ious = self.session.run(self.outputs, feeds)
         best = int(np.argmax(ious[0]))  # index order is not quality order

@@ -123,7 +123,8 @@ def requested(device: str, precision: str, available: list[str], model_dir: Path
               files: str = "", ort_version: str = "") -> list:
     """onnxruntime's `providers=` for `device` and `precision`, given the `available` providers: names, or
     (name, options) pairs; TensorRT's engines cached in `engine_cache(model_dir, files, ...)`. `tensorrt`,
-    `cuda`, `coreml` or `dml` without that provider available raise LookupError (the caller says what to install: `missing`)."""
+    `cuda`, `coreml` or `dml` without that provider available raise LookupError (the caller says what to
+    install: `missing`)."""
     cuda_opts = {} if precision in ("auto", "fp16") else {"use_tf32": "1" if precision == "tf32" else "0"}
     cuda = (CUDA, cuda_opts) if cuda_opts else CUDA
     if device == "cpu":

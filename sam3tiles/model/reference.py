@@ -79,7 +79,8 @@ class ReferenceRuntime:
             if colour is None:
                 continue
             match = _click_match(image, colour, negs)
-            grid = np.asarray(Image.fromarray(match.astype(np.float32), mode="F").resize((MASK_SIZE, MASK_SIZE), Image.BOX))
+            grid = np.asarray(Image.fromarray(match.astype(np.float32), mode="F")
+                              .resize((MASK_SIZE, MASK_SIZE), Image.BOX))
             labels, n = ndimage.label(grid > 0.5, structure=_EIGHT)
             lid = _label_at(labels, click)
             if lid:

@@ -58,7 +58,8 @@ def parse_example_images(specs: Sequence[str]) -> list[ExampleImage]:
         if os.path.isdir(path):
             files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.lower().endswith(IMAGE_SUFFIXES))
             if not files:
-                raise InputDataError(f"{opt('example_images', path)}: the folder holds no image ({', '.join(IMAGE_SUFFIXES)})")
+                raise InputDataError(f"{opt('example_images', path)}: the folder holds no image "
+                                     f"({', '.join(IMAGE_SUFFIXES)})")
         elif any(ch in path for ch in "*?[") and not os.path.exists(path):
             files = sorted(f for f in glob.glob(path, recursive=True) if f.lower().endswith(IMAGE_SUFFIXES))
             if not files:
@@ -104,8 +105,9 @@ def chip_factor(img: ExampleImage, target: Frame, bands: Sequence[int] | None = 
         return 1.0, w, h
     own = pixel_size(target)
     if own is None:
-        raise InputDataError(f"{opt('example_images', img.path)} states its pixel size ({size[0]:g} {size[1]}) but the input "
-                             "does not (no CRS, no slide pixel size): use a plain image (PNG/JPEG) as the example, "
+        raise InputDataError(f"{opt('example_images', img.path)} states its pixel size ({size[0]:g} {size[1]}) "
+                             "but the input does not (no CRS, no slide pixel size): use a plain image (PNG/JPEG) "
+                             "as the example, "
                              "taken at the run's scale")
     if own[1] != size[1]:
         raise InputDataError(f"{opt('example_images', img.path)}: its pixels are {size[0]:g} {size[1]}, the input's "
@@ -123,8 +125,9 @@ def check_chip_size(img: ExampleImage, wh: tuple[int, int], scale: float, limit:
     side = min(wh)
     if side > limit:
         s = math.floor(scale * limit / side * 100) / 100
-        raise UsageError(f"{opt('example_images', img.path)} is {wh[0]}x{wh[1]} px at this run's scale, more than a tile "
-                         f"input can hold beside its own content ({limit} px on the smaller side): crop the chip "
+        raise UsageError(f"{opt('example_images', img.path)} is {wh[0]}x{wh[1]} px at this run's scale, "
+                         f"more than a tile input can hold beside its own content ({limit} px on the smaller side): "
+                         "crop the chip "
                          f"to one object, or run at {opt('scale', format(s, 'g'))} or below")
 
 
@@ -132,12 +135,14 @@ def read_chip(img: ExampleImage, factor: float, bands: Sequence[int] | None = No
     """The chip's RGB uint8 [3,h,w] and valid [h,w] resampled by `factor` (chip -> grid pixels). The file
     must still hold the content the plan hashed (checkpoint keys carry that hash)."""
     if img.digest and _digest(img.path) != img.digest:
-        raise InputDataError(f"{opt('example_images', img.path)} changed while the run went on: rerun once it stays put")
+        raise InputDataError(f"{opt('example_images', img.path)} changed while the run went on: "
+                             "rerun once it stays put")
     with _open(img, bands) as src:
         w, h = chip_wh(src.width, src.height, factor)
         rgb, valid = src.read_window(Window(0, 0, src.width, src.height), (w, h))
     if not valid.any():
-        raise InputDataError(f"{opt('example_images', img.path)}: every pixel is nodata (masked or alpha 0): nothing to show")
+        raise InputDataError(f"{opt('example_images', img.path)}: every pixel is nodata (masked or alpha 0): "
+                             "nothing to show")
     return np.ascontiguousarray(rgb), valid
 
 

@@ -14,8 +14,9 @@ features cannot be handed from one tile to another: its pixels must be in each t
    positions each paste takes one hiding no content (padding, or the exemplar strip) when there is one,
    then the one farthest from the core (the tile's corners first, then flush against an outer edge),
    then the one hiding the fewest content pixels, then the bottom-right one (the same corner in every
-   tile: an object crossing a seam is then never hidden from both sides). A paste over content clips the real objects it hides
-   (rule 4), so padding always wins. Exemplars too large for any margin get a strip: `sam3tiles.strip`.
+   tile: an object crossing a seam is then never hidden from both sides). A paste over content clips the
+   real objects it hides (rule 4), so padding always wins. Exemplars too large for any margin get a strip:
+   `sam3tiles.strip`.
    Patches are laid out largest first (`layout`), so a small one never takes the room a large one needs.
 3. *Bound and choice.* At most `MAX_PASTES` exemplars are pasted per tile: every paste hides up to a
    ~110 px square of context margin, and on the 1-slot decoder (v0.3.0) every exemplar is one more
@@ -270,7 +271,8 @@ def _priority(tile: Tile, prompts: Sequence[Prompt], boxes: Sequence, exemplars,
         return math.inf if c is None else math.hypot(c[0] - cx, c[1] - cy)  # example images after boxes
 
     index = {b: i for i, b in enumerate(boxes)}
-    todo = sorted((i for i, e in enumerate(exemplars) if e is not None and i not in in_place), key=lambda i: (dist(i), i))
+    todo = sorted((i for i, e in enumerate(exemplars) if e is not None and i not in in_place),
+                  key=lambda i: (dist(i), i))
     first: list[int] = []
     for want in (True, False):
         for p in prompts:
@@ -465,7 +467,8 @@ def too_large_fix(side: float, scale: float) -> str:
     """The fix for an exemplar of `side` grid pixels (smaller side) over `LIMIT`."""
     s = math.floor(scale * LIMIT / side * 100) / 100
     return (f"Its smaller side is {side:.0f} px at this scale, over the {LIMIT} px (a third of SAM 3's "
-            f"{MODEL_SIZE} px input) an exemplar may take: use {opt('scale', format(s, 'g'))} or below, or a tighter box")
+            f"{MODEL_SIZE} px input) an exemplar may take: use {opt('scale', format(s, 'g'))} or below, "
+            "or a tighter box")
 
 
 def input_exemplars(src, prompts: Sequence[Prompt], scale_xy: tuple[float, float],

@@ -137,11 +137,12 @@ def check_points_inside(points: Sequence[GeoPoint], n_given: int, bounds: list, 
     given = [i for i in outside if i < n_given]
     if given:
         p = points[given[0]]
-        raise PromptError(f"{opt('points', format(p.x, '.10g'))},{p.y:.10g} lies outside every input (bounds {extent}): give "
-                          f"X,Y in {where}")
+        raise PromptError(f"{opt('points', format(p.x, '.10g'))},{p.y:.10g} lies outside every input "
+                          f"(bounds {extent}): give X,Y in {where}")
     if len(outside) == len(points) - n_given:
-        raise InputDataError(f"{opt('point_file', point_file)}: all its {len(outside)} point(s) lie outside every input "
-                             f"(bounds {extent}): give points over the raster, in any CRS the file states")
+        raise InputDataError(f"{opt('point_file', point_file)}: all its {len(outside)} point(s) lie outside "
+                             f"every input (bounds {extent}): give points over the raster, in any CRS the file "
+                             "states")
 
 
 def _inside(p: GeoPoint, bounds) -> bool:

@@ -111,10 +111,11 @@ class Prompt:
         if self.text is not None:
             t = " ".join(self.text.split())
             if not t:
-                raise PromptError(f"{opt('prompts')}: a prompt is empty: give words such as {opt('prompts', 'building')}")
+                raise PromptError(f"{opt('prompts')}: a prompt is empty: give words such as "
+                                  f"{opt('prompts', 'building')}")
             if len(t) > 300:
-                raise PromptError(f"{opt('prompts')}: a prompt is {len(t)} characters long: SAM 3 reads at most 30 word "
-                                  "tokens; shorten it")
+                raise PromptError(f"{opt('prompts')}: a prompt is {len(t)} characters long: SAM 3 reads at most "
+                                  "30 word tokens; shorten it")
             object.__setattr__(self, "text", t)
         elif not self.boxes and not self.images:
             raise PromptError("a prompt needs a text, an example box or an example image")
@@ -122,8 +123,8 @@ class Prompt:
             # negatives only tell SAM 3 what not to find: alone they find nothing, at the full cost of a run
             raise PromptError(f"a negative example needs a text or a positive example beside it: the examples given "
                               f"({len(self.examples)}) are all negative: add {opt('prompts')} (e.g. "
-                              f"{opt('prompts', 'building')}) or a positive example ({opt('boxes')} without ',neg', a box of "
-                              f"label 1 in {opt('box_file')}, {opt('example_images')} without ',neg')")
+                              f"{opt('prompts', 'building')}) or a positive example ({opt('boxes')} without ',neg', "
+                              f"a box of label 1 in {opt('box_file')}, {opt('example_images')} without ',neg')")
 
     @property
     def model_text(self) -> str:
@@ -209,7 +210,8 @@ def tile_boxes(boxes: Sequence[GeoBox], tile: Tile) -> list[ExampleBox]:
     vw, vh = tile.valid_wh
     out = []
     for b in boxes:
-        xs, ys = zip(*(inv @ (x, y) for x, y in ((b.minx, b.miny), (b.maxx, b.maxy), (b.minx, b.maxy), (b.maxx, b.miny))))
+        xs, ys = zip(*(inv @ (x, y)
+                       for x, y in ((b.minx, b.miny), (b.maxx, b.maxy), (b.minx, b.maxy), (b.maxx, b.miny))))
         x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
         cx0, cy0, cx1, cy1 = max(x0, 0.0), max(y0, 0.0), min(x1, float(vw)), min(y1, float(vh))
         if cx1 <= cx0 or cy1 <= cy0:

@@ -53,7 +53,8 @@ def parse_bands(text: str | Sequence[int] | None) -> tuple[int, ...] | None:
         try:
             bands = tuple(int(b) for b in text.replace(" ", "").split(","))
         except ValueError:
-            raise BandError(f"{opt('bands', repr(text))} is not a list of band numbers: use e.g. {opt('bands', '4,3,2')}") from None
+            raise BandError(f"{opt('bands', repr(text))} is not a list of band numbers: "
+                            f"use e.g. {opt('bands', '4,3,2')}") from None
     else:
         try:
             bands = tuple(int(b) for b in text)  # a list from a job file or the API
@@ -61,7 +62,8 @@ def parse_bands(text: str | Sequence[int] | None) -> tuple[int, ...] | None:
             raise BandError(f"{opt('bands', repr(text))} is not a list of band numbers: use e.g. "
                             f"{opt('bands', '4,3,2')}") from None
     if len(bands) not in (1, 3):
-        raise BandError(f"{opt('bands')} takes 1 band (grey) or 3 bands (R,G,B), got {len(bands)}: e.g. {opt('bands', '4,3,2')}")
+        raise BandError(f"{opt('bands')} takes 1 band (grey) or 3 bands (R,G,B), got {len(bands)}: "
+                        f"e.g. {opt('bands', '4,3,2')}")
     return bands
 
 

@@ -14,8 +14,8 @@ a VRT's sources, world files, .aux.xml, external overviews, masks), each identif
   re-signed URL of an unchanged file resumes;
 * a cloud path (`s3://`, `gs://`, `az://`, `/vsis3/`, `/vsigs/`, `/vsiaz/`, ...): the same headers,
   asked through GDAL itself (`VSIGetFileMetadata(path, "HEADERS")`: GDAL's own credentials and options);
-* anything else, a server that gives none of these, or a GDAL library that cannot be reached: unknown. An unknown identity is
-  new on every run (its checkpoints are never reused) and a warning says so.
+* anything else, a server that gives none of these, or a GDAL library that cannot be reached: unknown.
+  An unknown identity is new on every run (its checkpoints are never reused) and a warning says so.
 
 With `verify=True` (`--verify-inputs`) the content itself is hashed: the bytes of local files, the decoded
 pixels and georeferencing of the rest. Slower (the whole input is read once), exact.

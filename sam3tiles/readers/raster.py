@@ -77,8 +77,8 @@ class RasterSource(Source):
         if self._bands_arg:
             bad = [b for b in self._bands_arg if not 1 <= b <= count]
             if bad:
-                raise BandError(f"{opt('bands', ','.join(map(str, self._bands_arg)))}: {self.path} has {count} band(s), "
-                                f"so band {bad[0]} does not exist: pick bands between 1 and {count}")
+                raise BandError(f"{opt('bands', ','.join(map(str, self._bands_arg)))}: {self.path} has "
+                                f"{count} band(s), so band {bad[0]} does not exist: pick bands between 1 and {count}")
             return self._bands_arg
         if count == 1 or count == 3:
             return tuple(range(1, count + 1))

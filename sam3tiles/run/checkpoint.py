@@ -76,7 +76,8 @@ class TileStore:
 
         what = getattr(e, "strerror", None) or str(e).strip().splitlines()[0]
         return OutputError(f"the checkpoint store {self.path} cannot be used ({what}): free disk space or fix the "
-                           f"folder's permissions, rerun with {opt('fresh')} to start it over, or choose another {opt('work_dir')}")
+                           f"folder's permissions, rerun with {opt('fresh')} to start it over, or choose another "
+                           f"{opt('work_dir')}")
 
     def get(self, key: str) -> TileResult | None:
         with self._lock:

@@ -33,8 +33,9 @@ def check_scheduler(address: str | None) -> None:
     if address is None:
         return
     if not isinstance(address, str) or not (_ADDRESS.match(address.strip()) or re.match(r"^inproc://\S+$", address)):
-        raise UsageError(f"{opt('scheduler', repr(address))} is not a Dask scheduler address: give tcp://HOST:PORT (e.g. "
-                         "tcp://10.0.0.5:8786, as `dask scheduler` prints it), or leave it out to run in this process")
+        raise UsageError(f"{opt('scheduler', repr(address))} is not a Dask scheduler address: give tcp://HOST:PORT "
+                         "(e.g. tcp://10.0.0.5:8786, as `dask scheduler` prints it), or leave it out to run in this "
+                         "process")
 
 
 def local_threads(workers: int | None) -> int:
@@ -93,8 +94,8 @@ class WorkerWatch:
     """Watches a cluster's workers while a run waits on it: when no worker that can run the model (one with
     the GPU resource, when some had it; else any) is left for `timeout` seconds, the run's futures are
     cancelled (its waits end) and `open_engine` turns that into `WorkerLostError` (exit 4; the runner's
-    cleanup keeps the finished tiles' checkpoints). A worker that joins in time resets the wait: the scheduler reruns the lost
-    worker's tasks there and the run goes on."""
+    cleanup keeps the finished tiles' checkpoints). A worker that joins in time resets the wait: the
+    scheduler reruns the lost worker's tasks there and the run goes on."""
 
     def __init__(self, client, address: str, gpu: bool, timeout: float):
         import threading
@@ -147,8 +148,8 @@ class WorkerWatch:
                 continue
             if since is None:
                 since = time.monotonic()
-                log.warning(spoken(f"no Dask worker %sis left at %s: waiting up to %g s ({opt('worker_timeout')}) for one "
-                                    "to join"),
+                log.warning(spoken(f"no Dask worker %sis left at %s: waiting up to %g s ({opt('worker_timeout')}) "
+                                    "for one to join"),
                             kind, self.address, self.timeout)
             elif time.monotonic() - since >= self.timeout:
                 what = "the scheduler does not answer" if n is None else f"no Dask worker {kind}is left"

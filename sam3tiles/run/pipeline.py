@@ -3,8 +3,8 @@
 `segment_job` checks everything first (`plan.plan_run`), then opens the engine (this process or a Dask
 cluster) and runs each input (`runner.InputRun`: tiles in flight, checkpoints, the merge), whose
 decided objects go to an `ObjectSpool` on disk as merge blocks finish (`writers.stream`), then writes the
-outputs from the spool chunk by chunk, with the run report: driver memory does not grow with the objects. The public, typed entry point is
-`sam3tiles.segment` (api.py); the CLI and job files call `segment_job`.
+outputs from the spool chunk by chunk, with the run report: driver memory does not grow with the objects.
+The public, typed entry point is `sam3tiles.segment` (api.py); the CLI and job files call `segment_job`.
 """
 
 from __future__ import annotations

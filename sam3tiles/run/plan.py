@@ -242,8 +242,9 @@ class RunPlan:
                 label_format(self.labels, inp.crs, inp.levels)]
             lines.append(f"  {self.labels}  (label image, {kind})" + _exists(self.labels, "will be replaced"))
         if self.work_dir is not None:
-            lines.append(f"checkpoints: {self.work_dir}" + (spoken(f"  (exists: a run resumes from it; {opt('fresh')} starts over)")
-                                                            if self.work_dir.is_dir() else ""))
+            lines.append(f"checkpoints: {self.work_dir}"
+                         + (spoken(f"  (exists: a run resumes from it; {opt('fresh')} starts over)")
+                            if self.work_dir.is_dir() else ""))
         if self.points is not None:
             return lines + [f"tiles holding points: {e['tiles']}; model calls: {e['encodes']} encodes, {e['decodes']} "
                             "clicks of two point decoder passes (more where an object reaches past its tile and is "
@@ -532,8 +533,9 @@ def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[l
     seen: dict[Path, str] = {}
     for i, o in zip(inputs, outs):
         if o in seen:  # a/visual.tif and b/visual.tif: one would overwrite the other's objects
-            raise UsageError(f"{opt('out', p)}: {seen[o]} and {i} would both be written to {o.name}: give {opt('out')} a "
-                             "file (one combined output with a `source` column) or segment them separately")
+            raise UsageError(f"{opt('out', p)}: {seen[o]} and {i} would both be written to {o.name}: "
+                             f"give {opt('out')} a file (one combined output with a `source` column) or segment them "
+                             "separately")
         seen[o] = i
     return outs, None
 
@@ -618,8 +620,8 @@ def gsd_scale(src: Source, gsd: float) -> float:
     """--gsd in the frame's length unit (metres on a geographic CRS, microns on a slide: `units`)."""
     size = pixel_size(Frame.of(src))
     if size is None:
-        raise UsageError(f"{opt('gsd', format(gsd, 'g'))}: {src.path} states no pixel size (no CRS, no OME PhysicalSizeX), so a "
-                         f"sampling distance cannot be honoured: zoom with {opt('scale')} instead")
+        raise UsageError(f"{opt('gsd', format(gsd, 'g'))}: {src.path} states no pixel size (no CRS, no OME "
+                         f"PhysicalSizeX), so a sampling distance cannot be honoured: zoom with {opt('scale')} instead")
     return scale_for_gsd(src.transform, gsd, resolution=size[0])
 
 
@@ -631,5 +633,6 @@ def build_grid(src: Source, opts: Options) -> TileGrid:
     except UsageError as e:
         if opts.gsd and "scale" in named_in(raw(e)):  # the user gave a gsd: name it, and the scale it means here
             raise UsageError(f"{opt('gsd', format(opts.gsd, 'g'))} on {src.path} means a scale of {scale:g}: "
-                             f"{raw(e).split(': ', 1)[-1]}; choose a {opt('gsd')} near the raster's own resolution") from None
+                             f"{raw(e).split(': ', 1)[-1]}; choose a {opt('gsd')} near the raster's own "
+                             "resolution") from None
         raise

@@ -107,7 +107,8 @@ def check_paths(reads: Sequence[tuple[str, str, str]], writes: Sequence[tuple[st
                 raise UsageError(f"the input {given} is this run's own {noun} (an input pattern that picks up what an "
                                  f"earlier run wrote?): narrow the inputs, or {fix}")
             verb, harm = ("holds", "cleared") if inside else ("is", "replaced")
-            raise UsageError(f"{mention(what, target)} {verb} {_read_phrase(role, given, file)}: it would be {harm}; {fix}")
+            raise UsageError(f"{mention(what, target)} {verb} {_read_phrase(role, given, file)}: "
+                             f"it would be {harm}; {fix}")
         other = next((seen[k] for k in keys if k in seen), None)
         if other is not None and not (other == what == "out"):  # two outputs: `check_distinct_outputs` names them
             raise UsageError(f"{mention(what, target)} is also {mention(other)}'s path: one would replace the other; "
@@ -124,8 +125,8 @@ def check_distinct_outputs(inputs: Sequence[str], outputs: Sequence[Path | None]
             continue
         key = real_path(o)
         if key in seen:
-            raise UsageError(f"{seen[key]} and {i} would both be written to {o} (same file name stem): give {opt('out')} "
-                             "a file name (one combined output) or rename one of them")
+            raise UsageError(f"{seen[key]} and {i} would both be written to {o} (same file name stem): "
+                             f"give {opt('out')} a file name (one combined output) or rename one of them")
         seen[key] = i
 
 
@@ -172,14 +173,15 @@ def check_side_files(files: Sequence[tuple[str, Path]], overwrite: bool, ours) -
     the output (a damaged record of the work folder is named: `workfolder.vouched`)."""
     for what, p in files:
         if what in ("report_path", "the report", "labels"):
-            check_name(p, "labels" if what == "labels" else "report_path")  # a newline or an overlong name fails its rename
+            # a newline or an overlong name fails its rename
+            check_name(p, "labels" if what == "labels" else "report_path")
     for what, p in files:
         if what not in ("report_path", "the report", "the preview") or overwrite or not os.path.lexists(p) or \
                 replaceable(p, ours, True):
             continue
         with vouched(ours, what, p):
-            raise OutputExistsError(f"{mention(what, p)} exists and this run did not write it: {enable('overwrite')} to "
-                                    "replace it, or move it away")
+            raise OutputExistsError(f"{mention(what, p)} exists and this run did not write it: "
+                                    f"{enable('overwrite')} to replace it, or move it away")
 
 
 # -- the inputs: rasters the tool cannot place ------------------------------------------------------------
@@ -190,7 +192,8 @@ def check_placeable(path: str, src) -> None:
     `src`: an open `readers.Source`."""
     if src is None:
         return
-    identity = src.transform.is_identity if hasattr(src.transform, "is_identity") else src.transform == src.transform.identity()
+    identity = (src.transform.is_identity if hasattr(src.transform, "is_identity")
+                else src.transform == src.transform.identity())
     t = src.transform
     if not identity and not (math.isfinite(t.determinant) and t.determinant != 0):
         raise CRSError(f"{path}: its geotransform ({t.a:g}, {t.b:g}, {t.c:g}, {t.d:g}, {t.e:g}, {t.f:g}) has a pixel "
@@ -296,7 +299,8 @@ def check_tiling(tile_size: int, overlap: int, edge_margin: int, squash: bool = 
 
 
 def check_plan(inputs: Sequence[str], crss: Sequence, tile_counts: Sequence[int], opts, *, per_input: Sequence = (),
-               reads: Sequence[tuple[str, str, str]] = (), writes: Sequence[tuple[str, str | os.PathLike]] = ()) -> None:
+               reads: Sequence[tuple[str, str, str]] = (),
+               writes: Sequence[tuple[str, str | os.PathLike]] = ()) -> None:
     """Whole-run checks once the inputs are open: tiling, one CRS per combined output, distinct per-input
     outputs, and `check_paths` again with every file the inputs read (`reads`: a VRT's sources, ...)."""
     check_tiling(opts.tile_size, opts.overlap, opts.edge_margin, squash=opts.squash,
@@ -305,7 +309,8 @@ def check_plan(inputs: Sequence[str], crss: Sequence, tile_counts: Sequence[int]
     if one_output and len({None if c is None else c.to_wkt() for c in crss}) > 1:
         names = [f"{i} ({c.to_string() if c is not None else 'no CRS'})" for i, c in zip(inputs, crss)]
         raise UsageError("the inputs are in different CRSs, so they cannot share one output: " + ", ".join(names[:3])
-                         + ("..." if len(names) > 3 else "") + f": give {opt('out')} a folder (one output per input) or "
+                         + ("..." if len(names) > 3 else "")
+                         + f": give {opt('out')} a folder (one output per input) or "
                          "reproject them to one CRS")
     check_distinct_outputs(inputs, per_input)
     check_paths(reads, writes, several=len(inputs) > 1)
@@ -346,7 +351,8 @@ def check_box_file(path: str) -> None:
         return
     bad = [i for i, g in enumerate(geoms) if g is None or g.is_empty]
     if bad:
-        raise InputDataError(f"{opt('box_file', path)}: feature {bad[0] + 1}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''} "
+        raise InputDataError(f"{opt('box_file', path)}: feature {bad[0] + 1}"
+                             f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''} "
                              "has an empty geometry, so it is no example box: remove it or draw its box")
 
 
@@ -361,8 +367,8 @@ def check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, box
     given = [i for i in lost if i < n_given]
     if given:
         b = boxes[given[0]]
-        raise PromptError(f"{opt('boxes', format(b.minx, 'g'))},{b.miny:g},{b.maxx:g},{b.maxy:g} lies outside every input (bounds "
-                          f"{extent}): give MINX,MINY,MAXX,MAXY in {where}")
+        raise PromptError(f"{opt('boxes', format(b.minx, 'g'))},{b.miny:g},{b.maxx:g},{b.maxy:g} lies outside "
+                          f"every input (bounds {extent}): give MINX,MINY,MAXX,MAXY in {where}")
     if len(lost) < len(boxes) - n_given:
         return  # some of the file's boxes are used; the others are counted in the report
     raise InputDataError(f"{opt('box_file', box_file)}: all its {len(lost)} box(es) lie outside every input (bounds "

@@ -181,8 +181,9 @@ class RunReport:
         e = self.exemplars
         if e.get("pasted") or e.get("dropped") or e.get("extra_tiles"):
             lines.append(f"exemplars: {e.get('pasted', 0)} pasted into tiles ({e.get('margin', 0)} margin, "
-                         f"{e.get('padding', 0)} padding, {e.get('strip', 0)} strip), {e.get('in_place', 0)} used where "
-                         f"they lie; {e.get('dropped', 0)} detections on pastes dropped, {e.get('clipped', 0)} clipped"
+                         f"{e.get('padding', 0)} padding, {e.get('strip', 0)} strip), {e.get('in_place', 0)} "
+                         f"used where they lie; {e.get('dropped', 0)} detections on pastes dropped, "
+                         f"{e.get('clipped', 0)} clipped"
                          + (f"; the {e['strip_px']} px strip cost +{e['extra_tiles']} tiles (encodes)"
                             if e.get("extra_tiles") else ""))
             for label, r in self.exemplars_by_prompt.items():

@@ -41,8 +41,8 @@ from .area import InputArea
 from .frames import objects_frame
 from .plan import InputPlan, RunPlan
 from .report import RunReport
-from .tasks import (SourceSpec, TileResult, close_spares, infer_task, open_spares, prepared_prompt, read_task, tile_batch_task,
-                    vectorize_task)
+from .tasks import (SourceSpec, TileResult, close_spares, infer_task, open_spares, prepared_prompt, read_task,
+                    tile_batch_task, vectorize_task)
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,8 @@ class InputRun:
 
     def __init__(self, engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport,
                  store: TileStore | None, progress_bar=None, spool: ObjectSpool | None = None):
-        self.engine, self.plan, self.inp, self.report, self.store, self.bar = engine, plan, inp, report, store, progress_bar
+        self.engine, self.plan, self.inp = engine, plan, inp
+        self.report, self.store, self.bar = report, store, progress_bar
         self.spool = spool if spool is not None else ObjectSpool()
         self.puts = _BatchedPuts(store)
         self.opts = plan.options

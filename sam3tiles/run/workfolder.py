@@ -45,16 +45,16 @@ def check_work_dir(value, inputs: Sequence[str] = (), option: str = "work_dir") 
         return None
     text = str(value)
     if not text.strip():
-        raise UsageError(f"{mention(option)} is empty (an unset shell variable?): name a folder for the checkpoints, or "
-                         "leave it out to use <output>.sam3tiles-work beside the output")
+        raise UsageError(f"{mention(option)} is empty (an unset shell variable?): name a folder for the "
+                         "checkpoints, or leave it out to use <output>.sam3tiles-work beside the output")
     p = real_path(text)
     home = real_path(Path.home())
     cwd = real_path(os.getcwd())
     if p == Path(p.anchor) or is_within(home, p) or is_within(cwd, p):
         what = "the root folder" if p == Path(p.anchor) else "your home folder" if is_within(home, p) and \
             p == home else "the current folder" if p == cwd else "a folder above the current or home folder"
-        raise UsageError(f"{mention(option, text)}: that is {what}, which sam3tiles will not use for checkpoints (a {opt('fresh')} "
-                         "would have to clear it): name a new folder, e.g. out.sam3tiles-work")
+        raise UsageError(f"{mention(option, text)}: that is {what}, which sam3tiles will not use for checkpoints "
+                         f"(a {opt('fresh')} would have to clear it): name a new folder, e.g. out.sam3tiles-work")
     for i in inputs:
         local = local_path_of(i)
         if local is not None and is_within(real_path(local), p):
@@ -105,8 +105,8 @@ def claim_work_dir(path: str | os.PathLike) -> Path:
     if p.is_dir() and not is_work_dir(p):
         foreign = [e.name for e in p.iterdir() if not _own(e.name) and not _our_lock(e)]
         if foreign:  # checked before the run too; a folder that changed since is still not ours
-            raise UsageError(f"{opt('work_dir', p)} is not a sam3tiles work folder (it holds {foreign[0]!r}): name a new "
-                             "or empty folder for the checkpoints")
+            raise UsageError(f"{opt('work_dir', p)} is not a sam3tiles work folder (it holds {foreign[0]!r}): "
+                             "name a new or empty folder for the checkpoints")
     p.mkdir(parents=True, exist_ok=True)
     if not is_work_dir(p):
         from ..writers.atomic import atomic_path
@@ -128,8 +128,9 @@ def clear_work_dir(path: str | os.PathLike) -> list[Path]:
     if not is_work_dir(p):
         foreign = [e.name for e in p.iterdir() if not _own(e.name)]
         if foreign:
-            raise UsageError(f"{opt('fresh')}: {p} is not a sam3tiles work folder (no {MARKER}; it holds {foreign[0]!r}): "
-                             "nothing was deleted; name the work folder of the run to start over")
+            raise UsageError(f"{opt('fresh')}: {p} is not a sam3tiles work folder (no {MARKER}; "
+                             f"it holds {foreign[0]!r}): nothing was deleted; name the work folder of the run to "
+                             "start over")
     gone = []
     for q in sorted(p.iterdir()):
         if q.name != MARKER and _own(q.name) and (q.is_file() or q.is_symlink()):
@@ -196,7 +197,8 @@ def vouched(work_dir, what: str, path) -> Iterator[None]:
         if not problem:
             raise
         raise OutputExistsError(
-            f"{mention(what, path)} exists and this run cannot tell whether it wrote it: {Path(work_dir) / 'outputs.json'}, "
+            f"{mention(what, path)} exists and this run cannot tell whether it wrote it: "
+            f"{Path(work_dir) / 'outputs.json'}, "
             f"the work folder's record of what its runs wrote, is damaged ({problem}): if the file is sam3tiles' own "
             f"(a rerun writes it anew), {enable('overwrite')} (with {opt('fresh')} the checkpoints start over too); "
             "else move it away") from None

@@ -56,7 +56,8 @@ def layout(width: int, height: int, seed: int = 0, n_cars: int | None = None, n_
     """Non-overlapping objects in pixel coordinates: [(class, polygon)]."""
     rng = np.random.default_rng(seed)
     area = width * height
-    n_fields = n_fields if n_fields is not None else max(1, area // (5000 * 5000)) if min(width, height) > 1.4 * tile else 0
+    n_fields = (n_fields if n_fields is not None
+                else max(1, area // (5000 * 5000)) if min(width, height) > 1.4 * tile else 0)
     n_buildings = n_buildings if n_buildings is not None else area // 90_000
     n_cars = n_cars if n_cars is not None else area // 40_000
     placed: list[tuple[str, Polygon]] = []

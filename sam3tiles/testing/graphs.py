@@ -350,7 +350,8 @@ def point_decoder() -> onnx.ModelProto:
     feats = g.op("Transpose", g.op("Reshape", "high_res_features1", g.const([32, MASK * MASK], np.int64)), perm=[1, 0])
     unmixed = g.op("Gemm", feats, g.const(np.ascontiguousarray(HIGH_RES_MIX.T), name="high_res_unmix"), transB=0)
     rgb = g.op("Reshape", g.op("Transpose", g.op("Slice", unmixed, g.const([0], np.int64), g.const([3], np.int64),
-                                                 g.const([1], np.int64)), perm=[1, 0]), g.const([1, 3, MASK, MASK], np.int64))
+                                                 g.const([1], np.int64)), perm=[1, 0]),
+               g.const([1, 3, MASK, MASK], np.int64))
     rows, cols, pos, neg = _click_cells(g)
     colours = g.op("Einsum", rows, g.op("Reshape", rgb, g.const([3, MASK, MASK], np.int64)), cols,
                    equation="ny,cyx,nx->nc")  # [N,3]: the colour under each click

@@ -94,7 +94,8 @@ def layout(width: int, height: int, seed: int = 0, n_small: int = 14, n_seam: in
             break
         w, h = rng.uniform(24, 160), rng.uniform(24, 160)
         x, y = rng.uniform(20, width - w - 20), rng.uniform(20, height - h - 20)
-        poly = affinity.rotate(box(x, y, x + w, y + h), rng.uniform(0, 90)) if rng.random() < 0.3 else box(x, y, x + w, y + h)
+        poly = (affinity.rotate(box(x, y, x + w, y + h), rng.uniform(0, 90)) if rng.random() < 0.3
+                else box(x, y, x + w, y + h))
         if free(poly):
             placed.append(("small", poly))
     return placed
@@ -112,7 +113,8 @@ def _background_points(objects, width: int, height: int, rng, n: int) -> list[Po
 
 
 def write_point_scene(path: str | Path, width: int = 2400, height: int = 2200, seed: int = 0, *,
-                      crs=UTM, pixel: float = 0.5, n_small: int = 14, n_seam: int = 6, n_background: int = 3) -> PointScene:
+                      crs=UTM, pixel: float = 0.5, n_small: int = 14, n_seam: int = 6,
+                      n_background: int = 3) -> PointScene:
     """Write the scene (module doc); `crs=None`: a plain image in pixel space (coordinates are pixels)."""
     rng = np.random.default_rng(seed + 7)
     objects = layout(width, height, seed, n_small, n_seam)

@@ -48,7 +48,8 @@ def _tile_frame(tile: Tile, overlap: int) -> TileFrame:
     vw, vh = tile.valid_wh
     cx0, cy0, cx1, cy1 = tile.core_tile_px
     left, top, right, bottom = tile.interior
-    ex = (overlap if left else 0, overlap if top else 0, vw - (overlap if right else 0), vh - (overlap if bottom else 0))
+    ex = (overlap if left else 0, overlap if top else 0,
+          vw - (overlap if right else 0), vh - (overlap if bottom else 0))
     excl = _poly(t, *ex) if ex[2] > ex[0] and ex[3] > ex[1] else Polygon()
     segs = [s for s, on in (([(0, 0), (0, vh)], left), ([(0, 0), (vw, 0)], top), ([(vw, 0), (vw, vh)], right),
                             ([(0, vh), (vw, vh)], bottom)) if on]

@@ -106,10 +106,11 @@ class TileGrid:
         if not (self.scale > 0 and math.isfinite(self.scale)):
             raise UsageError(f"{opt('scale')} must be a positive number, got {self.scale}")
         if not 0 <= self.overlap <= max_overlap(self.tile_size):
-            raise UsageError(f"{opt('overlap')} must be between 0 and {max_overlap(self.tile_size)} pixels, got {self.overlap}")
+            raise UsageError(f"{opt('overlap')} must be between 0 and {max_overlap(self.tile_size)} pixels, "
+                             f"got {self.overlap}")
         if self.scaled_wh[0] * self.scaled_wh[1] > 4e12:
-            raise UsageError(f"{opt('scale', self.scale)} makes the image {self.scaled_wh[0]:.0f}x{self.scaled_wh[1]:.0f} "
-                             "grid pixels: choose a smaller scale")
+            raise UsageError(f"{opt('scale', self.scale)} makes the image "
+                             f"{self.scaled_wh[0]:.0f}x{self.scaled_wh[1]:.0f} grid pixels: choose a smaller scale")
 
     def __dask_tokenize__(self):
         return ("sam3tiles.TileGrid", self.width, self.height, self.scale, self.tile_size, self.overlap,
@@ -226,10 +227,11 @@ class TileGrid:
     def _split_axis(self, c0: float, c1: float, extent: float, start: int) -> list[tuple[float, float, int, int]]:
         """Core pieces of [c0, c1) along one axis (sub-tile pixels), each with its window offset and valid
         length; no window starts before `start` (the parent's), so each lies within its parent's window
-        (the merge finds a sub-tile's neighbours through the grid's windows). Between siblings the windows overlap by the full overlap; toward the parent's neighbours
-        the margin is overlap/2 where it fits and less where it cannot (the edge tiles of a grid have
-        cores of up to tile - overlap/2 px, so two quadrants of one at twice the zoom plus full margins
-        exceed two tiles): the neighbour's own window still reaches overlap/2 parent pixels over the seam."""
+        (the merge finds a sub-tile's neighbours through the grid's windows). Between siblings the windows
+        overlap by the full overlap; toward the parent's neighbours the margin is overlap/2 where it fits and
+        less where it cannot (the edge tiles of a grid have cores of up to tile - overlap/2 px, so two
+        quadrants of one at twice the zoom plus full margins exceed two tiles): the neighbour's own window
+        still reaches overlap/2 parent pixels over the seam."""
         size, m = self.tile_size, self.overlap / 2
         for n in range(1, size):
             cuts = [c0 + (c1 - c0) * k / n for k in range(n + 1)]
@@ -269,5 +271,6 @@ def scale_for_gsd(transform: Affine, gsd: float, resolution: float | None = None
     """
     if not gsd > 0:
         raise UsageError(f"{opt('gsd')} must be positive, got {gsd}")
-    res = resolution if resolution is not None else math.sqrt(abs(transform.a * transform.e - transform.b * transform.d))
+    res = (resolution if resolution is not None
+           else math.sqrt(abs(transform.a * transform.e - transform.b * transform.d)))
     return res / gsd

@@ -83,7 +83,8 @@ class Refiner:
             self.offsets.append(self.offsets[-1] + self.n * BRANCH**d)
         if self.offsets[-1] > MAX_INDEX:
             raise UsageError(f"{opt('refine_depth', depth)} on a grid of {self.n} tiles needs more tile numbers than "
-                             f"the merge holds: use {opt('refine_depth', max(0, depth - 1))} or a coarser {opt('scale')}")
+                             f"the merge holds: use {opt('refine_depth', max(0, depth - 1))} or a coarser "
+                             f"{opt('scale')}")
         self.refined: set[int] = set()  # tiles whose sub-tiles replace them for some prompts
         self.at_max: set[int] = set()  # saturated tiles that may not be refined further
 

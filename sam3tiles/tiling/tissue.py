@@ -14,7 +14,8 @@ order (docs/area-of-interest.md):
    `max over the bands` of each band divided by its own 99.9th percentile (tissue fluoresces in some
    channel, glass in none). A 3 x 3 mean smooths the noise.
 4. *The background's level and noise* from the border ring. Level m = the ring's median, noise sigma =
-   1.4826 x its median absolute deviation (at least `MIN_SIGMA`). Tissue: s > m + `K_SIGMA` sigma, and at least `MIN_STEP` above m.
+   1.4826 x its median absolute deviation (at least `MIN_SIGMA`). Tissue: s > m + `K_SIGMA` sigma, and at
+   least `MIN_STEP` above m.
 5. *No glass found* (tissue to the edges): when fewer than `GLASS_RING` of the ring's pixels are
    background, or the background is not flat (sigma > `MAX_SIGMA`), or in brightfield not glass-like
    (its signal above `MAX_LEVEL`: glass is white and grey, stained tissue is not), every pixel is tissue:

@@ -61,7 +61,8 @@ def _interp_axis(p0: int, p1: int, c0: int, n: int) -> tuple[np.ndarray, np.ndar
 
 
 def upsample(crop) -> np.ndarray:
-    """One instance's (`vectorize.InstanceCrop`) binary mask over its box, bool [y1-y0, x1-x0]: bilinear probabilities > 0.5."""
+    """One instance's (`vectorize.InstanceCrop`) binary mask over its box, bool [y1-y0, x1-x0]: bilinear
+    probabilities > 0.5."""
     x0, y0, x1, y1 = crop.box_px
     r0, c0 = crop.cell0
     p = crop.probs.astype(np.float32)

@@ -25,8 +25,8 @@ log = logging.getLogger(__name__)
 
 
 def check_output(path: str | os.PathLike, overwrite: bool, layer: str | None = None) -> Path:
-    """Validate an output path before any work: a format's ending (`formats.format_for`), a name the file system and the side
-    files' names allow (`check_name`), writable folder, no clash."""
+    """Validate an output path before any work: a format's ending (`formats.format_for`), a name the file
+    system and the side files' names allow (`check_name`), writable folder, no clash."""
     p = Path(path)
     check_name(p, "out", layer)
     if format_for(p) is None:
@@ -46,8 +46,8 @@ def check_output(path: str | os.PathLike, overwrite: bool, layer: str | None = N
 
 #: The longest names sam3tiles writes beside an output NAME (temporary report and preview, with a --layer):
 #: `.NAME.LAYER.report.XXXXXXXX.tmp.json`, `.NAME.LAYER.preview.XXXXXXXX.tmp.png`, `NAME.sam3tiles-work`.
-_SIDECARS = (".{name}.{layer}report.XXXXXXXX.tmp.json", ".{name}.{layer}preview.XXXXXXXX.tmp.png", "{name}.sam3tiles-work",
-             ".{name}.lock.XXXXXXXX.stale")
+_SIDECARS = (".{name}.{layer}report.XXXXXXXX.tmp.json", ".{name}.{layer}preview.XXXXXXXX.tmp.png",
+             "{name}.sam3tiles-work", ".{name}.lock.XXXXXXXX.stale")
 
 
 def check_name(p: Path, option: str = "out", layer: str | None = None) -> None:
@@ -57,8 +57,8 @@ def check_name(p: Path, option: str = "out", layer: str | None = None) -> None:
     text = str(p)
     bad = next((ch for ch in text if ord(ch) < 32 or ord(ch) == 127), None)
     if bad is not None:
-        raise UsageError(f"{opt(option, repr(text))}: the name holds a control character ({bad!r}, e.g. a newline from a "
-                         "script): give a name without it")
+        raise UsageError(f"{opt(option, repr(text))}: the name holds a control character "
+                         f"({bad!r}, e.g. a newline from a script): give a name without it")
     folder = p.parent if str(p.parent) else Path(".")
     try:
         limit = os.pathconf(folder if folder.is_dir() else ".", "PC_NAME_MAX")

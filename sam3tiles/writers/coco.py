@@ -91,7 +91,8 @@ def coco_lines(gdf: gpd.GeoDataFrame, frames: dict[str, Frame], prompts: list[st
         f = frames.get(n)
         images.append({"id": image_ids[n], "file_name": input_name(n), "width": f.width if f else None,
                        "height": f.height if f else None})
-    head = {"info": {"description": "sam3tiles instance segmentation", "version": str((metadata or {}).get("version", "")),
+    head = {"info": {"description": "sam3tiles instance segmentation",
+                     "version": str((metadata or {}).get("version", "")),
                      "date_created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                      "sam3tiles": metadata or {}},
             "licenses": [], "images": images,
@@ -101,7 +102,8 @@ def coco_lines(gdf: gpd.GeoDataFrame, frames: dict[str, Frame], prompts: list[st
     ids = gdf["id"].to_numpy() if "id" in gdf.columns else np.arange(1, len(gdf) + 1)
     for start in range(0, len(gdf), chunk):
         part = gdf.iloc[start:start + chunk]
-        sources = part["source"].to_numpy() if "source" in part.columns else np.full(len(part), names[0] if names else "")
+        sources = (part["source"].to_numpy() if "source" in part.columns
+                   else np.full(len(part), names[0] if names else ""))
         labels = part["prompt"].to_numpy() if "prompt" in part.columns else np.full(len(part), prompts[0])
         areas = part["area_px"].to_numpy(np.float64) if "area_px" in part.columns else None
         scores = part["score"].to_numpy(np.float64) if "score" in part.columns else None

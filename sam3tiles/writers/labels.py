@@ -69,7 +69,8 @@ def check_labels(path: str | os.PathLike, overwrite: bool) -> Path:
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{opt('labels', p)}: the folder {parent} is not writable: choose another path")
     if p.exists() and not overwrite:
-        raise OutputExistsError(f"{opt('labels', p)} exists: {enable('overwrite')} to replace it, or choose another name")
+        raise OutputExistsError(f"{opt('labels', p)} exists: {enable('overwrite')} to replace it, "
+                                "or choose another name")
     if p.exists() and is_zarr(p):
         check_replaceable(p)
     if p.exists() and not is_zarr(p) and p.is_dir():
@@ -108,8 +109,9 @@ def check_labels_for(path: Path, crs) -> None:
     """The label format must keep the input's frame: OME formats hold no CRS, so a georeferenced input
     needs a GeoTIFF (`.tif`)."""
     if crs is not None and (is_zarr(path) or is_ome_tiff(path)):
-        raise UsageError(f"{opt('labels', path)}: OME-TIFF and OME-Zarr hold no CRS, so the labels of this georeferenced "
-                         f"raster would lose their place on the map: name it {Path(path).name.split('.')[0]}.tif "
+        raise UsageError(f"{opt('labels', path)}: OME-TIFF and OME-Zarr hold no CRS, so the labels of this "
+                         "georeferenced raster would lose their place on the map: name it "
+                         f"{Path(path).name.split('.')[0]}.tif "
                          "for a GeoTIFF (COG layout) with the raster's CRS")
 
 

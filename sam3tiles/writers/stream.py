@@ -53,7 +53,8 @@ def check_dataset(path: str | os.PathLike, overwrite: bool) -> Path:
         raise OutputError(f"{opt('out', p)}/: the folder {parent} is not writable: choose another {opt('out')}")
     if p.exists():
         if not overwrite:
-            raise OutputExistsError(f"{opt('out', p)}/ exists: {enable('overwrite')} to replace it, or choose another name")
+            raise OutputExistsError(f"{opt('out', p)}/ exists: {enable('overwrite')} to replace it, "
+                                    "or choose another name")
         fmt = format_for(p)
         if not p.is_dir() or fmt is None or any(not q.name.lower().endswith(fmt.suffix) for q in p.iterdir()):
             what = fmt.driver or fmt.name if fmt is not None else "dataset"
@@ -259,7 +260,8 @@ class ObjectSpool:
         sel = ",".join(str(int(i)) for i in inputs) or "-1"
         while True:
             rows = self.db.execute(f"SELECT id, prompt, score, area, area_px, area_um2, n_tiles, source, backend, "
-                                   f"model, wkb, extra FROM objects WHERE id > ? AND input IN ({sel}) ORDER BY id LIMIT ?",
+                                   f"model, wkb, extra FROM objects WHERE id > ? AND input IN ({sel}) "
+                                   "ORDER BY id LIMIT ?",
                                    (last, chunk)).fetchall()
             if offset is None:
                 offset = rows[0][0] - 1 if rows else 0
@@ -284,8 +286,8 @@ class ObjectSpool:
         while True:
             rows = self.db.execute("SELECT o.id, o.prompt, o.score, o.area, o.area_px, o.area_um2, o.n_tiles, "
                                    "o.source, o.backend, o.model, o.wkb, o.extra FROM boxes b JOIN objects o "
-                                   "ON o.rowid = b.oid WHERE b.minx <= ? AND b.maxx >= ? AND b.miny <= ? AND b.maxy >= ? AND "
-                                   "o.input = ? AND o.id > ? ORDER BY o.id LIMIT ?",
+                                   "ON o.rowid = b.oid WHERE b.minx <= ? AND b.maxx >= ? AND b.miny <= ? "
+                                   "AND b.maxy >= ? AND o.input = ? AND o.id > ? ORDER BY o.id LIMIT ?",
                                    (maxx, minx, maxy, miny, input_index, last, chunk or CHUNK_ROWS)).fetchall()
             if not rows:
                 if empty:
@@ -300,9 +302,10 @@ class ObjectSpool:
 
     def _frame(self, rows: list, offset: int, crs, um: bool, area: str) -> gpd.GeoDataFrame:
         """Rows (id, prompt, score, area, area_px, area_um2, n_tiles, source, backend, model, wkb, extra) -> the
-        output's columns, in that order, then the other columns (`_extras`) (`um`: with area_um2; `area`: the area column's name,
-        `units.area_column`, which is area_px itself without a CRS). It is the order of `frames.ordered` (the
-        output table's definition, a layer above: tests/test_outputs.py holds the two equal)."""
+        output's columns, in that order, then the other columns (`_extras`) (`um`: with area_um2; `area`: the
+        area column's name, `units.area_column`, which is area_px itself without a CRS). It is the order of
+        `frames.ordered` (the output table's definition, a layer above: tests/test_outputs.py holds the two
+        equal)."""
         cols = list(zip(*rows)) if rows else [[] for _ in range(12)]
         names = {v: k for k, v in self._text.items()}
 

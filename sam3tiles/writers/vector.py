@@ -113,15 +113,16 @@ def check_layer(path: str | os.PathLike, layer: str | None, overwrite: bool) -> 
     layers = gpkg_layers(p)
     if layers is None:
         if layer is not None:
-            raise OutputError(f"{opt('out', p)} exists but is not a GeoPackage GDAL can open, so {opt('layer')} cannot write "
-                              f"into it: choose another {opt('out')}")
+            raise OutputError(f"{opt('out', p)} exists but is not a GeoPackage GDAL can open, so {opt('layer')} "
+                              f"cannot write into it: choose another {opt('out')}")
         return  # not a GeoPackage: replaced whole (check_output has required --overwrite)
     name = layer_name(p, layer)
     same = [n for n in layers if n.lower() == name.lower()]  # SQLite table names ignore case
     if same and not overwrite:
         also = "" if same[0] == name else f" (SQLite names ignore case, so {name!r} is that layer)"
-        raise OutputExistsError(f"{opt('out', p)} already holds a layer {same[0]!r}{also}: {enable('overwrite')} to replace "
-                                f"that layer (the other layers are kept), or choose another {opt('layer')}")
+        raise OutputExistsError(f"{opt('out', p)} already holds a layer {same[0]!r}{also}: "
+                                f"{enable('overwrite')} to replace that layer (the other layers are kept), or choose "
+                                f"another {opt('layer')}")
 
 
 def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str | os.PathLike,
