@@ -207,6 +207,9 @@ def pair_verdicts(c: Cols, a: np.ndarray, b: np.ndarray, frames, iou_min, ios_mi
     retry = np.flatnonzero(~ok & (inter > 0))
     if len(retry):
         ok[retry] = _tolerant(c, a[retry], b[retry], bands[retry], area_a[retry], area_b[retry], frames, ios_min)
+    weak = np.flatnonzero(ok & (iou < iou_min))
+    if len(weak):  # linked by containment alone: not where the smaller view only pokes into the band
+        ok[weak] = ~_poking(c, a[weak], b[weak], bands[weak], area_a[weak], area_b[weak], frames)
     cut = np.flatnonzero(~ok & (inter > 0) & ~c.complete[a] & ~c.complete[b])
     if len(cut):
         ok[cut] = _continued(c, a[cut], b[cut], bands[cut], frames)
@@ -271,6 +274,25 @@ def _tolerant(c: Cols, a, b, bands, area_a, area_b, frames, ios_min) -> np.ndarr
     area_s = np.minimum(area_a, area_b)
     inter = shapely.area(shapely.intersection(gs, gl))
     return inter >= ios_min * area_s
+
+
+def _poking(c: Cols, a, b, bands, area_a, area_b, frames) -> np.ndarray:
+    """Per pair linked by containment alone (IoS or the one-cell tolerance, IoU under `IOU_MIN`): the
+    smaller's view in the band is a strip poking into it, no deeper than `SLIVER_CELLS` mask cells (half a
+    cell of rounding) from the band's edge, while its part goes on past the band on its own tile's side.
+    There the other tile sees it at its own window edge: a strip that thin carries no shape, it lies within
+    a cell of whatever the other tile drew there (the next line of a paragraph, fused with the strip), and
+    the tile that sees it whole, away from its edge, says where it stops. No link; a lone strip is rule 6's."""
+    small_a = area_a <= area_b
+    s = np.where(small_a, a, b)
+    cell = MASK_CELL * _pair_pixel(c, a, b, frames)
+    inner = shapely.buffer(bands, -(SLIVER_CELLS + 0.5) * cell, join_style="mitre")
+    poke = ~shapely.intersects(shapely.intersection(c.geoms[s], bands), inner)
+    if poke.any():
+        k = np.flatnonzero(poke)
+        beyond = shapely.difference(c.geoms[s[k]], bands[k])
+        poke[k] = ~shapely.is_empty(shapely.buffer(beyond, -cell[k], quad_segs=2))
+    return poke
 
 
 def _continued(c: Cols, a, b, bands, frames) -> np.ndarray:
