@@ -434,8 +434,10 @@ def run_cap_refine(size: int, seeds, behaviours=("cap=200", "all"), overlap: int
 
 def scene_objects(kind: str, width: int, height: int, seed: int):
     """The objects of a `--scene` (None: the demo layout)."""
-    from .synthetic import hard_objects, tessellation
+    from .synthetic import hard_objects, long_objects, tessellation
 
+    if kind == "long":
+        return long_objects(width, height, seed=seed)
     if kind == "hard":
         return hard_objects(width, height, seed=seed)
     if kind == "tessellation":
@@ -491,10 +493,11 @@ def main(argv=None) -> int:
     ap.add_argument("--behaviours", nargs="+", default=None,
                     help="presets of sam3tiles.testing.misbehaving, combined with '+' ('grow+miss'); "
                          "'pairs': every pair of the faults in PAIRED")
-    ap.add_argument("--scene", choices=("demo", "hard", "tessellation"), default="demo",
+    ap.add_argument("--scene", choices=("demo", "hard", "tessellation", "long"), default="demo",
                     help="demo: vehicles, buildings, a field; hard: fields across 4+ tiles, a tessellation of "
                          "parcels 8 px apart, long thin objects (benchmarks.synthetic.hard_objects); "
-                         "tessellation: the whole scene tiled by `blue` parcels of 150-600 px, 8 px apart")
+                         "tessellation: the whole scene tiled by `blue` parcels of 150-600 px, 8 px apart; "
+                         "long: rivers, roads and field strips longer than a tile (benchmarks.synthetic.long_objects)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS))
     ap.add_argument("--smoke", action="store_true", help="one small scene, one seed, reference and semantic")
     ap.add_argument("--onnx-n1", action="store_true",

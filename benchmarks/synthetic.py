@@ -96,3 +96,72 @@ def tessellation(x0, y0, x1, y1, rng, gap: float = 8.0) -> list:
         return tessellation(x0, y0, c, y1, rng, gap) + tessellation(c, y0, x1, y1, rng, gap)
     c = y0 + rng.uniform(150, h - 150)
     return tessellation(x0, y0, x1, c, rng, gap) + tessellation(x0, c, x1, y1, rng, gap)
+
+
+def long_objects(width: int, height: int, seed: int = 0, tile: int = 1008) -> list:
+    """Long "stuff" crossing many tiles, as `write_scene(objects=...)` takes them: `blue` rivers (meandering,
+    30-80 px wide, each crossing the scene), `red` roads (straight or bent once, 18-30 px wide) and `yellow`
+    field strips (100-250 px wide, 2-4 tiles long, in runs `demo.GAP` apart: touching neighbours). Every
+    object is longer than a tile."""
+    import numpy as np
+    import shapely
+    from shapely import affinity
+    from shapely.geometry import LineString
+
+    from sam3tiles.testing.demo import GAP
+
+    rng = np.random.default_rng(seed)
+    placed: list = []
+
+    def free(poly, gap=GAP) -> bool:
+        x0, y0, x1, y1 = poly.bounds
+        return x0 >= 0 and y0 >= 0 and x1 <= width and y1 <= height and not any(
+            poly.buffer(gap).intersects(p) for _, p in placed)
+
+    def meander(w):
+        horizontal = rng.random() < 0.5
+        n = 40
+        t = np.linspace(0.02, 0.98, n)
+        base = rng.uniform(0.15, 0.85)
+        wig = np.cumsum(rng.normal(0, 0.015, n))
+        wig = wig - wig.mean() + base
+        pts = [(x * width, y * height) for x, y in (zip(t, wig) if horizontal else zip(wig, t))]
+        return LineString(pts).simplify(2).buffer(w / 2, quad_segs=4)
+
+    # the strips first: a run of them 2-4 tiles long finds no room between rivers crossing the scene
+    for _ in range(max(1, width * height // 8_000_000)):
+        for _ in range(200):
+            n = int(rng.integers(3, 6))
+            ws = rng.uniform(100, 250, n)
+            ln = min(rng.uniform(2, 4) * tile, 0.8 * width)
+            x, y = rng.uniform(0, width - ln), rng.uniform(0, height - ws.sum() - n * GAP)
+            strips, yy = [], y
+            for w in ws:
+                strips.append(shapely.box(x, yy, x + ln, yy + w))
+                yy += w + GAP
+            ang = rng.uniform(-20, 20)
+            centre = shapely.box(x, y, x + ln, yy).centroid
+            strips = [affinity.rotate(s, ang, origin=centre) for s in strips]
+            if all(free(s, 3 * GAP) for s in strips):
+                placed += [("yellow", s) for s in strips]
+                break
+    for _ in range(max(2, width * height // 4_000_000)):
+        for _ in range(100):
+            r = meander(rng.uniform(30, 80))
+            if r.is_valid and free(r, 3 * GAP):
+                placed.append(("blue", r))
+                break
+    for _ in range(max(2, width * height // 4_000_000)):
+        for _ in range(200):
+            w = rng.uniform(18, 30)
+            a = (rng.uniform(0, width), rng.uniform(0, height))
+            ang = rng.uniform(0, np.pi)
+            ln = min(rng.uniform(1.5, 3.5) * tile, 0.6 * max(width, height))
+            b = (a[0] + ln * np.cos(ang), a[1] + ln * np.sin(ang))
+            ang2 = ang + rng.uniform(-0.6, 0.6)
+            c = (b[0] + ln / 2 * np.cos(ang2), b[1] + ln / 2 * np.sin(ang2))
+            road = LineString([a, b, c]).buffer(w / 2, quad_segs=4)
+            if free(road, 3 * GAP):
+                placed.append(("red", road))
+                break
+    return placed

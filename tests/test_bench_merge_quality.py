@@ -51,3 +51,33 @@ def test_behaviours_combine_and_hard_scenes_hold_their_objects():
     assert all(min(f.bounds[2] - f.bounds[0], f.bounds[3] - f.bounds[1]) > 1.5 * 1008 for f in kinds["yellow"])
     assert all(140 <= max(p.bounds[2] - p.bounds[0], p.bounds[3] - p.bounds[1]) <= 600 for p in kinds["blue"])
     assert all(p.length > 2400 for p in kinds["red"])
+
+
+def test_long_scene_under_independent_boundary_noise(capsys):
+    """`--scene long` (rivers, roads, field strips, each longer than a tile) under `wobble` (each tile moves
+    every boundary by a cell or two on its own): every object comes out once and whole."""
+    import numpy as np
+
+    from sam3tiles.testing.misbehaving import _Inst, _wobble
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks import bench_merge_quality as bench
+        from benchmarks.synthetic import long_objects
+    finally:
+        sys.path.remove(str(ROOT))
+    objs = long_objects(2600, 2000, seed=2)
+    assert {c for c, _ in objs} == {"red", "blue", "yellow"}
+    assert all(max(p.bounds[2] - p.bounds[0], p.bounds[3] - p.bounds[1]) > 1008 for _, p in objs)
+    mask = np.zeros((288, 288), np.float32)
+    mask[100:180, 50:250] = 0.9
+    moved = _wobble(_Inst(mask, 0.9), np.random.default_rng(0), 1.0).mask > 0.5
+    diff = moved ^ (mask > 0.5)
+    assert (moved & ~(mask > 0.5)).any() and (~moved & (mask > 0.5)).any()  # out in places, in in others
+    assert not diff[:93].any() and not diff[187:].any()  # never more than 2 cells (plus rounding)
+    assert bench.main(["--scene", "long", "--size", "2600", "2000", "--seeds", "2", "--behaviours", "wobble",
+                       "--methods", "sam3tiles", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for cls, rows in out["tables"].items():
+        f1, dups, frags = next(r[2:5] for r in rows if r[1] == "sam3tiles")
+        assert (f1, dups, frags) == (1.0, 0, 0), cls

@@ -239,6 +239,27 @@ def test_a_half_linked_only_to_a_cut_view_that_is_not_the_owners_joins_the_objec
     assert stats.rule_violations == 0
 
 
+@pytest.mark.parametrize("top, reach", [(1005, 1), (1001, 4)])
+def test_two_touching_lines_stay_two_when_one_pokes_into_the_others_tile(top, reach):
+    # issue 42, the real text detector on lines 0.1 x their height apart (bench_real_network --lines, page
+    # layout, leading 0.1, seed 253: two lines fused into one object twice): line A ends and line B begins
+    # at y `top`, 3 or 7 px (one or two mask cells) above the bottom edge (y 1008) of tiles (0, 0), (0, 1).
+    # Those tiles see A cut at that edge (with `reach` px of B); tiles (1, 0), (1, 1) see both lines. In the
+    # band, B's view is a strip along the band's far edge that goes on past it: it lies within a cell of
+    # A's view, no evidence that B is A (a strip that thin carries no shape). Two objects, not one fused
+    # line (each IoU ~0.5)
+    a, b = box(600, top - 25, 1200, top), box(600, top, 1200, top + 25)
+    w = {rc: box(752 * rc[1], 752 * rc[0], 752 * rc[1] + 1008, 752 * rc[0] + 1008)
+         for rc in ((0, 0), (0, 1), (1, 0), (1, 1))}
+    placed = [((0, c), box(600, top - 25, 1200, top + reach).intersection(w[(0, c)]), False) for c in (0, 1)]
+    placed += [((1, c), g.intersection(w[(1, c)]), False) for c in (0, 1) for g in (a, b)]
+    frames, pieces = _frames_and_pieces(SQUARE, placed)
+    merged, _ = merge_pieces(pieces, frames)
+    assert len(merged.geometry) == 2
+    assert sorted(round(g.symmetric_difference(t).area) for g, t in zip(
+        sorted(merged.geometry, key=lambda g: g.bounds[1]), (a, b))) == [0, 0]
+
+
 # -- the coverage invariant ---------------------------------------------------------------------------------
 
 SMALL = TileGrid(260, 200, tile_size=100, overlap=30, transform=Affine.identity())

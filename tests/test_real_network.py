@@ -85,3 +85,19 @@ def test_tall_sheet_tiled_against_squash(dbtext, tmp_path):
     s = evaluate_class(list(squashed.geometry), sheet.truth, iou_min=IOU)
     assert s["f1"] <= 0.2 < r["f1"], (s, r)
     assert np.isfinite(tiled["score"]).all() and (tiled["score"] > 0.5).all()
+
+
+def test_lines_lists_what_the_merge_lost_beside_the_floor(capsys):
+    """`bench_real_network --lines` at its smoke size: per sheet the merge, the floor and what was lost."""
+    import json
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks import bench_real_network as bench
+    finally:
+        sys.path.remove(str(ROOT))
+    assert bench.main(["--smoke", "--lines", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    (sheet,) = out["sheets"]
+    assert sheet["merge"]["truth"] == sheet["floor"]["truth"] > 10
+    assert sheet["lost"] == 0 and out["worst_vs_floor"] >= -0.001

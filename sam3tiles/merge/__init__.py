@@ -21,7 +21,10 @@ mask can stop short of the tile edge. The rules, in order:
    one, a half beside a shrunk whole: for a 3 x 6 cell vehicle IoU and IoS fall far below those bounds), so
    a pair that fails both is compared once more with `LINK_CELLS` (1) cell of tolerance: the smaller
    clipped part lying >= 0.8 within one cell of the other. A neighbour one cell away shares only a strip
-   of one cell with that tolerance, so touching objects wider than about 2 cells do not link. Two cut
+   of one cell with that tolerance, so touching objects wider than about 2 cells do not link. No link by
+   containment alone (IoU under 0.5) where the smaller view is a strip no deeper than `SLIVER_CELLS` (2)
+   cells along the band's edge whose part goes on past the band: the other tile sees it at its own edge,
+   fused with whatever lies there (two text lines 0.1 x their height apart). Two cut
    parts that still disagree are linked when they overlap in the band over a region `THICK_CELLS` (4)
    cells across and their own-core areas meet at the core line: two tiles that each split one object, at
    different places (a grown neighbour overlaps by a strip of a cell or two). Boxes are never used:

@@ -81,7 +81,7 @@ def _explode(c: Cols, frames: Mapping[int, TileFrame], stats: MergeStats) -> Col
 
 def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, ios_min: float, *,
                 order=None, foreign=(), reach: float = 0.0, inside=None, near=None, block=None,
-                known: Mapping | None = None) -> _Part:
+                known: Mapping | None = None, trace: dict | None = None) -> _Part:
     """The merge over `pieces` (given in ascending `order`, their position in the whole job).
 
     First pass (`inside` None): splits the pieces into parts (rule 0). Block pass (`foreign`: windows of
@@ -115,7 +115,11 @@ def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, 
             deferred = np.isin(comp, np.unique(comp[hit]))
     live = ~deferred[la]
     stats.links = int(live.sum())
-    out, first = _Resolver(c, frames, la[live], lb[live], inside, near, stats).run(comp, deferred)
+    res = _Resolver(c, frames, la[live], lb[live], inside, near, stats)
+    if trace is not None:  # investigation: every part's fate, the components and links
+        res.trace = trace
+        trace["_comp"], trace["_links"], trace["_resolver"] = comp, (la[live], lb[live]), res
+    out, first = res.run(comp, deferred)
     stats.objects = len(out.geometry)
     left = np.flatnonzero(deferred)
     if len(left):
@@ -203,6 +207,9 @@ def pair_verdicts(c: Cols, a: np.ndarray, b: np.ndarray, frames, iou_min, ios_mi
     retry = np.flatnonzero(~ok & (inter > 0))
     if len(retry):
         ok[retry] = _tolerant(c, a[retry], b[retry], bands[retry], area_a[retry], area_b[retry], frames, ios_min)
+    weak = np.flatnonzero(ok & (iou < iou_min))
+    if len(weak):  # linked by containment alone: not where the smaller view only pokes into the band
+        ok[weak] = ~_poking(c, a[weak], b[weak], bands[weak], area_a[weak], area_b[weak], frames)
     cut = np.flatnonzero(~ok & (inter > 0) & ~c.complete[a] & ~c.complete[b])
     if len(cut):
         ok[cut] = _continued(c, a[cut], b[cut], bands[cut], frames)
@@ -267,6 +274,25 @@ def _tolerant(c: Cols, a, b, bands, area_a, area_b, frames, ios_min) -> np.ndarr
     area_s = np.minimum(area_a, area_b)
     inter = shapely.area(shapely.intersection(gs, gl))
     return inter >= ios_min * area_s
+
+
+def _poking(c: Cols, a, b, bands, area_a, area_b, frames) -> np.ndarray:
+    """Per pair linked by containment alone (IoS or the one-cell tolerance, IoU under `IOU_MIN`): the
+    smaller's view in the band is a strip poking into it, no deeper than `SLIVER_CELLS` mask cells (half a
+    cell of rounding) from the band's edge, while its part goes on past the band on its own tile's side.
+    There the other tile sees it at its own window edge: a strip that thin carries no shape, it lies within
+    a cell of whatever the other tile drew there (the next line of a paragraph, fused with the strip), and
+    the tile that sees it whole, away from its edge, says where it stops. No link; a lone strip is rule 6's."""
+    small_a = area_a <= area_b
+    s = np.where(small_a, a, b)
+    cell = MASK_CELL * _pair_pixel(c, a, b, frames)
+    inner = shapely.buffer(bands, -(SLIVER_CELLS + 0.5) * cell, join_style="mitre")
+    poke = ~shapely.intersects(shapely.intersection(c.geoms[s], bands), inner)
+    if poke.any():
+        k = np.flatnonzero(poke)
+        beyond = shapely.difference(c.geoms[s[k]], bands[k])
+        poke[k] = ~shapely.is_empty(shapely.buffer(beyond, -cell[k], quad_segs=2))
+    return poke
 
 
 def _continued(c: Cols, a, b, bands, frames) -> np.ndarray:
@@ -352,6 +378,12 @@ class _Resolver:
         self.gap = JOIN_CELLS * MASK_CELL * (pixel.max() if len(pixel) else 1.0)
         self.dropped: list[tuple[int, str, float]] = []  # (part, rule, owned area no output covers)
         self._tree = None
+        self.trace: dict | None = None
+
+    def _note(self, idx, why: str) -> None:
+        if self.trace is not None:
+            for i in np.atleast_1d(np.asarray(idx, dtype=np.int64)).tolist():
+                self.trace.setdefault(int(i), []).append(why)
 
     def run(self, comp: np.ndarray, deferred: np.ndarray) -> tuple[Merged, np.ndarray]:
         """Objects of every component not deferred, in the order of their first part."""
@@ -407,9 +439,11 @@ class _Resolver:
             drop = np.isin(lone, np.fromiter(slivers, dtype=np.int64, count=len(slivers)))
             for i in lone[drop].tolist():
                 self.dropped.append((i, "slivers", float(self.owned_area[i])))
+            self._note(lone[drop], "DROP sliver (rule 6, lone cut part outside its core beside another tile's part)")
             st.slivers_dropped += int(drop.sum())
             lone = lone[~drop]
         st.unlinked_cut_pieces += int((~c.complete[lone] & ~self.inside[lone] & (c.edge[lone] < np.inf)).sum())
+        self._note(lone, "kept alone")
         return (list(c.geoms[lone]), c.order[lone].tolist(), c.score[lone].tolist(), list(c.prompt[lone]),
                 [1] * len(lone))
 
@@ -420,6 +454,9 @@ class _Resolver:
         ea, eb = self.edge_q[a], self.edge_q[b]
         a_wins = (oa < ob) | ((oa == ob) & ((ea > eb) | ((ea == eb) & (c.order[a] < c.order[b]))))
         win, lose = np.where(a_wins, a, b), np.where(a_wins, b, a)
+        self._note(win, "kept (rule 4 pair, won)")
+        for w, l in zip(win.tolist(), lose.tolist()):
+            self._note(l, f"DROP duplicate (rule 4 pair: linked to kept complete part {w})")
         acc = lose[self.owned_area[lose] > 0]
         if len(acc):
             acc_win = win[self.owned_area[lose] > 0]
@@ -436,6 +473,9 @@ class _Resolver:
         cov = shapely.area(shapely.intersection(clip, self.c.geoms[full[ok]]))
         done = np.zeros(len(full), dtype=bool)
         done[np.flatnonzero(ok)] = got = self._covered(clip, self.c.geoms[full[ok]], cut[ok], area)
+        for f, k in zip(full[ok][got].tolist(), cut[ok][got].tolist()):
+            self._note(f, "kept (complete, rule 5 pair)")
+            self._note(k, f"DROP duplicate (rule 5 pair: own-core area covered by complete part {f})")
         self.dropped.extend((i, "duplicates", v) for i, v in zip(cut[ok][got].tolist(),
                                                                  (area - cov)[got].clip(0).tolist()))
         return done
@@ -473,15 +513,19 @@ class _Resolver:
             keptset: set[int] = set()
             for i in full[np.lexsort((c.order[full], -self.edge_q[full], ~self.owned[full]))].tolist():
                 ti = tiles[i]
-                if any(j in keptset and tiles[j] != ti for j in self.nbr[self.ptr[i]:self.ptr[i + 1]].tolist()):
+                hit = [j for j in self.nbr[self.ptr[i]:self.ptr[i + 1]].tolist() if j in keptset and tiles[j] != ti]
+                if hit:
                     drops.append((i, "duplicates"))
+                    self._note(i, f"DROP duplicate (rule 4: linked to kept complete part {hit[0]})")
                 else:
                     kept.append(i)
                     keptset.add(i)
+                    self._note(i, "kept (rule 4, complete)")
         stitch = m[~c.complete[m]]
         if kept and len(stitch):
             halves = self._halves(kept, stitch)
             if halves:
+                self._note(halves, "rule 4 half: stitched with the cut parts")
                 stitch = np.r_[stitch, np.asarray(halves, dtype=stitch.dtype)]
                 kept = [i for i in kept if i not in halves]
         outs = [(c.geoms[i], int(c.order[i]), float(c.score[i]), ntiles) for i in kept]
@@ -490,13 +534,17 @@ class _Resolver:
             ku = c.geoms[kept[0]] if len(kept) == 1 else shapely.union_all(c.geoms[kept])
             covered = self._covered(clipped, ku, stitch, shapely.area(clipped))
             drops += [(i, "duplicates") for i in stitch[covered].tolist()]
+            self._note(stitch[covered], "DROP duplicate (rule 5: own-core area covered by kept complete parts)")
             stitch = stitch[~covered]
         if len(stitch):
             got = self._stitch(stitch, np.unique(tiles[m]))
             if got is None:
                 drops += [(i, "slivers") for i in stitch.tolist()]
+                self._note(stitch, "DROP sliver (rule 6, linked cut parts outside their cores beside another object)")
             else:
+                self._note(stitch, f"stitched (rule 5) into {len(got)} object(s)")
                 nested = self._nested(kept, got)
+                self._note([kept[k] for k in nested], "DROP duplicate (rule 4 nested in a stitched object)")
                 drops += [(kept[k], "duplicates") for k in nested]
                 outs = [o for k, o in enumerate(outs) if k not in nested] + got
         st.duplicates_dropped += sum(r == "duplicates" for _, r in drops)

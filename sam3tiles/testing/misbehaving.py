@@ -57,6 +57,8 @@ class Behaviour:
     short: float = 0.0
     edge_score: float = 0.0  # largest score reduction, at the tile's edge
     score_jitter: float = 0.0  # std of the per-tile score offset
+    wobble: float = 0.0  # amplitude (mask cells) of a smooth boundary displacement, drawn per tile and instance
+    wobble_len: int = 12  # its correlation length along the boundary, mask cells
 
     def describe(self) -> str:
         d = Behaviour()
@@ -79,6 +81,7 @@ BEHAVIOURS: dict[str, Behaviour] = {
     "miss": Behaviour(miss=0.05),
     "false_pos": Behaviour(false_pos=0.5),
     "score_jitter": Behaviour(score_jitter=0.15),
+    "wobble": Behaviour(wobble=1.0),
 }
 BEHAVIOURS["all"] = Behaviour(miss=0.03, false_pos=0.3, split=0.05, fused=0.05, multipart=0.05, grouped=0.05,
                               grow=0.5, short=1.0, edge_score=0.3, score_jitter=0.15)
@@ -165,6 +168,8 @@ def misbehave(insts: list[_Inst], b: Behaviour, rng: np.random.Generator, cells:
         insts = [h for x in insts for h in (_split(x, rng) if rng.random() < b.split else [x])]
     if b.grow:  # before the occluder: a grown or shrunk mask does not change the occluder's width
         insts = [_grow(x, rng) if rng.random() < b.grow else x for x in insts]
+    if b.wobble:
+        insts = [_wobble(x, rng, b.wobble, b.wobble_len) for x in insts]
     if b.multipart:
         insts = [_occlude(x, rng) if rng.random() < b.multipart else x for x in insts]
     if b.short:
@@ -239,6 +244,21 @@ def _grow(x: _Inst, rng) -> _Inst:
     """Grown or shrunk by one cell in width and height (a 2x2 grey dilation or erosion)."""
     op = ndimage.grey_dilation if rng.random() < 0.5 else ndimage.grey_erosion
     return _Inst(op(x.mask, size=(2, 2)).astype(np.float32), x.score)
+
+
+def _wobble(x: _Inst, rng, amp: float, length: int = 12) -> _Inst:
+    """The boundary moved in and out by up to 2 x `amp` mask cells (standard deviation `amp`), smoothly along
+    it (a random field correlated over `length` mask cells), drawn anew for every instance of every tile: a
+    real SAM 3 answers a changed context with a changed boundary, independently per tile."""
+    m = x.mask > 0.5
+    if not m.any():
+        return x
+    sd = np.where(m, ndimage.distance_transform_edt(m) - 0.5, 0.5 - ndimage.distance_transform_edt(~m))
+    n = MASK_SIZE // length + 3
+    field = ndimage.zoom(rng.normal(0, 1, (n, n)), length, order=3)[:MASK_SIZE, :MASK_SIZE]
+    field = np.clip(field / max(field.std(), 1e-6), -2, 2) * amp
+    new = sd + field > 0
+    return _Inst(np.where(new & m, x.mask, np.where(new, 0.9, 0.0)).astype(np.float32), x.score)
 
 
 def _short(x: _Inst, rng, cells: tuple[int, int]) -> _Inst:
