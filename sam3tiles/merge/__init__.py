@@ -61,8 +61,9 @@ mask can stop short of the tile edge. The rules, in order:
 
 *Coverage.* For every prompt, the output covers what each tile said is object inside its own core, apart
 from the drops of rules 4-6. `MergeStats.coverage` holds per prompt the area the tiles own (each part
-inside its own tile's core, the cores not grown: they partition the image), the area out, and the owned area each rule dropped that no output covers
-(slivers: their whole owned area), in CRS units squared. Area no rule accounts for never disappears.
+inside its own tile's core, the cores not grown: they partition the image), the area out, and the owned
+area each rule dropped that no output covers (slivers: their whole owned area), in CRS units squared. Area
+no rule accounts for never disappears.
 
 The package: `parts` (a part's columns, its regions, the thresholds), `rules` (rules 0-6 over one pass:
 `merge_pieces`), `stats` (`MergeStats`: the counts and the coverage figures), `blocks` (the same merge by

@@ -579,8 +579,8 @@ class _Resolver:
 
     def _nested(self, kept: list, stitched: list) -> set:
         """Positions in `kept` of complete parts whose box centre lies outside their tile's core that lie
-        (>= `IOS_MIN`) inside one stitched object: the tiles owning that area said it is part of the larger object, so the part
-        is another view of it (rule 4: the owner decides)."""
+        (>= `IOS_MIN`) inside one stitched object: the tiles owning that area said it is part of the larger
+        object, so the part is another view of it (rule 4: the owner decides)."""
         if not kept or not stitched:
             return set()
         regions = np.asarray([g for g, *_ in stitched], dtype=object)

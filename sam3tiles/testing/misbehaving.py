@@ -96,7 +96,8 @@ def behaviour(name: str) -> Behaviour:
         d, out = Behaviour(), Behaviour()
         for part in name.split("+"):
             b = behaviour(part)
-            out = replace(out, **{f.name: getattr(b, f.name) for f in fields(b) if getattr(b, f.name) != getattr(d, f.name)})
+            changed = {f.name: getattr(b, f.name) for f in fields(b) if getattr(b, f.name) != getattr(d, f.name)}
+            out = replace(out, **changed)
         return out
     out = Behaviour()
     for item in filter(None, name.split(",")):
