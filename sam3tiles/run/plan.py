@@ -303,10 +303,9 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
              options: Options | None = None, check_prompts: bool = False) -> RunPlan:
     """Check a run and decide everything about it before any work; raises the run's own errors. `text`,
     `boxes`, `example_images`: one or several (`prompts.prompt_arguments`); `points`, `point_file`: a point run
-    (`prompts.points`). `targets`:
-    where it writes (`targets.Targets`). `check_prompts`: also encode each prompt here when the backend
-    loads in a moment (not onnx), as a dry run does; a real run checks them on its model worker instead.
-    """
+    (`prompts.points`). `targets`: where it writes (`targets.Targets`). `check_prompts`: also encode each
+    prompt here when the backend loads in a moment (not onnx), as a dry run does; a real run checks them on
+    its model worker instead."""
     out, overwrite, labels, work_dir, checkpoint, report_path = targets.values()
     opts = options or Options()
     texts, geo_boxes, example_images = prompt_arguments(text, boxes, example_images)
@@ -345,14 +344,7 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
     if combined is not None:
         check_space(combined, planned[0].crs)
     check_side_files(writes, overwrite, ours)
-    crs0 = planned[0].crs
-    n_given = len(geo_boxes)
-    if box_file:
-        check_box_file(box_file)
-        geo_boxes += read_box_file(box_file, crs0)
-    check_boxes_inside(geo_boxes, n_given, [i.bounds for i in planned], crs0, box_file)
-    pts = plan_points(given_points, point_file, crs0, [i.bounds for i in planned])
-    prompts = tuple(build_prompts(texts, geo_boxes, chips)) if pts is None else ()
+    geo_boxes, pts, prompts = _plan_prompts(planned, texts, geo_boxes, box_file, chips, given_points, point_file)
     planned = tuple(with_exemplars(i, prompts, opts) for i in planned)
     if check_prompts and spec.backend != "onnx":
         check_prompts_here(spec, prompts)
@@ -361,6 +353,20 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
                    labels=label_path, overwrite=overwrite, dataset=dataset, points=pts,
                    work_dir=Path(work_dir) if (checkpoint and work_dir is not None) else None,
                    report_path=Path(report_path) if report_path is not None else None, map_notes=tuple(notes))
+
+
+def _plan_prompts(planned: Sequence[InputPlan], texts, geo_boxes: list, box_file, chips, given_points, point_file):
+    """(the example boxes, with the box file's; the run's points or None; its prompts), read in the first
+    map's CRS and checked to lie on some map."""
+    crs0, bounds = planned[0].crs, [i.bounds for i in planned]
+    n_given = len(geo_boxes)
+    if box_file:
+        check_box_file(box_file)
+        geo_boxes = geo_boxes + read_box_file(box_file, crs0)
+    check_boxes_inside(geo_boxes, n_given, bounds, crs0, box_file)
+    pts = plan_points(given_points, point_file, crs0, bounds)
+    prompts = tuple(build_prompts(texts, geo_boxes, chips)) if pts is None else ()
+    return geo_boxes, pts, prompts
 
 
 def plan_maps(paths: list[str], opts: Options, per_input: Sequence, dates: dict) -> tuple[tuple[InputPlan, ...], list]:
