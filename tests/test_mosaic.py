@@ -60,9 +60,9 @@ def assert_like_one_file(report, objects, truth, reference, other_tiles: int = 0
     assert report.failed == 0
 
 
-@pytest.mark.parametrize("how", ["adjacent", "overlap 150 px", "shifted origin"])
+@pytest.mark.parametrize("how", ["adjacent", "overlap 150 px", "overlap 300 px", "shifted origin"])
 def test_a_split_scene_gives_the_one_file_runs_objects(scene, one_file, tmp_path, how):
-    kw = {"adjacent": {}, "overlap 150 px": {"overlap": 150},
+    kw = {"adjacent": {}, "overlap 150 px": {"overlap": 150}, "overlap 300 px": {"overlap": 300},
           "shifted origin": {"grow": {(1, 1): (37, 23, 11, 5)}}}[how]
     split_raster(scene.path, tmp_path / "files", **kw)
     report, objects = run(str(tmp_path / "files" / "*.tif"), tmp_path / "one.gpkg")
