@@ -260,6 +260,58 @@ def test_two_touching_lines_stay_two_when_one_pokes_into_the_others_tile(top, re
         sorted(merged.geometry, key=lambda g: g.bounds[1]), (a, b))) == [0, 0]
 
 
+def test_a_line_the_owner_split_inside_its_neighbours_core_is_one_object():
+    # issue 42, the real text detector (bench_real_network --lines, default sheets, seeds 302 and 305-like):
+    # a line x 700..1150 whose centre (925) lies in tile 1's core. Tile 0 sees it as one region, cut at its
+    # edge (x 1008); tile 1 splits it at x 815, inside tile 0's core (core line 880), into a stub its edge
+    # cuts and a part it sees whole reaching 65 px into tile 0's core. There tile 0, which owns that area,
+    # drew the stretch left of x 815 and that part as one: one line, not tile 0's stretch beside the
+    # whole part (two objects overlapping by 65 px, one of them a duplicate and a fragment)
+    line = box(700, 200, 1150, 221)
+    frames, pieces = _frames_and_pieces(GRID, [((0, 0), box(700, 200, 1008, 221), False),
+                                               ((0, 1), box(752, 202, 818, 219), False),
+                                               ((0, 1), box(815, 200, 1150, 221), True)])
+    merged, stats = merge_pieces(pieces, frames)
+    assert len(merged.geometry) == 1
+    assert merged.geometry[0].symmetric_difference(line).area < 1.0
+    assert stats.rule_violations == 0
+
+
+@pytest.mark.parametrize("start", [870, 930])
+def test_a_stretch_of_a_line_the_owner_did_not_report_comes_from_the_tile_that_saw_it(start):
+    # issue 42, seeds 310 and 305: the owner of a line x 700..1150 (tile 1) reports only x `start`..1150,
+    # whole, and nothing over x 752..`start` of its window, a stretch of 3 or 5 line heights where tile 0
+    # sees the line, one region cut at its edge. The owner missed that stretch (rule 5 keeps a view's area in
+    # the core of a tile that said nothing there): one line, not tile 0's stretch beside the owner's part
+    line = box(700, 200, 1150, 221)
+    frames, pieces = _frames_and_pieces(GRID, [((0, 0), box(700, 200, 1008, 221), False),
+                                               ((0, 1), box(start, 200, 1150, 221), True)])
+    merged, stats = merge_pieces(pieces, frames)
+    assert len(merged.geometry) == 1
+    assert merged.geometry[0].symmetric_difference(line).area < 1.0
+    assert stats.rule_violations == 0
+
+
+def test_a_line_a_neighbour_fused_with_a_word_the_owner_saw_apart_stays_two():
+    # the same tiles; tile 0 drew a word x 700..800 and a line x 815..1150 as one region; tile 1, owning the
+    # line, sees the line whole and the word apart (cut by its edge): the owner decides, two objects
+    frames, pieces = _frames_and_pieces(GRID, [((0, 0), box(700, 200, 1008, 221), False),
+                                               ((0, 1), box(752, 200, 800, 221), False),
+                                               ((0, 1), box(815, 200, 1150, 221), True)])
+    merged, _ = merge_pieces(pieces, frames)
+    assert len(merged.geometry) == 2
+
+
+def test_a_line_grown_by_a_neighbour_past_its_end_stays_as_the_owner_drew_it():
+    # tile 0 sees the line x 815..1150 cut, grown by two cells past its start (x 808); the owner sees it
+    # whole: a rim of two cells is no stretch the owner missed
+    frames, pieces = _frames_and_pieces(GRID, [((0, 0), box(808, 197, 1008, 224), False),
+                                               ((0, 1), box(815, 200, 1150, 221), True)])
+    merged, _ = merge_pieces(pieces, frames)
+    assert len(merged.geometry) == 1
+    assert merged.geometry[0].bounds[0] >= 808
+
+
 # -- the coverage invariant ---------------------------------------------------------------------------------
 
 SMALL = TileGrid(260, 200, tile_size=100, overlap=30, transform=Affine.identity())

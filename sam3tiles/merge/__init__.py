@@ -43,7 +43,12 @@ mask can stop short of the tile edge. The rules, in order:
    but a complete part its tile does not own that lies inside an object stitched from the owners' cut
    parts (a blob inside a field that only a neighbour reported) is another view of that object; and a
    complete part its tile does not own, linked to the owner's cut part reaching past it (the owner's core
-   area not covered by it: its tile split what the owner saw as one), is stitched with it (rule 5).
+   area not covered by it: its tile split what the owner saw as one), is stitched with it (rule 5). So is a
+   complete part its tile owns that another tile's linked cut part reaches past inside that tile's own core,
+   where the owner split it from a cut stub lying outside the owner's core (the split lies in the other
+   tile's area, which drew one object), or where the owner reported nothing over a stretch of its window
+   `THICK_CELLS` across that the cut part covers (a partial miss: that stretch, in the owner's core, is
+   kept as a miss is). A split, or another object, the owner drew inside its own core stands.
 5. *Stitching.* A cut part is a duplicate when what it says inside its own tile's core is at least half
    covered by the kept complete parts. The other cut parts are clipped to their tiles' cores (grown by one
    pixel so neighbours overlap; in the cores of tiles that have no part in the component, a miss, they keep

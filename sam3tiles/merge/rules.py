@@ -378,6 +378,7 @@ class _Resolver:
         self.gap = JOIN_CELLS * MASK_CELL * (pixel.max() if len(pixel) else 1.0)
         self.dropped: list[tuple[int, str, float]] = []  # (part, rule, owned area no output covers)
         self._tree = None
+        self.missed: list = []  # stretches of the component's objects their owner did not report (`_missed`)
         self.trace: dict | None = None
 
     def _note(self, idx, why: str) -> None:
@@ -522,8 +523,9 @@ class _Resolver:
                     keptset.add(i)
                     self._note(i, "kept (rule 4, complete)")
         stitch = m[~c.complete[m]]
+        self.missed = []
         if kept and len(stitch):
-            halves = self._halves(kept, stitch)
+            halves = self._halves(kept, stitch) + self._split_outside_core(kept, stitch)
             if halves:
                 self._note(halves, "rule 4 half: stitched with the cut parts")
                 stitch = np.r_[stitch, np.asarray(halves, dtype=stitch.dtype)]
@@ -577,6 +579,59 @@ class _Resolver:
                 out.append(i)
         return out
 
+    def _split_outside_core(self, kept: list, stitch: np.ndarray) -> list:
+        """Kept complete parts their tile owns whose object another tile's cut part, linked to it, reaches
+        past inside that tile's own core, where the owner (a) split it from a cut stub lying outside its
+        core (the stub within rule 0's gap of the part, with no area in its own core): the split lies where
+        the other tile owns the area, and it drew both as one (a text line the owner split at a word gap in
+        its neighbour's core); or (b) reported nothing over a stretch of its window `THICK_CELLS` across
+        that the cut part covers (`_missed`). They are stitched with it (rule 5), each inside its own core.
+        A split inside the owner's core, or another object the owner drew there, stands (it decides)."""
+        c, cut = self.c, set(stitch.tolist())
+        out = []
+        for i in kept:
+            if not self.owned[i]:
+                continue  # `_halves`
+            ti = self.tiles[i]
+            nb = sorted({k for j in [i, *(j for j in stitch.tolist() if self.tiles[j] == ti)]
+                         for k in self.nbr[self.ptr[j]:self.ptr[j + 1]].tolist() if k in cut and self.tiles[k] != ti})
+            if not nb:
+                continue
+            nb = np.asarray(nb)
+            clip = shapely.intersection(c.geoms[nb], self.exact[nb])
+            area = shapely.area(clip)
+            past = ~self._covered(clip, np.full(len(nb), c.geoms[i], dtype=object), nb, area) & (area > 0)
+            stubs = [j for j in stitch.tolist() if self.tiles[j] == ti and self.owned_area[j] <= 0.05 * shapely.area(
+                c.geoms[j]) and shapely.distance(c.geoms[j], c.geoms[i]) < self.gap]
+            split = [bool(p and shapely.intersects(g, c.geoms[i])
+                          and any(shapely.distance(g, c.geoms[j]) < self.gap for j in stubs))
+                     for p, g in zip(past.tolist(), clip)]
+            if any(split) or any(p and self._missed(int(k), i) for p, k in zip(past.tolist(), nb.tolist())):
+                out.append(i)
+        return out
+
+    def _missed(self, k: int, i: int) -> bool:
+        """Whether cut part `k` covers a stretch of part `i`'s tile window, `THICK_CELLS` across and beyond
+        the sliver tolerance of every part of that tile and prompt, next to `i`: the tile (its owner) said
+        nothing there. That stretch, inside the owner's core, is kept as rule 5 keeps a miss (`_stitch`)."""
+        c, ti = self.c, int(self.tiles[i])
+        frame = self.frames[ti]
+        if self._tree is None:
+            self._tree = shapely.STRtree(c.geoms)
+        tol = _sliver_tol(frame)
+        stretch = shapely.intersection(c.geoms[k], frame.window)
+        mine = [j for j in self._tree.query(stretch, predicate="dwithin", distance=tol).tolist()
+                if self.tiles[j] == ti and c.prompt[j] == c.prompt[i]]
+        if mine:
+            stretch = shapely.difference(stretch, shapely.buffer(shapely.union_all(c.geoms[mine]), tol, quad_segs=2))
+        half = THICK_CELLS * MASK_CELL * frame.pixel / 2
+        thick = shapely.buffer(shapely.buffer(stretch, -half, join_style="mitre"), half + tol + frame.pixel,
+                               join_style="mitre")
+        if thick.is_empty or shapely.distance(thick, c.geoms[i]) > frame.pixel:
+            return False
+        self.missed.append(shapely.intersection(shapely.intersection(c.geoms[k], thick), frame.core))
+        return True
+
     def _nested(self, kept: list, stitched: list) -> set:
         """Positions in `kept` of complete parts whose box centre lies outside their tile's core that lie
         (>= `IOS_MIN`) inside one stitched object: the tiles owning that area said it is part of the larger
@@ -612,7 +667,7 @@ class _Resolver:
         else:
             said = shapely.union_all([self.frames[int(t)].core for t in comp_tiles.tolist()])
             unclaimed = shapely.difference(c.geoms[s], said)
-            unclaimed = unclaimed[shapely.area(unclaimed) > 0]
+            unclaimed = [*unclaimed[shapely.area(unclaimed) > 0], *self.missed]
             if len(unclaimed):
                 geom = shapely.union_all([geom, *unclaimed])
         outs = []
