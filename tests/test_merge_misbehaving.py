@@ -520,3 +520,21 @@ def test_links_computed_as_tiles_arrive_give_the_same_merge(scene, behaviour, bl
     if not block:
         (job,) = jobs
         assert len(job[-1]) == s1.pairs_compared > 0  # every pair of the merge was known before it
+
+
+@pytest.mark.parametrize("case", ["split", "missed 870", "missed 930"])
+def test_a_line_its_owner_split_or_stopped_short_of_is_one_object_in_a_blocked_merge_too(case):
+    # issue 42: the two cases above with each tile a block of its own (the pipeline merges blocks as their
+    # tiles finish): the owner's whole part is decided in its block's pass, the neighbour's cut view in the
+    # final pass; the blocked merge gives the single merge's one line
+    from sam3tiles.merge import merge_blocked, tile_blocks
+
+    owner = {"split": [((0, 1), box(752, 202, 818, 219), False), ((0, 1), box(815, 200, 1150, 221), True)],
+             "missed 870": [((0, 1), box(870, 200, 1150, 221), True)],
+             "missed 930": [((0, 1), box(930, 200, 1150, 221), True)]}[case]
+    frames, pieces = _frames_and_pieces(GRID, [((0, 0), box(700, 200, 1008, 221), False), *owner])
+    single, _ = merge_pieces(pieces, frames)
+    blocked, stats = merge_blocked(pieces, frames, tile_blocks(list(GRID), 1))
+    assert len(single.geometry) == 1
+    assert [g.wkb for g in blocked.geometry] == [g.wkb for g in single.geometry]
+    assert stats.rule_violations == 0
