@@ -132,6 +132,36 @@ def test_processing_segment_gives_the_cli_objects(tmp_path):
 
 
 @needs_qgis
+def test_processing_segments_only_the_area_layer_a_user_picks_as_the_cli_does(tmp_path):
+    # issue 39 in QGIS: an area of interest is a polygon layer (here one layer of a GeoPackage of two, in
+    # another CRS); the algorithm gives the CLI's --aoi objects, clipped when asked
+    made = write_scene(tmp_path / "scene.tif", 1400, 1000, seed=6)
+    x0, y0, x1, y1 = made.truth.total_bounds
+    area = shapely.box(x0, y0, (x0 + x1) / 2, (y0 + y1) / 2)
+    areas = tmp_path / "areas.gpkg"
+    gpd.GeoDataFrame(geometry=[shapely.box(x0, y0, x1, y1)], crs=made.truth.crs).to_file(areas, layer="all")
+    gpd.GeoDataFrame(geometry=[area], crs=made.truth.crs).to_crs(4326).to_file(areas, layer="quarter")
+    CliRunner().invoke(cli, ["qgis", "install", "--dest", str(tmp_path / "plugins")], catch_exceptions=False)
+    for clip in (False, True):
+        out = tmp_path / f"qgis-{clip}.gpkg"
+        res = _qgis_run(tmp_path / "plugins", {"INPUT": str(made.path), "PROMPTS": "red, yellow", "BACKEND": 1,
+                                               "AREA": f"{areas}|layername=quarter", "AREA_CLIP": clip,
+                                               "TILE_SIZE": 512, "OVERLAP": 128, "OUTPUT": str(out)})
+        assert res["ok"], res
+        cli_out = tmp_path / f"cli-{clip}.gpkg"
+        r = CliRunner().invoke(cli, ["-q", "segment", str(made.path), "-t", "red", "-t", "yellow", "--backend",
+                                     "reference", "--tile-size", "512", "--overlap", "128", "--aoi",
+                                     f"{areas}:quarter", *(["--aoi-clip"] if clip else []), "--out", str(cli_out)],
+                               catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        a, b = gpd.read_file(out), gpd.read_file(cli_out)
+        full = len(made.truth)
+        assert 0 < len(a) == len(b) < full and shapely.equals_exact(a.geometry.values, b.geometry.values, 0).all()
+        if clip:
+            assert a.geometry.within(area.buffer(1e-6)).all()
+
+
+@needs_qgis
 def test_processing_cancel_stops_the_run_and_leaves_no_output(tmp_path):
     # ~400 tiles of 128 px: seconds of work, and the cancel comes at the first progress line
     scene = write_scene(tmp_path / "big.tif", 2000, 2000, seed=6).path

@@ -13,7 +13,7 @@ import shlex
 import shutil
 
 from qgis.core import (QgsProcessing, QgsProcessingAlgorithm, QgsProcessingException,
-                       QgsProcessingParameterDefinition, QgsProcessingParameterEnum,
+                       QgsProcessingParameterBoolean, QgsProcessingParameterDefinition, QgsProcessingParameterEnum,
                        QgsProcessingParameterFeatureSource, QgsProcessingParameterFile,
                        QgsProcessingParameterNumber, QgsProcessingParameterRasterLayer,
                        QgsProcessingParameterString, QgsProcessingParameterVectorDestination)
@@ -58,6 +58,14 @@ def _layer_path(source):
     return source.split("|", 1)[0]
 
 
+def _layer_argument(source):
+    """A layer as sam3tiles' --aoi takes it: PATH, or PATH:LAYER for one layer of a file of several (QGIS
+    writes 'PATH|layername=LAYER')."""
+    path, *options = source.split("|")
+    layer = next((o.split("=", 1)[1] for o in options if o.startswith("layername=")), None)
+    return f"{path}:{layer}" if layer else path
+
+
 class SegmentAlgorithm(QgsProcessingAlgorithm):
     def name(self):
         return "segment"
@@ -68,8 +76,9 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
     def shortHelpString(self):  # noqa: N802
         return ("Segments a raster of any size with SAM 3, tile by tile, from comma-separated text prompts "
                 "and/or a layer of example boxes, and writes merged polygons in the raster's CRS (columns id, "
-                "prompt, score, area_m2 or the CRS unit's, area_px, n_tiles, source). Runs the sam3tiles "
-                "command line; see its README.")
+                "prompt, score, area_m2 or the CRS unit's, area_px, n_tiles, source). An area of interest "
+                "(a polygon layer, or its selected features) runs only the tiles that see it and keeps the "
+                "objects that meet it, whole or clipped. Runs the sam3tiles command line; see its README.")
 
     def createInstance(self):  # noqa: N802
         return SegmentAlgorithm()
@@ -82,6 +91,11 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
         self.addParameter(QgsProcessingParameterFeatureSource(
             "BOXES", "Example boxes (polygons; optional 'label' field 1/0)", [QgsProcessing.TypeVectorPolygon],
             optional=True))
+        self.addParameter(QgsProcessingParameterFeatureSource(
+            "AREA", "Area of interest (polygons, any CRS; only the tiles that see it run; objects that meet it)",
+            [QgsProcessing.TypeVectorPolygon], optional=True))
+        self.addParameter(QgsProcessingParameterBoolean("AREA_CLIP", "Clip the objects to the area of interest",
+                                                        defaultValue=False))
         self.addParameter(QgsProcessingParameterEnum("BACKEND", "Backend", backends, defaultValue=0))
         self.addParameter(QgsProcessingParameterFile("MODEL", "SAM 3 model folder (default: sam3tiles' cache)",
                                                      behavior=QgsProcessingParameterFile.Folder, optional=True))
@@ -126,6 +140,7 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
                 cmd += ["--box-file", _layer_path(boxes)]
         if not prompts and not boxes:
             raise QgsProcessingException("give PROMPTS (comma-separated text) or a BOXES layer of examples")
+        cmd += self._area(parameters, context, feedback)
         backends, devices = _choices()
         cmd += ["--backend", backends[self.parameterAsEnum(parameters, "BACKEND", context)],
                 "--device", devices[self.parameterAsEnum(parameters, "DEVICE", context)]]
@@ -140,6 +155,17 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
         if os.path.exists(out):  # QGIS asked before choosing an existing file
             cmd.append("--overwrite")
         return cmd, out
+
+    def _area(self, parameters, context, feedback):
+        """--aoi (and --aoi-clip) for the AREA layer (its selected features only, when QGIS is told so)."""
+        if parameters.get("AREA") is None:
+            return []
+        area = self.parameterAsCompatibleSourceLayerPath(parameters, "AREA", context, ["gpkg", "shp"], "gpkg",
+                                                         feedback)
+        if not area:
+            return []
+        clip = self.parameterAsBool(parameters, "AREA_CLIP", context)
+        return ["--aoi", _layer_argument(area)] + (["--aoi-clip"] if clip else [])
 
     def processAlgorithm(self, parameters, context, feedback):  # noqa: N802
         cmd, out = self.command(parameters, context, feedback)
