@@ -1394,6 +1394,16 @@ AOI_CASES: dict[str, Case] = {
 CASES.update(AOI_CASES)
 
 
+# -- a model folder given to a backend that loads none is said, not silently ignored (issue 36's last case) ---
+
+MODEL_IGNORED_CASES: dict[str, Case] = {
+    "model-with-the-reference-backend": Case(seg(_square, "--model", "/nowhere/sam3"), 0,
+                                             r"--model /nowhere/sam3: not used by the reference backend, .*"
+                                             r"--backend onnx", objects=1),
+}
+CASES.update(MODEL_IGNORED_CASES)
+
+
 def _invoke(argv: list[str], in_subprocess: bool, cwd: Path):
     if in_subprocess:
         p = subprocess.run([sys.executable, "-m", "sam3tiles.cli", *argv], capture_output=True, text=True,

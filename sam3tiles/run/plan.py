@@ -555,6 +555,10 @@ def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:
         opts = dataclasses.replace(opts, model=str(require_model(opts.model)))
         spec = opts.runtime_spec()
         spec = dataclasses.replace(spec, files=spec_identity(spec))  # files replaced later: loaded anew
+    elif opts.model is not None and spec.backend in ("reference", "simulated"):
+        log.warning(spoken(f"{opt('model', opts.model)}: not used by the {spec.backend} backend, which loads no "
+                           f"model files: the objects are the {spec.backend} backend's; give "
+                           f"{opt('backend', 'onnx')} to run SAM 3"))
     return opts, spec
 
 
