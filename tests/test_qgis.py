@@ -162,6 +162,31 @@ def test_processing_segments_only_the_area_layer_a_user_picks_as_the_cli_does(tm
 
 
 @needs_qgis
+def test_processing_segments_the_files_of_one_map_as_one_map_as_the_cli_does(tmp_path):
+    # issue 38 in QGIS: a county's tiles loaded as layers; the first is INPUT, the others MORE: one map, the
+    # CLI's objects for the glob (whole across the file edges)
+    from sam3tiles.testing.mosaic import split_raster
+
+    made = write_scene(tmp_path / "scene.tif", 1400, 1000, seed=7)
+    split_raster(made.path, tmp_path / "files", cols=2, rows=2, overlap=60)
+    files = sorted(str(p) for p in (tmp_path / "files").glob("*.tif"))
+    CliRunner().invoke(cli, ["qgis", "install", "--dest", str(tmp_path / "plugins")], catch_exceptions=False)
+    out = tmp_path / "qgis.gpkg"
+    res = _qgis_run(tmp_path / "plugins", {"INPUT": files[0], "MORE": files[1:], "PROMPTS": "red, yellow",
+                                           "BACKEND": 1, "TILE_SIZE": 512, "OVERLAP": 128, "OUTPUT": str(out)})
+    assert res["ok"], res
+    cli_out = tmp_path / "cli.gpkg"
+    r = CliRunner().invoke(cli, ["-q", "segment", str(tmp_path / "files" / "*.tif"), "-t", "red", "-t", "yellow",
+                                 "--backend", "reference", "--tile-size", "512", "--overlap", "128", "--out",
+                                 str(cli_out)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    a, b = gpd.read_file(out), gpd.read_file(cli_out)
+    assert len(a) == len(b) > 10 and (a["source"] == b["source"]).all()
+    assert a["source"].nunique() >= 3  # named by the files they came from (one map, not one file)
+    assert shapely.equals_exact(a.geometry.values, b.geometry.values, 0).all()
+
+
+@needs_qgis
 def test_processing_cancel_stops_the_run_and_leaves_no_output(tmp_path):
     # ~400 tiles of 128 px: seconds of work, and the cancel comes at the first progress line
     scene = write_scene(tmp_path / "big.tif", 2000, 2000, seed=6).path

@@ -15,6 +15,7 @@ import shutil
 from qgis.core import (QgsProcessing, QgsProcessingAlgorithm, QgsProcessingException,
                        QgsProcessingParameterBoolean, QgsProcessingParameterDefinition, QgsProcessingParameterEnum,
                        QgsProcessingParameterFeatureSource, QgsProcessingParameterFile,
+                       QgsProcessingParameterMultipleLayers,
                        QgsProcessingParameterNumber, QgsProcessingParameterRasterLayer,
                        QgsProcessingParameterString, QgsProcessingParameterVectorDestination)
 
@@ -78,7 +79,9 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
                 "and/or a layer of example boxes, and writes merged polygons in the raster's CRS (columns id, "
                 "prompt, score, area_m2 or the CRS unit's, area_px, n_tiles, source). An area of interest "
                 "(a polygon layer, or its selected features) runs only the tiles that see it and keeps the "
-                "objects that meet it, whole or clipped. Runs the sam3tiles command line; see its README.")
+                "objects that meet it, whole or clipped. More rasters of the same map (a delivery's tiles) "
+                "are segmented with the first as one image: objects whole across file edges. Runs the "
+                "sam3tiles command line; see its README.")
 
     def createInstance(self):  # noqa: N802
         return SegmentAlgorithm()
@@ -86,6 +89,9 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
     def initAlgorithm(self, config=None):  # noqa: N802
         backends, devices = _choices()
         self.addParameter(QgsProcessingParameterRasterLayer("INPUT", "Raster"))
+        self.addParameter(QgsProcessingParameterMultipleLayers(
+            "MORE", "More rasters of the same map (adjacent or overlapping tiles: segmented with it as one map)",
+            QgsProcessing.TypeRaster, optional=True))
         self.addParameter(QgsProcessingParameterString("PROMPTS", "Prompts (comma-separated text, e.g. "
                                                                   "building, car)", optional=True))
         self.addParameter(QgsProcessingParameterFeatureSource(
@@ -129,7 +135,9 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
         prompts = [p.strip() for p in (self.parameterAsString(parameters, "PROMPTS", context) or "").split(",")]
         prompts = [p for p in prompts if p]
         out = self.parameterAsOutputLayer(parameters, "OUTPUT", context)
-        cmd = cli_command() + ["segment", _layer_path(raster.source()), "--out", out, "--progress", "json"]
+        more = [_layer_path(layer.source()) for layer in self.parameterAsLayerList(parameters, "MORE", context)]
+        inputs = list(dict.fromkeys([_layer_path(raster.source()), *more]))
+        cmd = cli_command() + ["segment", *inputs, "--out", out, "--progress", "json"]
         for p in prompts:
             cmd += ["--text", p]
         boxes = None
