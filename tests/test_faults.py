@@ -27,20 +27,16 @@ import pyogrio
 import pytest
 import rasterio
 from click.testing import CliRunner
+from range_server import serve
 from shapely.geometry import box
 
 from sam3tiles.cli.main import cli
 from sam3tiles.run.checkpoint import stored_rows
 from sam3tiles.run.pipeline import segment_job
-from sam3tiles.testing.demo import CRS_DEMO
-
 from sam3tiles.testing import RED
 from sam3tiles.testing import blob_image as _image
 from sam3tiles.testing import write_demo_raster as _write
-
-from range_server import serve
-
-
+from sam3tiles.testing.demo import CRS_DEMO
 
 
 def _seg(*args):
@@ -871,3 +867,55 @@ def test_a_damaged_record_of_outputs_is_named_and_the_advice_works(tmp_path, bod
     out.unlink()
     r = _seg(src, "--out", out)  # the record is sound again: the run's own report and preview are its own
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("prompts", ["text", "points"])
+def test_a_result_lost_with_its_worker_after_it_finished_is_computed_again_not_a_failed_tile(tmp_path, monkeypatch,
+                                                                                             prompts):
+    # found by CI: a worker killed while the run held finished results on it; the scheduler computes them
+    # again, but the runner had read the finished future as a failure ("unknown error", exit 5). The order is
+    # forced here: the first result the run takes is lost with its worker just before the run reads it
+    import time
+
+    import distributed
+    from distributed import Client, LocalCluster
+
+    from sam3tiles import segment_report
+    from sam3tiles.testing.demo import write_scene
+
+    src = tmp_path / "scene.tif"
+    scene = write_scene(src, 1300, 900, 3)
+    kw = dict(backend="reference", tile_size=512, overlap=100, checkpoint=False, retries=0)
+    if prompts == "points":  # a point at each building's middle, in the tiles all over the scene
+        kw["points"] = [(p.x, p.y) for p in scene.truth[scene.truth["class"] == "blue"].representative_point()]
+    texts = ["blue"] if prompts == "text" else []
+    real = distributed.as_completed
+    lost = []
+
+    class LoseTheFirst:
+        def __init__(self, *args, **kwargs):
+            self.inner = real(*args, **kwargs)
+
+        def add(self, fut):
+            self.inner.add(fut)
+
+        def __iter__(self):
+            for fut in self.inner:
+                if not lost and fut.status == "finished":
+                    holders = client.who_has(fut)[fut.key]
+                    worker = next(w for w in cluster.workers.values() if w.address in holders)
+                    client.sync(worker.close)  # no data handed on: the scheduler computes the key again
+                    deadline = time.monotonic() + 30
+                    while fut.status == "finished" and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                    lost.append(fut.status)
+                yield fut
+
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, resources={"GPU": 1},
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        expected = segment_report(str(src), texts, client=client, **kw)
+        monkeypatch.setattr(distributed, "as_completed", LoseTheFirst)
+        got = segment_report(str(src), texts, client=client, **kw)
+    assert lost and lost[0] != "finished"  # the result was lost before the run read it
+    assert got.failed == 0 and got.failed_tiles == []
+    assert got.objects == expected.objects > 0

@@ -66,6 +66,13 @@ class Engine:
         return max(4, 2 * threads + 4 * max(gpus, 1))
 
 
+def settled(fut) -> bool:
+    """Whether a future `distributed.as_completed` gave back is done: finished, failed or cancelled. False:
+    its result was lost with its worker after it finished, and the scheduler computes it again; give it
+    back to the `as_completed` (`add`) and take it when it returns."""
+    return fut.status in ("finished", "error", "cancelled")
+
+
 def _count(client) -> tuple[int, int]:
     """(threads of all workers, workers with the GPU resource)."""
     info = client.scheduler_info(n_workers=-1)  # every worker: the default lists 5

@@ -50,6 +50,7 @@ from ..units import add_areas, length_to_crs
 from ..vectorize.pieces import crop_detections, pieces_from_crops
 from ..wording import opt
 from ..writers.stream import ObjectSpool, SpoolInput
+from .engine import settled
 from .plan import InputPlan, RunPlan
 from .report import RunReport
 from .runner import InputResult, short_error
@@ -204,7 +205,11 @@ class PointRun:
                                 pure=False, retries=retries, resources=self.engine.model_resources())
             futs[fut.key] = (t, fut)
         out: dict[int, list | None] = {}
-        for fut in as_completed([f for _, f in futs.values()], loop=client.loop):
+        ac = as_completed([f for _, f in futs.values()], loop=client.loop)
+        for fut in ac:
+            if not settled(fut):  # lost with its worker after it finished: computed again
+                ac.add(fut)
+                continue
             t = futs[fut.key][0]
             if fut.status == "finished":
                 out[t], seconds = fut.result()

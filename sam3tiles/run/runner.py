@@ -35,9 +35,9 @@ from ..units import Frame
 from ..wording import opt, spoken
 from ..writers.stream import ObjectSpool, SpoolInput
 from ..writers.thumbs import MAX_SIDE, Picture, panel_wh
-from .checkpoint import TileStore, encode_result, join_parts, prompt_part, tile_key
-from .engine import Engine, _count
 from .area import InputArea
+from .checkpoint import TileStore, encode_result, join_parts, prompt_part, tile_key
+from .engine import Engine, _count, settled
 from .frames import objects_frame
 from .plan import InputPlan, RunPlan
 from .report import RunReport
@@ -254,6 +254,9 @@ class InputRun:
         recount_at = time.monotonic() + RECOUNT_SECONDS
         try:
             for fut in self.ac:
+                if not settled(fut):  # lost with its worker after it finished: computed again
+                    self.ac.add(fut)
+                    continue
                 tiles, chain = self.in_flight.pop(fut.key)
                 self.tiles_in_flight -= len(tiles)
                 if fut.status == "finished":
