@@ -187,6 +187,53 @@ def test_processing_segments_the_files_of_one_map_as_one_map_as_the_cli_does(tmp
 
 
 @needs_qgis
+def test_processing_gives_the_object_under_each_point_of_a_layer_as_the_cli_does(tmp_path):
+    # issue 41 in QGIS: a point layer (a tree inventory, address points) instead of prompts; its columns
+    # carried; the CLI's --point-file rows
+    made = write_scene(tmp_path / "scene.tif", 1400, 1000, seed=8)
+    blue = made.truth[made.truth["class"] == "blue"]
+    points = tmp_path / "points.gpkg"
+    gpd.GeoDataFrame({"name": [f"b{k}" for k in range(len(blue))]}, geometry=blue.representative_point().values,
+                     crs=made.truth.crs).to_crs(4326).to_file(points)
+    CliRunner().invoke(cli, ["qgis", "install", "--dest", str(tmp_path / "plugins")], catch_exceptions=False)
+    out = tmp_path / "qgis.gpkg"
+    res = _qgis_run(tmp_path / "plugins", {"INPUT": str(made.path), "POINTS": str(points), "BACKEND": 1,
+                                           "TILE_SIZE": 512, "OVERLAP": 128, "OUTPUT": str(out)})
+    assert res["ok"], res
+    cli_out = tmp_path / "cli.gpkg"
+    r = CliRunner().invoke(cli, ["-q", "segment", str(made.path), "--point-file", str(points), "--backend",
+                                 "reference", "--tile-size", "512", "--overlap", "128", "--out", str(cli_out)],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    a, b = gpd.read_file(out), gpd.read_file(cli_out)
+    assert len(a) == len(b) == len(blue) > 3 and a["found"].all() and list(a["name"]) == list(b["name"])
+    assert shapely.equals_exact(a.geometry.values, b.geometry.values, 0).all()
+
+
+@needs_qgis
+def test_processing_reads_the_example_layer_a_user_picks_in_a_geopackage_of_several(tmp_path):
+    # a layer of a GeoPackage of several ('PATH|layername=L' in QGIS) was passed as PATH: its first layer
+    made = write_scene(tmp_path / "scene.tif", 900, 700, seed=5)
+    first = {c: made.truth[made.truth["class"] == c].geometry.iloc[0] for c in ("red", "blue")}
+    boxes, right = tmp_path / "boxes.gpkg", tmp_path / "right.gpkg"
+    for layer, cls in (("vehicles", "red"), ("buildings", "blue")):
+        gpd.GeoDataFrame(geometry=[shapely.box(*first[cls].bounds)], crs=made.truth.crs).to_file(boxes, layer=layer)
+    gpd.GeoDataFrame(geometry=[shapely.box(*first["blue"].bounds)], crs=made.truth.crs).to_file(right)
+    CliRunner().invoke(cli, ["qgis", "install", "--dest", str(tmp_path / "plugins")], catch_exceptions=False)
+    out = tmp_path / "qgis.gpkg"
+    res = _qgis_run(tmp_path / "plugins", {"INPUT": str(made.path), "BOXES": f"{boxes}|layername=buildings",
+                                           "BACKEND": 1, "TILE_SIZE": 512, "OVERLAP": 128, "OUTPUT": str(out)})
+    assert res["ok"], res
+    cli_out = tmp_path / "cli.gpkg"
+    r = CliRunner().invoke(cli, ["-q", "segment", str(made.path), "--box-file", str(right), "--backend", "reference",
+                                 "--tile-size", "512", "--overlap", "128", "--out", str(cli_out)],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    a, b = gpd.read_file(out), gpd.read_file(cli_out)
+    assert len(a) == len(b) > 1 and shapely.equals_exact(a.geometry.values, b.geometry.values, 0).all()
+
+
+@needs_qgis
 def test_processing_cancel_stops_the_run_and_leaves_no_output(tmp_path):
     # ~400 tiles of 128 px: seconds of work, and the cancel comes at the first progress line
     scene = write_scene(tmp_path / "big.tif", 2000, 2000, seed=6).path

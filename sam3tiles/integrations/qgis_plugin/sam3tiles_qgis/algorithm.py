@@ -81,7 +81,8 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
                 "(a polygon layer, or its selected features) runs only the tiles that see it and keeps the "
                 "objects that meet it, whole or clipped. More rasters of the same map (a delivery's tiles) "
                 "are segmented with the first as one image: objects whole across file edges. Runs the "
-                "sam3tiles command line; see its README.")
+                "sam3tiles command line; see its README. A POINTS layer instead of prompts gives the one object under "
+                "each point, a row a point with the layer's fields.")
 
     def createInstance(self):  # noqa: N802
         return SegmentAlgorithm()
@@ -97,6 +98,9 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
         self.addParameter(QgsProcessingParameterFeatureSource(
             "BOXES", "Example boxes (polygons; optional 'label' field 1/0)", [QgsProcessing.TypeVectorPolygon],
             optional=True))
+        self.addParameter(QgsProcessingParameterFeatureSource(
+            "POINTS", "Points instead of prompts: the one object under each point (any CRS; optional 'label' "
+            "field 1/0; its fields carried)", [QgsProcessing.TypeVectorPoint], optional=True))
         self.addParameter(QgsProcessingParameterFeatureSource(
             "AREA", "Area of interest (polygons, any CRS; only the tiles that see it run; objects that meet it)",
             [QgsProcessing.TypeVectorPolygon], optional=True))
@@ -142,12 +146,14 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
             cmd += ["--text", p]
         boxes = None
         if parameters.get("BOXES") is not None:
-            boxes = self.parameterAsCompatibleSourceLayerPath(parameters, "BOXES", context, ["gpkg", "shp"],
-                                                              "gpkg", feedback)
+            boxes = self.parameterAsCompatibleSourceLayerPath(parameters, "BOXES", context, [], "gpkg", feedback)
             if boxes:
                 cmd += ["--box-file", _layer_path(boxes)]
-        if not prompts and not boxes:
-            raise QgsProcessingException("give PROMPTS (comma-separated text) or a BOXES layer of examples")
+        points = self._points(parameters, context, feedback)
+        cmd += points
+        if not prompts and not boxes and not points:
+            raise QgsProcessingException("give PROMPTS (comma-separated text), a BOXES layer of examples or a "
+                                         "POINTS layer")
         cmd += self._area(parameters, context, feedback)
         backends, devices = _choices()
         cmd += ["--backend", backends[self.parameterAsEnum(parameters, "BACKEND", context)],
@@ -163,6 +169,15 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
         if os.path.exists(out):  # QGIS asked before choosing an existing file
             cmd.append("--overwrite")
         return cmd, out
+
+    def _points(self, parameters, context, feedback):
+        """--point-file for the POINTS layer (its selected features only, when QGIS is told so): always
+        written out by QGIS as a file of one layer (no format is 'compatible'), so a layer of a GeoPackage of
+        several is never read as its first."""
+        if parameters.get("POINTS") is None:
+            return []
+        layer = self.parameterAsCompatibleSourceLayerPath(parameters, "POINTS", context, [], "gpkg", feedback)
+        return ["--point-file", _layer_path(layer)] if layer else []
 
     def _area(self, parameters, context, feedback):
         """--aoi (and --aoi-clip) for the AREA layer (its selected features only, when QGIS is told so)."""
