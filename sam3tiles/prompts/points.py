@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from ..errors import InputDataError, PromptError, UsageError
 from ..wording import opt
-from .prompt import is_negative, read_vector
+from .prompt import is_negative, read_vector, where_words
 
 #: The form `--point` takes and `points=` accepts, for messages.
 FORMS = ("give points as 'X,Y[,neg]' text, (x, y[, positive]) tuples, shapely Points or sam3tiles.GeoPoint, in "
@@ -131,9 +131,7 @@ def check_points_inside(points: Sequence[GeoPoint], n_given: int, bounds: list, 
     outside = [i for i, p in enumerate(points) if not any(_inside(p, b) for b in bounds)]
     if not outside:
         return
-    where = (f"the raster's CRS ({crs.to_string()})" if crs is not None
-             else "pixel coordinates (the raster has no CRS: x right, y down)")
-    extent = "; ".join(",".join(f"{v:.10g}" for v in b) for b in bounds[:3]) + ("; ..." if len(bounds) > 3 else "")
+    where, extent = where_words(crs, bounds)
     given = [i for i in outside if i < n_given]
     if given:
         p = points[given[0]]

@@ -244,6 +244,15 @@ def box_passes(boxes: Sequence[ExampleBox], slots: int, where: str = "") -> list
                       "slots (the 16-slot layout of sam3-onnx v0.6.0)")
 
 
+def where_words(crs, bounds: Sequence) -> tuple[str, str]:
+    """(the coordinates a prompt is given in, the inputs' bounds) in the words of a message about a prompt
+    that lies outside every input: the raster's CRS, or pixel coordinates; at most three inputs' bounds."""
+    where = (f"the raster's CRS ({crs.to_string()})" if crs is not None
+             else "pixel coordinates (the raster has no CRS: x right, y down)")
+    extent = "; ".join(",".join(f"{v:.10g}" for v in b) for b in bounds[:3]) + ("; ..." if len(bounds) > 3 else "")
+    return where, extent
+
+
 def boxes_outside(boxes: Sequence[GeoBox], bounds: tuple[float, float, float, float]) -> list[GeoBox]:
     """Boxes that miss the raster's bounds entirely."""
     minx, miny, maxx, maxy = bounds

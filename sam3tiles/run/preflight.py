@@ -30,7 +30,7 @@ from typing import Sequence
 from ..errors import CRSError, InputDataError, OutputExistsError, PromptError, UsageError
 from ..model.registry import RuntimeSpec, get_runtime
 from ..options import Options
-from ..prompts.prompt import GeoBox, Prompt, boxes_outside
+from ..prompts.prompt import GeoBox, Prompt, boxes_outside, where_words
 from ..readers.identity import local_path_of
 from ..wording import enable, mention, opt
 from ..writers import check_output
@@ -361,9 +361,7 @@ def check_boxes_inside(boxes: list[GeoBox], n_given: int, bounds: list, crs, box
     lost = [i for i, b in enumerate(boxes) if all(boxes_outside([b], bd) for bd in bounds)]
     if not lost:
         return
-    where = (f"the raster's CRS ({crs.to_string()})" if crs is not None
-             else "pixel coordinates (the raster has no CRS)")
-    extent = "; ".join(",".join(f"{v:.10g}" for v in bd) for bd in bounds[:3]) + ("; ..." if len(bounds) > 3 else "")
+    where, extent = where_words(crs, bounds)
     given = [i for i in lost if i < n_given]
     if given:
         b = boxes[given[0]]
