@@ -131,40 +131,27 @@ SQUASH_SCALED = {"python": "squash: squash fits the whole image into one tile, s
                         "remove one of them"}
 
 
+@pytest.mark.parametrize("zoom", ["scale", "gsd"])
 @pytest.mark.parametrize("door", ["python", "cli", "job"])
-def test_squash_with_a_scale_is_refused_at_every_door(door, scene, tmp_path):
-    """Squash fits the whole image into one tile, so a scale would be ignored without a word: every door
-    refuses the pair (exit 2, both named in its words, nothing written), not the job file alone."""
+def test_squash_with_a_zoom_is_refused_at_every_door(door, zoom, scene, tmp_path):
+    """Squash fits the whole image into one tile, so a scale, or a target sampling distance (a zoom too),
+    would be ignored without a word: every door refuses the pair (exit 2, both named in its words, nothing
+    written), not the job file alone."""
     out = tmp_path / "o.gpkg"
+    value = {"scale": 2, "gsd": 0.5}[zoom]
     if door == "python":
         with pytest.raises(UsageError) as info:
-            sam3tiles.segment(scene, "red", backend="reference", squash=True, scale=2, out=out)
+            sam3tiles.segment(scene, "red", backend="reference", squash=True, out=out, **{zoom: value})
         code, err = info.value.exit_code, str(info.value)
     elif door == "cli":
         code, err = _cli("segment", scene, "--text", "red", "--backend", "reference", "--out", out, "--squash",
-                         "--scale", 2)
+                         f"--{zoom}", value)
     else:
-        code, err = _cli("run", _job(tmp_path, scene, "tiling: {squash: true, scale: 2}\n"))
-    assert code == 2 and SQUASH_SCALED[door] in err, err
-    assert not out.exists()
-
-
-
-@pytest.mark.parametrize("door", ["python", "cli", "job"])
-def test_squash_with_a_gsd_is_refused_at_every_door(door, scene, tmp_path):
-    """A target sampling distance is a zoom too: squashed, it would be ignored without a word."""
-    out = tmp_path / "o.gpkg"
-    if door == "python":
-        with pytest.raises(UsageError) as info:
-            sam3tiles.segment(scene, "red", backend="reference", squash=True, gsd=0.5, out=out)
-        code, err = info.value.exit_code, str(info.value)
-    elif door == "cli":
-        code, err = _cli("segment", scene, "--text", "red", "--backend", "reference", "--out", out, "--squash",
-                         "--gsd", 0.5)
-    else:
-        code, err = _cli("run", _job(tmp_path, scene, "tiling: {squash: true, gsd: 0.5}\n"))
-    names = {"python": ("squash", "gsd"), "cli": ("--squash", "--gsd"), "job": ("tiling.squash", "tiling.gsd")}[door]
-    assert code == 2 and all(n in err for n in names) and "does not apply" in err, err
+        code, err = _cli("run", _job(tmp_path, scene, f"tiling: {{squash: true, {zoom}: {value}}}\n"))
+    names = {"python": ("squash", zoom), "cli": ("--squash", f"--{zoom}"), "job": ("tiling.squash", f"tiling.{zoom}")}
+    assert code == 2 and all(n in err for n in names[door]) and "does not apply" in err, err
+    if zoom == "scale":
+        assert SQUASH_SCALED[door] in err, err
     assert not out.exists()
 
 # -- the markers themselves ------------------------------------------------------------------------------
