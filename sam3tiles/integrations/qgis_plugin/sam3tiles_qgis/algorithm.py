@@ -59,14 +59,6 @@ def _layer_path(source):
     return source.split("|", 1)[0]
 
 
-def _layer_argument(source):
-    """A layer as sam3tiles' --aoi takes it: PATH, or PATH:LAYER for one layer of a file of several (QGIS
-    writes 'PATH|layername=LAYER')."""
-    path, *options = source.split("|")
-    layer = next((o.split("=", 1)[1] for o in options if o.startswith("layername=")), None)
-    return f"{path}:{layer}" if layer else path
-
-
 class SegmentAlgorithm(QgsProcessingAlgorithm):
     def name(self):
         return "segment"
@@ -171,9 +163,9 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
         return cmd, out
 
     def _points(self, parameters, context, feedback):
-        """--point-file for the POINTS layer (its selected features only, when QGIS is told so): always
-        written out by QGIS as a file of one layer (no format is 'compatible'), so a layer of a GeoPackage of
-        several is never read as its first."""
+        """--point-file for the POINTS layer (its selected features only, when QGIS is told so). QGIS writes
+        each vector layer we take (boxes, points, area) out as a file of one layer (no format is given as
+        'compatible'), so a layer of a GeoPackage of several is never read as its first."""
         if parameters.get("POINTS") is None:
             return []
         layer = self.parameterAsCompatibleSourceLayerPath(parameters, "POINTS", context, [], "gpkg", feedback)
@@ -183,12 +175,11 @@ class SegmentAlgorithm(QgsProcessingAlgorithm):
         """--aoi (and --aoi-clip) for the AREA layer (its selected features only, when QGIS is told so)."""
         if parameters.get("AREA") is None:
             return []
-        area = self.parameterAsCompatibleSourceLayerPath(parameters, "AREA", context, ["gpkg", "shp"], "gpkg",
-                                                         feedback)
+        area = self.parameterAsCompatibleSourceLayerPath(parameters, "AREA", context, [], "gpkg", feedback)
         if not area:
             return []
         clip = self.parameterAsBool(parameters, "AREA_CLIP", context)
-        return ["--aoi", _layer_argument(area)] + (["--aoi-clip"] if clip else [])
+        return ["--aoi", _layer_path(area)] + (["--aoi-clip"] if clip else [])
 
     def processAlgorithm(self, parameters, context, feedback):  # noqa: N802
         cmd, out = self.command(parameters, context, feedback)
