@@ -455,9 +455,10 @@ class _Resolver:
         ea, eb = self.edge_q[a], self.edge_q[b]
         a_wins = (oa < ob) | ((oa == ob) & ((ea > eb) | ((ea == eb) & (c.order[a] < c.order[b]))))
         win, lose = np.where(a_wins, a, b), np.where(a_wins, b, a)
-        self._note(win, "kept (rule 4 pair, won)")
-        for w, l in zip(win.tolist(), lose.tolist()):
-            self._note(l, f"DROP duplicate (rule 4 pair: linked to kept complete part {w})")
+        if self.trace is not None:  # investigation only: not on a run's path
+            self._note(win, "kept (rule 4 pair, won)")
+            for w, l in zip(win.tolist(), lose.tolist()):
+                self._note(l, f"DROP duplicate (rule 4 pair: linked to kept complete part {w})")
         acc = lose[self.owned_area[lose] > 0]
         if len(acc):
             acc_win = win[self.owned_area[lose] > 0]
@@ -474,9 +475,10 @@ class _Resolver:
         cov = shapely.area(shapely.intersection(clip, self.c.geoms[full[ok]]))
         done = np.zeros(len(full), dtype=bool)
         done[np.flatnonzero(ok)] = got = self._covered(clip, self.c.geoms[full[ok]], cut[ok], area)
-        for f, k in zip(full[ok][got].tolist(), cut[ok][got].tolist()):
-            self._note(f, "kept (complete, rule 5 pair)")
-            self._note(k, f"DROP duplicate (rule 5 pair: own-core area covered by complete part {f})")
+        if self.trace is not None:  # investigation only: not on a run's path
+            for f, k in zip(full[ok][got].tolist(), cut[ok][got].tolist()):
+                self._note(f, "kept (complete, rule 5 pair)")
+                self._note(k, f"DROP duplicate (rule 5 pair: own-core area covered by complete part {f})")
         self.dropped.extend((i, "duplicates", v) for i, v in zip(cut[ok][got].tolist(),
                                                                  (area - cov)[got].clip(0).tolist()))
         return done
