@@ -256,8 +256,9 @@ def test_two_touching_lines_stay_two_when_one_pokes_into_the_others_tile(top, re
     frames, pieces = _frames_and_pieces(SQUARE, placed)
     merged, _ = merge_pieces(pieces, frames)
     assert len(merged.geometry) == 2
-    assert sorted(round(g.symmetric_difference(t).area) for g, t in zip(
-        sorted(merged.geometry, key=lambda g: g.bounds[1]), (a, b))) == [0, 0]
+    # each within the strip the views disagree over (the boundary there is their blend: `merge.blend`)
+    assert all(g.symmetric_difference(t).area <= 600 * reach for g, t in zip(
+        sorted(merged.geometry, key=lambda g: g.bounds[1]), (a, b)))
 
 
 def test_a_line_the_owner_split_inside_its_neighbours_core_is_one_object():
@@ -380,7 +381,7 @@ def test_output_covers_what_the_owning_tiles_said_apart_from_declared_drops(plac
         out = shapely.union_all([g for g, pr in zip(merged.geometry, merged.prompt) if pr == prompt])
         missing = owned.difference(out).area
         cov = stats.coverage.get(prompt, {})
-        declared = cov.get("duplicates", 0.0) + cov.get("slivers", 0.0)
+        declared = cov.get("duplicates", 0.0) + cov.get("slivers", 0.0) + cov.get("blended", 0.0)
         assert missing <= declared + 1e-6 * max(owned.area, 1.0), (missing, cov)
         assert cov["out"] == pytest.approx(sum(g.area for g, pr in zip(merged.geometry, merged.prompt)
                                                if pr == prompt))

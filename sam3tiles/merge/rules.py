@@ -13,6 +13,7 @@ from shapely.geometry import Polygon
 from ..tiling.frame import TileFrame
 from ..tiling.piecekey import PARTS, part_order, tile_of
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
+from .blend import blend_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, PAIR_CHUNK, SLIVER_CELLS,
                     THICK_CELLS, Cols, Merged, edge_dist, polygonal, regions)
 from .stats import MergeStats, count_by_prompt
@@ -654,7 +655,8 @@ class _Resolver:
         return out
 
     def _stitch(self, s: np.ndarray, comp_tiles: np.ndarray):
-        """Rule 5: cut parts clipped to their cores, unioned, split into regions; None for slivers.
+        """Rule 5: cut parts clipped to their cores, unioned (the boundary averaged where the tiles overlap:
+        `blend_views`), split into regions; None for slivers.
 
         Where a tile said nothing about the object (a miss, a score under the threshold at its edge: it has
         no part in the component), the parts reaching into its core keep their area there."""
@@ -667,6 +669,12 @@ class _Resolver:
         if geom.is_empty:
             geom = shapely.union_all(c.geoms[s])
         else:
+            owned = geom
+            geom = blend_views(geom, {int(t): shapely.union_all(c.geoms[s[self.tiles[s] == t]])
+                                      for t in np.unique(self.tiles[s]).tolist()}, self.frames)
+            if geom is not owned:
+                self.stats.count(_item(c.prompt[s[0]]), "blended", shapely.difference(owned, geom).area)
+                self._note(s, "boundary blended where the tiles overlap (rule 5)")
             said = shapely.union_all([self.frames[int(t)].core for t in comp_tiles.tolist()])
             unclaimed = shapely.difference(c.geoms[s], said)
             unclaimed = [*unclaimed[shapely.area(unclaimed) > 0], *self.missed]

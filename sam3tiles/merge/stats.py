@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-COVERAGE_KEYS = ("owned", "out", "duplicates", "slivers")
+COVERAGE_KEYS = ("owned", "out", "duplicates", "slivers", "blended")
 
 
 @dataclass
@@ -24,7 +24,8 @@ class MergeStats:
     parts_split: int = 0  # pieces whose separate regions became separate parts (rule 0)
     disagreements: int = 0  # components where one tile gave 2+ parts (split, fused): settled by ownership
     unlinked_cut_pieces: int = 0  # rule violation: a part cut at a seam that no neighbour saw
-    #: per prompt: {"owned", "out", "duplicates", "slivers"} areas in CRS units squared (see the module)
+    #: per prompt: {"owned", "out", "duplicates", "slivers", "blended"} areas in CRS units squared (see the
+    #: module; "blended": owned area an overlap's averaged boundary gave up, `sam3tiles.merge.blend`)
     coverage: dict = field(default_factory=dict, compare=False)
 
     @property
