@@ -32,7 +32,6 @@ from scipy import ndimage
 
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL
-from .parts import JOIN_CELLS, regions
 
 #: Views closer than this many mask cells are one boundary seen twice (averaged); farther apart, the owner's.
 BLEND_CELLS = 3.0
@@ -63,7 +62,7 @@ def blend_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFram
             continue
         done.append(box)
         got = _blend_stretch(box.bounds, geom, views, frames, tiles, step)
-        if got is not None and _same_shape(geom, *got, step):
+        if got is not None:
             where.append(got[1])
             keep.append(got[2])
     if not where:
@@ -103,21 +102,6 @@ def _splice(geom, where, keep: list, step: float):
     return shapely.union_all(parts) if filled else parts[0] if len(parts) == 1 else shapely.MultiPolygon(parts)
 
 
-def _same_shape(geom, extent, where, keep, step: float) -> bool:
-    """Whether the blend keeps `geom`'s regions and holes inside `extent`: it moves a boundary, and leaves
-    joining two regions, splitting one or closing a hole to the owners (a tile that drew two neighbours as
-    one blob is not a boundary seen twice). It opens none: `_splice` fills a hole `geom` did not have."""
-    before = shapely.clip_by_rect(geom, *extent)
-    after = shapely.clip_by_rect(_splice(before, where, [keep], step), *extent)
-    gap, hole = JOIN_CELLS * 2 * step, (2 * step) ** 2
-    return (len(regions(before, gap)) == len(regions(after, gap))) and _holes(before, hole) == _holes(after, hole)
-
-
-def _holes(geom, least: float) -> int:
-    return sum(shapely.area(shapely.polygons(r)) > least for p in shapely.get_parts(geom).tolist()
-               if isinstance(p, shapely.Polygon) for r in p.interiors)
-
-
 def _blend_stretch(bounds, geom, views, frames, tiles, step: float):
     """The blend inside `bounds` (an overlap band's stretch of the object) on a raster of `step`: (the
     raster's extent, the area where the blend moves `geom`'s boundary, the blended object inside it), or
@@ -143,11 +127,31 @@ def _blend_stretch(bounds, geom, views, frames, tiles, step: float):
     thick = differ & (ndimage.distance_transform_cdt(~inner, metric="chessboard") <= half) if inner.any() else inner
     near = ndimage.binary_dilation(differ, iterations=max(1, int(round(reach / step)))) & (f.cover >= 2)
     blended = near & np.where(f.far | thick, f.owner, f.num > 0)
-    changed = near & (blended != f.raster(geom))
+    owners = f.raster(geom)
+    changed = near & (blended != owners)
     if not changed.any():
         return None
     where = ndimage.binary_dilation(changed) & near
+    if not _same_shape(owners, np.where(where, blended, owners)):
+        return None
     return (x0, y0, x1, y1), _polygons(where, transform), _polygons(where & blended, transform)
+
+
+def _same_shape(before: np.ndarray, after: np.ndarray) -> bool:
+    """Whether the blend keeps the owners' regions and holes on the raster (regions a cell apart are one,
+    holes under a mask cell do not count): it moves a boundary, and leaves joining two regions, splitting
+    one or closing a hole to the owners (a tile that drew two neighbours as one blob is not a boundary seen
+    twice). It opens none: `_splice` fills a hole the owners' stitch did not have."""
+    full = np.ones((3, 3), bool)
+
+    def shape(x):
+        regions = ndimage.label(ndimage.binary_dilation(x, structure=full), structure=full)[1]
+        lab, n = ndimage.label(~x)
+        edge = np.unique(np.r_[lab[0], lab[-1], lab[:, 0], lab[:, -1]])
+        sizes = np.bincount(lab.ravel(), minlength=n + 1)
+        return regions, sum(1 for k in range(1, n + 1) if k not in edge and sizes[k] >= 4)
+
+    return shape(before) == shape(after)
 
 
 class _Field:
