@@ -57,8 +57,8 @@ mask can stop short of the tile edge. The rules, in order:
    across the seams it crosses. Where tiles overlap and their views of it disagree by up to `BLEND_CELLS`
    (3) mask cells, the boundary is theirs averaged, each weighted by its distance to its tile's interior
    edges (`blend`): no step at the core line, and two views' noise halved where both saw it. A thicker
-   disagreement (a line's end, a bank one tile added) stays the owner's, and a blend that would join,
-   split or hole the object is not made; the owned area it gives up is counted (`coverage`: `blended`).
+   disagreement (a line's end, a bank one tile added) stays the owner's, and a blend that would join two
+   regions or split one is not made; the owned area it gives up is counted (`coverage`: `blended`).
 6. *Slivers.* A cut part that no neighbour matched (or cut parts linked only to each other), lying outside
    its own tile's core and within one mask cell of another object, is the edge of an object another tile
    owns (a few pixels poking into a tile rarely match in shape): it is dropped and counted. "Beside" is

@@ -13,11 +13,11 @@ meets what a tile alone saw outside the band without a step.
 A disagreement wider than `BLEND_CELLS` (a split, a miss, a line's end, a neighbour drawn in) is a decision,
 not noise: there the tile of most weight decides, which is the owner's view (the cores cut each band where
 the weights are equal). The blend lies between the views' intersection and their union, so it never grows an
-object past what a tile saw; a stretch whose blend would join two regions, split one or close a hole keeps
-the owners' stitch, and a hole the blend alone would open is filled. The owned area a blend gives up is
-counted (the merge's coverage, `blended`). Views that differ by a mask cell at most (two tiles' grids of
-cells), or only at a window's edge (a mask stopping short), are left as the owners drew them: nothing to
-average there, and no cost.
+object past what a tile saw, nor closes a hole every tile drew; a stretch whose blend would join two regions
+or split one keeps the owners' stitch, and a hole or a crumb only the raster made is filled or dropped. The
+owned area a blend gives up is counted (the merge's coverage, `blended`). Views that differ by a mask cell
+at most (two tiles' grids of cells), or only at a window's edge (a mask stopping short), are left as the
+owners drew them: nothing to average there, and no cost.
 """
 
 from __future__ import annotations
@@ -138,20 +138,18 @@ def _blend_stretch(bounds, geom, views, frames, tiles, step: float):
 
 
 def _same_shape(before: np.ndarray, after: np.ndarray) -> bool:
-    """Whether the blend keeps the owners' regions and holes on the raster (regions a cell apart are one,
-    holes under a mask cell do not count): it moves a boundary, and leaves joining two regions, splitting
-    one or closing a hole to the owners (a tile that drew two neighbours as one blob is not a boundary seen
-    twice). It opens none: `_splice` fills a hole the owners' stitch did not have."""
+    """Whether the blend keeps the owners' regions on the raster (regions a cell apart are one, crumbs under
+    a mask cell do not count): it moves a boundary, and leaves joining two regions or splitting one to the
+    owners (a tile that drew two neighbours as one blob is not a boundary seen twice). Holes need no check:
+    one that every tile drew stays (the blend lies between the views' intersection and their union), and
+    one only the raster opened `_splice` fills."""
     full = np.ones((3, 3), bool)
 
-    def shape(x):
-        regions = ndimage.label(ndimage.binary_dilation(x, structure=full), structure=full)[1]
-        lab, n = ndimage.label(~x)
-        edge = np.unique(np.r_[lab[0], lab[-1], lab[:, 0], lab[:, -1]])
-        sizes = np.bincount(lab.ravel(), minlength=n + 1)
-        return regions, sum(1 for k in range(1, n + 1) if k not in edge and sizes[k] >= 4)
+    def regions(x):
+        lab, n = ndimage.label(ndimage.binary_dilation(x, structure=full), structure=full)
+        return int((np.bincount(lab[x], minlength=n + 1)[1:] >= 4).sum())
 
-    return shape(before) == shape(after)
+    return regions(before) == regions(after)
 
 
 class _Field:
