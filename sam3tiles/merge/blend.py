@@ -174,11 +174,30 @@ class _Field:
             return np.zeros(self.shape, bool)
         return rasterio.features.rasterize([(g, 1)], out_shape=self.shape, transform=self.transform) > 0
 
+    def _weight(self, frame: TileFrame) -> tuple[np.ndarray, np.ndarray]:
+        """The cells inside the frame's window, and each one's distance to the window's interior edges (0
+        outside). A north-up window (the common case) by its rows and columns; any other by its polygon."""
+        x0, y0, x1, y1 = frame.window.bounds
+        if not np.isclose(frame.window.area, (x1 - x0) * (y1 - y0)):
+            inside = self.raster(frame.window)
+            return inside, np.where(inside, _edge_distance(self.px, self.py, frame.edges), 0.0)
+        xs, ys = self.px[0], self.py[:, 0]
+        inside = ((ys >= y0) & (ys <= y1))[:, None] & ((xs >= x0) & (xs <= x1))[None, :]
+        dist = np.full(self.shape, np.inf)
+        for line in shapely.get_parts(frame.edges).tolist():
+            (ax, ay), (bx, by) = np.asarray(line.coords)[[0, -1]]
+            # the distance to a segment along one axis: across it, and past its ends along it
+            across = np.abs(xs - ax)[None, :] if ax == bx else np.abs(ys - ay)[:, None]
+            lo, hi = (min(ay, by), max(ay, by)) if ax == bx else (min(ax, bx), max(ax, bx))
+            along = ys[:, None] if ax == bx else xs[None, :]
+            dist = np.minimum(dist, np.hypot(across, np.clip(lo - along, 0, None) + np.clip(along - hi, 0, None)))
+        return inside, np.where(inside, dist, 0.0)
+
     def add(self, frame: TileFrame, view) -> None:
         if not shapely.intersects(frame.window, shapely.box(*self.extent)):
             return
-        inside, m = self.raster(frame.window), self.raster(view)
-        weight = np.where(inside, _edge_distance(self.px, self.py, frame.edges), 0.0)
+        inside, weight = self._weight(frame)
+        m = self.raster(view)
         if m.any():
             step = self.transform.a
             # signed distance to the view's edge (half a cell past the centres of its edge cells), one transform
