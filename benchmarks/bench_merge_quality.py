@@ -530,7 +530,9 @@ def main(argv=None) -> int:
     rows = summarise(results, args.methods)
     out = {"size": args.size, "seeds": args.seeds, "sahi": sahi_ok, "overlap": args.overlap, "tables": rows,
            "violations": {b: sum(r.get("violations", 0) for r in v) for b, v in results.items()},
-           "coverage": {b: [r.get("coverage") for r in v] for b, v in results.items()}}
+           "coverage": {b: [r.get("coverage") for r in v] for b, v in results.items()},
+           "merge_seconds": {b: round(sum(r["seconds"].get("sam3tiles", 0.0) for r in v), 3)
+                             for b, v in results.items()}}
     if args.onnx_n1:
         out["onnx_n1"] = run_onnx_n1(args.size, args.seeds)
     if args.cap_refine:
@@ -543,6 +545,7 @@ def main(argv=None) -> int:
         print(table([list(x) for x in r], ["behaviour", "method", "F1", "dups", "frags", "large IoU", "min",
                                                   "worst vs own-floor"]))
     print("\nrule violations (sam3tiles):", out["violations"])
+    print("merge seconds (sam3tiles, all seeds):", out["merge_seconds"])
     if args.onnx_n1:
         print("\n== ONNX contract graphs, one mask per prompt (N = 1): union IoU with the truth")
         print(table(out["onnx_n1"], ["seed", "class", "sam3tiles", "floor"]))
