@@ -133,3 +133,41 @@ def test_a_river_under_independent_boundary_noise_stays_one_clean_object(seed):
     band = box(752, 0, 1008, 1008)
     union = views[0].intersection(W0).union(views[1].intersection(W1))
     assert g.intersection(band).difference(union.buffer(STEP)).area < 1e-6
+
+
+def test_a_north_up_windows_weights_by_rows_and_columns_are_the_polygons():
+    # the fast path (rows and columns) against the general one (the window's polygon rasterized, the distance
+    # to each interior edge segment), on every tile of a georeferenced grid, over a stretch at a corner
+    from sam3tiles.merge.blend import _edge_distance, _Field
+    from sam3tiles.tiling.frame import TileFrames
+
+    grid = TileGrid(3000, 2500, transform=Affine(0.3, 0, 500000, 0, -0.3, 4100000))
+    frames = TileFrames(grid)
+    step = STEP * 0.3
+    for i in range(len(grid)):
+        f = frames[i]
+        x0, y0, _, _ = f.window.bounds
+        extent = (x0 - 20, y0 - 30, x0 + 120, y0 + 90)
+        w, h = int(np.ceil(140 / step)), int(np.ceil(120 / step))
+        field = _Field((h, w), Affine(step, 0, extent[0], 0, step, extent[1]), extent, 3.15)
+        inside, weight = field._weight(f)
+        general = field.raster(f.window)
+        assert (inside != general).mean() < 0.01  # cells whose centre lies on the window's edge
+        both = inside & general
+        assert np.allclose(weight[both], np.where(general, _edge_distance(field.px, field.py, f.edges), 0)[both])
+
+
+def test_a_rotated_grid_blends_too():
+    # a raster whose transform turns it by 30 degrees: its windows are not north-up (the general path)
+    turn = Affine.rotation(30)
+    grid = TileGrid(1760, 1008, transform=turn)
+
+    def turned(g):
+        return shapely.affinity.affine_transform(g, [turn.a, turn.b, turn.d, turn.e, turn.c, turn.f])
+
+    a, b = turned(box(0, 393, 1008, 460)), turned(box(752, 400, 1760, 460))
+    merged, stats = _merge(grid, [((0, 0), a, False), ((0, 1), b, False)])
+    assert len(merged.geometry) == 1 and stats.rule_violations == 0
+    assert stats.coverage[0]["blended"] > 50  # tile 0's edge moved toward tile 1's in tile 0's core
+    g = merged.geometry[0]
+    assert g.difference(a.union(b).buffer(STEP)).area < 1e-6 and a.intersection(b).buffer(-STEP).within(g)
