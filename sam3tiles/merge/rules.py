@@ -670,8 +670,11 @@ class _Resolver:
             geom = shapely.union_all(c.geoms[s])
         else:
             owned = geom
-            geom = blend_views(geom, {int(t): shapely.union_all(c.geoms[s[self.tiles[s] == t]])
-                                      for t in np.unique(self.tiles[s]).tolist()}, self.frames)
+            views = {}
+            for t in np.unique(self.tiles[s]).tolist():
+                mine = c.geoms[s[self.tiles[s] == t]]
+                views[int(t)] = mine[0] if len(mine) == 1 else shapely.union_all(mine)
+            geom = blend_views(geom, views, self.frames)
             if geom is not owned:
                 self.stats.count(_item(c.prompt[s[0]]), "blended", shapely.difference(owned, geom).area)
                 self._note(s, "boundary blended where the tiles overlap (rule 5)")
