@@ -63,8 +63,8 @@ def blend_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFram
         done.append(box)
         got = _blend_stretch(box.bounds, geom, views, frames, tiles, step)
         if got is not None:
-            where.append(got[1])
-            keep.append(got[2])
+            where.append(got[0])
+            keep.append(got[1])
     if not where:
         return geom
     return _splice(geom, shapely.union_all(where), keep, step)
@@ -103,9 +103,9 @@ def _splice(geom, where, keep: list, step: float):
 
 
 def _blend_stretch(bounds, geom, views, frames, tiles, step: float):
-    """The blend inside `bounds` (an overlap band's stretch of the object) on a raster of `step`: (the
-    raster's extent, the area where the blend moves `geom`'s boundary, the blended object inside it), or
-    None where it moves nothing. Elsewhere `geom` stays as it is, to the vertex."""
+    """The blend inside `bounds` (an overlap band's stretch of the object) on a raster of `step`: (the area
+    where the blend moves `geom`'s boundary, the blended object inside it), or None where it moves nothing.
+    Elsewhere `geom` stays as it is, to the vertex."""
     reach = BLEND_CELLS * MASK_CELL * min(frames[t].pixel for t in tiles)
     pad = reach + 2 * step
     x0, y0, x1, y1 = bounds[0] - pad, bounds[1] - pad, bounds[2] + pad, bounds[3] + pad
@@ -134,7 +134,7 @@ def _blend_stretch(bounds, geom, views, frames, tiles, step: float):
     where = ndimage.binary_dilation(changed) & near
     if not _same_shape(owners, np.where(where, blended, owners)):
         return None
-    return (x0, y0, x1, y1), _polygons(where, transform), _polygons(where & blended, transform)
+    return _polygons(where, transform), _polygons(where & blended, transform)
 
 
 def _same_shape(before: np.ndarray, after: np.ndarray) -> bool:
