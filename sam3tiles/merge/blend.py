@@ -54,11 +54,11 @@ def blend_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFram
     # the widest bands first: a corner shared by four tiles lies in the bands of its sides, done with them
     for _, a, b, band in sorted(bands, key=lambda x: -x[0]):
         va, vb = (shapely.clip_by_rect(views[t], *band.bounds) for t in (a, b))
-        if va.is_empty and vb.is_empty or not _apart(va, vb, band, frames[a].pixel, step):
+        if va.is_empty and vb.is_empty:
             continue
         box = np.asarray([g.bounds for g in (va, vb) if not g.is_empty])
         box = shapely.box(*box[:, :2].min(axis=0), *box[:, 2:].max(axis=0))
-        if done and shapely.covers(shapely.union_all(done), box):
+        if done and shapely.covers(shapely.union_all(done), box) or not _apart(va, vb, band, frames[a].pixel, step):
             continue
         done.append(box)
         got = _blend_stretch(box.bounds, geom, views, frames, tiles, step)
