@@ -106,7 +106,7 @@ def _blend_stretch(bounds, geom, views, frames, tiles, step: float):
     """The blend inside `bounds` (an overlap band's stretch of the object) on a raster of `step`: (the area
     where the blend moves `geom`'s boundary, the blended object inside it), or None where it moves nothing.
     Elsewhere `geom` stays as it is, to the vertex."""
-    reach = BLEND_CELLS * MASK_CELL * min(frames[t].pixel for t in tiles)
+    reach = step * BLEND_CELLS / STEP_CELLS
     pad = reach + 2 * step
     x0, y0, x1, y1 = bounds[0] - pad, bounds[1] - pad, bounds[2] + pad, bounds[3] + pad
     w, h = int(np.ceil((x1 - x0) / step)), int(np.ceil((y1 - y0) / step))
