@@ -230,8 +230,9 @@ class SlideSource(Source):
         except Exception as e:  # noqa: BLE001 - codecs raise their own kinds (zlib.error, ...)
             raise RasterReadError(f"{self.path}: cannot read level {level} box ({x0}, {y0}, {x1}, {y1}) "
                                   f"({_first_line(e)}): the file is damaged or truncated") from None
-        if ch == "S":
-            data = np.moveaxis(data, -1, 0)[[b - 1 for b in self.bands]]
+        if ch == "S":  # samples last (YXS, interleaved) or first (SYX, a planar-separate TIFF)
+            at = [a for a in self.axes if a in "YXS"].index("S")
+            data = np.moveaxis(data, at, 0)[[b - 1 for b in self.bands]]
         else:
             data = data[None]
         return data
