@@ -23,6 +23,7 @@ inputs touch (objects at file edges are cut or doubled then).
 from __future__ import annotations
 
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -170,17 +171,23 @@ def compatible(a: Header, b: Header) -> str | None:
     if why:
         return why
     if a.crs != b.crs:
-        return f"other CRSs ({a.crs.to_string()}, {b.crs.to_string()})"
+        return f"other CRSs ({each(a, a.crs.to_string(), b, b.crs.to_string())})"
     if (a.bands, a.band_count, a.dtype) != (b.bands, b.band_count, b.dtype):
-        return (f"other bands or data types ({a.band_count} band(s) {a.dtype}, {b.band_count} band(s) {b.dtype})"
+        kinds = (f"{a.band_count} band(s) {a.dtype}", f"{b.band_count} band(s) {b.dtype}")
+        return (f"other bands or data types ({each(a, kinds[0], b, kinds[1])})"
                 if (a.band_count, a.dtype) != (b.band_count, b.dtype) else "other bands chosen")
     ta, tb = a.transform, b.transform
     if abs(ta.a - tb.a) > PIXEL_TOLERANCE * abs(ta.a) or abs(ta.e - tb.e) > PIXEL_TOLERANCE * abs(ta.e):
-        return f"other pixel sizes ({ta.a:g} x {-ta.e:g}, {tb.a:g} x {-tb.e:g})"
+        return f"other pixel sizes ({each(a, f'{ta.a:g} x {-ta.e:g}', b, f'{tb.a:g} x {-tb.e:g}')})"
     dx, dy = (tb.c - ta.c) / ta.a, (tb.f - ta.f) / ta.e
     if abs(dx - round(dx)) > LATTICE_TOLERANCE or abs(dy - round(dy)) > LATTICE_TOLERANCE:
         return f"grids shifted by a fraction of a pixel ({dx - round(dx):+.3f}, {dy - round(dy):+.3f} px)"
     return None
+
+
+def each(a: Header, va: str, b: Header, vb: str) -> str:
+    """Two files' values, each named by its file (a note names both files: the values never trade places)."""
+    return f"{os.path.basename(source_name(a.path))} {va}, {os.path.basename(source_name(b.path))} {vb}"
 
 
 def same_ground(a: Header, b: Header) -> str | None:
@@ -259,12 +266,12 @@ def group(headers: Sequence[Header]) -> tuple[list[list[int]], list[str]]:
         near = sorted((j for j in neighbours[i] if j in done), key=rank.__getitem__)
         pieces, avoid = [], set()
         for j in near:
-            why = compatible(h, headers[j]) or same_ground(h, headers[j])
+            why = compatible(headers[j], h) or same_ground(headers[j], h)  # in the order the note names them
             if why is None:
                 pieces.append(j)
             else:
                 notes.append(f"{headers[j].path} and {h.path} touch but are not one map: {why}")
-                if compatible(h, headers[j]) is None:
+                if compatible(headers[j], h) is None:
                     avoid.add(maps.find(j))
         _place(maps, i, h.day, avoid, list(dict.fromkeys(maps.find(j) for j in pieces)))
         done.add(i)
