@@ -80,6 +80,10 @@ def positional_output(inputs: list[str], out: str | None) -> tuple[list[str], st
         raise UsageError(f"two outputs given: --out {out} and {last} (the last argument): give one")
     if is_out:
         return inputs[:-1], last
+    if out is None and len(inputs) == 1 and last_argument(inputs[0], out_given=True):
+        # a name only an output has (.gpkg, .fgb, .parquet, ...), alone: the input was forgotten, not the output
+        raise UsageError(f"no input given: {inputs[0]} names an output; name the raster(s) to segment before it "
+                         f"(segment IN.tif {inputs[0]}, or segment IN.tif --out {inputs[0]})")
     if out is None:
         raise UsageError("no output given: add --out OUT.gpkg (or the output as the last argument: "
                          "segment IN.tif OUT.gpkg)")
