@@ -32,6 +32,7 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
     from ..prompts.prompt import GeoBox, build_prompts
     from ..run.area import check_area_meets
     from ..run.maps import group_inputs, map_lines
+    from ..run.once import distinct_inputs
     from ..run.plan import expand_inputs, plan_input, with_exemplars
     from ..writers import check_output, write_vector
 
@@ -39,7 +40,10 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
     if out:
         check_output(out, overwrite)
     dates: dict = {}
-    paths = expand_inputs(input, opts.asset, dates=dates)
+    once = distinct_inputs(expand_inputs(input, opts.asset, dates=dates))  # each file once, no sidecars
+    paths = once.paths
+    for note in once.notes:
+        click.echo(f"inputs: {note}")
     grouping = group_inputs(paths, opts, dates)
     maps = [plan_input(g.path, opts) for g in grouping.maps]  # the pre-flight's own step for each map
     check_area_meets(maps, opts.aoi)

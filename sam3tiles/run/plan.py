@@ -39,6 +39,7 @@ from ..writers.labels import check_labels_for, label_format
 from ..writers.formats import PER_INPUT, check_space, endings, is_dataset
 from .area import check_area_meets, plan_skips
 from .maps import group_inputs, map_lines
+from .once import distinct_inputs
 from .preflight import (check_box_file, check_boxes_inside, check_input, check_label_path, check_out, check_paths,
                         check_plan, check_prompts_here, check_qupath_type, check_room, check_side_files,
                         check_vrt_cycle)
@@ -176,6 +177,7 @@ class RunPlan:
     dataset: bool = False  # the combined output is a partitioned GeoParquet dataset (`name.parquet/`)
     points: PointPrompts | None = None  # point prompts (`run.points`): then `prompts` is empty
     map_notes: tuple[str, ...] = ()  # how the inputs were grouped into maps (`maps.Grouping.notes`)
+    input_notes: tuple[str, ...] = ()  # inputs left out: a file named twice, a sidecar (`once.distinct_inputs`)
 
     @property
     def paths(self) -> list[str]:
@@ -224,7 +226,8 @@ class RunPlan:
         """The plan as lines for the terminal (`run --dry-run`)."""
         o, e = self.options, self.estimates()
         model = f", model {o.model}, device {o.device}" if self.spec.backend == "onnx" else ""
-        lines = [*map_lines(self.inputs, self.map_notes), *(f"  {i.describe()}" for i in self.inputs),
+        lines = [*map_lines(self.inputs, self.map_notes), *(f"inputs: {n}" for n in self.input_notes),
+                 *(f"  {i.describe()}" for i in self.inputs),
                  self.points.describe() if self.points is not None else
                  "prompts: " + ", ".join(repr(p.label) for p in self.prompts)
                  + (f" ({len(self.boxes)} example box(es), box scope {o.box_scope})" if self.boxes else "")
@@ -317,7 +320,9 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
     if report_path is None and out is not None:
         report_path = report_path_for(Path(out), opts.layer)
     dates: dict = {}  # STAC items' datetimes, by href (`maps`: two days are two images)
-    paths = expand_inputs(inputs, opts.asset, own=[report_path] if report_path is not None else [], dates=dates)
+    once = distinct_inputs(expand_inputs(inputs, opts.asset, own=[report_path] if report_path is not None else [],
+                                         dates=dates))  # a file named twice is one input; sidecars are none
+    paths = once.paths
     per_input, combined, work_dir = _outputs(paths, out, work_dir, checkpoint, opts.layer)
     check_qupath_type(opts.qupath_type, out, combined)
     chips = parse_example_images(example_images)
@@ -352,7 +357,8 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
                    boxes=tuple(geo_boxes), out=str(out) if out is not None else None, combined=combined,
                    labels=label_path, overwrite=overwrite, dataset=dataset, points=pts,
                    work_dir=Path(work_dir) if (checkpoint and work_dir is not None) else None,
-                   report_path=Path(report_path) if report_path is not None else None, map_notes=tuple(notes))
+                   report_path=Path(report_path) if report_path is not None else None, map_notes=tuple(notes),
+                   input_notes=tuple(once.notes))
 
 
 def _plan_prompts(planned: Sequence[InputPlan], texts, geo_boxes: list, box_file, chips, given_points, point_file):

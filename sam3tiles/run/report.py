@@ -67,6 +67,7 @@ class RunReport:
     # the maps the inputs form (issue 38: `run.maps.map_facts`, when several files), and files kept apart
     maps: list = field(default_factory=list)
     map_notes: list = field(default_factory=list)
+    input_notes: list = field(default_factory=list)  # inputs left out: a file named twice, a sidecar
     merge: dict = field(default_factory=dict)
     refine: dict = field(default_factory=dict)  # see refine.RefineStats.add_to
     checkpoint: dict = field(default_factory=dict)  # work_dir, reused (tile-prompt results), stored, partial_tiles,
@@ -150,7 +151,7 @@ class RunReport:
     def summary(self) -> str:
         """A few lines for the terminal, in a user's words (every quantity with its unit); the last lines
         say where the work folder is and list every file written with its size."""
-        lines = [*self._map_lines(),
+        lines = [*(f"inputs: {n}" for n in self.input_notes), *self._map_lines(),
             f"tiles: {self.tiles} in all: {self.done} done, {self.resumed} resumed from checkpoints, {self.skipped} "
             f"skipped ({self._skipped_why()}), {self.failed} failed, {self.saturated} saturated (hit SAM 3's "
             "200-object cap)",

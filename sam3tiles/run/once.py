@@ -1,0 +1,191 @@
+"""Each input file once: the inputs as expanded (`plan.expand_inputs`: globs, .txt lists, STAC items) may name
+one file twice, and a glob may catch a file that is no raster of its own. Both are settled here, before any
+header is read, with a note for the plan and the report.
+
+* **The same file, named twice** is one input: the same local file (the same real path: `a/./x.tif`, a
+  symlink beside its target; or the same inode: a hard link), a byte-identical copy under another name
+  (files of one size whose content samples (`identity.content_sample`) and then whole-content digests are
+  equal), or the same URL (scheme and host in lower case, no default port, no fragment, `.`/`..` resolved;
+  `/vsicurl/URL` is URL, `s3://b/k` is `/vsis3/b/k`). Kept apart, it would be segmented as a second map
+  of the same ground and every object on it written twice. The first name given is kept.
+* **A sidecar** (GDAL reads it with its raster: an external overview `.ovr`, a mask `.msk`, an `.aux.xml`,
+  a world file, a `.prj`) is no input of its own. Beside its raster among the inputs (a glob caught both) it
+  is skipped; named without its raster, it is refused (exit 3), naming the raster to give instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..errors import InputDataError
+from ..readers.identity import CLOUD_SCHEMES, content_sample
+from ..readers.remote import is_remote
+
+#: Endings GDAL appends to a raster's whole name for the files it reads with it.
+APPENDED = {".ovr": "the external overview", ".msk": "the external mask", ".aux.xml": "the auxiliary metadata"}
+#: Endings GDAL puts in place of a raster's extension for the files it reads with it.
+REPLACED = {".ovr": "the external overview", ".aux": "the auxiliary metadata", ".rrd": "the external overview",
+            ".tfw": "the world file", ".tifw": "the world file", ".wld": "the world file", ".jgw": "the world file",
+            ".pgw": "the world file", ".j2w": "the world file", ".prj": "the projection file"}
+#: Bytes read at a time for a whole-content digest (only files whose size and content sample agree).
+CHUNK = 1 << 22
+
+
+@dataclass
+class Distinct:
+    """The inputs, each file once and no sidecar, and what was left out, as lines for the plan and report."""
+
+    paths: list[str]
+    notes: list[str] = field(default_factory=list)
+
+
+def distinct_inputs(paths: Sequence[str]) -> Distinct:
+    """`paths` without sidecars and each file once (see the module doc), in the given order."""
+    kept, notes = without_sidecars(list(paths))
+    once, more = each_once(kept)
+    return Distinct(once, notes + more)
+
+
+# -- sidecars -----------------------------------------------------------------------------------------------
+
+def sidecar_of(path: str, inputs: set[str]) -> tuple[str, str] | None:
+    """(the raster `path` belongs to, what it is to it) when `path` is a sidecar GDAL reads with a raster:
+    an appended ending (`x.tif.ovr`) of an existing file, or an ending in place of the extension
+    (`x.tfw`) of a raster among `inputs`; None otherwise (remote paths: None)."""
+    if is_remote(path):
+        return None
+    low = path.lower()
+    for end, what in APPENDED.items():
+        if low.endswith(end) and len(path) > len(end):
+            main = path[: -len(end)]
+            if os.path.isfile(main):
+                up = sidecar_of(main, inputs)  # x.tif.ovr.aux.xml: of x.tif
+                return (up[0], f"{what} of {up[1]}") if up else (main, what)
+    stem, ext = os.path.splitext(path)
+    what = REPLACED.get(ext.lower())
+    if what is None:
+        return None
+    main = next((p for p in inputs if p != path and os.path.splitext(p)[0] == stem
+                 and os.path.splitext(p)[1].lower() not in REPLACED), None)
+    return (main, what) if main is not None else None
+
+
+def without_sidecars(paths: list[str]) -> tuple[list[str], list[str]]:
+    """(`paths` without the sidecars of rasters among them, a note on each one skipped); a sidecar whose
+    raster is not among them is refused."""
+    given = set(paths)
+    real = {os.path.realpath(p) for p in paths if not is_remote(p)}
+    kept, notes = [], []
+    for p in paths:
+        side = sidecar_of(p, given)
+        if side is None:
+            kept.append(p)
+            continue
+        main, what = side
+        if os.path.realpath(main) not in real:
+            raise InputDataError(f"{p} is {what} of {main} (GDAL reads it with that raster), not a raster of its "
+                                 f"own: give {main} instead, or leave {os.path.basename(p)} out")
+        notes.append(f"{p} skipped: {what} of {main}, which GDAL reads with it (no raster of its own)")
+    return kept, notes
+
+
+# -- each file once -----------------------------------------------------------------------------------------
+
+def url_key(path: str) -> str:
+    """A URL or remote /vsi path as one spelling: `/vsicurl/` dropped, cloud schemes as GDAL's prefixes,
+    scheme and host in lower case, no default port, no fragment, the path's `.`/`..` resolved."""
+    s = str(path)
+    for pre in ("/vsicurl/", "/vsicurl_streaming/"):
+        if s.startswith(pre + "http"):
+            s = s[len(pre):]
+    scheme, sep, rest = s.partition("://")
+    if sep and scheme.lower() in CLOUD_SCHEMES:
+        return posixpath.normpath(CLOUD_SCHEMES[scheme.lower()] + rest.split("#", 1)[0])
+    if not sep:
+        return posixpath.normpath(s)
+    u = urllib.parse.urlsplit(s)
+    host = (u.hostname or "").lower()
+    port = u.port if u.port not in (None, {"http": 80, "https": 443}.get(u.scheme.lower())) else None
+    netloc = (f"{u.username}@" if u.username else "") + host + (f":{port}" if port else "")
+    path_ = posixpath.normpath(u.path) if u.path not in ("", "/") else u.path
+    if u.path.endswith("/") and not path_.endswith("/"):
+        path_ += "/"
+    return urllib.parse.urlunsplit((u.scheme.lower(), netloc, path_, u.query, ""))
+
+
+def _digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _local_keys(path: str) -> tuple[str, tuple | None, int | None]:
+    """(real path, (device, inode), size) of a local file; inode and size None when it cannot be stat'ed."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return real, None, None
+    if not os.path.isfile(path):
+        return real, None, None
+    return real, (st.st_dev, st.st_ino), st.st_size
+
+
+def each_once(paths: list[str]) -> tuple[list[str], list[str]]:
+    """(`paths`, each file once: the first name given of it; a note on each name left out)."""
+    first: dict = {}  # key -> the name kept
+    kept, notes, by_size = [], [], {}
+    for p in paths:
+        if is_remote(p):
+            keys, why = [("url", url_key(p))], "the same URL"
+        else:
+            real, inode, size = _local_keys(p)
+            keys, why = [("real", real)] + ([("inode", inode)] if inode else []), "the same file"
+            if size is not None:
+                by_size.setdefault(size, []).append(p)
+        same = next((first[k] for k in keys if k in first), None)
+        if same is not None:
+            notes.append(f"{same} named twice ({p}: {why}), segmented once")
+            continue
+        kept.append(p)
+        for k in keys:
+            first[k] = p
+    copies = _copies([group for group in by_size.values() if len(group) > 1], set(kept))
+    for p, same in copies.items():
+        notes.append(f"{same} named twice ({p}: a byte-identical copy), segmented once")
+    return [p for p in kept if p not in copies], notes
+
+
+def _copies(groups: list[list[str]], kept: set[str]) -> dict[str, str]:
+    """{copy: the first name of its content} among files of one size each (`groups`): content samples
+    first (cheap), whole digests only where the samples agree."""
+    out: dict[str, str] = {}
+    for group in groups:
+        names = [p for p in group if p in kept]
+        if len(names) < 2:
+            continue
+        size = os.path.getsize(names[0])
+        by_sample: dict[str, list[str]] = {}
+        for p in names:
+            by_sample.setdefault(content_sample(p, size), []).append(p)
+        for sample, same in by_sample.items():
+            if len(same) < 2 or sample == "unread":
+                continue
+            seen: dict[str, str] = {}
+            for p in same:
+                try:
+                    d = _digest(p)
+                except OSError:  # unreadable now: the reader says so, as for any input
+                    continue
+                if d in seen:
+                    out[p] = seen[d]
+                else:
+                    seen[d] = p
+    return out
