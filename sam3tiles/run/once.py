@@ -32,6 +32,8 @@ APPENDED = {".ovr": "the external overview", ".msk": "the external mask", ".aux.
 REPLACED = {".ovr": "the external overview", ".aux": "the auxiliary metadata", ".rrd": "the external overview",
             ".tfw": "the world file", ".tifw": "the world file", ".wld": "the world file", ".jgw": "the world file",
             ".pgw": "the world file", ".j2w": "the world file", ".prj": "the projection file"}
+#: Extensions of the rasters whose replaced-ending sidecars are looked for beside them.
+RASTERS = (".tif", ".tiff", ".TIF", ".TIFF", ".jpg", ".jpeg", ".png", ".jp2", ".img")
 #: Bytes read at a time for a whole-content digest (only files whose size and content sample agree).
 CHUNK = 1 << 22
 
@@ -56,7 +58,7 @@ def distinct_inputs(paths: Sequence[str]) -> Distinct:
 def sidecar_of(path: str, inputs: set[str]) -> tuple[str, str] | None:
     """(the raster `path` belongs to, what it is to it) when `path` is a sidecar GDAL reads with a raster:
     an appended ending (`x.tif.ovr`) of an existing file, or an ending in place of the extension
-    (`x.tfw`) of a raster among `inputs`; None otherwise (remote paths: None)."""
+    (`x.tfw`) of a raster among `inputs`, else of one beside it; None otherwise (remote paths: None)."""
     if is_remote(path):
         return None
     low = path.lower()
@@ -72,6 +74,7 @@ def sidecar_of(path: str, inputs: set[str]) -> tuple[str, str] | None:
         return None
     main = next((p for p in inputs if p != path and os.path.splitext(p)[0] == stem
                  and os.path.splitext(p)[1].lower() not in REPLACED), None)
+    main = main or next((stem + e for e in RASTERS if os.path.isfile(stem + e)), None)
     return (main, what) if main is not None else None
 
 
@@ -143,34 +146,32 @@ def each_once(paths: list[str]) -> tuple[list[str], list[str]]:
     first: dict = {}  # key -> the name kept
     kept, notes, by_size = [], [], {}
     for p in paths:
+        size = None
         if is_remote(p):
             keys, why = [("url", url_key(p))], "the same URL"
         else:
             real, inode, size = _local_keys(p)
             keys, why = [("real", real)] + ([("inode", inode)] if inode else []), "the same file"
-            if size is not None:
-                by_size.setdefault(size, []).append(p)
         same = next((first[k] for k in keys if k in first), None)
         if same is not None:
-            notes.append(f"{same} named twice ({p}: {why}), segmented once")
+            notes.append(f"{same} named twice" + (f" ({p}: {why})" if p != same else "") + ", segmented once")
             continue
         kept.append(p)
+        if size is not None:
+            by_size.setdefault(size, []).append(p)
         for k in keys:
             first[k] = p
-    copies = _copies([group for group in by_size.values() if len(group) > 1], set(kept))
+    copies = _copies([group for group in by_size.values() if len(group) > 1])
     for p, same in copies.items():
         notes.append(f"{same} named twice ({p}: a byte-identical copy), segmented once")
     return [p for p in kept if p not in copies], notes
 
 
-def _copies(groups: list[list[str]], kept: set[str]) -> dict[str, str]:
-    """{copy: the first name of its content} among files of one size each (`groups`): content samples
-    first (cheap), whole digests only where the samples agree."""
+def _copies(groups: list[list[str]]) -> dict[str, str]:
+    """{copy: the first name of its content} among distinct files of one size each (`groups`): content
+    samples first (cheap), whole digests only where the samples agree."""
     out: dict[str, str] = {}
-    for group in groups:
-        names = [p for p in group if p in kept]
-        if len(names) < 2:
-            continue
+    for names in groups:
         size = os.path.getsize(names[0])
         by_sample: dict[str, list[str]] = {}
         for p in names:

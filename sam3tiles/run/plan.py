@@ -504,7 +504,7 @@ def expand_inputs(inputs, asset: str | None = None, _lists: tuple[str, ...] = ()
             out.append(s)
     if not out:
         raise UsageError("no input given: name one or more rasters")
-    return list(dict.fromkeys(out))
+    return out  # a file named twice stays so: `once.distinct_inputs` makes it one input and says so
 
 
 def _is_dataset(x) -> bool:
