@@ -4,10 +4,12 @@ header is read, with a note for the plan and the report.
 
 * **The same file, named twice** is one input: the same local file (the same real path: `a/./x.tif`, a
   symlink beside its target; or the same inode: a hard link), a byte-identical copy under another name
-  (files of one size whose content samples (`identity.content_sample`) and then whole-content digests are
-  equal), or the same URL (scheme and host in lower case, no default port, no fragment, `.`/`..` resolved;
-  `/vsicurl/URL` is URL, `s3://b/k` is `/vsis3/b/k`). Kept apart, it would be segmented as a second map
-  of the same ground and every object on it written twice. The first name given is kept.
+  (files of one size whose first and last `EDGE` bytes, then whole contents, are equal: a GeoTIFF's
+  header holds its georeferencing, so the pieces of one delivery differ there and are never read whole),
+  or the same URL (scheme and host in lower case, no default port, no fragment, `.`/`..` resolved;
+  `/vsicurl/URL` is URL, `s3://b/k` is `/vsis3/b/k`; the query string counts). Kept apart, it would be
+  segmented as a second map of the same ground and every object on it written twice. The first name given
+  is kept.
 * **A sidecar** (GDAL reads it with its raster: an external overview `.ovr`, a mask `.msk`, an `.aux.xml`,
   a world file, a `.prj`) is no input of its own. Beside its raster among the inputs (a glob caught both) it
   is skipped; named without its raster, it is refused (exit 3), naming the raster to give instead.
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..errors import InputDataError
-from ..readers.identity import CLOUD_SCHEMES, content_sample
+from ..readers.identity import CLOUD_SCHEMES
 from ..readers.remote import is_remote
 
 #: Endings GDAL appends to a raster's whole name for the files it reads with it.
@@ -34,7 +36,9 @@ REPLACED = {".ovr": "the external overview", ".aux": "the auxiliary metadata", "
             ".pgw": "the world file", ".j2w": "the world file", ".prj": "the projection file"}
 #: Extensions of the rasters whose replaced-ending sidecars are looked for beside them.
 RASTERS = (".tif", ".tiff", ".TIF", ".TIFF", ".jpg", ".jpeg", ".png", ".jp2", ".img")
-#: Bytes read at a time for a whole-content digest (only files whose size and content sample agree).
+#: Bytes read at each end of files of one size to tell them apart before any whole-content digest.
+EDGE = 1 << 14
+#: Bytes read at a time for a whole-content digest (only files whose size and ends agree).
 CHUNK = 1 << 22
 
 
@@ -121,6 +125,17 @@ def url_key(path: str) -> str:
     return urllib.parse.urlunsplit((u.scheme.lower(), netloc, path_, u.query, ""))
 
 
+def _ends(path: str, size: int) -> bytes | None:
+    """The first and last `EDGE` bytes of a file of `size` bytes; None when it cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(EDGE)
+            fh.seek(max(0, size - EDGE))
+            return head + fh.read(EDGE)
+    except OSError:
+        return None
+
+
 def _digest(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -168,16 +183,16 @@ def each_once(paths: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _copies(groups: list[list[str]]) -> dict[str, str]:
-    """{copy: the first name of its content} among distinct files of one size each (`groups`): content
-    samples first (cheap), whole digests only where the samples agree."""
+    """{copy: the first name of its content} among distinct files of one size each (`groups`): their ends
+    first (cheap), whole digests only where the ends agree."""
     out: dict[str, str] = {}
     for names in groups:
         size = os.path.getsize(names[0])
-        by_sample: dict[str, list[str]] = {}
+        by_ends: dict[bytes | None, list[str]] = {}
         for p in names:
-            by_sample.setdefault(content_sample(p, size), []).append(p)
-        for sample, same in by_sample.items():
-            if len(same) < 2 or sample == "unread":
+            by_ends.setdefault(_ends(p, size), []).append(p)
+        for ends, same in by_ends.items():
+            if len(same) < 2 or ends is None:
                 continue
             seen: dict[str, str] = {}
             for p in same:
