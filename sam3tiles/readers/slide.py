@@ -231,7 +231,9 @@ class SlideSource(Source):
             raise RasterReadError(f"{self.path}: cannot read level {level} box ({x0}, {y0}, {x1}, {y1}) "
                                   f"({_first_line(e)}): the file is damaged or truncated") from None
         if ch == "S":
-            data = np.moveaxis(data, -1, 0)[[b - 1 for b in self.bands]]
+            # the samples' axis is last when interleaved (YXS) and first when planar (SYX, PlanarConfiguration 2)
+            kept = [a for a in self.axes if a in ("Y", "X", "S")]
+            data = np.moveaxis(data, kept.index("S"), 0)[[b - 1 for b in self.bands]]
         else:
             data = data[None]
         return data
