@@ -21,9 +21,12 @@ import shapely
 import tifffile
 from rasterio.enums import Resampling
 
+from sam3tiles.evaluate import evaluate
 from sam3tiles.readers.slide import is_slide
 from sam3tiles.run.pipeline import segment_job
 from sam3tiles.testing.slidegen import write_slide
+from sam3tiles.tiling.selection import NO_TISSUE
+from sam3tiles.tiling.tissue import tissue_mask
 
 
 TILING = {"tile_size": 512, "overlap": 128}
@@ -116,3 +119,120 @@ def test_a_gdal_pyramid_without_crs_band_or_pixel_interleaved_gives_the_same_obj
     assert is_slide(path)
     got, _ = run(path, ["indigo", "crimson"])
     same_geometries(got, want)
+
+
+# -- tissue on slides with degenerate channels -------------------------------------------------------------
+
+def fluorescence(h=200, w=400, seed=0) -> tuple[np.ndarray, np.ndarray]:
+    """A nuclear stain: dark glass with camera noise, dim tissue on an ellipse, bright nuclei on it (1, h, w);
+    and where the tissue is."""
+    rng = np.random.default_rng(seed)
+    img = 150.0 + rng.uniform(-40, 40, (1, h, w))
+    yy, xx = np.mgrid[0:h, 0:w]
+    on = ((xx - 140) / 100.0) ** 2 + ((yy - 100) / 80.0) ** 2 <= 1
+    img[0][on] = 600.0 + rng.uniform(-8, 8, int(on.sum()))
+    img[0][on & (xx % 12 < 3) & (yy % 12 < 3)] = 20000.0
+    return img.astype(np.float32), on
+
+
+def degenerate(kind: str, shape: tuple[int, int], seed=1) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if kind == "flat":
+        return np.full(shape, 1000.0)
+    if kind == "saturated":
+        return np.full(shape, 65535.0)
+    if kind == "zero":
+        return np.zeros(shape)
+    if kind == "hot pixel":
+        out = np.full(shape, 300.0)
+        out[5, 7] = 65535.0
+        return out
+    if kind == "noise":  # a channel of camera noise alone, far brighter than the stain's glass
+        return 3000.0 + rng.normal(0, 200, shape)
+    if kind == "mostly saturated":
+        return np.where(rng.random(shape) < 0.9, 65535.0, 40000.0 + rng.normal(0, 500, shape))
+    raise ValueError(kind)
+
+
+DEGENERATE = ["flat", "saturated", "zero", "hot pixel", "noise", "mostly saturated"]
+
+
+@pytest.mark.parametrize("kind", DEGENERATE)
+@pytest.mark.parametrize("position", [0, 1])
+def test_a_degenerate_channel_beside_the_stain_changes_nothing_in_the_tissue_mask(kind, position):
+    stain, on = fluorescence()
+    alone = tissue_mask(stain)
+    assert not alone.note and alone.mask[on].all()
+    channels = [stain[0], degenerate(kind, stain.shape[1:])]
+    tm = tissue_mask(np.stack(channels[::-1] if position else channels).astype(np.float32))
+    assert not tm.note and tm.mode == "fluorescence"
+    assert np.array_equal(tm.mask, alone.mask)
+
+
+@pytest.mark.parametrize("kind", ["flat", "saturated", "zero"])
+def test_a_brightfield_slide_with_a_flat_channel_finds_its_tissue(kind):
+    stain, on = fluorescence()
+    rgb = np.stack([255.0 - stain[0] / 100.0, 240.0 - 0.5 * (stain[0] > 300) * 80, degenerate(kind, on.shape)])
+    rgb = np.clip(rgb, 0, 255).astype(np.float32)
+    tm = tissue_mask(rgb)
+    assert not tm.note and tm.mode == "brightfield"
+    assert tm.mask[on].all() and tm.mask.mean() < on.mean() * 1.15
+
+
+@pytest.mark.parametrize("kind", ["flat", "saturated", "zero", "hot pixel"])
+def test_a_fluorescence_slide_with_a_degenerate_channel_runs_every_tile_with_objects(kind, tmp_path):
+    """The issue's case: nuclear stain, its copy, and a degenerate third channel (RGB: nuclei yellow)."""
+    slide = write_slide(tmp_path / "fl.ome.tif", 1600, 1000, seed=12, mode="fluorescence", tissue=0.5,
+                        cell=64, fill=0.6, size=(20.0, 44.0))
+    path = tmp_path / f"{kind}.ome.tif"
+    write_tiff(path, [np.stack([lvl, lvl, degenerate(kind, lvl.shape).astype(lvl.dtype)])
+                      for lvl in levels_of(slide.path)], planar=False, ome=True, rgb=False)
+    got, report = run(path, ["yellow"])
+    assert report.skipped_by.get(NO_TISSUE, 0) > 0 and "tissue on 5" in report.area["tissue"][0]
+    assert evaluate(got, slide.truth.assign(**{"class": "yellow"}))["f1"].min() >= 0.995
+
+
+# -- what the tissue note says ---------------------------------------------------------------------------------
+
+def _two_edges() -> np.ndarray:
+    """Two channels, each with tissue at one end of the slide, reaching its edges."""
+    a, _ = fluorescence(seed=2)
+    b = a.copy()
+    a[0][:, :140] = 5000.0
+    b[0][:, 260:] = 5000.0
+    return np.concatenate([a, b])
+
+
+def _uneven() -> np.ndarray:
+    rng = np.random.default_rng(3)
+    img = rng.uniform(0, 16000, (1, 200, 400))
+    img[0][60:140, 100:300] = 20000.0
+    return img.astype(np.float32)
+
+
+def _coloured() -> np.ndarray:
+    """Brightfield stained to its edges (eosin pink), with dark nuclei in its middle."""
+    rng = np.random.default_rng(4)
+    img = np.asarray((236.0, 196.0, 214.0))[:, None, None] + rng.uniform(-8, 8, (3, 200, 400))
+    img[:, 80:120, 150:250] = np.asarray((80.0, 12.0, 128.0))[:, None, None]
+    return img.astype(np.float32)
+
+
+NOTES = {  # case: (overview, what the note says before "tissue cannot be told from glass, ...")
+    "one value": (lambda: np.full((3, 200, 400), 200.0, np.float32), "every channel of the slide has one value"),
+    "empty glass": (lambda: fluorescence()[0][:, :, 300:], "nothing on the slide differs from its border: all "
+                    "glass, or tissue to the edges"),
+    "tissue at the edges": (_two_edges, "the tissue seems to reach the slide's edges (only "),
+    "uneven border": (_uneven, "the slide's border is too uneven to be empty glass"),
+    "coloured border": (_coloured, "the slide's border is coloured or darker than empty glass"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOTES))
+def test_the_tissue_note_says_what_was_found_and_that_every_tile_runs(case):
+    make, says = NOTES[case]
+    tm = tissue_mask(make())
+    assert tm.mask.all()
+    assert says in tm.note, tm.note
+    assert tm.note.endswith("tissue cannot be told from glass, so every tile is segmented (none skipped)")
+    assert "background" not in tm.note and "no glass found" not in tm.note

@@ -9,7 +9,7 @@ raster without a CRS: pixel coordinates of the full-resolution level, origin top
   average when shrinking, pixel replication for integer zooms (`--scale 2`, `4`: object edges stay on
   pixel edges), bilinear for other zooms, exact copies when the grid falls on the level.
 * Channels (`--channels`, alias of `--bands`, 1-based): one becomes grey, three become RGB. Planar
-  channels (axis C, fluorescence) and interleaved samples (axis S, RGB brightfield) are both handled;
+  channels (axis C, fluorescence) and samples (axis S, RGB brightfield, interleaved or planar) are both handled;
   other axes (T, Z, ...) must be singletons.
 * Data that is not uint8 is stretched to uint8 with one linear map for the whole slide: percentiles
   2 and 98 of a low pyramid level (per channel for fluorescence channels, jointly for RGB samples).
