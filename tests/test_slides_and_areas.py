@@ -12,15 +12,20 @@ the raster's edge or with Z coordinates, through the real pipeline (reference ba
 
 from __future__ import annotations
 
+import json
 import warnings
 
+import geopandas as gpd
 import numpy as np
 import pytest
 import rasterio
 import shapely
 import tifffile
+from click.testing import CliRunner
 from rasterio.enums import Resampling
+from shapely.geometry import Polygon
 
+from sam3tiles.cli.main import cli
 from sam3tiles.evaluate import evaluate
 from sam3tiles.readers.slide import is_slide
 from sam3tiles.run.pipeline import segment_job
@@ -236,3 +241,75 @@ def test_the_tissue_note_says_what_was_found_and_that_every_tile_runs(case):
     assert says in tm.note, tm.note
     assert tm.note.endswith("tissue cannot be told from glass, so every tile is segmented (none skipped)")
     assert "background" not in tm.note and "no glass found" not in tm.note
+
+
+# -- areas of interest at the raster's edge, and with Z ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    d = tmp_path_factory.mktemp("small")
+    return write_slide(d / "s.ome.tif", 1200, 900, seed=3)
+
+
+EDGES = {  # --aoi: (exit code, what is said)
+    "1200,900,1300,1000": (2, "only touches the input along an edge or at a corner (no area in common)"),  # corner
+    "1200,0,1300,900": (2, "only touches the input along an edge or at a corner (no area in common)"),  # edge
+    "1199.5,0,1300,900": (0, "s.ome.tif only in a sliver at its edge (450 px, 0.50% of the area): the run segments "
+                             "the tiles along it and writes only the objects that reach into it"),
+    "1300,0,1400,900": (2, "does not overlap the input: the area spans"),
+}
+
+
+@pytest.mark.parametrize("aoi", list(EDGES))
+def test_an_area_touching_the_slide_at_an_edge_is_refused_and_a_sliver_is_said(small, aoi, tmp_path):
+    code, says = EDGES[aoi]
+    out = tmp_path / "o.gpkg"
+    res = CliRunner().invoke(cli, ["segment", str(small.path), "--text", "indigo", "--backend", "reference",
+                                   "--workers", "1", "--aoi", aoi, "--out", str(out), "--tissue", "off"])
+    assert res.exit_code == code, res.output
+    assert says in " ".join(res.output.split()), res.output
+    assert "Traceback" not in res.output
+    assert out.exists() == (code == 0)
+    if code == 0:  # said in the report and the plan too
+        report = json.loads((tmp_path / "o.gpkg.report.json").read_text())
+        assert says in report["area"]["edge"][0]
+        plan = CliRunner().invoke(cli, ["plan", str(small.path), "--aoi", aoi])
+        assert plan.exit_code == 0 and "area: --aoi" in plan.output and "sliver" in plan.output
+
+
+def _z_area(path, z=True, crs=None):
+    ring = [(200, 100), (900, 120), (880, 800), (150, 760)]
+    poly = Polygon([(x, y, 5.0 + i) for i, (x, y) in enumerate(ring)] if z else ring)
+    if str(path).endswith(".geojson") and crs is None:  # a QuPath-like export: no crs member
+        path.write_text(json.dumps({"type": "FeatureCollection", "features": [
+            {"type": "Feature", "properties": {}, "geometry": shapely.geometry.mapping(poly)}]}))
+    else:
+        gpd.GeoDataFrame(geometry=[poly], crs=crs).to_file(path)
+    return path
+
+
+@pytest.mark.parametrize("clip", [False, True])
+def test_an_area_with_z_gives_2d_outputs_on_a_slide(small, clip, tmp_path):
+    flat, _ = run(small.path, ["indigo"], aoi=str(_z_area(tmp_path / "flat.geojson", z=False)), aoi_clip=clip,
+                  tissue="off")
+    out = tmp_path / "z.gpkg"
+    got, _ = run(small.path, ["indigo"], aoi=str(_z_area(tmp_path / "z.geojson")), aoi_clip=clip, tissue="off",
+                 out=out)
+    assert not got.has_z.any() and not gpd.read_file(out).has_z.any()
+    same_geometries(got, flat)
+
+
+def test_an_area_with_z_in_another_crs_gives_2d_outputs_on_a_georeferenced_raster(tmp_path):
+    from sam3tiles.testing.demo import CRS_DEMO, write_scene
+
+    scene = write_scene(tmp_path / "scene.tif", 1000, 1000, seed=3, n_fields=0)
+    with rasterio.open(scene.path) as ds:
+        t = ds.transform
+    ring = [(200, 100), (900, 120), (880, 800), (150, 760)]
+    poly = Polygon([(t.c + t.a * col, t.f + t.e * row, 100.0) for col, row in ring])
+    area = tmp_path / "area.gpkg"
+    gpd.GeoDataFrame(geometry=[poly], crs=CRS_DEMO.to_wkt()).to_crs(4326).to_file(area)
+    assert gpd.read_file(area).has_z.all()
+    out = tmp_path / "o.gpkg"
+    got, _ = run(scene.path, ["red", "blue"], aoi=str(area), aoi_clip=True, out=out)
+    assert len(got) and not got.has_z.any() and not gpd.read_file(out).has_z.any()
