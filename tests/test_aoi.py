@@ -207,7 +207,7 @@ def test_tissue_auto_encodes_half_the_tiles_of_a_slide_a_third_tissue_and_finds_
 def test_a_slide_without_glass_skips_nothing(tmp_path):
     slide = write_slide(tmp_path / "all.ome.tif", 1600, 1200, seed=2)
     inp = plan_input(str(slide.path), Options(backend="reference", **TILING))
-    assert inp.selection() is None and "no glass found" in inp.skips.tissue
+    assert inp.selection() is None and "every tile is segmented (none skipped)" in inp.skips.tissue
 
 
 # -- the pieces ----------------------------------------------------------------------------------------------
@@ -265,7 +265,7 @@ def test_the_tissue_mask_fills_holes_drops_specks_and_keeps_every_tissue_pixel(b
 def test_a_slide_all_tissue_or_all_glass_is_never_skipped():
     values, _ = _glass(True)
     values[:] = np.asarray((236.0, 196.0, 214.0), np.float32)[:, None, None]  # tissue to the edges
-    assert tissue_mask(values).mask.all() and "no glass" in tissue_mask(values).note
+    assert tissue_mask(values).mask.all() and "every tile is segmented" in tissue_mask(values).note
 
 
 def test_areas_are_read_from_files_in_any_crs_qupath_lists_and_boxes(tmp_path):

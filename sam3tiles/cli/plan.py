@@ -87,6 +87,8 @@ def _show_map(inp, name: str, opts, prompts: int, report, report_path):
     why = ", ".join(f"{int(why[k])} {k}" for k in sorted(why.index, key=lambda k: (order.index(k) if k in order
                                                                                  else len(order), k)))
     click.echo(f"tiles: {n} ({rows} rows x {cols} cols), {n - run} skipped{f' ({why})' if why else ''}, {run} to run")
+    if inp.skips is not None and inp.skips.edge:
+        click.echo(f"area: {inp.skips.edge}")
     if inp.skips is not None and inp.skips.tissue:
         click.echo(f"tissue: {inp.skips.tissue}")
     if opts.aoi is not None:

@@ -73,7 +73,7 @@ def read_area(spec: str, crs) -> Area:
     if not len(geoms):
         raise InputDataError(f"{opt('aoi', spec)} holds no geometry: draw the area (one or more polygons) and "
                              "save it again")
-    geoms = _polygons(spec, geoms)
+    geoms = shapely.force_2d(_polygons(spec, geoms))  # a drawn Z (3D polygons) would pass into clipped outputs
     geoms = _placed(spec, path, gdf.crs, geoms, crs)
     area = shapely.union_all(shapely.make_valid(geoms))
     area = _polygonal(area)
@@ -169,7 +169,7 @@ def _placed(spec: str, path: str, file_crs, geoms: np.ndarray, crs) -> np.ndarra
 
 def _is_wgs84(crs) -> bool:
     try:
-        return crs.to_epsg() == 4326 or "CRS84" in crs.to_string()
+        return crs.to_epsg() in (4326, 4979) or "CRS84" in crs.to_string()  # 4979: GDAL's for a GeoJSON with Z
     except Exception:  # noqa: BLE001
         return False
 

@@ -9,7 +9,7 @@ raster without a CRS: pixel coordinates of the full-resolution level, origin top
   average when shrinking, pixel replication for integer zooms (`--scale 2`, `4`: object edges stay on
   pixel edges), bilinear for other zooms, exact copies when the grid falls on the level.
 * Channels (`--channels`, alias of `--bands`, 1-based): one becomes grey, three become RGB. Planar
-  channels (axis C, fluorescence) and interleaved samples (axis S, RGB brightfield) are both handled;
+  channels (axis C, fluorescence) and samples (axis S, RGB brightfield, interleaved or planar) are both handled;
   other axes (T, Z, ...) must be singletons.
 * Data that is not uint8 is stretched to uint8 with one linear map for the whole slide: percentiles
   2 and 98 of a low pyramid level (per channel for fluorescence channels, jointly for RGB samples).
@@ -230,9 +230,10 @@ class SlideSource(Source):
         except Exception as e:  # noqa: BLE001 - codecs raise their own kinds (zlib.error, ...)
             raise RasterReadError(f"{self.path}: cannot read level {level} box ({x0}, {y0}, {x1}, {y1}) "
                                   f"({_first_line(e)}): the file is damaged or truncated") from None
-        if ch == "S":  # samples last (YXS, interleaved) or first (SYX, a planar-separate TIFF)
-            at = [a for a in self.axes if a in "YXS"].index("S")
-            data = np.moveaxis(data, at, 0)[[b - 1 for b in self.bands]]
+        if ch == "S":
+            # the samples' axis is last when interleaved (YXS) and first when planar (SYX, PlanarConfiguration 2)
+            kept = [a for a in self.axes if a in ("Y", "X", "S")]
+            data = np.moveaxis(data, kept.index("S"), 0)[[b - 1 for b in self.bands]]
         else:
             data = data[None]
         return data

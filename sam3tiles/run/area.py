@@ -5,7 +5,9 @@ in the area, and what the plan says about them.
   in the input's CRS, as source pixels) and, for slides, `--tissue auto` (`tiling.tissue`, from a
   low-resolution level). The plan keeps them (`InputPlan.skips`); `InputPlan.selection()` applies them to
   the input's final grid (an exemplar strip may narrow it after the input is opened).
-* `check_area_meets(inputs, text)`: an area that meets no input is exit 2 naming both extents.
+* `check_area_meets(inputs, text)`: an area that meets no input is exit 2 naming both extents (one that only
+  touches an input's edge or corner meets it not); one that overlaps an input in a sliver is said (a warning,
+  the plan).
 * `AreaFilter`: objects that intersect the area are written whole, the others not; with `--aoi-clip`
   clipped to it (their area columns then follow the clipped shape).
 * `skip_lines`, `skip_estimate`: the plan's and the dry run's words and GPU time saved.
@@ -26,10 +28,12 @@ from ..errors import UsageError
 from ..readers.area import Area, read_area
 from ..tiling.selection import OUTSIDE, AreaSkip, MaskSkip, TileSelection, describe_counts
 from ..tiling.tissue import MASK_SIDE, tissue_mask
-from ..wording import opt
+from ..wording import opt, spoken
 
 log = logging.getLogger(__name__)
 
+#: An area whose part inside an input is under this share of both the area and the input overlaps it in a sliver.
+SLIVER = 0.01
 #: Pixels a tissue overview may decode at most (a slide without a pyramid level near `MASK_SIDE`: none).
 TISSUE_READ_BUDGET = 32_000_000
 
@@ -42,24 +46,45 @@ class InputSkips:
     rules: tuple = ()
     area: Area | None = None
     tissue: str = ""
-    meets: bool = True  # the area meets the input
+    meets: bool = True  # the area meets the input (has an area in common with it)
+    edge: str = ""  # a note when the area only touches the input or overlaps it in a sliver
 
 
 def plan_skips(src, opts) -> InputSkips:
     """The skip rules of one open input (`src`, a `readers.Source`) under `opts`."""
     rules: list = []
     area, meets = None, True
+    edge = ""
     if opts.aoi is not None:
         area = read_area(opts.aoi, src.crs)
         px = affinity.affine_transform(area.geometry, (~src.transform).to_shapely())
-        meets = bool(px.intersects(shapely.box(0, 0, src.width, src.height)))
-        rules.append(AreaSkip(px))
+        meets, edge = _overlap(px, src, opts.aoi)
+        rules.append(AreaSkip(px if meets else shapely.Polygon()))  # touching alone runs no tile
     tissue = ""
     if opts.tissue == "auto" and src.kind == "slide":
         rule, tissue = _tissue_rule(src)
         if rule is not None:
             rules.append(rule)
-    return InputSkips(tuple(rules), area, tissue, meets)
+    return InputSkips(tuple(rules), area, tissue, meets, edge)
+
+
+def _overlap(px: BaseGeometry, src, text: str) -> tuple[bool, str]:
+    """Whether the area (source pixels) has an area in common with the input, and a note when that part is a
+    sliver (under `SLIVER` of both the area and the input: usually a shifted area or the wrong CRS)."""
+    raster = shapely.box(0, 0, src.width, src.height)
+    if not px.intersects(raster):
+        return False, ""
+    inside = px.intersection(raster).area
+    if inside <= 0:
+        return False, spoken(f"{opt('aoi', text)} touches {src.path} only along its edge or at a corner, with no "
+                             "area in common: no tile of it runs")
+    if inside < SLIVER * px.area and inside < SLIVER * raster.area:
+        note = spoken(f"{opt('aoi', text)} overlaps {src.path} only in a sliver at its edge ({inside:.4g} px, "
+                      f"{inside / px.area:.2%} of the area): the run segments the tiles along it and writes only the "
+                      "objects that reach into it: check the area's CRS or coordinates if more was meant")
+        log.warning("%s", note)
+        return True, note
+    return True, ""
 
 
 def _tissue_rule(src) -> tuple[MaskSkip | None, str]:
@@ -81,13 +106,21 @@ def _tissue_rule(src) -> tuple[MaskSkip | None, str]:
 
 def check_area_meets(inputs: Sequence, text: str | None) -> None:
     """An area of interest that meets none of `inputs` (`InputPlan`s): exit 2 naming both extents."""
-    if text is None or not inputs or any(i.skips is None or i.skips.meets for i in inputs):
+    if text is None or not inputs:
+        return
+    if any(i.skips is None or i.skips.meets for i in inputs):
+        for i in inputs:  # an input the area only touches runs no tile: said, as the others run
+            if i.skips is not None and not i.skips.meets and i.skips.edge:
+                log.warning("%s", i.skips.edge)
         return
     first = inputs[0]
     crs = first.crs.to_string() if first.crs is not None else "pixels"
     area = ",".join(f"{v:.10g}" for v in first.skips.area.bounds)
     rasters = "; ".join(f"{i.path}: " + ",".join(f"{v:.10g}" for v in i.bounds) for i in inputs[:3])
-    raise UsageError(f"{opt('aoi', text)} does not overlap the input{'s' if len(inputs) > 1 else ''}: the area spans "
+    plural = "s" if len(inputs) > 1 else ""
+    how = (f"only touches the input{plural} along an edge or at a corner (no area in common)"
+           if any(i.skips.edge for i in inputs) else f"does not overlap the input{plural}")
+    raise UsageError(f"{opt('aoi', text)} {how}: the area spans "
                      f"{area} and {rasters}{'; ...' if len(inputs) > 3 else ''} (in {crs}): check the area's CRS "
                      "or coordinates")
 
@@ -115,7 +148,7 @@ class AreaFilter:
         if self.clip and len(out):
             inside = shapely.within(out, self.area)
             cut = shapely.intersection(out[~inside], self.area)
-            cut = np.asarray([_polygonal(c) for c in cut], dtype=object)
+            cut = shapely.force_2d(np.asarray([_polygonal(c) for c in cut], dtype=object))  # outputs are 2D
             out[~inside] = cut
             ok = ~shapely.is_empty(out) & (shapely.area(out) > 0)
             self.clipped += int((~inside).sum() - (~ok).sum())
@@ -142,6 +175,8 @@ def skip_lines(selection: TileSelection | None, skips: InputSkips | None) -> lis
                    + (f", {selection.skipped} skipped ({counts})" if counts else ", none skipped"))
         if any(r.reason == OUTSIDE for r in selection.rules):
             out.append("  the area grows at run time where an object in it crosses into a skipped tile")
+    if skips is not None and skips.edge:
+        out.append(f"  {skips.edge}")
     if skips is not None and skips.tissue:
         out.append(f"  {skips.tissue}")
     return out
@@ -180,6 +215,8 @@ class InputArea:
             report.area.setdefault("aoi", area.text)
             report.area["clip"] = bool(opts.aoi_clip)
             report.area.setdefault("tiles_grown", 0)
+        if skips is not None and skips.edge:
+            report.area.setdefault("edge", []).append(skips.edge)
         if skips is not None and skips.tissue:
             report.area.setdefault("tissue", []).append(f"{inp.path}: {skips.tissue}")
 

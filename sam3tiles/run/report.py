@@ -46,7 +46,8 @@ class RunReport:
     # tiles skipped per reason (`tiling.selection`: outside the area, no tissue, all nodata)
     skipped_by: dict = field(default_factory=dict)
     # the area of interest: aoi (as given), clip, tiles_grown, objects_outside (not written), objects_clipped;
-    # tissue: a note per slide (its share, or why none was skipped)
+    # edge: a note per input the area only touches or overlaps in a sliver; tissue: a note per slide (its share,
+    # or why none was skipped)
     area: dict = field(default_factory=dict)
     objects: int = 0
     objects_by_prompt: dict = field(default_factory=dict)
@@ -121,6 +122,7 @@ class RunReport:
             out.append(f"area of interest {a['aoi']}: grown into {a.get('tiles_grown', 0)} skipped tile(s) where an "
                        f"object crossed its edge; {a.get('objects_outside', 0)} object(s) outside it not written"
                        + (f", {a.get('objects_clipped', 0)} clipped to it" if a.get("clip") else ""))
+        out += [f"area: {t}" for t in a.get("edge", [])]
         out += [f"tissue: {t}" for t in a.get("tissue", [])]
         return out
 

@@ -4,22 +4,25 @@
 its own values before the stretch: `readers.Source.overview`) and returns a boolean mask. The rule, in
 order (docs/area-of-interest.md):
 
-1. *Values to [0, 1].* Divided by the 99.9th percentile of every band's values together (colours keep
-   their ratios: glass is about 1 in brightfield).
-2. *Brightfield or fluorescence.* The median brightness (mean of the bands) of the slide's border ring
-   (`BORDER` of each side: glass lies at the edges of a scanned slide) decides: >= 0.5, a light
-   background (brightfield: glass is the brightest thing there is); below, a dark one (fluorescence).
-3. *The signal* s, 0 on the background: brightfield `max(saturation, 1 - brightness)` (saturation:
-   max - min of the bands; stained tissue is coloured, darker than glass, or both); fluorescence
-   `max over the bands` of each band divided by its own 99.9th percentile (tissue fluoresces in some
-   channel, glass in none). A 3 x 3 mean smooths the noise.
-4. *The background's level and noise* from the border ring. Level m = the ring's median, noise sigma =
-   1.4826 x its median absolute deviation (at least `MIN_SIGMA`). Tissue: s > m + `K_SIGMA` sigma, and at
-   least `MIN_STEP` above m.
-5. *No glass found* (tissue to the edges): when fewer than `GLASS_RING` of the ring's pixels are
-   background, or the background is not flat (sigma > `MAX_SIGMA`), or in brightfield not glass-like
-   (its signal above `MAX_LEVEL`: glass is white and grey, stained tissue is not), every pixel is tissue:
-   nothing is skipped (said in the plan and the log).
+1. *Flat channels out.* A channel whose 0.1th and 99.9th percentiles differ by at most `FLAT` of their
+   size (one value: constant, saturated, all zero; a few hot pixels aside) says nothing about the tissue and
+   is left out; when every channel is flat, every pixel is tissue (nothing is skipped).
+2. *Brightfield or fluorescence.* Brightfield when the median of the slide's border ring (`BORDER` of
+   each side: glass lies at the edges of a scanned slide) lies in the upper half of every channel's range
+   (0.1th to 99.9th percentile: glass is the brightest thing there is); else fluorescence (dark glass).
+3. *The signal* s, 0 on the background: brightfield `max(saturation, 1 - brightness)` of the values
+   divided by the 99.9th percentile of every channel together (saturation: max - min of the channels;
+   stained tissue is coloured, darker than glass, or both); fluorescence, each channel divided by its own
+   99.9th percentile, on its own (tissue fluoresces in some channel, glass in none; a channel bright
+   everywhere must not hide another's tissue). A 3 x 3 mean smooths the noise.
+4. *The background's level and noise* from the border ring, per signal. Level m = the ring's median, noise
+   sigma = 1.4826 x its median absolute deviation (at least `MIN_SIGMA`). Tissue: s > m + `K_SIGMA` sigma,
+   and at least `MIN_STEP` above m, in any channel; a channel where nothing stands so high has no say.
+5. *Unsure: every pixel is tissue* (nothing is skipped, said in the plan and the log, with the reason) when
+   nothing stands out anywhere (all glass, or tissue to the edges), when fewer than `GLASS_RING` of the
+   ring's pixels are background, when the background is not flat (sigma > `MAX_SIGMA`), or in brightfield
+   not glass-like (its signal above `MAX_LEVEL`: glass is white and grey, stained tissue is not), or when
+   only dust is left after step 6.
 6. *Holes and specks.* Holes in the tissue are filled (a lumen, fat, a tear: glass inside tissue is
    tissue's), then specks of at most `SPECK` mask pixels are dropped (dust on the glass). The mask is then
    grown by one pixel: the smoothing's mean of tissue and glass can fall under the threshold on tissue's
@@ -44,6 +47,9 @@ MIN_SIGMA = 0.002  # the noise's floor (a perfectly flat, synthetic or clipped b
 MIN_STEP = 0.01  # tissue lies at least this far above the background (values in [0, 1])
 MAX_SIGMA = 0.05  # a background noisier than this is no glass (tissue to the edges)
 MAX_LEVEL = 0.1  # nor, in brightfield, one whose signal lies higher
+FLAT = 1e-3  # a channel whose values spread less than this share of their size is flat: no information
+UNSURE_FLAT = "every channel of the slide has one value throughout"
+UNSURE_NONE = "nothing on the slide differs from its border: all glass, or tissue to the edges"
 SPECK = 16  # tissue components of at most this many mask pixels (2 x 2 before the 3 x 3 smoothing) are dust
 
 
@@ -77,32 +83,69 @@ def tissue_mask(values: np.ndarray) -> TissueMask:
     ring = _ring(v.shape[1:]) & valid
     if not ring.any():
         ring = valid
+    lo, hi = np.percentile(v[:, valid], (0.1, 99.9), axis=1)
+    varies = hi - lo > FLAT * np.maximum(np.maximum(np.abs(lo), np.abs(hi)), 1e-12)
+    if not varies.any():
+        return _everything(v, "unknown", 0.0, 0.0, UNSURE_FLAT)
+    # a flat channel (one value, saturated, empty, a hot pixel aside) says nothing about where the tissue is
+    v, lo, hi = v[varies], lo[varies], hi[varies]
+    border = np.median(v[:, ring], axis=1)
+    bright = bool((border - lo >= 0.5 * (hi - lo)).all())  # glass at the top of every channel's range
     joint = np.clip(v / max(float(np.percentile(v[:, valid], 99.9)), 1e-12), 0.0, 1.0)
-    bright = float(np.median(joint.mean(axis=0)[ring])) >= 0.5
     if bright:
         sat = joint.max(axis=0) - joint.min(axis=0) if len(v) > 1 else np.zeros(v.shape[1:], np.float32)
-        s = np.maximum(sat, 1.0 - joint.mean(axis=0))
-    else:
-        top = np.array([np.percentile(b[valid], 99.9) for b in v], np.float32)
-        s = np.clip(v / np.maximum(top, 1e-12)[:, None, None], 0.0, 1.0).max(axis=0)
-    s = ndimage.uniform_filter(s, 3, mode="nearest")
+        found = [_above(np.maximum(sat, 1.0 - joint.mean(axis=0)), ring)]
+    else:  # each channel against its own glass: a channel bright everywhere hides no other channel's tissue
+        found = [_above(np.clip(b / max(float(np.percentile(b[valid], 99.9)), 1e-12), 0.0, 1.0), ring)
+                 for b in v]
     mode = "brightfield" if bright else "fluorescence"
-    level = float(np.median(s[ring]))
-    sigma = max(MIN_SIGMA, 1.4826 * float(np.median(np.abs(s[ring] - level))))
-    threshold = level + max(K_SIGMA * sigma, MIN_STEP)
-    tissue = (s > threshold) & valid
-    glass_ring = float((~tissue[ring]).mean())
-    if glass_ring < GLASS_RING or sigma > MAX_SIGMA or (bright and level > MAX_LEVEL):
-        note = (f"no glass found at the slide's edges ({glass_ring:.0%} of its border ring is background, level "
-                f"{level:.3f}, noise {sigma:.3f}): every tile is taken for tissue")
-        return TissueMask(np.ones(s.shape, bool), mode, level, threshold, note)
+    found = [f for f in found if (f[0] & valid).any()]  # a channel that shows no tissue has no say
+    if not found:
+        return _everything(v, mode, 0.0, 1.0, UNSURE_NONE)
+    tissue = np.logical_or.reduce([f[0] for f in found]) & valid
+    level, threshold, sigma = max(f[1] for f in found), min(f[2] for f in found), max(f[3] for f in found)
+    unsure = _unsure(float((~tissue[ring]).mean()), sigma, bright and level > MAX_LEVEL)
+    if unsure:
+        return _everything(v, mode, level, threshold, unsure)
     tissue = ndimage.binary_fill_holes(tissue)
     labels, n = ndimage.label(tissue, np.ones((3, 3), bool))
     if n:
         sizes = np.bincount(labels.ravel(), minlength=n + 1)
         tissue = (sizes > SPECK)[labels] & tissue
+    if not tissue.any():  # dust alone: an empty slide is rare enough that running it is the safe guess
+        return _everything(v, mode, level, threshold, UNSURE_NONE)
     tissue = ndimage.binary_dilation(tissue, np.ones((3, 3), bool)) & valid
     return TissueMask(tissue, mode, level, threshold)
+
+
+def _above(s: np.ndarray, ring: np.ndarray) -> tuple[np.ndarray, float, float, float]:
+    """Where the signal `s` (0 on glass) stands above the border ring's level by `K_SIGMA` noise sigmas and
+    `MIN_STEP`, after a 3 x 3 mean: (tissue, level, threshold, sigma)."""
+    from scipy import ndimage
+
+    s = ndimage.uniform_filter(s, 3, mode="nearest")
+    level = float(np.median(s[ring]))
+    sigma = max(MIN_SIGMA, 1.4826 * float(np.median(np.abs(s[ring] - level))))
+    threshold = level + max(K_SIGMA * sigma, MIN_STEP)
+    return s > threshold, level, threshold, sigma
+
+
+def _unsure(glass_ring: float, sigma: float, coloured: bool) -> str:
+    """Why the border ring is no empty glass to measure the tissue against ("" when it is)."""
+    if glass_ring < GLASS_RING:
+        return (f"the tissue seems to reach the slide's edges (only {glass_ring:.0%} of the border looks like empty "
+                "glass)")
+    if sigma > MAX_SIGMA:
+        return "the slide's border is too uneven to be empty glass"
+    if coloured:
+        return "the slide's border is coloured or darker than empty glass (stain or tissue at the edges)"
+    return ""
+
+
+def _everything(v: np.ndarray, mode: str, level: float, threshold: float, why: str) -> TissueMask:
+    """The whole slide taken for tissue, and why, in the words of the plan and the report."""
+    note = f"{why}: tissue cannot be told from glass, so every tile is segmented (none skipped)"
+    return TissueMask(np.ones(v.shape[1:], bool), mode, level, threshold, note)
 
 
 def _ring(shape: tuple[int, int]) -> np.ndarray:
