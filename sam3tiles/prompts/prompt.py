@@ -38,11 +38,11 @@ class GeoBox:
         parts = [p.strip() for p in text.split(",")]
         label = True
         if len(parts) == 5:
-            tag = parts.pop().lower()
-            if tag in ("neg", "negative", "0", "-"):
-                label = False
-            elif tag not in ("pos", "positive", "1", "+"):
-                raise UsageError(f"{opt('boxes', repr(text))}: the fifth value must be 'neg' or 'pos'")
+            tag = parts.pop().strip().lower()
+            if tag not in LABELS:
+                raise UsageError(f"{opt('boxes', repr(text))}: the fifth value must be 'neg' or 'pos' "
+                                 f"({accepted_labels()})")
+            label = LABELS[tag]
         if len(parts) != 4:
             raise UsageError(f"{opt('boxes', repr(text))}: give MINX,MINY,MAXX,MAXY[,neg] in the raster's CRS")
         try:
@@ -264,10 +264,11 @@ def raster_bounds(transform: Affine, width: int, height: int) -> tuple[float, fl
     return (min(xs), min(ys), max(xs), max(ys))
 
 
-def read_vector(path: str, raster_crs, what: str):
+def read_vector(path: str, raster_crs, what: str, reproject: bool = True):
     """A vector file GDAL reads, as a GeoDataFrame in the raster's CRS (`what`: the argument naming it, for
     messages: box_file, point_file). A missing, unreadable or empty file is exit 3; so is one without a CRS on
-    a georeferenced raster, or whose coordinates cannot be in its CRS."""
+    a georeferenced raster, or whose coordinates cannot be in its CRS. `reproject` False: checked the same,
+    but left in its own CRS (points placed map by map: `points.plan_points`)."""
     import geopandas as gpd
     import numpy as np
     import pyogrio.errors
@@ -294,6 +295,8 @@ def read_vector(path: str, raster_crs, what: str):
             raise CRSError(f"{opt(what, path)}: its CRS ({gdf.crs.to_string()}) is longitude/latitude but its "
                            f"coordinates ({x0:.6g}, {y0:.6g}, ...) are not: set the CRS they are in (a GeoJSON "
                            "file is always WGS84; write projected coordinates as GeoPackage)")
+    if not reproject:
+        return gdf
     gdf = gdf.to_crs(raster_crs.to_wkt())
     if not np.isfinite(gdf.total_bounds).all():
         raise CRSError(f"{opt(what, path)}: its features cannot be placed in the raster's CRS "
@@ -301,29 +304,81 @@ def read_vector(path: str, raster_crs, what: str):
     return gdf
 
 
-def is_negative(label) -> bool:
-    """A `label` column's value that marks a negative example or click: 0, neg, negative, false, -."""
-    return str(label).strip().lower() in ("0", "0.0", "neg", "negative", "false", "-")
+#: The values a `label` column (--box-file, --point-file) and the last part of --box / --point take, ignoring
+#: case and spaces; numbers 1/0 (1.0, 0.0) and booleans too. One rule for every prompt that has a sign.
+LABELS = {**dict.fromkeys(("1", "true", "pos", "positive", "fg", "foreground", "yes", "+"), True),
+          **dict.fromkeys(("0", "false", "neg", "negative", "bg", "background", "no", "-"), False)}
+
+
+def label_value(value) -> bool | None:
+    """A label as True (positive), False (negative) or None (not a label: `LABELS` says what is). Missing
+    values (None, NaN, NA, empty text) are positive, as features without a `label` column are."""
+    import numpy as np
+    import pandas as pd
+
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if not text or text in LABELS:
+            return LABELS.get(text, True)
+        try:
+            value = float(text)  # '1.0', '0.0'
+        except ValueError:
+            return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, numbers.Real):
+        return True if math.isnan(value) else {1.0: True, 0.0: False}.get(float(value))
+    return None
+
+
+def accepted_labels() -> str:
+    """The accepted label spellings, for messages."""
+    pos = "/".join(k for k, v in LABELS.items() if v)
+    neg = "/".join(k for k, v in LABELS.items() if not v)
+    return f"positive {pos}, negative {neg} (any case; also booleans and 1.0/0.0; empty: positive)"
+
+
+def read_labels(gdf, what: str, path: str) -> list[bool]:
+    """Per feature of a prompt file, whether it is positive: its `label` column by `label_value`, positive
+    without the column. A value that is no label is refused (InputDataError) naming the values found, since
+    taking it either way would silently turn clicks or examples around."""
+    from ..errors import InputDataError
+
+    if "label" not in gdf.columns:
+        return [True] * len(gdf)
+    signs = [label_value(v) for v in gdf["label"]]
+    bad = [i for i, s in enumerate(signs) if s is None]
+    if bad:
+        found = list(dict.fromkeys(repr(_plain_label(gdf["label"].iloc[i])) for i in bad))
+        raise InputDataError(f"{opt(what, path)}: its 'label' column holds {', '.join(found[:5])}"
+                             f"{', ...' if len(found) > 5 else ''} ({len(bad)} feature(s), the first feature "
+                             f"{bad[0] + 1}), which is no label: write {accepted_labels()}")
+    return [bool(s) for s in signs]
+
+
+def _plain_label(value):
+    return value.item() if hasattr(value, "item") and getattr(value, "ndim", None) == 0 else value
 
 
 def read_box_file(path: str, raster_crs) -> list[GeoBox]:
     """Example boxes from any vector file GDAL reads, reprojected to the raster's CRS.
 
-    Each feature's bounding box is one example; a `label` column (1/0, positive/negative, pos/neg) marks
-    negatives, default positive.
+    Each feature's bounding box is one example; a `label` column marks negatives (`read_labels`: 1/0,
+    pos/neg, yes/no, ...), default positive.
     """
     from ..errors import InputDataError
 
     gdf = read_vector(path, raster_crs, "box_file")
-    labels = gdf["label"] if "label" in gdf.columns else [1] * len(gdf)
     out = []
-    for geom, lab in zip(gdf.geometry, labels):
+    for geom, positive in zip(gdf.geometry, read_labels(gdf, "box_file", path)):
         if geom is None or geom.is_empty:
             continue
         x0, y0, x1, y1 = geom.bounds
         if x1 <= x0 or y1 <= y0:
             raise InputDataError(f"{opt('box_file', path)}: a feature has no area (a point or line): draw boxes")
-        out.append(GeoBox(x0, y0, x1, y1, not is_negative(lab)))
+        out.append(GeoBox(x0, y0, x1, y1, positive))
     return out
 
 

@@ -210,8 +210,10 @@ def _points_report(plan: RunPlan, report: RunReport) -> None:
     if plan.points is None:
         return
     pts = plan.points
-    report.points.update(given=pts.positives, negative=len(pts.points) - pts.positives,
+    report.points.update(given=len(pts.points), positive=pts.positives, negative=len(pts.points) - pts.positives,
                          outside=sum(o < 0 and p.positive for p, o in zip(pts.points, pts.owner)))
+    if pts.renamed:
+        report.points["renamed"] = dict(pts.renamed)
     if report.points["outside"]:
         log.warning(spoken(f"{report.points['outside']} positive point(s) of {opt('point_file')} lie outside every "
                            "input: they are in no output"))

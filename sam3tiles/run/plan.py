@@ -362,15 +362,21 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
 
 
 def _plan_prompts(planned: Sequence[InputPlan], texts, geo_boxes: list, box_file, chips, given_points, point_file):
-    """(the example boxes, with the box file's; the run's points or None; its prompts), read in the first
-    map's CRS and checked to lie on some map."""
+    """(the example boxes, with the box file's; the run's points or None; its prompts): boxes read in the first
+    map's CRS, points each in the CRS of the map that holds it; all checked to lie on some map."""
     crs0, bounds = planned[0].crs, [i.bounds for i in planned]
     n_given = len(geo_boxes)
     if box_file:
         check_box_file(box_file)
         geo_boxes = geo_boxes + read_box_file(box_file, crs0)
     check_boxes_inside(geo_boxes, n_given, bounds, crs0, box_file)
-    pts = plan_points(given_points, point_file, crs0, bounds)
+    pts = None
+    if given_points or point_file:
+        from ..units import area_column
+        from .frames import COLUMNS  # the output's own columns: a point file's of those names are carried renamed
+
+        own = (*COLUMNS, *dict.fromkeys(area_column(i.frame) for i in planned))
+        pts = plan_points(given_points, point_file, [(i.crs, i.bounds) for i in planned], own)
     prompts = tuple(build_prompts(texts, geo_boxes, chips)) if pts is None else ()
     return geo_boxes, pts, prompts
 

@@ -62,7 +62,8 @@ class RunReport:
     # extra (passes), folded (their detections of an object another pass had found: one answer a tile)
     decoder_passes: dict = field(default_factory=dict)
     output_notes: list = field(default_factory=list)  # e.g. which tools open a GeoParquet output
-    # point prompts (run.points): given, negative, outside (positive points in no input); per status found,
+    # point prompts (run.points): given (every point), positive, negative, outside (positive points in no input),
+    # renamed (a point file's columns carried under another name: file's name -> output's); per status found,
     # nothing, background, failed, partial; encodes = home_tiles + follow_encodes
     points: dict = field(default_factory=dict)
     # the maps the inputs form (issue 38: `run.maps.map_facts`, when several files), and files kept apart
@@ -143,7 +144,8 @@ class RunReport:
         p = self.points
         if not p:
             return []
-        return [f"points: {p.get('given', 0)} positive, {p.get('negative', 0)} negative; {p.get('found', 0)} found, "
+        return [f"points: {p.get('given', 0)} given ({p.get('positive', 0)} positive, {p.get('negative', 0)} "
+                f"negative); {p.get('found', 0)} found, "
                 f"not found: {p.get('nothing', 0)} nothing there, {p.get('background', 0)} background"
                 + (f", {p['failed']} failed" if p.get("failed") else "")
                 + (f", {p['outside']} outside every input" if p.get("outside") else "")
