@@ -153,3 +153,21 @@ def test_evaluate_names_the_truth_column_holding_the_prompts(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="sam3tiles.evaluate"):  # classes that meet: nothing to say
         assert evaluate(gpd.read_file(pred), truth_gdf, class_col="label")["f1"].min() == 1
     assert not caplog.records
+
+
+# -- the cluster examples without their cluster package: one line naming it --------------------------------
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.mark.parametrize("script, module, package", [("cluster_slurm.py", "dask_jobqueue", "dask-jobqueue"),
+                                                     ("cluster_local_cuda.py", "dask_cuda", "dask-cuda")])
+def test_a_cluster_example_names_the_package_it_needs(tmp_path, script, module, package):
+    import importlib.util
+
+    if importlib.util.find_spec(module) is not None:
+        pytest.skip(f"{package} is installed here")
+    r = subprocess.run([sys.executable, str(EXAMPLES / script), "x.tif", "--out", "x.gpkg"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith(f"Error: {script} needs {package}") and f"pip install {package}" in line, line
