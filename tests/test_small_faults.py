@@ -171,3 +171,39 @@ def test_a_cluster_example_names_the_package_it_needs(tmp_path, script, module, 
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     [line] = r.stderr.strip().splitlines()
     assert line.startswith(f"Error: {script} needs {package}") and f"pip install {package}" in line, line
+
+
+# -- the dashboard port: a run in this process leaves 8787 to whoever owns it ------------------------------
+DASHBOARD = 8787
+
+
+def _listening(port: int) -> bool:
+    import psutil
+
+    return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port
+               for c in psutil.Process().net_connections(kind="tcp"))
+
+
+def test_a_run_in_this_process_neither_takes_nor_warns_about_port_8787(scene):
+    import socket
+    import warnings
+
+    from sam3tiles.run.engine import open_engine
+
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            held.bind(("0.0.0.0", DASHBOARD))
+            held.listen()
+        except OSError:
+            pass  # taken already, which is the case under test
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rep = sam3tiles.segment_report(str(scene.path), "red", backend="reference", workers=1, checkpoint=False)
+    assert rep.objects > 0
+    assert not [str(w.message) for w in caught if "in use" in str(w.message) or str(DASHBOARD) in str(w.message)]
+    # its scheduler serves its health page on a free port of the loopback, whether 8787 is free or not
+    with open_engine(client=None, scheduler=None, workers=1) as engine:
+        http = engine.client.cluster.scheduler.http_server
+        assert not engine.distributed and http.address == "127.0.0.1" and http.port != DASHBOARD
+        assert not _listening(DASHBOARD)
