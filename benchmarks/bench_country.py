@@ -73,7 +73,7 @@ def measure(tiles: int, workers: int, threads: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_country_") as tmp:
         src, scale = make_source(Path(tmp), tiles)
         cluster = LocalCluster(n_workers=1, threads_per_worker=workers, processes=not threads,
-                               dashboard_address=None, resources={"GPU": 1}, silence_logs=50)
+                               dashboard_address=":0", resources={"GPU": 1}, silence_logs=50)
         client = Client(cluster)
         peak = {"rss": 0, "tasks": 0}
         curve: list = []

@@ -13,6 +13,22 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
+from pathlib import Path
+
+
+def needs(module: str, package: str):
+    """Import `module`, or end with one line naming the package to install (exit 2: the setup, not a fault)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module:  # the package is there but broken: its own error says more
+            raise
+        print(f"Error: {Path(__file__).name} needs {package}, which is not installed: pip install {package} "
+              "(or try the setup with --cpu-dry-run)", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def make_cluster(gpus: str | None, threads: int, cpu_dry_run: bool):
@@ -21,8 +37,7 @@ def make_cluster(gpus: str | None, threads: int, cpu_dry_run: bool):
 
         return LocalCluster(n_workers=2, threads_per_worker=threads, processes=True, resources={"GPU": 1},
                             dashboard_address=":0", silence_logs=logging.ERROR)
-    from dask_cuda import LocalCUDACluster
-
+    LocalCUDACluster = needs("dask_cuda", "dask-cuda").LocalCUDACluster
     # resources= is passed to every worker: each has one GPU and says so
     return LocalCUDACluster(CUDA_VISIBLE_DEVICES=gpus, threads_per_worker=threads, resources={"GPU": 1})
 

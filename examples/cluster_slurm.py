@@ -14,10 +14,26 @@ and the model is loaded once per job. Inputs and outputs must be on a file syste
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+
+
+def needs(module: str, package: str):
+    """Import `module`, or end with one line naming the package to install (exit 2: the setup, not a fault)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module:  # the package is there but broken: its own error says more
+            raise
+        print(f"Error: {Path(__file__).name} needs {package}, which is not installed: pip install {package}",
+              file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def make_cluster(args):
-    from dask_jobqueue import SLURMCluster
+    SLURMCluster = needs("dask_jobqueue", "dask-jobqueue").SLURMCluster
 
     return SLURMCluster(
         queue=args.partition,

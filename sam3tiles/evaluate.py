@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pandas as pd
 import shapely
 
+from .wording import opt, spoken
+
 IOU_MATCH = 0.5
+log = logging.getLogger(__name__)
 
 
 def _match(pred: np.ndarray, truth: np.ndarray, iou_min: float):
@@ -75,11 +80,30 @@ def evaluate(pred, truth, class_col: str = "class", pred_class_col: str = "promp
     if class_col not in truth.columns or pred_class_col not in pred.columns:
         pc = pd.Series(["all"] * len(pred), index=pred.index)
         tc = pd.Series(["all"] * len(truth), index=truth.index)
+    if len(pc) and len(tc) and not set(pc) & set(tc):
+        log.warning(spoken(_unmet(set(pc), set(tc), truth, class_col)))
     rows = []
     for cls in sorted(set(tc) | set(pc)):
         r = evaluate_class(pred.geometry[pc == cls].values, truth.geometry[tc == cls].values, iou_min)
         rows.append({"class": cls, **r})
     return pd.DataFrame(rows)
+
+
+def _unmet(prompts: set, classes: set, truth, class_col: str) -> str:
+    """Why every class scores 0: no prompt is a class of the truth (a box-prompt run's prompts are
+    `visual`). Names both, and a truth column that holds the prompts when one does."""
+    def some(values: set) -> str:
+        shown = sorted(values)[:8]
+        return ", ".join(shown) + (f" and {len(values) - len(shown)} more" if len(values) > len(shown) else "")
+
+    texts = [c for c in truth.columns if c not in (class_col, truth.geometry.name)
+             and (pd.api.types.is_object_dtype(truth[c]) or pd.api.types.is_string_dtype(truth[c]))]
+    holds = [c for c in texts if prompts & set(truth[c].dropna().astype(str).str.lower())]
+    fix = (f"its column {holds[0]!r} holds them: {opt('class_col', holds[0])}" if holds else
+           f"name the truth column that holds the prompts with {opt('class_col')}, or give the truth the prompts "
+           "as its class values")
+    return (f"no prompt of the predictions is a class of the truth, so every object scores as a miss: prompts "
+            f"({some(prompts)}), classes in truth column {class_col!r} ({some(classes)}); {fix}")
 
 
 def format_table(df: pd.DataFrame) -> str:

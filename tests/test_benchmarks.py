@@ -1,6 +1,7 @@
 """Every benchmark runs at its smoke size (`--smoke`: seconds, in this process), so none can rot unnoticed.
 
-The figures are printed (`pytest -s` shows them), never asserted: they mean nothing at these sizes.
+The figures are printed (`pytest -s` shows them; otherwise they are captured, shown only for a failing
+test), never asserted: they mean nothing at these sizes.
 What is asserted is that each benchmark runs to the end and prints its figures.
 """
 
@@ -33,14 +34,18 @@ def bench_cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.mark.parametrize("name", BENCHMARKS)
-def test_benchmark_smoke(name, capsys):
+def test_benchmark_smoke(name, capsys, request):
     if name == "bench_gpu_encoder" or name == "bench_onnx_stages":
         pytest.importorskip("onnxruntime")
     module = importlib.import_module(f"benchmarks.{name}")
     assert module.main(["--smoke"]) == 0
     out = capsys.readouterr().out
-    with capsys.disabled():
-        print(f"\n[{name} --smoke]\n{out.strip()[-1500:]}")
+    figures = f"\n[{name} --smoke]\n{out.strip()[-1500:]}"
+    if request.config.getoption("capture") == "no":  # pytest -s: shown, as asked
+        with capsys.disabled():
+            print(figures)
+    else:  # captured: a quiet run stays quiet; a failing test shows them
+        print(figures)
     assert out.strip(), f"{name} printed no figures"
 
 

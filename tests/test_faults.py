@@ -912,7 +912,7 @@ def test_a_result_lost_with_its_worker_after_it_finished_is_computed_again_not_a
                 yield fut
 
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, resources={"GPU": 1},
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
         expected = segment_report(str(src), texts, client=client, **kw)
         monkeypatch.setattr(distributed, "as_completed", LoseTheFirst)
         got = segment_report(str(src), texts, client=client, **kw)

@@ -68,7 +68,8 @@ def test_the_text_speaks_a_users_words_and_ends_with_every_file_written(scene, t
     # the JSON records every path written
     assert report["files"] == {"objects": [str(out)], "labels": str(labels),
                                "previews": [str(tmp_path / "objects.gpkg.preview.png")],
-                               "report": str(tmp_path / "objects.gpkg.report.json"), "work_dir": str(work)}
+                               "report": str(tmp_path / "objects.gpkg.report.json"), "work_dir": str(work),
+                               "removed": []}
     assert all(Path(p).exists() for p in (*report["files"]["objects"], report["files"]["labels"], work))
     assert report["units"]["seconds"].startswith("s") and report["units"]["wall_seconds"] == "s"
     assert report["checkpoint"]["clean"] is False and work.is_dir()  # kept by default, for the rerun
@@ -85,7 +86,8 @@ def test_clean_removes_the_work_folder_after_a_run_with_no_failed_tile(scene, tm
     work = tmp_path / "o.gpkg.sam3tiles-work"
     assert not work.exists() and f"work folder {work}: removed after the run (--clean)" in text
     report = json.loads((tmp_path / "o.gpkg.report.json").read_text())
-    assert report["checkpoint"]["clean"] is True and report["files"]["work_dir"] == str(work)
+    assert report["checkpoint"]["clean"] is True and report["files"]["work_dir"] is None
+    assert report["files"]["removed"] == [str(work)]  # deleted, so not listed as written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.gpkg", "o.gpkg.preview.png", "o.gpkg.report.json"]
 
 

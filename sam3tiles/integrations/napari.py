@@ -30,14 +30,16 @@ in source pixels), so a vertex at source pixel coordinates (x, y) becomes (row, 
 * Label images (.tif / .ome.tif written by `--labels`, .ome.zarr): a labels layer, the pyramid as a
   multiscale list of lazy arrays (zarr, read as napari asks).
 * Rasters sam3tiles segments, asked by napari (a GeoTIFF, an OME-TIFF or pyramidal slide
-  `readers.slide.is_slide` takes): an image layer, its overviews or pyramid as a multiscale list.
+  `readers.slide.is_slide` takes): an image layer, its overviews or pyramid as a multiscale list; an RGB
+  image is an RGB layer whether its bands are interleaved or stored one after another.
 
 **Which files are ours.** A label image or vector output is ours by the mark every writer puts into the
 file's metadata: the `sam3tiles` run metadata (a GeoPackage or FlatGeobuf layer's metadata item,
 GeoParquet's pandas attrs, the GeoJSON FeatureCollection's foreign member; `writers.vector`,
 `frames.file_metadata`), the label TIFF's tag or OME name (`writers.labels.TAG`, `writers.ome.LABELS_NAME`),
-the OME-Zarr root's `sam3tiles` attribute. Anything else, or a file that cannot be read, gets None from
-`get_reader`, so napari asks its other readers. Of a GeoPackage only the marked layers are read.
+the OME-Zarr root's `sam3tiles` attribute. Anything else, or a file that cannot be read (a TIFF cut short,
+an OME-Zarr missing a label group it lists), gets None from `get_reader`, so napari asks its other readers.
+Of a GeoPackage only the marked layers are read.
 
 **How napari chooses a reader** (napari 0.5+, npe2): by the file's name alone, before any reader looks
 inside. `viewer.open(path)` uses napari's own reader unless `plugin=` names another (`plugin=None`: choose
@@ -81,8 +83,8 @@ def get_reader(path):
         path = path[0]
     p = str(path).rstrip("/" + os.sep)
     low = p.lower()
-    if low.endswith(".ome.zarr") and os.path.isdir(p):
-        return read_labels if "sam3tiles" in _attrs(Path(p)) else None  # `writers.ome.open_ome_zarr`
+    if low.endswith(".ome.zarr") and os.path.isdir(p):  # `writers.ome.open_ome_zarr`; its label groups there
+        return read_labels if "sam3tiles" in _attrs(Path(p)) and _zarr_groups(Path(p)) else None
     if low.endswith(RASTER) and os.path.isfile(p):
         kind = _tiff_kind(p)
         return read_labels if kind == "labels" else read_raster if kind == "raster" else None
@@ -293,6 +295,8 @@ def _tiff_kind(p: str) -> str | None:
 
     try:
         with tifffile.TiffFile(p) as tf:
+            if not _whole(tf):
+                return None
             gdal = tf.pages[0].tags.get(42112)
             if (tf.is_ome and LABELS_NAME in (tf.ome_metadata or "")) or bool(gdal and TAG in str(gdal.value)):
                 return "labels"
@@ -300,6 +304,19 @@ def _tiff_kind(p: str) -> str | None:
         return "raster" if geotiff or is_slide(p) else None
     except Exception:  # noqa: BLE001 - not a TIFF tifffile reads: not ours
         return None
+
+
+def _whole(tf) -> bool:
+    """Every strip or tile of every level of the first series lies within the file: a TIFF cut short (a
+    copy or download that stopped) has its header and tile index but not all its tiles, which napari
+    would only find reading them, and no reader can."""
+    size = tf.filehandle.size
+    for level in tf.series[0].levels:
+        for page in (q for q in level.pages if q is not None):
+            ends = np.asarray(page.dataoffsets, np.int64) + np.asarray(page.databytecounts, np.int64)
+            if ends.size and int(ends.max()) > size:
+                return False
+    return True
 
 
 def _tiff_levels(p: str):
@@ -312,7 +329,20 @@ def _tiff_levels(p: str):
     series = tf.series[0]
     node = zarr.open(tf.aszarr(series=0), mode="r")
     levels = [node[str(i)] for i in range(len(series.levels))] if len(series.levels) > 1 else [node]
+    if _planar_rgb(series):  # bands one after the other: napari's RGB has the samples last
+        import dask.array as da
+
+        levels = [da.from_zarr(level).transpose(1, 2, 0) for level in levels]
     return tf, series, levels
+
+
+def _planar_rgb(series) -> bool:
+    """An RGB(A) image stored band after band (planar configuration 2: GDAL's INTERLEAVE=BAND): axes SYX."""
+    import tifffile
+
+    page = series.keyframe
+    return (series.axes == "SYX" and series.shape[0] in (3, 4)
+            and page.photometric == tifffile.PHOTOMETRIC.RGB)
 
 
 def _tiff_frame(tf, p: str) -> dict:
@@ -327,40 +357,74 @@ def _tiff_frame(tf, p: str) -> dict:
         return frame_metadata(ds.transform, ds.crs.to_wkt() if ds.crs else None)
 
 
-def read_labels(path, stack: bool = False) -> list[tuple]:
-    """A labels layer: every level of the pyramid, full resolution first (lazy zarr arrays)."""
+def _opened(p: str):
+    """`_tiff_levels`, or None for a file that is no longer a whole TIFF tifffile reads (changed since
+    `get_reader` looked: a reader says None for what it cannot read, and napari asks its other readers)."""
+    try:
+        opened = _tiff_levels(p)
+    except Exception:  # noqa: BLE001 - whatever tifffile or zarr refuses
+        return None
+    if not _whole(opened[0]):
+        opened[0].close()
+        return None
+    return opened
+
+
+def read_labels(path, stack: bool = False) -> list[tuple] | None:
+    """A labels layer: every level of the pyramid, full resolution first (lazy zarr arrays); None for a
+    file that cannot be read."""
     p = _one(path)
     if p.lower().endswith(".ome.zarr"):
-        return _zarr_layers(p)
-    tf, _, levels = _tiff_levels(p)
+        try:
+            return _zarr_layers(p) or None
+        except Exception:  # noqa: BLE001 - a store zarr cannot open: not read
+            return None
+    if (opened := _opened(p)) is None:
+        return None
+    tf, _, levels = opened
     kwargs = {"name": Path(p).name.split(".")[0], "multiscale": len(levels) > 1,
               "metadata": {"path": p, "sam3tiles": _tiff_frame(tf, p)}}
     return [(levels if len(levels) > 1 else levels[0], kwargs, "labels")]
 
 
-def read_raster(path, stack: bool = False) -> list[tuple]:
+def read_raster(path, stack: bool = False) -> list[tuple] | None:
     """An image layer of a raster sam3tiles segments (a GeoTIFF, a slide): its overviews or pyramid as the
-    levels, in the frame of our shapes and labels (its own pixels)."""
+    levels, in the frame of our shapes and labels (its own pixels); RGB as RGB, however its bands are
+    stored. None for a file that cannot be read."""
     p = _one(path)
-    tf, series, levels = _tiff_levels(p)
+    if (opened := _opened(p)) is None:
+        return None
+    tf, series, levels = opened
     kwargs = {"name": Path(p).name.split(".")[0], "multiscale": len(levels) > 1,
               "metadata": {"path": p, "sam3tiles": _tiff_frame(tf, p)}}
-    if series.axes.endswith("S") and series.shape[-1] in (3, 4):
+    if (series.axes.endswith("S") and series.shape[-1] in (3, 4)) or _planar_rgb(series):
         kwargs["rgb"] = True
     return [(levels if len(levels) > 1 else levels[0], kwargs, "image")]
 
 
+def _zarr_groups(root: Path) -> list[tuple[str, dict]]:
+    """(name, multiscales) of each image-label group the OME-Zarr lists (root `labels`, else `labels/.zattrs`)
+    and holds, with every level folder there; empty when one is missing (a store with a group deleted)."""
+    names = _attrs(root).get("labels") or [f"labels/{n}" for n in _attrs(root / "labels").get("labels", [])]
+    groups = []
+    for name in names if isinstance(names, list) else ():
+        ms = (_attrs(root / str(name)).get("multiscales") or [None])[0]
+        paths = [d.get("path") for d in ms.get("datasets") or []] if isinstance(ms, dict) else []
+        if not paths or not all(isinstance(q, str) and (root / name / q).is_dir() for q in paths):
+            return []
+        groups.append((str(name), ms))
+    return groups
+
+
 def _zarr_layers(p: str) -> list[tuple]:
-    """Each image-label group the OME-Zarr lists (root `labels`, else `labels/.zattrs`)."""
+    """Each image-label group the OME-Zarr lists (`_zarr_groups`)."""
     import zarr
     from affine import Affine
 
     root = Path(p)
-    names = _attrs(root).get("labels") or [f"labels/{n}" for n in _attrs(root / "labels").get("labels", [])]
     layers = []
-    for name in names:
+    for name, ms in _zarr_groups(root):
         group = zarr.open_group(str(root / name), mode="r")
-        ms = _attrs(root / name)["multiscales"][0]
         levels = [group[d["path"]] for d in ms["datasets"]]
         meta = {"path": str(root / name), "multiscales": ms, "sam3tiles": frame_metadata(Affine.identity(), None)}
         layers.append((levels if len(levels) > 1 else levels[0],

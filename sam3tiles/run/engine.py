@@ -11,7 +11,6 @@ import logging
 import os
 import re
 import sys
-import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -281,6 +280,10 @@ LOCAL_CONFIG = {"distributed.worker.daemon": False, "distributed.admin.tick.limi
                 "distributed.worker.memory.monitor-interval": "1s"}
 
 
+#: Where the in-process cluster's scheduler serves HTTP (its /health page; it has no dashboard).
+LOCAL_HTTP = "127.0.0.1:0"
+
+
 @contextmanager
 def _local_engine(workers: int | None):
     """An Engine on an in-process cluster (threads): `workers` threads and one for the model, whose single
@@ -293,11 +296,11 @@ def _local_engine(workers: int | None):
     if dlog.level == logging.NOTSET or dlog.level < logging.WARNING:
         dlog.setLevel(logging.WARNING)
     with dask.config.set(LOCAL_CONFIG):
-        with warnings.catch_warnings():
-            # an in-process cluster still serves /health over HTTP; another one on 8787 is no concern
-            warnings.filterwarnings("ignore", message="Port .* is already in use")
-            cluster = LocalCluster(n_workers=1, threads_per_worker=n + 1, processes=False,
-                                   dashboard_address=None, resources={"GPU": 1}, silence_logs=logging.ERROR)
+        # no dashboard, but the scheduler still serves /health over HTTP, by default on 8787: the port of
+        # the user's own Dask dashboard. Any free port on this machine's loopback instead
+        cluster = LocalCluster(n_workers=1, threads_per_worker=n + 1, processes=False, dashboard_address=None,
+                               scheduler_kwargs={"dashboard_address": LOCAL_HTTP}, resources={"GPU": 1},
+                               silence_logs=logging.ERROR)
         c = Client(cluster, set_as_default=False)
         try:
             yield Engine(c, distributed=False, gpu_resource=True, threads=n + 1)

@@ -132,22 +132,38 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
             report.checkpoint["stored"] = store.puts
             store.close()
     if report.checkpoint.get("clean") and plan.work_dir is not None:
-        clear_work_dir(plan.work_dir)  # only the files sam3tiles writes there, then the folder if it is empty
-        report.checkpoint["removed"] = not plan.work_dir.exists()
+        _clean(plan, report)
+        if gdf is not None:
+            gdf.attrs["sam3tiles_report"] = report.as_dict()
     if opts.strict and report.failed:
         raise TilesFailedError(f"{report.failed} tile(s) failed (see the report); rerun to retry them")
     _saturation_advice(report, opts)
     return gdf, report
 
 
+def _clean(plan: RunPlan, report: RunReport) -> None:
+    """--clean: delete the files sam3tiles wrote in the work folder, then the folder if it is empty. A folder
+    gone is listed as removed (`files.removed`), not as written; the JSON report, written before, is
+    written again to say so."""
+    clear_work_dir(plan.work_dir)  # only the files sam3tiles writes there, then the folder if it is empty
+    removed = not plan.work_dir.exists()
+    report.checkpoint["removed"] = removed
+    if removed:
+        report.files["work_dir"] = None
+        report.files["removed"] = [str(plan.work_dir)]
+    if plan.report_path is not None and plan.report_path.exists():
+        with disk_errors(plan.report_path.parent, "the report"):
+            report.write_json(plan.report_path)
+
+
 def written_files(plan: RunPlan) -> dict:
     """Every path the run writes, for the report (`RunReport.files`): the vector outputs, the label image,
-    the previews, the report, the work folder."""
+    the previews, the report, the work folder; `removed`: what the run deleted (--clean: the work folder)."""
     opts = plan.options
     return {"objects": [str(p) for p in plan.outputs], "labels": str(plan.labels) if plan.labels else None,
             "previews": [] if opts.no_preview else [str(preview_path(p, opts.layer)) for p in plan.outputs],
             "report": str(plan.report_path) if plan.report_path else None,
-            "work_dir": str(plan.work_dir) if plan.work_dir else None}
+            "work_dir": str(plan.work_dir) if plan.work_dir else None, "removed": []}
 
 
 def _publish(plan: RunPlan, report: RunReport, store: TileStore | None, pending: Deferred, t_start: float) -> None:

@@ -24,7 +24,7 @@ UNITS = {"seconds": "s (read, prompt, encode, decode, vectorize: summed over til
          "tiles_per_second": "tiles per second of wall time",
          "merge": "counts of parts (a part: one tile's piece of an object) and objects",
          "merge.coverage": "the input CRS's units squared (square metres on a metre CRS; without a CRS, source "
-                           "pixels)", "files": "paths as written"}
+                           "pixels)", "files": "paths as written (removed: paths deleted after the run)"}
 
 
 @dataclass
@@ -74,7 +74,8 @@ class RunReport:
     refine: dict = field(default_factory=dict)  # see refine.RefineStats.add_to
     checkpoint: dict = field(default_factory=dict)  # work_dir, reused (tile-prompt results), stored, partial_tiles,
     # removed (--clean: the work folder was removed after the run)
-    # every path the run wrote: objects (the vector outputs), labels, previews, report, work_dir (None: not written)
+    # every path the run wrote: objects (the vector outputs), labels, previews, report, work_dir (None: not written
+    # or removed); removed: what it deleted once done (--clean: the work folder)
     files: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=lambda: {s: 0.0 for s in STAGES})
     wall_seconds: float = 0.0
@@ -223,9 +224,9 @@ class RunReport:
         """The work folder (what it is for, when it may go) and every file written, with its size."""
         f, lines = self.files, []
         work = f.get("work_dir")
-        if work and self.checkpoint.get("removed"):
-            lines.append(spoken(f"work folder {work}: removed after the run ({opt('clean')})"))
-        elif work and os.path.isdir(work):
+        lines += [spoken(f"work folder {gone}: removed after the run ({opt('clean')})")
+                  for gone in f.get("removed") or ()]
+        if work and os.path.isdir(work):
             lines.append(spoken(f"work folder {work} ({human_size(_size(work))}): checkpoints, so that a rerun resumes "
                                 f"where this one stopped; delete it once you no longer need to rerun "
                                 f"({opt('clean')} deletes it after a run that had no failed tile)"))
