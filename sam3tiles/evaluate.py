@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import shapely
 
-from .wording import opt, spoken
+from .wording import spoken
 
 IOU_MATCH = 0.5
 log = logging.getLogger(__name__)
@@ -99,9 +99,10 @@ def _unmet(prompts: set, classes: set, truth, class_col: str) -> str:
     texts = [c for c in truth.columns if c not in (class_col, truth.geometry.name)
              and (pd.api.types.is_object_dtype(truth[c]) or pd.api.types.is_string_dtype(truth[c]))]
     holds = [c for c in texts if prompts & set(truth[c].dropna().astype(str).str.lower())]
-    fix = (f"its column {holds[0]!r} holds them: {opt('class_col', holds[0])}" if holds else
-           f"name the truth column that holds the prompts with {opt('class_col')}, or give the truth the prompts "
-           "as its class values")
+    # `evaluate`'s own option, not a run's: spelled for both its doors here
+    fix = (f"its column {holds[0]!r} holds them: --class-col {holds[0]} (class_col={holds[0]!r} in Python)"
+           if holds else "name the truth column that holds the prompts with --class-col NAME (class_col= in "
+           "Python), or give the truth the prompts as its class values")
     return (f"no prompt of the predictions is a class of the truth, so every object scores as a miss: prompts "
             f"({some(prompts)}), classes in truth column {class_col!r} ({some(classes)}); {fix}")
 

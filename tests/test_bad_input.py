@@ -534,9 +534,11 @@ def _bracket_name(tmp):
 
 
 def _same_stems(tmp):
-    for sub in ("a", "b"):
+    for k, sub in enumerate(("a", "b")):  # two files (one background pixel apart: a byte-identical copy is one input)
         (tmp / sub).mkdir()
-        write(tmp / sub / "scene.tif", square_image())
+        data = square_image()
+        data[0, 0, 0] ^= k
+        write(tmp / sub / "scene.tif", data)
     return tmp
 
 
@@ -988,12 +990,15 @@ CASES.update(DOOR_CASES)
 
 # -- issue 36: files a run writes beside its output (preview, report, labels) against what it reads ---------------
 
-def _png(path):
-    """The square as a plain PNG (no CRS: pixel coordinates) at `path`."""
+def _png(path, mark: int = 0):
+    """The square as a plain PNG (no CRS: pixel coordinates) at `path`; `mark` > 0 changes one background pixel,
+    so that two such files are two files (a byte-identical copy is one input)."""
     from PIL import Image
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.moveaxis(square_image(), 0, -1)).save(path, format="PNG")
+    data = square_image()
+    data[0, 0, 0] ^= mark
+    Image.fromarray(np.moveaxis(data, 0, -1)).save(path, format="PNG")
     return path
 
 
@@ -1111,7 +1116,7 @@ SIDE_CASES: dict[str, Case] = {
         r"the input .*labels\.tif is this run's own label image" + _OWN + r", or write the label image elsewhere",
         keeps=("out.gpkg",)),
     "job-glob-picks-up-its-own-preview": Case(
-        _job_after(lambda t: (_png(t / "o" / "photo.png"), _png(t / "o" / "out.gpkg.preview.png")),
+        _job_after(lambda t: (_png(t / "o" / "photo.png"), _png(t / "o" / "out.gpkg.preview.png", mark=1)),
                    _with(inputs=["o/*.png"], output={"path": "o/out.gpkg", "overwrite": True})), 2,
         r"the input .*out\.gpkg\.preview\.png is this run's own preview" + _OWN
         + r", or give output\.path another name",

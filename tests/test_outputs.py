@@ -359,12 +359,11 @@ def test_preview_outlines_objects_and_is_bounded(lonlat, tmp_path, monkeypatch):
 
 
 def test_preview_of_several_inputs_has_a_panel_each(lonlat, tmp_path):
-    import shutil
-
+    from sam3tiles.testing import other_file
     from sam3tiles.writers import quicklook
 
     path, cars = lonlat
-    other = shutil.copy(path, tmp_path / "other.tif")
+    other = other_file(path, tmp_path / "other.tif")
     gdf, _ = run([path, other], ["red"], out=tmp_path / "both.gpkg")
     assert len(gdf) == 2 * len(cars)
     img = np.asarray(Image.open(tmp_path / "both.gpkg.preview.png").convert("RGB")).astype(int)

@@ -243,10 +243,9 @@ def small_pixel(scene) -> float:
 
 
 def test_fresh_scale_and_changed_input_recompute(small, tmp_path):
-    import shutil
+    from sam3tiles.testing import other_file
 
-    other = tmp_path / "other.tif"
-    shutil.copy(small.path, other)
+    other = other_file(small.path, tmp_path / "other.tif")
     _run([small.path, other], ["red"], tmp_path, out=tmp_path / "both.gpkg")
     _, rep, c = _run([small.path, other], ["red"], tmp_path, out=tmp_path / "both.gpkg", fresh=True)
     assert (rep.done, rep.resumed, c["encodes"]) == (18, 0, 18) and rep.checkpoint["reused"] == 0
@@ -270,12 +269,10 @@ def test_stale_lock_and_temp_files_of_a_killed_run_are_cleaned(small, tmp_path):
 def test_folder_output_is_written_at_the_end(small, tmp_path):
     """Per-input outputs appear together when the run ends, so a run killed before then leaves none and
     its rerun is not stopped by 'output exists'."""
-    import shutil
-
     import sam3tiles.run.pipeline as pl
+    from sam3tiles.testing import other_file
 
-    other = tmp_path / "other.tif"
-    shutil.copy(small.path, other)
+    other = other_file(small.path, tmp_path / "other.tif")
     (tmp_path / "out").mkdir()
     seen = []
     orig = pl.run_input

@@ -57,6 +57,17 @@ def write_raster(path, data: np.ndarray, transform=None, crs=UTM, nodata=None, *
 BLUE, RED, BG = (18, 22, 232), (230, 20, 25), (92, 112, 84)
 
 
+def other_file(src, dst):
+    """A copy of the raster `src` at `dst` that is another file: its top-left pixel's first band differs by one
+    (a byte-identical copy is the same input, segmented once). Returns `dst`."""
+    with rasterio.open(src) as ds:
+        profile, data = ds.profile, ds.read()
+    data[0, 0, 0] ^= 1
+    with rasterio.open(dst, "w", **profile) as out:
+        out.write(data)
+    return dst
+
+
 def blob_image(colour=BLUE, h: int = 400, w: int = 500, at: tuple[int, int] = (120, 100)) -> np.ndarray:
     """RGB uint8 [3, h, w]: BG with one 60 x 80 px block of `colour` whose top-left is at (row, col) `at`."""
     data = np.zeros((3, h, w), np.uint8)
