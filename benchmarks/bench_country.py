@@ -118,14 +118,14 @@ def measure(tiles: int, workers: int, per_task: int | None = None, keep: str | N
         stop = threading.Event()
         db = Path(tmp) / "objects.parquet.sam3tiles-work" / "tiles.sqlite"
 
-        def sample() -> None:  # the driver's RSS 4 times a second, the scheduler's tasks once a second
+        def sample() -> None:  # the driver's RSS 4 times a second, the scheduler's tasks every 5 s
             t0 = time.perf_counter()
             said = asked = t0
             while not stop.is_set():
                 rss = proc.memory_info().rss
                 now = time.perf_counter()
                 peak["rss"] = max(peak["rss"], rss)
-                if now - asked >= 1.0:
+                if now - asked >= 5.0:  # a look costs the scheduler some work: not more often
                     asked = now
                     peak["tasks"] = max(peak["tasks"], cluster.tasks())
                 curve.append((round(now - t0, 1), round(rss / 2**20)))
@@ -135,6 +135,7 @@ def measure(tiles: int, workers: int, per_task: int | None = None, keep: str | N
                           f"peak {peak['rss'] / 2**20:.0f} MB", file=sys.stderr, flush=True)
                 stop.wait(0.25)
 
+        idle = idle_rates(cluster)  # what the processes spend per second with nothing to do
         th = threading.Thread(target=sample, daemon=True)
         th.start()
         cpu0, main0, sched0, t0 = time.process_time(), time.thread_time(), cluster.scheduler_cpu(), time.perf_counter()
@@ -161,7 +162,22 @@ def measure(tiles: int, workers: int, per_task: int | None = None, keep: str | N
             "main_thread_cpu_ms_per_tile": round(1000 * main / n, 3),
             "scheduler_cpu_ms_per_tile": round(1000 * sched / n, 3),
             "driver_and_scheduler_ms_per_tile": round(1000 * (cpu + sched) / n, 3),
+            # the same less what both spend per second when idle (heartbeats, the system monitor): that part
+            # follows the run's seconds, not its tiles, and is the same whatever the GPUs
+            "idle_ms_per_s": {k: round(v, 2) for k, v in idle.items()},
+            "driver_and_scheduler_ms_per_tile_net_of_idle": round(
+                (1000 * (cpu + sched) - wall * (idle["driver"] + idle["scheduler"])) / n, 3),
             "tasks_alive_peak": peak["tasks"], "rss_curve_mb": curve[::step]}
+
+
+def idle_rates(cluster: "Cluster", seconds: float = 5.0) -> dict:
+    """CPU milliseconds per second the driver (this process) and the scheduler spend with a worker connected
+    and nothing to do."""
+    time.sleep(1.0)
+    d0, s0 = time.process_time(), cluster.scheduler_cpu()
+    time.sleep(seconds)
+    return {"driver": 1000 * (time.process_time() - d0) / seconds,
+            "scheduler": 1000 * (cluster.scheduler_cpu() - s0) / seconds}
 
 
 def same_output(a: str, b: str) -> bool:

@@ -121,8 +121,9 @@ def _quiet_if_interrupted() -> None:
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
 
 
-#: How often the worker watch asks the scheduler for its workers (seconds).
-WATCH_POLL_S = 1.0
+#: How often the worker watch asks the scheduler for its workers (seconds) at most: a tenth of the wait it
+#: watches for, so a run waits at most 10% past it (each look costs the scheduler a listing of every worker).
+WATCH_POLL_S = 5.0
 
 
 class WorkerWatch:
@@ -174,7 +175,7 @@ class WorkerWatch:
 
         since = None
         kind = "with the GPU resource " if self.gpu else ""
-        while not self._stop.wait(WATCH_POLL_S):
+        while not self._stop.wait(min(WATCH_POLL_S, max(0.2, self.timeout / 10))):
             n = self._workers()
             if n or not self._waiting():
                 if n and since is not None:
