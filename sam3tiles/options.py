@@ -246,6 +246,9 @@ class Options:
                        job="run.strict", flags=("--strict",), commands=("segment", "run"))
     progress: bool = opt(False, "Show a progress bar (a widget in notebooks with ipywidgets, else text).")
     max_in_flight: int | None = opt(None, "Tiles in flight at once (default: from the engine's threads).", ge=1)
+    tiles_per_task: int | None = opt(None, "Tiles per Dask task on a cluster (default: up to 64, fewer as the tiles "
+                                           "left run out; 1: a task a tile).", job="run.tiles_per_task",
+                                     flags=("--tiles-per-task",), ge=1)
     edge_margin: int = opt(EDGE_MARGIN, "Mask pixels at a tile's inner edge treated as cut by the edge.", ge=0)
     encode_seconds: float = opt(0.1, "Simulated backend: seconds per encode.", job="backend.encode_seconds", ge=0)
     decode_seconds: float = opt(0.01, "Simulated backend: seconds per decode.", ge=0)

@@ -97,9 +97,8 @@ def test_cluster_run_equals_local_run_model_only_on_gpu_worker_loaded_once(scene
     by_kind: dict[str, set] = {}
     for rec in ts.data:
         by_kind.setdefault(key_split(rec["key"]), set()).add(rec["worker"])
-    assert by_kind["infer_task"] == {gpu}  # model tasks only where GPU=1
+    assert by_kind["tile_batch_task"] == {gpu}  # tiles (read, model, vectorize) only where GPU=1
     assert {w for k, ws in by_kind.items() if "model_info" in k for w in ws} == {gpu}  # the model's load
-    assert by_kind["read_task"] | by_kind["vectorize_task"] <= {gpu, cpu}
 
     # a second job (blocks of 1 tile: the merge blocks run on the workers) on the same cluster
     gdf2, _ = segment_job(str(scene), PROMPTS, backend="reference", checkpoint=False, client=cluster,

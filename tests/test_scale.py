@@ -195,7 +195,10 @@ def test_country_benchmark_smoke():
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["tiles"] >= 36 and res["peak_rss_mb"] > 0 and res["driver_cpu_ms_per_tile"] > 0
-    assert 0 < res["tasks_alive_peak"] <= 3 * res["max_in_flight"] + 64
+    assert res["scheduler_cpu_ms_per_tile"] > 0  # the scheduler is a process of its own, measured apart
+    assert res["driver_and_scheduler_ms_per_tile"] == pytest.approx(
+        res["driver_cpu_ms_per_tile"] + res["scheduler_cpu_ms_per_tile"], abs=0.01)
+    assert res["tasks_alive_peak"] <= 64  # batches of tiles, not three tasks a tile
 
 
 def test_job_file_keeps_urls_literal_and_takes_the_asset(tmp_path):

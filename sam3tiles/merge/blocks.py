@@ -193,8 +193,9 @@ class BlockMerger:
             near = np.unique(self._wtree.query(self._windows[mask], predicate="dwithin", distance=2 * self.reach)[1])
             foreign = list(self._windows[near[self._tile_block[near] != b]])
         known = self.early.take(mine) if self.early is not None else None
-        job = (pieces, order, {int(t): self.frames[int(t)] for t in mine}, foreign, self.reach, self.iou_min,
-               self.ios_min, known)
+        view = getattr(self.frames, "view", None)  # `TileFrames`: the frames are made where the block merges
+        frames = view(mine) if view is not None else {int(t): self.frames[int(t)] for t in mine}
+        job = (pieces, order, frames, foreign, self.reach, self.iou_min, self.ios_min, known)
         self.parts.append(self.submit(merge_block, job) if self.submit is not None else merge_block(*job))
         self._undrained.append(len(self.parts) - 1)
 

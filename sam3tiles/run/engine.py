@@ -21,6 +21,10 @@ log = logging.getLogger(__name__)
 
 SCHEDULER_ENV = "SAM3TILES_SCHEDULER"
 WAIT_FOR_WORKERS = 60  # seconds a scheduler without workers gets for its first one
+#: Tiles per task on a cluster at most: Dask's own work per task (submission, the scheduler's transitions,
+#: the result's way back; ~10 ms of the driver's and the scheduler's CPU) is then paid once for that many
+#: tiles, and a task's result (polygons and numbers) stays a few MB.
+MAX_CLUSTER_BATCH = 64
 
 
 _ADDRESS = re.compile(r"^(?:(?:tcp|tls|ucx|ws|wss|inproc)://)?(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+)(?::\d{1,5})?/?$")
@@ -49,6 +53,7 @@ class Engine:
     gpu_resource: bool  # whether some worker advertises the GPU resource
     threads: int
     gpu_workers: int = 1  # workers that advertise the GPU resource (model tasks run on those only)
+    gpu_threads: int = 1  # threads of the smallest such worker (a cluster: batch tasks that share its model)
 
     @property
     def dashboard_link(self) -> str | None:
@@ -62,7 +67,30 @@ class Engine:
         threads read and vectorize, few enough that memory stays flat (~5 MB per tile)."""
         threads = self.threads if threads is None else threads
         gpus = self.gpu_workers if gpu_workers is None else gpu_workers
+        if self.distributed:  # bounded by the batch tasks (`task_slots`): the most their tiles may be
+            return 2 * self.task_slots() * MAX_CLUSTER_BATCH
         return max(4, 2 * threads + 4 * max(gpus, 1))
+
+    def pipelines(self) -> int:
+        """Batch tasks a model worker runs at once (a cluster): each reads, encodes and vectorizes its tiles
+        one after the other, the model calls of all of them in turn (`tasks.MODEL_LOCK`), so one task reads
+        or vectorizes while another's tile is on the GPU. The worker's threads, as a power of two (its share
+        of the GPU resource is then exact in binary floating point), at most 8."""
+        k = 1
+        while k * 2 <= min(self.gpu_threads, 8):
+            k *= 2
+        return k
+
+    def batch_resources(self) -> dict | None:
+        """A batch task's share of a model worker's GPU resource: `pipelines()` of them run there at once."""
+        return {"GPU": 1 / self.pipelines()} if self.gpu_resource else None
+
+    def task_slots(self) -> int:
+        """Batch tasks the cluster runs at once: `pipelines()` on each model worker (every worker's threads
+        when none advertises the GPU resource)."""
+        if not self.gpu_resource:
+            return max(1, self.threads)
+        return max(1, self.gpu_workers) * self.pipelines()
 
 
 def settled(fut) -> bool:
@@ -72,13 +100,13 @@ def settled(fut) -> bool:
     return fut.status in ("finished", "error", "cancelled")
 
 
-def _count(client) -> tuple[int, int]:
-    """(threads of all workers, workers with the GPU resource)."""
+def _count(client) -> tuple[int, int, int]:
+    """(threads of all workers, workers with the GPU resource, threads of the smallest of those)."""
     info = client.scheduler_info(n_workers=-1)  # every worker: the default lists 5
     workers = info.get("workers", {})
     threads = sum(w.get("nthreads", 1) for w in workers.values())
-    gpu = sum((w.get("resources") or {}).get("GPU", 0) > 0 for w in workers.values())
-    return max(threads, 1), gpu
+    gpus = [w.get("nthreads", 1) for w in workers.values() if (w.get("resources") or {}).get("GPU", 0) > 0]
+    return max(threads, 1), len(gpus), max(1, min(gpus, default=1))
 
 
 def _quiet_if_interrupted() -> None:
@@ -92,8 +120,9 @@ def _quiet_if_interrupted() -> None:
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
 
 
-#: How often the worker watch asks the scheduler for its workers (seconds).
-WATCH_POLL_S = 1.0
+#: How often the worker watch asks the scheduler for its workers (seconds) at most: a tenth of the wait it
+#: watches for, so a run waits at most 10% past it (each look costs the scheduler a listing of every worker).
+WATCH_POLL_S = 5.0
 
 
 class WorkerWatch:
@@ -145,7 +174,7 @@ class WorkerWatch:
 
         since = None
         kind = "with the GPU resource " if self.gpu else ""
-        while not self._stop.wait(WATCH_POLL_S):
+        while not self._stop.wait(min(WATCH_POLL_S, max(0.2, self.timeout / 10))):
             n = self._workers()
             if n or not self._waiting():
                 if n and since is not None:
@@ -215,13 +244,14 @@ def open_engine(client=None, scheduler: str | None = None, workers: int | None =
 @contextmanager
 def _client_engine(client, worker_timeout: float | None):
     """An Engine on a caller's client: it stays open (the caller's), its workers counted and watched."""
-    threads, gpu = _count(client)
+    threads, gpu, gpu_threads = _count(client)
     if not gpu:
         log.warning("no worker of the given client advertises the GPU resource: model tasks run on any "
                     "worker (give GPU workers resources={'GPU': 1})")
     with _watched(client, str(getattr(client.scheduler, "address", "the client's scheduler")), gpu > 0,
                   worker_timeout):
-        yield Engine(client, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu)
+        yield Engine(client, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu,
+                     gpu_threads=gpu_threads)
 
 
 def _connect(scheduler: str):
@@ -257,13 +287,14 @@ def _cluster_engine(scheduler: str, worker_timeout: float | None):
     """An Engine on the cluster at `scheduler`, closed with the block; its model workers watched."""
     c = _connect(scheduler)
     try:
-        threads, gpu = _count(c)
+        threads, gpu, gpu_threads = _count(c)
         if not gpu:
             log.warning("no worker of %s advertises the GPU resource: model tasks run on any worker "
                         "(start GPU workers with `dask worker ADDRESS --resources GPU=1`)", scheduler)
         log.info("Dask dashboard: %s", c.dashboard_link)
         with _watched(c, scheduler, gpu > 0, worker_timeout):
-            yield Engine(c, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu)
+            yield Engine(c, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu,
+                         gpu_threads=gpu_threads)
     finally:
         _quiet_if_interrupted()
         c.close()

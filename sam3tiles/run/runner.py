@@ -37,12 +37,11 @@ from ..writers.stream import ObjectSpool, SpoolInput
 from ..writers.thumbs import MAX_SIDE, Picture, panel_wh
 from .area import InputArea
 from .checkpoint import TileStore, encode_result, join_parts, prompt_part, tile_key
-from .engine import Engine, _count, settled
+from .engine import MAX_CLUSTER_BATCH, Engine, _count, settled
 from .frames import objects_frame
 from .plan import InputPlan, RunPlan
 from .report import RunReport
-from .tasks import (SourceSpec, TileResult, close_spares, infer_task, open_spares, prepared_prompt, read_task,
-                    tile_batch_task, vectorize_task)
+from .tasks import SourceSpec, TileResult, close_spares, open_spares, prepared_prompt, tile_batch_task
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +127,8 @@ class InputRun:
             self.merger.add(skipped, None)
         self.hook = RefineHook(self.inp.grid, self.opts.refine, self.opts.refine_depth, self.plan.prompts,
                                self.inp.path)
-        self.planned = (item for tile in self.tiles.values()
-                        if self.area.planned(tile.index) and (item := self.admit(tile)) is not None)
+        self.left = runs  # grid tiles still to plan (a cluster's batches shrink as they run out)
+        self.planned = self._plan_tiles()
         spares = not self.engine.distributed and bool(self.tiles)  # worker threads of this process
         if spares:
             open_spares(self.source, min(self.engine.threads, len(self.tiles)))
@@ -150,6 +149,15 @@ class InputRun:
         self.area.finish()
         return InputResult(self.inp.path, index, mstats, self.inp.frame, self._marks(),
                            self.picture.image() if self.picture is not None else None, self.area.selection)
+
+    def _plan_tiles(self) -> Iterator[tuple]:
+        """The grid tiles to run, admitted one by one as they are submitted (`admit`)."""
+        for tile in self.tiles.values():
+            if self.area.planned(tile.index):
+                self.left -= 1
+                item = self.admit(tile)
+                if item is not None:
+                    yield item
 
     def _begin_spool(self) -> int:
         crs = self.inp.crs.to_wkt() if self.inp.crs else None
@@ -247,9 +255,11 @@ class InputRun:
         self.limit = self.opts.max_in_flight or self.engine.in_flight()
         self.batch = batch_size(self.engine, self.limit)
         self.ac = as_completed(loop=client.loop)
-        self.in_flight: dict = {}  # future key -> (its tiles, the futures to release with it)
+        self.in_flight: dict = {}  # future key -> (its items, the futures to release with it)
         self.tiles_in_flight = 0
         self.more = True
+        self.alone: deque = deque()  # the tiles of a batch that failed as a whole, to run one at a time
+        self.alone_key = None  # the one such tile in flight
         self._fill()
         recount_at = time.monotonic() + RECOUNT_SECONDS
         try:
@@ -257,16 +267,20 @@ class InputRun:
                 if not settled(fut):  # lost with its worker after it finished: computed again
                     self.ac.add(fut)
                     continue
-                tiles, chain = self.in_flight.pop(fut.key)
-                self.tiles_in_flight -= len(tiles)
+                items, chain = self.in_flight.pop(fut.key)
+                self.tiles_in_flight -= len(items)
+                if fut.key == self.alone_key:
+                    self.alone_key = None
+                tiles = [t for t, _, _ in items]
                 if fut.status == "finished":
                     self._outcomes(tiles, fut.result())
                 elif fut.status == "cancelled":  # the run's own stop (a lost worker): never a failed tile
                     raise CancelledError(f"tile {tiles[0].index} of {self.source.path} was cancelled")
+                elif len(items) > 1:  # the batch as a whole failed (its worker died each try): tile by tile
+                    self.alone.extend(items)
                 else:
-                    for tile in tiles:
-                        self._failed(tile, fut.exception())
-                        self._tick()
+                    self._failed(tiles[0], fut.exception())
+                    self._tick()
                 for f in chain:
                     f.release()
                 self._fill()  # the finished tiles' places, and their sub-tiles' when they were refined
@@ -280,9 +294,9 @@ class InputRun:
                     f.cancel()
 
     def _outcomes(self, tiles: list[Tile], result) -> None:
-        """A finished task's tiles: one TileResult (a task a tile), or a batch's outcomes in order, each
-        a TileResult or the exception its tile raised. The results are delivered before any failure is
-        counted: a failure that stops the run (--strict, a model error) leaves them checkpointed."""
+        """A finished batch task's tiles: its outcomes in order, each a TileResult or the exception its tile
+        raised. The results are delivered before any failure is counted: a failure that stops the run
+        (--strict, a model error) leaves them checkpointed."""
         outs = result if isinstance(result, list) else [result]
         for tile, out in zip(tiles, outs):
             if not isinstance(out, BaseException):
@@ -294,49 +308,67 @@ class InputRun:
                 self._tick()
 
     def _fill(self) -> None:
-        batch: list = []
-        while self.tiles_in_flight + len(batch) < self.limit:
-            item = self.queue.popleft() if self.queue else next(self.planned, None)
-            if item is None:  # planning delivers resumed tiles, whose sub-tiles may join the queue
-                if not self.queue:
-                    self.more = False  # no grid tile left to plan (sub-tiles may still come)
-                    break
-                continue
-            batch.append(item)
-            if len(batch) == self.batch:
-                self._submit(batch)
-                batch = []
-        if batch:
+        """Submit batches while there is room: in process `limit` tiles in flight; on a cluster two batch
+        tasks for each one the model workers run at once (`Engine.task_slots`), each of `_batch_size()`.
+        The tiles of a batch that failed as a whole go alone, one at a time: a worker that dies then
+        names its tile (Dask blames every task it was running for the death)."""
+        if self.alone and self.alone_key is None:
+            self.alone_key = self._submit([self.alone.popleft()])
+        while self._room():
+            size = self._batch_size()
+            batch: list = []
+            while len(batch) < size:
+                item = self.queue.popleft() if self.queue else next(self.planned, None)
+                if item is None:  # planning delivers resumed tiles, whose sub-tiles may join the queue
+                    if not self.queue:
+                        self.more = False  # no grid tile left to plan (sub-tiles may still come)
+                        break
+                    continue
+                batch.append(item)
+            if not batch:
+                return
             self._submit(batch)
 
-    def _submit(self, items: list) -> None:
-        """Submit tiles [(tile, prompts, pasted exemplars or None)]: in-process one task for all of them
-        (`tasks.tile_batch_task`), on a cluster three tasks a tile (read, infer on a model worker,
-        vectorize), so the embedding never leaves the model worker and reads run anywhere."""
+    def _room(self) -> bool:
+        if self.tiles_in_flight >= self.limit or not (self.more or self.queue):
+            return False
+        return not self.engine.distributed or len(self.in_flight) < 2 * self.engine.task_slots()
+
+    def _batch_size(self) -> int:
+        """Tiles for the next task. In process `batch` (at most the room left). On a cluster a task carries
+        as many tiles as keep the driver's and the scheduler's work per tile small (`MAX_CLUSTER_BATCH`),
+        and fewer as the tiles left run out, so the last tasks end together (four tasks per slot left)."""
+        room = self.limit - self.tiles_in_flight
+        if not self.engine.distributed:
+            return max(1, min(self.batch, room))
+        if self.opts.tiles_per_task:
+            return max(1, min(self.opts.tiles_per_task, room))
+        left = self.left + len(self.queue)
+        return max(1, min(MAX_CLUSTER_BATCH, room, left // (4 * self.engine.task_slots())))
+
+    def _submit(self, items: list) -> str:
+        """Submit tiles [(tile, prompts, pasted exemplars or None)] as ONE task (`tasks.tile_batch_task`:
+        read, encode, decode and vectorize each in turn; the embedding never leaves it). On a cluster it
+        runs on a model worker, which runs `Engine.pipelines()` such tasks at once."""
         client, retries = self.engine.client, self.opts.retries
         # grid tiles bring the preview their pixels (sub-tiles lie inside them)
-        steps = [self.picture.step(t) if self.picture is not None and t.index in self.tiles else 0
-                 for t, _, _ in items]
+        work = [(t, tps, pastes, self.picture.step(t) if self.picture is not None and t.index in self.tiles else 0)
+                for t, tps, pastes in items]
         self.tiles_in_flight += len(items)
-        if not self.engine.distributed:
-            work = [(t, tps, pastes, step) for (t, tps, pastes), step in zip(items, steps)]
-            ft = client.submit(tile_batch_task, self.source, self.spec, work, self.opts.edge_margin, retries,
-                               pure=False)
-            self.in_flight[ft.key] = ([t for t, _, _ in items], (ft,))
-            self.ac.add(ft)
-            return
-        for (tile, tps, pastes), step in zip(items, steps):
-            fr = client.submit(read_task, self.source, tile, pure=False, retries=retries)
-            fi = client.submit(infer_task, self.spec, fr, tps, tile.valid_wh, pastes, step, pure=False,
-                               retries=retries, resources=self.engine.model_resources())
-            fv = client.submit(vectorize_task, fi, tile, self.opts.edge_margin, pure=False, retries=retries)
-            self.in_flight[fv.key] = ([tile], (fr, fi, fv))
-            self.ac.add(fv)
+        resources = self.engine.batch_resources() if self.engine.distributed else None
+        ft = client.submit(tile_batch_task, self.source, self.spec, work, self.opts.edge_margin, retries,
+                           pure=False, resources=resources)
+        self.in_flight[ft.key] = (items, (ft,))
+        self.ac.add(ft)
+        return ft.key
 
     def _recount(self) -> None:
         """Workers that joined since the start (a SLURM job starting late) get tiles too."""
         if self.engine.distributed and not self.opts.max_in_flight:
-            self.limit = max(self.limit, self.engine.in_flight(*_count(self.engine.client)))
+            threads, gpus, gpu_threads = _count(self.engine.client)
+            self.engine.threads, self.engine.gpu_workers = threads, gpus
+            self.engine.gpu_threads = min(self.engine.gpu_threads, gpu_threads)
+            self.limit = max(self.limit, self.engine.in_flight())
             self._fill()
 
     def _finished(self, tile: Tile, res: TileResult) -> None:
@@ -373,7 +405,9 @@ class InputRun:
     def _deliver(self, tile: Tile, res: TileResult, computed: bool) -> None:
         """A finished tile (computed, or whole from the checkpoints): when it saturated, its sub-tiles are
         admitted at the front of the queue (in index order); then its pieces go to the merger."""
-        refinement = self.hook.arrived(tile, res, computed, self.merger.frames[tile.index])
+        # a tile's frame only where it is refined: framing every tile here cost the driver ~0.5 ms a tile
+        frame = self.merger.frames[tile.index] if res.saturated_prompts else None
+        refinement = self.hook.arrived(tile, res, computed, frame)
         if refinement.sub_tiles:
             self._refine(tile, refinement)
         for index in self.area.arrived(tile, res.pieces):  # an object of the area crosses into skipped tiles
@@ -533,10 +567,8 @@ MAX_BATCH = 4
 
 
 def batch_size(engine: Engine, limit: int) -> int:
-    """Tiles per task: on a cluster one (three tasks a tile); in-process as many as leave every thread
-    a task and one more queued within the tiles in flight (`limit`), at most MAX_BATCH."""
-    if engine.distributed:
-        return 1
+    """Tiles per in-process task: as many as leave every thread a task and one more queued within the
+    tiles in flight (`limit`), at most MAX_BATCH (a cluster's: `InputRun._batch_size`)."""
     return max(1, min(MAX_BATCH, limit // (engine.threads + 1)))
 
 

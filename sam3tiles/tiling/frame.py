@@ -36,26 +36,46 @@ class TileFrame:
     edges: object = None  # the window's edges that border another tile (lines), None when none do
 
 
-def _poly(transform, x0, y0, x1, y1) -> Polygon:
-    pts = [transform @ (x, y) for x, y in ((x0, y0), (x1, y0), (x1, y1), (x0, y1))]
-    return Polygon(pts)
+def _poly(t: tuple, x0, y0, x1, y1) -> Polygon:
+    """The rectangle's corners through the affine coefficients `t` (a, b, c, d, e, f), with
+    `Affine.__matmul__`'s arithmetic (x * a + y * b + c), so the same floats."""
+    return shapely.polygons(_corners(t, np.array([[x0, y0, x1, y1]], dtype=float)))[0]
+
+
+def _corners(t: tuple, xyxy: np.ndarray) -> np.ndarray:
+    """[n, 4, 2] corners of n rectangles (x0, y0, x1, y1 in tile pixels) in `_poly`'s order, through `t` with
+    `Affine.__matmul__`'s arithmetic (x * a + y * b + c, in that order), so the same floats."""
+    a, b, c, d, e, f = t
+    x = xyxy[:, [0, 2, 2, 0]]
+    y = xyxy[:, [1, 1, 3, 3]]
+    return np.stack([x * a + y * b + c, x * d + y * e + f], axis=2)
 
 
 def _tile_frame(tile: Tile, overlap: int) -> TileFrame:
     """Window, core (+1 px), exclusive area and interior edges of `tile` in CRS coordinates, `overlap` being
-    its grid's. The arithmetic, for `TileFrames`: callers ask the grid's frames, which hold the overlap."""
-    t = tile.transform
+    its grid's. The arithmetic, for `TileFrames`: callers ask the grid's frames, which hold the overlap. The
+    shapes are made in one call each (a run frames every tile it merges: `Polygon(...)` one by one, and
+    `Affine @` per corner, cost ten times as much)."""
+    t = tuple(tile.transform)[:6]
+    a, b, c, d, e, f = t
     vw, vh = tile.valid_wh
     cx0, cy0, cx1, cy1 = tile.core_tile_px
     left, top, right, bottom = tile.interior
     ex = (overlap if left else 0, overlap if top else 0,
           vw - (overlap if right else 0), vh - (overlap if bottom else 0))
-    excl = _poly(t, *ex) if ex[2] > ex[0] and ex[3] > ex[1] else Polygon()
-    segs = [s for s, on in (([(0, 0), (0, vh)], left), ([(0, 0), (vw, 0)], top), ([(vw, 0), (vw, vh)], right),
-                            ([(0, vh), (vw, vh)], bottom)) if on]
-    edges = MultiLineString([[t @ p for p in s] for s in segs]) if segs else None
-    return TileFrame(window=_poly(t, 0, 0, vw, vh), core=_poly(t, cx0 - 1, cy0 - 1, cx1 + 1, cy1 + 1),
-                     exclusive=excl, pixel=abs(t.a * t.e - t.b * t.d) ** 0.5, edges=edges)
+    has_excl = ex[2] > ex[0] and ex[3] > ex[1]
+    rects = [(0, 0, vw, vh), (cx0 - 1, cy0 - 1, cx1 + 1, cy1 + 1)] + ([ex] if has_excl else [])
+    window, core, *rest = shapely.polygons(_corners(t, np.array(rects, dtype=float)))
+    segs = [s for s, on in (((0, 0, 0, vh), left), ((0, 0, vw, 0), top), ((vw, 0, vw, vh), right),
+                            ((0, vh, vw, vh), bottom)) if on]
+    edges = None
+    if segs:
+        p = np.array(segs, dtype=float).reshape(-1, 2, 2)
+        px, py = p[..., 0], p[..., 1]
+        lines = shapely.linestrings(np.stack([px * a + py * b + c, px * d + py * e + f], axis=2))
+        edges = shapely.multilinestrings(lines)
+    return TileFrame(window=window, core=core, exclusive=rest[0] if has_excl else Polygon(),
+                     pixel=abs(a * e - b * d) ** 0.5, edges=edges)
 
 
 def tile_windows(tiles: Sequence[Tile]) -> tuple[np.ndarray, np.ndarray]:
@@ -124,6 +144,13 @@ class TileFrames(MutableMapping):
         f = self._set.get(i)
         return f if f is not None else self.frame(self.tiles[i])
 
+    def view(self, ids: Sequence[int]) -> "FrameView":
+        """The frames of tiles `ids`, made where they are used (a block's merge task takes this, not the
+        frames: the driver frames no tile it hands on)."""
+        ids = [int(i) for i in ids]
+        return FrameView(self.grid, {i: self.tiles[i] for i in ids if i not in self._set},
+                         {i: self._set[i] for i in ids if i in self._set})
+
     def __setitem__(self, i: int, frame: TileFrame) -> None:
         self._set[int(i)] = frame
 
@@ -150,3 +177,32 @@ class TileFrames(MutableMapping):
 
     def __len__(self) -> int:
         return len(self.tiles) + sum(i not in self.tiles for i in self._set)
+
+
+class FrameView(Mapping):
+    """Some tiles' frames (`TileFrames.view`): small to pickle (the tiles, not their polygons), each frame
+    made on first use where it is read and kept while the view lives."""
+
+    def __init__(self, grid: TileGrid | None, tiles: dict[int, Tile], given: dict[int, TileFrame]):
+        self.grid, self.tiles, self.given = grid, tiles, given
+        self._made: dict[int, TileFrame] = {}
+
+    def __getstate__(self) -> tuple:
+        return self.grid, self.tiles, self.given
+
+    def __setstate__(self, state: tuple) -> None:
+        self.grid, self.tiles, self.given = state
+        self._made = {}
+
+    def __getitem__(self, i: int) -> TileFrame:
+        f = self.given.get(i) or self._made.get(i)
+        if f is None:
+            f = self._made[i] = TileFrames(self.grid).frame(self.tiles[i])
+        return f
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self.tiles
+        yield from self.given
+
+    def __len__(self) -> int:
+        return len(self.tiles) + len(self.given)

@@ -186,9 +186,10 @@ class RefineHook:
     def depth_of(self, index: int) -> int:
         return self.refiner.depth_of(index) if self.refiner is not None else 0
 
-    def arrived(self, tile: Tile, res, computed: bool, frame: TileFrame) -> Refinement:
-        """The refinement of a finished tile whose merge frame is `frame` (mostly `NOTHING`); call before
-        the tile's pieces go to the merger (they lose, in place, what the sub-tiles replace)."""
+    def arrived(self, tile: Tile, res, computed: bool, frame: TileFrame | None) -> Refinement:
+        """The refinement of a finished tile whose merge frame is `frame` (mostly `NOTHING`; the frame is
+        needed only for a tile that saturated: None for any other); call before the tile's pieces go to the
+        merger (they lose, in place, what the sub-tiles replace)."""
         if computed and not res.skipped and self.depth_of(tile.index):
             self.stats.extra_encodes += 1
         # box-only prompts are not refined (see the class notes)
