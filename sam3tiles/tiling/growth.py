@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import shapely
+from shapely import affinity
 from shapely.geometry.base import BaseGeometry
 
 from .frame import TileFrames
@@ -45,10 +46,14 @@ def targets_by_buffer(g: BaseGeometry, d: float, window, near: list[int], window
     return tuple(n for n, w in zip(near, windows) if past.intersects(w)) if not past.is_empty else ()
 
 
-def _beyond(window, windows) -> np.ndarray:
+def _beyond(window, windows, pixel: float) -> np.ndarray:
     """Per neighbour window, its points outside `window`'s interior: the part past the window, and the
-    window's edges inside the neighbour's window (a grown outline that leaves the window there touches it)."""
-    return shapely.union(shapely.difference(windows, window), shapely.intersection(windows, window.boundary))
+    window's edges inside the neighbour's window (a grown outline that leaves the window there touches it).
+    The window is first drawn in by a thousandth of a pixel, so that its edges count where a neighbour's
+    edge runs along them a rounding error off (a turned grid: tiles' corners are rounded apart)."""
+    x0, y0, x1, y1 = window.bounds
+    k = 1.0 - 1e-3 * pixel / max(x1 - x0, y1 - y0)
+    return shapely.difference(windows, affinity.scale(window, k, k, origin="centroid"))
 
 
 def _box_gap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -116,7 +121,7 @@ class Growth:
         near = self._neighbours(row, col)
         windows, pixels = self.frames.windows([row * self.grid.shape[1] + col] + near)
         d = self.reach * float(pixels[0])
-        beyond = _beyond(windows[0], windows[1:])
+        beyond = _beyond(windows[0], windows[1:], float(pixels[0]))
         g = np.asarray(geoms, dtype=object)
         dist = np.full((len(g), len(near)), np.inf)
         i, j = np.nonzero(_box_gap(shapely.bounds(g), shapely.bounds(beyond)) < d * TIE[1])
