@@ -3,7 +3,7 @@
     python -m benchmarks.bench_aoi                    # an 8000 px scene and 12000 x 4000 slides, 1008 px tiles
     python -m benchmarks.bench_aoi --size 6000 --slide 9000
     python -m benchmarks.bench_aoi --smoke            # seconds: small sizes, 512 px tiles
-    python -m benchmarks.bench_aoi --size 6000 --no-misbehaving --no-tissue   # the area's runs alone
+    python -m benchmarks.bench_aoi --size 6000 --fields 12 --no-tissue   # the area's runs alone, many fields
 
 *Area.* A demo scene (cars, buildings, fields larger than a tile) and a square of a quarter of it, turned by
 20 degrees, given in EPSG:4326. The full run, then the area's runs: with the margin the plan grows the area
@@ -115,11 +115,12 @@ VARIANTS = (("margin 0", 0.0, True, False), ("margin overlap/2 (default)", None,
 
 
 def area_rows(width: int, tiling: dict, backend, label: str, folder: Path, workers: int,
-              variants=VARIANTS) -> list[dict]:
-    """The full run and the area's `variants` (name, margin, growth, clip) on one scene, answered by `backend`."""
-    scene = folder / f"aoi-scene-{width}-t{tiling['tile_size']}.tif"
+              variants=VARIANTS, fields: int | None = None) -> list[dict]:
+    """The full run and the area's `variants` (name, margin, growth, clip) on one scene, answered by `backend`;
+    `fields`: how many fields larger than a tile it holds (None: the demo's, one per 5000 px square)."""
+    scene = folder / f"aoi-scene-{width}-t{tiling['tile_size']}-f{fields}.tif"
     if not scene.exists():
-        write_scene(scene, width, width, seed=3, tile=tiling["tile_size"])
+        write_scene(scene, width, width, seed=3, tile=tiling["tile_size"], n_fields=fields)
     area_file, area = quarter(width, folder / f"aoi-{width}.geojson")
     kw = dict(backend=backend, checkpoint=False, workers=workers, **tiling)
     t0 = time.perf_counter()
@@ -204,6 +205,8 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-misbehaving", action="store_true", help="the reference backend only")
     ap.add_argument("--no-tissue", action="store_true", help="the area's runs only, no slides")
+    ap.add_argument("--fields", type=int, default=None, help="fields larger than a tile in the scene (default: "
+                    "the demo's, one per 5000 px square; more cross the area's edge, which the run grows across)")
     ap.add_argument("--smoke", action="store_true", help="a 1600 px scene, the default and the clipped run; a "
                     "2400 px brightfield slide; 512 px tiles")
     a = ap.parse_args(argv)
@@ -212,16 +215,17 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(dir=cache_folder() if cache_folder().exists() else None) as tmp:
         folder = Path(tmp)
         rows = area_rows(size, tiling, "reference", "reference", folder, a.workers,
-                         VARIANTS[1::3] if a.smoke else VARIANTS)
+                         VARIANTS[1::3] if a.smoke else VARIANTS, a.fields)
         if not (a.no_misbehaving or a.smoke):
             from sam3tiles.model.reference import ReferenceRuntime
             from sam3tiles.testing.misbehaving import MisbehavingRuntime
 
             rows += area_rows(size, tiling, functools.partial(MisbehavingRuntime, ReferenceRuntime(), "all"),
-                              "misbehaving", folder, a.workers)
+                              "misbehaving", folder, a.workers, fields=a.fields)
         slides = [] if a.no_tissue else tissue_rows(slide, slide // 3, tiling, folder, a.workers,
                                                     MODES[:1] if a.smoke else MODES)
-    print(f"area of interest: a {size} px scene, a quarter of it turned by 20 degrees, given in EPSG:4326; "
+    fields = f", {a.fields} fields larger than a tile" if a.fields is not None else ""
+    print(f"area of interest: a {size} px scene{fields}, a quarter of it turned by 20 degrees, given in EPSG:4326; "
           f"tiles {tiling['tile_size']} px, overlap {tiling['overlap']}")
     print(table(rows))
     print(share_line(rows))
