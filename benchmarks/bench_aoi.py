@@ -3,15 +3,17 @@
     python -m benchmarks.bench_aoi                    # an 8000 px scene and 12000 x 4000 slides, 1008 px tiles
     python -m benchmarks.bench_aoi --size 6000 --slide 9000
     python -m benchmarks.bench_aoi --smoke            # seconds: small sizes, 512 px tiles
+    python -m benchmarks.bench_aoi --size 6000 --fields 12 --no-tissue   # the area's runs alone, many fields
 
-*Area.* A demo scene (cars, buildings, fields larger than a tile) and a square of a quarter of it, turned
-by 20 degrees, given in EPSG:4326. The full run, then the area's runs: with the margin the plan grows the
-area by (0, half the overlap: the default, the whole overlap), with and without growing into skipped tiles
-at run time, and clipped. Each row: tiles planned and encoded (grown), the GPU time the plan estimates,
-wall seconds, the objects written against the full run's objects that intersect the area (F1 at IoU 0.99,
-objects off by more, the smallest IoU). The reference backend answers every tile the same whatever its
-neighbours; the misbehaving one (`sam3tiles.testing.misbehaving`, all faults) differs between tiles as a
-real SAM 3 does, so which tiles see an object changes what the merge writes.
+*Area.* A demo scene (cars, buildings, fields larger than a tile) and a square of a quarter of it, turned by
+20 degrees, given in EPSG:4326. The full run, then the area's runs: with the margin the plan grows the area
+by (0, half the overlap: the default, the whole overlap), with and without growing into skipped tiles at run
+time, and clipped. Each row: tiles planned and encoded (grown), the GPU time the plan estimates, wall
+seconds (and against the full run's scaled by the share of its tiles encoded: an area run should cost per
+tile what the full run does), the objects written against the full run's objects that intersect the area (F1
+at IoU 0.99, objects off by more, the smallest IoU). The reference backend answers every tile the same
+whatever its neighbours; the misbehaving one (`sam3tiles.testing.misbehaving`, all faults) differs between
+tiles as a real SAM 3 does, so which tiles see an object changes what the merge writes.
 
 *Tissue.* Slides with tissue on a third of their area (brightfield, fluorescence): `--tissue off` against
 `auto`: tiles, the GPU minutes the plan's costs give them, wall seconds, the mask's seconds, F1 against the
@@ -113,11 +115,12 @@ VARIANTS = (("margin 0", 0.0, True, False), ("margin overlap/2 (default)", None,
 
 
 def area_rows(width: int, tiling: dict, backend, label: str, folder: Path, workers: int,
-              variants=VARIANTS) -> list[dict]:
-    """The full run and the area's `variants` (name, margin, growth, clip) on one scene, answered by `backend`."""
-    scene = folder / f"aoi-scene-{width}-t{tiling['tile_size']}.tif"
+              variants=VARIANTS, fields: int | None = None) -> list[dict]:
+    """The full run and the area's `variants` (name, margin, growth, clip) on one scene, answered by `backend`;
+    `fields`: how many fields larger than a tile it holds (None: the demo's, one per 5000 px square)."""
+    scene = folder / f"aoi-scene-{width}-t{tiling['tile_size']}-f{fields}.tif"
     if not scene.exists():
-        write_scene(scene, width, width, seed=3, tile=tiling["tile_size"])
+        write_scene(scene, width, width, seed=3, tile=tiling["tile_size"], n_fields=fields)
     area_file, area = quarter(width, folder / f"aoi-{width}.geojson")
     kw = dict(backend=backend, checkpoint=False, workers=workers, **tiling)
     t0 = time.perf_counter()
@@ -135,7 +138,7 @@ def area_rows(width: int, tiling: dict, backend, label: str, folder: Path, worke
             wall = time.perf_counter() - t0
         row = {"run": f"{label}: {name}", "planned": inp.n_to_run, "encoded": r.done,
                "grown": r.area.get("tiles_grown", 0), "gpu_min": round(inp.n_to_run * per / 60, 2),
-               "wall_s": round(wall, 1)}
+               "wall_s": round(wall, 1), "wall_vs_share": round(wall / (r.done / rf.done * full_s), 2)}
         if clip:
             row.update(objects=len(got), want=len(want), inside=bool(got.within(area.buffer(1e-6)).all()))
         else:
@@ -180,6 +183,13 @@ def tissue_rows(width: int, height: int, tiling: dict, folder: Path, workers: in
     return rows
 
 
+def share_line(rows: list[dict]) -> str:
+    """The area runs' wall against the full run's wall scaled by the share of its tiles they encoded: 1.0
+    is an area run that costs per tile what the full run does (its CPU work follows its tiles)."""
+    runs = ", ".join(f"{r['run']} {r['wall_vs_share']}" for r in rows if "wall_vs_share" in r)
+    return f"area wall / (encoded share x full wall): {runs}"
+
+
 def table(rows: list[dict]) -> str:
     keys = list(dict.fromkeys(k for r in rows for k in r))
     widths = {k: max(len(k), *(len(str(r.get(k, ""))) for r in rows)) for k in keys}
@@ -194,6 +204,9 @@ def main(argv=None) -> int:
     ap.add_argument("--slide", type=int, default=12000, help="the slides' width (px; height a third)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-misbehaving", action="store_true", help="the reference backend only")
+    ap.add_argument("--no-tissue", action="store_true", help="the area's runs only, no slides")
+    ap.add_argument("--fields", type=int, default=None, help="fields larger than a tile in the scene (default: "
+                    "the demo's, one per 5000 px square; more cross the area's edge, which the run grows across)")
     ap.add_argument("--smoke", action="store_true", help="a 1600 px scene, the default and the clipped run; a "
                     "2400 px brightfield slide; 512 px tiles")
     a = ap.parse_args(argv)
@@ -202,19 +215,23 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(dir=cache_folder() if cache_folder().exists() else None) as tmp:
         folder = Path(tmp)
         rows = area_rows(size, tiling, "reference", "reference", folder, a.workers,
-                         VARIANTS[1::3] if a.smoke else VARIANTS)
+                         VARIANTS[1::3] if a.smoke else VARIANTS, a.fields)
         if not (a.no_misbehaving or a.smoke):
             from sam3tiles.model.reference import ReferenceRuntime
             from sam3tiles.testing.misbehaving import MisbehavingRuntime
 
             rows += area_rows(size, tiling, functools.partial(MisbehavingRuntime, ReferenceRuntime(), "all"),
-                              "misbehaving", folder, a.workers)
-        slides = tissue_rows(slide, slide // 3, tiling, folder, a.workers, MODES[:1] if a.smoke else MODES)
-    print(f"area of interest: a {size} px scene, a quarter of it turned by 20 degrees, given in EPSG:4326; "
+                              "misbehaving", folder, a.workers, fields=a.fields)
+        slides = [] if a.no_tissue else tissue_rows(slide, slide // 3, tiling, folder, a.workers,
+                                                    MODES[:1] if a.smoke else MODES)
+    fields = f", {a.fields} fields larger than a tile" if a.fields is not None else ""
+    print(f"area of interest: a {size} px scene{fields}, a quarter of it turned by 20 degrees, given in EPSG:4326; "
           f"tiles {tiling['tile_size']} px, overlap {tiling['overlap']}")
     print(table(rows))
-    print("\ntissue: slides with tissue on a third of their area")
-    print(table(slides))
+    print(share_line(rows))
+    if slides:
+        print("\ntissue: slides with tissue on a third of their area")
+        print(table(slides))
     print(json.dumps({"area": rows, "tissue": slides}, default=str))
     return 0
 

@@ -338,3 +338,110 @@ def test_growth_follows_an_object_of_the_area_whatever_order_its_tiles_finish_in
     sel2 = TileSelection.of(grid, [AreaSkip(area, margin=400)])
     g2 = Growth(grid, frames, sel2, area)
     assert g2.arrived(tiles[1], _Pieces([piece[1].geometry[0]], complete=True)) == []
+
+
+def _random_pieces(rng, tile, n=24):
+    """Pieces of `tile` near its edges, in the CRS: staircase outlines of masks (as the vectorizer draws
+    them, at whole pixels: distances tie with the reach) and free polygons (turned, at any coordinate)."""
+    from sam3tiles.vectorize.pieces import mask_to_geometry
+
+    vw, vh = tile.valid_wh
+    out = []
+    for k in range(n):
+        x, y = rng.integers(-40, 40, 2) % np.array([vw, vh])  # near an edge, a corner more often
+        if k % 2:
+            mask = np.zeros((vh, vw), bool)
+            for _ in range(3):
+                x0, y0 = np.clip([x, y] + rng.integers(-20, 20, 2), 0, [vw - 1, vh - 1])
+                mask[y0:y0 + rng.integers(1, 120), x0:x0 + rng.integers(1, 120)] = True
+            g = mask_to_geometry(mask, tile.transform)
+        else:
+            blob = affinity.rotate(box(0, 0, *rng.uniform(2, 150, 2)), rng.uniform(0, 90))
+            blob = affinity.translate(blob, x + rng.uniform(-30, 30), y + rng.uniform(-30, 30))
+            g = affinity.affine_transform(blob.intersection(box(0, 0, vw, vh)), tile.transform.to_shapely())
+        if g is not None and not g.is_empty:
+            out.append(g)
+    return out
+
+
+@pytest.mark.parametrize("turn", [0.0, 30.0])
+def test_a_cut_pieces_neighbours_are_those_its_outline_grown_by_the_reach_overlaps_past_its_window(turn):
+    """The distance rule (`Growth._targets`) against the buffer it replaced (`targets_by_buffer`), piece
+    by piece, on a georeferenced grid with edge tiles narrower than the rest. Turned, the neighbours'
+    windows are a rounding error off the tile's along their shared edges, where the buffer's answer was
+    that error's: there the rule is drawn in grid pixels (whole numbers) instead, but for the pieces the
+    buffer still decides (their distance ties with the reach)."""
+    from affine import Affine
+
+    from sam3tiles.tiling.frame import TileFrames
+    from sam3tiles.tiling.growth import Growth, targets_by_buffer
+
+    transform = Affine.translation(4e5, 5e6) @ Affine.rotation(turn) @ Affine.scale(0.3, -0.3)
+    grid = TileGrid(1300, 1000, tile_size=512, overlap=128, transform=transform)
+    pixels_grid = TileGrid(1300, 1000, tile_size=512, overlap=128)
+    frames, in_pixels = TileFrames(grid), TileFrames(pixels_grid)
+    growth = Growth(grid, frames, TileSelection.of(grid), box(0, 0, 1, 1))
+    rng = np.random.default_rng(5)
+    seen: dict[int, int] = {}
+    for t in range(len(grid)):
+        tile = grid.tile(*divmod(t, grid.shape[1]))
+        near = growth._neighbours(tile.row, tile.col)
+        windows, pixels = frames.windows([t] + near)
+        px_windows = in_pixels.windows([t] + near)[0]
+        for g in _random_pieces(rng, tile):
+            tied = growth.decided_by_buffer
+            got = growth._targets(tile.row, tile.col, [g])[0]
+            want = targets_by_buffer(g, growth.reach * pixels[0], windows[0], near, windows[1:])
+            if turn and growth.decided_by_buffer == tied:
+                g_px = affinity.affine_transform(g, (~transform).to_shapely())
+                want = targets_by_buffer(g_px, growth.reach, px_windows[0], near, px_windows[1:])
+            assert got == want, (t, g.wkt)
+            seen[len(want)] = seen.get(len(want), 0) + 1
+    n = sum(seen.values())
+    # pieces reaching no neighbour, one, and three (side, side, corner), the buffer consulted on a few only
+    assert seen.get(0, 0) > 10 and seen.get(1, 0) > 10 and seen.get(3, 0) > 10, seen
+    assert growth.decided_by_buffer < n // 10, (growth.decided_by_buffer, n)
+
+
+def test_growth_on_fields_crossing_the_area_decides_as_the_buffer_did_without_growing_outlines(tmp_path, monkeypatch):
+    """A run over fields larger than a tile crossing the area's edge: every cut piece's neighbours are the
+    buffer rule's, the run grows into the same tiles and writes the same objects as with the rule itself,
+    and no piece's outline is grown (`shapely.buffer`) but the few whose distance ties with the reach."""
+    import threading
+
+    from sam3tiles.tiling.growth import Growth, targets_by_buffer
+
+    scene = write_scene(tmp_path / "fields.tif", 2400, 2400, seed=3, n_fields=5, n_buildings=20, n_cars=40,
+                        tile=512)
+    area_file, _ = quarter((2400, 2400), tmp_path, turn=20)
+    fast, buffer, counted = Growth._targets, shapely.buffer, {"buffer": 0, "pieces": 0, "by_buffer": 0}
+    inside = threading.local()
+
+    def counting(*a, **k):
+        counted["buffer"] += bool(getattr(inside, "on", False))
+        return buffer(*a, **k)
+
+    def rule(self, row, col, geoms):
+        near = self._neighbours(row, col)
+        windows, pixels = self.frames.windows([row * self.grid.shape[1] + col] + near)
+        return [targets_by_buffer(g, self.reach * pixels[0], windows[0], near, windows[1:]) for g in geoms]
+
+    def checked(self, row, col, geoms):
+        n0, inside.on = self.decided_by_buffer, True
+        got = fast(self, row, col, geoms)
+        inside.on = False
+        assert got == rule(self, row, col, geoms)
+        counted["pieces"] += len(geoms)
+        counted["by_buffer"] += self.decided_by_buffer - n0
+        return got
+
+    monkeypatch.setattr(shapely, "buffer", counting)
+    monkeypatch.setattr(Growth, "_targets", checked)
+    got, report = run(scene.path, GEO_PROMPTS, aoi=str(area_file))
+    monkeypatch.setattr(Growth, "_targets", rule)
+    want, before = run(scene.path, GEO_PROMPTS, aoi=str(area_file))
+    assert report.area["tiles_grown"] == before.area["tiles_grown"] > 0 and report.done == before.done
+    assert counted["pieces"] >= 20 and counted["buffer"] == counted["by_buffer"] <= counted["pieces"] // 10, counted
+    key = ["prompt", "score"]
+    a, b = got.sort_values(key).reset_index(drop=True), want.sort_values(key).reset_index(drop=True)
+    assert len(a) == len(b) and all(x.equals_exact(y, 0) for x, y in zip(a.geometry, b.geometry))
