@@ -264,7 +264,7 @@ class MosaicSource(Source):
         """Member `k`, open in this thread's `cache`."""
         m = self._mosaic.members[k]
         bands, stretch = self.bands, self.stretch
-        return cache.get((m.path, bands, stretch), self._token, lambda: _open_member(m, bands, stretch))
+        return cache.get((m.path, bands, stretch, self._token), lambda: _open_member(m, bands, stretch))
 
     def read_window(self, window, out_wh: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
         """The window composed from the members it touches by the overlap rule (module doc). A pixel only
@@ -421,37 +421,35 @@ class MemberCache:
     """The member datasets one thread has open, least recently used first, at most `limit`: a window reads
     its members through it, so a member read by the next window (the overlap, the next tile of a row) or the
     next task is not opened again. One per thread (`member_cache`): a GDAL handle is used by the thread that
-    opened it only. Entries are keyed by (path, bands, stretch) and carry the token of the reader that opened
-    them (the map's planned identity): a reader with another token reopens the file, never reading it
-    through a handle opened before it changed. `opened`: files opened so far."""
+    opened it only. Keyed by (path, bands, stretch, token): the token of the reader that opened it (the map's
+    identity as planned: every member's size, time and content samples), so a reader of a changed map opens
+    its files anew, never reading one through a handle opened before it changed (those age out of the LRU).
+    `opened`: files opened so far."""
 
     def __init__(self, limit: int | None = None):
         self.limit = limit if limit is not None else open_members()
-        self.entries: OrderedDict[tuple, tuple[str, RasterSource]] = OrderedDict()
+        self.entries: OrderedDict[tuple, RasterSource] = OrderedDict()
         self.opened = 0
 
-    def get(self, key: tuple, token: str, opener) -> RasterSource:
-        """The open reader of `key` opened under `token`, opened by `opener()` when there is none."""
-        entry = self.entries.pop(key, None)
-        if entry is not None and entry[0] != token:
-            entry[1].close()  # opened for another version of the map: its file may have changed since
-            entry = None
-        if entry is None:
+    def get(self, key: tuple, opener) -> RasterSource:
+        """The open reader of `key`, opened by `opener()` when there is none."""
+        src = self.entries.pop(key, None)
+        if src is None:
             while len(self.entries) >= max(1, self.limit):
-                self.entries.popitem(last=False)[1][1].close()
-            entry = (token, opener())
+                self.entries.popitem(last=False)[1].close()
+            src = opener()
             self.opened += 1
-        self.entries[key] = entry
-        return entry[1]
+        self.entries[key] = src
+        return src
 
     def drop(self, token: str) -> None:
         """Close the entries opened under `token`."""
-        for key in [k for k, (t, _) in self.entries.items() if t == token]:
-            self.entries.pop(key)[1].close()
+        for key in [k for k in self.entries if k[-1] == token]:
+            self.entries.pop(key).close()
 
     def close(self) -> None:
         while self.entries:
-            self.entries.popitem()[1][1].close()
+            self.entries.popitem()[1].close()
 
     def __len__(self) -> int:
         return len(self.entries)
