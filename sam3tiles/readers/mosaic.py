@@ -16,10 +16,12 @@ so objects come out once and whole across file edges.
 * **Reading.** Our own windowed reader on rasterio, one `RasterSource` per member (its nodata, mask,
   alpha, palette and bands), composing the window by the rule. Why not a GDAL VRT: a VRT paints its sources
   in order (the last wins), so neither the nearest-centre rule nor the nodata fall-back can be said in one,
-  and it needs a file written somewhere. A window reads only the members it touches, never a whole file;
-  each reader keeps at most `OPEN_MEMBERS` members open (least recently used closed first), and each thread
-  has its own reader (`run.tasks`), so open datasets are bounded per thread. Data that is not uint8 gets
-  one stretch for the whole map (`compute_stretch`: decimated reads of a sample of members).
+  and it needs a file written somewhere. A window reads only the members it touches, never a whole file,
+  through its thread's `MemberCache`: members stay open across windows, tasks and readers (a file opened
+  per window cost more than its pixels: the open, and the decoded blocks GDAL drops with the dataset), at
+  most `open_members()` per thread, the least recently used closed first; GDAL handles are never shared
+  between threads. Data that is not uint8 gets one stretch for the whole map (`compute_stretch`:
+  decimated reads of a sample of members).
 * **Its path.** A mosaic's path is a `MosaicPath`: a string that names the map (logs, the report) and
   carries its `Layout`, so every `open_source(path)` (the plan, the read tasks on any worker, the
   quicklook, example boxes) opens the mosaic; it pickles with its layout (workers reopen it).
@@ -35,9 +37,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import itertools
 import pickle
+import threading
 import zlib
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Sequence
@@ -53,8 +58,10 @@ log = logging.getLogger(__name__)
 
 #: Joins the files of an object's `source` (a mosaic's): " | " never appears in a mosaicked file's name.
 SEPARATOR = " | "
-#: Member datasets one reader keeps open at most (each thread reads through its own reader).
-OPEN_MEMBERS = 32
+#: Member datasets one thread keeps open at most, over every mosaic it reads (`open_members`): enough for a
+#: tile row's members and the next row's on a map some hundred files across (a row of 1008 px tiles over
+#: 32 x 32 files of 300 px touches 160 of them).
+OPEN_MEMBERS = 256
 #: Members whose pixels the whole-map stretch samples (non-uint8 data), evenly spread in map order.
 STRETCH_SAMPLE = 16
 
@@ -200,15 +207,23 @@ def mosaic_name(paths: Sequence[str]) -> str:
 class MosaicSource(Source):
     """A mosaic read as one image (see the module doc). Open with `readers.open_source(mosaic_path)`."""
 
-    def __init__(self, path: MosaicPath, bands: Sequence[int] | None = None, stretch: Stretch | None | str = "auto"):
+    def __init__(self, path: MosaicPath, bands: Sequence[int] | None = None, stretch: Stretch | None | str = "auto",
+                 identity: str = ""):
         self.path = path  # the MosaicPath itself (the base class would keep its text only)
         self._bands_arg = tuple(bands) if bands else None
         self._stretch_arg = stretch
+        self._identity = identity
         self._reset()
         self._open()
 
+    def __getstate__(self):
+        return {**super().__getstate__(), "_identity": self._identity}
+
     def _reset(self) -> None:
-        self._members_open: OrderedDict[int, RasterSource] = OrderedDict()
+        # the members' cache entries are tagged with the map's identity as the run planned it (every member's
+        # size, time, content samples): a later reader of the same files takes them over, one of a changed
+        # map reopens them. Without one, the entries are this reader's own.
+        self._token = self._identity or f"reader-{next(_READERS)}"
 
     def _open(self) -> None:
         from rasterio.crs import CRS
@@ -222,8 +237,10 @@ class MosaicSource(Source):
         self.stretch = self._resolve_stretch()
 
     def close(self) -> None:
-        while self._members_open:
-            self._members_open.popitem()[1].close()
+        # shared entries stay open for the next reader of the map; this reader's own are closed (in this
+        # thread's cache: another thread's are never touched from here, its LRU closes them)
+        if not self._identity:
+            member_cache().drop(self._token)
 
     @property
     def band_count(self) -> int:
@@ -243,20 +260,11 @@ class MosaicSource(Source):
     def may_have_nodata(self) -> bool:
         return self._mosaic.nodata
 
-    def _member(self, k: int) -> RasterSource:
-        """Member `k` opened (kept among the `OPEN_MEMBERS` most recently read)."""
-        src = self._members_open.pop(k, None)
-        if src is None:
-            m = self._mosaic.members[k]
-            if len(self._members_open) >= OPEN_MEMBERS:
-                self._members_open.popitem(last=False)[1].close()
-            src = _Member(m.path, bands=self.bands, stretch=self.stretch)
-            if (src.width, src.height) != (m.width, m.height):
-                src.close()
-                raise RasterReadError(f"{m.path} is {src.width}x{src.height} px, not the {m.width}x{m.height} px it "
-                                      "was when the run planned its map: it changed; rerun once it stays put")
-        self._members_open[k] = src
-        return src
+    def _member(self, k: int, cache: MemberCache) -> RasterSource:
+        """Member `k`, open in this thread's `cache`."""
+        m = self._mosaic.members[k]
+        bands, stretch = self.bands, self.stretch
+        return cache.get((m.path, bands, stretch, self._token), lambda: _open_member(m, bands, stretch))
 
     def read_window(self, window, out_wh: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
         """The window composed from the members it touches by the overlap rule (module doc). A pixel only
@@ -271,8 +279,9 @@ class MosaicSource(Source):
         for _, (j0, j1, i0, i1), _ in parts:
             cover[i0:i1, j0:j1] += 1
         best = None  # squared distance to the centre of the member a shared pixel came from
+        cache = member_cache()
         for k, (j0, j1, i0, i1), sub in parts:
-            prgb, pvalid = self._member(k).read_window(sub, (j1 - j0, i1 - i0))
+            prgb, pvalid = self._member(k, cache).read_window(sub, (j1 - j0, i1 - i0))
             n = cover[i0:i1, j0:j1]
             out, ok = rgb[:, i0:i1, j0:j1], valid[i0:i1, j0:j1]
             if n.max() == 1:  # nobody else covers these pixels
@@ -335,9 +344,126 @@ class MosaicSource(Source):
 
 class _Member(RasterSource):
     """A mosaic's member as a worker opens it: its file was checked when the map was planned (truncation,
-    its first and last block), so it is opened without those probes (a tile may open dozens of members)."""
+    its first and last block), so it is opened without those probes (a tile may open dozens of members).
+
+    A GeoTIFF member is opened without its georeferencing (GDAL's GEOREF_SOURCES=NONE): the plan placed it
+    in the map, and reading its geokeys took 2.6 of an open's 3.1 ms (the CRS is looked up in PROJ's
+    database on every open). rasterio then warns that it has no geotransform: not said (`_quiet_open`)."""
 
     _probe_file = False
+
+    def _open_dataset(self):
+        import rasterio
+
+        if not self.path.lower().endswith((".tif", ".tiff")):
+            return super()._open_dataset()  # other drivers may not know the option (GDAL would warn)
+        with _quiet_open():
+            return rasterio.open(self.path, GEOREF_SOURCES="NONE")
+
+
+_QUIET = {"lock": threading.Lock(), "users": 0, "entry": None}
+
+
+@contextmanager
+def _quiet_open():
+    """rasterio's "no geotransform" warning filtered while a member opens without its georeferencing.
+    `warnings.catch_warnings` is not thread-safe (`run.quiet`): the first thread in adds one filter entry,
+    the last one out removes exactly that entry."""
+    import re
+    import warnings
+
+    from rasterio.errors import NotGeoreferencedWarning
+
+    with _QUIET["lock"]:
+        if _QUIET["users"] == 0:
+            _QUIET["entry"] = ("ignore", re.compile("Dataset has no geotransform"), NotGeoreferencedWarning, None, 0)
+            warnings.filters.insert(0, _QUIET["entry"])
+            warnings._filters_mutated()  # noqa: SLF001 - what warnings.filterwarnings itself calls
+        _QUIET["users"] += 1
+    try:
+        yield
+    finally:
+        with _QUIET["lock"]:
+            _QUIET["users"] -= 1
+            if _QUIET["users"] == 0:
+                try:
+                    warnings.filters.remove(_QUIET["entry"])
+                except ValueError:
+                    pass  # the user reset the filters meanwhile
+                warnings._filters_mutated()  # noqa: SLF001
+
+
+def _open_member(m: Member, bands, stretch) -> RasterSource:
+    src = _Member(m.path, bands=bands, stretch=stretch)
+    if (src.width, src.height) != (m.width, m.height):
+        src.close()
+        raise RasterReadError(f"{m.path} is {src.width}x{src.height} px, not the {m.width}x{m.height} px it "
+                              "was when the run planned its map: it changed; rerun once it stays put")
+    return src
+
+
+_READERS = itertools.count()
+
+
+def open_members() -> int:
+    """Members one thread keeps open at most: `OPEN_MEMBERS`, or fewer where the process may open few files
+    (a sixteenth of its limit: other threads, the output, GDAL's own)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return OPEN_MEMBERS
+    return OPEN_MEMBERS if soft == resource.RLIM_INFINITY else max(8, min(OPEN_MEMBERS, soft // 16))
+
+
+class MemberCache:
+    """The member datasets one thread has open, least recently used first, at most `limit`: a window reads
+    its members through it, so a member read by the next window (the overlap, the next tile of a row) or the
+    next task is not opened again. One per thread (`member_cache`): a GDAL handle is used by the thread that
+    opened it only. Keyed by (path, bands, stretch, token): the token of the reader that opened it (the map's
+    identity as planned: every member's size, time and content samples), so a reader of a changed map opens
+    its files anew, never reading one through a handle opened before it changed (those age out of the LRU).
+    `opened`: files opened so far."""
+
+    def __init__(self, limit: int | None = None):
+        self.limit = limit if limit is not None else open_members()
+        self.entries: OrderedDict[tuple, RasterSource] = OrderedDict()
+        self.opened = 0
+
+    def get(self, key: tuple, opener) -> RasterSource:
+        """The open reader of `key`, opened by `opener()` when there is none."""
+        src = self.entries.pop(key, None)
+        if src is None:
+            while len(self.entries) >= max(1, self.limit):
+                self.entries.popitem(last=False)[1].close()
+            src = opener()
+            self.opened += 1
+        self.entries[key] = src
+        return src
+
+    def drop(self, token: str) -> None:
+        """Close the entries opened under `token`."""
+        for key in [k for k in self.entries if k[-1] == token]:
+            self.entries.pop(key).close()
+
+    def close(self) -> None:
+        while self.entries:
+            self.entries.popitem()[1].close()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+_threads = threading.local()
+
+
+def member_cache() -> MemberCache:
+    """This thread's `MemberCache` (made on its first use; its datasets close when the thread ends)."""
+    cache = getattr(_threads, "members", None)
+    if cache is None:
+        cache = _threads.members = MemberCache()
+    return cache
 
 
 def _part(m: Member, window, sx: float, sy: float, w: int, h: int):

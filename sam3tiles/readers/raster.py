@@ -44,7 +44,7 @@ class RasterSource(Source):
             if p.stat().st_size == 0:
                 raise RasterReadError(f"{self.path} is empty (0 bytes): the file was not written completely")
         try:
-            ds = rasterio.open(self.path)  # NotGeoreferencedWarning: filtered per run (`sam3tiles.run.quiet`)
+            ds = self._open_dataset()
         except RasterioIOError as e:
             raise RasterReadError(f"{self.path} is not a raster GDAL can read ({_first_line(e)}): "
                                   "give a GeoTIFF, COG, TIFF, PNG or JPEG") from None
@@ -72,6 +72,9 @@ class RasterSource(Source):
             self._lut = _palette_lut(ds, self.dtype)
             self.dtype = np.dtype(np.uint8)  # expanded to RGB: no stretch
         self.stretch = self._resolve_stretch()
+
+    def _open_dataset(self):
+        return rasterio.open(self.path)  # NotGeoreferencedWarning: filtered per run (`sam3tiles.run.quiet`)
 
     def _resolve_bands(self, count: int) -> tuple[int, ...]:
         if self._bands_arg:

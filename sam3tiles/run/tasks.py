@@ -93,7 +93,7 @@ def _open_source(spec: SourceSpec) -> RasterSource:
             spare = _spare.get(spec)
             src = spare.pop() if spare else None
         if src is None:
-            src = open_source(spec.path, bands=spec.bands, stretch=spec.stretch)
+            src = open_source(spec.path, bands=spec.bands, stretch=spec.stretch, identity=spec.identity)
         cache[spec] = src
     return src
 
@@ -125,7 +125,8 @@ _spare_lock = threading.Lock()
 def open_spares(spec: SourceSpec, n: int) -> None:
     """Open `n` datasets of `spec` here for worker threads of this process to take (`_open_source`)."""
     with gdal_env():
-        opened = [open_source(spec.path, bands=spec.bands, stretch=spec.stretch) for _ in range(n)]
+        opened = [open_source(spec.path, bands=spec.bands, stretch=spec.stretch, identity=spec.identity)
+                  for _ in range(n)]
     with _spare_lock:
         _spare.setdefault(spec, []).extend(opened)
 

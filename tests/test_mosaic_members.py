@@ -1,0 +1,129 @@
+"""A mosaic's members stay open across windows, tasks and runs of one thread (`readers.mosaic.MemberCache`):
+opens counted, not timed; the cache is bounded (least recently used closed first); a member rewritten
+between two runs of one process is read anew; opening a member without its georeferencing says nothing.
+
+Small GeoTIFFs written by rasterio in tmp dirs, grouped into one map by `run.maps.group_inputs`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from affine import Affine
+from rasterio.windows import Window
+
+from sam3tiles.options import Options
+from sam3tiles.readers import mosaic as mosaic_mod
+from sam3tiles.readers import open_source
+from sam3tiles.readers.mosaic import MemberCache
+from sam3tiles.run.maps import group_inputs
+from sam3tiles.testing import write_raster
+
+SIDE = 40  # px of each file; 0.5 m pixels
+
+
+def _file(path, value, col, row):
+    data = np.full((3, SIDE, SIDE), value, np.uint8)
+    t = Affine(0.5, 0, 400000 + 0.5 * SIDE * col, 0, -0.5, 5000000 - 0.5 * SIDE * row)
+    return str(write_raster(path, data, transform=t))
+
+
+def _grid(folder, n=4, values=None):
+    """`n` x `n` adjacent files (file (r, c) holds the value 10 * r + c + 1 in every band); the map's path."""
+    folder.mkdir(exist_ok=True)
+    paths = [_file(folder / f"r{r}c{c}.tif", (values or {}).get((r, c), 10 * r + c + 1), c, r)
+             for r in range(n) for c in range(n)]
+    (m,) = group_inputs(paths, Options()).maps
+    return m.path
+
+
+@pytest.fixture
+def cache():
+    """A fresh member cache for this thread (the one before comes back after the test)."""
+    before = getattr(mosaic_mod._threads, "members", None)
+    fresh = mosaic_mod._threads.members = MemberCache()
+    yield fresh
+    fresh.close()
+    mosaic_mod._threads.members = before
+
+
+def test_a_member_stays_open_across_windows_readers_and_tasks_of_one_identity(tmp_path, cache):
+    path = _grid(tmp_path / "map")
+    src = open_source(path, identity="map-v1")
+    # three overlapping windows over the top-left 2 x 2 files: four files opened, once each
+    for col in (0, 10, 20):
+        rgb, valid = src.read_window(Window(col, 0, 60, 60), (60, 60))
+        assert valid.all()
+    assert cache.opened == 4
+    src.close()  # a reader of a planned identity leaves its members open for the next one
+    assert len(cache) == 4
+    again = open_source(path, identity="map-v1")  # the next task's (or run's) reader of the same map
+    rgb, _ = again.read_window(Window(0, 0, 80, 80), (80, 80))
+    assert cache.opened == 4 and rgb[0, 0, 0] == 1 and rgb[0, 79, 79] == 12
+    private = open_source(path)  # no identity: its members are its own, and closed with it
+    private.read_window(Window(0, 0, 40, 40), (40, 40))
+    assert cache.opened == 5
+    private.close()
+    assert len(cache) == 4
+
+
+def test_the_cache_is_bounded_and_closes_the_least_recently_used_member(tmp_path):
+    path = _grid(tmp_path / "map")
+    src = open_source(path, identity="map-v1")
+    before = getattr(mosaic_mod._threads, "members", None)
+    cache = mosaic_mod._threads.members = MemberCache(limit=3)
+    try:
+        for c in range(4):  # the top row's files, one window each
+            src.read_window(Window(c * SIDE, 0, SIDE, SIDE), (SIDE, SIDE))
+            if c == 0:
+                (first,) = cache.entries.values()
+        assert cache.opened == 4 and len(cache) == 3 and first.dataset is None  # closed when it left
+        kept = {key[0].rsplit("/", 1)[-1] for key in cache.entries}
+        assert kept == {"r0c1.tif", "r0c2.tif", "r0c3.tif"}  # r0c0, the least recently used, was closed
+        src.read_window(Window(SIDE, 0, SIDE, SIDE), (SIDE, SIDE))  # r0c1: a hit, now the most recent
+        src.read_window(Window(0, 0, SIDE, SIDE), (SIDE, SIDE))  # r0c0 again: opened, r0c2 closed
+        assert cache.opened == 5 and len(cache) == 3
+        assert [k[0].rsplit("/", 1)[-1] for k in cache.entries] == ["r0c3.tif", "r0c1.tif", "r0c0.tif"]
+    finally:
+        cache.close()
+        mosaic_mod._threads.members = before
+    assert not cache.entries
+
+
+def test_a_member_rewritten_between_two_runs_of_one_process_is_read_anew(tmp_path, cache):
+    from sam3tiles.run.plan import plan_run
+    from sam3tiles.run.targets import Targets
+    from sam3tiles.run.tasks import SourceSpec, read_task
+
+    def planned_read():
+        """Plan a run over the map as a run does and read its first tile through a worker's read task."""
+        plan = plan_run(str(tmp_path / "map" / "*.tif"), ["red"], options=Options(backend="reference"),
+                        targets=Targets(out=str(tmp_path / "o.gpkg"), checkpoint=False))
+        (inp,) = plan.inputs
+        image, _ = read_task(SourceSpec(inp.path, inp.bands, inp.stretch, inp.identity), next(iter(inp.tiles())))
+        return inp.identity, image.rgb
+
+    _grid(tmp_path / "map")
+    first_id, first = planned_read()
+    assert first[0, 0, 0] == 1 and cache.opened == 16
+    _file(tmp_path / "map" / "r0c0.tif", 77, 0, 0)  # rewritten in place: same size and place, new pixels
+    second_id, second = planned_read()
+    assert second_id != first_id
+    assert second[0, 0, 0] == 77 and second[0, SIDE, SIDE] == first[0, SIDE, SIDE]
+    assert cache.opened == 32 and sum(k[-1] == second_id for k in cache.entries) == 16
+
+
+def test_a_member_opens_without_its_georeferencing_and_without_a_warning(tmp_path, cache):
+    path = _grid(tmp_path / "map", n=2)
+    filters = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with open_source(path, identity="map-v1") as src:
+            rgb, valid = src.read_window(Window(20, 20, 40, 40), (40, 40))
+    assert valid.all() and rgb[0, 0, 0] == 1 and rgb[0, 39, 39] == 12
+    assert not [w for w in seen if "geotransform" in str(w.message)]
+    assert warnings.filters == filters
+    (member,) = [s for key, s in cache.entries.items() if key[0].endswith("r0c0.tif")]
+    assert member.dataset.transform == Affine.identity()  # its place is the plan's, not read again
