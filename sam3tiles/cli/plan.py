@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from ..options import Options
@@ -36,6 +38,7 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
     from ..run.plan import expand_inputs, plan_input, with_exemplars
     from ..writers import check_output, write_vector
 
+    t0 = time.perf_counter()
     opts = Options.from_params(options)
     if out:
         check_output(out, overwrite)
@@ -54,7 +57,7 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
     if len(paths) > 1:
         for line in map_lines(maps, grouping.notes):
             click.echo(line)
-    layers = [_show_map(inp, input if len(paths) == 1 else inp.path, opts, prompts, report, report_path)
+    layers = [_show_map(inp, input if len(paths) == 1 else inp.path, opts, prompts, report, report_path, bool(out))
               for inp in maps]
     if out:
         if len({str(inp.crs) for inp in maps}) > 1:
@@ -64,29 +67,30 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
 
         write_vector(layers[0] if len(layers) == 1 else pd.concat(layers, ignore_index=True), out, layer="tiles")
         click.echo(f"wrote the grid to {out}")
+    click.echo(took(time.perf_counter() - t0))
 
 
-def _show_map(inp, name: str, opts, prompts: int, report, report_path):
-    """Print one planned map's tiles and costs; returns its tile layer (a `map` column when of a mosaic)."""
+def _show_map(inp, name: str, opts, prompts: int, report, report_path, layer: bool):
+    """Print one planned map's tiles and costs; returns its tile layer (a `map` column when of a mosaic) when
+    `layer` or a report asks for one, else None: the counts alone are made over the grid at once."""
     from ..run.area import skip_estimate
     from ..run.plan import DECODE_S, ENCODE_S, exemplar_lines, refine_line
-    from ..run.tilelayer import tile_plan
+    from ..run.tilelayer import TileCounts, tile_counts, tile_plan
 
-    everything = tile_plan(inp, report=report)
-    grid = everything[everything["depth"] == 0]
+    everything = tile_plan(inp, report=report) if layer or report is not None else None
+    counts = TileCounts.of_layer(everything) if everything is not None else tile_counts(inp)
     mosaic = len(inp.paths) > 1  # its name says so: "mosaic of N files (first ... last)"
     click.echo(f"{name}: {inp.width} x {inp.height} px, {inp.band_count} band(s) {inp.dtype}, "
                f"CRS {inp.crs.to_string() if inp.crs else 'none (pixel coordinates)'}")
     st = inp.stretch
     click.echo(f"bands used: {','.join(map(str, inp.bands))}; stretch: "
                f"{'none (uint8)' if st is None else f'{st.lo[0]:g}..{st.hi[0]:g} -> 0..255'}")
-    n, run = len(grid), int(grid["run"].sum())
-    rows, cols = int(grid["row"].max()) + 1, int(grid["col"].max()) + 1
-    why = grid.loc[~grid["run"], "skip"].value_counts()
+    n, run = counts.tiles, counts.run
     order = ["outside the area", "no tissue", "all nodata"]
-    why = ", ".join(f"{int(why[k])} {k}" for k in sorted(why.index, key=lambda k: (order.index(k) if k in order
-                                                                                 else len(order), k)))
-    click.echo(f"tiles: {n} ({rows} rows x {cols} cols), {n - run} skipped{f' ({why})' if why else ''}, {run} to run")
+    why = ", ".join(f"{counts.skipped[k]} {k}" for k in sorted(counts.skipped, key=lambda k: (
+        order.index(k) if k in order else len(order), k)))
+    click.echo(f"tiles: {n} ({counts.rows} rows x {counts.cols} cols), {n - run} skipped{f' ({why})' if why else ''}, "
+               f"{run} to run")
     if inp.skips is not None and inp.skips.edge:
         click.echo(f"area: {inp.skips.edge}")
     if inp.skips is not None and inp.skips.tissue:
@@ -103,9 +107,25 @@ def _show_map(inp, name: str, opts, prompts: int, report, report_path):
         click.echo(line)
     if report is not None:
         click.echo(_refined_line(everything, report_path, name))
-    if mosaic:
+    if mosaic and everything is not None:
         everything["map"] = str(inp.path)
     return everything
+
+
+def took(seconds: float) -> str:
+    """'planned in 2.1 s, peak memory 310 MB': the plan's own cost (the process's peak resident memory)."""
+    import sys
+
+    try:
+        import resource
+    except ImportError:  # Windows: the peak working set
+        import psutil
+
+        mb = psutil.Process().memory_info().peak_wset / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux, bytes on macOS
+        mb = peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+    return f"planned in {seconds:.1f} s, peak memory {mb:.0f} MB"
 
 
 def _refined_line(tiles, report_path: str, input: str) -> str:

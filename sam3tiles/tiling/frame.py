@@ -78,6 +78,32 @@ def _tile_frame(tile: Tile, overlap: int) -> TileFrame:
                      pixel=abs(a * e - b * d) ** 0.5, edges=edges)
 
 
+def tile_affines(x0, y0, sx, sy, src) -> tuple[np.ndarray, ...]:
+    """`Tile.transform` of many tiles at once, as arrays (a, b, c, d, e, f): `src @ translation(x0 / sx, y0 / sy)
+    @ scale(1 / sx, 1 / sy)` by the very float operations, in the order, of affine's product (the zero and
+    unit terms included), so every coefficient is the one the `Affine` gives, to the bit, without making one
+    `Affine` per tile (three of them, ~0.1 ms a tile: minutes on a 10^6-tile grid)."""
+    sa, sb, sc, sd, se, sf = tuple(src)[:6]
+    x0, y0, sx, sy = (np.asarray(v, dtype=float) for v in (x0, y0, sx, sy))
+    tx, ty, ix, iy = x0 / sx, y0 / sy, 1 / sx, 1 / sy
+    ma, mb, mc = sa * 1.0 + sb * 0.0, sa * 0.0 + sb * 1.0, sa * tx + sb * ty + sc  # src @ translation
+    md, me, mf = sd * 1.0 + se * 0.0, sd * 0.0 + se * 1.0, sd * tx + se * ty + sf
+    out = (ma * ix + mb * 0.0, ma * 0.0 + mb * iy, ma * 0.0 + mb * 0.0 + mc,  # ... @ scale
+           md * ix + me * 0.0, md * 0.0 + me * iy, md * 0.0 + me * 0.0 + mf)
+    return tuple(np.broadcast_arrays(*out))  # one value per tile, where one scale is given for all
+
+
+def boxes_at(aff: tuple[np.ndarray, ...], x0, y0, x1, y1) -> np.ndarray:
+    """Polygons of the tile-pixel boxes [x0, x1] x [y0, y1] under each tile's transform `aff` (`tile_affines`),
+    corners as `_poly` orders them and computed as `Affine @ (x, y)` is: x * a + y * b + c."""
+    a, b, c, d, e, f = aff
+    x = np.stack(np.broadcast_arrays(x0, x1, x1, x0), axis=1).astype(float)
+    y = np.stack(np.broadcast_arrays(y0, y0, y1, y1), axis=1).astype(float)
+    px = x * a[:, None] + y * b[:, None] + c[:, None]
+    py = x * d[:, None] + y * e[:, None] + f[:, None]
+    return shapely.polygons(np.stack([px, py], axis=2))
+
+
 def tile_windows(tiles: Sequence[Tile]) -> tuple[np.ndarray, np.ndarray]:
     """The windows of many tiles at once (polygons with `_tile_frame(t, ...).window`'s coordinates, made by
     the same arithmetic) and their `pixel` sizes: what the block merge needs of every tile up front, without
@@ -85,17 +111,37 @@ def tile_windows(tiles: Sequence[Tile]) -> tuple[np.ndarray, np.ndarray]:
     n = len(tiles)
     if not n:
         return np.zeros(0, dtype=object), np.zeros(0)
-    aff = np.empty((n, 6))
-    wh = np.empty((n, 2))
+    src = tiles[0].src_transform
+    if any(t.src_transform is not src and t.src_transform != src for t in tiles):  # of several rasters
+        return _windows_each(tiles)
+    num = np.empty((n, 6))
     for i, t in enumerate(tiles):
-        aff[i] = tuple(t.transform)[:6]
-        wh[i] = t.valid_wh
-    a, b, c, d, e, f = aff.T
-    x = np.stack([np.zeros(n), wh[:, 0], wh[:, 0], np.zeros(n)], axis=1)  # the corners as `_poly` orders them
-    y = np.stack([np.zeros(n), np.zeros(n), wh[:, 1], wh[:, 1]], axis=1)
-    px = x * a[:, None] + y * b[:, None] + c[:, None]  # Affine @ (x, y): x * a + y * b + c, in that order
-    py = x * d[:, None] + y * e[:, None] + f[:, None]
-    return shapely.polygons(np.stack([px, py], axis=2)), np.abs(a * e - b * d) ** 0.5
+        num[i] = (t.x0, t.y0, *t.scale_xy, *t.valid_wh)
+    aff = tile_affines(num[:, 0], num[:, 1], num[:, 2], num[:, 3], src)
+    a, b, _, d, e, _ = aff
+    return boxes_at(aff, 0.0, 0.0, num[:, 4], num[:, 5]), np.abs(a * e - b * d) ** 0.5
+
+
+def _windows_each(tiles: Sequence[Tile]) -> tuple[np.ndarray, np.ndarray]:
+    parts = [tile_windows([t]) for t in tiles]
+    return np.concatenate([w for w, _ in parts]), np.concatenate([p for _, p in parts])
+
+
+def grid_frames(grid: TileGrid) -> dict[str, np.ndarray]:
+    """Every tile of `grid` at once, in index order, as arrays, without making a `Tile`: row, col, x0, y0,
+    valid_w, valid_h (as `TileGrid.tile` computes them), window (polygons, as `tile_windows`) and core (the
+    core grown by one tile pixel, as `TileFrame.core`)."""
+    rows, cols = grid.shape
+    r, c = np.repeat(np.arange(rows), cols), np.tile(np.arange(cols), rows)
+    w, h = grid.scaled_wh
+    x0, y0 = c * grid.stride, r * grid.stride
+    vw = np.maximum(1, np.minimum(grid.tile_size, np.ceil(w - x0 - 1e-9))).astype(np.int64)
+    vh = np.maximum(1, np.minimum(grid.tile_size, np.ceil(h - y0 - 1e-9))).astype(np.int64)
+    bx, by = (np.asarray(v, dtype=float) for v in grid.core_bounds)
+    aff = tile_affines(x0, y0, grid.scale, grid.scale, grid.transform)
+    core = boxes_at(aff, (bx[c] - x0) - 1, (by[r] - y0) - 1, (bx[c + 1] - x0) + 1, (by[r + 1] - y0) + 1)
+    return {"row": r, "col": c, "x0": x0, "y0": y0, "valid_w": vw, "valid_h": vh,
+            "window": boxes_at(aff, 0.0, 0.0, vw, vh), "core": core}
 
 
 class _GridTiles(Mapping):
