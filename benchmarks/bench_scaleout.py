@@ -50,8 +50,10 @@ def one(size: int, cell: int, workers: int, threads: int, encode: float, decode:
                                    out=f"{tmp}/o.gpkg", client=client)
             wall = time.perf_counter() - t0
             encodes = {w: n - before.get(w, 0) for w, n in _encodes(client).items()}
+    ideal = workers / (encode + decode)  # every GPU busy all the time: one prompt, one decode a tile
     return {"gpu_workers": workers, "tiles": rep.tiles, "objects": len(gdf), "wall_s": wall,
-            "tiles_per_s": rep.tiles / wall, "encodes_per_worker": sorted(encodes.values())}
+            "tiles_per_s": rep.tiles / wall, "of_ideal": rep.tiles / wall / ideal,
+            "encodes_per_worker": sorted(encodes.values())}
 
 
 def _encodes(client) -> dict:
