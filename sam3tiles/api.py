@@ -44,10 +44,9 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             geojson_crs: str = _D.geojson_crs, qupath_type: str = _D.qupath_type, no_preview: bool = _D.no_preview,
             clean: bool = _D.clean, retries: int = _D.retries, strict: bool = _D.strict, progress: bool = _D.progress,
             max_in_flight: int | None = _D.max_in_flight, tiles_per_task: int | None = _D.tiles_per_task,
-            edge_margin: int = _D.edge_margin,
-            encode_seconds: float = _D.encode_seconds, decode_seconds: float = _D.decode_seconds,
-            merge_block: int = _D.merge_block, box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs,
-            asset: str | None = _D.asset, no_mosaic: bool = _D.no_mosaic,
+            edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
+            decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block, box_scope: str = _D.box_scope,
+            verify_inputs: bool = _D.verify_inputs, asset: str | None = _D.asset, no_mosaic: bool = _D.no_mosaic,
             progress_format: str = _D.progress_format) -> gpd.GeoDataFrame:
     """Segment one or more rasters with text prompts and/or example boxes, or point prompts; returns the objects.
 
@@ -99,8 +98,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             resumes from it); QuPath objects as "detection" (default) or "annotation" (editable in QuPath).
         retries, strict, progress: retries per tile; raise when any tile failed or still hit the 200-object
             cap; a progress bar (a widget in notebooks with ipywidgets).
-        max_in_flight, tiles_per_task, edge_margin, encode_seconds, decode_seconds, merge_block: tuning knobs
-            (`Options`; tiles_per_task: tiles in one Dask task on a cluster, default up to 64).
+        max_in_flight, tiles_per_task, edge_margin, encode_seconds, decode_seconds, merge_block: tuning (`Options`).
         verify_inputs, box_scope: tell changed inputs by a hash of their content, not size/time/ETag; "image":
             every example box acts in every tile (pasted into each tile's free margin); "tile": only where it is.
         asset, progress_format, no_mosaic: STAC inputs' asset key; "bar", or "json" lines on stderr

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import rasterio
 import shapely
-from affine import Affine
 from click.testing import CliRunner
 from PIL import Image
 

@@ -16,7 +16,7 @@ from typing import Iterator, Mapping, MutableMapping, Sequence
 
 import numpy as np
 import shapely
-from shapely.geometry import MultiLineString, Polygon
+from shapely.geometry import Polygon
 
 from .grid import Tile, TileGrid
 
