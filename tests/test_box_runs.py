@@ -17,9 +17,8 @@ from click.testing import CliRunner
 from sam3tiles.cli.main import cli
 from sam3tiles.errors import UsageError
 from sam3tiles.prompts.prompt import GeoBox
-from sam3tiles.run.checkpoint import stored_rows
+from sam3tiles.run.checkpoint import _BatchedPuts, stored_rows
 from sam3tiles.run.pipeline import segment_job
-from sam3tiles.run.runner import _BatchedPuts
 from test_exemplars import _box_arg, _crs, _far_exemplar, _scene
 
 

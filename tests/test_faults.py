@@ -619,8 +619,9 @@ def _kill_at_the_first_merge(monkeypatch, worker, address, rejoin):
     scheduler has dropped it before the run goes on (the scheduler forgets data only that worker held).
     Returns what happened: the second worker started when `rejoin`."""
     from sam3tiles.run import runner
+    from sam3tiles.run.submit import _submit_on
 
-    real, seen = runner._submit_on, {}
+    real, seen = _submit_on, {}
 
     def submit_on(engine, retries):
         submit = real(engine, retries)
@@ -637,7 +638,7 @@ def _kill_at_the_first_merge(monkeypatch, worker, address, rejoin):
 
         return submit_then_kill
 
-    monkeypatch.setattr(runner, "_submit_on", submit_on)
+    monkeypatch.setattr(runner, "_submit_on", submit_on)  # where `InputRun` looks it up
     return seen
 
 

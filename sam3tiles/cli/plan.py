@@ -33,9 +33,10 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
     from ..prompts.chips import parse_example_images
     from ..prompts.prompt import GeoBox, build_prompts
     from ..run.area import check_area_meets
+    from ..run.inputs import expand_inputs
     from ..run.maps import group_inputs, map_lines
     from ..run.once import distinct_inputs
-    from ..run.plan import expand_inputs, plan_input, with_exemplars
+    from ..run.plan import plan_input, with_exemplars
     from ..writers import check_output, write_vector
 
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Each input file once: the inputs as expanded (`plan.expand_inputs`: globs, .txt lists, STAC items) may name
+"""Each input file once: the inputs as expanded (`inputs.expand_inputs`: globs, .txt lists, STAC items) may name
 one file twice, and a glob may catch a file that is no raster of its own. Both are settled here, before any
 header is read, with a note for the plan and the report.
 

@@ -35,7 +35,8 @@ from .checkpoint import TileStore
 from .engine import Engine, open_engine
 from .frames import file_metadata
 from .maps import map_facts
-from .plan import InputPlan, RunPlan, plan_run, preview_path, side_files
+from .outputs import preview_path, side_files
+from .plan import InputPlan, RunPlan, plan_run
 from .preflight import check_out
 from .progress import progress_bar
 from .quiet import run_filters

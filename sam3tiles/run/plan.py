@@ -1,8 +1,8 @@
 """The plan of a run: everything decided before the first tile, as one `RunPlan`.
 
 `plan_run(...)` is the one place where a run's inputs, outputs, options, model, prompts and boxes are
-decided and checked (the checks: `preflight`), in this order: inputs (paths, globs) -> what the run
-reads against what it writes (`preflight.check_paths`) -> outputs (may they be written?) -> the label
+decided and checked (the checks: `preflight`), in this order: inputs (paths, globs: `inputs`) -> what the run
+reads against what it writes (`preflight.check_paths`) -> outputs (`outputs`; may they be written?) -> the label
 image -> every input opened once (bad files fail fast with their own message; its grid) -> the model
 (backend and files) -> example boxes (inside some input?) -> prompts. `segment`, `run`, `run --dry-run`
 and `sam3tiles plan` all go through it, so a run and its dry run refuse the same things with the same
@@ -12,7 +12,6 @@ messages and exit codes. Checks added later belong in `plan_run`'s sequence. Not
 from __future__ import annotations
 
 import dataclasses
-import glob
 import logging
 import os
 from dataclasses import dataclass
@@ -29,22 +28,22 @@ from ..prompts.prompt import GeoBox, Prompt, build_prompts, prompt_arguments, ra
 from ..readers import Source, Stretch, gdal_env, open_source
 from ..readers.identity import changed_error, changed_while_opened, file_stamps, opening_stamp
 from ..readers.mosaic import layout_of, member_identities, mosaic_identity, window_identity
-from ..readers.remote import input_name as file_name, is_remote, looks_like_stac, read_input_list, stac_items
 from ..tiling.grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from ..tiling.refine import Refiner
 from ..units import Frame, pixel_size
 from ..wording import named_in, opt, raw, spoken
-from ..writers.atomic import check_name
 from ..writers.labels import check_labels_for, label_format
-from ..writers.formats import PER_INPUT, check_space, endings, is_dataset
+from ..writers.formats import check_space, is_dataset
 from .area import check_area_meets, plan_skips
+from .inputs import expand_inputs, read_paths
 from .maps import group_inputs, map_lines
 from .once import distinct_inputs
+from .outputs import _outputs, report_path_for, written
 from .preflight import (check_box_file, check_boxes_inside, check_input, check_label_path, check_out, check_paths,
                         check_plan, check_prompts_here, check_qupath_type, check_room, check_side_files,
                         check_vrt_cycle)
 from .targets import Targets
-from .workfolder import check_work_dir, replaceable, vouched
+from .workfolder import replaceable, vouched
 
 
 #: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
@@ -419,143 +418,6 @@ def check_maps(paths: list[str], planned: Sequence[InputPlan], opts: Options, pe
                          f"{len(mosaic.paths)} of the inputs form one map (a mosaic) that is no image file: write "
                          f"a GeoPackage or GeoParquet, or give {opt('no_mosaic')} (objects at file edges are then "
                          "cut or doubled)")
-
-
-def _outputs(paths: list[str], out, work_dir, checkpoint: bool, layer: str | None):
-    """(per-input outputs, the combined output, the work folder): decided, their names and the work folder
-    checked (`resolve_outputs`, `check_name`, `check_work_dir`)."""
-    per_input, combined = resolve_outputs(paths, out)
-    for p in (q for q in [combined, *per_input] if q is not None):
-        check_name(p, "out", layer)  # before any path beside it is looked at (ENAMETOOLONG)
-    check_work_dir(work_dir, paths)
-    if work_dir is None and checkpoint and out is not None:
-        work_dir = Path(str(combined or out).rstrip("/") + ".sam3tiles-work")
-        check_work_dir(work_dir, paths, option="the work folder")
-    return per_input, combined, work_dir
-
-
-def preview_path(out: str | os.PathLike, layer: str | None = None) -> Path:
-    """`OUT.preview.png` (`OUT.LAYER.preview.png` for a --layer of a GeoPackage)."""
-    out = str(out).rstrip("/" + os.sep)  # a dataset folder's quicklook lies beside it
-    return Path(f"{out}.{layer}.preview.png" if layer else f"{out}.preview.png")
-
-
-def report_path_for(out: str | os.PathLike, layer: str | None = None) -> Path:
-    """`OUT.report.json` (`OUT.LAYER.report.json` for a --layer of a GeoPackage: one report per layer, named
-    as its preview is)."""
-    out = str(out).rstrip("/" + os.sep)  # a folder's (per-input outputs, a dataset) report lies beside it
-    return Path(f"{out}.{layer}.report.json" if layer else f"{out}.report.json")
-
-
-def side_files(outputs: Sequence[Path], labels: Path | None, report: Path | None, opts: Options,
-               report_role: str = "report_path") -> list[tuple[str, Path]]:
-    """Every file a run writes besides its vector outputs, as (what, path): report, previews, labels."""
-    out = [(report_role, Path(report))] if report is not None else []
-    if not opts.no_preview:
-        out += [("the preview", preview_path(p, opts.layer)) for p in outputs]
-    return out + ([("labels", Path(labels))] if labels is not None else [])
-
-
-def written(outputs: Sequence[Path], labels, report, work_dir, opts: Options, given: Targets) -> list[tuple[str, Path]]:
-    """Every path a run writes, as (role, path) (`preflight.WRITTEN`): its outputs, report, previews, label image
-    and work folder (where its object spool lies). A report or work folder the run was not given is named as
-    such ("the report"): its path follows the output's."""
-    files = [("out", p) for p in outputs]
-    files += side_files(outputs, labels, report, opts, "report_path" if given.report_path is not None else "the report")
-    if work_dir is not None:
-        files.append(("work_dir" if given.work_dir is not None else "the work folder", Path(work_dir)))
-    return files
-
-
-def read_paths(inputs: Sequence, chips: Sequence, box_file, point_file=None) -> list[tuple[str, str, str]]:
-    """Every path a run reads, as `preflight.check_paths` takes them: `inputs` (paths, or (input, a file it
-    reads) pairs), example images (`chips.ExampleImage`), the box file, the point file."""
-    out = [("inputs", *((i, i) if isinstance(i, str) else i)) for i in inputs]
-    out += [("example_images", c.path, c.path) for c in chips]
-    out += [("point_file", str(point_file), str(point_file))] if point_file else []
-    return out + ([("box_file", str(box_file), str(box_file))] if box_file else [])
-
-
-def expand_inputs(inputs, asset: str | None = None, _lists: tuple[str, ...] = (), own: Sequence = (),
-                  dates: dict | None = None) -> list[str]:
-    """Paths, URLs, globs or open rasterio datasets (one or a list) -> a list of paths, globs expanded and
-    sorted; a glob that matches nothing is an error, and so is an in-memory array (it has no frame).
-    A URL or /vsi path is never a glob (a presigned URL's '?'); STAC items and item collections become
-    their assets' hrefs (`asset`: the key; see `readers.remote`); a `.txt` file lists inputs, one a line.
-    `own`: files the run writes (its report): one among the inputs stays a path, for `preflight.check_paths`
-    to name, and is not read as a STAC item. `dates`: filled with each STAC item's datetime by its href."""
-    mine = {os.path.realpath(p) for p in own}
-    if isinstance(inputs, (str, os.PathLike)) or _is_dataset(inputs) or _is_array(inputs):
-        inputs = [inputs]
-    out: list[str] = []
-    for item in inputs:
-        s = input_name(item)
-        if s.lower().endswith(".txt") and not is_remote(s):
-            real = os.path.realpath(s)
-            if real in _lists:
-                chain = " -> ".join(os.path.basename(q) for q in (*_lists[_lists.index(real):], real))
-                raise UsageError(f"{s}: the list of inputs names itself ({chain}, a cycle): remove that line")
-            out.extend(expand_inputs(read_input_list(s), asset, (*_lists, real), own, dates))
-        elif looks_like_stac(s, asset) and (is_remote(s) or os.path.realpath(s) not in mine):
-            for href, when in stac_items(s, asset):
-                out.append(href)
-                if dates is not None and when:
-                    dates.setdefault(href, when)
-        elif not is_remote(s) and any(ch in s for ch in "*?[") and not os.path.exists(s):  # existing: literal
-            hits = sorted(glob.glob(s, recursive=True))
-            if not hits:
-                raise UsageError(f"{s}: the pattern matches no file: check the path")
-            out.extend(hits)
-        else:
-            out.append(s)
-    if not out:
-        raise UsageError("no input given: name one or more rasters")
-    return out  # a file named twice stays so: `once.distinct_inputs` makes it one input and says so
-
-
-def _is_dataset(x) -> bool:
-    return hasattr(x, "name") and hasattr(x, "transform") and hasattr(x, "read")
-
-
-def _is_array(x) -> bool:
-    return hasattr(x, "__array__") and hasattr(x, "shape") and hasattr(x, "dtype")
-
-
-def input_name(item) -> str:
-    """What `open_source` opens for one input: a path or URL as text, or an open dataset's name."""
-    if _is_array(item):
-        raise UsageError(f"an array ({'x'.join(map(str, item.shape))} {item.dtype}) is not an input: it has no "
-                         "coordinate frame and cannot be read tile by tile. Write it to a GeoTIFF with "
-                         "rasterio (rasterio.open(path, 'w', driver='GTiff', ..., transform=..., crs=...)) and "
-                         "pass the path, or pass an open rasterio dataset")
-    if _is_dataset(item):
-        if getattr(item, "closed", False):
-            raise UsageError(f"the rasterio dataset {item.name} is closed: pass it while open, or its path")
-        return str(item.name)
-    if isinstance(item, (str, os.PathLike)):
-        return str(item)
-    raise UsageError(f"{item!r} is not an input: give a path, URL, glob or open rasterio dataset")
-
-
-def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[list[Path | None], Path | None]:
-    """Per-input outputs (out is a folder) or one combined output (out is a file), or none (API use)."""
-    if out is None:
-        return [None] * len(inputs), None
-    p = Path(out)
-    if p.suffix:
-        return [None] * len(inputs), p
-    if not p.is_dir():
-        raise UsageError(f"{opt('out', p)}: for several inputs give an existing folder (one {PER_INPUT.suffix} each) "
-                         f"or a file name ending in {endings(every=False, last=' or ')} (one combined output)")
-    outs = [p / (Path(file_name(i)).stem + PER_INPUT.suffix) for i in inputs]
-    seen: dict[Path, str] = {}
-    for i, o in zip(inputs, outs):
-        if o in seen:  # a/visual.tif and b/visual.tif: one would overwrite the other's objects
-            raise UsageError(f"{opt('out', p)}: {seen[o]} and {i} would both be written to {o.name}: "
-                             f"give {opt('out')} a file (one combined output with a `source` column) or segment them "
-                             "separately")
-        seen[o] = i
-    return outs, None
 
 
 def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:

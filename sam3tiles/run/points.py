@@ -53,7 +53,8 @@ from ..writers.stream import ObjectSpool, SpoolInput
 from .engine import settled
 from .plan import InputPlan, RunPlan
 from .report import RunReport
-from .runner import InputResult, short_error
+from .runner import InputResult
+from .submit import short_error
 from .tasks import MODEL_LOCK, SourceSpec, read_task
 
 log = logging.getLogger(__name__)

@@ -49,7 +49,7 @@ QUPATH_DEFAULT = Options.__dataclass_fields__["qupath_type"].default
 
 # -- what a run reads against what it writes ---------------------------------------------------------------
 
-#: What each path a run writes is called, and how to move it (roles of `plan.written`).
+#: What each path a run writes is called, and how to move it (roles of `outputs.written`).
 WRITTEN = {"out": ("output", "write the output elsewhere"),
            "report_path": ("report", "write the report elsewhere"),
            "the report": ("report", f"give {opt('out')} another name (the report lies beside it)"),

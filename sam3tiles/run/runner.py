@@ -22,9 +22,9 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from ..errors import ModelError, PromptError, Sam3TilesError, TilesFailedError, shippable
+from ..errors import ModelError, TilesFailedError
 from ..merge import BlockMerger, Merged, MergeStats, Packed, tile_blocks
-from ..model.registry import RuntimeSpec, get_runtime
+from ..model.registry import RuntimeSpec
 from ..prompts.prompt import Prompt, TilePrompt, boxes_outside, prompts_for_tile
 from ..readers.mosaic import Ownership, layout_of
 from ..readers.remote import source_name
@@ -36,12 +36,13 @@ from ..wording import opt, spoken
 from ..writers.stream import ObjectSpool, SpoolInput
 from ..writers.thumbs import MAX_SIDE, Picture, panel_wh
 from .area import InputArea
-from .checkpoint import TileStore, encode_result, join_parts, prompt_part, tile_key
+from .checkpoint import TileStore, _BatchedPuts, join_parts, prompt_part, tile_key
 from .engine import MAX_CLUSTER_BATCH, Engine, _count, settled
 from .frames import objects_frame
 from .plan import InputPlan, RunPlan
 from .report import RunReport
-from .tasks import SourceSpec, TileResult, close_spares, open_spares, prepared_prompt, tile_batch_task
+from .submit import _gather_on, _results_of, _submit_on, batch_size, model_info, short_error
+from .tasks import SourceSpec, TileResult, close_spares, open_spares, tile_batch_task
 
 log = logging.getLogger(__name__)
 
@@ -476,32 +477,6 @@ def _prompt_key(tp: TilePrompt) -> list:
     return key + ["passes: one answer"] if len(tp.passes) > 1 else key
 
 
-class _BatchedPuts:
-    """Checkpoint writes in batches (one SQLite transaction per `BATCH` tiles or `SECONDS`), not one per
-    tile: at 10^5 tiles the per-transaction cost dominates the driver. `flush` runs when the tiles end,
-    also on an error or SIGTERM; a SIGKILL loses at most one batch, which the rerun recomputes."""
-
-    BATCH = 64
-    SECONDS = 0.5
-
-    def __init__(self, store: TileStore | None):
-        self.store, self.items, self.tiles, self.due = store, [], 0, time.monotonic() + self.SECONDS
-
-    def add(self, items: list) -> None:
-        """Queue [(key, TileResult)]: each row is encoded now, not at the flush, so the batch shares no
-        mutable state with the results it was given (delivery hands their pieces on and drops them)."""
-        if self.store is not None:
-            self.items += [(k, encode_result(r, k)) for k, r in items]
-        self.tiles += 1
-        if self.tiles >= self.BATCH or time.monotonic() > self.due:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.store is not None and self.items:
-            self.store.put_encoded(self.items)
-        self.items, self.tiles, self.due = [], 0, time.monotonic() + self.SECONDS
-
-
 def _exemplars_of(inp, prompts: Sequence[Prompt], opts, scale_xy: tuple[float, float]):
     """`--box-scope image`: the example boxes' patches at `scale_xy` (a tile's), read from this input
     (None: nothing to paste)."""
@@ -523,108 +498,3 @@ def _report_exemplars(report: RunReport, exemplars, overlap: int, path: str) -> 
     for line in map(spoken, exemplars.warnings(overlap)):
         log.warning("%s: %s", path, line)
         report.exemplar_notes.append(f"{os.path.basename(path)}: {line}")
-
-
-@shippable
-def _model_info_task(spec: RuntimeSpec, texts: tuple[str, ...]) -> tuple[int, list[tuple[str, bool, str, float]]]:
-    rt = get_runtime(spec)
-    checks = []
-    for t in texts:
-        p, seconds = prepared_prompt(spec, t)
-        checks.append((t, p.usable, p.note, seconds))
-    return int(rt.box_slots), checks
-
-
-def model_info(engine: Engine, spec: RuntimeSpec, prompts: Sequence[Prompt]) -> tuple[int, float]:
-    """Load the model on a model worker (where it stays), encode every prompt once there, and return the
-    box slots per decoder pass and the seconds spent. A prompt the backend can never find is an error
-    before any tile runs."""
-    texts = tuple(dict.fromkeys(p.model_text for p in prompts))
-    fut = engine.client.submit(_model_info_task, spec, texts, pure=False, resources=engine.model_resources())
-    try:
-        slots, checks = fut.result()
-    finally:
-        fut.release()
-    bad = [(t, note) for t, ok, note, _ in checks if not ok]
-    if bad:
-        raise PromptError("; ".join(note or f"{t!r} cannot be found by the {spec.backend} backend"
-                                    for t, note in bad))
-    return slots, sum(c[3] for c in checks)
-
-
-def _call(fn, job):
-    return fn(*job)
-
-
-def _call_pickled(fn, blob: bytes):
-    import pickle
-
-    return fn(*pickle.loads(blob))
-
-
-#: Tiles per in-process task at most (`tasks.tile_batch_task`).
-MAX_BATCH = 4
-
-
-def batch_size(engine: Engine, limit: int) -> int:
-    """Tiles per in-process task: as many as leave every thread a task and one more queued within the
-    tiles in flight (`limit`), at most MAX_BATCH (a cluster's: `InputRun._batch_size`)."""
-    return max(1, min(MAX_BATCH, limit // (engine.threads + 1)))
-
-
-def _submit_on(engine: Engine, retries: int):
-    """`submit` for `BlockMerger`: a block's merge is a task on the engine's workers (CPU, any worker),
-    started as soon as the block's last tile is in.
-
-    In process its pieces are scattered (handed to the worker as they are, never pickled). On a cluster they
-    go in the task itself, pickled once here (bytes: the scheduler neither unpickles nor walks them): the
-    scheduler keeps a task's arguments, so a merge whose worker is lost reruns on one that joins, or waits
-    for the worker timeout like any tile. Scattered, they would live on that worker only: the scheduler
-    forgets data it cannot recompute, and cancels the merge "already forgotten" (issue 36)."""
-
-    def submit(fn, job):
-        client = engine.client
-        if not engine.distributed:
-            (data,) = client.scatter([job], hash=False)
-            return client.submit(_call, fn, data, pure=False, retries=retries)
-        import pickle
-
-        import dask
-
-        blob = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
-        # a block's pieces (a few MB) are no slowdown for the scheduler: not what the warning is about
-        with dask.config.set({"distributed.admin.large-graph-warning-threshold": max(len(blob) * 2, 10 << 20)}):
-            return client.submit(_call_pickled, fn, blob, pure=False, retries=retries)
-
-    return submit
-
-
-def _results_of(futs) -> list:
-    """The results of finished futures, one by one (no gather task: a SIGTERM arriving meanwhile leaves no
-    orphaned gather behind to log a traceback when the client closes), each released once read."""
-    out = []
-    for f in futs:
-        try:
-            out.append(f.result())
-        finally:
-            f.release()
-    return out
-
-
-def _gather_on(engine: Engine):
-    def gather(futs):
-        try:
-            return engine.client.gather(futs)
-        finally:
-            for f in futs:
-                f.release()
-
-    return gather
-
-
-def short_error(exc: BaseException | None) -> str:
-    """One line for a failed tile: the error's type and first line (a sam3tiles error's own text)."""
-    if exc is None:
-        return "unknown error"
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if not isinstance(exc, Sam3TilesError) else text
