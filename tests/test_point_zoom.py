@@ -87,3 +87,13 @@ def test_buildings_come_out_as_without_zooming_out_and_recall_over_all(fields, g
     assert not before.iloc[: len(truth)][is_field]["found"].any()  # what zooming out changes: the fields
     ious = np.asarray([_iou(g, t) for g, t in zip(got.geometry[: len(truth)], truth.geometry)])
     assert (ious >= 0.5).mean() >= 0.99
+
+
+def test_a_dry_run_says_a_point_may_cost_zoomed_out_encodes(fields):
+    from sam3tiles.run.plan import plan_run
+    from sam3tiles.run.targets import Targets
+
+    scene, layer = fields
+    plan = plan_run(str(scene.path), point_file=layer, options=sam3tiles.Options(backend="reference"),
+                    targets=Targets(checkpoint=False))
+    assert "up to 2 zoomed-out encodes a point whose answer fills its window" in "\n".join(plan.describe())

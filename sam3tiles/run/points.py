@@ -18,8 +18,12 @@ Where a point runs: in the grid tile whose core holds it (its *home*), not in a 
 Not found: a home answer with no mask (`nothing`), or one covering more than `BACKGROUND_SHARE` of the home
 tile's window (`background`: the point decoder answers a click on background with most of the window, 71% of
 the image at predicted IoU 0.945 in the write-up). Such a point gets its row (`found` false, no geometry) and
-is counted in the report, never written as an object. So an object covering more than half a tile's window
-is refused as background: zoom out (`--scale 0.5`) for objects that large. A point whose tile failed is
+is counted in the report, never written as an object. An object covering more than half a tile's window (a
+field) answers like background at home, so such a point is asked again zoomed out (`ZOOM_OUT_DEPTH`: a
+window of the tile's side centred on it at half the zoom, then a quarter, one encode each): where its mask
+closes inside that window (reaches no inner edge and at most two of its sides) under the share, the object
+is followed at full resolution from the tiles it crosses; a click on background fills every window and stays
+`background`. A point whose tile failed is
 `failed` (exit 5, as failed tiles are); an object still growing after `MAX_TILES` tiles is `partial`.
 
 Point runs are not checkpointed: a rerun recomputes them (a point decode is a few percent of an encode).
@@ -43,7 +47,7 @@ from ..errors import ModelError, TilesFailedError, shippable
 from ..merge import MergeStats
 from ..model.registry import RuntimeSpec, get_runtime
 from ..model.runtime import MASK_SIZE, MODEL_SIZE, Click, clicks_problem
-from ..prompts.points import GeoPoint
+from ..prompts.points import ZOOM_OUT_DEPTH, GeoPoint
 from ..readers.mosaic import Ownership, layout_of
 from ..readers.remote import source_name
 from ..tiling.grid import Tile
@@ -61,8 +65,6 @@ log = logging.getLogger(__name__)
 
 #: A home answer covering more than this share of the home tile's window (its valid cells) is background.
 BACKGROUND_SHARE = 0.5
-#: Zoom-outs a home answer over `BACKGROUND_SHARE` is asked again at: half the zoom, then a quarter.
-ZOOM_OUT_DEPTH = 2
 #: Tiles one object may be assembled from; one still growing past them is written as `partial`.
 MAX_TILES = 64
 #: The `prompt` column of point rows.
