@@ -208,7 +208,8 @@ def test_points_in_one_tile_share_one_encode(scene, tmp_path):
                                     backend="reference", checkpoint=False), None
     report = gdf.attrs["sam3tiles_report"]
     p = report["points"]
-    assert p["home_tiles"] <= 9 and p["encodes"] == p["home_tiles"] + p["follow_encodes"]
+    assert p["home_tiles"] <= 9 and p["encodes"] == p["home_tiles"] + p["follow_encodes"] + p["zoom_encodes"]
+    assert p["zoom_encodes"] == 3 * 2  # each background click asked again at half and a quarter of the zoom
     assert p["encodes"] < len(scene.points)  # several points a window
 
 

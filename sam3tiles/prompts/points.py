@@ -356,6 +356,11 @@ def plan_points(given: Sequence[GeoPoint], point_file: str | None, maps: Sequenc
     return points
 
 
+#: Zoom-outs a point whose home answer fills its window is asked again at (`run.points`): half the zoom, then a
+#: quarter, one encode each.
+ZOOM_OUT_DEPTH = 2
+
+
 def home_tiles(points: PointPrompts, inputs: Sequence) -> int:
     """The tiles holding positive points (the encodes of a point run before objects are followed), over the
     planned inputs (`run.plan.InputPlan`: transform and grid)."""

@@ -23,7 +23,7 @@ from ..model.files import require_model
 from ..model.registry import RuntimeSpec, spec_identity
 from ..options import Options
 from ..prompts.chips import parse_example_images
-from ..prompts.points import PointPrompts, check_point_run, plan_points, point_arguments
+from ..prompts.points import ZOOM_OUT_DEPTH, PointPrompts, check_point_run, plan_points, point_arguments
 from ..prompts.prompt import GeoBox, Prompt, build_prompts, prompt_arguments, raster_bounds, read_box_file
 from ..readers import Source, Stretch, gdal_env, open_source
 from ..readers.identity import changed_error, changed_while_opened, file_stamps, opening_stamp
@@ -250,7 +250,9 @@ class RunPlan:
         if self.points is not None:
             return lines + [f"tiles holding points: {e['tiles']}; model calls: {e['encodes']} encodes, {e['decodes']} "
                             "clicks of two point decoder passes (more where an object reaches past its tile and is "
-                            f"followed); estimated GPU time: ~{e['gpu_minutes']:.1f} min at ~{ENCODE_S} s per encode "
+                            f"followed, up to {ZOOM_OUT_DEPTH} zoomed-out encodes a point whose answer fills its "
+                            "window); "
+                            f"estimated GPU time: ~{e['gpu_minutes']:.1f} min at ~{ENCODE_S} s per encode "
                             f"+ {POINT_DECODE_S} s per click on a desktop GPU"]
         lines += [*area_lines(self.inputs, e),
                   f"tiles: {e['tiles']} (all-nodata tiles are skipped at run time, checkpointed ones resumed)",

@@ -18,8 +18,12 @@ Where a point runs: in the grid tile whose core holds it (its *home*), not in a 
 Not found: a home answer with no mask (`nothing`), or one covering more than `BACKGROUND_SHARE` of the home
 tile's window (`background`: the point decoder answers a click on background with most of the window, 71% of
 the image at predicted IoU 0.945 in the write-up). Such a point gets its row (`found` false, no geometry) and
-is counted in the report, never written as an object. So an object covering more than half a tile's window
-is refused as background: zoom out (`--scale 0.5`) for objects that large. A point whose tile failed is
+is counted in the report, never written as an object. An object covering more than half a tile's window (a
+field) answers like background at home, so such a point is asked again zoomed out (`ZOOM_OUT_DEPTH`: a
+window of the tile's side centred on it at half the zoom, then a quarter, one encode each): where its mask
+closes inside that window (reaches no inner edge and at most two of its sides) under the share, the object
+is followed at full resolution from the tiles it crosses; a click on background fills every window and stays
+`background`. A point whose tile failed is
 `failed` (exit 5, as failed tiles are); an object still growing after `MAX_TILES` tiles is `partial`.
 
 Point runs are not checkpointed: a rerun recomputes them (a point decode is a few percent of an encode).
@@ -28,6 +32,7 @@ Point runs are not checkpointed: a rerun recomputes them (a point decode is a fe
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -42,7 +47,7 @@ from ..errors import ModelError, TilesFailedError, shippable
 from ..merge import MergeStats
 from ..model.registry import RuntimeSpec, get_runtime
 from ..model.runtime import MASK_SIZE, MODEL_SIZE, Click, clicks_problem
-from ..prompts.points import GeoPoint
+from ..prompts.points import ZOOM_OUT_DEPTH, GeoPoint
 from ..readers.mosaic import Ownership, layout_of
 from ..readers.remote import source_name
 from ..tiling.grid import Tile
@@ -74,10 +79,12 @@ class _Object:
     index: int  # the point's place among the run's points (its row order; point_id - 1)
     point: GeoPoint
     home: int
-    status: str = "pending"  # found | nothing | background | failed | partial (| pending, following)
+    status: str = "pending"  # found | nothing | background | failed | partial (| pending, zoom, following)
     score: float = 0.0
     parts: dict = field(default_factory=dict)  # tile index -> the object's mask there (CRS) or None
     geometry: object = None
+    hint: object = None  # the whole object as a zoomed-out window saw it (CRS), coarse: where to follow it
+    zoom: int = 0  # the zoom-outs it took to see it whole (0: none)
 
 
 @shippable
@@ -127,7 +134,7 @@ class PointRun:
         self.source = SourceSpec(inp.path, inp.bands, inp.stretch, inp.identity)
         self.grid = inp.grid
         self.to_crs = inp.transform @ Affine.scale(1 / self.grid.scale)  # grid pixels -> CRS
-        self.stats = {"encodes": 0, "home_tiles": 0, "follow_encodes": 0}
+        self.stats = {"encodes": 0, "home_tiles": 0, "follow_encodes": 0, "zoom_encodes": 0, "zoomed": 0}
 
     def run(self) -> InputResult:
         index = self.spool.begin_input(SpoolInput(source_name(self.inp.path), self.inp.crs.to_wkt()
@@ -144,9 +151,11 @@ class PointRun:
         first = True
         while work:
             self._take(objects, work, self._round(work), home=first)
+            if first:
+                self._zoom_out(objects)
             first = False
             work = self._follow(objects)
-        self.stats["follow_encodes"] = self.stats["encodes"] - self.stats["home_tiles"]
+        self.stats["follow_encodes"] = self.stats["encodes"] - self.stats["home_tiles"] - self.stats["zoom_encodes"]
         for obj in objects:
             if obj.status in ("following", "partial"):
                 obj.geometry = self._assemble(obj)
@@ -193,32 +202,33 @@ class PointRun:
 
     # -- during ---------------------------------------------------------------------------------------------
 
-    def _round(self, work: dict[int, list]) -> dict[int, list | None]:
-        """One task a tile (read, one encode, a decode per ask); None for a tile that failed."""
+    def _round(self, work: dict[int, list], tiles: dict[int, Tile] | None = None) -> dict[int, list | None]:
+        """One task a tile (read, one encode, a decode per ask); None for a tile that failed. `tiles`: the
+        windows of keys that are no grid tile (zoomed-out windows)."""
         from distributed import as_completed
 
         client, retries = self.engine.client, self.opts.retries
         futs = {}
         for t, asks in work.items():
-            tile = self._tile(t)
+            tile = tiles[t] if tiles is not None else self._tile(t)
             clicked = [(i, self._clicks(tile, at)) for i, at in asks]
             fut = client.submit(point_tile_task, self.source, self.spec, tile, clicked, self.opts.edge_margin,
                                 pure=False, retries=retries, resources=self.engine.model_resources())
-            futs[fut.key] = (t, fut)
+            futs[fut.key] = (t, fut, tile)
         out: dict[int, list | None] = {}
-        ac = as_completed([f for _, f in futs.values()], loop=client.loop)
+        ac = as_completed([f for _, f, _ in futs.values()], loop=client.loop)
         for fut in ac:
             if not settled(fut):  # lost with its worker after it finished: computed again
                 ac.add(fut)
                 continue
-            t = futs[fut.key][0]
+            t, tile = futs[fut.key][0], futs[fut.key][2]
             if fut.status == "finished":
                 out[t], seconds = fut.result()
                 for k, v in seconds.items():
                     self.report.seconds[k] = self.report.seconds.get(k, 0.0) + v
             else:
                 out[t] = None
-                self._failed(self._tile(t), fut.exception())
+                self._failed(tile, fut.exception())
             fut.release()
         self.stats["encodes"] += len(work)
         self.report.tiles += len(work)
@@ -259,12 +269,73 @@ class PointRun:
                 obj.score = score
                 if geom is None:
                     obj.status = "nothing"
-                elif share > BACKGROUND_SHARE:
-                    obj.status = "background"
+                elif share > BACKGROUND_SHARE:  # background, or an object too large for the window: zoom out
+                    obj.status = "zoom" if ZOOM_OUT_DEPTH > 0 else "background"
                 elif complete:
                     obj.status, obj.geometry = "found", geom
                 else:
                     obj.status = "following"
+
+    def _zoom_out(self, objects: list[_Object]) -> None:
+        """Each object whose home answer filled over `BACKGROUND_SHARE` of the window, asked again in a window of
+        the same side centred on its point at half the zoom, then a quarter (`ZOOM_OUT_DEPTH`), one encode each:
+        seen closed inside such a window (reaching no inner edge) and under the share, it is followed at full
+        resolution from there (`hint`); a click on background fills every window and stays `background`."""
+        for depth in range(1, ZOOM_OUT_DEPTH + 1):
+            asked = [o for o in objects if o.status == "zoom"]
+            if not asked:
+                return
+            tiles = {o.index: self._zoom_tile(o, self.grid.scale / 2 ** depth) for o in asked}
+            work = {o.index: [(o.index, self._at(tiles[o.index], o.point))] for o in asked}
+            answers = self._round(work, tiles)
+            self.stats["zoom_encodes"] += len(work)
+            for obj in asked:
+                got = answers.get(obj.index)
+                if got is None:  # the window failed: the point is as failed as its home would be
+                    obj.status = "failed"
+                    continue
+                _, geom, score, complete, share = got[0]
+                closed = geom is not None and complete and self._sides(geom, tiles[obj.index]) < 3
+                if closed and share <= BACKGROUND_SHARE:
+                    # a cell in from its coarse edge, so no seed of the following lands beside the object
+                    obj.hint = geom.buffer(-self._cell(tiles[obj.index]))
+                    obj.zoom, obj.score, obj.status = depth, score, "following"
+                    self.stats["zoomed"] += 1
+                elif geom is None or depth == ZOOM_OUT_DEPTH:
+                    obj.status = "background"
+
+    def _zoom_tile(self, obj: _Object, scale: float) -> Tile:
+        """A window of the grid's side centred on the object's point at `scale`, shifted into the image; its
+        edges inside the image are inner edges (an object reaching one is cut)."""
+        size = self.grid.tile_size
+        ext = (self.grid.width * scale, self.grid.height * scale)
+        x, y = ~self.inp.transform @ (obj.point.x, obj.point.y)
+        x0, y0 = (max(0, min(round(c * scale - size / 2), math.floor(e) - size)) for c, e in zip((x, y), ext))
+        vw, vh = (max(1, min(size, math.ceil(e - o - 1e-9))) for e, o in zip(ext, (x0, y0)))
+        home = self._tile(obj.home)
+        return Tile(index=home.index, row=home.row, col=home.col, x0=x0, y0=y0, size=size, scale_xy=(scale, scale),
+                    valid_wh=(vw, vh), core_xyxy=(x0, y0, x0 + vw, y0 + vh),
+                    interior=(x0 > 0, y0 > 0, x0 + vw < ext[0] - 1e-9, y0 + vh < ext[1] - 1e-9),
+                    src_transform=self.grid.transform)
+
+    @staticmethod
+    def _at(tile: Tile, point: GeoPoint) -> tuple[float, float]:
+        u, v = ~tile.transform @ (point.x, point.y)
+        return (float(u), float(v))
+
+    def _sides(self, geom, tile: Tile) -> int:
+        """How many sides of the window's content the mask reaches (within a cell and a half): background
+        reaches them all once the window holds the whole image (then no edge of it is an inner edge), an
+        object at most two (one in a corner of the image)."""
+        (x0, y0), (x1, y1) = tile.transform @ (0, 0), tile.transform @ tile.valid_wh
+        gx0, gy0, gx1, gy1 = geom.bounds
+        near = 1.5 * self._cell(tile)
+        xs, ys = sorted((x0, x1)), sorted((y0, y1))
+        return sum(d <= near for d in (gx0 - xs[0], xs[1] - gx1, gy0 - ys[0], ys[1] - gy1))
+
+    def _cell(self, tile: Tile) -> float:
+        """One mask cell of a window, in CRS units: how far a mask seen there may be off at its edges."""
+        return math.hypot(tile.transform.a, tile.transform.d) * MODEL_SIZE / MASK_SIZE
 
     def _follow(self, objects: list[_Object]) -> dict[int, list]:
         """The next round: for each object still followed, the tiles whose core its known mask reaches and that
@@ -273,7 +344,7 @@ class PointRun:
         for obj in objects:
             if obj.status != "following":
                 continue
-            known = shapely.union_all([g for g in obj.parts.values() if g is not None])
+            known = shapely.union_all([g for g in [*obj.parts.values(), obj.hint] if g is not None and not g.is_empty])
             asks = []
             for tile in self._tiles_under(known):
                 if tile.index in obj.parts:
