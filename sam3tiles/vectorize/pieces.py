@@ -26,7 +26,7 @@ from shapely.geometry import MultiPolygon, shape
 from ..model.runtime import MASK_SIZE, MODEL_SIZE, Detections
 from ..tiling.grid import Tile
 from ..tiling.piecekey import piece_key
-from .polygonize import polygonize_crops
+from .polygonize import polygonize_crops, upsample  # noqa: F401 - tests and benchmarks import upsample from here
 
 _K = MASK_SIZE / MODEL_SIZE
 #: One cell of the 288 mask grid in tile pixels (3.5): the resolution of every mask, whatever the scale.
