@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import subprocess
@@ -34,30 +33,17 @@ from pathlib import Path
 from .common import ROOT, emit
 
 SCENE = 2000  # side of the generated scene (pixels)
-STRIDE = 752  # model pixels between tile origins at the default tile size and overlap
 
 
 def make_source(folder: Path, tiles: int) -> tuple[Path, float]:
     """A VRT mosaic of copies of one scene and the scale that gives about `tiles` tiles."""
     from sam3tiles.testing.demo import write_scene
 
+    from .synthetic import copies_vrt
+
     scene = folder / "scene.tif"
     write_scene(scene, SCENE, SCENE, seed=11, crs=None)
-    per_side = max(2, round(math.sqrt(tiles)))
-    copies = max(1, math.ceil(per_side * STRIDE / (SCENE * 8)))  # at most 8x upsampling: objects stay small
-    side = copies * SCENE
-    scale = (per_side * STRIDE + (1008 - STRIDE)) / side
-    bands = []
-    for b in (1, 2, 3):
-        srcs = "".join(
-            f'<SimpleSource><SourceFilename relativeToVRT="1">scene.tif</SourceFilename><SourceBand>{b}</SourceBand>'
-            f'<SrcRect xOff="0" yOff="0" xSize="{SCENE}" ySize="{SCENE}"/>'
-            f'<DstRect xOff="{i * SCENE}" yOff="{j * SCENE}" xSize="{SCENE}" ySize="{SCENE}"/></SimpleSource>'
-            for j in range(copies) for i in range(copies))
-        bands.append(f'<VRTRasterBand dataType="Byte" band="{b}">{srcs}</VRTRasterBand>')
-    vrt = folder / "country.vrt"
-    vrt.write_text(f'<VRTDataset rasterXSize="{side}" rasterYSize="{side}">{"".join(bands)}</VRTDataset>')
-    return vrt, scale
+    return copies_vrt(scene, SCENE, tiles, "country.vrt")
 
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -24,7 +23,6 @@ from pathlib import Path
 from .common import ROOT, emit
 
 SCENE = 1000  # side of the scene the mosaic copies (pixels)
-STRIDE = 752  # grid pixels between tile origins at the default tile size and overlap
 
 
 def make_source(folder: Path, tiles: int) -> tuple[Path, float]:
@@ -41,21 +39,9 @@ def make_source(folder: Path, tiles: int) -> tuple[Path, float]:
         warnings.simplefilter("ignore", NotGeoreferencedWarning)
         with rasterio.open(scene, "w", driver="GTiff", width=SCENE, height=SCENE, count=3, dtype="uint8") as ds:
             ds.write(data)
-    per_side = max(2, round(math.sqrt(tiles)))
-    copies = max(1, math.ceil(per_side * STRIDE / (SCENE * 8)))
-    side = copies * SCENE
-    scale = (per_side * STRIDE + (1008 - STRIDE)) / side
-    bands = []
-    for b in (1, 2, 3):
-        srcs = "".join(
-            f'<SimpleSource><SourceFilename relativeToVRT="1">scene.tif</SourceFilename><SourceBand>{b}</SourceBand>'
-            f'<SrcRect xOff="0" yOff="0" xSize="{SCENE}" ySize="{SCENE}"/>'
-            f'<DstRect xOff="{i * SCENE}" yOff="{j * SCENE}" xSize="{SCENE}" ySize="{SCENE}"/></SimpleSource>'
-            for j in range(copies) for i in range(copies))
-        bands.append(f'<VRTRasterBand dataType="Byte" band="{b}">{srcs}</VRTRasterBand>')
-    vrt = folder / "grid.vrt"
-    vrt.write_text(f'<VRTDataset rasterXSize="{side}" rasterYSize="{side}">{"".join(bands)}</VRTDataset>')
-    return vrt, scale
+    from .synthetic import copies_vrt
+
+    return copies_vrt(scene, SCENE, tiles, "grid.vrt")
 
 
 def _peak_mb() -> float:

@@ -7,6 +7,7 @@ temporary folder.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -165,3 +166,28 @@ def long_objects(width: int, height: int, seed: int = 0, tile: int = 1008) -> li
                 placed.append(("red", road))
                 break
     return placed
+
+
+#: Grid pixels between tile origins at the default tile size (1008) and overlap (256).
+STRIDE = 752
+
+
+def copies_vrt(scene: Path, side: int, tiles: int, name: str) -> tuple[Path, float]:
+    """A GDAL VRT beside `scene` (a `side` x `side` px RGB uint8 GeoTIFF) that lays copies of it side by side
+    (no big file is written), and the `scale` at which its grid has about `tiles` tiles (up to 8x
+    upsampling: the scene's objects stay small)."""
+    per_side = max(2, round(math.sqrt(tiles)))
+    copies = max(1, math.ceil(per_side * STRIDE / (side * 8)))
+    full = copies * side
+    scale = (per_side * STRIDE + (1008 - STRIDE)) / full
+    bands = []
+    for b in (1, 2, 3):
+        srcs = "".join(
+            f'<SimpleSource><SourceFilename relativeToVRT="1">{scene.name}</SourceFilename>'
+            f'<SourceBand>{b}</SourceBand><SrcRect xOff="0" yOff="0" xSize="{side}" ySize="{side}"/>'
+            f'<DstRect xOff="{i * side}" yOff="{j * side}" xSize="{side}" ySize="{side}"/></SimpleSource>'
+            for j in range(copies) for i in range(copies))
+        bands.append(f'<VRTRasterBand dataType="Byte" band="{b}">{srcs}</VRTRasterBand>')
+    vrt = scene.parent / name
+    vrt.write_text(f'<VRTDataset rasterXSize="{full}" rasterYSize="{full}">{"".join(bands)}</VRTDataset>')
+    return vrt, scale
