@@ -1,4 +1,4 @@
-"""A mosaic's members stay open across windows, tasks and runs of one thread (`readers.mosaic.MemberCache`):
+"""A mosaic's members stay open across windows, tasks and runs of one thread (`readers.members.MemberCache`):
 opens counted, not timed; the cache is bounded (least recently used closed first); a member rewritten
 between two runs of one process is read anew; opening a member without its georeferencing says nothing.
 
@@ -15,9 +15,9 @@ from affine import Affine
 from rasterio.windows import Window
 
 from sam3tiles.options import Options
-from sam3tiles.readers import mosaic as mosaic_mod
+from sam3tiles.readers import members as members_mod
 from sam3tiles.readers import open_source
-from sam3tiles.readers.mosaic import MemberCache
+from sam3tiles.readers.members import MemberCache
 from sam3tiles.run.maps import group_inputs
 from sam3tiles.testing import write_raster
 
@@ -42,11 +42,11 @@ def _grid(folder, n=4, values=None):
 @pytest.fixture
 def cache():
     """A fresh member cache for this thread (the one before comes back after the test)."""
-    before = getattr(mosaic_mod._threads, "members", None)
-    fresh = mosaic_mod._threads.members = MemberCache()
+    before = getattr(members_mod._threads, "members", None)
+    fresh = members_mod._threads.members = MemberCache()
     yield fresh
     fresh.close()
-    mosaic_mod._threads.members = before
+    members_mod._threads.members = before
 
 
 def test_a_member_stays_open_across_windows_readers_and_tasks_of_one_identity(tmp_path, cache):
@@ -72,8 +72,8 @@ def test_a_member_stays_open_across_windows_readers_and_tasks_of_one_identity(tm
 def test_the_cache_is_bounded_and_closes_the_least_recently_used_member(tmp_path):
     path = _grid(tmp_path / "map")
     src = open_source(path, identity="map-v1")
-    before = getattr(mosaic_mod._threads, "members", None)
-    cache = mosaic_mod._threads.members = MemberCache(limit=3)
+    before = getattr(members_mod._threads, "members", None)
+    cache = members_mod._threads.members = MemberCache(limit=3)
     try:
         for c in range(4):  # the top row's files, one window each
             src.read_window(Window(c * SIDE, 0, SIDE, SIDE), (SIDE, SIDE))
@@ -88,7 +88,7 @@ def test_the_cache_is_bounded_and_closes_the_least_recently_used_member(tmp_path
         assert [k[0].rsplit("/", 1)[-1] for k in cache.entries] == ["r0c3.tif", "r0c1.tif", "r0c0.tif"]
     finally:
         cache.close()
-        mosaic_mod._threads.members = before
+        members_mod._threads.members = before
     assert not cache.entries
 
 

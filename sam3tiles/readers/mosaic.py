@@ -17,7 +17,7 @@ so objects come out once and whole across file edges.
   alpha, palette and bands), composing the window by the rule. Why not a GDAL VRT: a VRT paints its sources
   in order (the last wins), so neither the nearest-centre rule nor the nodata fall-back can be said in one,
   and it needs a file written somewhere. A window reads only the members it touches, never a whole file,
-  through its thread's `MemberCache`: members stay open across windows, tasks and readers (a file opened
+  through its thread's `members.MemberCache`: members stay open across windows, tasks and readers (a file opened
   per window cost more than its pixels: the open, and the decoded blocks GDAL drops with the dataset), at
   most `open_members()` per thread, the least recently used closed first; GDAL handles are never shared
   between threads. Data that is not uint8 gets one stretch for the whole map (`compute_stretch`:
@@ -39,10 +39,8 @@ import logging
 import math
 import itertools
 import pickle
-import threading
 import zlib
 from collections import OrderedDict
-from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Sequence
@@ -50,18 +48,14 @@ from typing import Sequence
 import numpy as np
 from affine import Affine
 
-from ..errors import RasterReadError
 from .base import STATS_SIDE, Source, Stretch
+from .members import MemberCache, member_cache, open_member
 from .raster import RasterSource
 
 log = logging.getLogger(__name__)
 
 #: Joins the files of an object's `source` (a mosaic's): " | " never appears in a mosaicked file's name.
 SEPARATOR = " | "
-#: Member datasets one thread keeps open at most, over every mosaic it reads (`open_members`): enough for a
-#: tile row's members and the next row's on a map some hundred files across (a row of 1008 px tiles over
-#: 32 x 32 files of 300 px touches 160 of them).
-OPEN_MEMBERS = 256
 #: Members whose pixels the whole-map stretch samples (non-uint8 data), evenly spread in map order.
 STRETCH_SAMPLE = 16
 
@@ -264,7 +258,7 @@ class MosaicSource(Source):
         """Member `k`, open in this thread's `cache`."""
         m = self._mosaic.members[k]
         bands, stretch = self.bands, self.stretch
-        return cache.get((m.path, bands, stretch, self._token), lambda: _open_member(m, bands, stretch))
+        return cache.get((m.path, bands, stretch, self._token), lambda: open_member(m, bands, stretch))
 
     def read_window(self, window, out_wh: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
         """The window composed from the members it touches by the overlap rule (module doc). A pixel only
@@ -342,128 +336,7 @@ class MosaicSource(Source):
         return Stretch(lo=(float(lo),) * len(self.bands), hi=(float(hi),) * len(self.bands))
 
 
-class _Member(RasterSource):
-    """A mosaic's member as a worker opens it: its file was checked when the map was planned (truncation,
-    its first and last block), so it is opened without those probes (a tile may open dozens of members).
-
-    A GeoTIFF member is opened without its georeferencing (GDAL's GEOREF_SOURCES=NONE): the plan placed it
-    in the map, and reading its geokeys took 2.6 of an open's 3.1 ms (the CRS is looked up in PROJ's
-    database on every open). rasterio then warns that it has no geotransform: not said (`_quiet_open`)."""
-
-    _probe_file = False
-
-    def _open_dataset(self):
-        import rasterio
-
-        if not self.path.lower().endswith((".tif", ".tiff")):
-            return super()._open_dataset()  # other drivers may not know the option (GDAL would warn)
-        with _quiet_open():
-            return rasterio.open(self.path, GEOREF_SOURCES="NONE")
-
-
-_QUIET = {"lock": threading.Lock(), "users": 0, "entry": None}
-
-
-@contextmanager
-def _quiet_open():
-    """rasterio's "no geotransform" warning filtered while a member opens without its georeferencing.
-    `warnings.catch_warnings` is not thread-safe (`run.quiet`): the first thread in adds one filter entry,
-    the last one out removes exactly that entry."""
-    import re
-    import warnings
-
-    from rasterio.errors import NotGeoreferencedWarning
-
-    with _QUIET["lock"]:
-        if _QUIET["users"] == 0:
-            _QUIET["entry"] = ("ignore", re.compile("Dataset has no geotransform"), NotGeoreferencedWarning, None, 0)
-            warnings.filters.insert(0, _QUIET["entry"])
-            warnings._filters_mutated()  # noqa: SLF001 - what warnings.filterwarnings itself calls
-        _QUIET["users"] += 1
-    try:
-        yield
-    finally:
-        with _QUIET["lock"]:
-            _QUIET["users"] -= 1
-            if _QUIET["users"] == 0:
-                try:
-                    warnings.filters.remove(_QUIET["entry"])
-                except ValueError:
-                    pass  # the user reset the filters meanwhile
-                warnings._filters_mutated()  # noqa: SLF001
-
-
-def _open_member(m: Member, bands, stretch) -> RasterSource:
-    src = _Member(m.path, bands=bands, stretch=stretch)
-    if (src.width, src.height) != (m.width, m.height):
-        src.close()
-        raise RasterReadError(f"{m.path} is {src.width}x{src.height} px, not the {m.width}x{m.height} px it "
-                              "was when the run planned its map: it changed; rerun once it stays put")
-    return src
-
-
 _READERS = itertools.count()
-
-
-def open_members() -> int:
-    """Members one thread keeps open at most: `OPEN_MEMBERS`, or fewer where the process may open few files
-    (a sixteenth of its limit: other threads, the output, GDAL's own)."""
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (ImportError, OSError, ValueError):
-        return OPEN_MEMBERS
-    return OPEN_MEMBERS if soft == resource.RLIM_INFINITY else max(8, min(OPEN_MEMBERS, soft // 16))
-
-
-class MemberCache:
-    """The member datasets one thread has open, least recently used first, at most `limit`: a window reads
-    its members through it, so a member read by the next window (the overlap, the next tile of a row) or the
-    next task is not opened again. One per thread (`member_cache`): a GDAL handle is used by the thread that
-    opened it only. Keyed by (path, bands, stretch, token): the token of the reader that opened it (the map's
-    identity as planned: every member's size, time and content samples), so a reader of a changed map opens
-    its files anew, never reading one through a handle opened before it changed (those age out of the LRU).
-    `opened`: files opened so far."""
-
-    def __init__(self, limit: int | None = None):
-        self.limit = limit if limit is not None else open_members()
-        self.entries: OrderedDict[tuple, RasterSource] = OrderedDict()
-        self.opened = 0
-
-    def get(self, key: tuple, opener) -> RasterSource:
-        """The open reader of `key`, opened by `opener()` when there is none."""
-        src = self.entries.pop(key, None)
-        if src is None:
-            while len(self.entries) >= max(1, self.limit):
-                self.entries.popitem(last=False)[1].close()
-            src = opener()
-            self.opened += 1
-        self.entries[key] = src
-        return src
-
-    def drop(self, token: str) -> None:
-        """Close the entries opened under `token`."""
-        for key in [k for k in self.entries if k[-1] == token]:
-            self.entries.pop(key).close()
-
-    def close(self) -> None:
-        while self.entries:
-            self.entries.popitem()[1].close()
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-
-_threads = threading.local()
-
-
-def member_cache() -> MemberCache:
-    """This thread's `MemberCache` (made on its first use; its datasets close when the thread ends)."""
-    cache = getattr(_threads, "members", None)
-    if cache is None:
-        cache = _threads.members = MemberCache()
-    return cache
 
 
 def _part(m: Member, window, sx: float, sy: float, w: int, h: int):
