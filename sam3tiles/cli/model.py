@@ -72,8 +72,13 @@ def verify(directory: Path | None) -> None:
     """Name the layout of DIRECTORY's graphs; check the size and sha256 of every file of the published (seed)
     layout, or for another known layout (samexporter's) that its graphs fit it (no hashes are published for
     those). Exit 4 when a file is missing or wrong, or the graphs fit no known layout."""
-    found = layouts.info(directory)
-    if found.fit is not None and not found.differences and not found.missing:
+    try:
+        found = layouts.info(directory)
+    except ModelError:  # a graph that cannot be read: the hashes below say which file is wrong
+        found = None
+    if found is None:
+        pass
+    elif found.fit is not None and not found.differences and not found.missing:
         click.echo(f"layout: {found.fit.describe()}")
         if found.fit.layout is not layouts.SEED:
             click.echo(f"model directory: {found.directory}\nevery graph fits the {found.fit.layout.title} layout "

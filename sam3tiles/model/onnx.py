@@ -175,7 +175,9 @@ class OnnxRuntime:
         self._point: Any = None  # model.points.PointDecoder, loaded on first use (`clicks_problem`)
         self._point_problem: str | None = None
         self._parity = self._parity_state(parity, parity_against, ort.__version__)
-        self.counters = {"encodes": 0, "prompts": 0, "decodes": 0, "click_decodes": 0, "queries_under_threshold": 0}
+        self.counters = {"encodes": 0, "prompts": 0, "decodes": 0, "click_decodes": 0}
+        if self.layout.raw_scores or self.score_threshold != SCORE_THRESHOLD:  # queries sam3tiles itself dropped
+            self.counters["queries_under_threshold"] = 0
         logger.info("SAM 3 ONNX model %s loaded from %s: %s, providers in use: %s%s",
                     self._identity, self.model_dir, self.layout.describe(), ", ".join(self.providers),
                     ", IOBinding" if self.io_binding else "")
@@ -496,8 +498,9 @@ class OnnxRuntime:
         except ValueError as exc:
             raise ContractError(f"the SAM 3 decoder returned outputs that do not fit the {self.layout.layout.title} "
                                 f"layout: {exc}. Check the model with `sam3tiles model info {self.model_dir}`") from exc
-        with self._lock:
-            self.counters["queries_under_threshold"] += under
+        if under:
+            with self._lock:
+                self.counters["queries_under_threshold"] += under
         self._check_parity(det, lambda rt, emb: rt.decode(emb, rt.prepare_prompt(prompt.text), boxes))
         return det
 
