@@ -34,8 +34,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             checkpoint: bool = True, report_path: str | os.PathLike | None = None, client: Any = None,
             options: Options | None = None, backend: str | object = _D.backend, model: str | None = _D.model,
             device: str = _D.device, precision: str = _D.precision, score_threshold: float = _D.score_threshold,
-            threads: int = _D.threads,
-            workers: int | None = _D.workers, scheduler: str | None = _D.scheduler,
+            threads: int = _D.threads, workers: int | None = _D.workers, scheduler: str | None = _D.scheduler,
             worker_timeout: float = _D.worker_timeout, tile_size: int = _D.tile_size, overlap: int | float = _D.overlap,
             scale: float = _D.scale, gsd: float | None = _D.gsd, bands: tuple[int, ...] | str | None = _D.bands,
             squash: bool = _D.squash, refine: str = _D.refine, refine_depth: int = _D.refine_depth,
@@ -45,10 +44,9 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             geojson_crs: str = _D.geojson_crs, qupath_type: str = _D.qupath_type, no_preview: bool = _D.no_preview,
             clean: bool = _D.clean, retries: int = _D.retries, strict: bool = _D.strict, progress: bool = _D.progress,
             max_in_flight: int | None = _D.max_in_flight, tiles_per_task: int | None = _D.tiles_per_task,
-            edge_margin: int = _D.edge_margin,
-            encode_seconds: float = _D.encode_seconds, decode_seconds: float = _D.decode_seconds,
+            edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             merge_block: int = _D.merge_block, box_scope: str = _D.box_scope, verify_inputs: bool = _D.verify_inputs,
-            asset: str | None = _D.asset, no_mosaic: bool = _D.no_mosaic,
+            decode_seconds: float = _D.decode_seconds, asset: str | None = _D.asset, no_mosaic: bool = _D.no_mosaic,
             progress_format: str = _D.progress_format) -> gpd.GeoDataFrame:
     """Segment one or more rasters with text prompts and/or example boxes, or point prompts; returns the objects.
 
@@ -81,8 +79,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
         backend: "onnx" (SAM 3 model files), "reference" (a colour-matching stand-in), "simulated", or a plugin's.
         model, device, precision, threads: the ONNX model folder, "auto"/"cpu"/"cuda"/"tensorrt"/"coreml"/"dml",
             "auto"/"fp32"/"tf32" (CUDA's TF32 off/on)/"fp16" (TensorRT), onnxruntime threads.
-        score_threshold: keep the model's queries scored above it (0.5, the published cut; lower only with a
-            decoder that has raw scores, such as samexporter 0.5.0's: `sam3tiles model info` says).
+        score_threshold: the model's score cut (0.5; lower only with a raw-score decoder: `sam3tiles model info`).
         workers, scheduler, worker_timeout: CPU threads of a local run; a dask.distributed scheduler address;
             seconds a cluster run waits for a model worker when none is left (then exit 4).
         tile_size, overlap, scale, gsd: tile side and overlap in (scaled) pixels (tile_size at most 1008; an
