@@ -404,6 +404,10 @@ def check(o: Options) -> None:
     problem = precision_problem(o.device, o.precision) or device_problem(o.backend, o.device, o.precision)
     if problem is not None:
         raise UsageError(problem)
+    if o.score_threshold < 0.5 and isinstance(o.backend, str) and o.backend in DEVICELESS:
+        raise UsageError(f"{wording.opt('score_threshold', f'{o.score_threshold:g}')}: the {o.backend} backend answers "
+                         "as the published decoder does, only scores over 0.5: leave it at 0.5, or use the onnx "
+                         "backend with a decoder that has raw scores")
     if o.min_score < o.score_threshold:
         raise UsageError(f"{wording.opt('min_score', f'{o.min_score:g}')}: the model already drops detections below "
                          f"{o.score_threshold:g} ({wording.opt('score_threshold')}), so a lower threshold would keep "

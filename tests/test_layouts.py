@@ -182,3 +182,27 @@ def test_every_layout_in_the_table_has_a_test_graph(models):
     # an interface made from the seed contract with one output renamed fits no layout
     ins, outs = contract_interface("decoder")
     assert ins and outs
+
+
+def test_a_float_image_of_another_side_is_named_not_run():
+    """The 644 px exports (the tile side read from the model) are not built yet: the side is named at load."""
+    from sam3tiles.model.contract import CONTRACT, TensorSpec
+
+    ios = {k: (list(CONTRACT[k][1]), list(CONTRACT[k][2])) for k in ("image_encoder", "language_encoder")}
+    ios["image_encoder"] = ([TensorSpec("image", "float32", (1, 3, 644, 644))], ios["image_encoder"][1])
+    best = layouts.fits(ios)[0]
+    assert any("takes 644x644" in d for d in best.differences)
+    ios["image_encoder"] = ([TensorSpec("image", "float32", (1, 3, "h", "w"))], ios["image_encoder"][1])
+    best = layouts.fits(ios)[0]
+    assert best.layout is layouts.SAMEXPORTER and not best.differences and best.image_input == "float32 normalised"
+
+
+def test_the_reference_backend_refuses_a_lower_threshold():
+    from sam3tiles.errors import UsageError
+    from sam3tiles.options import Options
+
+    with pytest.raises(UsageError, match="reference backend"):
+        Options(backend="reference", score_threshold=0.3)
+    assert Options(score_threshold=0.3).min_score == 0.3  # min_score at its default follows the threshold
+    with pytest.raises(UsageError, match="already drops"):
+        Options(score_threshold=0.5, min_score=0.4)
