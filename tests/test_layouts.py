@@ -206,3 +206,41 @@ def test_the_reference_backend_refuses_a_lower_threshold():
     assert Options(score_threshold=0.3).min_score == 0.3  # min_score at its default follows the threshold
     with pytest.raises(UsageError, match="already drops"):
         Options(score_threshold=0.5, min_score=0.4)
+
+
+def test_clicks_go_to_a_samexporter_decoder_as_small_boxes(models):
+    """Without a point decoder, samexporter's layout answers clicks as its caller sends them: a 0.01-wide box
+    each, with its label; the object is the best-scored mask that holds the positive clicks."""
+    from sam3tiles.model.onnx import OnnxRuntime
+    from sam3tiles.model.runtime import Click, TileImage
+    from sam3tiles.testing.graphs import blank_tile, paint
+
+    rt = OnnxRuntime(models["uint8"], device="cpu")
+    assert rt.clicks_problem() is None
+    rgb = blank_tile()
+    paint(rgb, 100, 100, 300, 200, "red")
+    paint(rgb, 600, 600, 700, 900, "blue")
+    emb = rt.encode(TileImage(rgb, np.ones((1008, 1008), bool)), clicks=True)
+    det = rt.decode_clicks(emb, [Click((650, 700))])
+    assert len(det) == 1
+    x0, y0, x1, y1 = (det.boxes[0] * 1008).round()
+    assert abs(x0 - 600) <= 4 and abs(y0 - 600) <= 4 and abs(x1 - 700) <= 4 and abs(y1 - 900) <= 4
+    (red,) = rt.decode_clicks(emb, [Click((200, 150)), Click((650, 700), positive=False)]).boxes
+    assert np.allclose(red * 1008, (100, 100, 300, 200), atol=4)
+    with pytest.raises(ValueError, match="at most 4"):
+        rt.decode_clicks(emb, [Click((650, 700))] * 5)
+    seed = OnnxRuntime(models["seed"], device="cpu")
+    assert "point decoder" in seed.clicks_problem()  # the seed layout has no such route
+
+
+def test_a_point_through_the_cli_on_samexporter_files(tmp_path, scene, models):
+    x0, y0, x1, y1 = OBJECTS[2][1]  # blue, across a seam
+    cx, cy = T @ ((x0 + x1) / 2, (y0 + y1) / 2)
+    out = tmp_path / "pt.gpkg"
+    r = CliRunner().invoke(cli, ["segment", str(scene), "--point", f"{cx},{cy}", "--backend", "onnx", "--model",
+                                 str(models["uint8"]), "--out", str(out), "--no-preview"])
+    assert r.exit_code == 0, r.output
+    (geom,) = gpd.read_file(out).geometry
+    (a, b), (c, d) = T @ (x0, y0), T @ (x1, y1)
+    truth = shapely.box(min(a, c), min(b, d), max(a, c), max(b, d))
+    assert geom.intersection(truth).area / geom.union(truth).area > 0.9

@@ -32,6 +32,8 @@ from .contract import CONTRACT, ContractCheck, GraphIO, TensorSpec, check_io, ch
 from .files import DECODER, IMAGE_ENCODER, POINT_DECODER, fetch_command, resolve_model_dir
 from .runtime import MASK_SIZE, MODEL_SIZE, SCORE_THRESHOLD, Detections
 
+#: The side of the box a click is sent as (normalised to the model input), as samexporter's caller sends it.
+CLICK_BOX = 0.01
 #: The graphs of a layout, in load order.
 GRAPHS = ("image_encoder", "language_encoder", "decoder")
 #: A decoder's output kinds: filtered in the graph at `SCORE_THRESHOLD`, or raw over every query.
@@ -65,6 +67,8 @@ class Layout:
     title: str  # in messages: "samexporter 0.5.0"
     graphs: Mapping[str, GraphSpec]
     source: str  # where the export comes from, for the refusal's list of known layouts
+    #: clicks without a point decoder: each sent as a `CLICK_BOX`-wide example box with its label (samexporter)
+    clicks_as_boxes: bool = False
 
 
 def _seed_graph(key: str, label: str = "uint8") -> GraphSpec:
@@ -97,7 +101,7 @@ SAMEXPORTER = Layout("samexporter-0.5.0", "samexporter 0.5.0", {
                          (Variant(RAW, _RAW_OUTS), Variant(FILTERED, _SEED_DECODER_OUTS)),
                          frozenset(t.name for t in _SAMEXPORTER_DECODER_INS if not t.name.startswith("box_"))
                          - {"language_features"}),
-}, "AnyLabeling's exporter (samexporter), 14-input decoder with raw or filtered outputs")
+}, "AnyLabeling's exporter (samexporter), 14-input decoder with raw or filtered outputs", clicks_as_boxes=True)
 #: Every layout sam3tiles knows, the seed first (the nearest on a tie).
 LAYOUTS: tuple[Layout, ...] = (SEED, SAMEXPORTER)
 
@@ -212,8 +216,8 @@ def _image_size(inputs: Sequence[TensorSpec]) -> list[str]:
         return []
     h, w = image.shape[2:]
     if all(isinstance(d, int) for d in (h, w)) and (h, w) != (MODEL_SIZE, MODEL_SIZE):
-        return [f"{IMAGE_ENCODER}: input 'image' takes {h}x{w}; sam3tiles feeds {MODEL_SIZE}x{MODEL_SIZE} tiles "
-                "(a tile side read from the model is not supported yet)"]
+        return [(f"{IMAGE_ENCODER}: input 'image' takes {h}x{w}; sam3tiles feeds {MODEL_SIZE}x{MODEL_SIZE} tiles "
+                 "(a tile side read from the model is not supported yet)")]
     return []
 
 

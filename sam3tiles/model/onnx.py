@@ -35,10 +35,11 @@ import numpy as np
 from ..errors import ContractError, ModelError
 from .contract import (CONTRACT, LATER_ENCODER_OUTPUTS, TensorSpec, check_point_graph, normalise_dtype,
                        point_refusal)
-from .layouts import SEED, recognise
+from .layouts import CLICK_BOX, SEED, recognise
 from .files import (DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, files_fingerprint,
                     require_model)
-from .runtime import MODEL_SIZE, SCORE_THRESHOLD, Click, Detections, ExampleBox, PreparedPrompt, TileImage
+from .runtime import (MASK_SIZE, MODEL_SIZE, SCORE_THRESHOLD, VISUAL_PROMPT, Click, Detections, ExampleBox,
+                      PreparedPrompt, TileImage)
 from .tokenizer import get_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -311,7 +312,8 @@ class OnnxRuntime:
         if rgb.shape != (3, MODEL_SIZE, MODEL_SIZE) or rgb.dtype != np.uint8:
             raise ValueError(f"encode takes uint8 [3,{MODEL_SIZE},{MODEL_SIZE}], got {rgb.dtype} {rgb.shape}")
         rgb = np.ascontiguousarray(rgb)
-        wanted = self.layout.embedding_outputs + (LATER_ENCODER_OUTPUTS if clicks else ())
+        point_features = clicks and not self._clicks_as_boxes
+        wanted = self.layout.embedding_outputs + (LATER_ENCODER_OUTPUTS if point_features else ())
         feed = self.layout.image_feed(rgb)
         if clicks:
             self._require_clicks()
@@ -357,6 +359,8 @@ class OnnxRuntime:
 
         from .points import PointDecoder
 
+        if not self.has_point_decoder and self._clicks_as_boxes:
+            return None, None  # clicks go to the decoder as small example boxes (`_decode_clicks_as_boxes`)
         if not self.has_point_decoder:
             return None, (f"clicks need the point decoder {POINT_DECODER} of the four-graph layout (sam3-onnx "
                           f"v0.6.0), and {self.model_dir} has none (the v0.3.0 files `sam3tiles model fetch` gets "
@@ -373,8 +377,11 @@ class OnnxRuntime:
 
     def decode_clicks(self, embedding: OnnxEmbedding, clicks: Sequence[Click]) -> Detections:
         """The object under the positive `clicks` (0 or 1 detection; negatives push away), from an embedding
-        made with `encode(..., clicks=True)`: two point decoder passes (`model.points`)."""
+        made with `encode(..., clicks=True)`: two point decoder passes (`model.points`), or with a layout that
+        sends clicks as boxes and no point decoder, one decoder pass (`_decode_clicks_as_boxes`)."""
         self._require_clicks()
+        if self._clicks_as_boxes:
+            return self._decode_clicks_as_boxes(embedding, clicks)
         missing_features = [k for k in LATER_ENCODER_OUTPUTS if k not in embedding.values]
         if missing_features:
             raise ValueError(f"decode_clicks needs an embedding from encode(image, clicks=True); this one lacks "
@@ -389,6 +396,27 @@ class OnnxRuntime:
             self.counters["click_decodes"] += 2
         self._check_parity(det, lambda rt, emb: rt.decode_clicks(emb, clicks))
         return det
+
+    @property
+    def _clicks_as_boxes(self) -> bool:
+        return self.layout.layout.clicks_as_boxes and not self.has_point_decoder
+
+    def _decode_clicks_as_boxes(self, embedding: OnnxEmbedding, clicks: Sequence[Click]) -> Detections:
+        """The object under the positive clicks, each click sent as a `CLICK_BOX`-wide example box with its label
+        (samexporter's caller does so): of the decoder's answer, the best-scored mask that holds every positive
+        click; none when no mask does (the decoder finds things like the boxes, not only the one clicked)."""
+        if len(clicks) > self.box_slots:
+            raise ValueError(f"{len(clicks)} clicks given, but this {self.layout.layout.title} decoder takes at most "
+                             f"{self.box_slots} (each click is a box): click fewer times on one object")
+        boxes = [ExampleBox((c.xy[0] / MODEL_SIZE, c.xy[1] / MODEL_SIZE, CLICK_BOX, CLICK_BOX), c.positive)
+                 for c in clicks]
+        det = self.decode(embedding, self.prepare_prompt(VISUAL_PROMPT), boxes)
+        cells = [(min(MASK_SIZE - 1, int(c.xy[1] * MASK_SIZE / MODEL_SIZE)),
+                  min(MASK_SIZE - 1, int(c.xy[0] * MASK_SIZE / MODEL_SIZE))) for c in clicks if c.positive]
+        for i in np.argsort(-det.scores, kind="stable"):
+            if cells and all(det.masks[i, 0, r, c] > 0.5 for r, c in cells):
+                return Detections(det.boxes[i:i + 1], det.scores[i:i + 1], det.masks[i:i + 1])
+        return Detections.empty()
 
     # -- dml: the first answered tile against the CPU (model.parity) --------------------------------------
 
