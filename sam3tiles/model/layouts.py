@@ -19,6 +19,7 @@ layout is one entry here and, if its outputs are new, its adapter in `Fit.detect
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 from collections.abc import Mapping, Sequence
@@ -266,8 +267,22 @@ def recognise(ios: Mapping[str, tuple[Sequence[TensorSpec], Sequence[TensorSpec]
 
 def folder_fit(directory: str | os.PathLike[str] | None) -> Fit | None:
     """The layout of a folder's graphs read from the files (no session), or None when they cannot be read or
-    fit no layout: cheap, for identities and reports."""
+    fit no layout: for identities and reports, remembered per folder until a graph file changes (a decoder
+    with its weights inline is read whole)."""
     d = resolve_model_dir(directory)
+    stamp = []
+    for spec in SEED.graphs.values():
+        try:
+            st = (d / spec.file).stat()
+            stamp.append((st.st_size, st.st_mtime_ns))
+        except OSError:
+            return None
+    return _folder_fit(str(d), tuple(stamp))
+
+
+@functools.lru_cache(maxsize=32)
+def _folder_fit(directory: str, _stamp: tuple) -> Fit | None:
+    d = Path(directory)
     try:
         ios = {k: _io(read_graph_io(d / spec.file)) for k, spec in SEED.graphs.items()}
     except Exception:  # noqa: BLE001 - a folder that cannot be read is told at load, not here
