@@ -135,6 +135,12 @@ def _fraction_overlap(o: "Options") -> None:
         object.__setattr__(o, "overlap", round(v * o.tile_size))
 
 
+def _follow_threshold(o: "Options") -> None:
+    """min_score at its default follows a lower score_threshold: what the model now keeps is not dropped again."""
+    if o.min_score == 0.5 and isinstance(o.score_threshold, (int, float)) and 0 <= o.score_threshold < 0.5:
+        object.__setattr__(o, "min_score", o.score_threshold)
+
+
 def _backends() -> tuple[str, ...]:
     """Built-ins, then backends installed under the entry-point group sam3tiles.backends."""
     return available_backends()
@@ -162,6 +168,10 @@ class Options:
     precision: str = opt("auto", "GPU arithmetic: fp32 (CUDA with TF32 off), tf32 (CUDA with TF32 on: "
                                  "onnxruntime's default), fp16 (TensorRT only); auto: the provider's default.",
                          job="backend.precision", flags=("--precision",), choices=PRECISIONS)
+    score_threshold: float = opt(
+        0.5, "Keep the model's queries scored above this. 0.5 is the published cut, baked into the seed's decoder; "
+             "a decoder with raw scores (samexporter 0.5.0's) keeps lower ones too (docs/backends.md: layouts).",
+        job="backend.score_threshold", flags=("--score-threshold",), ge=0, le=1)
     threads: int = opt(0, "onnxruntime threads per session (0: its default).", job="backend.threads",
                        flags=("--threads",), ge=0)
     workers: int | None = opt(None, "CPU threads for reading and vectorizing (local runs).", job="run.workers",
@@ -221,9 +231,7 @@ class Options:
     max_area: float | None = opt(None, "Drop objects larger than this (units of --min-area).",
                                  job="postprocess.max_area", flags=("--max-area",), gt=0)
     min_score: float = opt(0.5, "Drop objects scored below this.", job="postprocess.min_score",
-                           flags=("--min-score",), ge=0.5, le=1,
-                           note="the model's graphs already drop detections below 0.5, so a lower threshold "
-                                "would keep nothing more")
+                           flags=("--min-score",), ge=0, le=1)
     simplify: float = opt(0.0, "Simplify polygons with this tolerance: metres on a lon/lat CRS, else CRS units "
                                "(pixels without a CRS).", job="postprocess.simplify", flags=("--simplify",), ge=0)
     layer: str | None = opt(None, "GeoPackage layer to write (default: the output's stem); other layers of an "
@@ -283,11 +291,13 @@ class Options:
             elif isinstance(v, float) and v.is_integer() and value_type(f.name, type(self)) is int:
                 object.__setattr__(self, f.name, int(v))  # 512.0 from a YAML or JSON number
         _fraction_overlap(self)
+        _follow_threshold(self)
         check(self)
 
     def runtime_spec(self) -> RuntimeSpec:
         """The one place a backend (name, object or factory) becomes a RuntimeSpec."""
         return RuntimeSpec.of(self.backend, model_dir=self.model, device=self.device, precision=self.precision,
+                              score_threshold=float(self.score_threshold),
                               intra_op_threads=self.threads, encode_seconds=self.encode_seconds,
                               decode_seconds=self.decode_seconds)
 
@@ -394,6 +404,14 @@ def check(o: Options) -> None:
     problem = precision_problem(o.device, o.precision) or device_problem(o.backend, o.device, o.precision)
     if problem is not None:
         raise UsageError(problem)
+    if o.score_threshold < 0.5 and isinstance(o.backend, str) and o.backend in DEVICELESS:
+        raise UsageError(f"{wording.opt('score_threshold', f'{o.score_threshold:g}')}: the {o.backend} backend answers "
+                         "as the published decoder does, only scores over 0.5: leave it at 0.5, or use the onnx "
+                         "backend with a decoder that has raw scores")
+    if o.min_score < o.score_threshold:
+        raise UsageError(f"{wording.opt('min_score', f'{o.min_score:g}')}: the model already drops detections below "
+                         f"{o.score_threshold:g} ({wording.opt('score_threshold')}), so a lower threshold would keep "
+                         f"nothing more; lower {wording.opt('score_threshold')} with a decoder that has raw scores")
 
 
 #: Built-in backends that run where they are (numpy, sleeps): a device or precision would be ignored.

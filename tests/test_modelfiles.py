@@ -16,6 +16,7 @@ from onnx import TensorProto, helper
 from sam3tiles.testing.graphs import build_contract_models
 
 from sam3tiles.model import contract as mc
+from sam3tiles.model import layouts as ml
 from sam3tiles.model import files as mf
 from sam3tiles.cli.model import model as model_cli
 from sam3tiles.errors import EXIT_MODEL, ModelError, ModelNotFoundError
@@ -342,7 +343,7 @@ def test_verify_accepts_the_vocabulary_from_osam(tmp_path, hub):
 @pytest.mark.parametrize("slots", [1, 16])
 def test_info_describes_each_graph_and_the_layout(tmp_path, slots):
     d = build_contract_models(tmp_path, box_slots=slots, with_point_decoder=slots == 16)
-    result = mc.info(d)
+    result = ml.info(d)
     assert result.box_slots == slots and not result.differences and not result.missing
     text = result.format()
     assert f"box_coords float32 [{slots},1,4]" in text and f"box_masks bool [1,{slots}]" in text

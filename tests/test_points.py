@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from sam3tiles.cli.main import cli
 from sam3tiles.errors import ModelError
-from sam3tiles.model import contract as mc
+from sam3tiles.model import layouts as mc  # `info` moved beside the layouts table
 from sam3tiles.model.onnx import OnnxRuntime
 from sam3tiles.model.points import HOLE_CELLS, fill_holes
 from sam3tiles.model.reference import ReferenceRuntime

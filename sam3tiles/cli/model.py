@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ..model import contract, files as modelfiles
+from ..model import files as modelfiles, layouts
 from ..errors import ContractError, ModelError, ModelNotFoundError, Sam3TilesError, UsageError
 from ..model.providers import DEVICES, PRECISIONS, describe, missing, precision_problem, requested
 
@@ -69,7 +69,26 @@ def fetch(directory: Path | None, endpoint: str | None, cache_dir: str | None, r
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
 @_errors
 def verify(directory: Path | None) -> None:
-    """Check the size and sha256 of every model file in DIRECTORY (exit 4 when any is missing or wrong)."""
+    """Name the layout of DIRECTORY's graphs; check the size and sha256 of every file of the published (seed)
+    layout, or for another known layout (samexporter's) that its graphs fit it (no hashes are published for
+    those). Exit 4 when a file is missing or wrong, or the graphs fit no known layout."""
+    try:
+        found = layouts.info(directory)
+    except ModelError:  # a graph that cannot be read: the hashes below say which file is wrong
+        found = None
+    if found is None:
+        pass
+    elif found.fit is not None and not found.differences and not found.missing:
+        click.echo(f"layout: {found.fit.describe()}")
+        if found.fit.layout is not layouts.SEED:
+            click.echo(f"model directory: {found.directory}\nevery graph fits the {found.fit.layout.title} layout "
+                       "(no sha256 is published for it: the graphs' interfaces were checked)")
+            return
+    elif found.graphs and not found.missing:
+        raise ContractError(f"the graphs in {found.directory} fit no known layout ({len(found.differences)} "
+                            f"difference(s) from the nearest, {found.fit.layout.title if found.fit else '-'}: "
+                            f"{found.differences[0]}): `sam3tiles model info {found.directory}` lists them; "
+                            f"known layouts: {layouts.known_layouts()}")
     report = modelfiles.verify(directory)
     click.echo(report.format())
     if not report.ok:
@@ -91,10 +110,11 @@ def verify(directory: Path | None) -> None:
               help="with --device: fp32 / tf32 (CUDA's TF32 off / on) or fp16 (TensorRT)")
 @_errors
 def info(directory: Path | None, device: str | None, precision: str) -> None:
-    """Show each graph's inputs and outputs (dtype, shape), the contract check and the layout; with
+    """Show each graph's inputs and outputs (dtype, shape), the layout (box slots, raw or filtered scores,
+    precision) or the nearest layout's differences; with
     --device, the onnxruntime providers each graph actually runs on (loading the image encoder takes
     its 3.2 GB)."""
-    result = contract.info(directory)
+    result = layouts.info(directory)
     click.echo(result.format())
     if device is not None and result.graphs:
         _show_providers(result.directory, list(result.graphs), device, precision)
@@ -105,9 +125,9 @@ def info(directory: Path | None, device: str | None, precision: str) -> None:
         raise ModelNotFoundError(f"{result.directory} lacks {', '.join(result.missing)}: download the model "
                                  f"with `{modelfiles.fetch_command(result.directory)}`")
     if result.differences:
-        raise ContractError(f"{len(result.differences)} contract difference(s) in {result.directory} (listed "
-                             f"above): download the published files again with "
-                             f"`{modelfiles.fetch_command(result.directory)}`")
+        raise ContractError(f"{len(result.differences)} contract difference(s) in {result.directory} from the "
+                            f"nearest layout (listed above; known: {layouts.known_layouts()}): download the "
+                            f"published files again with `{modelfiles.fetch_command(result.directory)}`")
 
 
 

@@ -1,18 +1,18 @@
 """The SAM 3 ONNX graph contract: the inputs and outputs each published graph must have, the check of a
-graph against it, and `read_graph_io`, which reads a graph's inputs and outputs straight from the
-``.onnx`` protobuf (no ``onnx`` package, weights never loaded). `OnnxRuntime` checks at load;
-``sam3tiles model info`` reports (`info`)."""
+graph against it (`check_io`), and `read_graph_io`, which reads a graph's inputs and outputs straight from the
+``.onnx`` protobuf (no ``onnx`` package, weights never loaded). The layouts of other exports, and which one a
+folder holds, are in `layouts`; ``sam3tiles model info`` reports (`layouts.info`)."""
 
 from __future__ import annotations
 
 import os
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ContractError, ModelError
-from .files import DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, resolve_model_dir
+from .files import DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command
 
 
 # --------------------------------------------------------------------------------------------------
@@ -109,15 +109,24 @@ class ContractCheck:
 
 
 def check_graph(graph: str, inputs: Iterable[TensorSpec], outputs: Iterable[TensorSpec]) -> ContractCheck:
-    """Compare a graph's inputs and outputs with `CONTRACT[graph]`; list every difference.
-
-    Inputs must match exactly by name (an extra input would go unfed); outputs must include the
-    contract's (extra outputs are allowed). Dtypes and ranks must match; fixed sizes must match where
-    the graph states a number (a symbolic dimension is accepted). "B" must be one number in the graph.
-    """
+    """Compare a graph's inputs and outputs with `CONTRACT[graph]` (the seed layout); list every difference."""
     file_name, want_in, want_out = CONTRACT[graph]
+    return check_io(graph, file_name, want_in, want_out, inputs, outputs)
+
+
+def check_io(graph: str, file_name: str, want_in: Sequence[TensorSpec], want_out: Sequence[TensorSpec],
+             inputs: Iterable[TensorSpec], outputs: Iterable[TensorSpec],
+             optional: Iterable[str] = ()) -> ContractCheck:
+    """Compare a graph's inputs and outputs with the wanted ones; list every difference.
+
+    Inputs must match exactly by name, except `optional` ones, which may be absent (a simplified export drops
+    inputs it does not read); an extra input would go unfed. Outputs must include the wanted ones (extra
+    outputs are allowed). Dtypes and ranks must match; fixed sizes must match where the graph states a number
+    (a symbolic dimension is accepted). "B" must be one number in the graph.
+    """
     got_in = {t.name: t for t in inputs}
     got_out = {t.name: t for t in outputs}
+    optional = set(optional)
     diffs: list[str] = []
     slots: dict[str, int] = {}
 
@@ -138,7 +147,7 @@ def check_graph(graph: str, inputs: Iterable[TensorSpec], outputs: Iterable[Tens
     for want in want_in:
         if want.name in got_in:
             compare("input", want, got_in[want.name])
-        else:
+        elif want.name not in optional:
             diffs.append(f"{file_name}: input {want.name!r} is missing (the graph's inputs are "
                          f"{', '.join(got_in) or 'none'})")
     expected_names = {w.name for w in want_in}
@@ -151,17 +160,22 @@ def check_graph(graph: str, inputs: Iterable[TensorSpec], outputs: Iterable[Tens
         else:
             diffs.append(f"{file_name}: output {want.name!r} is missing (the graph's outputs are "
                          f"{', '.join(got_out) or 'none'})")
-    box_slots = None
-    if slots:
-        values = set(slots.values())
-        if len(values) > 1:
-            diffs.append(f"{file_name}: the box slot count differs between inputs: "
-                         + ", ".join(f"{k}={v}" for k, v in slots.items()))
-        elif min(values) < 1:
-            diffs.append(f"{file_name}: the box slot count is {min(values)}, it must be at least 1")
-        else:
-            box_slots = values.pop()
-    return ContractCheck(graph, diffs, box_slots)
+    return ContractCheck(graph, diffs, _slot_count(file_name, slots, diffs))
+
+
+def _slot_count(file_name: str, slots: dict[str, int], diffs: list[str]) -> int | None:
+    """The one box slot count the "B" axes agree on (a difference appended when they do not)."""
+    if not slots:
+        return None
+    values = set(slots.values())
+    if len(values) > 1:
+        diffs.append(f"{file_name}: the box slot count differs between inputs: "
+                     + ", ".join(f"{k}={v}" for k, v in slots.items()))
+    elif min(values) < 1:
+        diffs.append(f"{file_name}: the box slot count is {min(values)}, it must be at least 1")
+    else:
+        return values.pop()
+    return None
 
 
 def raise_for_differences(checks: Sequence[ContractCheck], directory: Path) -> None:
@@ -393,87 +407,3 @@ def _parse_model(path: Path, buf: memoryview) -> GraphIO:
         raise ValueError("no graph in the file")
     inputs = [t for t in inputs if t.name not in initializers]
     return GraphIO(path, ir_version, opsets, inputs, outputs)
-
-
-# --------------------------------------------------------------------------------------------------
-# info
-
-
-@dataclass
-class ModelInfo:
-    directory: Path
-    graphs: dict[str, GraphIO]
-    checks: list[ContractCheck]
-    box_slots: int | None
-    point_decoder: bool
-    missing: list[str]
-    #: the point decoder's differences from what sam3tiles can drive (`check_point_graph`); [] when usable
-    point_differences: list[str] = field(default_factory=list)
-
-    @property
-    def layout(self) -> str:
-        if self.box_slots is None:
-            return "unknown (no readable decoder)"
-        if self.box_slots == 1:
-            kind = "v0.3.0 layout: 1 box slot"
-        elif self.box_slots == 16:
-            kind = "16-slot layout (as in sam3-onnx v0.6.0)"
-        else:
-            kind = f"{self.box_slots} box slots"
-        if not self.point_decoder:
-            return kind
-        return kind + (", point decoder: clicks refused (its interface differs, below)" if self.point_differences
-                       else ", point decoder: clicks usable")
-
-    @property
-    def differences(self) -> list[str]:
-        return [d for c in self.checks for d in c.differences]
-
-    def format(self) -> str:
-        lines = [f"model directory: {self.directory}", f"layout: {self.layout}"]
-        for name, io in self.graphs.items():
-            opsets = ", ".join(f"{k} {v}" for k, v in io.opsets.items())
-            lines.append(f"{name}  (IR {io.ir_version}, opset {opsets})")
-            for t in io.inputs:
-                lines.append(f"  input  {t.describe()}")
-            for t in io.outputs:
-                lines.append(f"  output {t.describe()}")
-        for name in self.missing:
-            lines.append(f"{name}: missing")
-        if self.differences:
-            lines.append("contract differences:")
-            lines.extend(f"  - {d}" for d in self.differences)
-        elif not self.missing:
-            lines.append("contract: every graph fits")
-        if self.point_differences:
-            lines.append("point decoder: clicks refused, sam3tiles cannot drive its interface (inferred from the "
-                         "SAM 2 export: docs/points.md):")
-            lines.extend(f"  - {d}" for d in self.point_differences)
-        return "\n".join(lines)
-
-
-def info(directory: str | os.PathLike[str] | None = None) -> ModelInfo:
-    """Each graph's inputs and outputs (dtype, shape), the contract check, and the layout."""
-    d = resolve_model_dir(directory)
-    graphs: dict[str, GraphIO] = {}
-    checks: list[ContractCheck] = []
-    missing: list[str] = []
-    box_slots = None
-    for key, (file_name, _, _) in CONTRACT.items():
-        path = d / file_name
-        if not path.is_file():
-            missing.append(file_name)
-            continue
-        io = read_graph_io(path)
-        graphs[file_name] = io
-        check = check_graph(key, io.inputs, io.outputs)
-        checks.append(check)
-        if key == "decoder":
-            box_slots = check.box_slots
-    point = d / POINT_DECODER
-    point_diffs: list[str] = []
-    if point.is_file():
-        io = graphs[POINT_DECODER] = read_graph_io(point)
-        encoder = graphs.get(IMAGE_ENCODER)
-        _, point_diffs = check_point_graph(io.inputs, io.outputs, encoder.outputs if encoder else [])
-    return ModelInfo(d, graphs, checks, box_slots, point.is_file(), missing, point_diffs)

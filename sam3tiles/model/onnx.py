@@ -33,11 +33,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import ContractError, ModelError
-from .contract import (CONTRACT, EMBEDDING_OUTPUTS, LATER_ENCODER_OUTPUTS, TensorSpec, check_graph, check_point_graph,
-                       normalise_dtype, point_refusal, raise_for_differences)
+from .contract import (CONTRACT, LATER_ENCODER_OUTPUTS, TensorSpec, check_point_graph, normalise_dtype,
+                       point_refusal)
+from .layouts import CLICK_BOX, SEED, recognise
 from .files import (DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, files_fingerprint,
                     require_model)
-from .runtime import MODEL_SIZE, Click, Detections, ExampleBox, PreparedPrompt, TileImage
+from .runtime import (MASK_SIZE, MODEL_SIZE, SCORE_THRESHOLD, VISUAL_PROMPT, Click, Detections, ExampleBox,
+                      PreparedPrompt, TileImage)
 from .tokenizer import get_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -47,7 +49,6 @@ from .providers import (COREML, CPU, CUDA, DEVICES, DML, EXPLICIT, NEEDS, TENSOR
                         names, precision_problem, requested)
 
 _PROMPT_OUTPUTS = ("text_attention_mask", "text_memory")
-_DECODER_OUTPUTS = ("boxes", "scores", "masks")
 
 
 class OnnxEmbedding:
@@ -83,6 +84,7 @@ class _Prompt:
     tokens: np.ndarray  # int64 [1,32]
     language_mask: np.ndarray  # bool [1,32]
     language_features: np.ndarray  # float32 [32,1,256]
+    language_embeds: np.ndarray | None = None  # float32 [32,1,1024], for a decoder that reads them
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:
@@ -126,7 +128,7 @@ class OnnxRuntime:
     def __init__(self, model_dir: str | os.PathLike[str] | None = None, *, device: str = "auto",
                  intra_op_threads: int = 0, inter_op_threads: int = 0, io_binding: bool | None = None,
                  precision: str = "auto", parity: bool | None = None,
-                 parity_against: str | os.PathLike[str] | None = None):
+                 parity_against: str | os.PathLike[str] | None = None, score_threshold: float = SCORE_THRESHOLD):
         import onnxruntime as ort
 
         if device not in DEVICES:
@@ -153,10 +155,12 @@ class OnnxRuntime:
         #: what onnxruntime actually placed each graph on (a graph may fall back, see _say_fallbacks)
         self.session_providers = {key: list(s.get_providers()) for key, s in self._sessions.items()}
 
-        checks = [check_graph(key, _describe(s.get_inputs()), _describe(s.get_outputs()))
-                  for key, s in self._sessions.items()]
-        raise_for_differences(checks, self.model_dir)
-        self.box_slots: int = checks[-1].box_slots or 1
+        #: the layout the graphs fit (`model.layouts`): what encode feeds, decode feeds and reads
+        self.layout = recognise({key: (_describe(s.get_inputs()), _describe(s.get_outputs()))
+                                 for key, s in self._sessions.items()}, self.model_dir)
+        self.box_slots: int = self.layout.box_slots or 1
+        self.score_threshold = float(score_threshold)
+        self._refuse_threshold()
         self.has_point_decoder = (self.model_dir / POINT_DECODER).is_file()
 
         self.providers: list[str] = list(self._sessions["decoder"].get_providers())
@@ -173,9 +177,23 @@ class OnnxRuntime:
         self._point_problem: str | None = None
         self._parity = self._parity_state(parity, parity_against, ort.__version__)
         self.counters = {"encodes": 0, "prompts": 0, "decodes": 0, "click_decodes": 0}
-        logger.info("SAM 3 ONNX model %s loaded from %s: %d box slot(s), providers in use: %s%s",
-                    self._identity, self.model_dir, self.box_slots, ", ".join(self.providers),
+        if self.layout.raw_scores or self.score_threshold != SCORE_THRESHOLD:  # queries sam3tiles itself dropped
+            self.counters["queries_under_threshold"] = 0
+        logger.info("SAM 3 ONNX model %s loaded from %s: %s, providers in use: %s%s",
+                    self._identity, self.model_dir, self.layout.describe(), ", ".join(self.providers),
                     ", IOBinding" if self.io_binding else "")
+
+    def _refuse_threshold(self) -> None:
+        """A score threshold under the 0.5 a filtered decoder bakes in cannot be kept: refused at load."""
+        t = self.score_threshold
+        if not 0.0 <= t <= 1.0:
+            raise ModelError(f"{opt('score_threshold', t)}: a score is a probability, give one from 0 to 1")
+        if t < SCORE_THRESHOLD and not self.layout.raw_scores:
+            raise ModelError(
+                f"{opt('score_threshold', t)}: the {self.layout.layout.title} decoder in {self.model_dir} drops every "
+                f"query scored under {SCORE_THRESHOLD} inside the graph, so nothing under it can be kept: use an "
+                f"export with raw scores (samexporter 0.5.0's decoder) or leave {opt('score_threshold')} at "
+                f"{SCORE_THRESHOLD}")
 
     # ---------------------------------------------------------------------------------------------
     # loading
@@ -262,6 +280,8 @@ class OnnxRuntime:
             data = path.with_name(path.name + ".data")
             h.update(str(data.stat().st_size if data.exists() else -1).encode())
         h.update(f"B{self.box_slots}".encode())
+        if self.layout.layout is not SEED or self.score_threshold != SCORE_THRESHOLD:  # the seed's stays as it was
+            h.update(f"{self.layout.layout.key}:t{self.score_threshold:g}".encode())
         return "onnx:" + h.hexdigest()[:16]
 
     @property
@@ -285,13 +305,16 @@ class OnnxRuntime:
     # the ModelRuntime interface
 
     def encode(self, image: TileImage | np.ndarray, clicks: bool = False) -> OnnxEmbedding:
-        """The tile's embedding: only `EMBEDDING_OUTPUTS` are computed out of the encoder, and with `clicks`
-        the point decoder's `LATER_ENCODER_OUTPUTS` too (one encode feeds both decoders)."""
+        """The tile's embedding: only the encoder outputs the decoder reads are computed (the layout's
+        `embedding_outputs`), and with `clicks` the point decoder's `LATER_ENCODER_OUTPUTS` too (one encode feeds
+        both decoders). The layout says how the image is fed (uint8, or float32 normalised)."""
         rgb = image.rgb if isinstance(image, TileImage) else image
         if rgb.shape != (3, MODEL_SIZE, MODEL_SIZE) or rgb.dtype != np.uint8:
             raise ValueError(f"encode takes uint8 [3,{MODEL_SIZE},{MODEL_SIZE}], got {rgb.dtype} {rgb.shape}")
         rgb = np.ascontiguousarray(rgb)
-        wanted = EMBEDDING_OUTPUTS + (LATER_ENCODER_OUTPUTS if clicks else ())
+        point_features = clicks and not self._clicks_as_boxes
+        wanted = self.layout.embedding_outputs + (LATER_ENCODER_OUTPUTS if point_features else ())
+        feed = self.layout.image_feed(rgb)
         if clicks:
             self._require_clicks()
         if self._parity is not None and self._parity["image"] is None:  # dml: the first tile, for the CPU
@@ -299,7 +322,8 @@ class OnnxRuntime:
         if self.io_binding:
             session = self._sessions["image_encoder"]
             binding = session.io_binding()
-            binding.bind_cpu_input("image", rgb)
+            for name, value in feed.items():
+                binding.bind_cpu_input(name, value)
             for name in wanted:
                 binding.bind_output(name, self._bind_device)
             try:
@@ -309,7 +333,7 @@ class OnnxRuntime:
                                  f"of memory, use fewer GPU workers or {opt('device', 'cpu')}") from exc
             values = dict(zip(wanted, binding.get_outputs()))
         else:
-            values = dict(zip(wanted, self._run("image_encoder", wanted, {"image": rgb})))
+            values = dict(zip(wanted, self._run("image_encoder", wanted, feed)))
         self._count("encodes")
         return OnnxEmbedding(values, self._bind_device if self.io_binding else "cpu", id(self))
 
@@ -335,6 +359,8 @@ class OnnxRuntime:
 
         from .points import PointDecoder
 
+        if not self.has_point_decoder and self._clicks_as_boxes:
+            return None, None  # clicks go to the decoder as small example boxes (`_decode_clicks_as_boxes`)
         if not self.has_point_decoder:
             return None, (f"clicks need the point decoder {POINT_DECODER} of the four-graph layout (sam3-onnx "
                           f"v0.6.0), and {self.model_dir} has none (the v0.3.0 files `sam3tiles model fetch` gets "
@@ -351,8 +377,11 @@ class OnnxRuntime:
 
     def decode_clicks(self, embedding: OnnxEmbedding, clicks: Sequence[Click]) -> Detections:
         """The object under the positive `clicks` (0 or 1 detection; negatives push away), from an embedding
-        made with `encode(..., clicks=True)`: two point decoder passes (`model.points`)."""
+        made with `encode(..., clicks=True)`: two point decoder passes (`model.points`), or with a layout that
+        sends clicks as boxes and no point decoder, one decoder pass (`_decode_clicks_as_boxes`)."""
         self._require_clicks()
+        if self._clicks_as_boxes:
+            return self._decode_clicks_as_boxes(embedding, clicks)
         missing_features = [k for k in LATER_ENCODER_OUTPUTS if k not in embedding.values]
         if missing_features:
             raise ValueError(f"decode_clicks needs an embedding from encode(image, clicks=True); this one lacks "
@@ -367,6 +396,27 @@ class OnnxRuntime:
             self.counters["click_decodes"] += 2
         self._check_parity(det, lambda rt, emb: rt.decode_clicks(emb, clicks))
         return det
+
+    @property
+    def _clicks_as_boxes(self) -> bool:
+        return self.layout.layout.clicks_as_boxes and not self.has_point_decoder
+
+    def _decode_clicks_as_boxes(self, embedding: OnnxEmbedding, clicks: Sequence[Click]) -> Detections:
+        """The object under the positive clicks, each click sent as a `CLICK_BOX`-wide example box with its label
+        (samexporter's caller does so): of the decoder's answer, the best-scored mask that holds every positive
+        click; none when no mask does (the decoder finds things like the boxes, not only the one clicked)."""
+        if len(clicks) > self.box_slots:
+            raise ValueError(f"{len(clicks)} clicks given, but this {self.layout.layout.title} decoder takes at most "
+                             f"{self.box_slots} (each click is a box): click fewer times on one object")
+        boxes = [ExampleBox((c.xy[0] / MODEL_SIZE, c.xy[1] / MODEL_SIZE, CLICK_BOX, CLICK_BOX), c.positive)
+                 for c in clicks]
+        det = self.decode(embedding, self.prepare_prompt(VISUAL_PROMPT), boxes)
+        cells = [(min(MASK_SIZE - 1, int(c.xy[1] * MASK_SIZE / MODEL_SIZE)),
+                  min(MASK_SIZE - 1, int(c.xy[0] * MASK_SIZE / MODEL_SIZE))) for c in clicks if c.positive]
+        for i in np.argsort(-det.scores, kind="stable"):
+            if cells and all(det.masks[i, 0, r, c] > 0.5 for r, c in cells):
+                return Detections(det.boxes[i:i + 1], det.scores[i:i + 1], det.masks[i:i + 1])
+        return Detections.empty()
 
     # -- dml: the first answered tile against the CPU (model.parity) --------------------------------------
 
@@ -389,7 +439,8 @@ class OnnxRuntime:
         from .parity import compare, remember
 
         self._parity = None
-        cpu = OnnxRuntime(state["against"], device="cpu", intra_op_threads=self._threads[0])
+        cpu = OnnxRuntime(state["against"], device="cpu", intra_op_threads=self._threads[0],
+                          score_threshold=self.score_threshold)
         try:
             reference = again(cpu, cpu.encode(state["image"], clicks=state["clicks"]))
         finally:
@@ -410,8 +461,9 @@ class OnnxRuntime:
         with self._prompt_lock:
             cached = self._prompts.get(key)
             if cached is None:
-                mask, features = self._run("language_encoder", _PROMPT_OUTPUTS, {"tokens": tokens})
-                cached = _Prompt(tokens, mask, features)
+                wanted = _PROMPT_OUTPUTS + (("text_embeds",) if self.layout.wants_text_embeds else ())
+                outs = self._run("language_encoder", wanted, {"tokens": tokens})
+                cached = _Prompt(tokens, outs[0], outs[1], outs[2] if len(outs) > 2 else None)
                 self._prompts[key] = cached
                 self._count("prompts")
         return PreparedPrompt(text=text, payload=cached)
@@ -430,43 +482,53 @@ class OnnxRuntime:
             masks[0, i] = False
         return {"box_coords": coords, "box_labels": labels, "box_masks": masks}
 
+    def _decoder_feeds(self, embedding: OnnxEmbedding, payload: _Prompt, boxes: Sequence[ExampleBox]) -> dict:
+        """Every input the layout's decoder has: the embedding, the prompt, the boxes, the image size (the tile
+        is the whole model input, so 1008; samexporter's decoder takes it as int64 scalars)."""
+        size = np.asarray(MODEL_SIZE, np.int64)
+        values = {k: v for k, v in embedding.values.items() if k in self.layout.embedding_outputs}  # not clicks'
+        return self.layout.decoder_feeds({
+            **values, "language_mask": payload.language_mask, "language_features": payload.language_features,
+            "language_embeds": payload.language_embeds, **self._box_inputs(boxes),
+            "original_height": size, "original_width": size})
+
     def decode(self, embedding: OnnxEmbedding, prompt: PreparedPrompt,
                boxes: Sequence[ExampleBox] = ()) -> Detections:
-        """The decoder's boxes, scores and masks for one prompt on one encoded tile (N may be 0)."""
+        """The decoder's boxes, scores and masks for one prompt on one encoded tile (N may be 0): a filtered
+        decoder's outputs untouched, a raw one's queries over `score_threshold` (`Fit.detections`)."""
         if not isinstance(embedding, OnnxEmbedding):
             raise TypeError(f"decode needs an embedding from OnnxRuntime.encode, got {type(embedding).__name__}")
         payload = prompt.payload
         if not isinstance(payload, _Prompt):
             payload = self.prepare_prompt(prompt.text).payload
-        feeds: dict[str, Any] = {"language_mask": payload.language_mask,
-                                 "language_features": payload.language_features, **self._box_inputs(boxes)}
-        values = {k: v for k, v in embedding.values.items() if k in EMBEDDING_OUTPUTS}  # not the point features
-        if not all(isinstance(v, np.ndarray) for v in values.values()):  # OrtValues: IOBinding
+        feeds = self._decoder_feeds(embedding, payload, boxes)
+        outputs = self.layout.decoder_outputs
+        if not all(isinstance(v, np.ndarray) for v in feeds.values()):  # OrtValues: IOBinding
             session = self._sessions["decoder"]
             binding = session.io_binding()
-            for name, value in values.items():
+            for name, value in feeds.items():
                 if isinstance(value, np.ndarray):
                     binding.bind_cpu_input(name, value)
                 else:
                     binding.bind_ortvalue_input(name, value)
-            for name, value in feeds.items():
-                binding.bind_cpu_input(name, value)
-            for name in _DECODER_OUTPUTS:
+            for name in outputs:
                 binding.bind_output(name, "cpu")  # N is data-dependent: onnxruntime allocates
             try:
                 session.run_with_iobinding(binding)
             except Exception as exc:
                 raise ModelError(f"the SAM 3 decoder failed: {_short(exc)}") from exc
-            out_boxes, scores, masks = binding.copy_outputs_to_cpu()
+            got = binding.copy_outputs_to_cpu()
         else:
-            feeds.update(values)
-            out_boxes, scores, masks = self._run("decoder", _DECODER_OUTPUTS, feeds)
+            got = self._run("decoder", outputs, feeds)
         self._count("decodes")
         try:
-            det = Detections(boxes=out_boxes, scores=scores, masks=masks)
+            det, under = self.layout.detections(got, self.score_threshold)
         except ValueError as exc:
-            raise ContractError(f"the SAM 3 decoder returned outputs that do not fit the contract: {exc}. "
-                                f"Check the model with `sam3tiles model info {self.model_dir}`") from exc
+            raise ContractError(f"the SAM 3 decoder returned outputs that do not fit the {self.layout.layout.title} "
+                                f"layout: {exc}. Check the model with `sam3tiles model info {self.model_dir}`") from exc
+        if under:
+            with self._lock:
+                self.counters["queries_under_threshold"] += under
         self._check_parity(det, lambda rt, emb: rt.decode(emb, rt.prepare_prompt(prompt.text), boxes))
         return det
 

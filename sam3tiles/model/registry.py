@@ -31,6 +31,7 @@ import cloudpickle
 
 from ..errors import ModelError, UsageError
 from .files import files_fingerprint
+from .layouts import layout_tag
 from .onnx import OnnxRuntime  # imports onnxruntime (an optional extra) only when it builds a session
 from .providers import DEVICES, precision_problem
 from .reference import ReferenceRuntime
@@ -76,6 +77,8 @@ class RuntimeSpec:
     device: str = "auto"  # auto | cpu | cuda | tensorrt (model.providers)
     intra_op_threads: int = 0  # 0 = onnxruntime's default
     precision: str = "auto"  # auto | fp32 | tf32 | fp16 (model.providers)
+    #: onnx: keep queries scored above this (below 0.5 only with a raw-score decoder, `model.layouts`)
+    score_threshold: float = 0.5
     # simulated backend: seconds slept per encode / decode (releases the GIL as a GPU call does)
     encode_seconds: float = 0.1
     decode_seconds: float = 0.01
@@ -202,7 +205,7 @@ def build_runtime(spec: RuntimeSpec) -> ModelRuntime:
     if spec.backend == "onnx":
         model_dir = Path(spec.model_dir) if spec.model_dir else None
         return OnnxRuntime(model_dir, device=spec.device, intra_op_threads=spec.intra_op_threads,
-                           precision=spec.precision)
+                           precision=spec.precision, score_threshold=spec.score_threshold)
     ep = installed_backends().get(spec.backend)
     if ep is None:
         raise ModelError(f"the {spec.backend!r} backend is not installed in this process (entry-point group "
@@ -243,6 +246,10 @@ def runtime_stats() -> dict[str, Any]:
         out[spec.backend] = {"loads": load_counts.get(spec, 0), **getattr(rt, "counters", {})}
         if getattr(rt, "session_providers", None):  # ONNX: the providers each graph actually runs on
             out[spec.backend]["providers"] = {k: ", ".join(v) for k, v in rt.session_providers.items()}
+        layout = getattr(rt, "layout", None)
+        if callable(getattr(layout, "describe", None)):  # ONNX: the layout that ran and the score cut it kept
+            out[spec.backend]["layout"] = layout.describe()
+            out[spec.backend]["score_threshold"] = getattr(rt, "score_threshold", None)
     return out
 
 
@@ -262,7 +269,9 @@ def spec_identity(spec: RuntimeSpec) -> str:
     if spec.identity:
         return spec.identity
     if spec.backend == "onnx" and not spec.token:  # fp16, tf32 and fp32 answers differ: their own checkpoints
-        return spec.files or files_fingerprint(spec.model_dir) + _precision_part(spec)
+        # a layout other than the seed's, or another score threshold, answers differently: its own checkpoints
+        return spec.files or (files_fingerprint(spec.model_dir) + _precision_part(spec)
+                              + layout_tag(spec.model_dir, spec.score_threshold))
     if spec.backend in ("reference", "simulated") and not spec.token:
         return build_runtime(spec).identity
     return _identity_of(get_runtime(spec))

@@ -110,6 +110,17 @@ class RunReport:
                     seen.setdefault((backend, graph, used), None)
         return [f"providers ({b}, {g}): {u}" for b, g, u in seen]
 
+    def _layout_lines(self) -> list[str]:
+        """The model layout that ran, its score threshold and the queries that fell under it (summed over workers)."""
+        seen: dict = {}
+        for counters in self.runtime_counters.values():
+            for backend, c in (counters or {}).items():
+                if isinstance(c, dict) and c.get("layout"):
+                    key = (backend, c["layout"], c.get("score_threshold"))
+                    seen[key] = seen.get(key, 0) + int(c.get("queries_under_threshold", 0))
+        return [f"model layout ({b}): {lay}; score threshold {t:g}: {n} quer{'y' if n == 1 else 'ies'} fell under it"
+                for (b, lay, t), n in seen.items()]
+
     def _skipped_why(self) -> str:
         """'no data' when every skipped tile was found all nodata (as before areas and tissue); else per reason."""
         why = {reason: n for reason, n in self.skipped_by.items() if n}
@@ -180,6 +191,7 @@ class RunReport:
         if self.dashboard:
             lines.append(f"dask dashboard: {self.dashboard}")
         lines += self._provider_lines()
+        lines += self._layout_lines()
         for t in self.failed_tiles[:10]:
             lines.append(f"failed tile {t.get('tile')} of {t.get('source')}: {t.get('error')}")
         for p in self.unusable_prompts:

@@ -210,9 +210,17 @@ def box_echo_decoder(box_slots: int = 1) -> onnx.ModelProto:
 
 
 def colour_decoder(box_slots: int = 1, grid: int = DEFAULT_GRID) -> onnx.ModelProto:
+    g = _G()
+    boxes_all, score, masks_all = _colour_queries(g, box_slots, grid)
+    keep = g.op("Greater", score, g.const(0.5, np.float32))
+    _select(g, keep, boxes_all, score, masks_all)
+    return g.model("sam3_decoder", _decoder_inputs(box_slots), _decoder_outputs())
+
+
+def _colour_queries(g: _G, box_slots: int, grid: int) -> tuple[str, str, str]:
+    """Every query of the colour decoder: (boxes xyxy [Q,4], scores [Q], masks [Q,1,288,288]), Q = grid^2."""
     if MASK % grid:
         raise ValueError(f"grid must divide {MASK}")
-    g = _G()
     one = g.const([1], np.int64)
     # prompt colour from the text: mean of colour-word rows, padding excluded
     feats = g.op("Reshape", "language_features", g.const([32, 256], np.int64))
@@ -264,9 +272,103 @@ def colour_decoder(box_slots: int = 1, grid: int = DEFAULT_GRID) -> onnx.ModelPr
     y1 = g.op("Add", g.op("ArgMax", row_any, axis=1, keepdims=1, select_last_index=1), g.const(1, np.int64))
     boxes_all = g.op("Div", g.op("Cast", g.op("Concat", x0, y0, x1, y1, axis=1), to=F32),
                      g.const(float(MASK), np.float32))
-    keep = g.op("Greater", score, g.const(0.5, np.float32))
-    _select(g, keep, boxes_all, score, masks_all)
-    return g.model("sam3_decoder", _decoder_inputs(box_slots), _decoder_outputs())
+    return boxes_all, score, masks_all
+
+
+#: samexporter's query count: its raw decoder answers every one of them
+QUERIES = 200
+#: Logit magnitudes of the raw (samexporter) colour decoder: presence, and mask cells inside / outside
+PRESENCE_LOGIT = 30.0
+MASK_LOGIT = 10.0
+#: The inputs a simplified samexporter decoder keeps (the others are read by nothing and dropped)
+SIMPLIFIED_INPUTS = ("vision_pos_enc_2", "backbone_fpn_0", "backbone_fpn_1", "backbone_fpn_2", "language_mask",
+                     "language_features", "box_coords", "box_labels", "box_masks")
+
+
+def _samexporter_inputs(box_slots: int, simplified: bool) -> list[onnx.ValueInfoProto]:
+    sizes = (288, 144, 72)
+    inputs = [_vi("original_height", I64, []), _vi("original_width", I64, [])]
+    inputs += [_vi(f"vision_pos_enc_{i}", F32, [1, 256, s, s]) for i, s in enumerate(sizes)]
+    inputs += [_vi(f"backbone_fpn_{i}", F32, [1, 256, s, s]) for i, s in enumerate(sizes)]
+    inputs += [_vi("language_mask", TensorProto.BOOL, [1, 32]), _vi("language_features", F32, [32, 1, 256]),
+               _vi("language_embeds", F32, [32, 1, 1024])]
+    inputs += _decoder_inputs(box_slots)[-3:]
+    return [i for i in inputs if not simplified or i.name in SIMPLIFIED_INPUTS]
+
+
+def samexporter_decoder(box_slots: int = 4, grid: int = DEFAULT_GRID, *, outputs: str = "raw",
+                        simplified: bool = False) -> onnx.ModelProto:
+    """The colour decoder behind samexporter 0.5.0's interface: 14 inputs (`simplified`: the 9 it reads), and
+    `outputs` "raw" (every one of `QUERIES` queries: `pred_boxes` cxcywh, `pred_logits` = logit of the colour
+    decoder's score, `pred_masks` logits, `presence_logit_dec`; so sigmoid(logit) x sigmoid(presence) is the seed
+    graph's score, unfiltered) or "filtered" (boxes, scores, masks over 0.5, as its older exports)."""
+    g = _G()
+    boxes_all, score, masks_all = _colour_queries(g, box_slots, grid)
+    if outputs == "filtered":
+        _select(g, g.op("Greater", score, g.const(0.5, np.float32)), boxes_all, score, masks_all)
+        return g.model("sam3_decoder", _samexporter_inputs(box_slots, simplified), _decoder_outputs())
+    if outputs != "raw":
+        raise ValueError(f"outputs must be 'raw' or 'filtered', got {outputs!r}")
+    q = grid * grid
+    pad = QUERIES - q
+
+    def padded(x: str, rank: int, value: float, out: str) -> str:
+        pads = g.const([0] * rank + [pad] + [0] * (rank - 1), np.int64)
+        return g.op("Unsqueeze", g.op("Pad", x, pads, g.const(value, np.float32)), g.const([0], np.int64), out=out)
+
+    two = g.const([2], np.int64)
+    lo = g.op("Slice", boxes_all, g.const([0], np.int64), two, g.const([1], np.int64))
+    hi = g.op("Slice", boxes_all, two, g.const([4], np.int64), g.const([1], np.int64))
+    centre = g.op("Div", g.op("Add", lo, hi), g.const(2.0, np.float32))
+    cxcywh = g.op("Concat", centre, g.op("Sub", hi, lo), axis=1)  # [Q,4]
+    padded(cxcywh, 2, 0.0, "pred_boxes")
+    present = g.op("Greater", g.op("ReduceMax", score, keepdims=1), g.const(0.0, np.float32))
+    count = g.op("Div", score, g.op("Max", g.op("Sub", g.const(1.0, np.float32), score), g.const(1e-6, np.float32)))
+    logit = g.op("Log", g.op("Max", count, g.const(1e-6, np.float32)))  # score = c/(c+M): logit = log(c/M)
+    padded(g.op("Unsqueeze", logit, g.const([1], np.int64)), 2, -PRESENCE_LOGIT, "pred_logits")
+    cells = g.op("Mul", g.op("Sub", g.op("Mul", masks_all, g.const(2.0, np.float32)), g.const(1.0, np.float32)),
+                 g.const(MASK_LOGIT, np.float32))
+    padded(g.op("Reshape", cells, g.const([q, MASK, MASK], np.int64)), 3, -MASK_LOGIT, "pred_masks")
+    g.op("Reshape", g.op("Where", present, g.const([PRESENCE_LOGIT], np.float32),
+                         g.const([-PRESENCE_LOGIT], np.float32)), g.const([1, 1], np.int64), out="presence_logit_dec")
+    outs = [_vi("pred_boxes", F32, [1, QUERIES, 4]), _vi("pred_logits", F32, [1, QUERIES, 1]),
+            _vi("pred_masks", F32, [1, QUERIES, MASK, MASK]), _vi("presence_logit_dec", F32, [1, 1])]
+    return g.model("sam3_decoder", _samexporter_inputs(box_slots, simplified), outs)
+
+
+def float_image_encoder() -> onnx.ModelProto:
+    """samexporter's older image encoder: `image` float32 [1,3,H,W] already normalised (x/255-0.5)/0.5; the same
+    outputs as `image_encoder`."""
+    model = image_encoder()
+    # drop Cast, Unsqueeze and the three normalising steps (the caller did them): their consumers read `image`
+    normalised = model.graph.node[4].output[0]
+    del model.graph.node[:5]
+    for node in model.graph.node:
+        node.input[:] = ["image" if name == normalised else name for name in node.input]
+    used = {name for node in model.graph.node for name in node.input}
+    kept = [t for t in model.graph.initializer if t.name in used]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    del model.graph.input[:]
+    model.graph.input.append(_vi("image", F32, [1, 3, "height", "width"]))
+    onnx.checker.check_model(model)
+    return model
+
+
+def build_samexporter_models(directory: str | Path, box_slots: int = 4, *, image: str = "uint8",
+                             outputs: str = "raw", grid: int = DEFAULT_GRID, simplified: bool = False) -> Path:
+    """A model folder in samexporter 0.5.0's layout that segments by colour as `build_contract_models` does:
+    `image` "uint8" (the seed's image encoder) or "float32" (`float_image_encoder`), the seed's language encoder,
+    `samexporter_decoder`. Returns the directory."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    if image not in ("uint8", "float32"):
+        raise ValueError(f"image must be 'uint8' or 'float32', got {image!r}")
+    _save(image_encoder() if image == "uint8" else float_image_encoder(), d / "sam3_image_encoder.onnx", True)
+    _save(language_encoder(), d / "sam3_language_encoder.onnx", external=True)
+    _save(samexporter_decoder(box_slots, grid, outputs=outputs, simplified=simplified), d / "sam3_decoder.onnx",
+          external=False)
+    return d
 
 
 #: The four-graph layout's extra encoder outputs (their shapes are ours: the real ones are not published).
