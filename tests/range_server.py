@@ -46,11 +46,11 @@ class RangeHandler(SimpleHTTPRequestHandler):
         if not os.path.isfile(nxt):
             self._seen(method)
             return path
-        with self.lock:
+        with self.lock:  # counted and logged together: the log's order is the count's, whatever the threads
             if method == "GET" and self.headers.get("Range"):
                 self.ranged[path] = self.ranged.get(path, 0) + 1
             switched = self.switch_after is not None and self.ranged.get(path, 0) > self.switch_after
-        self._seen(method, f" v{int(switched)} {self.headers.get('Range', '')}".rstrip())
+            self._seen(method, f" v{int(switched)} {self.headers.get('Range', '')}".rstrip())
         return nxt if switched else path
 
     def _headers(self, path: str, length: int, status: int, extra: dict) -> None:
