@@ -33,8 +33,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             labels: str | os.PathLike | None = None, work_dir: str | os.PathLike | None = None, fresh: bool = False,
             checkpoint: bool = True, report_path: str | os.PathLike | None = None, client: Any = None,
             options: Options | None = None, backend: str | object = _D.backend, model: str | None = _D.model,
-            device: str = _D.device, precision: str = _D.precision, threads: int = _D.threads,
-            workers: int | None = _D.workers, scheduler: str | None = _D.scheduler,
+            device: str = _D.device, precision: str = _D.precision, score_threshold: float = _D.score_threshold,
+            threads: int = _D.threads, workers: int | None = _D.workers, scheduler: str | None = _D.scheduler,
             worker_timeout: float = _D.worker_timeout, tile_size: int = _D.tile_size, overlap: int | float = _D.overlap,
             scale: float = _D.scale, gsd: float | None = _D.gsd, bands: tuple[int, ...] | str | None = _D.bands,
             squash: bool = _D.squash, refine: str = _D.refine, refine_depth: int = _D.refine_depth,
@@ -79,6 +79,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
         backend: "onnx" (SAM 3 model files), "reference" (a colour-matching stand-in), "simulated", or a plugin's.
         model, device, precision, threads: the ONNX model folder, "auto"/"cpu"/"cuda"/"tensorrt"/"coreml"/"dml",
             "auto"/"fp32"/"tf32" (CUDA's TF32 off/on)/"fp16" (TensorRT), onnxruntime threads.
+        score_threshold: the model's score cut (0.5; lower only with a raw-score decoder: `sam3tiles model info`).
         workers, scheduler, worker_timeout: CPU threads of a local run; a dask.distributed scheduler address;
             seconds a cluster run waits for a model worker when none is left (then exit 4).
         tile_size, overlap, scale, gsd: tile side and overlap in (scaled) pixels (tile_size at most 1008; an
@@ -91,13 +92,12 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             glass: "auto"/"off" (docs/area-of-interest.md).
         min_area, max_area, simplify, min_score: drop smaller / larger objects (the area column's units: m² on
             a lon/lat CRS, else CRS units²); simplify polygons (metres on a lon/lat CRS, else CRS units); drop
-            objects scored below it (0.5..1).
+            objects scored below it (from score_threshold to 1; at 0.5 it follows a lower score_threshold).
         layer, geojson_crs, no_preview, clean, qupath_type: the GeoPackage layer (default: the file's stem;
             other layers are kept); GeoJSON in "wgs84" (RFC 7946) or "native"; skip the quicklook
             OUT.preview.png; delete the work folder after a run with no failed tile (kept by default: a rerun
             resumes from it); QuPath objects as "detection" (default) or "annotation" (editable in QuPath).
-        retries, strict, progress: retries per tile; raise when any tile failed or still hit the 200-object
-            cap; a progress bar (a widget in notebooks with ipywidgets).
+        retries, strict, progress: retries per tile; raise when a tile failed or hit the 200-object cap; a bar.
         max_in_flight, tiles_per_task, edge_margin, encode_seconds, decode_seconds, merge_block: tuning (`Options`).
         verify_inputs, box_scope: tell changed inputs by a hash of their content, not size/time/ETag; "image":
             every example box acts in every tile (pasted into each tile's free margin); "tile": only where it is.
