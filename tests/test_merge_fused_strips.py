@@ -27,10 +27,12 @@ def _best_iou(geoms, t):
 
 
 def test_strips_a_neighbour_fused_stay_two_where_the_owner_drew_them_touching():
-    # the owner's two masks touch (each moved out by a cell and a half: a real SAM 3's boundary wobbles), a
-    # tile that does not own them drew both as one region in its core; each strip links to that region in
-    # the band. The owner said two: no object holds both strips (each was IoU ~0.5 with the fused object)
-    merged, stats = _merged([box(752, 300, 1760, 345), box(752, 343, 1760, 388)], box(300, 300, 1008, 388))
+    # the owner's two masks touch where each moved out by a cell (a real SAM 3's boundary wobbles), a tile
+    # that does not own them drew both as one region in its core; each strip links to that region in the
+    # band. The owner said two: no object holds both strips (each was IoU ~0.5 with the fused object)
+    bump = box(1200, 340, 1206, 349)  # a stretch of 6 px: two halves of one split object meet all along
+    merged, stats = _merged([box(752, 300, 1760, 340).union(bump), box(752, 348, 1760, 388)],
+                            box(300, 300, 1008, 388))
     geoms = list(merged.geometry)
     assert not any(g.intersection(A).area > 0.5 * A.area and g.intersection(B).area > 0.5 * B.area for g in geoms)
     assert _best_iou(geoms, A) > 0.65 and _best_iou(geoms, B) > 0.65

@@ -79,8 +79,9 @@ area each rule dropped that no output covers (slivers: their whole owned area), 
 no rule accounts for never disappears.
 
 The package: `parts` (a part's columns, its regions, the thresholds), `rules` (rules 0-6 over one pass:
-`merge_pieces`), `apart` (rule 5's guard against fusing what the owners kept apart), `stats` (`MergeStats`: the counts and the coverage figures), `blocks` (the same merge by
-spatial blocks, fed tile by tile: `BlockMerger`, `merge_blocked`). A tile's frame in map coordinates
+`merge_pieces`), `apart` (rule 5's guard against fusing what the owners kept apart), `stats`
+(`MergeStats`: the counts and the coverage figures), `blocks` (the same merge by spatial blocks, fed tile
+by tile: `BlockMerger`, `merge_blocked`). A tile's frame in map coordinates
 (`TileFrame`) lives in `sam3tiles.tiling.frame`; the piece and order keys in `sam3tiles.tiling.piecekey`.
 """
 

@@ -16,17 +16,25 @@ from typing import Callable
 
 import numpy as np
 
+#: Two views of one tile this close (mask cells) can be neighbours another tile drew as one region: each
+#: boundary moves by a cell or so, so two objects two cells apart come within a cell or touch.
+FUSE_CELLS = 3.0
+
 
 def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.ndarray, nbr: np.ndarray,
-                 holds: Callable[[int, int], bool]) -> tuple[list[np.ndarray], np.ndarray] | None:
+                 holds: Callable[[int, int], bool],
+                 close: Callable[[int, int], bool]) -> tuple[list[np.ndarray], np.ndarray] | None:
     """For cut parts `s` of one component (links: CSR `ptr`, `nbr` over all parts): the groups to stitch
     apart and the fusing parts, or None where nothing fuses what the owners kept apart.
 
     A fusing part `i` holds (`holds(i, j)`: `j` lies inside it where their tiles overlap, as rule 2 links
-    part and whole) two or more parts of one other tile that, without the fusing parts' links, lie in
-    different groups, each group holding a part its tile owns: the owners drew two objects there. Where
-    only the fusing part is owned, its tile drew one object and decides (rule 4); two tiles that split one
-    object at different places overlap each other's halves only in part (rule 2's third look): no fuse."""
+    part and whole, and reaches its own tile's edge there) two or more parts of one other tile, two of them
+    `close` (side by side, a cell or two apart: two arms of one object bent through the other tile lie
+    farther apart, and a tile's split across an object leaves one half short of that edge), that, without
+    the fusing parts' links, lie in different groups, each group holding a part its tile owns: the owners
+    drew two objects there. Where only the fusing part is owned, its tile drew one object and decides (rule
+    4); two tiles that split one object at different places overlap each other's halves only in part (rule
+    2's third look): no fuse."""
     inset = set(s.tolist())
     links = {i: [j for j in nbr[ptr[i]:ptr[i + 1]].tolist() if j in inset] for i in s.tolist()}
     held: dict[int, list[list[int]]] = {}
@@ -35,7 +43,8 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
         for j in links[i]:
             if tiles[j] != tiles[i]:
                 by_tile.setdefault(int(tiles[j]), []).append(j)
-        two = [h for h in ([j for j in js if holds(i, j)] for js in by_tile.values() if len(js) > 1) if len(h) > 1]
+        two = [h for h in ([j for j in js if holds(i, j)] for js in by_tile.values() if len(js) > 1)
+               if len(h) > 1 and any(close(j, k) for a, j in enumerate(h) for k in h[a + 1:])]
         if two:
             held[i] = two
     if not held:

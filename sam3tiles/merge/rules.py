@@ -13,7 +13,7 @@ from shapely.geometry import Polygon
 from ..tiling.frame import TileFrame
 from ..tiling.piecekey import PARTS, part_order, tile_of
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
-from .apart import fused_groups
+from .apart import FUSE_CELLS, fused_groups
 from .blend import blend_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, PAIR_CHUNK, SLIVER_CELLS,
                     THICK_CELLS, Cols, Merged, edge_dist, polygonal, regions)
@@ -659,7 +659,7 @@ class _Resolver:
         """Rule 5 for cut parts `s` of component `m`: (objects, the parts dropped as slivers). Where a tile
         that does not own the object fused parts its owner kept apart (`apart.fused_groups`), each group
         is stitched on its own and the fusing part alone; a tile that only fused said nothing of the groups."""
-        split = fused_groups(s, self.tiles, self.owned, self.ptr, self.nbr, self._holds)
+        split = fused_groups(s, self.tiles, self.owned, self.ptr, self.nbr, self._holds, self._close)
         if split is None:
             got = self._stitch(s, np.unique(self.tiles[m]))
             return (got, s[:0]) if got is not None else ([], s)
@@ -678,12 +678,25 @@ class _Resolver:
                 outs += got
         return outs, np.asarray(slivers, dtype=s.dtype)
 
+    def _close(self, j: int, k: int) -> bool:
+        """Whether parts `j` and `k` lie within `FUSE_CELLS` mask cells of each other (neighbours a tile
+        could draw as one region), side by side: not two halves of one object its tile split, which meet
+        along the cut over `THICK_CELLS` cells or more."""
+        pixel = self.frames[int(self.tiles[j])].pixel
+        gj, gk = self.c.geoms[j], self.c.geoms[k]
+        if not shapely.dwithin(gj, gk, FUSE_CELLS * MASK_CELL * pixel):
+            return False
+        return shapely.intersection(shapely.boundary(gj), shapely.buffer(gk, pixel)).length < THICK_CELLS * MASK_CELL * pixel
+
     def _holds(self, i: int, j: int) -> bool:
         """Whether part `j` lies (`IOS_MIN`, within `LINK_CELLS` mask cells) inside part `i` where their
-        tiles' windows overlap: rule 2's part-whole link."""
+        tiles' windows overlap: rule 2's part-whole link; and reaches its own window's edge there (it goes on
+        into `i`'s tile side by side with the other: a tile's split across an object leaves one half short
+        of that edge)."""
         fi, fj = self.frames[int(self.tiles[i])], self.frames[int(self.tiles[j])]
         gj = shapely.intersection(self.c.geoms[j], shapely.intersection(fi.window, fj.window))
-        if gj.area <= 0:
+        if gj.area <= 0 or not shapely.dwithin(gj, shapely.intersection(fj.window.exterior, fi.window),
+                                                  EDGE_MARGIN * fj.pixel):
             return False
         near = shapely.buffer(self.c.geoms[i], LINK_CELLS * MASK_CELL * fi.pixel, quad_segs=2)
         return shapely.intersection(gj, near).area >= IOS_MIN * gj.area
