@@ -10,7 +10,9 @@ sees about N objects (vehicles and buildings, both prompted). Pinned to one core
 * vectorize: `vectorize_task` (upsample, threshold, polygonize, seam flags);
 * merge share: the whole scene's merge (`merge_pieces`) divided by its tiles.
 
-The model calls themselves (reference backend here) are not timed. Medians over the tiles, milliseconds of
+The model calls themselves (reference backend here; `--behaviour B`: wrapped in the misbehaving backend of
+`sam3tiles.testing.misbehaving`, preset B such as `wobble` or `all+wobble`, so the masks and the merge's
+work are those a real model's answers make) are not timed. Medians over the tiles, milliseconds of
 CPU time of the benchmark's thread (`time.thread_time`: the figures hold on a loaded machine, where wall
 time would count other processes' turns); the merge's lazy imports are done before its clock starts.
 cores/GPU = CPU ms per tile / GPU ms per tile, for the simulated 110 ms GPU tile.
@@ -39,7 +41,7 @@ from .synthetic import cached_scene
 SIZE = 4016  # 5 x 5 tiles of 1008 with 256 overlap
 
 
-def measure(objects: int, gpu_ms: float, size: int = SIZE) -> dict:
+def measure(objects: int, gpu_ms: float, size: int = SIZE, behaviour: str | None = None) -> dict:
     if hasattr(os, "sched_setaffinity") and not common.IN_PROCESS:  # a smoke run must not pin its caller
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     cell = max(60, round(1008 / math.sqrt(objects)))
@@ -47,6 +49,11 @@ def measure(objects: int, gpu_ms: float, size: int = SIZE) -> dict:
     spec = RuntimeSpec(backend="reference")
     rt = get_runtime(spec)
     preps = [prepared_prompt(spec, t)[0] for t in ("red", "blue")]
+    if behaviour:
+        from sam3tiles.testing.misbehaving import MisbehavingRuntime
+
+        rt = MisbehavingRuntime(rt, behaviour)
+        preps = [rt.prepare_prompt(t) for t in ("red", "blue")]
     with open_source(path) as src:
         source = SourceSpec(src.path, src.bands, src.stretch)
         grid = TileGrid(src.width, src.height, transform=src.transform)
@@ -76,7 +83,7 @@ def measure(objects: int, gpu_ms: float, size: int = SIZE) -> dict:
     cpu = med(read_ms) + med(post_ms) + med(vec_ms) + merge_ms
     return {"objects_per_tile": med(per_tile), "tiles": len(tiles), "read_ms": med(read_ms),
             "postprocess_ms": med(post_ms), "vectorize_ms": med(vec_ms), "merge_share_ms": merge_ms,
-            "cpu_ms_per_tile": cpu, "cores_per_gpu": cpu / gpu_ms, "gpu_ms": gpu_ms}
+            "cpu_ms_per_tile": cpu, "cores_per_gpu": cpu / gpu_ms, "gpu_ms": gpu_ms, "behaviour": behaviour}
 
 
 def main(argv=None) -> int:
@@ -84,15 +91,18 @@ def main(argv=None) -> int:
     ap.add_argument("--objects", type=int, nargs="+", default=[10, 100])
     ap.add_argument("--gpu-ms", type=float, default=110.0, help="GPU time per tile for cores/GPU")
     ap.add_argument("--size", type=int, default=SIZE, help="scene side in px")
+    ap.add_argument("--behaviour", default=None,
+                    help="a preset of sam3tiles.testing.misbehaving ('wobble', 'all+wobble'): the model's answers")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="a 2 x 2 tile scene, in this process (checks the code)")
     args = ap.parse_args(argv)
     if smoke(args.smoke):
         args.size, args.objects = 1800, [10]
     if len(args.objects) == 1:
-        emit(measure(args.objects[0], args.gpu_ms, args.size), args.json)
+        emit(measure(args.objects[0], args.gpu_ms, args.size, args.behaviour), args.json)
         return 0
-    rows = [run_child("bench_cpu_per_tile", "--objects", n, "--gpu-ms", args.gpu_ms, "--size", args.size)
+    beh = ["--behaviour", args.behaviour] if args.behaviour else []
+    rows = [run_child("bench_cpu_per_tile", "--objects", n, "--gpu-ms", args.gpu_ms, "--size", args.size, *beh)
             for n in args.objects]
     emit({"runs": rows}, args.json)
     return 0

@@ -13,6 +13,10 @@ vehicles per tile window, so vectorizing is real work):
 * pipeline: `segment_job` with the in-process engine (reads and vectorizing of other tiles run while the
   model task waits on the GPU; checkpoints on, as the CLI runs).
 
+`--behaviour B` wraps the simulated backend in the misbehaving one of `sam3tiles.testing.misbehaving`
+(preset B such as `wobble` or `all+wobble`): the masks, their vectorizing and the merge are then what a
+real model's answers cost, not the reference backend's clean instances.
+
 tiles/s counts every second from the call to the written file (engine start, model load, merge, write);
 module imports (distributed's take about a second; those either variant does lazily: `warm_imports`) are
 done before the clock starts, in both variants. The pipeline also writes its report, checkpoints and
@@ -56,10 +60,24 @@ def warm_imports() -> None:
             pass
 
 
-def plain_loop(path: str, encode: float, decode: float, text: str) -> dict:
+def _backend(encode: float, decode: float, behaviour: str | None):
+    """The simulated GPU, its answers changed by a misbehaving preset where one is given."""
+    if not behaviour:
+        return None
+    import functools
+
+    from sam3tiles.model.simulated import SimulatedGpuRuntime
+    from sam3tiles.testing.misbehaving import MisbehavingRuntime
+
+    return functools.partial(MisbehavingRuntime, SimulatedGpuRuntime(encode, decode), behaviour)
+
+
+def plain_loop(path: str, encode: float, decode: float, text: str, behaviour: str | None = None) -> dict:
     warm_imports()
     t0, c0 = time.perf_counter(), _cpu()
-    spec = RuntimeSpec(backend="simulated", encode_seconds=encode, decode_seconds=decode)
+    backend = _backend(encode, decode, behaviour)
+    spec = (RuntimeSpec(backend="simulated", encode_seconds=encode, decode_seconds=decode) if backend is None
+            else RuntimeSpec.of(backend))
     get_runtime(spec)
     with open_source(path) as src:
         source = SourceSpec(src.path, src.bands, src.stretch)
@@ -78,12 +96,15 @@ def plain_loop(path: str, encode: float, decode: float, text: str) -> dict:
             "cpu_ms_per_tile": 1000 * (_cpu() - c0) / len(tiles)}
 
 
-def pipeline(path: str, encode: float, decode: float, text: str, workers: int | None) -> dict:
+def pipeline(path: str, encode: float, decode: float, text: str, workers: int | None,
+             behaviour: str | None = None) -> dict:
     warm_imports()
+    backend = _backend(encode, decode, behaviour)
+    model = ({"backend": "simulated", "encode_seconds": encode, "decode_seconds": decode} if backend is None
+             else {"backend": backend})
     with tempfile.TemporaryDirectory() as tmp:
         t0, c0 = time.perf_counter(), _cpu()
-        gdf, rep = segment_job(path, [text], backend="simulated", encode_seconds=encode, decode_seconds=decode,
-                               out=f"{tmp}/o.gpkg", workers=workers)
+        gdf, rep = segment_job(path, [text], **model, out=f"{tmp}/o.gpkg", workers=workers)
         wall = time.perf_counter() - t0
     gpu = rep.seconds["encode"] + rep.seconds["decode"]
     return {"variant": "pipeline", "tiles": rep.tiles, "objects": len(gdf), "wall_s": wall,
@@ -105,6 +126,8 @@ def main(argv=None) -> int:
     ap.add_argument("--text", default="red")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--variant", choices=["plain", "pipeline"], default=None, help="(internal) run one here")
+    ap.add_argument("--behaviour", default=None,
+                    help="a preset of sam3tiles.testing.misbehaving ('wobble', 'all+wobble'): the model's answers")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="a 1500 px scene, in this process (checks the code)")
     args = ap.parse_args(argv)
@@ -112,13 +135,13 @@ def main(argv=None) -> int:
         args.size, args.encode, args.decode = 1500, 0.01, 0.001
     path = str(cached_scene(args.size, args.size, cell=args.cell))
     if args.variant == "plain":
-        emit(plain_loop(path, args.encode, args.decode, args.text), args.json)
+        emit(plain_loop(path, args.encode, args.decode, args.text, args.behaviour), args.json)
         return 0
     if args.variant == "pipeline":
-        emit(pipeline(path, args.encode, args.decode, args.text, args.workers), args.json)
+        emit(pipeline(path, args.encode, args.decode, args.text, args.workers, args.behaviour), args.json)
         return 0
     given = ["--size", args.size, "--cell", args.cell, "--encode", args.encode, "--decode", args.decode,
-             "--text", args.text]
+             "--text", args.text, *(["--behaviour", args.behaviour] if args.behaviour else [])]
     plain = run_child("bench_throughput", *given, "--variant", "plain")
     pipe = run_child("bench_throughput", *given, "--variant", "pipeline",
                      *(["--workers", args.workers] if args.workers else []))

@@ -23,6 +23,8 @@ def test_merge_quality_benchmark_smoke(capsys):
     assert rows[("semantic", "centre")] < 0.5  # one mask per tile: naive tiling keeps a tile's blob
     assert ("reference", "sahi-gnmm") in rows or not out["sahi"]
     assert out["violations"]["reference"] == 0
+    # the band oracle (the truth voting over the views in the bands) is printed beside the floors
+    assert ("reference", "band oracle") in rows
     # against what the owning tiles said, the merge loses and adds nothing
     assert rows[("reference", "vs-floor")] == rows[("semantic", "vs-floor")] == 1.0
     # N = 1 contract graphs: what the tiles said inside their cores comes out (union IoU per class)

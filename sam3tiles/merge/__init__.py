@@ -58,7 +58,11 @@ mask can stop short of the tile edge. The rules, in order:
    (3) mask cells, the boundary is theirs averaged, each weighted by its distance to its tile's interior
    edges (`blend`): no step at the core line, and two views' noise halved where both saw it. A thicker
    disagreement (a line's end, a bank one tile added) stays the owner's, and a blend that would join two
-   regions or split one is not made; the owned area it gives up is counted (`coverage`: `blended`).
+   regions or split one is not made; the owned area it gives up is counted (`coverage`: `blended`). Nor is
+   a stitch made that fuses what the owners kept apart (`apart`): a part holding two parts of another tile
+   that, without such parts, lie in groups each holding an owned part (two strips a cell or two apart that
+   a tile not deciding drew as one region) leaves the groups to be stitched each on its own, and stands
+   alone as its tile drew it in its core.
 6. *Slivers.* A cut part that no neighbour matched (or cut parts linked only to each other), lying outside
    its own tile's core and within one mask cell of another object, is the edge of an object another tile
    owns (a few pixels poking into a tile rarely match in shape): it is dropped and counted. "Beside" is
@@ -75,8 +79,9 @@ area each rule dropped that no output covers (slivers: their whole owned area), 
 no rule accounts for never disappears.
 
 The package: `parts` (a part's columns, its regions, the thresholds), `rules` (rules 0-6 over one pass:
-`merge_pieces`), `stats` (`MergeStats`: the counts and the coverage figures), `blocks` (the same merge by
-spatial blocks, fed tile by tile: `BlockMerger`, `merge_blocked`). A tile's frame in map coordinates
+`merge_pieces`), `apart` (rule 5's guard against fusing what the owners kept apart), `stats`
+(`MergeStats`: the counts and the coverage figures), `blocks` (the same merge by spatial blocks, fed tile
+by tile: `BlockMerger`, `merge_blocked`). A tile's frame in map coordinates
 (`TileFrame`) lives in `sam3tiles.tiling.frame`; the piece and order keys in `sam3tiles.tiling.piecekey`.
 """
 

@@ -13,6 +13,7 @@ from shapely.geometry import Polygon
 from ..tiling.frame import TileFrame
 from ..tiling.piecekey import PARTS, part_order, tile_of
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
+from .apart import FUSE_CELLS, fused_groups
 from .blend import blend_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, PAIR_CHUNK, SLIVER_CELLS,
                     THICK_CELLS, Cols, Merged, edge_dist, polygonal, regions)
@@ -542,11 +543,11 @@ class _Resolver:
             self._note(stitch[covered], "DROP duplicate (rule 5: own-core area covered by kept complete parts)")
             stitch = stitch[~covered]
         if len(stitch):
-            got = self._stitch(stitch, np.unique(tiles[m]))
-            if got is None:
-                drops += [(i, "slivers") for i in stitch.tolist()]
-                self._note(stitch, "DROP sliver (rule 6, linked cut parts outside their cores beside another object)")
-            else:
+            got, slivers = self._stitch_apart(stitch, m)
+            if len(slivers):
+                drops += [(i, "slivers") for i in slivers.tolist()]
+                self._note(slivers, "DROP sliver (rule 6, linked cut parts outside their cores beside another object)")
+            if got:
                 self._note(stitch, f"stitched (rule 5) into {len(got)} object(s)")
                 nested = self._nested(kept, got)
                 self._note([kept[k] for k in nested], "DROP duplicate (rule 4 nested in a stitched object)")
@@ -653,6 +654,52 @@ class _Resolver:
             if inter.max() >= IOS_MIN * shapely.area(g):
                 out.add(k)
         return out
+
+    def _stitch_apart(self, s: np.ndarray, m: np.ndarray) -> tuple[list, np.ndarray]:
+        """Rule 5 for cut parts `s` of component `m`: (objects, the parts dropped as slivers). Where a tile
+        that does not own the object fused parts its owner kept apart (`apart.fused_groups`), each group
+        is stitched on its own and the fusing part alone; a tile that only fused said nothing of the groups."""
+        split = fused_groups(s, self.tiles, self.owned, self.ptr, self.nbr, self._holds, self._close)
+        if split is None:
+            got = self._stitch(s, np.unique(self.tiles[m]))
+            return (got, s[:0]) if got is not None else ([], s)
+        groups, fusers = split
+        self._note(fusers, "stitched alone (rule 5: fused what the owner kept apart)")
+        said = np.unique(self.tiles[np.setdiff1d(m, fusers)])
+        outs, slivers, missed = [], [], self.missed
+        for g in groups:
+            alone = len(g) == 1 and g[0] in fusers
+            # a stretch the owner did not report goes with the views that cover it
+            self.missed = [] if alone else [x for x in missed if shapely.intersects(self.c.geoms[g], x).any()]
+            got = self._stitch(g, np.unique(self.tiles[m]) if alone else said)
+            if got is None:
+                slivers += g.tolist()
+            else:
+                outs += got
+        return outs, np.asarray(slivers, dtype=s.dtype)
+
+    def _close(self, j: int, k: int) -> bool:
+        """Whether parts `j` and `k` lie within `FUSE_CELLS` mask cells of each other (neighbours a tile
+        could draw as one region), side by side: not two halves of one object its tile split, which meet
+        along the cut over `THICK_CELLS` cells or more."""
+        pixel = self.frames[int(self.tiles[j])].pixel
+        gj, gk = self.c.geoms[j], self.c.geoms[k]
+        if not shapely.dwithin(gj, gk, FUSE_CELLS * MASK_CELL * pixel):
+            return False
+        return shapely.intersection(shapely.boundary(gj), shapely.buffer(gk, pixel)).length < THICK_CELLS * MASK_CELL * pixel
+
+    def _holds(self, i: int, j: int) -> bool:
+        """Whether part `j` lies (`IOS_MIN`, within `LINK_CELLS` mask cells) inside part `i` where their
+        tiles' windows overlap: rule 2's part-whole link; and reaches its own window's edge there (it goes on
+        into `i`'s tile side by side with the other: a tile's split across an object leaves one half short
+        of that edge)."""
+        fi, fj = self.frames[int(self.tiles[i])], self.frames[int(self.tiles[j])]
+        gj = shapely.intersection(self.c.geoms[j], shapely.intersection(fi.window, fj.window))
+        if gj.area <= 0 or not shapely.dwithin(gj, shapely.intersection(fj.window.exterior, fi.window),
+                                                  EDGE_MARGIN * fj.pixel):
+            return False
+        near = shapely.buffer(self.c.geoms[i], LINK_CELLS * MASK_CELL * fi.pixel, quad_segs=2)
+        return shapely.intersection(gj, near).area >= IOS_MIN * gj.area
 
     def _stitch(self, s: np.ndarray, comp_tiles: np.ndarray):
         """Rule 5: cut parts clipped to their cores, unioned (the boundary averaged where the tiles overlap:

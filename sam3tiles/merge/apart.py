@@ -1,0 +1,90 @@
+"""Rule 5's guard: a stitch never joins what the tile owning an object kept apart.
+
+Two neighbouring objects (field strips, text lines, parcels a couple of mask cells apart) are each cut in
+the tile that owns them, which draws them as two masks, touching where each boundary moved out by a cell.
+A tile that does not own them may draw both as one region (a fused answer); in the band it shares with the
+owner that region links to both of the owner's views, so the component holds both objects, and the union
+of every part inside its own core would be one object (both fused, each IoU about 0.5). The owner decides
+(rule 4): the owner's views are stitched in groups of their own links, the region that fused them stands
+alone (what its tile said inside its core), and its tile said nothing of either object (their views keep
+their area in its core, as where a tile missed them).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+#: Two views of one tile this close (mask cells) can be neighbours another tile drew as one region: each
+#: boundary moves by a cell or so, so two objects two cells apart come within a cell or touch.
+FUSE_CELLS = 3.0
+
+
+def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.ndarray, nbr: np.ndarray,
+                 holds: Callable[[int, int], bool],
+                 close: Callable[[int, int], bool]) -> tuple[list[np.ndarray], np.ndarray] | None:
+    """For cut parts `s` of one component (links: CSR `ptr`, `nbr` over all parts): the groups to stitch
+    apart and the fusing parts, or None where nothing fuses what the owners kept apart.
+
+    A fusing part `i` holds (`holds(i, j)`: `j` lies inside it where their tiles overlap, as rule 2 links
+    part and whole, and reaches its own tile's edge there) two or more parts of one other tile, two of them
+    `close` (side by side, a cell or two apart: two arms of one object bent through the other tile lie
+    farther apart, and a tile's split across an object leaves one half short of that edge), that, without
+    the fusing parts' links, lie in different groups, each group holding a part its tile owns: the owners
+    drew two objects there. Where only the fusing part is owned, its tile drew one object and decides (rule
+    4); two tiles that split one object at different places overlap each other's halves only in part (rule
+    2's third look): no fuse."""
+    inset = set(s.tolist())
+    links = {i: [j for j in nbr[ptr[i]:ptr[i + 1]].tolist() if j in inset] for i in s.tolist()}
+    held: dict[int, list[list[int]]] = {}
+    for i in s.tolist():
+        by_tile: dict[int, list[int]] = {}
+        for j in links[i]:
+            if tiles[j] != tiles[i]:
+                by_tile.setdefault(int(tiles[j]), []).append(j)
+        two = [h for h in ([j for j in js if holds(i, j)] for js in by_tile.values() if len(js) > 1)
+               if len(h) > 1 and any(close(j, k) for a, j in enumerate(h) for k in h[a + 1:])]
+        if two:
+            held[i] = two
+    if not held:
+        return None
+    # each alone (a tile that split one object it holds two parts of as well), then all at once (two
+    # tiles that fused the same two objects)
+    fusers = {i for i in held if _apart(s, links, owned, {i}, held[i])}
+    fusers |= {i for i in held if _apart(s, links, owned, set(held), held[i])}
+    if not fusers:
+        return None
+    label = _labels(s, links, fusers)
+    rest = [i for i in s.tolist() if i not in fusers]
+    groups = [np.asarray([i for i in rest if label[i] == lab], dtype=s.dtype)
+              for lab in sorted({label[i] for i in rest})]
+    alone = sorted(fusers)
+    return groups + [np.asarray([i], dtype=s.dtype) for i in alone], np.asarray(alone, dtype=s.dtype)
+
+
+def _apart(s: np.ndarray, links: dict, owned: np.ndarray, cut: set, two: list) -> bool:
+    """Whether, without the parts in `cut`, two parts of one tile in `two` lie in different groups that
+    each hold a part its tile owns (outside `cut`)."""
+    label = _labels(s, links, cut)
+    owners = {label[i] for i in s.tolist() if owned[i] and i not in cut}
+    return any(len({label[j] for j in h if label[j] in owners}) > 1 for h in two)
+
+
+def _labels(s: np.ndarray, links: dict, cut: set) -> dict:
+    """Connected groups of `s` by `links`, the parts in `cut` left out (each alone)."""
+    label: dict = {}
+    for start in s.tolist():
+        if start in label:
+            continue
+        label[start] = start
+        if start in cut:
+            continue
+        todo = [start]
+        while todo:
+            i = todo.pop()
+            for j in links[i]:
+                if j not in label and j not in cut:
+                    label[j] = start
+                    todo.append(j)
+    return label
