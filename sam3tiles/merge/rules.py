@@ -686,7 +686,8 @@ class _Resolver:
         gj, gk = self.c.geoms[j], self.c.geoms[k]
         if not shapely.dwithin(gj, gk, FUSE_CELLS * MASK_CELL * pixel):
             return False
-        return shapely.intersection(shapely.boundary(gj), shapely.buffer(gk, pixel)).length < THICK_CELLS * MASK_CELL * pixel
+        shared = shapely.intersection(shapely.boundary(gj), shapely.buffer(gk, pixel))
+        return shared.length < THICK_CELLS * MASK_CELL * pixel
 
     def _holds(self, i: int, j: int) -> bool:
         """Whether part `j` lies (`IOS_MIN`, within `LINK_CELLS` mask cells) inside part `i` where their
