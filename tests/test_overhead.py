@@ -12,7 +12,7 @@ def test_merge_link_shortcuts_keep_the_areas():
     overlay runs at small coordinates; the areas are those of the plain overlays at map coordinates."""
     import shapely
 
-    from sam3tiles.merge.rules import _clip, _local
+    from sam3tiles.merge.links import _clip, _local
 
     rng = np.random.default_rng(5)
     x0, y0 = 500000.0, 4100000.0

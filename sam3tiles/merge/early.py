@@ -1,7 +1,7 @@
 """Rule 2's verdicts computed while the tiles still come in, so that the merge after the last tile has
 little left to do.
 
-A pair's verdict (do two tiles' parts agree in the band both tiles see: `rules.pair_verdicts`) depends
+A pair's verdict (do two tiles' parts agree in the band both tiles see: `links.pair_verdicts`) depends
 only on the two parts and their tiles' frames, so it can be computed as soon as both tiles are in,
 while the model works on the next tiles, instead of after the last tile, when the GPU has nothing left to
 do. `merge_pass` then looks the verdicts up (`known`) and computes only those missing: the same links,
@@ -23,7 +23,7 @@ from ..tiling.frame import TileFrame
 from ..tiling.piecekey import piece_order
 from ..vectorize.pieces import Pieces
 from .parts import Cols
-from .rules import band_parts, candidate_pairs, pair_verdicts
+from .links import band_parts, candidate_pairs, pair_verdicts
 
 
 class EarlyLinks:

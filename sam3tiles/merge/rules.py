@@ -1,5 +1,6 @@
-"""The merge's rules over one pass of pieces (rules 0-6 of `sam3tiles.merge`): parts, candidates, links,
-components (`merge_pass`), then ownership, stitching and slivers (`_Resolver`)."""
+"""The merge's rules over one pass of pieces (rules 0-6 of `sam3tiles.merge`): `merge_pass` makes the parts,
+their links and components (rules 0-3, `merge.links`), then `_Resolver` decides each component: ownership,
+stitching and slivers (rules 4-6)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import shapely
 from shapely.geometry import Polygon
 
 from ..tiling.frame import TileFrame
-from ..tiling.piecekey import PARTS, part_order, tile_of
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
 from .apart import FUSE_CELLS, fused_groups
 from .blend import blend_views
-from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, PAIR_CHUNK, SLIVER_CELLS,
-                    THICK_CELLS, Cols, Merged, edge_dist, polygonal, regions)
+from .links import _components, _explode, _inside, _links
+from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
+                    THICK_CELLS, Cols, Merged, polygonal, regions)
 from .stats import MergeStats, count_by_prompt
 
 
@@ -42,43 +43,6 @@ class _Part:
     inside: np.ndarray  # per part: wholly in its tile's exclusive area (never compared)
     near: np.ndarray  # per part: NEAR_ANY | NEAR_SAME, another tile's part within the sliver tolerance
     cols: "Cols | None" = None  # the parts this pass saw
-
-
-def _explode(c: Cols, frames: Mapping[int, TileFrame], stats: MergeStats) -> Cols:
-    """Rule 0: one row per part; parts of a cut piece get their own seam flags."""
-    c.order = part_order(c.order, 0)
-    odd = np.flatnonzero(~np.isin(shapely.get_type_id(c.geoms), (3, 6)))  # not (Multi)Polygon: areal part only
-    for i in odd.tolist():
-        c.geoms[i] = polygonal(c.geoms[i])
-    multi = np.flatnonzero(shapely.get_num_geometries(c.geoms) > 1)
-    units = {}
-    for i in multi.tolist():
-        frame = frames[int(tile_of(c.keys[i]))]
-        u = regions(c.geoms[i], JOIN_CELLS * MASK_CELL * frame.pixel)
-        if len(u) > 1:
-            units[i] = u
-    if not units:
-        return c
-    stats.parts_split += len(units)
-    k = np.ones(len(c.geoms), dtype=np.int64)
-    for i, u in units.items():
-        k[i] = len(u)
-    if k.max() >= PARTS:  # a mask of more separate regions than the order key numbers
-        raise ValueError(f"a mask of {int(k.max())} separate regions: the merge orders {PARTS - 1} parts a piece")
-    start = np.cumsum(k) - k
-    rep = np.repeat(np.arange(len(k)), k)
-    out = c.take(rep)
-    out.order = out.order + (np.arange(len(rep)) - start[rep])
-    for i, u in units.items():
-        sl = slice(int(start[i]), int(start[i] + k[i]))
-        g = np.empty(len(u), dtype=object)
-        g[:] = u
-        out.geoms[sl] = g
-        if not c.complete[i]:
-            e = edge_dist(g, frames[int(tile_of(c.keys[i]))])
-            out.edge[sl] = e
-            out.complete[sl] = e >= EDGE_MARGIN
-    return out
 
 
 def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, ios_min: float, *,
@@ -131,207 +95,6 @@ def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, 
         lone = left[~c.complete[left]]
         near[lone] |= _near_other_tile(lone, c.geoms, c.tiles, c.prompt, frames, among=np.flatnonzero(~deferred))
     return _Part(out, first, stats, left, inside, near, c)
-
-
-def band_parts(pieces: Pieces, order, frames: Mapping[int, TileFrame]) -> Cols:
-    """Rules 0 and 1 over one tile's pieces (in `order`): its parts that rule 2 compares (those not wholly
-    in the tile's exclusive area), as `merge_pass` makes them."""
-    c = _explode(Cols.of(pieces, order), frames, MergeStats())
-    return c.take(np.flatnonzero(~_inside(c, frames)))
-
-
-def _inside(c: Cols, frames: Mapping[int, TileFrame]) -> np.ndarray:
-    """Rule 1: parts wholly in their tile's exclusive area (tiles with several passes: none)."""
-    tiles = c.tiles
-    ukeys = np.unique(c.keys)
-    ut = tile_of(ukeys)
-    multi_pass = np.unique(ut[1:][ut[1:] == ut[:-1]])
-    excl = np.asarray([frames[int(t)].exclusive for t in tiles], dtype=object)
-    inside = shapely.within(c.geoms, excl)
-    if len(multi_pass):
-        inside &= ~np.isin(tiles, multi_pass)
-    return inside
-
-
-def _links(c: Cols, cand: np.ndarray, frames, iou_min, ios_min, block, stats,
-           known: Mapping | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Rule 2: pairs of candidate parts (one prompt, different tiles) whose masks agree in the shared band.
-    `known`: verdicts computed before, by the pair's order keys (lower first); the rest are computed here."""
-    e = np.zeros(0, dtype=np.int64)
-    if len(cand) < 2:
-        return e, e
-    a, b = candidate_pairs(c, cand)
-    stats.pairs_compared = int((block[a] != block[b]).sum()) if block is not None else len(a)
-    if not len(a):
-        return e, e
-    ok = np.zeros(len(a), dtype=bool)
-    todo = np.arange(len(a))
-    if known:
-        got = [known.get(k) for k in zip(c.order[a].tolist(), c.order[b].tolist())]
-        have = np.asarray([g is not None for g in got], dtype=bool)
-        ok[have] = [g for g in got if g is not None]
-        todo = np.flatnonzero(~have)
-    if len(todo):
-        ok[todo] = pair_verdicts(c, a[todo], b[todo], frames, iou_min, ios_min)
-    return a[ok], b[ok]
-
-
-def candidate_pairs(c: Cols, cand: np.ndarray, among=None) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs (a, b), a < b, of candidate parts `cand` whose geometries meet, of one prompt and different
-    piece keys (tiles or decoder passes). `among`: only pairs with at least one part in it (a bool per part)."""
-    cg = c.geoms[cand]
-    a, b = shapely.STRtree(cg).query(cg, predicate="intersects")
-    sel = a < b
-    a, b = cand[a[sel]], cand[b[sel]]
-    sel = (c.keys[a] != c.keys[b]) & (c.prompt[a] == c.prompt[b])
-    if among is not None:
-        sel &= among[a] | among[b]
-    return a[sel], b[sel]
-
-
-def pair_verdicts(c: Cols, a: np.ndarray, b: np.ndarray, frames, iou_min, ios_min) -> np.ndarray:
-    """Rule 2's verdict per pair of parts (a before b in order): do the two masks agree in the band their
-    tiles share. A function of the two parts and their tiles' frames only, so computed at any time."""
-    bands, box = _bands(c.tiles[a], c.tiles[b], frames)
-    area_a, area_b, inter = (np.empty(len(a)) for _ in range(3))
-    for lo in range(0, len(a), PAIR_CHUNK):  # the clipped copies of one chunk at a time
-        sl = slice(lo, lo + PAIR_CHUNK)
-        ga = _clip(c.geoms[a[sl]], bands[sl], box[sl])
-        gb = _clip(c.geoms[b[sl]], bands[sl], box[sl])
-        area_a[sl], area_b[sl] = shapely.area(ga), shapely.area(gb)
-        inter[sl] = shapely.area(shapely.intersection(*_local(ga, gb)))
-        del ga, gb
-    union = area_a + area_b - inter
-    smaller = np.minimum(area_a, area_b)
-    iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
-    ios = np.divide(inter, smaller, out=np.zeros_like(inter), where=smaller > 0)
-    ok = (iou >= iou_min) | (ios >= ios_min)
-    retry = np.flatnonzero(~ok & (inter > 0))
-    if len(retry):
-        ok[retry] = _tolerant(c, a[retry], b[retry], bands[retry], area_a[retry], area_b[retry], frames, ios_min)
-    weak = np.flatnonzero(ok & (iou < iou_min))
-    if len(weak):  # linked by containment alone: not where the smaller view only pokes into the band
-        ok[weak] = ~_poking(c, a[weak], b[weak], bands[weak], area_a[weak], area_b[weak], frames)
-    cut = np.flatnonzero(~ok & (inter > 0) & ~c.complete[a] & ~c.complete[b])
-    if len(cut):
-        ok[cut] = _continued(c, a[cut], b[cut], bands[cut], frames)
-    return ok
-
-
-def _bands(ta: np.ndarray, tb: np.ndarray, frames) -> tuple[np.ndarray, np.ndarray]:
-    """Per pair of tiles: the band both windows see (a polygon), and its bounds where it is an
-    axis-aligned rectangle (north-up frames), NaN elsewhere."""
-    cache: dict[tuple[int, int], int] = {}
-    uniq: list = []
-    which = np.empty(len(ta), dtype=np.int64)
-    for i, (x, y) in enumerate(zip(ta.tolist(), tb.tolist())):
-        k = (x, y) if x <= y else (y, x)
-        j = cache.get(k)
-        if j is None:
-            j = cache[k] = len(uniq)
-            uniq.append(frames[x].window.intersection(frames[y].window) if x != y else frames[x].window)
-        which[i] = j
-    ub = np.full((len(uniq), 4), np.nan)
-    for j, band in enumerate(uniq):
-        if not band.is_empty and shapely.equals(band, shapely.box(*band.bounds)):
-            ub[j] = band.bounds
-    arr = np.empty(len(uniq), dtype=object)
-    arr[:] = uniq
-    return arr[which], ub[which]
-
-
-def _clip(geoms: np.ndarray, bands: np.ndarray, box: np.ndarray) -> np.ndarray:
-    """`geoms` clipped to `bands`; one whose bounds lie within its (rectangular) band is itself (most
-    parts in an overlap band: a GEOS overlay each that changed nothing)."""
-    g = shapely.bounds(geoms)
-    within = (g[:, 0] >= box[:, 0]) & (g[:, 1] >= box[:, 1]) & (g[:, 2] <= box[:, 2]) & (g[:, 3] <= box[:, 3])
-    out = geoms.copy()
-    cut = ~within
-    out[cut] = shapely.intersection(geoms[cut], bands[cut])
-    return out
-
-
-def _local(ga: np.ndarray, gb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Both geometries of each pair moved by the same offset (the pair's lower-left corner) to small
-    coordinates: GEOS overlays two near-identical masks (two tiles' views of one object, whose edges
-    coincide) about twice as fast there as at map coordinates of 10^5-10^6, where its robustness
-    fallbacks kick in. Areas of the overlay are unchanged but for rounding (about 1e-13 relative)."""
-    lo = np.fmin(shapely.bounds(ga)[:, :2], shapely.bounds(gb)[:, :2])
-    lo = np.where(np.isfinite(lo), lo, 0.0)
-    out = []
-    for g in (ga, gb):
-        _, idx = shapely.get_coordinates(g, return_index=True)
-        out.append(shapely.transform(g, lambda xy, idx=idx: xy - lo[idx]))
-    return out[0], out[1]
-
-
-def _tolerant(c: Cols, a, b, bands, area_a, area_b, frames, ios_min) -> np.ndarray:
-    """Rule 2's second look: the smaller of each pair (clipped to the band) lies >= `ios_min` within
-    `LINK_CELLS` mask cells of the larger (masks that moved by a cell between tiles)."""
-    small_a = area_a <= area_b
-    s, l = np.where(small_a, a, b), np.where(small_a, b, a)
-    tol = LINK_CELLS * MASK_CELL * _pair_pixel(c, a, b, frames)
-    gs = shapely.intersection(c.geoms[s], bands)
-    gl = shapely.buffer(shapely.intersection(c.geoms[l], bands), tol, quad_segs=2)
-    area_s = np.minimum(area_a, area_b)
-    inter = shapely.area(shapely.intersection(gs, gl))
-    return inter >= ios_min * area_s
-
-
-def _poking(c: Cols, a, b, bands, area_a, area_b, frames) -> np.ndarray:
-    """Per pair linked by containment alone (IoS or the one-cell tolerance, IoU under `IOU_MIN`): the
-    smaller's view in the band is a strip poking into it, no deeper than `SLIVER_CELLS` mask cells (half a
-    cell of rounding) from the band's edge, while its part goes on past the band on its own tile's side.
-    There the other tile sees it at its own window edge: a strip that thin carries no shape, it lies within
-    a cell of whatever the other tile drew there (the next line of a paragraph, fused with the strip), and
-    the tile that sees it whole, away from its edge, says where it stops. No link; a lone strip is rule 6's."""
-    small_a = area_a <= area_b
-    s = np.where(small_a, a, b)
-    cell = MASK_CELL * _pair_pixel(c, a, b, frames)
-    inner = shapely.buffer(bands, -(SLIVER_CELLS + 0.5) * cell, join_style="mitre")
-    poke = ~shapely.intersects(shapely.intersection(c.geoms[s], bands), inner)
-    if poke.any():
-        k = np.flatnonzero(poke)
-        beyond = shapely.difference(c.geoms[s[k]], bands[k])
-        poke[k] = ~shapely.is_empty(shapely.buffer(beyond, -cell[k], quad_segs=2))
-    return poke
-
-
-def _continued(c: Cols, a, b, bands, frames) -> np.ndarray:
-    """Rule 2's third look, for two cut parts that disagree in the band: they overlap there over a region
-    `THICK_CELLS` mask cells across (not a copy grown by a cell beside a neighbour: the two views share a
-    stretch of one object) and their own-core areas meet across the core boundary. Two tiles that each
-    split one object, at different places, give halves no one-to-one comparison links."""
-    pix = _pair_pixel(c, a, b, frames)
-    both = shapely.intersection(shapely.intersection(c.geoms[a], bands),
-                                shapely.intersection(c.geoms[b], bands))
-    thick = ~shapely.is_empty(shapely.buffer(both, -THICK_CELLS * MASK_CELL * pix / 2, quad_segs=2))
-    out = np.zeros(len(a), dtype=bool)
-    if thick.any():
-        t = np.flatnonzero(thick)
-        own = [shapely.intersection(c.geoms[x], np.asarray([frames[int(k)].core for k in c.tiles[x].tolist()],
-                                                           dtype=object)) for x in (a[t], b[t])]
-        out[t] = shapely.distance(*own) < JOIN_CELLS * MASK_CELL * pix[t]
-    return out
-
-
-def _pair_pixel(c: Cols, a, b, frames) -> np.ndarray:
-    """Per pair of parts: the larger of their two tiles' pixel sizes (one frame per tile: lazy frames)."""
-    ut, inv = np.unique(np.r_[c.tiles[a], c.tiles[b]], return_inverse=True)
-    pix = np.asarray([frames[int(t)].pixel for t in ut.tolist()])[inv.ravel()]
-    return np.maximum(pix[: len(a)], pix[len(a):])
-
-
-def _components(n: int, la: np.ndarray, lb: np.ndarray) -> np.ndarray:
-    """Rule 3: the connected component of every part (a label per part)."""
-    if not len(la):
-        return np.arange(n)
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    _, comp = connected_components(coo_matrix((np.ones(len(la), np.int8), (la, lb)), shape=(n, n)),
-                                   directed=False)
-    return comp
 
 
 class _Resolver:
