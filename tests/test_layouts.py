@@ -166,32 +166,36 @@ def test_a_broken_export_is_refused_before_any_tile(tmp_path, scene, models, cha
 def test_model_verify_and_info_name_the_layout(models, which, image):
     v = CliRunner().invoke(model_cli, ["verify", str(models[which])])
     assert v.exit_code == 0, v.output
-    assert "samexporter 0.5.0: 4 box slots, scores raw" in v.output and image in v.output
+    assert "samexporter 0.5.0: tile side 1008 (mask grid 288), 4 box slots, scores raw" in v.output
+    assert image in v.output
     assert "precision float32" in v.output
     i = CliRunner().invoke(model_cli, ["info", str(models[which])])
     assert i.exit_code == 0, i.output
-    assert "layout: samexporter 0.5.0 layout: 4 box slots" in i.output and "scores raw" in i.output
+    assert "layout: samexporter 0.5.0 layout: tile side 1008, 4 box slots" in i.output and "scores raw" in i.output
     f = layouts.info(models["filtered"])
     assert f.fit.layout is layouts.SAMEXPORTER and not f.fit.raw_scores
     s = layouts.info(models["seed"])
     assert s.fit.layout is layouts.SEED and "filtered at 0.5" in s.fit.describe()
 
 
-def test_every_layout_in_the_table_has_a_test_graph(models):
-    assert {layouts.info(m).fit.layout.key for m in models.values()} == {lay.key for lay in layouts.LAYOUTS}
+def test_every_layout_in_the_table_has_a_test_graph(models, tmp_path):
+    from sam3tiles.testing.batched import build_batched_models
+
+    folders = [*models.values(), build_batched_models(tmp_path / "batched")]
+    assert {layouts.info(m).fit.layout.key for m in folders} == {lay.key for lay in layouts.LAYOUTS}
     # an interface made from the seed contract with one output renamed fits no layout
     ins, outs = contract_interface("decoder")
     assert ins and outs
 
 
 def test_a_float_image_of_another_side_is_named_not_run():
-    """The 644 px exports (the tile side read from the model) are not built yet: the side is named at load."""
+    """A 644 px float image in front of 288 px maps: the side and the grid it needs are named at load."""
     from sam3tiles.model.contract import CONTRACT, TensorSpec
 
     ios = {k: (list(CONTRACT[k][1]), list(CONTRACT[k][2])) for k in ("image_encoder", "language_encoder")}
     ios["image_encoder"] = ([TensorSpec("image", "float32", (1, 3, 644, 644))], ios["image_encoder"][1])
     best = layouts.fits(ios)[0]
-    assert any("takes 644x644" in d for d in best.differences)
+    assert any("a 644 px input needs 184" in d for d in best.differences), best.differences
     ios["image_encoder"] = ([TensorSpec("image", "float32", (1, 3, "h", "w"))], ios["image_encoder"][1])
     best = layouts.fits(ios)[0]
     assert best.layout is layouts.SAMEXPORTER and not best.differences and best.image_input == "float32 normalised"

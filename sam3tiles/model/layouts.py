@@ -13,6 +13,16 @@ layout is one entry here and, if its outputs are new, its adapter in `Fit.detect
   may lack some: only those the graph has are fed) returning raw outputs over all 200 queries: score =
   sigmoid(logit) x sigmoid(presence), mask = logit > 0. Its older exports return filtered boxes, scores and
   masks as the seed does.
+* ``batched fp16`` (greenjava/sam3-onnx, C++): a float16 [1,3,644,644] normalised image (the tile side is the
+  model's: 644, mask grid 184, the same 3.5 px cell), a text encoder [nc,32] and a decoder that answers `nc`
+  text prompts in one call (`text_features` [32,nc,256], `text_mask` [nc,32], `text_ids` [nc]) with raw outputs
+  [nc,200,...] and `presence_logits` [nc,1]; no box inputs (text only). Names the public facts do not give are
+  inferred (image input `image`, the encoders' outputs as the seed's, `tokens`, boxes xyxy): see
+  docs/model-exports.md.
+
+A model whose side S is under 1008 runs in sam3tiles' 1008 frame: tiles are at most S px, the model gets the
+top-left S x S of the tile's input, and its S x 288/1008 mask grid is the top-left of the 288 grid (one cell is
+3.5 px in every known layout), so reading, vectorizing and merging are unchanged. `Fit.image_side` is the side.
 
 `info` describes a folder (``sam3tiles model info`` / ``verify``).
 """
@@ -30,7 +40,7 @@ import numpy as np
 
 from ..errors import ContractError
 from .contract import CONTRACT, ContractCheck, GraphIO, TensorSpec, check_io, check_point_graph, read_graph_io
-from .files import DECODER, IMAGE_ENCODER, POINT_DECODER, fetch_command, resolve_model_dir
+from .files import DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, resolve_model_dir
 from .runtime import MASK_SIZE, MODEL_SIZE, SCORE_THRESHOLD, Detections
 
 #: The side of the box a click is sent as (normalised to the model input), as samexporter's caller sends it.
@@ -70,6 +80,10 @@ class Layout:
     source: str  # where the export comes from, for the refusal's list of known layouts
     #: clicks without a point decoder: each sent as a `CLICK_BOX`-wide example box with its label (samexporter)
     clicks_as_boxes: bool = False
+    #: a raw decoder's box format: "cxcywh" (samexporter) or "xyxy", in [0,1] of the model input
+    box_format: str = "cxcywh"
+    #: the language encoder's (mask, features) outputs the decoder reads
+    prompt_outputs: tuple[str, str] = ("text_attention_mask", "text_memory")
 
 
 def _seed_graph(key: str, label: str = "uint8") -> GraphSpec:
@@ -103,8 +117,37 @@ SAMEXPORTER = Layout("samexporter-0.5.0", "samexporter 0.5.0", {
                          frozenset(t.name for t in _SAMEXPORTER_DECODER_INS if not t.name.startswith("box_"))
                          - {"language_features"}),
 }, "AnyLabeling's exporter (samexporter), 14-input decoder with raw or filtered outputs", clicks_as_boxes=True)
+
+
+def _batched_graphs() -> dict[str, GraphSpec]:
+    """The batched layout's graphs, in float16 (the export) or float32: sides symbolic ("S" image, "M" masks)
+    and read from the graph (`Fit.image_side`)."""
+    def both(make) -> tuple[Variant, ...]:
+        return tuple(Variant(p, make(p)) for p in ("float16", _F))
+
+    def vision(p: str) -> tuple[TensorSpec, ...]:
+        return (*(_s(f"backbone_fpn_{i}", p, 1, 256, f"M{i}", f"M{i}") for i in range(3)),
+                _s("vision_pos_enc_2", p, 1, 256, "M2", "M2"))
+
+    return {
+        "image_encoder": GraphSpec(IMAGE_ENCODER, both(lambda p: (_s("image", p, 1, 3, "S", "S"),)), both(vision)),
+        "language_encoder": GraphSpec(LANGUAGE_ENCODER, (Variant("", (_s("tokens", "int64", "nc", 32),)),),
+                                      both(lambda p: (_s("text_features", p, 32, "nc", 256),
+                                                      _s("text_mask", "bool", "nc", 32)))),
+        "decoder": GraphSpec(DECODER, both(lambda p: (*vision(p), _s("text_features", p, 32, "nc", 256),
+                                                      _s("text_mask", "bool", "nc", 32),
+                                                      _s("text_ids", "int64", "nc"))),
+                             both(lambda p: (_s("pred_boxes", p, "nc", "Q", 4), _s("pred_logits", p, "nc", "Q", 1),
+                                             _s("pred_masks", p, "nc", "Q", "M", "M"),
+                                             _s("presence_logits", p, "nc", 1)))),
+    }
+
+
+BATCHED = Layout("batched-fp16", "batched fp16 (greenjava/sam3-onnx)", _batched_graphs(),
+                 "FP16 C++ exports: 644 px image, every text prompt in one decoder call, raw outputs",
+                 box_format="xyxy", prompt_outputs=("text_mask", "text_features"))
 #: Every layout sam3tiles knows, the seed first (the nearest on a tie).
-LAYOUTS: tuple[Layout, ...] = (SEED, SAMEXPORTER)
+LAYOUTS: tuple[Layout, ...] = (SEED, SAMEXPORTER, BATCHED)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -119,7 +162,8 @@ class Fit:
     checks: list[ContractCheck]
     variants: dict[str, tuple[str, str]]  # graph -> (input variant, output variant)
     inputs: dict[str, tuple[str, ...]]  # graph -> the input names the graph has
-    image_size: tuple = (MODEL_SIZE, MODEL_SIZE)
+    #: graph -> name -> the graph's own TensorSpec of each input and output (sides, dtypes)
+    specs: dict[str, dict[str, TensorSpec]] = field(default_factory=dict)
 
     @property
     def differences(self) -> list[str]:
@@ -131,70 +175,131 @@ class Fit:
 
     @property
     def raw_scores(self) -> bool:
-        return self.variants.get("decoder", ("", ""))[1] == RAW
+        return "pred_logits" in self.decoder_outputs
 
     @property
     def image_input(self) -> str:
         return self.variants.get("image_encoder", ("uint8", ""))[0]
 
     @property
+    def image_side(self) -> int:
+        """The model's input side, the run's largest tile: the image input's last axis (1008 when symbolic)."""
+        image = self.specs.get("image_encoder", {}).get("image")
+        side = image.shape[-1] if image is not None and image.shape else None
+        return side if isinstance(side, int) else MODEL_SIZE
+
+    @property
+    def mask_side(self) -> int:
+        """The decoder's mask grid side: 3.5 px a cell, as the seed's 288 over 1008."""
+        return self.image_side * MASK_SIZE // MODEL_SIZE
+
+    @property
     def precision(self) -> str:
-        return "float32"  # every known layout: a float16 one (644 px batched) is not in the table yet
+        image = self.specs.get("image_encoder", {}).get("image")
+        return "float16" if image is not None and image.dtype == "float16" else "float32"
+
+    @property
+    def batched(self) -> bool:
+        """One decoder call answers every text prompt of a tile (`text_ids`)."""
+        return "text_ids" in self.inputs.get("decoder", ())
+
+    @property
+    def takes_boxes(self) -> bool:
+        return "box_coords" in self.inputs.get("decoder", ("box_coords",))
 
     @property
     def embedding_outputs(self) -> tuple[str, ...]:
         """The encoder outputs the decoder reads (the only ones `encode` asks for), in the encoder's order."""
         fed = set(self.inputs.get("decoder", ()))
-        return tuple(t.name for t in _ENCODER_OUTS if t.name in fed)
+        names = [t.name for v in self.layout.graphs["image_encoder"].outputs[:1] for t in v.specs]
+        return tuple(n for n in names if n in fed)
 
     @property
     def wants_text_embeds(self) -> bool:
         return "language_embeds" in self.inputs.get("decoder", ())
 
     def describe(self) -> str:
-        """One line: layout, box slots, scores, image input, precision."""
+        """One line: layout, tile side, box slots, scores, image input, precision."""
         slots = self.box_slots
+        boxes = f"{slots} box slot{'s' if slots != 1 else ''}" if slots is not None else "no box slots (text only)"
         scores = ("raw (sam3tiles applies the score threshold)" if self.raw_scores
                   else f"filtered at {SCORE_THRESHOLD} inside the graph")
-        return (f"{self.layout.title}: {slots} box slot{'s' if slots != 1 else ''}, scores {scores}, "
-                f"image {self.image_input}, precision {self.precision}")
+        batched = ", every text prompt of a tile in one decoder call" if self.batched else ""
+        return (f"{self.layout.title}: tile side {self.image_side} (mask grid {self.mask_side}), {boxes}, "
+                f"scores {scores}, image {self.image_input}, precision {self.precision}{batched}")
 
     def image_feed(self, rgb: np.ndarray) -> dict[str, np.ndarray]:
-        """The image encoder's feed for a uint8 [3,1008,1008] tile."""
+        """The image encoder's feed for a uint8 [3,1008,1008] tile input: its top-left `image_side` square."""
+        s = self.image_side
+        rgb = rgb[:, :s, :s]
         if self.image_input == "uint8":
-            return {"image": rgb}
-        # the float variant takes the normalisation the uint8 graphs do inside: (x/255 - 0.5)/0.5
+            return {"image": np.ascontiguousarray(rgb)}
+        # the float variants take the normalisation the uint8 graphs do inside: (x/255 - 0.5)/0.5
         x = rgb.astype(np.float32) * np.float32(2.0 / 255.0) - np.float32(1.0)
-        return {"image": np.ascontiguousarray(x[None])}
+        return {"image": np.ascontiguousarray(x[None].astype(self.precision))}
 
     def decoder_feeds(self, candidates: dict) -> dict:
-        """Of every value sam3tiles can give the decoder, those its graph has (a simplified one lacks some)."""
-        have = set(self.inputs.get("decoder", ()))
-        return {k: v for k, v in candidates.items() if k in have}
+        """Of every value sam3tiles can give the decoder, those its graph has (a simplified one lacks some), numpy
+        floats in the graph's own float dtype (float16 graphs get float16)."""
+        specs = self.specs.get("decoder", {})
+        out = {}
+        for k, v in candidates.items():
+            if k not in specs:
+                continue
+            want = specs[k].dtype
+            if isinstance(v, np.ndarray) and v.dtype.kind == "f" and want in ("float16", "float32") and v.dtype != want:
+                v = v.astype(want)
+            out[k] = v
+        return out
 
     @property
     def decoder_outputs(self) -> tuple[str, ...]:
-        return tuple(t.name for t in (_RAW_OUTS if self.raw_scores else _SEED_DECODER_OUTS))
+        label = self.variants.get("decoder", ("", FILTERED))[1]
+        spec = self.layout.graphs["decoder"]
+        variant = next((v for v in spec.outputs if v.label == label), spec.outputs[0])
+        return tuple(t.name for t in variant.specs)
 
     def detections(self, outputs: Sequence[np.ndarray], threshold: float) -> tuple[Detections, int]:
-        """(`Detections` over `threshold`, how many queries fell under it) from the decoder's outputs.
+        """(`Detections` over `threshold`, how many queries fell under it) from the decoder's outputs for one
+        prompt (`detections_rows` for a batched decoder's every prompt)."""
+        return self.detections_rows(outputs, threshold)[0]
+
+    def detections_rows(self, outputs: Sequence[np.ndarray], threshold: float) -> list[tuple[Detections, int]]:
+        """Per prompt row: (`Detections` over `threshold` in the 1008 frame, how many queries fell under it).
 
         Filtered outputs come as they are (the graph dropped what scored under 0.5; a threshold above it drops
         more). Raw: score = sigmoid(logit) x sigmoid(presence), masks as probabilities sigmoid(logit) (so
-        > 0.5 is logit > 0, the published mask rule), boxes cxcywh turned xyxy."""
+        > 0.5 is logit > 0, the published mask rule), boxes turned xyxy; a model side under 1008 has its boxes
+        scaled and its mask grid placed top-left in the 288 grid (`_to_frame`)."""
         if not self.raw_scores:
             boxes, scores, masks = outputs
             keep = np.flatnonzero(np.asarray(scores) > threshold) if threshold > SCORE_THRESHOLD else None
             if keep is None:
-                return Detections(boxes=boxes, scores=scores, masks=masks), 0
-            return Detections(boxes[keep], scores[keep], masks[keep]), len(scores) - len(keep)
-        boxes, logits, masks, presence = outputs
-        scores = _sigmoid(np.asarray(logits).reshape(-1)) * _sigmoid(np.asarray(presence).reshape(-1)[:1])
-        keep = np.flatnonzero(scores > threshold)
-        b = np.asarray(boxes).reshape(-1, 4)[keep]
-        xyxy = np.concatenate([b[:, :2] - b[:, 2:] / 2, b[:, :2] + b[:, 2:] / 2], axis=1).astype(np.float32)
-        m = _sigmoid(np.asarray(masks).reshape(-1, MASK_SIZE, MASK_SIZE)[keep])[:, None]
-        return Detections(xyxy, scores[keep].astype(np.float32), m), int(len(scores) - len(keep))
+                return [(Detections(boxes=boxes, scores=scores, masks=masks), 0)]
+            return [(Detections(boxes[keep], scores[keep], masks[keep]), len(scores) - len(keep))]
+        boxes, logits, masks, presence = (np.asarray(o) for o in outputs)
+        m = self.mask_side
+        rows = presence.reshape(-1).shape[0]
+        out = []
+        for r in range(rows):
+            scores = _sigmoid(logits[r].reshape(-1)) * _sigmoid(presence.reshape(-1)[r:r + 1])
+            keep = np.flatnonzero(scores > threshold)
+            b = boxes[r].reshape(-1, 4)[keep].astype(np.float32)
+            if self.layout.box_format == "cxcywh":
+                b = np.concatenate([b[:, :2] - b[:, 2:] / 2, b[:, :2] + b[:, 2:] / 2], axis=1)
+            probs = _sigmoid(masks[r].reshape(-1, m, m)[keep])[:, None]
+            out.append((self._to_frame(b.astype(np.float32), scores[keep].astype(np.float32), probs),
+                        int(len(scores) - len(keep))))
+        return out
+
+    def _to_frame(self, xyxy: np.ndarray, scores: np.ndarray, probs: np.ndarray) -> Detections:
+        """Detections of a side-S model in the 1008 frame: boxes x S/1008, the S x 2/7 grid the top-left of 288."""
+        s, m = self.image_side, self.mask_side
+        if s == MODEL_SIZE:
+            return Detections(xyxy, scores, probs)
+        full = np.zeros((len(probs), 1, MASK_SIZE, MASK_SIZE), np.float32)
+        full[:, :, :m, :m] = probs
+        return Detections((xyxy * np.float32(s / MODEL_SIZE)).astype(np.float32), scores, full)
 
 
 def _best(file_name: str, graph: str, spec: GraphSpec, io: tuple[Sequence[TensorSpec], Sequence[TensorSpec]]
@@ -210,15 +315,28 @@ def _best(file_name: str, graph: str, spec: GraphSpec, io: tuple[Sequence[Tensor
     return best
 
 
-def _image_size(inputs: Sequence[TensorSpec]) -> list[str]:
-    """A float image input of a fixed side other than 1008: the tile side from the model is not built yet."""
+def _image_size(spec: GraphSpec, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> list[str]:
+    """A model side sam3tiles cannot run: not square, over 1008, or with a mask grid whose cell is not 3.5 px."""
     image = next((t for t in inputs if t.name == "image"), None)
-    if image is None or len(image.shape) != 4:
+    if image is None or len(image.shape) < 3:
         return []
-    h, w = image.shape[2:]
-    if all(isinstance(d, int) for d in (h, w)) and (h, w) != (MODEL_SIZE, MODEL_SIZE):
-        return [(f"{IMAGE_ENCODER}: input 'image' takes {h}x{w}; sam3tiles feeds {MODEL_SIZE}x{MODEL_SIZE} tiles "
-                 "(a tile side read from the model is not supported yet)")]
+    h, w = image.shape[-2:]
+    if not all(isinstance(d, int) for d in (h, w)):
+        return []
+    where = f"{spec.file}: input 'image' takes {h}x{w}"
+    if h != w or h > MODEL_SIZE or h * MASK_SIZE % MODEL_SIZE:
+        return [f"{where}; sam3tiles runs square inputs of at most {MODEL_SIZE} px whose mask grid has 3.5 px cells "
+                f"(1008/288, 924/264, 644/184)"]
+    return []
+
+
+def _mask_side(file_name: str, side: int, outputs: Sequence[TensorSpec]) -> list[str]:
+    masks = next((t for t in outputs if t.name in ("pred_masks", "masks", "backbone_fpn_0")), None)
+    got = masks.shape[-1] if masks is not None and masks.shape else None
+    want = side * MASK_SIZE // MODEL_SIZE
+    if isinstance(got, int) and got != want:
+        return [f"{file_name}: output {masks.name!r} has a {got} mask grid; a {side} px input needs {want} "
+                f"(3.5 px a cell)"]
     return []
 
 
@@ -229,12 +347,16 @@ def fit(layout: Layout, ios: Mapping[str, tuple[Sequence[TensorSpec], Sequence[T
         if graph not in ios:
             continue
         check, labels = _best(spec.file, graph, spec, ios[graph])
-        if graph == "image_encoder" and labels[0] != "uint8":
-            check.differences.extend(_image_size(ios[graph][0]))
+        if graph == "image_encoder":
+            check.differences.extend(_image_size(spec, *ios[graph]))
         checks.append(check)
         variants[graph] = labels
     inputs = {g: tuple(t.name for t in io[0]) for g, io in ios.items()}
-    return Fit(layout, checks, variants, inputs)
+    specs = {g: {t.name: t for t in (*io[0], *io[1])} for g, io in ios.items()}
+    result = Fit(layout, checks, variants, inputs, specs)
+    for check in checks:  # the encoder's finest map and the decoder's masks: 3.5 px cells of the input side
+        check.differences.extend(_mask_side(layout.graphs[check.graph].file, result.image_side, ios[check.graph][1]))
+    return result
 
 
 def fits(ios: Mapping[str, tuple[Sequence[TensorSpec], Sequence[TensorSpec]]]) -> list[Fit]:
@@ -314,10 +436,12 @@ class ModelInfo:
 
     @property
     def layout(self) -> str:
-        if self.box_slots is None:
+        if self.fit is not None and self.fit.layout is not SEED and "decoder" in self.fit.inputs:
+            slots = (f"{self.box_slots} box slot{'s' if self.box_slots != 1 else ''}" if self.box_slots is not None
+                     else "text only")
+            kind = f"{self.fit.layout.title} layout: tile side {self.fit.image_side}, {slots}"
+        elif self.box_slots is None:
             return "unknown (no readable decoder)"
-        if self.fit is not None and self.fit.layout is not SEED:
-            kind = f"{self.fit.layout.title} layout: {self.box_slots} box slot{'s' if self.box_slots != 1 else ''}"
         elif self.box_slots == 1:
             kind = "v0.3.0 layout: 1 box slot"
         elif self.box_slots == 16:

@@ -48,8 +48,6 @@ from ..wording import opt, render, spoken
 from .providers import (COREML, CPU, CUDA, DEVICES, DML, EXPLICIT, NEEDS, TENSORRT, cpu_fallback, describe, missing,
                         names, precision_problem, requested)
 
-_PROMPT_OUTPUTS = ("text_attention_mask", "text_memory")
-
 
 class OnnxEmbedding:
     """One tile's image embedding: the four encoder outputs the decoder reads.
@@ -461,7 +459,7 @@ class OnnxRuntime:
         with self._prompt_lock:
             cached = self._prompts.get(key)
             if cached is None:
-                wanted = _PROMPT_OUTPUTS + (("text_embeds",) if self.layout.wants_text_embeds else ())
+                wanted = self.layout.layout.prompt_outputs + (("text_embeds",) if self.layout.wants_text_embeds else ())
                 outs = self._run("language_encoder", wanted, {"tokens": tokens})
                 cached = _Prompt(tokens, outs[0], outs[1], outs[2] if len(outs) > 2 else None)
                 self._prompts[key] = cached
@@ -482,26 +480,51 @@ class OnnxRuntime:
             masks[0, i] = False
         return {"box_coords": coords, "box_labels": labels, "box_masks": masks}
 
-    def _decoder_feeds(self, embedding: OnnxEmbedding, payload: _Prompt, boxes: Sequence[ExampleBox]) -> dict:
-        """Every input the layout's decoder has: the embedding, the prompt, the boxes, the image size (the tile
-        is the whole model input, so 1008; samexporter's decoder takes it as int64 scalars)."""
-        size = np.asarray(MODEL_SIZE, np.int64)
+    def _decoder_feeds(self, embedding: OnnxEmbedding, payloads: Sequence[_Prompt],
+                       boxes: Sequence[ExampleBox]) -> dict:
+        """Every input the layout's decoder has: the embedding, the prompt (a batched decoder's: every prompt,
+        `text_ids` row i = prompt i), the boxes, the image size (the tile is the whole model input, so its side;
+        samexporter's decoder takes it as int64 scalars)."""
+        if boxes and not self.layout.takes_boxes:
+            raise ModelError(f"the {self.layout.layout.title} decoder in {self.model_dir} takes text prompts only "
+                             "(it has no box inputs): example boxes, example images and clicks cannot run with it")
+        size = np.asarray(self.layout.image_side, np.int64)
         values = {k: v for k, v in embedding.values.items() if k in self.layout.embedding_outputs}  # not clicks'
+        first = payloads[0]
         return self.layout.decoder_feeds({
-            **values, "language_mask": payload.language_mask, "language_features": payload.language_features,
-            "language_embeds": payload.language_embeds, **self._box_inputs(boxes),
+            **values, "language_mask": first.language_mask, "language_features": first.language_features,
+            "language_embeds": first.language_embeds, **self._box_inputs(boxes),
+            "text_features": np.concatenate([p.language_features for p in payloads], axis=1),
+            "text_mask": np.concatenate([p.language_mask for p in payloads], axis=0),
+            "text_ids": np.arange(len(payloads), dtype=np.int64),
             "original_height": size, "original_width": size})
 
     def decode(self, embedding: OnnxEmbedding, prompt: PreparedPrompt,
                boxes: Sequence[ExampleBox] = ()) -> Detections:
         """The decoder's boxes, scores and masks for one prompt on one encoded tile (N may be 0): a filtered
         decoder's outputs untouched, a raw one's queries over `score_threshold` (`Fit.detections`)."""
+        rows = self._decode_rows(embedding, [prompt], boxes)
+        self._check_parity(rows[0], lambda rt, emb: rt.decode(emb, rt.prepare_prompt(prompt.text), boxes))
+        return rows[0]
+
+    def decode_batch(self, embedding: OnnxEmbedding, prompts: Sequence[PreparedPrompt]) -> list[Detections]:
+        """Every text prompt (no boxes) on one encoded tile: ONE decoder call with a batched decoder
+        (`Fit.batched`), one each otherwise. The answers in the prompts' order."""
+        if not self.layout.batched or len(prompts) <= 1:
+            return [self.decode(embedding, p) for p in prompts]
+        return self._decode_rows(embedding, prompts, ())
+
+    @property
+    def batched(self) -> bool:
+        return self.layout.batched
+
+    def _decode_rows(self, embedding: OnnxEmbedding, prompts: Sequence[PreparedPrompt],
+                     boxes: Sequence[ExampleBox]) -> list[Detections]:
         if not isinstance(embedding, OnnxEmbedding):
             raise TypeError(f"decode needs an embedding from OnnxRuntime.encode, got {type(embedding).__name__}")
-        payload = prompt.payload
-        if not isinstance(payload, _Prompt):
-            payload = self.prepare_prompt(prompt.text).payload
-        feeds = self._decoder_feeds(embedding, payload, boxes)
+        payloads = [p.payload if isinstance(p.payload, _Prompt) else self.prepare_prompt(p.text).payload
+                    for p in prompts]
+        feeds = self._decoder_feeds(embedding, payloads, boxes)
         outputs = self.layout.decoder_outputs
         if not all(isinstance(v, np.ndarray) for v in feeds.values()):  # OrtValues: IOBinding
             session = self._sessions["decoder"]
@@ -522,15 +545,18 @@ class OnnxRuntime:
             got = self._run("decoder", outputs, feeds)
         self._count("decodes")
         try:
-            det, under = self.layout.detections(got, self.score_threshold)
+            rows = self.layout.detections_rows(got, self.score_threshold)
         except ValueError as exc:
             raise ContractError(f"the SAM 3 decoder returned outputs that do not fit the {self.layout.layout.title} "
                                 f"layout: {exc}. Check the model with `sam3tiles model info {self.model_dir}`") from exc
+        if len(rows) != len(prompts):
+            raise ContractError(f"the {self.layout.layout.title} decoder answered {len(rows)} prompt rows for "
+                                f"{len(prompts)} prompts. Check the model with `sam3tiles model info {self.model_dir}`")
+        under = sum(u for _, u in rows)
         if under:
             with self._lock:
                 self.counters["queries_under_threshold"] += under
-        self._check_parity(det, lambda rt, emb: rt.decode(emb, rt.prepare_prompt(prompt.text), boxes))
-        return det
+        return [d for d, _ in rows]
 
     def close(self) -> None:
         """Drop the sessions and cached prompts (frees the model's memory once nothing else holds it)."""

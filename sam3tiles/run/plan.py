@@ -28,7 +28,7 @@ from ..prompts.prompt import GeoBox, Prompt, build_prompts, prompt_arguments, ra
 from ..readers import Source, Stretch, gdal_env, open_source
 from ..readers.identity import changed_error, changed_while_opened, file_stamps, opening_stamp
 from ..readers.mosaic import layout_of, member_identities, mosaic_identity, window_identity
-from ..tiling.grid import Tile, TileGrid, scale_for_gsd, squash_tile
+from ..tiling.grid import DEFAULT_OVERLAP, TILE_SIZE, Tile, TileGrid, scale_for_gsd, squash_tile
 from ..tiling.refine import Refiner
 from ..units import Frame, pixel_size
 from ..wording import named_in, opt, raw, spoken
@@ -193,6 +193,17 @@ class RunPlan:
     def n_tiles(self) -> int:
         return sum(i.n_tiles for i in self.inputs)
 
+    @property
+    def decoder_calls_per_tile(self) -> int:
+        """One a prompt, or with a batched decoder (`layouts.Fit.batched`) one for every text-only prompt."""
+        from ..model.layouts import folder_fit
+
+        fit = folder_fit(self.options.model) if self.spec.backend == "onnx" else None
+        if fit is None or not fit.batched:
+            return len(self.prompts)
+        text = sum(1 for p in self.prompts if not (p.boxes or p.images))
+        return min(1, text) + len(self.prompts) - text
+
     def estimates(self) -> dict[str, float]:
         """Model calls and GPU minutes at desktop-GPU speed for the tiles to run (`InputPlan.n_to_run`: the
         area of interest and the tissue skip tiles; nodata tiles are skipped later), and the full grid's.
@@ -205,8 +216,8 @@ class RunPlan:
             return {"tiles": tiles, "encodes": tiles, "decodes": self.points.positives,
                     "gpu_minutes": (tiles * ENCODE_S + self.points.positives * POINT_DECODE_S) / 60}
         tiles, full = sum(i.n_to_run for i in self.inputs), self.n_tiles
-        decodes = tiles * len(self.prompts)
-        return {"tiles": tiles, "grid_tiles": full, "encodes": tiles, "decodes": decodes,
+        decodes = tiles * self.decoder_calls_per_tile
+        return {"tiles": tiles, "grid_tiles": full, "encodes": tiles, "decodes": decodes, "decoder_calls": decodes,
                 "gpu_minutes": (tiles * ENCODE_S + decodes * DECODE_S) / 60,
                 "gpu_minutes_full": full * (ENCODE_S + len(self.prompts) * DECODE_S) / 60}
 
@@ -338,6 +349,7 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
     with vouched(ours, "labels", labels):
         label_path = check_label_path(labels, paths if opts.no_mosaic else paths[:1],
                                       overwrite or (labels is not None and replaceable(labels, ours)))
+    opts = model_side(opts)  # the tile side is the model's (a 644 px export: 644 px tiles)
     planned, notes = plan_maps(paths, opts, per_input, dates)
     check_area_meets(planned, opts.aoi)  # an area of interest that misses every input: exit 2, both extents
     opts, spec = resolve_model(opts)  # after the inputs: a wrong path is exit 3 with or without the model
@@ -420,6 +432,26 @@ def check_maps(paths: list[str], planned: Sequence[InputPlan], opts: Options, pe
                          f"{len(mosaic.paths)} of the inputs form one map (a mosaic) that is no image file: write "
                          f"a GeoPackage or GeoParquet, or give {opt('no_mosaic')} (objects at file edges are then "
                          "cut or doubled)")
+
+
+def model_side(opts: Options) -> Options:
+    """The tile side is the model's: an export whose input side is under the tile side (the batched 644 px one)
+    sets the tiles to its side and the default overlap in proportion (256 of 1008 -> 164 of 644); a
+    --tile-size the model cannot take is refused. A folder that cannot be read is told later (`resolve_model`)."""
+    if opts.runtime_spec().backend != "onnx":
+        return opts
+    from ..model.layouts import folder_fit
+
+    fit = folder_fit(opts.model)
+    if fit is None or fit.image_side >= opts.tile_size:
+        return opts
+    side = fit.image_side
+    if opts.tile_size != TILE_SIZE:
+        raise UsageError(f"{opt('tile_size', opts.tile_size)}: the {fit.layout.title} model in "
+                         f"{opts.model or 'the model folder'} takes {side} px inputs: give at most {side}")
+    overlap = round(opts.overlap * side / TILE_SIZE) if opts.overlap == DEFAULT_OVERLAP else opts.overlap
+    log.info("the %s model takes %d px inputs: tiles of %d px, overlap %d", fit.layout.title, side, side, overlap)
+    return dataclasses.replace(opts, tile_size=side, overlap=overlap)
 
 
 def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:

@@ -93,7 +93,14 @@ class RunReport:
         d["seconds"] = {k: round(v, 3) for k, v in self.seconds.items()}
         d["wall_seconds"] = round(self.wall_seconds, 3)
         d["units"] = dict(UNITS)
+        d["decoder_calls"] = self.decoder_calls
         return d
+
+    @property
+    def decoder_calls(self) -> int:
+        """Decoder graph runs over the workers (a batched decoder: one a tile for every text prompt)."""
+        return sum(int(c.get("decodes", 0)) for counters in self.runtime_counters.values()
+                   for c in (counters or {}).values() if isinstance(c, dict))
 
     def write_json(self, path: str | os.PathLike) -> Path:
         p = Path(path)
@@ -117,9 +124,10 @@ class RunReport:
             for backend, c in (counters or {}).items():
                 if isinstance(c, dict) and c.get("layout"):
                     key = (backend, c["layout"], c.get("score_threshold"))
-                    seen[key] = seen.get(key, 0) + int(c.get("queries_under_threshold", 0))
-        return [f"model layout ({b}): {lay}; score threshold {t:g}: {n} quer{'y' if n == 1 else 'ies'} fell under it"
-                for (b, lay, t), n in seen.items()]
+                    n, d = seen.get(key, (0, 0))
+                    seen[key] = (n + int(c.get("queries_under_threshold", 0)), d + int(c.get("decodes", 0)))
+        return [f"model layout ({b}): {lay}; score threshold {t:g}: {n} quer{'y' if n == 1 else 'ies'} fell under it; "
+                f"{d} decoder call{'s' if d != 1 else ''}" for (b, lay, t), (n, d) in seen.items()]
 
     def _skipped_why(self) -> str:
         """'no data' when every skipped tile was found all nodata (as before areas and tissue); else per reason."""

@@ -211,12 +211,27 @@ def infer_task(spec: RuntimeSpec, read: tuple[TileImage | None, float], prompts:
         res.seconds["encode"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         crop = crop_detections if screen is None else screen.crops
+        todo = _decode_batched(runtime, emb, todo, lambda det, i, pi: crop(det, i, pi, valid_wh, holes), res)
         for tp, prep in todo:
             _decode_passes(runtime, emb, tp, prep, lambda det, i, pi: crop(det, i, pi, valid_wh, holes), res)
         res.seconds["decode"] = time.perf_counter() - t0
         del emb
     res.exemplars = screen.stats() if screen is not None else {}
     return res
+
+
+def _decode_batched(runtime, emb, todo: list, crop, res: InferResult) -> list:
+    """With a batched decoder (`OnnxRuntime.batched`), every text-only prompt of the tile in ONE decoder call
+    (their crops added to `res`); returns the prompts left (those with boxes: one call each pass)."""
+    text = [(tp, prep) for tp, prep in todo if tp.passes == ((),)] if getattr(runtime, "batched", False) else []
+    if len(text) < 2:
+        return todo
+    for (tp, _), det in zip(text, runtime.decode_batch(emb, [prep for _, prep in text])):
+        if len(det) >= SATURATION and tp.index not in res.saturated_prompts:
+            res.saturated = True
+            res.saturated_prompts += (tp.index,)
+        res.crops.extend(crop(det, tp.index, 0))
+    return [x for x in todo if x not in text]
 
 
 def _decode_passes(runtime, emb, tp: TilePrompt, prep: PreparedPrompt, crop, res: InferResult) -> None:
