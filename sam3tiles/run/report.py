@@ -98,9 +98,8 @@ class RunReport:
 
     @property
     def decoder_calls(self) -> int:
-        """Decoder graph runs over the workers (a batched decoder: one a tile for every text prompt)."""
-        return sum(int(c.get("decodes", 0)) for counters in self.runtime_counters.values()
-                   for c in (counters or {}).values() if isinstance(c, dict))
+        """This run's decoder graph runs over the workers (a batched decoder: one a tile for every text prompt)."""
+        return int(self.decoder_passes.get("calls", 0))
 
     def write_json(self, path: str | os.PathLike) -> Path:
         p = Path(path)
@@ -124,10 +123,10 @@ class RunReport:
             for backend, c in (counters or {}).items():
                 if isinstance(c, dict) and c.get("layout"):
                     key = (backend, c["layout"], c.get("score_threshold"))
-                    n, d = seen.get(key, (0, 0))
-                    seen[key] = (n + int(c.get("queries_under_threshold", 0)), d + int(c.get("decodes", 0)))
+                    seen[key] = seen.get(key, 0) + int(c.get("queries_under_threshold", 0))
+        d = self.decoder_calls
         return [f"model layout ({b}): {lay}; score threshold {t:g}: {n} quer{'y' if n == 1 else 'ies'} fell under it; "
-                f"{d} decoder call{'s' if d != 1 else ''}" for (b, lay, t), (n, d) in seen.items()]
+                f"{d} decoder call{'s' if d != 1 else ''}" for (b, lay, t), n in seen.items()]
 
     def _skipped_why(self) -> str:
         """'no data' when every skipped tile was found all nodata (as before areas and tissue); else per reason."""

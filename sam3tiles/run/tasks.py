@@ -226,6 +226,7 @@ def _decode_batched(runtime, emb, todo: list, crop, res: InferResult) -> list:
     text = [(tp, prep) for tp, prep in todo if tp.passes == ((),)] if getattr(runtime, "batched", False) else []
     if len(text) < 2:
         return todo
+    res.passes["calls"] = res.passes.get("calls", 0) + 1
     for (tp, _), det in zip(text, runtime.decode_batch(emb, [prep for _, prep in text])):
         if len(det) >= SATURATION and tp.index not in res.saturated_prompts:
             res.saturated = True
@@ -239,6 +240,7 @@ def _decode_passes(runtime, emb, tp: TilePrompt, prep: PreparedPrompt, crop, res
     each pass with a positive box returns every object like it, so passes find the same objects again.
     `crop(det, prompt index, pass index)`: a pass's crops (the paste screen drops detections on pastes)."""
     per_pass = []
+    res.passes["calls"] = res.passes.get("calls", 0) + len(tp.passes)
     for pi, boxes in enumerate(tp.passes):
         det = runtime.decode(emb, prep, boxes)
         if len(det) >= SATURATION and tp.index not in res.saturated_prompts:
