@@ -70,6 +70,13 @@ def _cells_for(p0: int, p1: int) -> tuple[int, int]:
     return max(0, int(np.floor(g0))), min(MASK_SIZE, int(np.floor(g1)) + 2)
 
 
+def half(probs: np.ndarray) -> np.ndarray:
+    """Probabilities as float16 on one grid of 1/2048 steps across [0, 1], so p and 1 - p round alike: a pixel
+    midway between cells of p and 1 - p stays at 0.5 exactly (off, as with 0/1 masks). Plain float16 rounds
+    0.99995 to 1 and keeps 0.00005, which put such pixels (one in seven on each axis) over 0.5."""
+    return (np.rint(np.asarray(probs, np.float32) * 2048) / 2048).astype(np.float16)
+
+
 def crop_detections(det: Detections, prompt: int, pass_index: int, valid_wh: tuple[int, int],
                     valid: np.ndarray | None = None) -> list[InstanceCrop]:
     """Compact one decoder pass. `valid` is the tile's validity mask (only consulted where it has holes)."""
@@ -84,7 +91,7 @@ def crop_detections(det: Detections, prompt: int, pass_index: int, valid_wh: tup
             continue  # the box lies in the padding
         r0, r1 = _cells_for(y0, y1)
         c0, c1 = _cells_for(x0, x1)
-        crop = det.masks[i, 0, r0:r1, c0:c1].astype(np.float16)
+        crop = half(det.masks[i, 0, r0:r1, c0:c1])
         vcrop = valid[y0:y1, x0:x1].copy() if has_holes else None
         out.append(InstanceCrop(prompt, pass_index, float(det.scores[i]), (x0, y0, x1, y1), (r0, c0), crop, vcrop))
     return out
