@@ -182,7 +182,8 @@ class Options:
                                        "left (a worker killed or lost): then it stops with exit 4, the finished "
                                        "tiles checkpointed.", job="run.worker_timeout", flags=("--worker-timeout",),
                                 gt=0, le=86400)
-    tile_size: int = opt(TILE_SIZE, f"Tile side in pixels; SAM 3 takes {MODEL_SIZE}.", job="tiling.tile_size",
+    tile_size: int = opt(TILE_SIZE, f"Tile side in pixels, at most the model's input side ({MODEL_SIZE}; "
+                                    "an export of another side sets it).", job="tiling.tile_size",
                          flags=("--tile-size",), commands=("segment", "plan"), ge=MIN_TILE, le=MODEL_SIZE,
                          note=f"a tile is read into SAM 3's {MODEL_SIZE}x{MODEL_SIZE} input, so it can be no "
                               f"larger; use {wording.opt('scale')} to zoom out instead")
@@ -200,7 +201,7 @@ class Options:
     bands: tuple[int, ...] | None = opt(
         None, "Bands as R,G,B (e.g. 4,3,2) or one band for grey; --channels for slides (1-based).",
         job="tiling.bands", flags=("--bands", "--channels"), commands=("segment", "plan"), parse=_bands)
-    squash: bool = opt(False, f"Baseline: the whole image stretched to one {MODEL_SIZE}x{MODEL_SIZE} input, as "
+    squash: bool = opt(False, f"Baseline: the whole image stretched to one model input ({MODEL_SIZE} px square), as "
                               "the published callers do.", job="tiling.squash", flags=("--squash",),
                        commands=("segment", "plan"))
     refine: str = opt(REFINE_MODES[0], "auto: a tile where a prompt hits SAM 3's 200-object cap is re-run as "

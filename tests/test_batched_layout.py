@@ -180,3 +180,11 @@ def test_a_broken_batched_export_is_refused_before_any_tile(tmp_path, scene, mod
     assert words in r.output and "Traceback" not in r.output
     assert "nearest: batched fp16" in r.output
     assert not out.exists() and not list(tmp_path.glob("*report*.json"))
+
+
+def test_example_boxes_on_a_text_only_decoder_stop_with_exit_4(tmp_path, scene, models):
+    (a, b), (c, d) = T @ (60, 80), T @ (200, 170)
+    out = tmp_path / "o.gpkg"
+    r = _segment(scene, models["fp16"], out, "--box", f"{a},{d},{c},{b}", prompts=[])
+    assert r.exit_code == EXIT_MODEL, r.output
+    assert "takes text prompts only" in r.output and "Traceback" not in r.output and not out.exists()
