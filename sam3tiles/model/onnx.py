@@ -70,7 +70,8 @@ class OnnxEmbedding:
             if isinstance(v, np.ndarray):
                 total += v.nbytes
             else:
-                total += int(np.prod(v.shape())) * 4
+                kind = v.element_type()  # onnx's element type (10: float16), a string in older onnxruntime
+                total += int(np.prod(v.shape())) * (2 if kind == 10 or "float16" in str(kind) else 4)
         return total
 
     def __repr__(self) -> str:
