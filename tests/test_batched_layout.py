@@ -188,3 +188,19 @@ def test_example_boxes_on_a_text_only_decoder_stop_with_exit_4(tmp_path, scene, 
     r = _segment(scene, models["fp16"], out, "--box", f"{a},{d},{c},{b}", prompts=[])
     assert r.exit_code == EXIT_MODEL, r.output
     assert "takes text prompts only" in r.output and "Traceback" not in r.output and not out.exists()
+
+
+def test_a_folder_as_the_export_names_it_runs(tmp_path, scene, models):
+    """vision-encoder-fp16.onnx, text-encoder-fp16.onnx, decoder-fp16.onnx with their weights inside: found,
+    recognised by their graphs, and the same objects as the seed's names give."""
+    d = build_batched_models(tmp_path / "export", export_names=True)
+    assert not list(d.glob("sam3_*")) and not list(d.glob("*.data"))
+    v = CliRunner().invoke(model_cli, ["verify", str(d)])
+    assert v.exit_code == 0 and "tile side 644" in v.output, v.output
+    a, b = _segment(scene, d, tmp_path / "a.gpkg"), _segment(scene, models["fp16"], tmp_path / "b.gpkg")
+    assert a.exit_code == 0 and b.exit_code == 0, a.output + b.output
+    got, want = gpd.read_file(tmp_path / "a.gpkg"), gpd.read_file(tmp_path / "b.gpkg")
+    assert len(got) == len(want) == len(OBJECTS) and _f1(got, want, iou=0.99) == 1.0
+    (d / "decoder-fp16.onnx").unlink()
+    r = _segment(scene, d, tmp_path / "c.gpkg", prompts=["red"])
+    assert r.exit_code == EXIT_MODEL and "sam3_decoder.onnx" in r.output and "Traceback" not in r.output

@@ -87,6 +87,33 @@ MANIFEST: tuple[ModelFile, ...] = (
 #: Files a runtime cannot start without (the vocabulary may also come from elsewhere, see tokenizer).
 REQUIRED_GRAPH_FILES = (IMAGE_ENCODER, IMAGE_ENCODER + ".data", LANGUAGE_ENCODER, LANGUAGE_ENCODER + ".data",
                         DECODER)
+#: Other names exports give the three graphs (greenjava's C++ exports); found only where the seed's name is absent.
+#: The layout is told by the graphs themselves (`model.layouts`): these names only find them.
+GRAPH_ALIASES = {IMAGE_ENCODER: ("vision-encoder.onnx", "vision-encoder-fp16.onnx", "vision_encoder.onnx"),
+                 LANGUAGE_ENCODER: ("text-encoder.onnx", "text-encoder-fp16.onnx", "text_encoder.onnx"),
+                 DECODER: ("decoder.onnx", "decoder-fp16.onnx")}
+
+
+def graph_path(directory: str | os.PathLike[str], name: str) -> Path:
+    """The file of graph `name` (the seed's file name) in `directory`: that name, else the first of its
+    `GRAPH_ALIASES` there, else the seed's name (missing)."""
+    d = Path(directory)
+    if (d / name).is_file():
+        return d / name
+    return next((d / a for a in GRAPH_ALIASES.get(name, ()) if (d / a).is_file()), d / name)
+
+
+def _missing_graph_files(d: Path) -> list[str]:
+    """`REQUIRED_GRAPH_FILES` not in `d`; a graph found under an alias needs no ``.data`` beside it (an export
+    with its weights inside; one whose weights are missing fails to load, naming the file)."""
+    out = []
+    for name in REQUIRED_GRAPH_FILES:
+        graph = name.removesuffix(".data")
+        if name.endswith(".data") and graph_path(d, graph).name != graph:
+            continue
+        if not (graph_path(d, name) if name == graph else d / name).is_file():
+            out.append(name)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -119,7 +146,7 @@ def require_model(directory: str | os.PathLike[str] | None = None) -> Path:
     Raises ModelNotFoundError naming each missing file and the fetch command.
     """
     d = resolve_model_dir(directory)
-    missing = [name for name in REQUIRED_GRAPH_FILES if not (d / name).is_file()]
+    missing = _missing_graph_files(d)
     try:
         find_vocab(d)
     except ModelNotFoundError:

@@ -40,7 +40,8 @@ import numpy as np
 
 from ..errors import ContractError
 from .contract import CONTRACT, ContractCheck, GraphIO, TensorSpec, check_io, check_point_graph, read_graph_io
-from .files import DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, resolve_model_dir
+from .files import (DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, graph_path,
+                    resolve_model_dir)
 from .runtime import MASK_SIZE, MODEL_SIZE, SCORE_THRESHOLD, Detections
 
 #: The side of the box a click is sent as (normalised to the model input), as samexporter's caller sends it.
@@ -395,7 +396,7 @@ def folder_fit(directory: str | os.PathLike[str] | None) -> Fit | None:
     stamp = []
     for spec in SEED.graphs.values():
         try:
-            st = (d / spec.file).stat()
+            st = graph_path(d, spec.file).stat()
             stamp.append((st.st_size, st.st_mtime_ns))
         except OSError:
             return None
@@ -406,7 +407,7 @@ def folder_fit(directory: str | os.PathLike[str] | None) -> Fit | None:
 def _folder_fit(directory: str, _stamp: tuple) -> Fit | None:
     d = Path(directory)
     try:
-        ios = {k: _io(read_graph_io(d / spec.file)) for k, spec in SEED.graphs.items()}
+        ios = {k: _io(read_graph_io(graph_path(d, spec.file))) for k, spec in SEED.graphs.items()}
     except Exception:  # noqa: BLE001 - a folder that cannot be read is told at load, not here
         return None
     best = fits(ios)[0]
@@ -487,12 +488,12 @@ def info(directory: str | os.PathLike[str] | None = None) -> ModelInfo:
     ios = {}
     missing: list[str] = []
     for key, spec in SEED.graphs.items():
-        path = d / spec.file
+        path = graph_path(d, spec.file)
         if not path.is_file():
             missing.append(spec.file)
             continue
-        graphs[spec.file] = read_graph_io(path)
-        ios[key] = _io(graphs[spec.file])
+        graphs[path.name] = read_graph_io(path)
+        ios[key] = _io(graphs[path.name])
     best = fits(ios)[0] if ios else None
     point = d / POINT_DECODER
     point_diffs: list[str] = []

@@ -37,7 +37,7 @@ from .contract import (CONTRACT, LATER_ENCODER_OUTPUTS, TensorSpec, check_point_
                        point_refusal)
 from .layouts import CLICK_BOX, SEED, recognise
 from .files import (DECODER, IMAGE_ENCODER, LANGUAGE_ENCODER, POINT_DECODER, fetch_command, files_fingerprint,
-                    require_model)
+                    graph_path, require_model)
 from .runtime import (MASK_SIZE, MODEL_SIZE, SCORE_THRESHOLD, VISUAL_PROMPT, Click, Detections, ExampleBox,
                       PreparedPrompt, TileImage)
 from .tokenizer import get_tokenizer
@@ -248,7 +248,7 @@ class OnnxRuntime:
 
     def _load_session(self, ort, key: str, providers: list):
         file_name = CONTRACT[key][0] if key in CONTRACT else POINT_DECODER
-        path = self.model_dir / file_name
+        path = graph_path(self.model_dir, file_name)
         try:
             return self._new_session(ort, path, providers), providers
         except ModelError:
@@ -273,7 +273,7 @@ class OnnxRuntime:
     def _make_identity(self) -> str:
         h = hashlib.sha256(b"sam3-onnx-contract-1")
         for file_name in (IMAGE_ENCODER, LANGUAGE_ENCODER, DECODER):
-            path = self.model_dir / file_name
+            path = graph_path(self.model_dir, file_name)
             h.update(file_name.encode())
             h.update(hashlib.sha256(path.read_bytes()).digest())  # graphs are small; .data only by size
             data = path.with_name(path.name + ".data")

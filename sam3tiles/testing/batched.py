@@ -33,9 +33,11 @@ from .graphs import (COLOUR_IDS, COLOUR_TOLERANCE, COLOURS, MASK_LOGIT, MIN_PIXE
 SIDE = 644
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 _ELEM = {"float16": TensorProto.FLOAT16, "float32": F32}
-#: where the batched layout's files differ in name from the seed's (the layout is told by the graphs, not these)
+#: The seed's file names, and the names the C++ exports give (the layout is told by the graphs, not these)
 FILES = {"image_encoder": "sam3_image_encoder.onnx", "language_encoder": "sam3_language_encoder.onnx",
          "decoder": "sam3_decoder.onnx"}
+EXPORT_FILES = {"image_encoder": "vision-encoder-fp16.onnx", "language_encoder": "text-encoder-fp16.onnx",
+                "decoder": "decoder-fp16.onnx"}
 
 
 def mask_side(side: int) -> int:
@@ -132,16 +134,19 @@ def batched_decoder(side: int = SIDE, precision: str = "float16") -> onnx.ModelP
     return g.model("decoder", inputs, outputs)
 
 
-def build_batched_models(directory: str | Path, *, side: int = SIDE, precision: str = "float16") -> Path:
+def build_batched_models(directory: str | Path, *, side: int = SIDE, precision: str = "float16",
+                         export_names: bool = False) -> Path:
     """A model folder in the batched layout (vision encoder, text encoder, batched decoder) that segments by
-    colour; `precision` "float16" (the export's) or "float32". Returns the directory."""
+    colour; `precision` "float16" (the export's) or "float32"; `export_names`: the files named as the C++
+    exports name them (`EXPORT_FILES`), weights inside each graph (no .data). Returns the directory."""
     if precision not in _ELEM:
         raise ValueError(f"precision must be 'float16' or 'float32', got {precision!r}")
     if side * 288 % 1008 or mask_side(side) % 4:
         raise ValueError(f"side must keep 3.5 px mask cells and a mask side divisible by 4, got {side}")
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    _save(vision_encoder(side, precision), d / FILES["image_encoder"], external=True)
-    _save(text_encoder(precision), d / FILES["language_encoder"], external=True)
-    _save(batched_decoder(side, precision), d / FILES["decoder"], external=False)
+    names = EXPORT_FILES if export_names else FILES
+    _save(vision_encoder(side, precision), d / names["image_encoder"], external=not export_names)
+    _save(text_encoder(precision), d / names["language_encoder"], external=not export_names)
+    _save(batched_decoder(side, precision), d / names["decoder"], external=False)
     return d
