@@ -92,35 +92,57 @@ def _clicks_check(spec: RuntimeSpec) -> str | None:
     return clicks_problem(get_runtime(spec))
 
 
+#: Asks a point task decodes per call of the backend: their 288 x 288 answers are cropped before the next
+#: chunk, so a tile of thousands of points holds this many full masks at most.
+DECODE_CHUNK = 64
+
+
+def _decode_asks(runtime, emb, asks: list) -> list:
+    """Each ask's answer on one embedding: through the backend's `decode_clicks_many` where it has one (the
+    shared inputs prepared once), else one `decode_clicks` an ask."""
+    many = getattr(runtime, "decode_clicks_many", None)
+    if callable(many):
+        return list(many(emb, [c for _, c in asks]))
+    return [runtime.decode_clicks(emb, c) for _, c in asks]
+
+
 @shippable
 def point_tile_task(src: SourceSpec, spec: RuntimeSpec, tile: Tile, asks: list, edge_margin: int) -> tuple[list, dict]:
-    """Read the tile, encode it once, decode each ask's clicks: per ask (object index, its mask in the CRS or
-    None, score, complete, share of the window's valid cells); and the seconds per stage."""
+    """Read the tile, encode it once, decode its asks' clicks in chunks, vectorize all answers in one pass: per
+    ask (object index, its mask in the CRS or None, score, complete, share of the window's valid cells); and
+    the seconds per stage."""
     image, read_s = read_task(src, tile)
     seconds = {"read": read_s, "encode": 0.0, "decode": 0.0, "vectorize": 0.0}
     if image is None:  # every pixel nodata
         return [(i, None, 0.0, True, 0.0) for i, _ in asks], seconds
     runtime = get_runtime(spec)
-    with MODEL_LOCK:
-        t0 = time.perf_counter()
-        emb = runtime.encode(image, clicks=True)
-        t1 = time.perf_counter()
-        dets = [(i, runtime.decode_clicks(emb, clicks)) for i, clicks in asks]
-        seconds.update(encode=t1 - t0, decode=time.perf_counter() - t1)
-        del emb
-    t0 = time.perf_counter()
     vw, vh = tile.valid_wh
     rows, cols = -(-vh * MASK_SIZE // MODEL_SIZE), -(-vw * MASK_SIZE // MODEL_SIZE)
     holes = None if image.valid[:vh, :vw].all() else image.valid
+    crops, shares = [], []
+    with MODEL_LOCK:
+        t0 = time.perf_counter()
+        emb = runtime.encode(image, clicks=True)
+        seconds["encode"] = time.perf_counter() - t0
+        for k in range(0, len(asks), DECODE_CHUNK):
+            t0 = time.perf_counter()
+            dets = _decode_asks(runtime, emb, asks[k:k + DECODE_CHUNK])
+            t1 = time.perf_counter()
+            for j, det in enumerate(dets, start=k):  # each answer cropped at once: its mask is dropped
+                crops += crop_detections(det, j, 0, tile.valid_wh, holes)
+                shares.append(float((det.masks[0, 0, :rows, :cols] > 0.5).sum()) / (rows * cols) if len(det) else 0.0)
+            del dets
+            seconds["decode"] += t1 - t0
+            seconds["vectorize"] += time.perf_counter() - t1
+        del emb
+    t0 = time.perf_counter()
+    pieces = pieces_from_crops(crops, tile, edge_margin)  # all the tile's answers in one pass
+    got = {p: (g, s, c) for p, g, s, c in zip(pieces.prompt, pieces.geometry, pieces.score, pieces.complete)}
     out = []
-    for i, det in dets:
-        pieces = pieces_from_crops(crop_detections(det, 0, 0, tile.valid_wh, holes), tile, edge_margin)
-        if not len(pieces):
-            out.append((i, None, 0.0, True, 0.0))
-            continue
-        share = float((det.masks[0, 0, :rows, :cols] > 0.5).sum()) / (rows * cols)
-        out.append((i, pieces.geometry[0], float(det.scores[0]), bool(pieces.complete[0]), share))
-    seconds["vectorize"] = time.perf_counter() - t0
+    for j, (i, _) in enumerate(asks):
+        g, score, complete = got.get(j, (None, 0.0, True))
+        out.append((i, g, float(score), bool(complete), shares[j] if g is not None else 0.0))
+    seconds["vectorize"] += time.perf_counter() - t0
     return out, seconds
 
 
