@@ -26,7 +26,8 @@ is followed at full resolution from the tiles it crosses; a click on background 
 `background`. A point whose tile failed is
 `failed` (exit 5, as failed tiles are); an object still growing after `MAX_TILES` tiles is `partial`.
 
-Point runs are not checkpointed: a rerun recomputes them (a point decode is a few percent of an encode).
+Point runs are checkpointed as tile runs are (`run.pointstore`: each task's answers, keyed by its window and
+asks): a run killed part way, run again, recomputes only the tasks it had not stored and writes the same rows.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ from ..vectorize.pieces import crop_detections, pieces_from_crops
 from ..wording import opt
 from ..writers.stream import ObjectSpool, SpoolInput
 from .engine import settled
+from .checkpoint import TileStore
 from .plan import InputPlan, RunPlan
+from .pointstore import PointStore, point_key
 from .report import RunReport
 from .runner import InputResult
 from .submit import short_error
@@ -150,8 +153,9 @@ class PointRun:
     """The points of one planned input (those it holds first among the inputs): their objects to `spool`."""
 
     def __init__(self, engine, plan: RunPlan, inp: InputPlan, input_index: int, report: RunReport,
-                 spool: ObjectSpool):
+                 spool: ObjectSpool, store: TileStore | None = None):
         self.engine, self.plan, self.inp, self.report, self.spool = engine, plan, inp, report, spool
+        self.ckpt = PointStore(store)
         self.input_index, self.opts, self.spec = input_index, plan.options, plan.spec
         self.source = SourceSpec(inp.path, inp.bands, inp.stretch, inp.identity)
         self.grid = inp.grid
@@ -230,32 +234,43 @@ class PointRun:
         from distributed import as_completed
 
         client, retries = self.engine.client, self.opts.retries
-        futs = {}
+        futs, out = {}, {}
         for t, asks in work.items():
             tile = tiles[t] if tiles is not None else self._tile(t)
             clicked = [(i, self._clicks(tile, at)) for i, at in asks]
+            key = point_key(self._key_base(tile), tile, clicked)
+            out[t] = self.ckpt.get(key, clicked)  # stored by an earlier run of the same command
+            if out[t] is not None:
+                continue
             fut = client.submit(point_tile_task, self.source, self.spec, tile, clicked, self.opts.edge_margin,
                                 pure=False, retries=retries, resources=self.engine.model_resources())
-            futs[fut.key] = (t, fut, tile)
-        out: dict[int, list | None] = {}
-        ac = as_completed([f for _, f, _ in futs.values()], loop=client.loop)
+            futs[fut.key] = (t, fut, tile, key)
+        reused = len(work) - len(futs)
+        ac = as_completed([f for _, f, _, _ in futs.values()], loop=client.loop)
         for fut in ac:
             if not settled(fut):  # lost with its worker after it finished: computed again
                 ac.add(fut)
                 continue
-            t, tile = futs[fut.key][0], futs[fut.key][2]
+            t, _, tile, key = futs[fut.key]
             if fut.status == "finished":
                 out[t], seconds = fut.result()
                 for k, v in seconds.items():
                     self.report.seconds[k] = self.report.seconds.get(k, 0.0) + v
+                self.ckpt.put(key, tile, out[t], seconds)
             else:
                 out[t] = None
                 self._failed(tile, fut.exception())
             fut.release()
         self.stats["encodes"] += len(work)
         self.report.tiles += len(work)
-        self.report.done += sum(v is not None for v in out.values())
+        self.report.resumed += reused
+        self.report.done += sum(v is not None for v in out.values()) - reused
         return out
+
+    def _key_base(self, tile: Tile) -> dict:
+        """What decides a point task's answers besides its window and asks (`pointstore.point_key`)."""
+        return {"source": self.inp.identity_at(tile.src_window), "model": self.plan.model_identity,
+                "edge_margin": self.opts.edge_margin, "stretch": str(self.source.stretch), "bands": self.source.bands}
 
     def _failed(self, tile: Tile, exc: BaseException | None) -> None:
         if isinstance(exc, (ModelError, MemoryError)):
