@@ -219,12 +219,13 @@ class PointRun:
         u, v = ~self._tile(index).transform @ (x, y)
         return (float(u), float(v))
 
-    def _clicks(self, tile: Tile, at: tuple[float, float]) -> tuple[Click, ...]:
-        """One positive click and every negative point in the tile's window."""
+    def _negatives(self, tile: Tile) -> tuple[Click, ...]:
+        """Every negative point in the tile's window, as clicks in its pixels (once a window: all its asks
+        share them)."""
         vw, vh = tile.valid_wh
         sx, sy = tile.scale_xy
         negs = [((x * sx - tile.x0), (y * sy - tile.y0)) for x, y in self.neg_px]
-        return (Click(at), *(Click(xy, False) for xy in negs if 0 <= xy[0] < vw and 0 <= xy[1] < vh))
+        return tuple(Click(xy, False) for xy in negs if 0 <= xy[0] < vw and 0 <= xy[1] < vh)
 
     # -- during ---------------------------------------------------------------------------------------------
 
@@ -237,7 +238,8 @@ class PointRun:
         futs, out = {}, {}
         for t, asks in work.items():
             tile = tiles[t] if tiles is not None else self._tile(t)
-            clicked = [(i, self._clicks(tile, at)) for i, at in asks]
+            negs = self._negatives(tile)  # one positive click an ask, with every negative point of the window
+            clicked = [(i, (Click(at), *negs)) for i, at in asks]
             key = point_key(self._key_base(tile), tile, clicked)
             out[t] = self.ckpt.get(key, clicked)  # stored by an earlier run of the same command
             if out[t] is not None:
