@@ -96,4 +96,5 @@ def test_a_dry_run_says_a_point_may_cost_zoomed_out_encodes(fields):
     scene, layer = fields
     plan = plan_run(str(scene.path), point_file=layer, options=sam3tiles.Options(backend="reference"),
                     targets=Targets(checkpoint=False))
-    assert "up to 2 zoomed-out encodes a point whose answer fills its window" in "\n".join(plan.describe())
+    n = plan.points.positives
+    assert f"zoom-outs: up to {2 * n} encodes (2 a point whose answer fills its window" in "\n".join(plan.describe())

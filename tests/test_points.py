@@ -344,7 +344,7 @@ def test_points_are_a_run_of_their_own_and_a_dry_run_says_what_they_cost(scene, 
     n = len(scene.points)
     assert (f"points: {n} positive (one object each, one row each), 0 negative; "
             "columns carried: name, kind, height") in text
-    assert f"{n} clicks of two point decoder passes" in text and plan.estimates()["encodes"] <= 9
+    assert f"({n} clicks x 2 point decoder passes)" in text and plan.estimates()["encodes"] <= 9
     assert sam3tiles.GeoPoint(1.0, 2.0, False) == sam3tiles.GeoPoint.parse("1,2,neg")
 
 

@@ -18,13 +18,16 @@ from .options import handle_errors, overwrite_opt, registry_options
               help="Example boxes of the run: with --box-scope image, the extra tiles an exemplar strip costs.")
 @click.option("--example-image", "example_images", multiple=True, metavar="PATH[,neg]",
               help="Example images of the run (as for segment): checked, and their strip's cost shown.")
+@click.option("--point", "points", multiple=True, metavar="X,Y[,neg]",
+              help="Points of the run (as for segment): what they will cost (encodes, zoom-outs, decoder calls).")
+@click.option("--point-file", default=None, help="Point layer of the run (as for segment): what its points will cost.")
 @click.option("--prompts", type=int, default=1, show_default=True, help="Prompts per tile, for the cost estimate.")
 @click.option("--report", "report_path", default=None, metavar="REPORT.json",
               help="A previous run's report: also show the sub-tiles its refinement added (written with --out, "
                    "column depth).")
 @overwrite_opt
 @handle_errors
-def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **options):
+def plan(input, out, boxes, example_images, points, point_file, prompts, report_path, overwrite, **options):
     """Print the tile count, the tiles skipped (outside --aoi, no tissue, all nodata) and a cost estimate
     for INPUT against the full grid's; optionally write the grid (columns run, skip). INPUT may also be a
     glob, a .txt list or STAC items: the maps their files form are planned (several files of one map: a
@@ -54,12 +57,18 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
     if boxes or example_images:
         maps = [with_exemplars(inp, build_prompts([], [GeoBox.parse(b) for b in boxes],
                                                   parse_example_images(example_images)), opts) for inp in maps]
+    pts = _points(maps, points, point_file, boxes, example_images, opts)
     report = _load_report(report_path) if report_path else None
     if len(paths) > 1:
         for line in map_lines(maps, grouping.notes):
             click.echo(line)
-    layers = [_show_map(inp, input if len(paths) == 1 else inp.path, opts, prompts, report, report_path, bool(out))
-              for inp in maps]
+    layers = [_show_map(inp, input if len(paths) == 1 else inp.path, opts, prompts, report, report_path, bool(out),
+                        pts is None) for inp in maps]
+    if pts is not None:
+        from ..run.plan import point_cost_lines
+
+        for line in [pts.describe(), *point_cost_lines(pts, maps)]:
+            click.echo(line)
     if out:
         if len({str(inp.crs) for inp in maps}) > 1:
             raise UsageError(f"--out {out}: the inputs form maps in {len({str(i.crs) for i in maps})} CRSs, which one "
@@ -71,9 +80,22 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
     click.echo(took(time.perf_counter() - t0))
 
 
-def _show_map(inp, name: str, opts, prompts: int, report, report_path, layer: bool):
-    """Print one planned map's tiles and costs; returns its tile layer (a `map` column when of a mosaic) when
-    `layer` or a report asks for one, else None: the counts alone are made over the grid at once."""
+def _points(maps, points, point_file, boxes, example_images, opts):
+    """The run's points placed on the planned maps (`PointPrompts`; checked as segment checks them), or None."""
+    from ..prompts.points import check_point_run, point_arguments
+    from ..run.plan import _plan_prompts
+
+    given, point_file = check_point_run(point_arguments(list(points)), point_file, (), boxes, None, example_images,
+                                        opts.squash, opts.aoi)
+    if not given and not point_file:
+        return None
+    return _plan_prompts(maps, (), [], None, (), given, point_file)[1]
+
+
+def _show_map(inp, name: str, opts, prompts: int, report, report_path, layer: bool, calls: bool = True):
+    """Print one planned map's tiles and costs (`calls`: the model calls of text prompts over its tiles); returns
+    its tile layer (a `map` column when of a mosaic) when `layer` or a report asks for one, else None: the
+    counts alone are made over the grid at once."""
     from ..run.area import skip_estimate
     from ..run.plan import DECODE_S, ENCODE_S, exemplar_lines, refine_line
     from ..run.tilelayer import TileCounts, tile_counts, tile_plan
@@ -98,12 +120,14 @@ def _show_map(inp, name: str, opts, prompts: int, report, report_path, layer: bo
         click.echo(f"tissue: {inp.skips.tissue}")
     if opts.aoi is not None:
         click.echo("the area grows at run time where an object in it crosses into a skipped tile")
-    click.echo(f"model calls: {run} encodes, {run * prompts} decodes; at ~{ENCODE_S} s + {DECODE_S} s per prompt on a "
-               f"desktop GPU: " + (skip_estimate(run, n, prompts, ENCODE_S, DECODE_S) if run < n else
-                                   f"~{run * (ENCODE_S + DECODE_S * prompts) / 60:.1f} GPU-minutes"))
+    if calls:  # a point run's calls follow its points, not the grid: printed after the maps
+        click.echo(f"model calls: {run} encodes, {run * prompts} decodes; at ~{ENCODE_S} s + {DECODE_S} s per prompt "
+                   f"on a desktop GPU: " + (skip_estimate(run, n, prompts, ENCODE_S, DECODE_S) if run < n else
+                                            f"~{run * (ENCODE_S + DECODE_S * prompts) / 60:.1f} GPU-minutes"))
     if mosaic:
         click.echo(inp.describe())
-    click.echo(refine_line(opts))
+    if calls:  # refinement re-runs saturated text prompts: no point run has any
+        click.echo(refine_line(opts))
     for line in exemplar_lines([inp]):
         click.echo(line)
     if report is not None:

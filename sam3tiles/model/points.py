@@ -35,6 +35,7 @@ PASSES = 2
 #: The largest hole filled, in cells of the decoder's mask grid ("fills holes up to 256 px").
 HOLE_CELLS = 256
 _EIGHT = np.ones((3, 3), bool)
+_ZERO, _ONE = np.zeros(1, np.float32), np.ones(1, np.float32)
 
 
 def click_inputs(clicks: Sequence[Click]) -> dict[str, np.ndarray]:
@@ -81,24 +82,39 @@ class PointDecoder:
         self.session, self.interface = session, interface
         self.outputs = [interface.mask_output, interface.iou_output]
 
-    def _pass(self, features: Mapping[str, np.ndarray], clicks: dict, mask: np.ndarray | None
-              ) -> tuple[np.ndarray, float]:
-        m = self.interface.mask_size
-        feeds = {**features, **clicks,
-                 "mask_input": (mask[None, None].astype(np.float32) if mask is not None
-                                else np.zeros((1, 1, m, m), np.float32)),
-                 "has_mask_input": np.asarray([1.0 if mask is not None else 0.0], np.float32)}
+    def _pass(self, base: dict, clicks: dict, mask: np.ndarray | None) -> tuple[np.ndarray, float]:
+        """One decoder pass: `base` holds the features and the empty mask input (`_shared`), prepared once."""
+        feeds = {**base, **clicks}
+        if mask is not None:
+            feeds["mask_input"] = mask[None, None].astype(np.float32)
+            feeds["has_mask_input"] = _ONE
         masks, ious = self.session.run(self.outputs, feeds)
         best = int(np.argmax(ious[0]))  # index order is not quality order
         return np.asarray(masks[0, best], np.float32), float(ious[0, best])
 
+    def _shared(self, features: Mapping[str, np.ndarray]) -> dict:
+        """The feeds every click of a tile shares: its features, no mask input."""
+        m = self.interface.mask_size
+        return {**features, "mask_input": np.zeros((1, 1, m, m), np.float32), "has_mask_input": _ZERO}
+
     def decode(self, features: Mapping[str, np.ndarray], clicks: Sequence[Click]) -> Detections:
         """The object under the positive `clicks` (one mask; negatives push away): `PASSES` passes, the best
         candidate of each by predicted IoU, holes filled, thresholded at 0."""
-        if not any(c.positive for c in clicks):
-            return Detections.empty()
-        inputs = click_inputs(clicks)
-        logits, score = None, 0.0
-        for _ in range(PASSES):
-            logits, score = self._pass(features, inputs, logits)
-        return to_detections(fill_holes(logits), score)
+        return self.decode_many(features, [clicks])[0]
+
+    def decode_many(self, features: Mapping[str, np.ndarray], asks: Sequence[Sequence[Click]]) -> list[Detections]:
+        """`decode` for each ask on one tile's features, the shared feeds prepared once. The graph takes one
+        set of clicks a call (`point_coords` [1, N, 2]: no batch axis to stack asks on), so each ask is its own
+        `PASSES` calls."""
+        base = self._shared(features)
+        out = []
+        for clicks in asks:
+            if not any(c.positive for c in clicks):
+                out.append(Detections.empty())
+                continue
+            inputs = click_inputs(clicks)
+            logits, score = None, 0.0
+            for _ in range(PASSES):
+                logits, score = self._pass(base, inputs, logits)
+            out.append(to_detections(fill_holes(logits), score))
+        return out

@@ -70,28 +70,25 @@ class ReferenceRuntime:
     def decode_clicks(self, embedding: TileImage, clicks: Sequence[Click]) -> Detections:
         """The region under the positive clicks (module doc), 0 or 1 object."""
         self.counters["click_decodes"] = self.counters.get("click_decodes", 0) + 1
-        image = embedding
-        pos = [(c, _colour_at(image, c)) for c in clicks if c.positive]
-        negs = [col for col in (_colour_at(image, c) for c in clicks if not c.positive) if col is not None]
-        grid_sum = np.zeros((MASK_SIZE, MASK_SIZE), np.float32)
-        keep = np.zeros((MASK_SIZE, MASK_SIZE), bool)
-        for click, colour in pos:
-            if colour is None:
-                continue
-            match = _click_match(image, colour, negs)
-            grid = np.asarray(Image.fromarray(match.astype(np.float32), mode="F")
-                              .resize((MASK_SIZE, MASK_SIZE), Image.BOX))
-            labels, n = ndimage.label(grid > 0.5, structure=_EIGHT)
-            lid = _label_at(labels, click)
-            if lid:
-                keep |= labels == lid
-                grid_sum = np.maximum(grid_sum, grid)
-        if not keep.any():
-            return Detections.empty()
-        mask = np.where(keep, grid_sum, 0.0).astype(np.float32)
-        rows, cols = np.flatnonzero(keep.any(axis=1)), np.flatnonzero(keep.any(axis=0))
-        box = np.asarray([[cols[0], rows[0], cols[-1] + 1, rows[-1] + 1]], np.float32) / MASK_SIZE
-        return Detections(box, np.asarray([float(mask[keep].mean())], np.float32), mask[None, None])
+        return _decode_whole(embedding, clicks)
+
+    def decode_clicks_many(self, embedding: TileImage, asks: Sequence[Sequence[Click]]) -> list[Detections]:
+        """`decode_clicks` for each ask on one embedding, the same answers at a cost that follows the object's
+        size, not the tile's: an ask of one positive click computes its region in a window of the grid around
+        the click, grown until the region closes inside it (`_decode_local`). A subclass with a `decode_clicks` of
+        its own is asked that, one ask a call."""
+        if type(self).decode_clicks is not ReferenceRuntime.decode_clicks:  # a subclass answers clicks its way
+            return [self.decode_clicks(embedding, clicks) for clicks in asks]
+        self.counters["click_decodes"] = self.counters.get("click_decodes", 0) + len(asks)
+        negs_of: dict = {}
+        out = []
+        for clicks in asks:
+            key = tuple(c.xy for c in clicks if not c.positive)
+            if key not in negs_of:  # the colours of a window's negative points, once per set of them
+                negs_of[key] = [col for col in (_colour_at(embedding, c) for c in clicks if not c.positive)
+                                if col is not None]
+            out.append(_decode_local(embedding, clicks, negs_of[key]))
+        return out
 
     def prepare_prompt(self, text: str) -> PreparedPrompt:
         self.counters["prompts"] += 1
@@ -234,12 +231,12 @@ def _colour_at(image: TileImage, click: Click) -> tuple[int, int, int] | None:
     return tuple(int(v) for v in np.median(image.rgb[:, y0:y1, x0:x1][:, sel], axis=1))  # type: ignore[return-value]
 
 
-def _click_match(image: TileImage, colour, negatives) -> np.ndarray:
+def _click_match(rgb: np.ndarray, valid: np.ndarray, colour, negatives) -> np.ndarray:
     """Valid pixels within MATCH_DISTANCE of `colour` and nearer it than every negative click's colour."""
-    match = colour_match(image.rgb, colour) & image.valid
+    match = colour_match(rgb, colour) & valid
     if negatives and match.any():
         idx = np.flatnonzero(match)
-        f = image.rgb.reshape(3, -1)[:, idx].astype(np.float32)
+        f = rgb.reshape(3, -1)[:, idx].astype(np.float32)
         d_pos = sum((f[c] - colour[c]) ** 2 for c in range(3))
         for neg in negatives:
             d_neg = sum((f[c] - neg[c]) ** 2 for c in range(3))
@@ -249,9 +246,103 @@ def _click_match(image: TileImage, colour, negatives) -> np.ndarray:
 
 def _label_at(labels: np.ndarray, click: Click) -> int:
     """The component holding a click's cell, or the nearest one within a cell of it (0: none)."""
-    r = min(int(click.xy[1] * MASK_SIZE / MODEL_SIZE), MASK_SIZE - 1)
-    c = min(int(click.xy[0] * MASK_SIZE / MODEL_SIZE), MASK_SIZE - 1)
+    r, c = _cell_of(click)
     if labels[r, c]:
         return int(labels[r, c])
     near = labels[max(r - 1, 0):r + 2, max(c - 1, 0):c + 2]
     return int(near.max())
+
+
+#: The first window `_decode_local` tries: this many mask cells on each side of the click (an even number).
+LOCAL_CELLS = 8
+#: Input pixels per two mask cells: windows start on even cells, where a cell's edge is a whole pixel.
+_PAIR_PX = 2 * MODEL_SIZE // MASK_SIZE
+
+
+def _detections(keep: np.ndarray, grid_sum: np.ndarray) -> Detections:
+    if not keep.any():
+        return Detections.empty()
+    mask = np.where(keep, grid_sum, 0.0).astype(np.float32)
+    rows, cols = np.flatnonzero(keep.any(axis=1)), np.flatnonzero(keep.any(axis=0))
+    box = np.asarray([[cols[0], rows[0], cols[-1] + 1, rows[-1] + 1]], np.float32) / MASK_SIZE
+    return Detections(box, np.asarray([float(mask[keep].mean())], np.float32), mask[None, None])
+
+
+def _decode_whole(image: TileImage, clicks: Sequence[Click]) -> Detections:
+    """`decode_clicks` on the whole tile: each positive click's match over the tile, its component."""
+    pos = [(c, _colour_at(image, c)) for c in clicks if c.positive]
+    negs = [col for col in (_colour_at(image, c) for c in clicks if not c.positive) if col is not None]
+    grid_sum = np.zeros((MASK_SIZE, MASK_SIZE), np.float32)
+    keep = np.zeros((MASK_SIZE, MASK_SIZE), bool)
+    for click, colour in pos:
+        if colour is None:
+            continue
+        match = _click_match(image.rgb, image.valid, colour, negs)
+        grid = _box_grid(match, MASK_SIZE, MASK_SIZE)
+        labels, n = ndimage.label(grid > 0.5, structure=_EIGHT)
+        lid = _label_at(labels, click)
+        if lid:
+            keep |= labels == lid
+            grid_sum = np.maximum(grid_sum, grid)
+    return _detections(keep, grid_sum)
+
+
+def _box_grid(match: np.ndarray, cols: int, rows: int) -> np.ndarray:
+    return np.asarray(Image.fromarray(match.astype(np.float32), mode="F").resize((cols, rows), Image.BOX))
+
+
+def _decode_local(image: TileImage, clicks: Sequence[Click], negs: list) -> Detections:
+    """`_decode_whole`'s answer for an ask of one positive click, computed in a window of the mask grid around
+    it: cells from an even index (a whole input pixel, 3.5 px a cell), so the window's cells are the tile's
+    cells (the same box filter over the same pixels); the window grows (x4, then the whole tile) until the
+    click's component reaches none of its sides inside the tile (then it is the tile's component, whole).
+    Several positive clicks (their masks are joined over the whole grid), or a click between components, are
+    decoded on the whole tile."""
+    pos = [c for c in clicks if c.positive]
+    if len(pos) != 1:
+        return _decode_whole(image, clicks)
+    click = pos[0]
+    colour = _colour_at(image, click)
+    if colour is None:
+        return Detections.empty()
+    r, c = _cell_of(click)
+    half = LOCAL_CELLS
+    while True:
+        r0, c0 = max(0, (r - half) // 2 * 2), max(0, (c - half) // 2 * 2)
+        r1, c1 = min(MASK_SIZE, (r + half) // 2 * 2 + 2), min(MASK_SIZE, (c + half) // 2 * 2 + 2)
+        y0, y1, x0, x1 = r0 // 2 * _PAIR_PX, r1 // 2 * _PAIR_PX, c0 // 2 * _PAIR_PX, c1 // 2 * _PAIR_PX
+        match = _click_match(image.rgb[:, y0:y1, x0:x1], image.valid[y0:y1, x0:x1], colour, negs)
+        grid = _box_grid(match, c1 - c0, r1 - r0)
+        labels, _ = ndimage.label(grid > 0.5, structure=_EIGHT)
+        if labels[r - r0, c - c0]:
+            lid = int(labels[r - r0, c - c0])
+        else:
+            near = labels[max(r - 1, 0) - r0:r + 2 - r0, max(c - 1, 0) - c0:c + 2 - c0]
+            ids = np.unique(near[near > 0])
+            if len(ids) > 1:  # which one the whole tile's numbering picks depends on cells outside
+                return _decode_whole(image, clicks)
+            lid = int(ids[0]) if len(ids) else 0
+        if not lid:
+            return Detections.empty()
+        comp = labels == lid
+        open_sides = ((r0 > 0 and comp[0].any()) or (r1 < MASK_SIZE and comp[-1].any())
+                      or (c0 > 0 and comp[:, 0].any()) or (c1 < MASK_SIZE and comp[:, -1].any()))
+        if not open_sides:
+            return _window_detections(comp, grid, r0, c0)
+        half = MASK_SIZE if half >= LOCAL_CELLS * 4 else half * 4
+
+
+def _window_detections(comp: np.ndarray, grid: np.ndarray, r0: int, c0: int) -> Detections:
+    """`_detections` of a component closed inside a window of the grid at (r0, c0): the same box, score and
+    mask, computed on the window."""
+    rows, cols = np.flatnonzero(comp.any(axis=1)), np.flatnonzero(comp.any(axis=0))
+    part = np.where(comp, grid, 0.0).astype(np.float32)
+    mask = np.zeros((1, 1, MASK_SIZE, MASK_SIZE), np.float32)
+    mask[0, 0, r0:r0 + comp.shape[0], c0:c0 + comp.shape[1]] = part
+    box = np.asarray([[c0 + cols[0], r0 + rows[0], c0 + cols[-1] + 1, r0 + rows[-1] + 1]], np.float32) / MASK_SIZE
+    return Detections(box, np.asarray([float(part[comp].mean())], np.float32), mask)
+
+
+def _cell_of(click: Click) -> tuple[int, int]:
+    return (min(int(click.xy[1] * MASK_SIZE / MODEL_SIZE), MASK_SIZE - 1),
+            min(int(click.xy[0] * MASK_SIZE / MODEL_SIZE), MASK_SIZE - 1))

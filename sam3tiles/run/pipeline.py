@@ -215,7 +215,7 @@ def run_input(engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport, 
         from .points import PointRun
 
         result = PointRun(engine, plan, inp, plan.inputs.index(inp), report, spool if spool is not None
-                          else ObjectSpool()).run()
+                          else ObjectSpool(), store).run()
     else:
         result = InputRun(engine, plan, inp, report, store, progress_bar, spool).run()
     check_unchanged(inp)

@@ -259,12 +259,7 @@ class RunPlan:
                          + (spoken(f"  (exists: a run resumes from it; {opt('fresh')} starts over)")
                             if self.work_dir.is_dir() else ""))
         if self.points is not None:
-            return lines + [f"tiles holding points: {e['tiles']}; model calls: {e['encodes']} encodes, {e['decodes']} "
-                            "clicks of two point decoder passes (more where an object reaches past its tile and is "
-                            f"followed, up to {ZOOM_OUT_DEPTH} zoomed-out encodes a point whose answer fills its "
-                            "window); "
-                            f"estimated GPU time: ~{e['gpu_minutes']:.1f} min at ~{ENCODE_S} s per encode "
-                            f"+ {POINT_DECODE_S} s per click on a desktop GPU"]
+            return lines + point_cost_lines(self.points, self.inputs)
         lines += [*area_lines(self.inputs, e),
                   f"tiles: {e['tiles']} (all-nodata tiles are skipped at run time, checkpointed ones resumed)",
                   f"model calls: {e['encodes']} encodes, {e['decodes']} decodes (more when a tile holds more "
@@ -372,6 +367,30 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
                    work_dir=Path(work_dir) if (checkpoint and work_dir is not None) else None,
                    report_path=Path(report_path) if report_path is not None else None, map_notes=tuple(notes),
                    input_notes=tuple(once.notes))
+
+
+def point_cost_lines(points: PointPrompts, inputs: Sequence[InputPlan]) -> list[str]:
+    """What a point run will cost (`plan --point`, `run --dry-run`): the encodes of the tiles holding points
+    and the zoom-outs at most, the decoder calls, the GPU time at desktop speed; what only the run knows (the
+    tiles objects are followed into) said as such."""
+    from ..prompts.points import home_tiles
+
+    tiles, n = home_tiles(points, inputs), points.positives
+    zoom = ZOOM_OUT_DEPTH * n
+    low = tiles * ENCODE_S + n * POINT_DECODE_S
+    high = low + zoom * (ENCODE_S + POINT_DECODE_S)
+    return [f"tiles holding points: {tiles} ({tiles} encodes; a tile's points share its encode)",
+            f"decoder calls: {2 * n} ({n} clicks x 2 point decoder passes), in batches of the clicks of a tile",
+            f"zoom-outs: up to {zoom} encodes ({ZOOM_OUT_DEPTH} a point whose answer fills its window: objects "
+            "larger than half a tile, and clicks on bare ground; each one click more)",
+            "following: one encode and one click more for each tile an object reaches past its home tile (known "
+            "at run time: the report counts them)",
+            f"estimated GPU time: ~{_minutes(low)} (no zoom-out) to ~{_minutes(high)} (every point zoomed out), at "
+            f"~{ENCODE_S} s per encode + {POINT_DECODE_S} s per click on a desktop GPU, plus following"]
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
 
 
 def _plan_prompts(planned: Sequence[InputPlan], texts, geo_boxes: list, box_file, chips, given_points, point_file):

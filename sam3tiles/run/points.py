@@ -26,7 +26,8 @@ is followed at full resolution from the tiles it crosses; a click on background 
 `background`. A point whose tile failed is
 `failed` (exit 5, as failed tiles are); an object still growing after `MAX_TILES` tiles is `partial`.
 
-Point runs are not checkpointed: a rerun recomputes them (a point decode is a few percent of an encode).
+Point runs are checkpointed as tile runs are (`run.pointstore`: each task's answers, keyed by its window and
+asks): a run killed part way, run again, recomputes only the tasks it had not stored and writes the same rows.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ from ..vectorize.pieces import crop_detections, pieces_from_crops
 from ..wording import opt
 from ..writers.stream import ObjectSpool, SpoolInput
 from .engine import settled
+from .checkpoint import TileStore
 from .plan import InputPlan, RunPlan
+from .pointstore import PointStore, point_key
 from .report import RunReport
 from .runner import InputResult
 from .submit import short_error
@@ -92,35 +95,57 @@ def _clicks_check(spec: RuntimeSpec) -> str | None:
     return clicks_problem(get_runtime(spec))
 
 
+#: Asks a point task decodes per call of the backend: their 288 x 288 answers are cropped before the next
+#: chunk, so a tile of thousands of points holds this many full masks at most.
+DECODE_CHUNK = 64
+
+
+def _decode_asks(runtime, emb, asks: list) -> list:
+    """Each ask's answer on one embedding: through the backend's `decode_clicks_many` where it has one (the
+    shared inputs prepared once), else one `decode_clicks` an ask."""
+    many = getattr(runtime, "decode_clicks_many", None)
+    if callable(many):
+        return list(many(emb, [c for _, c in asks]))
+    return [runtime.decode_clicks(emb, c) for _, c in asks]
+
+
 @shippable
 def point_tile_task(src: SourceSpec, spec: RuntimeSpec, tile: Tile, asks: list, edge_margin: int) -> tuple[list, dict]:
-    """Read the tile, encode it once, decode each ask's clicks: per ask (object index, its mask in the CRS or
-    None, score, complete, share of the window's valid cells); and the seconds per stage."""
+    """Read the tile, encode it once, decode its asks' clicks in chunks, vectorize all answers in one pass: per
+    ask (object index, its mask in the CRS or None, score, complete, share of the window's valid cells); and
+    the seconds per stage."""
     image, read_s = read_task(src, tile)
     seconds = {"read": read_s, "encode": 0.0, "decode": 0.0, "vectorize": 0.0}
     if image is None:  # every pixel nodata
         return [(i, None, 0.0, True, 0.0) for i, _ in asks], seconds
     runtime = get_runtime(spec)
-    with MODEL_LOCK:
-        t0 = time.perf_counter()
-        emb = runtime.encode(image, clicks=True)
-        t1 = time.perf_counter()
-        dets = [(i, runtime.decode_clicks(emb, clicks)) for i, clicks in asks]
-        seconds.update(encode=t1 - t0, decode=time.perf_counter() - t1)
-        del emb
-    t0 = time.perf_counter()
     vw, vh = tile.valid_wh
     rows, cols = -(-vh * MASK_SIZE // MODEL_SIZE), -(-vw * MASK_SIZE // MODEL_SIZE)
     holes = None if image.valid[:vh, :vw].all() else image.valid
+    crops, shares = [], []
+    with MODEL_LOCK:
+        t0 = time.perf_counter()
+        emb = runtime.encode(image, clicks=True)
+        seconds["encode"] = time.perf_counter() - t0
+        for k in range(0, len(asks), DECODE_CHUNK):
+            t0 = time.perf_counter()
+            dets = _decode_asks(runtime, emb, asks[k:k + DECODE_CHUNK])
+            t1 = time.perf_counter()
+            for j, det in enumerate(dets, start=k):  # each answer cropped at once: its mask is dropped
+                crops += crop_detections(det, j, 0, tile.valid_wh, holes)
+                shares.append(float((det.masks[0, 0, :rows, :cols] > 0.5).sum()) / (rows * cols) if len(det) else 0.0)
+            del dets
+            seconds["decode"] += t1 - t0
+            seconds["vectorize"] += time.perf_counter() - t1
+        del emb
+    t0 = time.perf_counter()
+    pieces = pieces_from_crops(crops, tile, edge_margin)  # all the tile's answers in one pass
+    got = {p: (g, s, c) for p, g, s, c in zip(pieces.prompt, pieces.geometry, pieces.score, pieces.complete)}
     out = []
-    for i, det in dets:
-        pieces = pieces_from_crops(crop_detections(det, 0, 0, tile.valid_wh, holes), tile, edge_margin)
-        if not len(pieces):
-            out.append((i, None, 0.0, True, 0.0))
-            continue
-        share = float((det.masks[0, 0, :rows, :cols] > 0.5).sum()) / (rows * cols)
-        out.append((i, pieces.geometry[0], float(det.scores[0]), bool(pieces.complete[0]), share))
-    seconds["vectorize"] = time.perf_counter() - t0
+    for j, (i, _) in enumerate(asks):
+        g, score, complete = got.get(j, (None, 0.0, True))
+        out.append((i, g, float(score), bool(complete), shares[j] if g is not None else 0.0))
+    seconds["vectorize"] += time.perf_counter() - t0
     return out, seconds
 
 
@@ -128,8 +153,9 @@ class PointRun:
     """The points of one planned input (those it holds first among the inputs): their objects to `spool`."""
 
     def __init__(self, engine, plan: RunPlan, inp: InputPlan, input_index: int, report: RunReport,
-                 spool: ObjectSpool):
+                 spool: ObjectSpool, store: TileStore | None = None):
         self.engine, self.plan, self.inp, self.report, self.spool = engine, plan, inp, report, spool
+        self.ckpt = PointStore(store)
         self.input_index, self.opts, self.spec = input_index, plan.options, plan.spec
         self.source = SourceSpec(inp.path, inp.bands, inp.stretch, inp.identity)
         self.grid = inp.grid
@@ -193,12 +219,13 @@ class PointRun:
         u, v = ~self._tile(index).transform @ (x, y)
         return (float(u), float(v))
 
-    def _clicks(self, tile: Tile, at: tuple[float, float]) -> tuple[Click, ...]:
-        """One positive click and every negative point in the tile's window."""
+    def _negatives(self, tile: Tile) -> tuple[Click, ...]:
+        """Every negative point in the tile's window, as clicks in its pixels (once a window: all its asks
+        share them)."""
         vw, vh = tile.valid_wh
         sx, sy = tile.scale_xy
         negs = [((x * sx - tile.x0), (y * sy - tile.y0)) for x, y in self.neg_px]
-        return (Click(at), *(Click(xy, False) for xy in negs if 0 <= xy[0] < vw and 0 <= xy[1] < vh))
+        return tuple(Click(xy, False) for xy in negs if 0 <= xy[0] < vw and 0 <= xy[1] < vh)
 
     # -- during ---------------------------------------------------------------------------------------------
 
@@ -208,32 +235,44 @@ class PointRun:
         from distributed import as_completed
 
         client, retries = self.engine.client, self.opts.retries
-        futs = {}
+        futs, out = {}, {}
         for t, asks in work.items():
             tile = tiles[t] if tiles is not None else self._tile(t)
-            clicked = [(i, self._clicks(tile, at)) for i, at in asks]
+            negs = self._negatives(tile)  # one positive click an ask, with every negative point of the window
+            clicked = [(i, (Click(at), *negs)) for i, at in asks]
+            key = point_key(self._key_base(tile), tile, clicked)
+            out[t] = self.ckpt.get(key, clicked)  # stored by an earlier run of the same command
+            if out[t] is not None:
+                continue
             fut = client.submit(point_tile_task, self.source, self.spec, tile, clicked, self.opts.edge_margin,
                                 pure=False, retries=retries, resources=self.engine.model_resources())
-            futs[fut.key] = (t, fut, tile)
-        out: dict[int, list | None] = {}
-        ac = as_completed([f for _, f, _ in futs.values()], loop=client.loop)
+            futs[fut.key] = (t, fut, tile, key)
+        reused = len(work) - len(futs)
+        ac = as_completed([f for _, f, _, _ in futs.values()], loop=client.loop)
         for fut in ac:
             if not settled(fut):  # lost with its worker after it finished: computed again
                 ac.add(fut)
                 continue
-            t, tile = futs[fut.key][0], futs[fut.key][2]
+            t, _, tile, key = futs[fut.key]
             if fut.status == "finished":
                 out[t], seconds = fut.result()
                 for k, v in seconds.items():
                     self.report.seconds[k] = self.report.seconds.get(k, 0.0) + v
+                self.ckpt.put(key, tile, out[t], seconds)
             else:
                 out[t] = None
                 self._failed(tile, fut.exception())
             fut.release()
         self.stats["encodes"] += len(work)
         self.report.tiles += len(work)
-        self.report.done += sum(v is not None for v in out.values())
+        self.report.resumed += reused
+        self.report.done += sum(v is not None for v in out.values()) - reused
         return out
+
+    def _key_base(self, tile: Tile) -> dict:
+        """What decides a point task's answers besides its window and asks (`pointstore.point_key`)."""
+        return {"source": self.inp.identity_at(tile.src_window), "model": self.plan.model_identity,
+                "edge_margin": self.opts.edge_margin, "stretch": str(self.source.stretch), "bands": self.source.bands}
 
     def _failed(self, tile: Tile, exc: BaseException | None) -> None:
         if isinstance(exc, (ModelError, MemoryError)):
