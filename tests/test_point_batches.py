@@ -83,3 +83,26 @@ def test_point_decoder_many_equals_one_at_a_time(tmp_path):
         if len(one):
             np.testing.assert_array_equal(got.masks, one.masks)
             assert got.scores[0] == one.scores[0]
+
+
+def test_onnx_backend_answers_a_tiles_asks_in_one_call(tmp_path):
+    """The ONNX backend has `decode_clicks_many` (run.points asks it for a tile's asks at once): the same answers
+    as one `decode_clicks` an ask, two point decoder passes counted an ask."""
+    from sam3tiles.model.onnx import OnnxRuntime
+    from sam3tiles.testing.graphs import blank_tile, build_four_graph_models, paint
+
+    rt = OnnxRuntime(build_four_graph_models(tmp_path / "model"), device="cpu")
+    img = blank_tile()
+    paint(img, 100, 100, 300, 260, "red")
+    paint(img, 500, 500, 700, 700, "blue")
+    emb = rt.encode(TileImage(img, np.ones((MODEL_SIZE, MODEL_SIZE), bool)), clicks=True)
+    asks = [(Click((200, 180)),), (Click((600, 600)), Click((200, 180), False)), (Click((900, 900)),)]
+    before = rt.counters["click_decodes"]
+    many = rt.decode_clicks_many(emb, asks)
+    assert rt.counters["click_decodes"] - before == 2 * len(asks)
+    assert sum(len(d) for d in many) >= 2
+    for clicks, got in zip(asks, many):
+        one = rt.decode_clicks(emb, clicks)
+        assert len(got) == len(one)
+        if len(one):
+            np.testing.assert_array_equal(got.masks, one.masks)

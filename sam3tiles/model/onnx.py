@@ -378,9 +378,13 @@ class OnnxRuntime:
         """The object under the positive `clicks` (0 or 1 detection; negatives push away), from an embedding
         made with `encode(..., clicks=True)`: two point decoder passes (`model.points`), or with a layout that
         sends clicks as boxes and no point decoder, one decoder pass (`_decode_clicks_as_boxes`)."""
+        return self.decode_clicks_many(embedding, [clicks])[0]
+
+    def decode_clicks_many(self, embedding: OnnxEmbedding, asks: Sequence[Sequence[Click]]) -> list[Detections]:
+        """`decode_clicks` for each ask on one embedding, the point decoder's shared feeds prepared once."""
         self._require_clicks()
         if self._clicks_as_boxes:
-            return self._decode_clicks_as_boxes(embedding, clicks)
+            return [self._decode_clicks_as_boxes(embedding, clicks) for clicks in asks]
         missing_features = [k for k in LATER_ENCODER_OUTPUTS if k not in embedding.values]
         if missing_features:
             raise ValueError(f"decode_clicks needs an embedding from encode(image, clicks=True); this one lacks "
@@ -388,13 +392,14 @@ class OnnxRuntime:
         features = {k: v if isinstance(v, np.ndarray) else v.numpy() for k, v in embedding.values.items()
                     if k in LATER_ENCODER_OUTPUTS}  # a few MB: the point decoder may sit on another device
         try:
-            det = self._point.decode(features, clicks)
+            dets = self._point.decode_many(features, asks)
         except Exception as exc:  # onnxruntime's own errors
             raise ModelError(f"the SAM 3 point decoder failed: {_short(exc)}") from exc
         with self._lock:
-            self.counters["click_decodes"] += 2
-        self._check_parity(det, lambda rt, emb: rt.decode_clicks(emb, clicks))
-        return det
+            self.counters["click_decodes"] += 2 * len(asks)
+        for det, clicks in zip(dets, asks):
+            self._check_parity(det, lambda rt, emb, c=clicks: rt.decode_clicks(emb, c))
+        return dets
 
     @property
     def _clicks_as_boxes(self) -> bool:
