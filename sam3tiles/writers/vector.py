@@ -285,18 +285,20 @@ def _write_ogr(gdf, path: Path, driver: str, layer: str, layer_options: dict, la
 def _write_gpkg(chunks: Iterable[gpd.GeoDataFrame], path: Path, layer: str, metadata: dict,
                 description: str) -> None:
     """In chunks: the WKB of one chunk at a time, not of every object at once. The first chunk replaces
-    a layer of that name (GDAL drops only that table); the others are appended to it."""
+    a layer of that name (GDAL drops only that table); the others are appended to it. A layer written in more
+    than one chunk is MultiPolygon throughout (the type is declared with the first chunk, before the later
+    ones are seen: a Polygon layer would take a later MultiPolygon as 'not conformant', and back)."""
     meta = {"sam3tiles": json.dumps(metadata)} if metadata else None
-    k = 0
-    for gdf in chunks:
-        for i in range(0, max(len(gdf), 1), CHUNK_ROWS):
-            part = gdf.iloc[i:i + CHUNK_ROWS]
-            if k == 0:  # OVERWRITE: a layer whose name differs only in case is replaced too (SQLite ignores case)
-                new = {} if path.exists() else {"dataset_options": {"VERSION": GPKG_VERSION}}
-                _write_ogr(part, path, "GPKG", layer, {"DESCRIPTION": description, "OVERWRITE": "YES"}, meta, **new)
-            elif len(part):
-                _write_ogr(part, path, "GPKG", layer, {}, None, append=True)
-            k += 1
+    parts = (gdf.iloc[i:i + CHUNK_ROWS] for gdf in chunks for i in range(0, max(len(gdf), 1), CHUNK_ROWS))
+    part = next(parts)
+    later = next(parts, None)
+    multi = {} if later is None else {"geometry_type": "MultiPolygon", "promote_to_multi": True}
+    new = {} if path.exists() else {"dataset_options": {"VERSION": GPKG_VERSION}}
+    # OVERWRITE: a layer whose name differs only in case is replaced too (SQLite ignores case)
+    _write_ogr(part, path, "GPKG", layer, {"DESCRIPTION": description, "OVERWRITE": "YES"}, meta, **new, **multi)
+    for part in itertools.chain([] if later is None else [later], parts):
+        if len(part):
+            _write_ogr(part, path, "GPKG", layer, {}, None, append=True, **multi)
 
 
 def _write_geojson(gdf, path: Path, layer: str, metadata: dict, description: str, frames: dict[str, Frame],
