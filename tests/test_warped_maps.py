@@ -189,3 +189,15 @@ def test_crs_from_the_cli_and_a_job_file_and_a_bad_one_refused(scene, tmp_path):
     job.write_text(f"inputs: [{scene.path}]\nprompts: {{text: [red]}}\noutput: {{path: {tmp_path / 'o.gpkg'}}}\n"
                    "grid: {crs: EPSG:4326}\n")
     assert job_options(load_job(job)).crs == "EPSG:4326"
+
+
+def test_a_file_without_a_crs_beside_georeferenced_ones_is_kept_apart_with_a_word(scene, tmp_path):
+    from sam3tiles.options import Options
+    from sam3tiles.run.maps import group_inputs
+
+    split_raster(scene.path, tmp_path / "in", cols=2, rows=1)
+    plain = write_scene(tmp_path / "in" / "photo.tif", 300, 200, seed=1, crs=None)
+    paths = sorted(str(p) for p in (tmp_path / "in").glob("*.tif"))
+    grouping = group_inputs(paths, Options(backend="reference"))
+    assert sorted(len(g.members) for g in grouping.maps) == [1, 2]
+    assert any(str(plain.path) in n and "no map CRS" in n and "a map of its own" in n for n in grouping.notes)

@@ -149,6 +149,9 @@ def group_inputs(paths: Sequence[str], opts: Options, dates: dict | None = None)
         _warn_touching(headers)
         return Grouping([MapGroup([i], p) for i, p in enumerate(paths)])
     groups, notes = group(headers)
+    if any(h.box is not None for h in headers):  # files with no CRS beside georeferenced ones: said
+        notes += [f"{h.path}: {h.alone()}: no lattice to share with the georeferenced files, segmented as a map "
+                  "of its own" for h in headers if h.box is None and h.alone()][:MAX_NOTES]
     return Grouping([MapGroup(g, map_path([headers[i] for i in g], opts.crs)) for g in groups], notes)
 
 
