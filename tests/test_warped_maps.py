@@ -201,3 +201,17 @@ def test_a_file_without_a_crs_beside_georeferenced_ones_is_kept_apart_with_a_wor
     grouping = group_inputs(paths, Options(backend="reference"))
     assert sorted(len(g.members) for g in grouping.maps) == [1, 2]
     assert any(str(plain.path) in n and "no map CRS" in n and "a map of its own" in n for n in grouping.notes)
+
+
+def test_two_dates_in_two_crss_stay_apart_and_neighbours_in_two_crss_are_one_map():
+    from rasterio.warp import transform_bounds
+
+    from sam3tiles.run.lattice import with_frame
+    from sam3tiles.run.maps import group
+
+    a = _header("2019.tif", 400000.0, 5000000.0, 200, 200)  # 100 m x 100 m in UTM 33N
+    x0, y0, x1, y1 = transform_bounds("EPSG:32633", "EPSG:4326", *a.bounds)
+    later = _header("2023.tif", x0, y1, 100, 100, pixel=(x1 - x0) / 100, crs=4326)  # the same ground in lon/lat
+    beside = _header("east.tif", x1, y1, 100, 100, pixel=(x1 - x0) / 100, crs=4326)  # the next 100 m east
+    groups, notes = group(with_frame([a, later, beside], None))
+    assert groups == [[0, 2], [1]] and "same ground" in notes[0]
