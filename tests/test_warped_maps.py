@@ -215,3 +215,22 @@ def test_two_dates_in_two_crss_stay_apart_and_neighbours_in_two_crss_are_one_map
     beside = _header("east.tif", x1, y1, 100, 100, pixel=(x1 - x0) / 100, crs=4326)  # the next 100 m east
     groups, notes = group(with_frame([a, later, beside], None))
     assert groups == [[0, 2], [1]] and "same ground" in notes[0]
+
+
+def test_a_warped_map_on_a_cluster_gives_the_in_process_runs_objects(tmp_path):
+    # the warp travels in the map's path to worker processes, which open the warped files themselves
+    import logging
+
+    from distributed import Client, Nanny, Scheduler, SpecCluster
+
+    small = write_scene(tmp_path / "small.tif", 1600, 1200, seed=SEED + 1)
+    inputs = delivery(small, tmp_path / "files", {"r1c1.tif": ("EPSG:4326", None)})
+    here, objects = run(inputs, tmp_path / "here.gpkg")
+    spec = {"gpu": {"cls": Nanny, "options": {"nthreads": 2, "silence_logs": logging.ERROR, "resources": {"GPU": 1}}}}
+    with SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}}, workers=spec,
+                     silence_logs=logging.ERROR) as cl, Client(cl) as client:
+        client.wait_for_workers(1, timeout=60)
+        there, remote = run(inputs, tmp_path / "there.gpkg", client=client)
+    assert there.failed == 0 and [m["files"] for m in there.maps] == [9] and len(there.maps[0]["warped"]) == 1
+    assert len(remote) == len(objects) > 0
+    assert sorted(remote.geometry.area.round(2)) == sorted(objects.geometry.area.round(2))
