@@ -234,3 +234,15 @@ def test_a_warped_map_on_a_cluster_gives_the_in_process_runs_objects(tmp_path):
     assert there.failed == 0 and [m["files"] for m in there.maps] == [9] and len(there.maps[0]["warped"]) == 1
     assert len(remote) == len(objects) > 0
     assert sorted(remote.geometry.area.round(2)) == sorted(objects.geometry.area.round(2))
+
+
+def test_no_mosaic_with_crs_warps_each_file_alone(scene, tmp_path):
+    from sam3tiles.options import Options
+    from sam3tiles.readers.mosaic import layout_of
+    from sam3tiles.run.maps import group_inputs
+
+    split_raster(scene.path, tmp_path / "in", cols=2, rows=1)
+    paths = sorted(str(p) for p in (tmp_path / "in").glob("*.tif"))
+    grouping = group_inputs(paths, Options(backend="reference", no_mosaic=True, crs="EPSG:32634"))
+    layouts = [layout_of(g.path) for g in grouping.maps]
+    assert len(layouts) == 2 and all(lay is not None and lay.members[0].warp is not None for lay in layouts)

@@ -147,7 +147,7 @@ def group_inputs(paths: Sequence[str], opts: Options, dates: dict | None = None)
     headers = with_frame(read_headers(paths, opts, dates), opts.crs)
     if opts.no_mosaic:
         _warn_touching(headers)
-        return Grouping([MapGroup([i], p) for i, p in enumerate(paths)])
+        return Grouping([MapGroup([i], map_path([h], opts.crs)) for i, h in enumerate(headers)])
     groups, notes = group(headers)
     if any(h.box is not None for h in headers):  # files with no CRS beside georeferenced ones: said
         notes += [f"{h.path}: {h.alone()}: no lattice to share with the georeferenced files, segmented as a map "
