@@ -47,7 +47,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block, box_scope: str = _D.box_scope,
             verify_inputs: bool = _D.verify_inputs, asset: str | None = _D.asset, no_mosaic: bool = _D.no_mosaic,
-            progress_format: str = _D.progress_format) -> gpd.GeoDataFrame:
+            crs: str | None = _D.crs, progress_format: str = _D.progress_format) -> gpd.GeoDataFrame:
     """Segment one or more rasters with text prompts and/or example boxes, or point prompts; returns the objects.
 
     Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
@@ -101,8 +101,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
         max_in_flight, tiles_per_task, edge_margin, encode_seconds, decode_seconds, merge_block: tuning (`Options`).
         verify_inputs, box_scope: tell changed inputs by a hash of their content, not size/time/ETag; "image":
             every example box acts in every tile (pasted into each tile's free margin); "tile": only where it is.
-        asset, progress_format, no_mosaic: STAC inputs' asset key; "bar", or "json" lines on stderr
-            (`run.progress`); each input on its own (default: files of one map are one image: docs/many-files.md).
+        asset, progress_format, no_mosaic, crs: STAC inputs' asset key; "bar", or "json" lines on stderr; each
+            input on its own (default: one map's files are one image); the map's CRS (docs/many-files.md).
 
     Huge jobs: `segment_report(...)` (same arguments) returns only the `RunReport`, never every object.
     """

@@ -101,6 +101,21 @@ def _bands(v: Any) -> tuple[int, ...] | None:
     return bands
 
 
+def _crs(v: Any) -> str | None:
+    """--crs as the text of a CRS rasterio knows (EPSG:32633; a WKT or PROJ string as given)."""
+    if v is None:
+        return None
+    from rasterio.crs import CRS
+    from rasterio.errors import CRSError
+
+    try:
+        crs = CRS.from_user_input(v)
+    except (CRSError, ValueError, TypeError) as e:
+        raise UsageError(f"takes a CRS GDAL knows: EPSG:NNNN, a WKT or a PROJ string (got {v!r}: "
+                         f"{str(e).splitlines()[0] if str(e) else 'unknown'})") from None
+    return crs.to_string()
+
+
 def _overlap(v: Any) -> int | float:
     """--overlap as given: whole pixels, or a fraction of the tile below 1 (made pixels by `Options`)."""
     if isinstance(v, str):
@@ -198,6 +213,10 @@ class Options:
     gsd: float | None = opt(None, "Target sampling distance per pixel (overrides --scale): metres on a lon/lat CRS, "
                                   "CRS units on a projected one, microns on a slide of known pixel size.",
                             job="tiling.gsd", flags=("--gsd",), commands=("segment", "plan"), gt=0)
+    crs: str | None = opt(None, "The map's CRS (EPSG:32633, WKT, PROJ): files in other CRSs or pixel sizes are read "
+                                "warped onto the map's lattice (bilinear); default: the CRS covering most of the "
+                                "area (docs/many-files.md).", job="grid.crs", flags=("--crs",),
+                          commands=("segment", "plan"), parse=lambda v: _crs(v), metavar="CRS")
     bands: tuple[int, ...] | None = opt(
         None, "Bands as R,G,B (e.g. 4,3,2) or one band for grey; --channels for slides (1-based).",
         job="tiling.bands", flags=("--bands", "--channels"), commands=("segment", "plan"), parse=_bands)

@@ -228,18 +228,27 @@ def test_a_planar_separate_tiff_reads_its_samples_in_place(pieces):
 
 # -- the kept-apart note ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("first,second", [("fine", "coarse"), ("coarse", "fine")])
-def test_the_kept_apart_note_names_each_files_own_pixel_size(tmp_path, first, second):
-    sizes = {"fine": (0.3, 600, 500), "coarse": (0.6, 300, 250)}  # one extent, two resolutions
-    for k, name in enumerate((first, second)):
-        pixel, w, h = sizes[name]
-        write_scene(tmp_path / f"{k}_{name}.tif", w, h, seed=2, pixel=pixel)
+@pytest.mark.parametrize("first,second", [("uint8", "uint16"), ("uint16", "uint8")])
+def test_the_kept_apart_note_names_each_files_own_data_type(tmp_path, first, second):
+    # (issue 47 case 9 named pixel sizes; since issue 52 another pixel size is warped onto the map's lattice,
+    # so the note's values are shown on the data types that still keep files apart)
+    for k, dtype in enumerate((first, second)):
+        write_scene(tmp_path / f"{k}_{dtype}.tif", 600, 500, seed=2, dtype=dtype)
     code, text = invoke("plan", str(tmp_path / "*.tif"))
     assert code == 0, text
     note = next(ln for ln in text.splitlines() if "kept apart" in ln)
-    own = {"fine": "0.3 x 0.3", "coarse": "0.6 x 0.6"}
-    assert note.endswith(f"1_{second}.tif touch but are not one map: other pixel sizes "
-                         f"(0_{first}.tif {own[first]}, 1_{second}.tif {own[second]})"), note
+    assert note.endswith(f"1_{second}.tif touch but are not one map: other bands or data types "
+                         f"(0_{first}.tif 3 band(s) {first}, 1_{second}.tif 3 band(s) {second})"), note
+
+
+def test_one_extent_at_two_pixel_sizes_is_the_same_ground_twice(tmp_path):
+    for k, (pixel, w, h) in enumerate(((0.3, 600, 500), (0.6, 300, 250))):
+        write_scene(tmp_path / f"{k}.tif", w, h, seed=2, pixel=pixel)
+    code, text = invoke("plan", str(tmp_path / "*.tif"))
+    assert code == 0, text
+    note = next(ln for ln in text.splitlines() if "kept apart" in ln)
+    assert note.endswith("1.tif touch but are not one map: the same ground (100% of the smaller inside the other: "
+                         "two dates?)"), note
 
 
 # -- an output given alone --------------------------------------------------------------------------------

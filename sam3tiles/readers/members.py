@@ -13,6 +13,8 @@ import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 
+from affine import Affine
+
 from ..errors import RasterReadError
 from .raster import RasterSource
 
@@ -73,14 +75,50 @@ def _quiet_open():
                 warnings._filters_mutated()  # noqa: SLF001
 
 
-def open_member(m, bands, stretch) -> RasterSource:
-    """A mosaic member `m` (`mosaic.Member`: its path and planned size) opened for reading; a file whose size
-    changed since the plan is refused."""
+class _WarpedMember(RasterSource):
+    """A member on another lattice (`Member.warp`), read through a warped VRT onto the map's
+    (`readers.warp`): its file opened with its georeferencing, the VRT's grid its box in the map's pixels."""
+
+    _probe_file = False
+
+    def __init__(self, member, layout, bands, stretch):
+        self._spec = (member, layout)
+        self._raw = None
+        super().__init__(member.path, bands=bands, stretch=stretch)
+
+    def _open_dataset(self):
+        from .warp import open_warped
+
+        m, lay = self._spec
+        self._raw = raw = super()._open_dataset()
+        if (raw.width, raw.height) != (m.warp.width, m.warp.height):
+            raw.close()
+            raise RasterReadError(_changed(m.path, (raw.width, raw.height), (m.warp.width, m.warp.height)))
+        at = lay.affine @ Affine.translation(m.col, m.row)
+        return open_warped(raw, lay.crs, at, m.width, m.height, m.warp.resampling)
+
+    def close(self) -> None:
+        super().close()
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
+
+
+def _changed(path: str, now: tuple, then: tuple) -> str:
+    return (f"{path} is {now[0]}x{now[1]} px, not the {then[0]}x{then[1]} px it was when the run planned its map: "
+            "it changed; rerun once it stays put")
+
+
+def open_member(m, bands, stretch, layout=None) -> RasterSource:
+    """A mosaic member `m` (`mosaic.Member`: its path and planned size) opened for reading, warped onto
+    `layout`'s lattice when it is on another (`m.warp`); a file whose size changed since the plan is
+    refused."""
+    if m.warp is not None:
+        return _WarpedMember(m, layout, bands, stretch)
     src = _Member(m.path, bands=bands, stretch=stretch)
     if (src.width, src.height) != (m.width, m.height):
         src.close()
-        raise RasterReadError(f"{m.path} is {src.width}x{src.height} px, not the {m.width}x{m.height} px it "
-                              "was when the run planned its map: it changed; rerun once it stays put")
+        raise RasterReadError(_changed(m.path, (src.width, src.height), (m.width, m.height)))
     return src
 
 

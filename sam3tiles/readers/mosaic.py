@@ -6,8 +6,10 @@ a STAC search returns a dozen items of one area. Files of one CRS, pixel size, l
 grid spans the union of their footprints, a tile reads the files it touches, and the merge sees one image,
 so objects come out once and whole across file edges.
 
-* **Grid.** The mosaic's pixel grid is its members' common lattice, its origin the union's top-left; each
-  member lies at a whole-pixel offset (`Member.col`, `Member.row`). Members are never warped or resampled.
+* **Grid.** The mosaic's pixel grid is its lattice (`run.maps` chooses it: one CRS, pixel size and origin),
+  its origin the union's top-left; each member lies at a whole-pixel offset (`Member.col`, `Member.row`).
+  A member on the lattice is read as it is; one of another CRS or pixel size is read warped onto it
+  (`Member.warp`, `readers.warp`: its box on the lattice, no data outside its footprint).
 * **The overlap rule.** Where several files cover a pixel, the file whose centre is nearest to the pixel
   wins (the least edge distortion: what mosaicking tools' seamlines approximate); a pixel that is nodata
   in that file is read from the next-nearest file that holds data there. Equal distances: the earlier
@@ -51,6 +53,7 @@ from affine import Affine
 from .base import STATS_SIDE, Source, Stretch
 from .members import MemberCache, member_cache, open_member
 from .raster import RasterSource
+from .warp import Warp
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +65,9 @@ STRETCH_SAMPLE = 16
 
 @dataclass(frozen=True)
 class Member:
-    """One file of a mosaic: its path, its top-left in the mosaic's pixel grid and its size (pixels), and
-    every file its pixels come from (GDAL's list: the raster, its .aux.xml, ... for checkpoint identity)."""
+    """One file of a mosaic: its path, its top-left in the mosaic's pixel grid and its size (pixels; a warped
+    member's: its box on the map's lattice), and every file its pixels come from (GDAL's list: the raster,
+    its .aux.xml, ... for checkpoint identity)."""
 
     path: str
     col: int
@@ -71,6 +75,7 @@ class Member:
     width: int
     height: int
     files: tuple[str, ...] = ()
+    warp: Warp | None = None  # on another CRS or lattice: read warped onto the map's (`readers.warp`)
 
     @property
     def centre(self) -> tuple[float, float]:
@@ -92,6 +97,7 @@ class Layout:
     band_count: int
     dtype: str
     nodata: bool = True  # some pixel may be nodata (a hole between files, a member's mask)
+    rule: str = ""  # how its lattice was chosen (`run.lattice`), for the plan and the report
 
     def __getstate__(self):
         return {f.name: getattr(self, f.name) for f in fields(self)}  # not the cached index
@@ -258,7 +264,7 @@ class MosaicSource(Source):
         """Member `k`, open in this thread's `cache`."""
         m = self._mosaic.members[k]
         bands, stretch = self.bands, self.stretch
-        return cache.get((m.path, bands, stretch, self._token), lambda: open_member(m, bands, stretch))
+        return cache.get((m.path, bands, stretch, self._token), lambda: open_member(m, bands, stretch, self._mosaic))
 
     def read_window(self, window, out_wh: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
         """The window composed from the members it touches by the overlap rule (module doc). A pixel only

@@ -1,17 +1,23 @@
-"""Which inputs form one map (issue 38): headers read in parallel, footprints indexed, files grouped, each
-group of several files a mosaic (`readers.mosaic`). The rules, as docs/many-files.md states them:
+"""Which inputs form one map (issues 38, 52): headers read in parallel, footprints indexed, files grouped, each
+group of several files a mosaic (`readers.mosaic`) on one lattice. The rules, as docs/many-files.md states them:
 
-* **Pieces of one map** (compatible): georeferenced rasters read by GDAL (not slides, not pixel space), of
-  one CRS (as GDAL states it), one pixel size (within `PIXEL_TOLERANCE`, relative), no rotation, grid
-  origins a whole number of pixels apart (within `LATTICE_TOLERANCE` px), the same bands and data type.
-  A file is never warped or resampled to fit a map.
+* **Pieces of one map** (compatible): georeferenced rasters read by GDAL (not slides, not pixel space), no
+  rotation, the same bands and data type. CRS and pixel size may differ: files off the map's lattice are
+  read warped onto it (`readers.warp`). Footprints are compared in one CRS (`frame_crs`: `--crs`, else the
+  CRS covering most of the ground: `run.lattice.with_frame`).
+* **The map's lattice** (`run.lattice.choose_lattice`): its CRS is `--crs`, else the CRS covering most of the map's
+  ground; its pixel size the one covering most of its area (sizes within `SAME_PIXEL` counted as one), or
+  the finest where that is more than `FINER_RATIO` finer (no file's detail is thrown away); its origin the
+  first file on that CRS and pixel size, else multiples of the pixel size. Files on it (pixel sizes within
+  `PIXEL_TOLERANCE`, origins whole pixels apart within `LATTICE_TOLERANCE`) are read as they are.
 * **The same ground** (never one map): two compatible files of which one holds at least `SAME_GROUND` of
   the smaller's area (two dates of one area), or two STAC items of different days. They stay separate
   images, each with its own objects and `source`; one date's pixels never hide another's.
 * **Grouping.** Files in a stable order: STAC items by their datetime, then the rest as given. Each file
   joins the first map it touches or overlaps (within half a pixel) that holds no file of the same ground
   for it; a file that touches several such maps joins them into one, unless that would put two files of
-  the same ground in one map. Otherwise it starts a map. A map of one file is a plain input, as before.
+  the same ground in one map. Otherwise it starts a map. A map of one file is a plain input, as before
+  (unless `--crs` names another CRS: then a map of one warped file).
 * **Thousands of files.** Headers (no pixels but the two a GeoTIFF's open probes) are read by
   `HEADER_THREADS` threads, footprints go into one STRtree, and each file is compared with the files its
   footprint meets only: planning grows linearly with the file count.
@@ -29,26 +35,26 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+from affine import Affine
 
 from ..options import Options
 from ..readers import gdal_env, open_source
 from ..readers.mosaic import SEPARATOR, Layout, Member, MosaicPath, mosaic_name
 from ..readers.remote import source_name
 from ..wording import opt, spoken
+from .lattice import Lattice, choose_lattice, crs_name, on_lattice, place, with_frame
 from .preflight import check_input, check_vrt_cycle
 
 log = logging.getLogger(__name__)
 
 #: Threads that read the inputs' headers at planning (GDAL releases the GIL while it reads).
 HEADER_THREADS = 16
-#: Pixel sizes that differ by at most this share are one.
-PIXEL_TOLERANCE = 1e-6
-#: Grid origins within this many pixels of a whole-pixel offset lie on one pixel lattice.
-LATTICE_TOLERANCE = 1e-3
 #: Two files of which one holds at least this share of the smaller's area cover the same ground.
 SAME_GROUND = 0.5
 #: Lines of notes the plan shows about files that touch but are not one map.
 MAX_NOTES = 5
+#: Warped files the plan and the report name one by one.
+MAX_WARPED_LINES = 5
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class Header:
     nodata: bool  # some pixel may be nodata
     files: tuple[str, ...]
     when: str | None = None  # the STAC item's datetime (ISO), for an input that came from one
+    box: tuple | None = None  # its bounds in the run's frame CRS (`frame_crs`), where it has a CRS
 
     @property
     def day(self) -> str | None:
@@ -78,6 +85,10 @@ class Header:
         xs = (t.c, t.c + t.a * self.width)
         ys = (t.f, t.f + t.e * self.height)
         return (min(xs), min(ys), max(xs), max(ys))
+
+    @property
+    def pixel(self) -> tuple[float, float]:
+        return (abs(self.transform.a), abs(self.transform.e))
 
     def alone(self) -> str | None:
         """Why this file can be no piece of a map (None: it can)."""
@@ -131,15 +142,31 @@ def read_headers(paths: Sequence[str], opts: Options, dates: dict | None = None)
 def group_inputs(paths: Sequence[str], opts: Options, dates: dict | None = None) -> Grouping:
     """The maps `paths` form (see the module doc). One input, or `no_mosaic`: each input its own map
     (`no_mosaic` warns when inputs touch)."""
-    if len(paths) == 1:
+    if len(paths) == 1 and not opts.crs:
         return Grouping([MapGroup([0], paths[0])])
-    headers = read_headers(paths, opts, dates)
+    headers = with_frame(read_headers(paths, opts, dates), opts.crs)
     if opts.no_mosaic:
         _warn_touching(headers)
-        return Grouping([MapGroup([i], p) for i, p in enumerate(paths)])
+        return Grouping([MapGroup([i], map_path([h], opts.crs)) for i, h in enumerate(headers)])
     groups, notes = group(headers)
-    maps = [MapGroup(g, paths[g[0]] if len(g) == 1 else mosaic_path([headers[i] for i in g])) for g in groups]
-    return Grouping(maps, notes)
+    if any(h.box is not None for h in headers):  # files with no CRS beside georeferenced ones: said
+        notes += [f"{h.path}: {h.alone()}: no lattice to share with the georeferenced files, segmented as a map "
+                  "of its own" for h in headers if h.box is None and h.alone()][:MAX_NOTES]
+    return Grouping([MapGroup(g, map_path([headers[i] for i in g], opts.crs)) for g in groups], notes)
+
+
+def map_path(headers: Sequence[Header], crs_text: str | None) -> str:
+    """What a map of `headers` is planned as: a lone file's path (on its own lattice, or with no CRS to warp
+    from), else a `MosaicPath` on the map's lattice (`run.lattice`)."""
+    if len(headers) == 1:
+        h = headers[0]
+        if not crs_text or h.alone() or on_lattice(h, lat := choose_lattice(headers, crs_text)):
+            if crs_text and h.alone():
+                log.warning(spoken(f"{h.path}: {h.alone()}, so {opt('crs', crs_text)} cannot warp it: "
+                                   "segmented in its own frame"))
+            return h.path
+        return mosaic_path(headers, lat)
+    return mosaic_path(headers, choose_lattice(headers, crs_text))
 
 
 def _warn_touching(headers: Sequence[Header]) -> None:
@@ -152,17 +179,23 @@ def _warn_touching(headers: Sequence[Header]) -> None:
                            "one map"))
 
 
+def _frame(h: Header) -> tuple:
+    """The space a file's footprint is compared in: the run's frame CRS, or (none there) its own CRS."""
+    return ("frame",) if h.box is not None else ("own", h.crs.to_wkt() if h.crs is not None else None)
+
+
 def touching_pairs(headers: Sequence[Header]) -> list[tuple[int, int]]:
-    """(i, j), i < j: files of one CRS whose footprints touch or overlap (within half a pixel), from one STRtree
-    (footprints in two CRSs are not comparable: such files are never neighbours)."""
+    """(i, j), i < j: files whose footprints touch or overlap (within half a pixel), from one STRtree; in the
+    run's frame CRS where they have one (`Header.box`), else only files of one CRS (footprints in two CRSs are
+    not comparable: such files are never neighbours)."""
     import shapely
 
-    boxes = [shapely.box(*h.bounds) for h in headers]
+    boxes = [shapely.box(*(h.box or h.bounds)) for h in headers]
     tree = shapely.STRtree(boxes)
-    grown = [b.buffer(abs(h.transform.a) / 2, join_style="mitre") if h.crs is not None else b
-             for b, h in zip(boxes, headers)]
+    half = [(bx[2] - bx[0]) / h.width / 2 for bx, h in ((h.box or h.bounds, h) for h in headers)]
+    grown = [b.buffer(d, join_style="mitre") if h.crs is not None else b for b, d, h in zip(boxes, half, headers)]
     a, b = tree.query(grown, predicate="intersects")
-    return sorted({(int(i), int(j)) for i, j in zip(a, b) if i < j and headers[i].crs == headers[j].crs})
+    return sorted({(int(i), int(j)) for i, j in zip(a, b) if i < j and _frame(headers[i]) == _frame(headers[j])})
 
 
 def compatible(a: Header, b: Header) -> str | None:
@@ -170,19 +203,13 @@ def compatible(a: Header, b: Header) -> str | None:
     why = a.alone() or b.alone()
     if why:
         return why
-    if a.crs != b.crs:
+    if (a.box is None or b.box is None) and a.crs != b.crs:
         return f"other CRSs ({each(a, a.crs.to_string(), b, b.crs.to_string())})"
     if (a.bands, a.band_count, a.dtype) != (b.bands, b.band_count, b.dtype):
         kinds = (f"{a.band_count} band(s) {a.dtype}", f"{b.band_count} band(s) {b.dtype}")
         return (f"other bands or data types ({each(a, kinds[0], b, kinds[1])})"
                 if (a.band_count, a.dtype) != (b.band_count, b.dtype) else "other bands chosen")
-    ta, tb = a.transform, b.transform
-    if abs(ta.a - tb.a) > PIXEL_TOLERANCE * abs(ta.a) or abs(ta.e - tb.e) > PIXEL_TOLERANCE * abs(ta.e):
-        return f"other pixel sizes ({each(a, f'{ta.a:g} x {-ta.e:g}', b, f'{tb.a:g} x {-tb.e:g}')})"
-    dx, dy = (tb.c - ta.c) / ta.a, (tb.f - ta.f) / ta.e
-    if abs(dx - round(dx)) > LATTICE_TOLERANCE or abs(dy - round(dy)) > LATTICE_TOLERANCE:
-        return f"grids shifted by a fraction of a pixel ({dx - round(dx):+.3f}, {dy - round(dy):+.3f} px)"
-    return None
+    return None  # another pixel size or lattice: read warped onto the map's (`run.lattice`)
 
 
 def each(a: Header, va: str, b: Header, vb: str) -> str:
@@ -195,7 +222,7 @@ def same_ground(a: Header, b: Header) -> str | None:
     pieces): most of one lies inside the other, or they are STAC items of different days."""
     if a.day and b.day and a.day != b.day:
         return f"STAC items of different days ({a.day}, {b.day})"
-    (ax0, ay0, ax1, ay1), (bx0, by0, bx1, by1) = a.bounds, b.bounds
+    (ax0, ay0, ax1, ay1), (bx0, by0, bx1, by1) = a.box or a.bounds, b.box or b.bounds
     inter = max(0.0, min(ax1, bx1) - max(ax0, bx0)) * max(0.0, min(ay1, by1) - max(ay0, by0))
     smaller = min((ax1 - ax0) * (ay1 - ay0), (bx1 - bx0) * (by1 - by0))
     if smaller > 0 and inter >= SAME_GROUND * smaller:
@@ -296,22 +323,26 @@ def _place(maps: _Maps, i: int, day: str | None, avoid: set, candidates: list[in
             maps.merge(target, g)
 
 
-def mosaic_path(headers: Sequence[Header]) -> MosaicPath:
-    """The `MosaicPath` of a map of several files (in the map's order): its grid on the first file's pixel
-    lattice, its origin at the union's top-left, each file at its whole-pixel offset."""
-    ref = headers[0].transform
-    offsets = [(round((h.transform.c - ref.c) / ref.a), round((h.transform.f - ref.f) / ref.e)) for h in headers]
-    c0 = min(dx for dx, _ in offsets)
-    r0 = min(dy for _, dy in offsets)
-    members = tuple(Member(h.path, dx - c0, dy - r0, h.width, h.height, h.files)
-                    for h, (dx, dy) in zip(headers, offsets))
+def mosaic_path(headers: Sequence[Header], lat: Lattice | None = None) -> MosaicPath:
+    """The `MosaicPath` of a map of files (in the map's order) on lattice `lat` (default: the rule's,
+    `run.lattice.choose_lattice`): its origin at the union's top-left, each file at its whole-pixel offset or
+    (off the lattice) warped onto its box."""
+    lat = lat or choose_lattice(headers)
+    placed = [place(h, lat) for h in headers]
+    c0 = min(b[0] for b, _ in placed)
+    r0 = min(b[1] for b, _ in placed)
+    members = tuple(Member(h.path, b[0] - c0, b[1] - r0, b[2] - b[0], b[3] - b[1], h.files, warp)
+                    for h, (b, warp) in zip(headers, placed))
     width = max(m.col + m.width for m in members)
     height = max(m.row + m.height for m in members)
-    transform = (ref.a, 0.0, ref.c + c0 * ref.a, 0.0, ref.e, ref.f + r0 * ref.e)
+    t = lat.affine @ Affine.translation(c0, r0)
     covered = coverage(members, width, height)[0] >= width * height
-    layout = Layout(members, width, height, transform, headers[0].crs.to_wkt(), headers[0].bands,
-                    headers[0].band_count, headers[0].dtype, nodata=not covered or any(h.nodata for h in headers))
-    return MosaicPath(mosaic_name([h.path for h in headers]), layout)
+    nodata = not covered or any(h.nodata for h in headers) or any(m.warp for m in members)
+    layout = Layout(members, width, height, tuple(t)[:6], lat.crs.to_wkt(), headers[0].bands,
+                    headers[0].band_count, headers[0].dtype, nodata=nodata, rule=lat.rule)
+    name = mosaic_name([h.path for h in headers]) if len(headers) > 1 else \
+        f"{headers[0].path} warped to {crs_name(lat.crs)}"
+    return MosaicPath(name, layout)
 
 
 def coverage(members: Sequence[Member], width: int, height: int) -> tuple[float, float]:
@@ -378,7 +409,30 @@ def map_facts(inp) -> dict:
     area = float(lay.width * lay.height)
     return {**facts, "mosaic": True, "tiles_one_at_a_time": one_at_a_time(lay, inp.grid),
             "hole_tiles": hole_tiles(lay, inp.grid) if inp.grid is not None else 0,
-            "holes": round(1 - covered / area, 4), "overlaps": round(overlap / area, 4)}
+            "holes": round(1 - covered / area, 4), "overlaps": round(overlap / area, 4),
+            "lattice": lay.rule, "paths": list(lay.paths), "warped": warped_files(lay, facts["crs"])}
+
+
+def warped_files(lay: Layout, crs: str | None) -> list[dict]:
+    """The files of a map read warped onto its lattice (`readers.warp`), and how."""
+    pixel = (abs(lay.transform[0]), abs(lay.transform[4]))
+    return [{"file": m.path, "from": m.warp.crs, "to": crs, "pixel_from": list(m.warp.pixel), "pixel_to": list(pixel),
+             "resampling": m.warp.resampling, "how": m.warp.describe(str(crs), pixel)}
+            for m in lay.members if m.warp is not None]
+
+
+def lattice_lines(facts: dict, indent: str = "  ") -> list[str]:
+    """The lines of the plan and the report on a map's lattice and the files warped onto it."""
+    if not facts.get("mosaic"):
+        return []
+    warped = facts.get("warped", [])
+    out = [f"{indent}lattice: {facts['lattice']}; objects in {facts['crs']} (the map's CRS)"] \
+        if facts.get("lattice") else []
+    out += [f"{indent}warped: {os.path.basename(source_name(w['file']))}: {w['how']}"
+            for w in warped[:MAX_WARPED_LINES]]
+    if len(warped) > MAX_WARPED_LINES:
+        out.append(f"{indent}... and {len(warped) - MAX_WARPED_LINES} more files warped")
+    return out
 
 
 def mosaic_line(inp) -> str:
@@ -386,10 +440,11 @@ def mosaic_line(inp) -> str:
     f = map_facts(inp)
     stretch = "" if inp.stretch is None else f", stretched {inp.stretch.lo[0]:g}..{inp.stretch.hi[0]:g}"
     holes = f", {f['hole_tiles']} over holes only (skipped unread)" if f["hole_tiles"] else ""
-    return (f"{inp.path}: {inp.width} x {inp.height} px, bands "
-            f"{','.join(map(str, inp.bands))} {inp.dtype}{stretch}, {f['crs']}: {inp.n_tiles} tile(s){holes} "
-            f"({f['tiles_one_at_a_time']} one file at a time); holes {f['holes']:.1%}, overlaps {f['overlaps']:.1%} "
-            "of its area")
+    warped = f"; {len(f['warped'])} of its {f['files']} files warped onto its lattice" if f["warped"] else ""
+    return "\n".join([f"{inp.path}: {inp.width} x {inp.height} px, bands "
+                      f"{','.join(map(str, inp.bands))} {inp.dtype}{stretch}, {f['crs']}: {inp.n_tiles} tile(s){holes} "
+                      f"({f['tiles_one_at_a_time']} one file at a time); holes {f['holes']:.1%}, overlaps "
+                      f"{f['overlaps']:.1%} of its area{warped}", *lattice_lines(f, "    ")])
 
 
 def map_lines(inputs: Sequence, notes: Sequence[str] = ()) -> list[str]:

@@ -89,7 +89,7 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
                        backend=plan.spec.backend, model=plan.model_identity, parameters=plan.parameters())
     report.files = written_files(plan)
     report.input_notes = list(plan.input_notes)
-    if len(plan.paths) > 1:  # the maps the files form (issue 38)
+    if len(plan.paths) > 1 or any(i.member_ids for i in plan.inputs):  # the maps the files form (issues 38, 52)
         report.maps, report.map_notes = [map_facts(i) for i in plan.inputs], list(plan.map_notes)
     store = TileStore(plan.work_dir, fresh=fresh) if plan.work_dir is not None else None
     if store is not None:

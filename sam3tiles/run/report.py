@@ -153,10 +153,13 @@ class RunReport:
         crss = list(dict.fromkeys(str(m.get("crs")) for m in self.maps))
         out = [f"maps: {len(self.maps)} from {sum(m.get('files', 1) for m in self.maps)} files"
                + (f", in {len(crss)} CRSs ({', '.join(crss[:4])})" if len(crss) > 1 else "")]
+        from .maps import lattice_lines
+
         for m in self.maps:
             if m.get("mosaic"):
-                out.append(f"  {m['map']}: {m['tiles']} tiles ({m['tiles_one_at_a_time']} one file at a time), "
-                           f"holes {m['holes']:.1%}, overlaps {m['overlaps']:.1%} of its area")
+                out.append(f"  {m['map']}: {m['tiles']} tiles ({m['tiles_one_at_a_time']} one file at a "
+                           f"time), holes {m['holes']:.1%}, overlaps {m['overlaps']:.1%} of its area")
+                out += lattice_lines(m, "    ")
         return out + [f"  kept apart: {n}" for n in self.map_notes]
 
     def _points_lines(self) -> list[str]:

@@ -1,5 +1,6 @@
 """A raster cut into many files, as orthophoto deliveries come: adjacent, overlapping, with a file missing,
-with a file on another whole-pixel origin (the tests and benchmarks of mosaics, issue 38).
+with a file on another whole-pixel origin (the tests and benchmarks of mosaics, issue 38), a file
+re-projected into another CRS or pixel size (`warp_file`, issue 52).
 
 `split_raster` copies windows of one GeoTIFF into files of their own (same CRS, pixel size and bands, each
 with its window's transform), so a mosaic of them holds exactly the pixels of the one file: a run on the
@@ -85,4 +86,28 @@ def with_hole(src: str | Path, dest: str | Path, window: Window, nodata: int = 0
     data[:, r0:r0 + int(window.height), c0:c0 + int(window.width)] = np.asarray(nodata, data.dtype)
     with rasterio.open(dest, "w", **prof) as dst:
         dst.write(data)
+    return Path(dest)
+
+
+def warp_file(src: str | Path, dest: str | Path, crs=None, pixel: float | None = None,
+              resampling: str = "nearest", nodata: int = 0) -> Path:
+    """`src` re-projected as gdalwarp does (`gdalwarp -t_srs CRS [-tr PIXEL PIXEL] -r RESAMPLING -dstnodata 0`):
+    into `crs` (default: its own) at GDAL's suggested pixel size or `pixel` (in `crs`'s units), the pixels
+    outside the footprint `nodata` (issue 52: a delivery re-projected by a vendor, a file at another pixel
+    size). Returns `dest`."""
+    from rasterio.enums import Resampling
+    from rasterio.warp import calculate_default_transform, reproject
+
+    with rasterio.open(src) as ds:
+        to = rasterio.crs.CRS.from_user_input(crs) if crs is not None else ds.crs
+        res = (pixel, pixel) if pixel else None
+        transform, width, height = calculate_default_transform(ds.crs, to, ds.width, ds.height, *ds.bounds,
+                                                               resolution=res)
+        prof = dict(ds.profile, crs=to, transform=transform, width=width, height=height, nodata=nodata)
+        if prof.get("tiled") and (width < 16 or height < 16):
+            prof["tiled"] = False
+        with rasterio.open(dest, "w", **prof) as dst:
+            for b in range(1, ds.count + 1):
+                reproject(rasterio.band(ds, b), rasterio.band(dst, b), resampling=Resampling[resampling],
+                          dst_nodata=nodata)
     return Path(dest)
