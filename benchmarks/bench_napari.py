@@ -125,7 +125,8 @@ def _alignment(viewer, out: Path) -> dict:
             worst = max(worst, float(np.hypot(r - (truth["y"][t] - 0.5), c - (truth["x"][t] - 0.5))))
             rr, cc = int(np.floor(r + 0.5)), int(np.floor(c + 0.5))
             label_hits += int(np.asarray(labels.data[0][rr, cc]) == ids[k])
-            colour_hits += int(np.abs(np.asarray(image.data[0][rr, cc]).astype(int) - background).max() > 30)
+            here = np.asarray(image.data[0][rr, cc]).astype(int)
+            colour_hits += int(np.abs(here - background).max() > 30)
             n += 1
     return {"checked": n, "worst_marker_px": worst, "label_under_marker": label_hits, "slide_not_background": colour_hits}
 

@@ -136,7 +136,6 @@ def _geojson_batches(p: str, columns: tuple[str, ...]):
     """Our QuPath GeoJSON a batch of lines at a time: GEOS parses the geometries, `json` only the properties.
     GDAL's GeoJSON reader takes minutes for 10^5 objects (it parses the whole file to learn its fields)."""
     import pandas as pd
-    import shapely
 
     from ..writers.qupath import CENTROID, PIXEL_CRS_WKT
 
@@ -150,7 +149,8 @@ def _geojson_batches(p: str, columns: tuple[str, ...]):
                     continue  # the closing line
                 geoms.append(line[g + 12:q])
                 props.append(json.loads(line[q + 16:line.rstrip().rstrip(",").rfind("}")]))
-            table = pd.DataFrame.from_records(props, columns=[c for c in (*columns, *CENTROID) if props and c in props[0]])
+            names = [c for c in (*columns, *CENTROID) if props and c in props[0]]
+            table = pd.DataFrame.from_records(props, columns=names)
             if all(c in table.columns for c in CENTROID) and table[list(CENTROID)].notna().all(axis=None):
                 xy = table[list(CENTROID)].to_numpy(float)  # written with the file (`writers.qupath`)
             else:
