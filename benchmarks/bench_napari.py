@@ -128,7 +128,8 @@ def _alignment(viewer, out: Path) -> dict:
             here = np.asarray(image.data[0][rr, cc]).astype(int)
             colour_hits += int(np.abs(here - background).max() > 30)
             n += 1
-    return {"checked": n, "worst_marker_px": worst, "label_under_marker": label_hits, "slide_not_background": colour_hits}
+    return {"checked": n, "worst_marker_px": worst, "label_under_marker": label_hits,
+            "slide_not_background": colour_hits}
 
 
 def probe(folder: Path, paths: list[str], timeout: float = 600) -> dict:
