@@ -74,8 +74,8 @@ def view(out: Path, paths: list[str]) -> None:
     _initialize_plugins()
     viewer = ViewerModel()
     t_start = time.perf_counter()
-    for p in paths:
-        viewer.open(p, plugin=None)
+    for p in paths:  # "napari:PATH": napari's own reader, as `viewer.open(path)` and the dialog's other choice
+        viewer.open(p[len("napari:"):], plugin="napari") if p.startswith("napari:") else viewer.open(p, plugin=None)
     t_open = time.perf_counter()
     viewer.reset_view()
     for layer in viewer.layers:
@@ -111,12 +111,12 @@ def _alignment(viewer, out: Path) -> dict:
 
     truth = np.load(out.parent / "truth.npz")
     points = [lay for lay in viewer.layers if type(lay).__name__ == "Points"]
-    labels = next(lay for lay in viewer.layers if type(lay).__name__ == "Labels")
-    image = next(lay for lay in viewer.layers if type(lay).__name__ == "Image")
+    named = {n: next(lay for lay in viewer.layers if lay.name.startswith(n)) for n in ("nuclei-labels", "slide")}
+    labels, image = _level0(named["nuclei-labels"]), _level0(named["slide"])
     rng = np.random.default_rng(0)
     worst, label_hits, colour_hits, n = 0.0, 0, 0, 0
     index = {int(i): k for k, i in enumerate(truth["id"])}
-    background = np.asarray(image.data[0][0:1, 0:1])[0, 0].astype(int)
+    background = np.asarray(image[0:1, 0:1])[0, 0].astype(int)
     for lay in points:
         ids = lay.features["id"].to_numpy()
         for k in rng.choice(len(ids), size=min(SAMPLE // len(points) + 1, len(ids)), replace=False):
@@ -124,12 +124,16 @@ def _alignment(viewer, out: Path) -> dict:
             r, c = lay.data[k]
             worst = max(worst, float(np.hypot(r - (truth["y"][t] - 0.5), c - (truth["x"][t] - 0.5))))
             rr, cc = int(np.floor(r + 0.5)), int(np.floor(c + 0.5))
-            label_hits += int(np.asarray(labels.data[0][rr, cc]) == ids[k])
-            here = np.asarray(image.data[0][rr, cc]).astype(int)
+            label_hits += int(np.asarray(labels[rr, cc]) == ids[k])
+            here = np.asarray(image[rr, cc]).astype(int)
             colour_hits += int(np.abs(here - background).max() > 30)
             n += 1
     return {"checked": n, "worst_marker_px": worst, "label_under_marker": label_hits,
             "slide_not_background": colour_hits}
+
+
+def _level0(layer):
+    return layer.data[0] if getattr(layer, "multiscale", False) else layer.data
 
 
 def probe(folder: Path, paths: list[str], timeout: float = 600) -> dict:
@@ -150,10 +154,11 @@ def probe(folder: Path, paths: list[str], timeout: float = 600) -> dict:
     return {**json.loads((out / "view.json").read_text()), "printed": r.stderr.strip().splitlines()}
 
 
-def run(size: int, folder: Path | None = None) -> dict:
+def run(size: int, folder: Path | None = None, own_reader: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_napari.", dir=folder) as d:
         built = build(Path(d), size)
-        return {"size": size, **{k: v for k, v in built.items() if k != "paths"}, **probe(Path(d), built["paths"])}
+        paths = [f"napari:{p}" if own_reader and p.endswith(".ome.tif") else p for p in built["paths"]]
+        return {"size": size, **{k: v for k, v in built.items() if k != "paths"}, **probe(Path(d), paths)}
 
 
 def main(argv=None) -> int:
@@ -161,12 +166,14 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=20000, help="slide side in pixels (default 20000)")
     ap.add_argument("--smoke", action="store_true", help="4096 px, the size the tests run")
     ap.add_argument("--json", action="store_true", help="one line of JSON")
+    ap.add_argument("--own-reader", action="store_true",
+                    help="open the OME-TIFFs with napari's own reader (the figures before the sam3tiles reader)")
     ap.add_argument("--view", nargs="+", help=argparse.SUPPRESS)  # the probe's own process: OUT PATH...
     args = ap.parse_args(argv)
     if args.view:
         view(Path(args.view[0]), args.view[1:])
         return 0
-    result = run(4096 if args.smoke else args.size)
+    result = run(4096 if args.smoke else args.size, own_reader=args.own_reader)
     emit(result, args.json)
     return 0
 
