@@ -86,7 +86,8 @@ def view(out: Path, paths: list[str]) -> None:
               "n": len(lay.data) if type(lay).__name__ == "Points" else None} for lay in viewer.layers]
     result = {"napari_start_s": t_start - t0, "open_s": t_open - t_start, "first_view_s": t_view - t_start,
               "first_view_with_start_s": t_view - t0,
-              "cpu_to_first_view_with_start_s": use.ru_utime + use.ru_stime, "layers": found, "alignment": _alignment(viewer, out),
+              "cpu_to_first_view_with_start_s": use.ru_utime + use.ru_stime, "layers": found,
+              "alignment": _alignment(viewer, out),
               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     (out / "view.json").write_text(json.dumps(result))
 
