@@ -133,10 +133,9 @@ def _one_feature_a_line(p: str) -> bool:
 
 
 def _geojson_batches(p: str, columns: tuple[str, ...]):
-    """Our QuPath GeoJSON a batch of lines at a time: GEOS parses the geometries, `json` only the properties.
+    """Our QuPath GeoJSON a batch of lines at a time: the properties of each line cut out and parsed by Arrow
+    (what a run wrote: the centroid among them), the outlines only where the centroid is not (an older file).
     GDAL's GeoJSON reader takes minutes for 10^5 objects (it parses the whole file to learn its fields)."""
-    import pandas as pd
-
     from ..writers.qupath import CENTROID, PIXEL_CRS_WKT
 
     with open(p, encoding="utf-8") as f:
@@ -148,14 +147,35 @@ def _geojson_batches(p: str, columns: tuple[str, ...]):
                 if g < 0 or q < g:
                     continue  # the closing line
                 geoms.append(line[g + 12:q])
-                props.append(json.loads(line[q + 16:line.rstrip().rstrip(",").rfind("}")]))
-            names = [c for c in (*columns, *CENTROID) if props and c in props[0]]
-            table = pd.DataFrame.from_records(props, columns=names)
+                props.append(line[q + 16:line.rstrip().rstrip(",").rfind("}")])
+            table = _properties(props, (*columns, *CENTROID))
             if all(c in table.columns for c in CENTROID) and table[list(CENTROID)].notna().all(axis=None):
                 xy = table[list(CENTROID)].to_numpy(float)  # written with the file (`writers.qupath`)
             else:
                 xy = _geojson_centroids(geoms)
             yield table[[c for c in columns if c in table.columns]], xy, PIXEL_CRS_WKT
+
+
+def _properties(texts: list[str], columns: tuple[str, ...]):
+    """The `columns` of JSON objects (one a text) that the first has, as a pandas table: parsed by Arrow with
+    the first object's types (twice as fast as `json` here), else by `json` when a later row differs."""
+    import io
+
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    if not texts:
+        return pd.DataFrame()
+    first = json.loads(texts[0])
+    names = [c for c in columns if c in first and isinstance(first[c], (str, int, float)) and first[c] is not None]
+    kinds = [pa.string() if isinstance(first[c], str) else pa.int64() if c == "id" else pa.float64() for c in names]
+    try:
+        schema = pa.schema(list(zip(names, kinds)))
+        options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+        return pj.read_json(io.BytesIO("\n".join(texts).encode()), parse_options=options).to_pandas()
+    except (pa.ArrowInvalid, ValueError):
+        return pd.DataFrame.from_records([json.loads(t) for t in texts], columns=names)
 
 
 def _centroids(polys) -> np.ndarray:
