@@ -27,6 +27,8 @@ in source pixels), so a vertex at source pixel coordinates (x, y) becomes (row, 
   (`layer prompt` when the file holds several of our layers), in the prompt's colour (the QuPath
   classification colour, `writers.qupath.class_colour`). Holes are not drawn (napari's shapes have none);
   a MultiPolygon gives one shape per part. `id`, `score`, `prompt` (and the area columns) are features.
+  Over `napari_objects.MAX_SHAPES` objects in the file: a points layer per prompt at the centroids instead
+  (napari's shapes layer takes ~5 ms a polygon); the choice and its reason are printed once per file.
 * Label images (.tif / .ome.tif written by `--labels`, .ome.zarr): a labels layer, the pyramid as a
   multiscale list of lazy arrays (zarr, read as napari asks).
 * Rasters sam3tiles segments, asked by napari (a GeoTIFF, an OME-TIFF or pyramidal slide
