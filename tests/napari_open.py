@@ -4,8 +4,9 @@ its reader dialog, `viewer.open` raises MultipleReaderError). napari's ViewerMod
 tests/test_napari.py in a fresh process whose NAPARI_CONFIG names a settings file of the test's own (the
 user's napari settings are never read or written); never imported by pytest.
 
-Args: OUT_DIR PATH... Writes OUT_DIR/layers.json, per path either {"dialog": [readers]} (napari would ask)
-or {"layers": [{kind, name, multiscale, shapes (of each level), metadata, key}]}, and OUT_DIR/data.npz:
+Args: OUT_DIR PATH... (`add_to:PATH`: opened with `sam3tiles.integrations.napari.add_to`). Writes
+OUT_DIR/layers.json, per path {"dialog": [readers]} (napari would ask), {"failed": reader} (the reader napari
+chose failed) or {"layers": [{kind, name, multiscale, shapes (of each level), metadata, key}]}, and OUT_DIR/data.npz:
 for each layer `key`, level 0 of an image or labels layer, or a shapes layer's vertices (`key/i`) and ids.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 from napari.components import ViewerModel
-from napari.errors import MultipleReaderError
+from napari.errors import MultipleReaderError, ReaderPluginError
 from napari.plugins import _initialize_plugins
 
 
@@ -25,9 +26,17 @@ def main(out: Path, paths: list[str]) -> None:
     found, arrays = {}, {}
     for p in paths:
         try:
-            layers = viewer.open(p, plugin=None)
+            if p.startswith("add_to:"):  # sam3tiles' own way in, whatever napari would pick by the name
+                from sam3tiles.integrations.napari import add_to
+
+                layers = add_to(viewer, p[len("add_to:"):])
+            else:
+                layers = viewer.open(p, plugin=None)
         except MultipleReaderError as e:
             found[p] = {"dialog": sorted(e.available_plugins)}
+            continue
+        except ReaderPluginError as e:
+            found[p] = {"failed": e.reader_plugin}
             continue
         found[p] = {"layers": []}
         for layer in layers:

@@ -51,7 +51,14 @@ def outputs(tmp_path_factory):
 
 
 def read(path, plugin):
-    return npe2.read([str(path)], stack=False, plugin_name="sam3tiles")
+    """Through npe2 where napari offers our reader by the name; a COG `.tif` or an `.ome.zarr` (napari gives
+    them its own reader) through `get_reader`, as `add_to` opens them."""
+    if "sam3tiles" in {r.plugin_name for r in plugin.iter_compatible_readers([str(path)])}:
+        return npe2.read([str(path)], stack=False, plugin_name="sam3tiles")
+    reader = get_reader(str(path))
+    if reader is None:
+        raise ValueError(f"sam3tiles refused the file {path}")
+    return reader(str(path))
 
 
 def _pixel(v: float) -> int:
@@ -393,31 +400,32 @@ def _shapes_of(found: dict, data: dict, path, name: str | None = None) -> dict:
 
 @needs_napari
 def test_napari_chooses_our_reader_and_the_objects_lie_on_the_scene(geo_outputs, tmp_path):
-    """`napari scene.tif geo.gpkg geo-labels.tif`: with napari's defaults our vector outputs open at once (no
-    other reader matches them); a .tif matches napari's own reader too, so napari asks until a preference
-    names sam3tiles (`PREFERENCES`). Then every file opens as ours: the scene (an image, its overviews as
-    levels), both layers of the GeoPackage, the COG labels (multiscale), the lon/lat GeoJSON, in one frame."""
+    """`napari scene.tif geo.gpkg geo-labels.tif` with napari's defaults: our vector outputs open with our
+    reader (no other matches them), a plain `.tif` with napari's own (our manifest names no `*.tif`, so napari
+    never asks about a TIFF), in the same frame: each object on its pixels. `add_to` opens the COG labels and
+    the scene through our reader: their overviews as levels and the way back to the map."""
     import rasterio
 
-    from sam3tiles.integrations.napari import PREFERENCES
     from sam3tiles.testing.demo import COLOURS
 
     scene, d = geo_outputs
     paths = [scene.path, d / "geo.gpkg", d / "geo-labels.tif", d / "geo.geojson", d / "geo.parquet", d / "geo.fgb"]
-    found, _ = _napari_open(tmp_path, paths, preferences=None)
-    assert all("layers" in found[str(p)] for p in paths[1:] if p.suffix != ".tif"), found
-    assert found[str(scene.path)] == found[str(d / "geo-labels.tif")] == {"dialog": ["napari", "sam3tiles"]}
-    found, data = _napari_open(tmp_path, paths, preferences=PREFERENCES)
-    [image] = found[str(scene.path)]["layers"]
+    found, data = _napari_open(tmp_path, [*paths, f"add_to:{scene.path}", f"add_to:{d / 'geo-labels.tif'}"], None)
+    assert all("layers" in found[str(p)] for p in paths), found  # no dialog, no failure
+    [plain] = found[str(scene.path)]["layers"]
+    assert plain["kind"] == "image" and plain["rgb"] and not plain["multiscale"]  # napari's own reader
+    [image] = found[f"add_to:{scene.path}"]["layers"]
     with rasterio.open(scene.path) as ds:
         sizes = [(ds.height, ds.width)] + [(-(-ds.height // f), -(-ds.width // f)) for f in ds.overviews(1)]
     assert image["kind"] == "image" and image["rgb"] and image["multiscale"]
     assert [tuple(s[:2]) for s in image["shapes"]] == sizes and len(sizes) > 1
-    [labels] = found[str(d / "geo-labels.tif")]["layers"]
+    [labels] = found[f"add_to:{d / 'geo-labels.tif'}"]["layers"]
     assert labels["kind"] == "labels" and labels["multiscale"] and tuple(labels["shapes"][0]) == sizes[0]
     assert len(labels["shapes"]) > 1
+    [napari_labels] = found[str(d / "geo-labels.tif")]["layers"]  # napari's own: the same pixels, one level
+    assert np.array_equal(data[napari_labels["key"]], data[labels["key"]])
     assert sorted(lay["name"] for lay in found[str(d / "geo.gpkg")]["layers"]) == ["buildings blue", "vehicles red"]
-    pixels, level0 = data[image["key"]], data[labels["key"]]
+    pixels, level0 = data[plain["key"]], data[labels["key"]]
     _one_object_on_its_pixels(_shapes_of(found, data, d / "geo.gpkg", "buildings blue"), level0, pixels,
                               COLOURS["blue"])
     for other in ("geo.geojson", "geo.parquet", "geo.fgb"):  # the same objects, ids and frame in every format
@@ -440,12 +448,14 @@ def test_napari_opens_a_slide_and_its_outputs_in_one_frame(outputs, tmp_path):
     write_labels(gdf, tmp_path / "l.ome.zarr", 900, 640, levels=slide.levels, pixel_size_um=(0.25, 0.25))
     paths = [slide.path, d / "o.gpkg", d / "o.qupath.geojson", d / "labels.ome.tif", tmp_path / "l.ome.zarr"]
     found, _ = _napari_open(tmp_path, paths, preferences=None)
-    assert found[str(tmp_path / "l.ome.zarr")] == {"dialog": ["napari", "sam3tiles"]}  # a folder: napari asks
-    found, data = _napari_open(tmp_path, paths, preferences=PREFERENCES)
+    assert found[str(slide.path)] == found[str(d / "labels.ome.tif")] == {"dialog": ["napari", "sam3tiles"]}
+    # a folder: napari's own reader alone (the manifest accepts none), which cannot read an NGFF label group
+    assert found[str(tmp_path / "l.ome.zarr")] == {"failed": "napari"}
+    found, data = _napari_open(tmp_path, [*paths[:-1], f"add_to:{paths[-1]}"], preferences=PREFERENCES)
     [image] = found[str(slide.path)]["layers"]
     assert image["kind"] == "image" and image["rgb"] and [s[:2] for s in image["shapes"]] == [[640, 900], [320, 450]]
-    for name in ("labels.ome.tif", "l.ome.zarr"):
-        [labels] = found[str(d / name if name.endswith(".tif") else tmp_path / name)]["layers"]
+    for key in (str(d / "labels.ome.tif"), f"add_to:{tmp_path / 'l.ome.zarr'}"):
+        [labels] = found[key]["layers"]
         assert labels["kind"] == "labels" and labels["multiscale"] and labels["shapes"] == [[640, 900], [320, 450]]
         level0 = data[labels["key"]]
         for vector in ("o.gpkg", "o.qupath.geojson"):

@@ -27,6 +27,8 @@ in source pixels), so a vertex at source pixel coordinates (x, y) becomes (row, 
   (`layer prompt` when the file holds several of our layers), in the prompt's colour (the QuPath
   classification colour, `writers.qupath.class_colour`). Holes are not drawn (napari's shapes have none);
   a MultiPolygon gives one shape per part. `id`, `score`, `prompt` (and the area columns) are features.
+  Over `napari_objects.MAX_SHAPES` objects in the file: a points layer per prompt at the centroids instead
+  (napari's shapes layer takes ~5 ms a polygon); the choice and its reason are printed once per file.
 * Label images (.tif / .ome.tif written by `--labels`, .ome.zarr): a labels layer, the pyramid as a
   multiscale list of lazy arrays (zarr, read as napari asks).
 * Rasters sam3tiles segments, asked by napari (a GeoTIFF, an OME-TIFF or pyramidal slide
@@ -42,13 +44,17 @@ an OME-Zarr missing a label group it lists), gets None from `get_reader`, so nap
 Of a GeoPackage only the marked layers are read.
 
 **How napari chooses a reader** (napari 0.5+, npe2): by the file's name alone, before any reader looks
-inside. `viewer.open(path)` uses napari's own reader unless `plugin=` names another (`plugin=None`: choose
-as below). `napari FILES`, drag and drop, File > Open and `viewer.open(path, plugin=None)` take the
-reader the preferences associate with the name (`settings.plugins.extension2reader`, fnmatch patterns),
-else the only reader whose `filename_patterns` match (a folder: the readers that accept folders), else
-ask (the reader dialog; `viewer.open` raises `MultipleReaderError`). No manifest field ranks readers: our
-.gpkg, .parquet, .fgb, .geojson open at once; napari's own reader also matches .tif and folders, so
-napari asks there until a preference names sam3tiles (the dialog's "remember", or the settings).
+inside. `napari FILES`, drag and drop, File > Open and `viewer.open(path, plugin=None)` take the reader the
+preferences associate with the name (`settings.plugins.extension2reader`), else the only reader whose
+`filename_patterns` match (a folder: the readers that accept folders), else ask (the reader dialog;
+`viewer.open` raises `MultipleReaderError`); a `plugin=` choice must match by name too. So the manifest
+names no plain `*.tif` and no folders: a TIFF or a Zarr store another tool wrote opens at once with
+napari's own reader, never a dialog because sam3tiles is installed. Our vector formats match no other
+reader and open at once. `*.ome.tif` (our slide label pyramids, the slides) matches napari's reader too: napari
+asks until a preference names sam3tiles (`PREFERENCES`); napari's reader reads an OME-TIFF whole at full
+resolution (40,000 px labels: 104 s, 20.6 GB), ours its pyramid lazily. The COG label `.tif` of a
+georeferenced run and `.ome.zarr` stores, which napari now routes to its own reader, open through this
+reader with `add_to(viewer, path)`.
 """
 
 from __future__ import annotations
@@ -62,15 +68,32 @@ from pathlib import Path
 import numpy as np
 
 from ..writers.formats import format_for
+from . import napari_objects as objects
 
 RASTER = (".tif", ".tiff")
 FEATURES = ("id", "score", "prompt", "area", "area_px", "area_um2", "n_tiles")
-#: napari's reader preferences (`settings.plugins.extension2reader`) that give sam3tiles the names napari's
-#: own reader also matches (TIFFs, folders: OME-Zarr, GeoParquet datasets), so napari opens them without
-#: asking. Set once in napari's Preferences > Plugins, by ticking "remember" in its reader dialog, or in code:
+#: napari's reader preferences (`settings.plugins.extension2reader`) that give sam3tiles the OME-TIFFs
+#: napari's own reader also matches, so napari opens them without asking. Set once in napari's Preferences
+#: > Plugins, by ticking "remember" in its reader dialog, or in code:
 #: `s = napari.settings.get_settings().plugins; s.extension2reader = {**s.extension2reader, **PREFERENCES}`.
-#: A TIFF that is neither ours nor a raster sam3tiles reads is then refused, and napari offers its reader.
-PREFERENCES = {"*.tif": "sam3tiles", "*.tiff": "sam3tiles", "*.ome.zarr/": "sam3tiles", "*.parquet/": "sam3tiles"}
+#: An OME-TIFF that is neither ours nor a slide sam3tiles reads is then refused, and napari offers its reader.
+PREFERENCES = {"*.ome.tif": "sam3tiles", "*.ome.tiff": "sam3tiles"}
+
+
+def add_to(viewer, *paths) -> list:
+    """Open our outputs and the rasters sam3tiles segments in a napari `viewer` through this reader, whatever
+    napari would pick by the name (a georeferenced run's COG labels `.tif`, an `.ome.zarr` label store).
+    Returns the layers added; a file that is not ours raises ValueError."""
+    from napari.layers import Layer
+
+    added = []
+    for path in paths:
+        reader = get_reader(str(path))
+        layers = reader(str(path)) if reader is not None else None
+        if not layers:
+            raise ValueError(f"{path}: not a file sam3tiles wrote or segments")
+        added += [viewer.add_layer(Layer.create(data, kwargs, kind)) for data, kwargs, kind in layers]
+    return added
 
 
 def get_reader(path):
@@ -212,6 +235,10 @@ def read_vector(path, stack: bool = False) -> list[tuple]:
     without it: its first layer). Several layers of one GeoPackage: `layer prompt` names the shapes layers."""
     p = _one(path)
     ours = _marks(p) or {None: {}}
+    limit, n = objects.max_shapes(), sum(objects.count(p, _driver(p), layer) for layer in ours)
+    objects.say(objects.choice_note(p, n, limit))
+    if n > limit:
+        return [lay for layer, meta in ours.items() for lay in _point_layers(p, layer, meta, len(ours) > 1)]
     layers = []
     for layer, meta in ours.items():
         gdf = _read_frame(p, layer)
@@ -229,6 +256,34 @@ def read_vector(path, stack: bool = False) -> list[tuple]:
                 kwargs["name"] = f"{layer} {name}"
             layers.append((shapes, kwargs, "shapes"))
     return layers
+
+
+def _point_layers(p: str, layer: str | None, meta: dict, several: bool) -> list[tuple]:
+    """A points layer per prompt of one layer: the objects' centroids in the frame (`napari_objects`)."""
+    from ..writers.qupath import class_colour
+
+    gdf, _ = objects.centroid_table(p, _driver(p), layer, (*FEATURES, "objectType"))
+    framed = _vector_frame(gdf, meta)
+    placed = framed[0] if framed is not None else gdf
+    if framed is None:
+        rows, cols = -placed.geometry.y.to_numpy(), placed.geometry.x.to_numpy()
+    else:
+        inv = ~framed[1]
+        x, y = placed.geometry.x.to_numpy(), placed.geometry.y.to_numpy()
+        rows, cols = inv.d * x + inv.e * y + inv.f - 0.5, inv.a * x + inv.b * y + inv.c - 0.5
+    frame = (frame_metadata(framed[1], framed[2]) if framed else
+             {"frame": "map: data (row, col) is (-y, x) in the CRS (no pixel grid recorded)"})
+    prompts = gdf["prompt"].astype(str) if "prompt" in gdf.columns else np.full(len(gdf), layer or Path(p).stem)
+    area = "area_px" if "area_px" in gdf.columns else None
+    out = []
+    for name in dict.fromkeys(prompts):
+        mine = np.asarray(prompts == name)
+        feats = gdf.loc[mine, [c for c in FEATURES if c in gdf.columns]].reset_index(drop=True)
+        kwargs = objects.point_kwargs(f"{layer} {name}" if several else name, class_colour(name), feats,
+                                      gdf.loc[mine, area].to_numpy(float) if area else None)
+        kwargs["metadata"] = {"path": p, "sam3tiles": {**frame, "shown_as": "centroids"}}
+        out.append((np.column_stack([rows[mine], cols[mine]]), kwargs, "points"))
+    return out
 
 
 def _read_frame(p: str, layer: str | None = None):
