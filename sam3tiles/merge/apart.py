@@ -15,10 +15,17 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+import shapely
 
 #: Two views of one tile this close (mask cells) can be neighbours another tile drew as one region: each
 #: boundary moves by a cell or so, so two objects two cells apart come within a cell or touch.
 FUSE_CELLS = 3.0
+#: Two views of one tile that face each other along more than this many times the thinner one's depth (its
+#: area over that length: f^2 > SIDE_RATIO x area) are two long objects side by side (strips, text lines),
+#: however long they touch. A split (`../shared/model-behaviour.md`: two queries each take half of an
+#: elongated object) cuts across an object's length: its halves meet along its width, deep behind the cut
+#: (the testing model cuts across the longer side at 0.35-0.65: at most 1 / 0.35 = 2.9 for a square).
+SIDE_RATIO = 3.5
 
 
 def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.ndarray, nbr: np.ndarray,
@@ -61,6 +68,18 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
               for lab in sorted({label[i] for i in rest})]
     alone = sorted(fusers)
     return groups + [np.asarray([i], dtype=s.dtype) for i in alone], np.asarray(alone, dtype=s.dtype)
+
+
+def side_by_side(a, b, cell: float) -> bool:
+    """Whether views `a` and `b` of one tile (`cell`: a mask cell in CRS units) face each other, within
+    `FUSE_CELLS` cells, along a length `f` (the corners left out) long beside the thinner one's depth
+    (`f^2 > SIDE_RATIO x` its area): two long objects side by side, not the halves of one object split
+    across. A model's boundary noise makes such neighbours touch along stretches of any length, so the
+    length they touch along cannot tell them from halves."""
+    near = FUSE_CELLS * cell
+    f = max(shapely.intersection(shapely.boundary(x), shapely.buffer(y, near, quad_segs=2)).length
+            for x, y in ((a, b), (b, a))) - 2 * near
+    return f > 0 and f * f > SIDE_RATIO * min(a.area, b.area)
 
 
 def _apart(s: np.ndarray, links: dict, owned: np.ndarray, cut: set, two: list) -> bool:

@@ -13,7 +13,7 @@ from shapely.geometry import Polygon
 
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
-from .apart import FUSE_CELLS, fused_groups
+from .apart import FUSE_CELLS, fused_groups, side_by_side
 from .blend import blend_views
 from .links import _components, _explode, _inside, _links
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
@@ -444,13 +444,14 @@ class _Resolver:
     def _close(self, j: int, k: int) -> bool:
         """Whether parts `j` and `k` lie within `FUSE_CELLS` mask cells of each other (neighbours a tile
         could draw as one region), side by side: not two halves of one object its tile split, which meet
-        along the cut over `THICK_CELLS` cells or more."""
+        along the cut over `THICK_CELLS` cells or more, and along the object's width only
+        (`apart.side_by_side`: long neighbours touch along stretches where a model's boundary wobbles)."""
         pixel = self.frames[int(self.tiles[j])].pixel
         gj, gk = self.c.geoms[j], self.c.geoms[k]
         if not shapely.dwithin(gj, gk, FUSE_CELLS * MASK_CELL * pixel):
             return False
         shared = shapely.intersection(shapely.boundary(gj), shapely.buffer(gk, pixel))
-        return shared.length < THICK_CELLS * MASK_CELL * pixel
+        return shared.length < THICK_CELLS * MASK_CELL * pixel or side_by_side(gj, gk, MASK_CELL * pixel)
 
     def _holds(self, i: int, j: int) -> bool:
         """Whether part `j` lies (`IOS_MIN`, within `LINK_CELLS` mask cells) inside part `i` where their
