@@ -142,7 +142,6 @@ def absorb(outs: list, shares: list, gap: float) -> list:
     return [tuple(o) for o in outs]
 
 
-
 def _apart(s: np.ndarray, links: dict, owned: np.ndarray, cut: set, two: list) -> bool:
     """Whether, without the parts in `cut`, two parts of one tile in `two` lie in different groups that
     each hold a part its tile owns (outside `cut`)."""
