@@ -57,3 +57,22 @@ def test_an_object_its_owner_split_across_toward_the_neighbour_stays_one():
     merged, _ = merge_pieces(pieces, frames)
     assert len(merged.geometry) == 1
     assert merged.geometry[0].symmetric_difference(whole).area < 0.01 * whole.area
+
+
+def _lines(l1_owner, l2_owner_cut, fused):
+    placed = [((0, 0), fused, False), ((0, 1), l1_owner, True), ((0, 1), l2_owner_cut, False)]
+    frames, pieces = frames_and_pieces(ROW, placed, complete_edge_dist=50.0)
+    return merge_pieces(pieces, frames)
+
+
+def test_a_line_its_owner_saw_whole_is_not_stitched_to_the_next_line_a_neighbour_fused():
+    # text lines 20 px tall, 6 px apart: L1 whole in tile 1 (its owner, centre x 1100), L2 below it owned
+    # by tile 0 (centre x 800). Tile 0 drew both as one box reaching its edge (x 1008); tile 1 drew L1
+    # whole and L2 cut at its own edge (x 752). The fused box covers a stretch of tile 1's window where
+    # tile 1 drew nothing (above L2, left of L1): not a stretch of L1 tile 1 missed, but the next line
+    l1, l2 = box(900, 300, 1300, 320), box(600, 326, 1000, 346)
+    merged, stats = _lines(l1, l2.intersection(box(752, 0, 1760, 1008)), box(600, 300, 1008, 346))
+    geoms = list(merged.geometry)
+    assert not _fused(geoms, l1, l2)
+    assert _best_iou(geoms, l1) > 0.95  # the owner's whole view
+    assert stats.rule_violations == 0

@@ -373,9 +373,17 @@ class _Resolver:
             split = [bool(p and shapely.intersects(g, c.geoms[i])
                           and any(shapely.distance(g, c.geoms[j]) < self.gap for j in stubs))
                      for p, g in zip(past.tolist(), clip)]
-            if any(split) or any(p and self._missed(int(k), i) for p, k in zip(past.tolist(), nb.tolist())):
+            if any(split) or any(p and not self._fuses(int(k), i) and self._missed(int(k), i)
+                                 for p, k in zip(past.tolist(), nb.tolist())):
                 out.append(i)
         return out
+
+    def _fuses(self, k: int, i: int) -> bool:
+        """Whether cut part `k` also links to another part of `i`'s tile lying beside `i` (`_close`): `k` drew
+        two objects the owner drew apart as one (the next text line), so where it covers a stretch of the
+        owner's window the owner left empty, that stretch is the other object's, not a part of `i` missed."""
+        return any(j != i and self.tiles[j] == self.tiles[i] and self._close(i, j)
+                   for j in self.nbr[self.ptr[k]:self.ptr[k + 1]].tolist())
 
     def _missed(self, k: int, i: int) -> bool:
         """Whether cut part `k` covers a stretch of part `i`'s tile window, `THICK_CELLS` across and beyond
