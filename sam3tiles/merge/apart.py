@@ -5,9 +5,11 @@ the tile that owns them, which draws them as two masks, touching where each boun
 A tile that does not own them may draw both as one region (a fused answer); in the band it shares with the
 owner that region links to both of the owner's views, so the component holds both objects, and the union
 of every part inside its own core would be one object (both fused, each IoU about 0.5). The owner decides
-(rule 4): the owner's views are stitched in groups of their own links, the region that fused them stands
-alone (what its tile said inside its core), and its tile said nothing of either object (their views keep
-their area in its core, as where a tile missed them).
+(rule 4): the owner's views are stitched in groups of their own links; the region that fused them is
+divided among those groups inside its own core (each takes the stretch nearer its own outline: `divide`),
+or stands alone where it links to fewer than two; the groups' views keep their area in its core as well.
+Views side by side along their length are two objects however long a model's boundary noise makes them
+touch (`side_by_side`).
 """
 
 from __future__ import annotations
