@@ -5,9 +5,11 @@ the tile that owns them, which draws them as two masks, touching where each boun
 A tile that does not own them may draw both as one region (a fused answer); in the band it shares with the
 owner that region links to both of the owner's views, so the component holds both objects, and the union
 of every part inside its own core would be one object (both fused, each IoU about 0.5). The owner decides
-(rule 4): the owner's views are stitched in groups of their own links, the region that fused them stands
-alone (what its tile said inside its core), and its tile said nothing of either object (their views keep
-their area in its core, as where a tile missed them).
+(rule 4): the owner's views are stitched in groups of their own links; the region that fused them is
+divided among those groups inside its own core (each takes the stretch nearer its own outline: `divide`),
+or stands alone where it links to fewer than two; the groups' views keep their area in its core as well.
+Views side by side along their length are two objects however long a model's boundary noise makes them
+touch (`side_by_side`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,19 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+import shapely
+
+from .parts import polygonal
 
 #: Two views of one tile this close (mask cells) can be neighbours another tile drew as one region: each
 #: boundary moves by a cell or so, so two objects two cells apart come within a cell or touch.
 FUSE_CELLS = 3.0
+#: Two views of one tile that face each other along more than this many times the thinner one's depth (its
+#: area over that length: f^2 > SIDE_RATIO x area) are two long objects side by side (strips, text lines),
+#: however long they touch. A split (`../shared/model-behaviour.md`: two queries each take half of an
+#: elongated object) cuts across an object's length: its halves meet along its width, deep behind the cut
+#: (the testing model cuts across the longer side at 0.35-0.65: at most 1 / 0.35 = 2.9 for a square).
+SIDE_RATIO = 3.5
 
 
 def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.ndarray, nbr: np.ndarray,
@@ -61,6 +72,76 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
               for lab in sorted({label[i] for i in rest})]
     alone = sorted(fusers)
     return groups + [np.asarray([i], dtype=s.dtype) for i in alone], np.asarray(alone, dtype=s.dtype)
+
+
+def side_by_side(a, b, cell: float) -> bool:
+    """Whether views `a` and `b` of one tile (`cell`: a mask cell in CRS units) face each other, within
+    `FUSE_CELLS` cells, along a length `f` (the corners left out) long beside the thinner one's depth
+    (`f^2 > SIDE_RATIO x` its area): two long objects side by side, not the halves of one object split
+    across. A model's boundary noise makes such neighbours touch along stretches of any length, so the
+    length they touch along cannot tell them from halves."""
+    near = FUSE_CELLS * cell
+    f = max(shapely.intersection(shapely.boundary(x), shapely.buffer(y, near, quad_segs=2)).length
+            for x, y in ((a, b), (b, a))) - 2 * near
+    return f > 0 and f * f > SIDE_RATIO * min(a.area, b.area)
+
+
+def divide(region, views: list, cell: float) -> list:
+    """`region` (a fusing part inside its own core) divided among the groups it fused: each group (`views`:
+    the geometry of its parts) takes the stretch nearer its own outline than any other's (the owner's
+    outlines, where they end at its window, carried on into the fusing tile). One geometry per group."""
+    lo = np.asarray(region.bounds[:2])
+    local = [shapely.transform(g, lambda xy: xy - lo) for g in (region, *views)]  # GEOS is robust near 0
+    pts, who = [], []
+    for k, v in enumerate(local[1:]):
+        xy = shapely.get_coordinates(shapely.segmentize(shapely.boundary(v), cell))
+        pts.append(xy)
+        who.append(np.full(len(xy), k))
+    xy, who = np.concatenate(pts), np.concatenate(who)
+    xy, first = np.unique(xy, axis=0, return_index=True)  # a ring's closing point, points two outlines share
+    who = who[first]
+    cells = np.asarray(shapely.get_parts(shapely.voronoi_polygons(
+        shapely.multipoints(xy), extend_to=shapely.envelope(shapely.union(local[0], shapely.multipoints(xy))),
+        ordered=True)), dtype=object)
+    # snap-rounded overlays (a hundredth of a cell): the cells' edges run through the outlines' vertices
+    bits = shapely.intersection(polygonal(local[0]), cells, grid_size=cell / 100)
+    return [shapely.transform(polygonal(shapely.union_all(bits[who == k])), lambda xy: xy + lo)
+            for k in range(len(views))]
+
+
+def fused_shares(groups: list, fusers: np.ndarray, ptr, nbr, geoms, cores, cells: dict) -> tuple[dict, set]:
+    """{group: [its stretches of the fusing parts]} (each fusing part inside its core, `cores`, divided
+    among the groups it links to: `divide`, `cells`: a mask cell per fusing part), and the fusing parts
+    linked to fewer than two groups (they stand alone)."""
+    shares: dict = {}
+    left = set()
+    for f in fusers.tolist():
+        nb = set(nbr[ptr[f]:ptr[f + 1]].tolist())
+        near = [k for k, g in enumerate(groups) if not (len(g) == 1 and g[0] in fusers) and nb & set(g.tolist())]
+        if len(near) < 2:
+            left.add(f)
+            continue
+        got = divide(shapely.intersection(geoms[f], cores[f]), [shapely.union_all(geoms[groups[k]]) for k in near],
+                     cells[f])
+        for k, g in zip(near, got):
+            shares.setdefault(k, []).append(g)
+    return shares, left
+
+
+def absorb(outs: list, shares: list, gap: float) -> list:
+    """Stitched objects `outs` [(geometry, first, score, n_tiles)] with the stretches `shares` of fusing parts
+    joined to those within `gap` of them (the nearest where none is)."""
+    shares = [g for g in shares if not g.is_empty and g.area > 0]
+    if not shares or not outs:
+        return outs
+    outs = [list(o) for o in outs]
+    geoms = np.asarray([o[0] for o in outs], dtype=object)
+    for g in shares:
+        d = shapely.distance(geoms, g)
+        hit = np.flatnonzero(d <= gap) if (d <= gap).any() else [int(np.argmin(d))]
+        for k in hit:
+            outs[k][0] = geoms[k] = polygonal(shapely.union(geoms[k], g))
+    return [tuple(o) for o in outs]
 
 
 def _apart(s: np.ndarray, links: dict, owned: np.ndarray, cut: set, two: list) -> bool:

@@ -13,7 +13,7 @@ from shapely.geometry import Polygon
 
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
-from .apart import FUSE_CELLS, fused_groups
+from .apart import FUSE_CELLS, absorb, fused_groups, fused_shares, side_by_side
 from .blend import blend_views
 from .links import _components, _explode, _inside, _links
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
@@ -373,9 +373,17 @@ class _Resolver:
             split = [bool(p and shapely.intersects(g, c.geoms[i])
                           and any(shapely.distance(g, c.geoms[j]) < self.gap for j in stubs))
                      for p, g in zip(past.tolist(), clip)]
-            if any(split) or any(p and self._missed(int(k), i) for p, k in zip(past.tolist(), nb.tolist())):
+            if any(split) or any(p and not self._fuses(int(k), i) and self._missed(int(k), i)
+                                 for p, k in zip(past.tolist(), nb.tolist())):
                 out.append(i)
         return out
+
+    def _fuses(self, k: int, i: int) -> bool:
+        """Whether cut part `k` also links to another part of `i`'s tile lying beside `i` (`_close`): `k` drew
+        two objects the owner drew apart as one (the next text line), so where it covers a stretch of the
+        owner's window the owner left empty, that stretch is the other object's, not a part of `i` missed."""
+        return any(j != i and self.tiles[j] == self.tiles[i] and self._close(i, j)
+                   for j in self.nbr[self.ptr[k]:self.ptr[k + 1]].tolist())
 
     def _missed(self, k: int, i: int) -> bool:
         """Whether cut part `k` covers a stretch of part `i`'s tile window, `THICK_CELLS` across and beyond
@@ -421,36 +429,42 @@ class _Resolver:
     def _stitch_apart(self, s: np.ndarray, m: np.ndarray) -> tuple[list, np.ndarray]:
         """Rule 5 for cut parts `s` of component `m`: (objects, the parts dropped as slivers). Where a tile
         that does not own the object fused parts its owner kept apart (`apart.fused_groups`), each group
-        is stitched on its own and the fusing part alone; a tile that only fused said nothing of the groups."""
+        is stitched on its own; the fusing part's area in its core goes to the groups it fused, each taking
+        the stretch nearer its own outline (`apart.divide`), or stands alone where it fused fewer than two."""
         split = fused_groups(s, self.tiles, self.owned, self.ptr, self.nbr, self._holds, self._close)
         if split is None:
             got = self._stitch(s, np.unique(self.tiles[m]))
             return (got, s[:0]) if got is not None else ([], s)
         groups, fusers = split
-        self._note(fusers, "stitched alone (rule 5: fused what the owner kept apart)")
+        self._note(fusers, "fused what the owner kept apart (rule 5): divided among the groups it fused")
         said = np.unique(self.tiles[np.setdiff1d(m, fusers)])
+        cells = {f: MASK_CELL * self.frames[int(self.tiles[f])].pixel for f in fusers.tolist()}
+        shares, left = fused_shares(groups, fusers, self.ptr, self.nbr, self.c.geoms, self.cores, cells)
         outs, slivers, missed = [], [], self.missed
-        for g in groups:
+        for k, g in enumerate(groups):
             alone = len(g) == 1 and g[0] in fusers
+            if alone and g[0] not in left:
+                continue
             # a stretch the owner did not report goes with the views that cover it
             self.missed = [] if alone else [x for x in missed if shapely.intersects(self.c.geoms[g], x).any()]
             got = self._stitch(g, np.unique(self.tiles[m]) if alone else said)
             if got is None:
                 slivers += g.tolist()
             else:
-                outs += got
+                outs += absorb(got, shares.get(k, []), self.gap)
         return outs, np.asarray(slivers, dtype=s.dtype)
 
     def _close(self, j: int, k: int) -> bool:
         """Whether parts `j` and `k` lie within `FUSE_CELLS` mask cells of each other (neighbours a tile
         could draw as one region), side by side: not two halves of one object its tile split, which meet
-        along the cut over `THICK_CELLS` cells or more."""
+        along the cut over `THICK_CELLS` cells or more, and along the object's width only
+        (`apart.side_by_side`: long neighbours touch along stretches where a model's boundary wobbles)."""
         pixel = self.frames[int(self.tiles[j])].pixel
         gj, gk = self.c.geoms[j], self.c.geoms[k]
         if not shapely.dwithin(gj, gk, FUSE_CELLS * MASK_CELL * pixel):
             return False
         shared = shapely.intersection(shapely.boundary(gj), shapely.buffer(gk, pixel))
-        return shared.length < THICK_CELLS * MASK_CELL * pixel
+        return shared.length < THICK_CELLS * MASK_CELL * pixel or side_by_side(gj, gk, MASK_CELL * pixel)
 
     def _holds(self, i: int, j: int) -> bool:
         """Whether part `j` lies (`IOS_MIN`, within `LINK_CELLS` mask cells) inside part `i` where their
