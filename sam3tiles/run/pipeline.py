@@ -43,7 +43,8 @@ from .quiet import run_filters
 from .report import RunReport
 from .runner import InputResult, InputRun
 from .targets import Targets
-from .workfolder import clear_work_dir, record_outputs, replaceable
+from .anchor import kept_records
+from .workfolder import clear_work_dir, read_grids, record_outputs, replaceable
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,15 @@ def with_options(options: Options | None, changes: dict) -> Options:
 
 
 @gdal_env()
+def _store(plan, fresh: bool, report: RunReport) -> TileStore | None:
+    """The run's checkpoint store (None: none kept); it leaves the maps' grids in the work folder (`anchor`)."""
+    if plan.work_dir is None:
+        return None
+    report.checkpoint["work_dir"] = str(plan.work_dir)
+    report.checkpoint["grid_kept"] = sum(i.grid_kept for i in plan.inputs)
+    return TileStore(plan.work_dir, fresh=fresh, grids=kept_records(read_grids(plan.work_dir), plan.inputs))
+
+
 def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float | None = None,
             return_objects: bool = True) -> tuple[gpd.GeoDataFrame | None, RunReport]:
     """Run a checked plan: every input's tiles, the merge, the outputs and the report."""
@@ -91,9 +101,7 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
     report.input_notes = list(plan.input_notes)
     if len(plan.paths) > 1:  # the maps the files form (issue 38)
         report.maps, report.map_notes = [map_facts(i) for i in plan.inputs], list(plan.map_notes)
-    store = TileStore(plan.work_dir, fresh=fresh) if plan.work_dir is not None else None
-    if store is not None:
-        report.checkpoint["work_dir"] = str(plan.work_dir)
+    store = _store(plan, fresh, report)
     json_progress = opts.progress_format == "json"  # for programs driving the CLI: even with -q
     bar = progress_bar(opts.progress_format) if opts.progress or json_progress else None
     pending = Deferred()

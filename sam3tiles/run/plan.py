@@ -27,7 +27,7 @@ from ..prompts.points import ZOOM_OUT_DEPTH, PointPrompts, check_point_run, plan
 from ..prompts.prompt import GeoBox, Prompt, build_prompts, prompt_arguments, raster_bounds, read_box_file
 from ..readers import Source, Stretch, gdal_env, open_source
 from ..readers.identity import changed_error, changed_while_opened, file_stamps, opening_stamp
-from ..readers.mosaic import layout_of, member_identities, mosaic_identity, window_identity
+from ..readers.mosaic import layout_of, member_identities, mosaic_identity
 from ..tiling.grid import Tile, TileGrid, scale_for_gsd, squash_tile
 from ..tiling.refine import Refiner
 from ..units import Frame, pixel_size
@@ -35,6 +35,7 @@ from ..wording import named_in, opt, raw, spoken
 from ..writers.labels import check_labels_for, label_format
 from ..writers.formats import check_space, is_dataset
 from .area import check_area_meets, plan_skips
+from .checkpoint import pixels_identity
 from .inputs import expand_inputs, read_paths
 from .maps import group_inputs, map_lines
 from .once import distinct_inputs
@@ -100,9 +101,10 @@ class InputPlan:
     def identity_at(self, window) -> str:
         """The checkpoint identity of the pixels of a source-pixel window: the input's, or a mosaic's for
         the members the window touches only (a changed member recomputes only its tiles)."""
-        return window_identity(self.path, self.identity, self.member_ids, window)
+        return pixels_identity(self.path, self.identity, self.member_ids, window)
 
     skips: object = None  # `run.area.InputSkips`: the tiles it skips (area of interest, tissue), None: none
+    grid_kept: bool = False  # laid on the grid an earlier run of the work folder recorded (`run.anchor`)
 
     def selection(self):
         """Which tiles of the grid run and why the others are skipped (`tiling.selection.TileSelection`),
@@ -338,7 +340,7 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
     with vouched(ours, "labels", labels):
         label_path = check_label_path(labels, paths if opts.no_mosaic else paths[:1],
                                       overwrite or (labels is not None and replaceable(labels, ours)))
-    planned, notes = plan_maps(paths, opts, per_input, dates)
+    planned, notes = plan_maps(paths, opts, per_input, dates, work_dir if checkpoint else None)
     check_area_meets(planned, opts.aoi)  # an area of interest that misses every input: exit 2, both extents
     opts, spec = resolve_model(opts)  # after the inputs: a wrong path is exit 3 with or without the model
     check_room(opts, planned)  # a low `ulimit -v` aborts native code mid-run, its lock left behind
@@ -382,18 +384,25 @@ def _plan_prompts(planned: Sequence[InputPlan], texts, geo_boxes: list, box_file
     return geo_boxes, pts, prompts
 
 
-def plan_maps(paths: list[str], opts: Options, per_input: Sequence, dates: dict) -> tuple[tuple[InputPlan, ...], list]:
+def plan_maps(paths: list[str], opts: Options, per_input: Sequence, dates: dict,
+              work_dir=None) -> tuple[tuple[InputPlan, ...], list]:
     """The inputs grouped into maps (`maps.group_inputs`: several files of one map are a mosaic) and each map
-    planned (`plan_input`); a mosaic's files keep their own outputs (`member_outputs`, --out FOLDER/).
+    planned (`plan_input`); a mosaic's files keep their own outputs (`member_outputs`, --out FOLDER/); a mosaic
+    that meets a grid `work_dir`'s earlier runs laid is laid on it (`anchor.anchor_map`).
     Returns (the maps' plans, the notes on the grouping)."""
+    from .anchor import anchor_map
+    from .workfolder import read_grids
+
     grouping = group_inputs(paths, opts, dates)
+    grids = read_grids(work_dir) if len(paths) > 1 else []
     planned = []
     for g in grouping.maps:
         if len(g.members) == 1:
             planned.append(plan_input(g.path, opts, per_input[g.members[0]]))
             continue
         outs = tuple(per_input[k] for k in g.members)
-        inp = plan_input(g.path, opts)
+        path = anchor_map(g.path, grids, opts)
+        inp = dataclasses.replace(plan_input(path, opts), grid_kept=path is not g.path)
         planned.append(dataclasses.replace(inp, member_outputs=outs) if any(o is not None for o in outs) else inp)
     return tuple(planned), grouping.notes
 

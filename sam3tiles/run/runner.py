@@ -36,7 +36,7 @@ from ..wording import opt, spoken
 from ..writers.stream import ObjectSpool, SpoolInput
 from ..writers.thumbs import MAX_SIDE, Picture, panel_wh
 from .area import InputArea
-from .checkpoint import TileStore, _BatchedPuts, join_parts, prompt_part, tile_key
+from .checkpoint import TileStore, _BatchedPuts, fitted, join_parts, prompt_part, tile_key, tile_place
 from .engine import MAX_CLUSTER_BATCH, Engine, _count, settled
 from .frames import objects_frame
 from .plan import InputPlan, RunPlan
@@ -208,7 +208,9 @@ class InputRun:
             tps = [tp for tp in tps if tp.index in only]
         entries = self._entries(tile, tps, tx.key if tx is not None else None)
         hits = {k: self.store.get(k) for _, _, k in entries} if self.store is not None else {}
-        work = self.work[tile.index] = _TileWork(found=[(i, hits[k]) for i, _, k in entries if hits.get(k) is not None],
+        margin = self.opts.edge_margin
+        work = self.work[tile.index] = _TileWork(found=[(i, fitted(hits[k], tile, margin)) for i, _, k in entries
+                                                        if hits.get(k) is not None],
                                                  todo=[e for e in entries if hits.get(e[2]) is None])
         self.report.checkpoint["reused"] = self.report.checkpoint.get("reused", 0) + len(work.found)
         if not work.todo:
@@ -236,8 +238,7 @@ class InputRun:
         """(prompt index, model text, checkpoint key) per prompt of the tile; one entry without a prompt
         for a tile no prompt applies to. `pastes`: the exemplars pasted into the tile (in every key)."""
         base = {"source": self.inp.identity_at(tile.src_window),  # a mosaic's: the files the tile reads
-                "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy, list(tile.src_transform)[:6],
-                         tile.interior],
+                "place": tile_place(tile),  # not its grid's offsets: a grown map's tiles keep their keys
                 "model": self.plan.model_identity, "edge_margin": self.opts.edge_margin,
                 "stretch": str(self.source.stretch), "bands": self.source.bands, **self.hook.key_part(tile)}
         if pastes is not None:  # the pasted exemplars are part of every prompt's input

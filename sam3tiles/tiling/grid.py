@@ -255,6 +255,18 @@ class TileGrid:
         raise ValueError(f"core [{c0}, {c1}) cannot be split into tiles of {size} px")
 
 
+def lattice_offset(origin: float, anchor: float, pixel: float, stride: int, scale: float) -> int | None:
+    """Whole source pixels to put before a map's first pixel (at CRS coordinate `origin` along one axis, pixels
+    of signed size `pixel`) so that its tiles fall where a grid laid from `anchor` puts them: tile origins
+    a multiple of the stride (`stride` grid pixels at `scale`) from `anchor` (issue 52: a grown map keeps its
+    tiles). 0 <= result < the stride in source pixels; None when no whole number of pixels does it (`origin`
+    off `anchor`'s pixel lattice, or a stride of no whole number of source pixels at that scale)."""
+    u, s = (origin - anchor) / pixel, stride / scale
+    if abs(u - round(u)) > 1e-3 or abs(s - round(s)) > 1e-9 or round(s) < 1:
+        return None
+    return round(u) % round(s)
+
+
 def squash_tile(width: int, height: int, transform: Affine, size: int = TILE_SIZE) -> Tile:
     """The published callers' view: the whole image stretched to one size x size input (a baseline)."""
     sx, sy = size / width, size / height

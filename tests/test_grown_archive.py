@@ -1,0 +1,121 @@
+"""A delivery that grows (issue 52): a rerun over more files in the same work folder keeps the grid its first run
+laid, reuses every tile whose place and pixels did not change, computes the rest, and gives the objects a run
+that computes every tile gives. Real GeoTIFFs, the reference backend, outputs read back with geopandas.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import geopandas as gpd
+import numpy as np
+import shapely
+
+from sam3tiles import segment_report
+from sam3tiles.testing.demo import write_scene
+from sam3tiles.testing.mosaic import split_raster
+
+PROMPTS = ["red", "blue", "yellow"]
+
+
+def places(plan) -> dict:
+    """{tile's place (its top-left in the CRS, rounded to a thousandth of a pixel): its window as a shapely box}."""
+    (inp,) = plan.inputs
+    out = {}
+    for t in inp.tiles():
+        a, e = t.transform.a, t.transform.e
+        x0, y0 = t.transform @ (0, 0)
+        x1, y1 = t.transform @ t.valid_wh
+        out[(round(x0 / a, 3), round(y0 / e, 3))] = shapely.box(min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
+    return out
+
+
+def plan_of(inputs, out, work):
+    from sam3tiles.options import Options
+    from sam3tiles.run.plan import plan_run
+    from sam3tiles.run.targets import Targets
+
+    return plan_run(inputs, PROMPTS, targets=Targets(out=str(out), work_dir=str(work), overwrite=True),
+                    options=Options(backend="reference"))
+
+
+def footprint(path):
+    import rasterio
+
+    with rasterio.open(path) as ds:
+        return shapely.box(*ds.bounds)
+
+
+def objects(path) -> list:
+    got = gpd.read_file(path)
+    return sorted((r["prompt"], round(r["score"], 6), r["n_tiles"], r["source"], round(r.geometry.area, 6),
+                   tuple(np.round(r.geometry.bounds, 6))) for _, r in got.iterrows())
+
+
+def test_files_added_west_recompute_only_the_tiles_they_touch_and_give_a_full_runs_objects(tmp_path):
+    seed = int(os.environ.get("SAM3TILES_SEED") or np.random.default_rng().integers(1 << 16))
+    print(f"seed {seed} (SAM3TILES_SEED={seed} repeats this scene)")
+    rng = np.random.default_rng(seed)
+    cell = int(rng.integers(480, 640))
+    scene = write_scene(tmp_path / "scene.tif", 5 * cell, 4 * cell, seed=seed)
+    split_raster(scene.path, tmp_path / "cells", cols=5, rows=4)
+    files, work, out = tmp_path / "delivery", tmp_path / "work", tmp_path / "o.gpkg"
+    files.mkdir()
+    for r in range(4):
+        for c in range(1, 5):  # the first delivery: 4 x 4 files, the scene's west column left out
+            shutil.copy(tmp_path / "cells" / f"r{r}c{c}.tif", files)
+    inputs = str(files / "*.tif")
+    first = plan_of(inputs, out, work)
+    old = places(first)
+    r1 = segment_report(inputs, PROMPTS, backend="reference", out=str(out), work_dir=str(work))
+    assert r1.resumed == 0 and r1.failed == 0
+
+    west = sorted(rng.choice(4, size=2, replace=False).tolist())  # two files added to its west
+    for r in west:
+        shutil.copy(tmp_path / "cells" / f"r{r}c0.tif", files)
+    new_boxes = [footprint(files / f"r{r}c0.tif") for r in west]
+    grown = plan_of(inputs, out, work)
+    now = places(grown)
+    assert grown.inputs[0].grid_kept
+    kept = set(old) & set(now)
+    assert kept == set(old), "every tile of the first run is where it was"
+    untouched = [p for p in kept if not any(old[p].intersection(b).area > 0 for b in new_boxes)]
+    r2 = segment_report(inputs, PROMPTS, backend="reference", out=str(out), work_dir=str(work), overwrite=True)
+    assert r2.failed == 0 and r2.tiles == len(now)
+    assert r2.resumed >= len(untouched), (seed, r2.resumed, len(untouched))
+    touched_or_new = len(now) - len(untouched)
+    assert r2.done <= touched_or_new and r2.done + r2.resumed + r2.skipped == len(now)
+    assert f"incremental: {r2.resumed} tile(s) reused from checkpoints, {r2.done} computed" in r2.summary()
+
+    # every tile computed again on the same grid (--fresh keeps the work folder's grid): the same objects
+    full = tmp_path / "full.gpkg"
+    r3 = segment_report(inputs, PROMPTS, backend="reference", out=str(full), work_dir=str(work), fresh=True)
+    assert r3.resumed == 0 and r3.done == r2.done + r2.resumed
+    assert objects(out) == objects(full), seed
+
+
+def test_files_added_on_any_side_leave_every_planned_tile_where_it_was(tmp_path):
+    """Planning only: a 2 x 2 delivery grown by a file to the north-west and one to the east keeps every tile's
+    place (its window in the CRS); a damaged record of the grids is ignored (the map gets a grid of its own)."""
+    from sam3tiles.run.anchor import kept_records
+    from sam3tiles.run.workfolder import GRIDS, claim_work_dir, write_grids
+
+    scene = write_scene(tmp_path / "scene.tif", 2400, 2100, seed=5)
+    split_raster(scene.path, tmp_path / "cells", cols=4, rows=3)
+    files, work, out = tmp_path / "delivery", tmp_path / "work", tmp_path / "o.gpkg"
+    files.mkdir()
+    for name in ("r1c1", "r1c2", "r2c1", "r2c2"):
+        shutil.copy(tmp_path / "cells" / f"{name}.tif", files)
+    first = plan_of(str(files / "*.tif"), out, work)
+    claim_work_dir(work)
+    write_grids(work, kept_records([], first.inputs))
+    for name in ("r0c0", "r1c3"):
+        shutil.copy(tmp_path / "cells" / f"{name}.tif", files)
+    grown = plan_of(str(files / "*.tif"), out, work)
+    old, now = places(first), places(grown)
+    assert grown.inputs[0].grid_kept and set(old) <= set(now)
+    assert all(old[p].equals(now[p]) for p in old if old[p].area == now[p].area)
+    (work / GRIDS).write_text('[{"crs": 3}, "x"]')
+    alone = plan_of(str(files / "*.tif"), out, work)
+    assert not alone.inputs[0].grid_kept
