@@ -76,7 +76,8 @@ def measure(cell: int, seed: int, folder: Path) -> dict:
     return {"cell": cell, "seed": seed, "west_rows": west, "first": first, "rerun": rerun, "fresh_same_grid": fresh,
             "new_work_folder": elsewhere,
             "rerun_equals_fresh": _objects(folder / "o.gpkg") == _objects(folder / "fresh.gpkg"),
-            "f1_rerun": _f1(folder / "o.gpkg", scene.truth), "f1_new_work_folder": _f1(folder / "new.gpkg", scene.truth)}
+            "f1_rerun": _f1(folder / "o.gpkg", scene.truth),
+            "f1_new_work_folder": _f1(folder / "new.gpkg", scene.truth)}
 
 
 def main(argv=None) -> int:
