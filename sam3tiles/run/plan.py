@@ -248,7 +248,10 @@ class RunPlan:
         if self.work_dir is not None:
             lines.append(f"checkpoints: {self.work_dir}"
                          + (spoken(f"  (exists: a run resumes from it; {opt('fresh')} starts over)")
-                            if self.work_dir.is_dir() else ""))
+                            if self.work_dir.is_dir() else "")
+                         + (f"; {kept} map(s) laid on the grid its earlier run recorded (tiles where they were: "
+                            "those over unchanged files are reused)" if (kept := sum(i.grid_kept for i in self.inputs))
+                            else ""))
         if self.points is not None:
             return lines + [f"tiles holding points: {e['tiles']}; model calls: {e['encodes']} encodes, {e['decodes']} "
                             "clicks of two point decoder passes (more where an object reaches past its tile and is "
