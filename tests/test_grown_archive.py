@@ -11,6 +11,7 @@ import shutil
 import geopandas as gpd
 import numpy as np
 import shapely
+from affine import Affine
 
 from sam3tiles import segment_report
 from sam3tiles.testing.demo import write_scene
@@ -120,3 +121,36 @@ def test_files_added_on_any_side_leave_every_planned_tile_where_it_was(tmp_path)
     (work / GRIDS).write_text('[{"crs": 3}, "x"]')
     alone = plan_of(str(files / "*.tif"), out, work)
     assert not alone.inputs[0].grid_kept
+
+
+def test_a_reused_result_measures_its_pieces_against_the_edges_its_tile_has_now():
+    """`fitted`: pieces computed on a tile at the map's edge, reused where that edge borders a tile (the map grew),
+    get the edge distances and completeness the tile computes there; an exemplar's cut stays cut; the piece
+    keys follow the tile's index in this grid."""
+    import dataclasses
+
+    from sam3tiles.run.checkpoint import decode_result, encode_result, fitted
+    from sam3tiles.run.tasks import TileResult
+    from sam3tiles.tiling.grid import TileGrid
+    from sam3tiles.tiling.piecekey import tile_of
+    from sam3tiles.vectorize.pieces import EDGE_MARGIN, InstanceCrop, _cells_for, pieces_from_crops
+
+    def crop(x0, y0, x1, y1, cut=False):
+        (r0, r1), (c0, c1) = _cells_for(y0, y1), _cells_for(x0, x1)
+        return InstanceCrop(0, 0, 0.9, (x0, y0, x1, y1), (r0, c0), np.ones((r1 - r0, c1 - c0), np.float16), cut=cut)
+
+    rng = np.random.default_rng(7)
+    crops = [crop(*xy) for xy in ((0, 100, 60, 180), (940, 950, 1008, 1008), (400, 400, 500, 470), (3, 500, 40, 540))]
+    xy, wh = rng.integers(0, 900, (20, 2)), rng.integers(8, 100, (20, 2))
+    crops += [crop(int(x), int(y), int(x + w), int(y + h)) for (x, y), (w, h) in zip(xy, wh)]
+    crops.append(crop(500, 20, 560, 80, cut=True))
+    inner = TileGrid(3000, 3000, transform=Affine(0.5, 0, 500000, 0, -0.5, 4100000)).tile(1, 1)
+    for edges in ((False, False, False, False), (False, True, True, False), (True, False, False, True)):
+        edge = dataclasses.replace(inner, interior=edges, index=0)
+        stored = TileResult(0, pieces_from_crops(crops, edge), interior=edges)
+        back = decode_result(encode_result(stored, "k"), "k")
+        got = fitted(back, inner, EDGE_MARGIN).pieces
+        want = pieces_from_crops(crops, inner)
+        assert got.edge_dist == want.edge_dist and got.complete == want.complete, edges
+        assert set(tile_of(np.asarray(got.tile_key)).tolist()) == {inner.index}
+        assert got.edge_dist[-1] == 0.0 and not got.complete[-1]  # the exemplar's cut
