@@ -1,6 +1,8 @@
-"""A delivery that grows (issue 52): a rerun over more files in the same work folder keeps the grid its first run
-laid, reuses every tile whose place and pixels did not change, computes the rest, and gives the objects a run
-that computes every tile gives. Real GeoTIFFs, the reference backend, outputs read back with geopandas.
+"""A delivery that grows (issue 52): a mosaic's grid is anchored to its lattice (tile origins on multiples of the
+stride from the CRS origin), so a rerun over more files in the same work folder finds every tile where it was,
+reuses every tile whose place and pixels did not change, computes the rest, and gives the objects a run on all
+files in a new output and work folder gives. Real GeoTIFFs, the reference backend, outputs read back with
+geopandas.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def test_files_added_west_recompute_only_the_tiles_they_touch_and_give_a_full_ru
     new_boxes = [footprint(files / f"r{r}c0.tif") for r in west]
     grown = plan_of(inputs, out, work)
     now = places(grown)
-    assert grown.inputs[0].grid_kept
+    assert first.inputs[0].anchored and grown.inputs[0].anchored
     kept = set(old) & set(now)
     assert kept == set(old), "every tile of the first run is where it was"
     untouched = [p for p in kept if not any(old[p].intersection(b).area > 0 for b in new_boxes)]
@@ -89,38 +91,44 @@ def test_files_added_west_recompute_only_the_tiles_they_touch_and_give_a_full_ru
     assert r2.done <= touched_or_new and r2.done + r2.resumed + r2.skipped == len(now)
     assert f"incremental: {r2.resumed} tile(s) reused from checkpoints, {r2.done} computed" in r2.summary()
 
-    # every tile computed again on the same grid (--fresh keeps the work folder's grid): the same objects
-    full = tmp_path / "full.gpkg"
-    r3 = segment_report(inputs, PROMPTS, backend="reference", out=str(full), work_dir=str(work), fresh=True)
-    assert r3.resumed == 0 and r3.done == r2.done + r2.resumed
+    # a fresh run on all files, in a new output and work folder, lays the same grid: the same objects
+    full = tmp_path / "new" / "full.gpkg"
+    full.parent.mkdir()
+    r3 = segment_report(inputs, PROMPTS, backend="reference", out=str(full), work_dir=str(tmp_path / "new-work"))
+    assert r3.resumed == 0 and r3.done == r2.done + r2.resumed and r3.tiles == r2.tiles
     assert objects(out) == objects(full), seed
 
 
 def test_files_added_on_any_side_leave_every_planned_tile_where_it_was(tmp_path):
     """Planning only: a 2 x 2 delivery grown by a file to the north-west and one to the east keeps every tile's
-    place (its window in the CRS); a damaged record of the grids is ignored (the map gets a grid of its own)."""
-    from sam3tiles.run.anchor import kept_records
-    from sam3tiles.run.workfolder import GRIDS, claim_work_dir, write_grids
+    place (its window in the CRS), with no record of the first run; its tile origins are whole strides from the
+    CRS origin on the map's pixel lattice. A single file is not anchored (its grid starts at its top-left)."""
+    from sam3tiles.options import Options
 
     scene = write_scene(tmp_path / "scene.tif", 2400, 2100, seed=5)
     split_raster(scene.path, tmp_path / "cells", cols=4, rows=3)
-    files, work, out = tmp_path / "delivery", tmp_path / "work", tmp_path / "o.gpkg"
+    files, out = tmp_path / "delivery", tmp_path / "o.gpkg"
     files.mkdir()
     for name in ("r1c1", "r1c2", "r2c1", "r2c2"):
         shutil.copy(tmp_path / "cells" / f"{name}.tif", files)
-    first = plan_of(str(files / "*.tif"), out, work)
-    claim_work_dir(work)
-    write_grids(work, kept_records([], first.inputs))
+    first = plan_of(str(files / "*.tif"), out, tmp_path / "work")
     for name in ("r0c0", "r1c3"):
         shutil.copy(tmp_path / "cells" / f"{name}.tif", files)
-    grown = plan_of(str(files / "*.tif"), out, work)
+    grown = plan_of(str(files / "*.tif"), out, tmp_path / "other-work")
     old, now = places(first), places(grown)
-    assert grown.inputs[0].grid_kept and set(old) <= set(now)
-    assert "1 map(s) laid on the grid its earlier run recorded" in "\n".join(grown.describe())
-    assert all(old[p].equals(now[p]) for p in old if old[p].area == now[p].area)
-    (work / GRIDS).write_text('[{"crs": 3}, "x"]')
-    alone = plan_of(str(files / "*.tif"), out, work)
-    assert not alone.inputs[0].grid_kept
+    assert first.inputs[0].anchored and grown.inputs[0].anchored and set(old) <= set(now)
+    assert "1 map(s) of several files on a grid anchored to the CRS lattice" in "\n".join(grown.describe())
+    assert all(old[p].equals_exact(now[p], 1e-6) for p in old if abs(old[p].area - now[p].area) < 1e-6)
+    o = Options()
+    stride = o.tile_size - o.overlap
+    (inp,) = grown.inputs
+    phase = inp.transform.c / inp.transform.a % 1, inp.transform.f / inp.transform.e % 1
+    for x, y in now:
+        assert abs((x - phase[0]) / stride - round((x - phase[0]) / stride)) < 1e-6, x
+        assert abs((y - phase[1]) / stride - round((y - phase[1]) / stride)) < 1e-6, y
+    one = plan_of(str(tmp_path / "cells" / "r1c1.tif"), out, tmp_path / "w1")
+    assert not one.inputs[0].anchored
+    assert next(iter(one.inputs[0].tiles())).transform.c == footprint(tmp_path / "cells" / "r1c1.tif").bounds[0]
 
 
 def test_a_reused_result_measures_its_pieces_against_the_edges_its_tile_has_now():

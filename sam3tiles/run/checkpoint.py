@@ -108,9 +108,8 @@ def _sides(geom, tile) -> tuple[float, float, float, float]:
 class TileStore:
     """A SQLite table of tile results in `work_dir/tiles.sqlite`."""
 
-    def __init__(self, work_dir: str | Path, fresh: bool = False, grids: list | None = None):
+    def __init__(self, work_dir: str | Path, fresh: bool = False):
         self.dir = Path(work_dir)
-        self.grids = grids  # the grid records to leave in the folder when it is opened (`run.anchor`)
         self.path = self.dir / "tiles.sqlite"
         self.fresh = fresh
         self._lock = threading.Lock()
@@ -123,14 +122,12 @@ class TileStore:
         # opened on first use, so a run that fails before any tile leaves no work folder behind
         if self._conn is None:
             try:
-                from .workfolder import claim_work_dir, clear_work_dir, write_grids
+                from .workfolder import claim_work_dir, clear_work_dir
 
                 if self.fresh:
                     clear_work_dir(self.dir)  # only a marked folder, only the files sam3tiles wrote
                 created = not self.dir.exists()
                 claim_work_dir(self.dir)
-                if self.grids:  # (a squashed or ungeoreferenced run leaves no record, and no file)
-                    write_grids(self.dir, self.grids)
                 db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=NORMAL")

@@ -43,8 +43,7 @@ from .quiet import run_filters
 from .report import RunReport
 from .runner import InputResult, InputRun
 from .targets import Targets
-from .anchor import kept_records
-from .workfolder import clear_work_dir, read_grids, record_outputs, replaceable
+from .workfolder import clear_work_dir, record_outputs, replaceable
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +81,11 @@ def with_options(options: Options | None, changes: dict) -> Options:
 
 @gdal_env()
 def _store(plan, fresh: bool, report: RunReport) -> TileStore | None:
-    """The run's checkpoint store (None: none kept); it leaves the maps' grids in the work folder (`anchor`)."""
+    """The run's checkpoint store (None: none kept)."""
     if plan.work_dir is None:
         return None
     report.checkpoint["work_dir"] = str(plan.work_dir)
-    report.checkpoint["grid_kept"] = sum(i.grid_kept for i in plan.inputs)
-    return TileStore(plan.work_dir, fresh=fresh, grids=kept_records(read_grids(plan.work_dir), plan.inputs))
+    return TileStore(plan.work_dir, fresh=fresh)
 
 
 def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float | None = None,

@@ -104,7 +104,7 @@ class InputPlan:
         return pixels_identity(self.path, self.identity, self.member_ids, window)
 
     skips: object = None  # `run.area.InputSkips`: the tiles it skips (area of interest, tissue), None: none
-    grid_kept: bool = False  # laid on the grid an earlier run of the work folder recorded (`run.anchor`)
+    anchored: bool = False  # a mosaic whose grid is anchored to its lattice: files added keep its tiles (`run.anchor`)
 
     def selection(self):
         """Which tiles of the grid run and why the others are skipped (`tiling.selection.TileSelection`),
@@ -249,9 +249,9 @@ class RunPlan:
             lines.append(f"checkpoints: {self.work_dir}"
                          + (spoken(f"  (exists: a run resumes from it; {opt('fresh')} starts over)")
                             if self.work_dir.is_dir() else "")
-                         + (f"; {kept} map(s) laid on the grid its earlier run recorded (tiles where they were: "
-                            "those over unchanged files are reused)" if (kept := sum(i.grid_kept for i in self.inputs))
-                            else ""))
+                         + (f"; {n} map(s) of several files on a grid anchored to the CRS lattice (files added later "
+                            "leave its tiles where they are: a rerun reuses those over unchanged files)"
+                            if (n := sum(i.anchored for i in self.inputs)) else ""))
         if self.points is not None:
             return lines + [f"tiles holding points: {e['tiles']}; model calls: {e['encodes']} encodes, {e['decodes']} "
                             "clicks of two point decoder passes (more where an object reaches past its tile and is "
@@ -343,7 +343,7 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
     with vouched(ours, "labels", labels):
         label_path = check_label_path(labels, paths if opts.no_mosaic else paths[:1],
                                       overwrite or (labels is not None and replaceable(labels, ours)))
-    planned, notes = plan_maps(paths, opts, per_input, dates, work_dir if checkpoint else None)
+    planned, notes = plan_maps(paths, opts, per_input, dates)
     check_area_meets(planned, opts.aoi)  # an area of interest that misses every input: exit 2, both extents
     opts, spec = resolve_model(opts)  # after the inputs: a wrong path is exit 3 with or without the model
     check_room(opts, planned)  # a low `ulimit -v` aborts native code mid-run, its lock left behind
@@ -387,25 +387,22 @@ def _plan_prompts(planned: Sequence[InputPlan], texts, geo_boxes: list, box_file
     return geo_boxes, pts, prompts
 
 
-def plan_maps(paths: list[str], opts: Options, per_input: Sequence, dates: dict,
-              work_dir=None) -> tuple[tuple[InputPlan, ...], list]:
+def plan_maps(paths: list[str], opts: Options, per_input: Sequence, dates: dict) -> tuple[tuple[InputPlan, ...], list]:
     """The inputs grouped into maps (`maps.group_inputs`: several files of one map are a mosaic) and each map
-    planned (`plan_input`); a mosaic's files keep their own outputs (`member_outputs`, --out FOLDER/); a mosaic
-    that meets a grid `work_dir`'s earlier runs laid is laid on it (`anchor.anchor_map`).
+    planned (`plan_input`); a mosaic's files keep their own outputs (`member_outputs`, --out FOLDER/); a mosaic's
+    grid is anchored to its lattice (`anchor.anchor_map`).
     Returns (the maps' plans, the notes on the grouping)."""
     from .anchor import anchor_map
-    from .workfolder import read_grids
 
     grouping = group_inputs(paths, opts, dates)
-    grids = read_grids(work_dir) if len(paths) > 1 else []
     planned = []
     for g in grouping.maps:
         if len(g.members) == 1:
             planned.append(plan_input(g.path, opts, per_input[g.members[0]]))
             continue
         outs = tuple(per_input[k] for k in g.members)
-        path = anchor_map(g.path, grids, opts)
-        inp = dataclasses.replace(plan_input(path, opts), grid_kept=path is not g.path)
+        path, anchored = anchor_map(g.path, opts)
+        inp = dataclasses.replace(plan_input(path, opts), anchored=anchored)
         planned.append(dataclasses.replace(inp, member_outputs=outs) if any(o is not None for o in outs) else inp)
     return tuple(planned), grouping.notes
 

@@ -166,13 +166,10 @@ class RunReport:
 
     def _reuse_lines(self) -> list[str]:
         """An incremental run (issue 52): how many tiles came from the work folder's earlier runs, how many were
-        computed, and whether a grown map was laid on the grid those runs recorded."""
-        kept = self.checkpoint.get("grid_kept", 0)
-        if not (self.resumed or kept):
+        computed."""
+        if not self.resumed:
             return []
-        grid = (f"; {kept} map(s) laid on the grid the work folder's earlier run recorded (tiles where they were)"
-                if kept else "")
-        return [f"incremental: {self.resumed} tile(s) reused from checkpoints, {self.done} computed{grid}"]
+        return [f"incremental: {self.resumed} tile(s) reused from checkpoints, {self.done} computed"]
 
     def summary(self) -> str:
         """A few lines for the terminal, in a user's words (every quantity with its unit); the last lines

@@ -24,10 +24,7 @@ from ..wording import enable, mention, opt
 #: The file that marks a folder as a sam3tiles work folder (JSON: tool, schema).
 MARKER = "sam3tiles-work.json"
 #: Every file sam3tiles writes in a work folder; `clear_work_dir` deletes these and nothing else.
-#: The grids the folder's runs laid, one record a map (`run.anchor`): a rerun over a grown map keeps its tiles.
-GRIDS = "grids.json"
-OWN_FILES = (MARKER, "tiles.sqlite", "tiles.sqlite-wal", "tiles.sqlite-shm", "tiles.sqlite-journal", "outputs.json",
-             GRIDS)
+OWN_FILES = (MARKER, "tiles.sqlite", "tiles.sqlite-wal", "tiles.sqlite-shm", "tiles.sqlite-journal", "outputs.json")
 
 
 def real_path(p: str | os.PathLike) -> Path:
@@ -78,7 +75,7 @@ def _own(name: str) -> bool:
     """A file sam3tiles writes in a work folder, or the temporary file of one (`.<stem>.<hex8>.tmp<ext>`)."""
     if name in OWN_FILES:
         return True
-    return any(name.startswith(f".{Path(f).stem}.") and ".tmp" in name for f in (MARKER, "outputs.json", GRIDS))
+    return any(name.startswith(f".{Path(f).stem}.") and ".tmp" in name for f in (MARKER, "outputs.json"))
 
 
 def _our_lock(entry: Path) -> bool:
@@ -230,27 +227,3 @@ def record_outputs(work_dir, files: Sequence[tuple[Path, Path]], failed: int, st
         recs[str(real_path(final))] = {"stamp": stamp, "failed": int(failed), "state": state}
     with atomic_path(Path(work_dir) / "outputs.json") as t:
         t.write_text(json.dumps(recs, indent=1))
-
-
-# -- the grids its runs laid ----------------------------------------------------------------------------------
-
-def read_grids(work_dir) -> list[dict]:
-    """The grid records of the work folder's earlier runs (`run.anchor`); [] when there are none, or the file is
-    not sam3tiles' record (then the maps get grids of their own, as in a new folder)."""
-    if work_dir is None or not is_work_dir(work_dir):
-        return []
-    try:
-        data = json.loads((Path(work_dir) / GRIDS).read_text())
-    except (OSError, ValueError):
-        return []
-    return [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
-
-
-def write_grids(work_dir, records: Sequence[dict]) -> None:
-    """Replace the work folder's grid records (a marked folder only)."""
-    if work_dir is None or not is_work_dir(work_dir):
-        return
-    from ..writers.atomic import atomic_path
-
-    with atomic_path(Path(work_dir) / GRIDS) as t:
-        t.write_text(json.dumps(list(records), indent=1))
