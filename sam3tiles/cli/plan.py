@@ -34,9 +34,9 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
     from ..prompts.prompt import GeoBox, build_prompts
     from ..run.area import check_area_meets
     from ..run.inputs import expand_inputs
-    from ..run.maps import group_inputs, map_lines
+    from ..run.maps import map_lines
     from ..run.once import distinct_inputs
-    from ..run.plan import plan_input, with_exemplars
+    from ..run.plan import plan_maps, with_exemplars
     from ..writers import check_output, write_vector
 
     t0 = time.perf_counter()
@@ -48,15 +48,14 @@ def plan(input, out, boxes, example_images, prompts, report_path, overwrite, **o
     paths = once.paths
     for note in once.notes:
         click.echo(f"inputs: {note}")
-    grouping = group_inputs(paths, opts, dates)
-    maps = [plan_input(g.path, opts) for g in grouping.maps]  # the pre-flight's own step for each map
+    maps, notes = plan_maps(paths, opts, [None] * len(paths), dates)  # the run's own step: the same grids
     check_area_meets(maps, opts.aoi)
     if boxes or example_images:
         maps = [with_exemplars(inp, build_prompts([], [GeoBox.parse(b) for b in boxes],
                                                   parse_example_images(example_images)), opts) for inp in maps]
     report = _load_report(report_path) if report_path else None
     if len(paths) > 1:
-        for line in map_lines(maps, grouping.notes):
+        for line in map_lines(maps, notes):
             click.echo(line)
     layers = [_show_map(inp, input if len(paths) == 1 else inp.path, opts, prompts, report, report_path, bool(out))
               for inp in maps]
