@@ -44,3 +44,19 @@ def anchor_map(path, opts: Options):
     grown = dataclasses.replace(lay, members=members, width=lay.width + dc, height=lay.height + dr, transform=t,
                                 nodata=True)
     return MosaicPath(str(path), grown), True
+
+
+def on_lattice(geoms, transform, per_pixel: int = 1024):
+    """`geoms` with every vertex snapped to 1/`per_pixel` of the map's pixel, counted from its origin: the same
+    points whichever run computed them (a tile reused from a run whose map had another origin gives outlines
+    that differ from a fresh run's by float noise, and an outline on a file's edge would then meet that file in
+    one and only touch it in the other: `readers.mosaic.Ownership.sources`). Rotated maps: as given."""
+    import numpy as np
+    import shapely
+
+    a, b, c, d, e, f = transform[:6]
+    if b != 0 or d != 0 or a == 0 or e == 0:
+        return geoms
+    g = np.array([a, e]) / per_pixel
+    o = np.array([c, f])
+    return shapely.transform(np.asarray(geoms, dtype=object), lambda xy: o + np.round((xy - o) / g) * g)

@@ -35,6 +35,7 @@ from ..units import Frame
 from ..wording import opt, spoken
 from ..writers.stream import ObjectSpool, SpoolInput
 from ..writers.thumbs import MAX_SIDE, Picture, panel_wh
+from .anchor import on_lattice
 from .area import InputArea
 from .checkpoint import TileStore, _BatchedPuts, fitted, join_parts, prompt_part, tile_key, tile_place
 from .engine import MAX_CLUSTER_BATCH, Engine, _count, settled
@@ -173,7 +174,7 @@ class InputRun:
                             model=self.plan.model_identity, simplify=o.simplify, min_area=o.min_area,
                             max_area=o.max_area, min_score=o.min_score, order=first, area=self.area.filter)
         if self.ownership is not None and len(gdf):  # a mosaic: the files each object's pixels came from
-            gdf["source"] = self.ownership.sources(gdf.geometry.values)
+            gdf["source"] = self.ownership.sources(on_lattice(gdf.geometry.values, self.inp.transform))
         self.spool.add(index, gdf)
 
     def _marks(self) -> list:
