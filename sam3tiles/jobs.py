@@ -10,7 +10,7 @@ scheduler), is validated before any work, and becomes one run: `plan_job` (the p
     run: {workers: 4, retries: 2, strict: false}
 
 Every mapping refuses unknown keys; every problem is reported at once, one line each, naming the key path
-and the fix (`tiling.scale: must be > 0 (got -1)`). The sections backend, tiling, postprocess and run are
+and the fix (`tiling.scale: must be > 0 (got -1)`). The sections backend, tiling, postprocess, run and grid are
 built from the options registry (`options.py`). The format is documented in docs/jobs.md.
 """
 
@@ -127,6 +127,7 @@ Backend = job_section("backend")
 Tiling = job_section("tiling")
 Postprocess = job_section("postprocess")
 RunSection = job_section("run")
+Grid = job_section("grid")
 
 
 class Output(job_section("output")):
@@ -149,12 +150,14 @@ class Job(_Section):
     postprocess: Postprocess = Field(default_factory=Postprocess)
     output: Output
     run: RunSection = Field(default_factory=RunSection)
+    grid: Grid = Field(default_factory=Grid)
 
     _lists = field_validator("inputs", mode="before")(_as_list)
 
 
 SECTIONS: dict[str, type[BaseModel]] = {"": Job, "prompts": Prompts, "backend": Backend, "tiling": Tiling,
-                                        "postprocess": Postprocess, "output": Output, "run": RunSection}
+                                        "postprocess": Postprocess, "output": Output, "run": RunSection,
+                                        "grid": Grid}
 
 
 # -- YAML -----------------------------------------------------------------------------------------------

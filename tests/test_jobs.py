@@ -44,8 +44,8 @@ MINIMAL = "inputs: [a.tif]\nprompts: {text: [blue]}\noutput: {path: o.gpkg}\n"
 
 @pytest.mark.parametrize("text, expect", [
     ("inputs: [a.tif]\nprompts: {text: [blue]}\noutput: {path: o.gpkg}\ncolour: red\n",
-     ["colour: unknown key: remove it or use one of asset, backend, description, inputs, output, postprocess, prompts, "
-      "run, tiling"]),
+     ["colour: unknown key: remove it or use one of asset, backend, description, grid, inputs, output, postprocess, "
+      "prompts, run, tiling"]),
     (MINIMAL + "tiling: {scael: 2}\n", ["tiling.scael: unknown key: did you mean 'scale'? remove it or use one "
                                          "of aoi, bands, gsd, overlap, refine, refine_depth, scale, squash, "
                                          "tile_size, tissue"]),

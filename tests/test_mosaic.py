@@ -397,15 +397,17 @@ def test_the_plan_and_the_report_show_the_mosaic(scene, tmp_path):
     assert inp.anchored and 0 <= w - W < inp.grid.stride and 0 <= h - H < inp.grid.stride and n <= 4 * 4
     assert "mosaic of 8 files" in r.output and f"tiles: {n} ({rows} rows x {cols} cols)" in r.output
     # each file alone fits one tile (8), but its objects would be cut; the holes: the missing file's cell but
-    # the 75 px its neighbours reach into it (725 x 525 px of 2400 x 1800), and the margin
-    holes = (725 * 525 + w * h - W * H) / (w * h)
+    # the 75 px its neighbours reach into it (725 x 525 px of 2400 x 1800); the margin is no part of the map's
+    # size or holes (only where tiles are laid)
+    holes = 725 * 525 / (W * H)
     line = next(ln for ln in r.output.splitlines() if "one file at a time" in ln)
     assert f"{n} tile(s) (8 one file at a time); holes {100 * holes:.1f}%" in line and "overlaps " in line
+    assert f": {W} x {H} px" in line
     assert len(gpd.read_file(tmp_path / "grid.gpkg")) == n
     report, _ = run(inputs, tmp_path / "o.gpkg")
     (m,) = report.maps
     assert (m["files"], m["tiles"], m["tiles_one_at_a_time"]) == (8, n, 8)
-    assert m["holes"] == round(holes, 4)
+    assert m["holes"] == round(holes, 4) and (m["width"], m["height"]) == (W, H)
     summary = report.summary()
     assert "maps: 1 from 8 files" in summary and f"{m['map']}: {n} tiles (8 one file at a time)" in summary
 
@@ -430,9 +432,10 @@ def test_example_boxes_images_labels_and_the_quicklook_act_on_the_whole_mosaic(s
     split_raster(scene.path, tmp_path / "files", overlap=160)
     got = {}
     for name, inputs in (("one", str(scene.path)), ("mosaic", str(tmp_path / "files" / "*.tif"))):
+        # the one file laid on the grid the mosaic's is anchored to (its CRS lattice: issue 52)
         report = segment_report(inputs, [], boxes=[box], example_images=[str(tmp_path / "chip.tif")],
                                 backend="reference", out=str(tmp_path / f"{name}.gpkg"),
-                                labels=str(tmp_path / f"{name}.tif"), checkpoint=False)
+                                labels=str(tmp_path / f"{name}.tif"), checkpoint=False, anchor="lattice")
         assert report.exemplars["pasted"] > 0
         with rasterio.open(tmp_path / f"{name}.tif") as lab:
             got[name] = (gpd.read_file(tmp_path / f"{name}.gpkg"), lab.read(1), lab.transform,
@@ -535,15 +538,11 @@ def test_an_area_of_interest_on_a_mosaic_gives_the_one_files_objects_and_tiles(s
         b = ds.bounds
     area = (b.left + 0.1 * (b.right - b.left), b.bottom + 0.45 * (b.top - b.bottom), b.left + 0.55 * (b.right - b.left),
             b.top - 0.05 * (b.top - b.bottom))
-    one, one_objects = run(scene.path, tmp_path / "one.gpkg", aoi=area)
+    one, one_objects = run(scene.path, tmp_path / "one.gpkg", aoi=area, anchor="lattice")  # the mosaic's grid
     split_raster(scene.path, tmp_path / "files", overlap=150)
     got, objects = run(str(tmp_path / "files" / "*.tif"), tmp_path / "mosaic.gpkg", aoi=area)
-    # the mosaic's grid is anchored to its lattice (issue 52): the area may meet up to one more row and column
-    # of its tiles than of the one file's
-    from sam3tiles.tiling.grid import TileGrid
-
-    rows, cols = TileGrid(W, H).shape
-    assert one.done <= got.done <= one.done + rows + cols + 1 and got.done < got.tiles and got.failed == 0
+    # the one file on the grid the mosaic's is anchored to (issue 52): the area meets the same tiles
+    assert got.done == one.done and got.done < got.tiles and got.failed == 0
     # (objects the tiles found outside the area, dropped: as many as the tiles reach past it, grid by grid)
     assert got.area["objects_outside"] > 0 and one.area["objects_outside"] > 0
     assert len(objects) == len(one_objects) > 0

@@ -24,26 +24,41 @@ from ..readers.mosaic import MosaicPath, layout_of
 from ..tiling.grid import lattice_offset
 
 
+def lattice_path(path: str, opts: Options) -> str:
+    """One file as a map of one file (`readers.mosaic.MosaicPath`, named as the file) where `--anchor-grid
+    lattice` asks for its grid on the lattice (`anchor_map` anchors it as a mosaic's): its tiles are then the ones
+    a mosaic it grows into lays, their checkpoints reused. Otherwise, or a file without a CRS, `path` as given."""
+    from .maps import mosaic_path, read_header
+
+    if opts.anchor != "lattice" or layout_of(path) is not None:
+        return path
+    header = read_header(path, opts)
+    if header.crs is None:
+        return path
+    return MosaicPath(str(path), mosaic_path([header]).layout)
+
+
 def anchor_map(path, opts: Options):
     """`path`, a mosaic, with the margin that puts its tiles on its lattice's grid (see the module); any other
-    path, or one that cannot be anchored, as given. Returns (the path, whether it is anchored)."""
+    path, or one that cannot be anchored, as given. Returns (the path, its margin (columns, rows) of holes
+    before the files, None when not anchored)."""
     lay = layout_of(path)
     if lay is None or lay.crs is None or opts.squash or opts.gsd:
-        return path, False
+        return path, None
     a, b, c, d, e, f = lay.transform[:6]
     if b != 0 or d != 0:
-        return path, False
+        return path, None
     stride = opts.tile_size - opts.overlap
     dc, dr = lattice_offset(c, a, stride, opts.scale), lattice_offset(f, e, stride, opts.scale)
     if dc is None or dr is None:
-        return path, False
+        return path, None
     if (dc, dr) == (0, 0):
-        return path, True
+        return path, (0, 0)
     members = tuple(dataclasses.replace(m, col=m.col + dc, row=m.row + dr) for m in lay.members)
     t = (a, 0.0, c - dc * a, 0.0, e, f - dr * e)
     grown = dataclasses.replace(lay, members=members, width=lay.width + dc, height=lay.height + dr, transform=t,
                                 nodata=True)
-    return MosaicPath(str(path), grown), True
+    return MosaicPath(str(path), grown), (dc, dr)
 
 
 def on_lattice(geoms, transform, per_pixel: int = 1024):

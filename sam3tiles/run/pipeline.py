@@ -278,7 +278,8 @@ def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport, 
     if plan.labels is not None:
         inp = plan.inputs[0]
         with _timed(report, "write"), disk_errors(plan.labels.parent, "the label image"):
-            write_labels(spool, plan.labels, inp.width, inp.height, inp.transform, inp.crs, levels=inp.levels or None,
+            f = inp.frame  # the files' extent, not an anchored grid's margin
+            write_labels(spool, plan.labels, f.width, f.height, f.transform, inp.crs, levels=inp.levels or None,
                          pixel_size_um=inp.pixel_size_um)
 
 

@@ -77,8 +77,11 @@ class InputPlan:
 
     @property
     def frame(self) -> Frame:
-        """The input's frame for units (`units.Frame`)."""
-        return Frame(self.crs, self.transform, self.width, self.height, self.pixel_size_um)
+        """The input's frame for units and outputs (`units.Frame`): the files' extent, without an anchored
+        mosaic's margin (`margin`; the label image, the quicklook and the plan's figures cover the files)."""
+        dc, dr = self.margin
+        t = self.transform @ self.transform.translation(dc, dr) if (dc, dr) != (0, 0) else self.transform
+        return Frame(self.crs, t, self.width - dc, self.height - dr, self.pixel_size_um)
     files: tuple[str, ...] = ()  # every file its pixels come from (a VRT's sources, ...)
     # exemplars (`sam3tiles.prompts.strip`): the strip the grid leaves in each tile input (0: none), the tiles
     # the grid had without it, each example image's (image, chip -> source pixels, bands to read), a note
@@ -104,7 +107,8 @@ class InputPlan:
         return pixels_identity(self.path, self.identity, self.member_ids, window)
 
     skips: object = None  # `run.area.InputSkips`: the tiles it skips (area of interest, tissue), None: none
-    anchored: bool = False  # a mosaic whose grid is anchored to its lattice: files added keep its tiles (`run.anchor`)
+    anchored: bool = False  # a grid anchored to its lattice: files added keep its tiles (`run.anchor`)
+    margin: tuple[int, int] = (0, 0)  # the anchor's strip of holes (columns, rows) before the files: tiles only
 
     def selection(self):
         """Which tiles of the grid run and why the others are skipped (`tiling.selection.TileSelection`),
@@ -155,7 +159,7 @@ class InputPlan:
         stretch = "" if self.stretch is None else f", stretched {self.stretch.lo[0]:g}..{self.stretch.hi[0]:g}"
         strip = (f" ({self.base_tiles} without the {self.exemplar_strip} px exemplar strip)"
                  if self.exemplar_strip else "")
-        return (f"{self.path}: {self.width} x {self.height} px, bands {','.join(map(str, self.bands))} "
+        return (f"{self.path}: {self.frame.width} x {self.frame.height} px, bands {','.join(map(str, self.bands))} "
                 f"{self.dtype}{stretch}, {crs}: {self.n_tiles} tile(s){strip}")
 
 
@@ -392,17 +396,18 @@ def plan_maps(paths: list[str], opts: Options, per_input: Sequence, dates: dict)
     planned (`plan_input`); a mosaic's files keep their own outputs (`member_outputs`, --out FOLDER/); a mosaic's
     grid is anchored to its lattice (`anchor.anchor_map`).
     Returns (the maps' plans, the notes on the grouping)."""
-    from .anchor import anchor_map
+    from .anchor import anchor_map, lattice_path
 
     grouping = group_inputs(paths, opts, dates)
     planned = []
     for g in grouping.maps:
-        if len(g.members) == 1:
+        path = lattice_path(g.path, opts) if len(g.members) == 1 else g.path  # --anchor-grid lattice
+        if layout_of(path) is None:
             planned.append(plan_input(g.path, opts, per_input[g.members[0]]))
             continue
         outs = tuple(per_input[k] for k in g.members)
-        path, anchored = anchor_map(g.path, opts)
-        inp = dataclasses.replace(plan_input(path, opts), anchored=anchored)
+        path, margin = anchor_map(path, opts)
+        inp = dataclasses.replace(plan_input(path, opts), anchored=margin is not None, margin=margin or (0, 0))
         planned.append(dataclasses.replace(inp, member_outputs=outs) if any(o is not None for o in outs) else inp)
     return tuple(planned), grouping.notes
 

@@ -60,6 +60,7 @@ class InputResult:
     marks: list = field(default_factory=list)  # [("failed" | "saturated", source-pixel Window)] for the preview
     picture: object = None  # the preview's picture from the tiles (`thumbs.Picture.image`), when they covered it
     selection: object = None  # the tiles run and skipped (`tiling.selection.TileSelection`), None: all ran
+    origin: tuple = (0, 0)  # the frame's first pixel in the grid's pixels (marks, selection): `run.anchor`'s margin
 
 
 @dataclass
@@ -120,7 +121,7 @@ class InputRun:
         index = self._begin_spool()
         if not self.opts.no_preview and (self.inp.output is not None or self.plan.combined is not None):
             f = self.inp.frame
-            self.picture = Picture(f.width, f.height, panel_wh(f.width, f.height, MAX_SIDE))
+            self.picture = Picture(f.width, f.height, panel_wh(f.width, f.height, MAX_SIDE), self.inp.margin)
         # decided objects go to the spool as each block's merge comes in: memory does not follow them
         self.merger = BlockMerger(frames, blocks, submit=_submit_on(self.engine, self.opts.retries),
                                   on_block=lambda objects, first: self._spool_block(index, objects, first),
@@ -150,7 +151,8 @@ class InputRun:
         self.report.seconds["merge"] += time.perf_counter() - t0
         self.area.finish()
         return InputResult(self.inp.path, index, mstats, self.inp.frame, self._marks(),
-                           self.picture.image() if self.picture is not None else None, self.area.selection)
+                           self.picture.image() if self.picture is not None else None, self.area.selection,
+                           self.inp.margin)
 
     def _plan_tiles(self) -> Iterator[tuple]:
         """The grid tiles to run, admitted one by one as they are submitted (`admit`)."""
