@@ -402,7 +402,7 @@ def test_the_plan_and_the_report_show_the_mosaic(scene, tmp_path):
     holes = 725 * 525 / (W * H)
     line = next(ln for ln in r.output.splitlines() if "one file at a time" in ln)
     assert f"{n} tile(s) (8 one file at a time); holes {100 * holes:.1f}%" in line and "overlaps " in line
-    assert f": {W} x {H} px" in line
+    assert f": {W} x {H} px" in line and f": {W} x {H} px, 3 band(s) uint8" in r.output
     assert len(gpd.read_file(tmp_path / "grid.gpkg")) == n
     report, _ = run(inputs, tmp_path / "o.gpkg")
     (m,) = report.maps

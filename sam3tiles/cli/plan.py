@@ -80,7 +80,7 @@ def _show_map(inp, name: str, opts, prompts: int, report, report_path, layer: bo
     everything = tile_plan(inp, report=report) if layer or report is not None else None
     counts = TileCounts.of_layer(everything) if everything is not None else tile_counts(inp)
     mosaic = len(inp.paths) > 1  # its name says so: "mosaic of N files (first ... last)"
-    click.echo(f"{name}: {inp.width} x {inp.height} px, {inp.band_count} band(s) {inp.dtype}, "
+    click.echo(f"{name}: {inp.frame.width} x {inp.frame.height} px, {inp.band_count} band(s) {inp.dtype}, "
                f"CRS {inp.crs.to_string() if inp.crs else 'none (pixel coordinates)'}")
     st = inp.stretch
     click.echo(f"bands used: {','.join(map(str, inp.bands))}; stretch: "

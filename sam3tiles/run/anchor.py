@@ -10,7 +10,9 @@ objects as the incremental rerun. Nothing is recorded in the work folder: the gr
 
 Choices and costs: the margin can cost a mosaic up to one more row and column of tiles than the same scene as
 one file. A single file is not anchored (its grid starts at its own top-left, as before: no tile more than it
-needs; a mosaic it later grows into recomputes its tiles once). Not anchored either, each laid from its own
+needs; a mosaic it later grows into recomputes its tiles once) unless `--anchor-grid lattice` asks
+(`lattice_path`: then it is a map of one file, anchored as a mosaic). The margin is where tiles are laid only:
+the outputs and the plan's figures cover the files (`plan.InputPlan.frame`). Not anchored either, each laid from its own
 top-left: a map without a CRS, a rotated or sheared one, a squashed run, `--gsd`, and a stride that is no whole
 number of source pixels at the run's scale.
 """

@@ -127,7 +127,9 @@ class InputPlan:
 
     @property
     def bounds(self) -> tuple[float, float, float, float]:
-        return raster_bounds(self.transform, self.width, self.height)
+        """The files' extent in the CRS (`frame`: an anchored grid's margin is no part of it)."""
+        f = self.frame
+        return raster_bounds(f.transform, f.width, f.height)
 
     @property
     def pixel_area(self) -> float:
