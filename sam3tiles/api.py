@@ -47,12 +47,14 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             edge_margin: int = _D.edge_margin, encode_seconds: float = _D.encode_seconds,
             decode_seconds: float = _D.decode_seconds, merge_block: int = _D.merge_block, box_scope: str = _D.box_scope,
             verify_inputs: bool = _D.verify_inputs, asset: str | None = _D.asset, no_mosaic: bool = _D.no_mosaic,
-            crs: str | None = _D.crs, progress_format: str = _D.progress_format) -> gpd.GeoDataFrame:
+            crs: str | None = _D.crs, anchor: str = _D.anchor,
+            progress_format: str = _D.progress_format) -> gpd.GeoDataFrame:
     """Segment one or more rasters with text prompts and/or example boxes, or point prompts; returns the objects.
 
     Returns a GeoDataFrame, one row per object, in the source CRS (no CRS for plain images: pixel
     coordinates, y down): id, prompt, score, the area named for its unit (area_m2, ...), area_px, n_tiles,
-    source, backend, model; the run report in `gdf.attrs["sam3tiles_report"]`. Memory stays flat.
+    source, backend, model; the run report in `gdf.attrs["sam3tiles_report"]`. Memory stays flat. Huge jobs:
+    `segment_report(...)` (same arguments) returns only the `RunReport`, never every object.
 
     Args:
         inputs: a path, URL (presigned ones too: never a glob), s3:// gs:// or /vsi path, glob, STAC item
@@ -72,8 +74,7 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             checkpoints are kept beside it and a rerun resumes.
         overwrite, labels: replace an existing output; also write a uint32 label pyramid aligned with the
             (single) input (values = `id`): `.tif` (COG; a slide's: pyramidal OME-TIFF) or `.ome.zarr`.
-        work_dir, fresh, checkpoint, report_path: checkpoint folder; ignore checkpoints; keep none at all; the
-            run report JSON (default: beside `out`).
+        work_dir, fresh, checkpoint, report_path: checkpoint folder; ignore them; keep none; the report (beside out).
         client, options: a `distributed.Client` to run on (default: an in-process cluster, or `scheduler`); an
             `Options` value, whose fields the keywords below override (on a copy).
         backend: "onnx" (SAM 3 model files), "reference" (a colour-matching stand-in), "simulated", or a plugin's.
@@ -85,7 +86,8 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
         tile_size, overlap, scale, gsd: tile side and overlap in (scaled) pixels (tile_size at most 1008; an
             overlap below 1 is a fraction of the tile side: 0.2 -> 202 px); uniform zoom, or a target ground
             sampling distance (CRS units per pixel).
-        bands, squash: bands as (R, G, B) or one band, 1-based; the whole image as one squashed tile.
+        bands, squash, anchor: bands as (R, G, B) or one band, 1-based; the whole image as one squashed tile;
+            "lattice": one file's grid on its CRS lattice, as a mosaic's (docs/growing-archives.md).
         refine, refine_depth: "auto": a tile where a prompt hits SAM 3's 200-object cap is re-run as sub-tiles
             at twice the zoom, for that prompt, up to `refine_depth` doublings; "off" (`sam3tiles.tiling.refine`).
         aoi, aoi_clip, tissue: an area of interest (a vector file or a box), clip objects to it; skip a slide's
@@ -103,8 +105,6 @@ def segment(inputs: Inputs, prompts: str | Sequence[str] = (), *, boxes: Boxes =
             every example box acts in every tile (pasted into each tile's free margin); "tile": only where it is.
         asset, progress_format, no_mosaic, crs: STAC inputs' asset key; "bar", or "json" lines on stderr; each
             input on its own (default: one map's files are one image); the map's CRS (docs/many-files.md).
-
-    Huge jobs: `segment_report(...)` (same arguments) returns only the `RunReport`, never every object.
     """
     return _objects(locals())
 

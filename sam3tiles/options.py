@@ -223,6 +223,11 @@ class Options:
     squash: bool = opt(False, f"Baseline: the whole image stretched to one model input ({MODEL_SIZE} px square), as "
                               "the published callers do.", job="tiling.squash", flags=("--squash",),
                        commands=("segment", "plan"))
+    anchor: str = opt("auto", "Where the tile grid starts: auto = a map of several files on its CRS lattice (files "
+                              "added later keep its tiles), one file at its own corner; lattice = one file on the "
+                              "lattice too, so the tiles of a file that will grow into a mosaic are reused then "
+                              "(docs/growing-archives.md).", job="grid.anchor", flags=("--anchor-grid",),
+                      commands=("segment", "plan"), choices=("auto", "lattice"))
     refine: str = opt(REFINE_MODES[0], "auto: a tile where a prompt hits SAM 3's 200-object cap is re-run as "
                                        "4 sub-tiles at twice the zoom, for that prompt only, recursively where still "
                                        "saturated "

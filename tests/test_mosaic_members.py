@@ -98,12 +98,19 @@ def test_a_member_rewritten_between_two_runs_of_one_process_is_read_anew(tmp_pat
     from sam3tiles.run.tasks import SourceSpec, read_task
 
     def planned_read():
-        """Plan a run over the map as a run does and read its first tile through a worker's read task."""
+        """Plan a run over the map as a run does and read the tile that holds r0c0 and its neighbours through a
+        worker's read task; its pixels from r0c0's top-left on (the map's grid is anchored to its lattice:
+        holes may come first, issue 52)."""
+        from sam3tiles.readers.mosaic import layout_of
+
         plan = plan_run(str(tmp_path / "map" / "*.tif"), ["red"], options=Options(backend="reference"),
                         targets=Targets(out=str(tmp_path / "o.gpkg"), checkpoint=False))
         (inp,) = plan.inputs
-        image, _ = read_task(SourceSpec(inp.path, inp.bands, inp.stretch, inp.identity), next(iter(inp.tiles())))
-        return inp.identity, image.rgb
+        m = next(m for m in layout_of(inp.path).members if m.path.endswith("r0c0.tif"))
+        tile = next(t for t in inp.tiles() if t.x0 <= m.col and m.col + 2 * SIDE <= t.x0 + t.size
+                    and t.y0 <= m.row and m.row + 2 * SIDE <= t.y0 + t.size)
+        image, _ = read_task(SourceSpec(inp.path, inp.bands, inp.stretch, inp.identity), tile)
+        return inp.identity, image.rgb[:, m.row - tile.y0:, m.col - tile.x0:]
 
     _grid(tmp_path / "map")
     first_id, first = planned_read()

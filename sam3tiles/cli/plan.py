@@ -37,9 +37,9 @@ def plan(input, out, boxes, example_images, points, point_file, prompts, report_
     from ..prompts.prompt import GeoBox, build_prompts
     from ..run.area import check_area_meets
     from ..run.inputs import expand_inputs
-    from ..run.maps import group_inputs, map_lines
+    from ..run.maps import map_lines
     from ..run.once import distinct_inputs
-    from ..run.plan import plan_input, with_exemplars
+    from ..run.plan import plan_maps, with_exemplars
     from ..writers import check_output, write_vector
 
     t0 = time.perf_counter()
@@ -51,8 +51,7 @@ def plan(input, out, boxes, example_images, points, point_file, prompts, report_
     paths = once.paths
     for note in once.notes:
         click.echo(f"inputs: {note}")
-    grouping = group_inputs(paths, opts, dates)
-    maps = [plan_input(g.path, opts) for g in grouping.maps]  # the pre-flight's own step for each map
+    maps, notes = plan_maps(paths, opts, [None] * len(paths), dates)  # the run's own step: the same grids
     check_area_meets(maps, opts.aoi)
     if boxes or example_images:
         maps = [with_exemplars(inp, build_prompts([], [GeoBox.parse(b) for b in boxes],
@@ -60,7 +59,7 @@ def plan(input, out, boxes, example_images, points, point_file, prompts, report_
     pts = _points(maps, points, point_file, boxes, example_images, opts)
     report = _load_report(report_path) if report_path else None
     if len(paths) > 1:
-        for line in map_lines(maps, grouping.notes):
+        for line in map_lines(maps, notes):
             click.echo(line)
     layers = [_show_map(inp, input if len(paths) == 1 else inp.path, opts, prompts, report, report_path, bool(out),
                         pts is None) for inp in maps]
@@ -105,7 +104,7 @@ def _show_map(inp, name: str, opts, prompts: int, report, report_path, layer: bo
     from ..readers.mosaic import layout_of
 
     mosaic = layout_of(inp.path) is not None  # its name says so: "mosaic of N files (...)", "F warped to CRS"
-    click.echo(f"{name}: {inp.width} x {inp.height} px, {inp.band_count} band(s) {inp.dtype}, "
+    click.echo(f"{name}: {inp.frame.width} x {inp.frame.height} px, {inp.band_count} band(s) {inp.dtype}, "
                f"CRS {inp.crs.to_string() if inp.crs else 'none (pixel coordinates)'}")
     st = inp.stretch
     click.echo(f"bands used: {','.join(map(str, inp.bands))}; stretch: "

@@ -11,6 +11,7 @@ to exactly that (another schema, a damaged or crafted blob) is recomputed, never
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -23,8 +24,9 @@ from pathlib import Path
 from ..wording import opt
 from .tasks import TileResult
 
-SCHEMA = 4  # 2: one row per (tile, prompt), pieces renumbered as prompt 0; 3: JSON + WKB rows, no pickle;
-# 4: a row carries the key it was stored under (a row moved to another key is recomputed)
+SCHEMA = 5  # 2: one row per (tile, prompt), pieces renumbered as prompt 0; 3: JSON + WKB rows, no pickle;
+# 4: a row carries the key it was stored under (a row moved to another key is recomputed); 5: keyed on the
+# tile's place and pixels, not its grid position; a row holds the tile's interior edges (`fitted`)
 MAGIC = b"S3TR"  # sam3tiles tile result
 _COLUMNS = ("score", "prompt", "tile_key", "complete", "edge_dist")
 
@@ -33,6 +35,74 @@ def tile_key(parts: dict) -> str:
     """A stable hash of the inputs that decide one tile's result (source identity, window, prompts,
     model identity, parameters)."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def tile_place(tile) -> list:
+    """Where a tile lies, for its key: its top-left counted in its own pixels from the CRS origin (the same
+    number whichever grid on the lattice holds it: a map that grew west has other tile indices and offsets,
+    not other places), its pixel size and axes, side, content and scale. Its neighbours are no part of it:
+    a reused result is `fitted` to the tile's edges as this run's grid has them."""
+    t = tile.transform
+    at = [round(v / d, 3) if d else v for v, d in ((t.c, t.a), (t.f, t.e))]  # (a rotated grid: in CRS units)
+    return [*at, t.a, t.b, t.d, t.e, tile.size, list(tile.valid_wh), list(tile.scale_xy)]
+
+
+def pixels_identity(path, identity: str, member_ids, window) -> str:
+    """The identity of the pixels a source-pixel window reads, for its key: `identity` for a plain input; for a
+    mosaic, the members the window touches, each with its identity and its place in the CRS (not in the
+    mosaic, whose origin moves when files are added west or north), and nothing of the others."""
+    from ..readers.mosaic import layout_of
+
+    lay = layout_of(path)
+    if lay is None or not member_ids:
+        return identity
+    a, _, c, _, e, f = lay.transform[:6]
+    h = hashlib.sha256(f"mosaic|{a},{e}|{lay.bands}|{lay.band_count}|{lay.dtype}|{lay.crs}".encode())
+    for k in lay.touching(window):
+        m = lay.members[k]
+        at = (round((c + m.col * a) / a, 3), round((f + m.row * e) / e, 3))
+        h.update(f"|{at}:{dataclasses.replace(m, col=0, row=0)!r}:{member_ids[k]}".encode())
+    return h.hexdigest()[:16]
+
+
+def fitted(result: TileResult, tile, edge_margin: int) -> TileResult:
+    """A stored result as `tile` of this run's grid gives it: its pieces keyed by the tile's index, and where the
+    tile's interior edges differ from those it was computed with (a map grown past its edge), each piece's
+    distance to them and its completeness derived again from its outline (an exemplar's cut stays cut)."""
+    from dataclasses import replace
+
+    from ..tiling.piecekey import pass_of, piece_key
+    from ..vectorize.pieces import Pieces
+
+    p = result.pieces
+    keys = [piece_key(tile.index, pass_of(k)) for k in p.tile_key]
+    before = result.interior
+    if before is None or tuple(before) == tuple(tile.interior) or not len(p):
+        return replace(result, tile_index=tile.index, interior=tuple(tile.interior),
+                       pieces=replace(p, tile_key=keys))
+    dist, complete = [], []
+    for g, d in zip(p.geometry, p.edge_dist):
+        sides = _sides(g, tile)
+        was = min((s for s, i in zip(sides, before) if i), default=math.inf)
+        cut = d == 0.0 and was > 0.0  # zero without touching an interior edge: an exemplar's cut
+        now = 0.0 if cut else float(min((s for s, i in zip(sides, tile.interior) if i), default=math.inf))
+        dist.append(now)
+        complete.append(now >= edge_margin and not cut)
+    pieces = Pieces(geometry=list(p.geometry), score=list(p.score), prompt=list(p.prompt), tile_key=keys,
+                    complete=complete, edge_dist=dist)
+    return replace(result, tile_index=tile.index, interior=tuple(tile.interior), pieces=pieces)
+
+
+def _sides(geom, tile) -> tuple[float, float, float, float]:
+    """A piece's distance to its tile's left, top, right and bottom edges of content (tile pixels), as
+    `vectorize.pieces_from_crops` measures them: its outline lies on whole tile pixels."""
+    import shapely
+
+    inv = ~tile.transform
+    x0, y0, x1, y1 = shapely.bounds(geom)
+    xs, ys = zip(*(inv @ (x, y) for x in (x0, x1) for y in (y0, y1)))
+    vw, vh = tile.valid_wh
+    return (float(round(min(xs))), float(round(min(ys))), float(vw - round(max(xs))), float(vh - round(max(ys))))
 
 
 class TileStore:
@@ -173,6 +243,7 @@ def encode_result(result: TileResult, key: str | None) -> bytes:
               "saturated": bool(result.saturated), "seconds": {str(k): float(v) for k, v in result.seconds.items()},
               "unusable_prompts": [str(u) for u in result.unusable_prompts],
               "saturated_prompts": [int(i) for i in result.saturated_prompts],
+              "interior": None if result.interior is None else [bool(i) for i in result.interior],
               "wkb_len": [len(w) for w in wkbs]}
     for name in _COLUMNS:
         header[name] = [_plain(v) for v in getattr(p, name)]
@@ -225,10 +296,14 @@ def decode_result(blob, key: str | None = None) -> TileResult | None:
             return None
         if not _numbers(h["saturated_prompts"], int) or not all(isinstance(u, str) for u in h["unusable_prompts"]):
             return None
+        interior = h["interior"]
+        if interior is not None and not (_numbers(interior, bool) and len(interior) == 4):
+            return None
         pieces = Pieces(geometry=geoms, **{k: list(v) for k, v in cols.items()})
         return TileResult(h["tile_index"], pieces, skipped=flags[0], saturated=flags[1], seconds=dict(seconds),
                           unusable_prompts=tuple(h["unusable_prompts"]),
-                          saturated_prompts=tuple(h["saturated_prompts"]))
+                          saturated_prompts=tuple(h["saturated_prompts"]),
+                          interior=None if interior is None else tuple(interior))
     except Exception:  # noqa: BLE001 - any malformed row is simply recomputed
         return None
 
@@ -275,7 +350,7 @@ def join_parts(tile_index: int, parts: list[tuple[int | None, TileResult]]) -> T
         for k, v in part.seconds.items():
             seconds[k] = seconds.get(k, 0.0) + v
     return TileResult(tile_index, pieces, skipped=skipped and bool(parts), saturated=saturated, seconds=seconds,
-                      unusable_prompts=tuple(unusable),
+                      unusable_prompts=tuple(unusable), interior=parts[0][1].interior if parts else None,
                       saturated_prompts=tuple(i for i, part in parts if part.saturated and i is not None))
 
 

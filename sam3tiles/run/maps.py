@@ -401,12 +401,13 @@ def map_facts(inp) -> dict:
     from ..readers.mosaic import layout_of
 
     lay = layout_of(inp.path)
+    f = inp.frame  # the files' extent (an anchored grid's margin is no part of the map: `plan.InputPlan.frame`)
     facts = {"map": str(inp.path), "files": len(inp.paths), "crs": inp.crs.to_string() if inp.crs else None,
-             "width": inp.width, "height": inp.height, "tiles": inp.n_tiles}
+             "width": f.width, "height": f.height, "tiles": inp.n_tiles}
     if lay is None:
         return facts
     covered, overlap = coverage(lay.members, lay.width, lay.height)
-    area = float(lay.width * lay.height)
+    area = float(f.width * f.height)
     return {**facts, "mosaic": True, "tiles_one_at_a_time": one_at_a_time(lay, inp.grid),
             "hole_tiles": hole_tiles(lay, inp.grid) if inp.grid is not None else 0,
             "holes": round(1 - covered / area, 4), "overlaps": round(overlap / area, 4),
@@ -441,7 +442,7 @@ def mosaic_line(inp) -> str:
     stretch = "" if inp.stretch is None else f", stretched {inp.stretch.lo[0]:g}..{inp.stretch.hi[0]:g}"
     holes = f", {f['hole_tiles']} over holes only (skipped unread)" if f["hole_tiles"] else ""
     warped = f"; {len(f['warped'])} of its {f['files']} files warped onto its lattice" if f["warped"] else ""
-    return "\n".join([f"{inp.path}: {inp.width} x {inp.height} px, bands "
+    return "\n".join([f"{inp.path}: {f['width']} x {f['height']} px, bands "
                       f"{','.join(map(str, inp.bands))} {inp.dtype}{stretch}, {f['crs']}: {inp.n_tiles} tile(s){holes} "
                       f"({f['tiles_one_at_a_time']} one file at a time); holes {f['holes']:.1%}, overlaps "
                       f"{f['overlaps']:.1%} of its area{warped}", *lattice_lines(f, "    ")])

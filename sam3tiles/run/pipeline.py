@@ -80,6 +80,14 @@ def with_options(options: Options | None, changes: dict) -> Options:
 
 
 @gdal_env()
+def _store(plan, fresh: bool, report: RunReport) -> TileStore | None:
+    """The run's checkpoint store (None: none kept)."""
+    if plan.work_dir is None:
+        return None
+    report.checkpoint["work_dir"] = str(plan.work_dir)
+    return TileStore(plan.work_dir, fresh=fresh)
+
+
 def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float | None = None,
             return_objects: bool = True) -> tuple[gpd.GeoDataFrame | None, RunReport]:
     """Run a checked plan: every input's tiles, the merge, the outputs and the report."""
@@ -91,9 +99,7 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
     report.input_notes = list(plan.input_notes)
     if len(plan.paths) > 1 or any(i.member_ids for i in plan.inputs):  # the maps the files form (issues 38, 52)
         report.maps, report.map_notes = [map_facts(i) for i in plan.inputs], list(plan.map_notes)
-    store = TileStore(plan.work_dir, fresh=fresh) if plan.work_dir is not None else None
-    if store is not None:
-        report.checkpoint["work_dir"] = str(plan.work_dir)
+    store = _store(plan, fresh, report)
     json_progress = opts.progress_format == "json"  # for programs driving the CLI: even with -q
     bar = progress_bar(opts.progress_format) if opts.progress or json_progress else None
     pending = Deferred()
@@ -272,7 +278,8 @@ def write_outputs(plan: RunPlan, results: list[InputResult], report: RunReport, 
     if plan.labels is not None:
         inp = plan.inputs[0]
         with _timed(report, "write"), disk_errors(plan.labels.parent, "the label image"):
-            write_labels(spool, plan.labels, inp.width, inp.height, inp.transform, inp.crs, levels=inp.levels or None,
+            f = inp.frame  # the files' extent, not an anchored grid's margin
+            write_labels(spool, plan.labels, f.width, f.height, f.transform, inp.crs, levels=inp.levels or None,
                          pixel_size_um=inp.pixel_size_um)
 
 

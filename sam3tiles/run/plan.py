@@ -27,7 +27,7 @@ from ..prompts.points import ZOOM_OUT_DEPTH, PointPrompts, check_point_run, plan
 from ..prompts.prompt import GeoBox, Prompt, build_prompts, prompt_arguments, raster_bounds, read_box_file
 from ..readers import Source, Stretch, gdal_env, open_source
 from ..readers.identity import changed_error, changed_while_opened, file_stamps, opening_stamp
-from ..readers.mosaic import layout_of, member_identities, mosaic_identity, window_identity
+from ..readers.mosaic import layout_of, member_identities, mosaic_identity
 from ..tiling.grid import DEFAULT_OVERLAP, TILE_SIZE, Tile, TileGrid, scale_for_gsd, squash_tile
 from ..tiling.refine import Refiner
 from ..units import Frame, pixel_size
@@ -35,6 +35,7 @@ from ..wording import named_in, opt, raw, spoken
 from ..writers.labels import check_labels_for, label_format
 from ..writers.formats import check_space, is_dataset
 from .area import check_area_meets, plan_skips
+from .checkpoint import pixels_identity
 from .inputs import expand_inputs, read_paths
 from .maps import group_inputs, map_lines
 from .once import distinct_inputs
@@ -76,8 +77,11 @@ class InputPlan:
 
     @property
     def frame(self) -> Frame:
-        """The input's frame for units (`units.Frame`)."""
-        return Frame(self.crs, self.transform, self.width, self.height, self.pixel_size_um)
+        """The input's frame for units and outputs (`units.Frame`): the files' extent, without an anchored
+        mosaic's margin (`margin`; the label image, the quicklook and the plan's figures cover the files)."""
+        dc, dr = self.margin
+        t = self.transform @ self.transform.translation(dc, dr) if (dc, dr) != (0, 0) else self.transform
+        return Frame(self.crs, t, self.width - dc, self.height - dr, self.pixel_size_um)
     files: tuple[str, ...] = ()  # every file its pixels come from (a VRT's sources, ...)
     # exemplars (`sam3tiles.prompts.strip`): the strip the grid leaves in each tile input (0: none), the tiles
     # the grid had without it, each example image's (image, chip -> source pixels, bands to read), a note
@@ -100,9 +104,11 @@ class InputPlan:
     def identity_at(self, window) -> str:
         """The checkpoint identity of the pixels of a source-pixel window: the input's, or a mosaic's for
         the members the window touches only (a changed member recomputes only its tiles)."""
-        return window_identity(self.path, self.identity, self.member_ids, window)
+        return pixels_identity(self.path, self.identity, self.member_ids, window)
 
     skips: object = None  # `run.area.InputSkips`: the tiles it skips (area of interest, tissue), None: none
+    anchored: bool = False  # a grid anchored to its lattice: files added keep its tiles (`run.anchor`)
+    margin: tuple[int, int] = (0, 0)  # the anchor's strip of holes (columns, rows) before the files: tiles only
 
     def selection(self):
         """Which tiles of the grid run and why the others are skipped (`tiling.selection.TileSelection`),
@@ -121,7 +127,9 @@ class InputPlan:
 
     @property
     def bounds(self) -> tuple[float, float, float, float]:
-        return raster_bounds(self.transform, self.width, self.height)
+        """The files' extent in the CRS (`frame`: an anchored grid's margin is no part of it)."""
+        f = self.frame
+        return raster_bounds(f.transform, f.width, f.height)
 
     @property
     def pixel_area(self) -> float:
@@ -153,7 +161,7 @@ class InputPlan:
         stretch = "" if self.stretch is None else f", stretched {self.stretch.lo[0]:g}..{self.stretch.hi[0]:g}"
         strip = (f" ({self.base_tiles} without the {self.exemplar_strip} px exemplar strip)"
                  if self.exemplar_strip else "")
-        return (f"{self.path}: {self.width} x {self.height} px, bands {','.join(map(str, self.bands))} "
+        return (f"{self.path}: {self.frame.width} x {self.frame.height} px, bands {','.join(map(str, self.bands))} "
                 f"{self.dtype}{stretch}, {crs}: {self.n_tiles} tile(s){strip}")
 
 
@@ -257,7 +265,10 @@ class RunPlan:
         if self.work_dir is not None:
             lines.append(f"checkpoints: {self.work_dir}"
                          + (spoken(f"  (exists: a run resumes from it; {opt('fresh')} starts over)")
-                            if self.work_dir.is_dir() else ""))
+                            if self.work_dir.is_dir() else "")
+                         + (f"; {n} map(s) of several files on a grid anchored to the CRS lattice (files added later "
+                            "leave its tiles where they are: a rerun reuses those over unchanged files)"
+                            if (n := sum(i.anchored for i in self.inputs)) else ""))
         if self.points is not None:
             return lines + point_cost_lines(self.points, self.inputs)
         lines += [*area_lines(self.inputs, e),
@@ -415,16 +426,21 @@ def _plan_prompts(planned: Sequence[InputPlan], texts, geo_boxes: list, box_file
 
 def plan_maps(paths: list[str], opts: Options, per_input: Sequence, dates: dict) -> tuple[tuple[InputPlan, ...], list]:
     """The inputs grouped into maps (`maps.group_inputs`: several files of one map are a mosaic) and each map
-    planned (`plan_input`); a mosaic's files keep their own outputs (`member_outputs`, --out FOLDER/).
+    planned (`plan_input`); a mosaic's files keep their own outputs (`member_outputs`, --out FOLDER/); a mosaic's
+    grid is anchored to its lattice (`anchor.anchor_map`).
     Returns (the maps' plans, the notes on the grouping)."""
+    from .anchor import anchor_map, lattice_path
+
     grouping = group_inputs(paths, opts, dates)
     planned = []
     for g in grouping.maps:
-        if len(g.members) == 1:
+        path = lattice_path(g.path, opts) if len(g.members) == 1 else g.path  # --anchor-grid lattice
+        if layout_of(path) is None:
             planned.append(plan_input(g.path, opts, per_input[g.members[0]]))
             continue
         outs = tuple(per_input[k] for k in g.members)
-        inp = plan_input(g.path, opts)
+        path, margin = anchor_map(path, opts)
+        inp = dataclasses.replace(plan_input(path, opts), anchored=margin is not None, margin=margin or (0, 0))
         planned.append(dataclasses.replace(inp, member_outputs=outs) if any(o is not None for o in outs) else inp)
     return tuple(planned), grouping.notes
 

@@ -174,6 +174,13 @@ class RunReport:
                 + f"; {p.get('encodes', 0)} encodes ({p.get('home_tiles', 0)} tiles holding points, "
                 f"{p.get('follow_encodes', 0)} following objects past them)"]
 
+    def _reuse_lines(self) -> list[str]:
+        """An incremental run (issue 52): how many tiles came from the work folder's earlier runs, how many were
+        computed."""
+        if not self.resumed:
+            return []
+        return [f"incremental: {self.resumed} tile(s) reused from checkpoints, {self.done} computed"]
+
     def summary(self) -> str:
         """A few lines for the terminal, in a user's words (every quantity with its unit); the last lines
         say where the work folder is and list every file written with its size."""
@@ -181,6 +188,7 @@ class RunReport:
             f"tiles: {self.tiles} in all: {self.done} done, {self.resumed} resumed from checkpoints, {self.skipped} "
             f"skipped ({self._skipped_why()}), {self.failed} failed, {self.saturated} saturated (hit SAM 3's "
             "200-object cap)",
+            *self._reuse_lines(),
             f"objects: {self.objects}" + (" (" + ", ".join(f"{k}: {v}" for k, v in self.objects_by_prompt.items())
                                           + ")" if self.objects_by_prompt else ""),
         ]

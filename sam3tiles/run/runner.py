@@ -35,8 +35,9 @@ from ..units import Frame
 from ..wording import opt, spoken
 from ..writers.stream import ObjectSpool, SpoolInput
 from ..writers.thumbs import MAX_SIDE, Picture, panel_wh
+from .anchor import on_lattice
 from .area import InputArea
-from .checkpoint import TileStore, _BatchedPuts, join_parts, prompt_part, tile_key
+from .checkpoint import TileStore, _BatchedPuts, fitted, join_parts, prompt_part, tile_key, tile_place
 from .engine import MAX_CLUSTER_BATCH, Engine, _count, settled
 from .frames import objects_frame
 from .plan import InputPlan, RunPlan
@@ -59,6 +60,7 @@ class InputResult:
     marks: list = field(default_factory=list)  # [("failed" | "saturated", source-pixel Window)] for the preview
     picture: object = None  # the preview's picture from the tiles (`thumbs.Picture.image`), when they covered it
     selection: object = None  # the tiles run and skipped (`tiling.selection.TileSelection`), None: all ran
+    origin: tuple = (0, 0)  # the frame's first pixel in the grid's pixels (marks, selection): `run.anchor`'s margin
 
 
 @dataclass
@@ -119,7 +121,7 @@ class InputRun:
         index = self._begin_spool()
         if not self.opts.no_preview and (self.inp.output is not None or self.plan.combined is not None):
             f = self.inp.frame
-            self.picture = Picture(f.width, f.height, panel_wh(f.width, f.height, MAX_SIDE))
+            self.picture = Picture(f.width, f.height, panel_wh(f.width, f.height, MAX_SIDE), self.inp.margin)
         # decided objects go to the spool as each block's merge comes in: memory does not follow them
         self.merger = BlockMerger(frames, blocks, submit=_submit_on(self.engine, self.opts.retries),
                                   on_block=lambda objects, first: self._spool_block(index, objects, first),
@@ -149,7 +151,8 @@ class InputRun:
         self.report.seconds["merge"] += time.perf_counter() - t0
         self.area.finish()
         return InputResult(self.inp.path, index, mstats, self.inp.frame, self._marks(),
-                           self.picture.image() if self.picture is not None else None, self.area.selection)
+                           self.picture.image() if self.picture is not None else None, self.area.selection,
+                           self.inp.margin)
 
     def _plan_tiles(self) -> Iterator[tuple]:
         """The grid tiles to run, admitted one by one as they are submitted (`admit`)."""
@@ -173,7 +176,7 @@ class InputRun:
                             model=self.plan.model_identity, simplify=o.simplify, min_area=o.min_area,
                             max_area=o.max_area, min_score=o.min_score, order=first, area=self.area.filter)
         if self.ownership is not None and len(gdf):  # a mosaic: the files each object's pixels came from
-            gdf["source"] = self.ownership.sources(gdf.geometry.values)
+            gdf["source"] = self.ownership.sources(on_lattice(gdf.geometry.values, self.inp.transform))
         self.spool.add(index, gdf)
 
     def _marks(self) -> list:
@@ -208,7 +211,9 @@ class InputRun:
             tps = [tp for tp in tps if tp.index in only]
         entries = self._entries(tile, tps, tx.key if tx is not None else None)
         hits = {k: self.store.get(k) for _, _, k in entries} if self.store is not None else {}
-        work = self.work[tile.index] = _TileWork(found=[(i, hits[k]) for i, _, k in entries if hits.get(k) is not None],
+        margin = self.opts.edge_margin
+        work = self.work[tile.index] = _TileWork(found=[(i, fitted(hits[k], tile, margin)) for i, _, k in entries
+                                                        if hits.get(k) is not None],
                                                  todo=[e for e in entries if hits.get(e[2]) is None])
         self.report.checkpoint["reused"] = self.report.checkpoint.get("reused", 0) + len(work.found)
         if not work.todo:
@@ -236,8 +241,7 @@ class InputRun:
         """(prompt index, model text, checkpoint key) per prompt of the tile; one entry without a prompt
         for a tile no prompt applies to. `pastes`: the exemplars pasted into the tile (in every key)."""
         base = {"source": self.inp.identity_at(tile.src_window),  # a mosaic's: the files the tile reads
-                "tile": [tile.x0, tile.y0, tile.size, tile.valid_wh, tile.scale_xy, list(tile.src_transform)[:6],
-                         tile.interior],
+                "place": tile_place(tile),  # not its grid's offsets: a grown map's tiles keep their keys
                 "model": self.plan.model_identity, "edge_margin": self.opts.edge_margin,
                 "stretch": str(self.source.stretch), "bands": self.source.bands, **self.hook.key_part(tile)}
         if pastes is not None:  # the pasted exemplars are part of every prompt's input

@@ -71,6 +71,9 @@ class TileResult:
     #: passes past each prompt's first ("extra") and their detections another pass had found ("folded":
     #: `vectorize.merge_passes`); like `exemplars`, not checkpointed
     passes: dict = field(default_factory=dict)
+    #: the tile's interior edges when it was computed (left, top, right, bottom): a checkpointed result reused on
+    #: a grid where they differ has its pieces' edge distances derived again (`checkpoint.fitted`)
+    interior: tuple[bool, bool, bool, bool] | None = None
 
 
 _local = threading.local()
@@ -264,7 +267,7 @@ def vectorize_task(infer: InferResult, tile: Tile, edge_margin: int = EDGE_MARGI
     seconds["vectorize"] = time.perf_counter() - t0
     return TileResult(tile.index, pieces, infer.skipped, infer.saturated, seconds, infer.unusable_prompts,
                       saturated_prompts=infer.saturated_prompts, exemplars=infer.exemplars, thumb=infer.thumb,
-                      passes=infer.passes)
+                      passes=infer.passes, interior=tuple(tile.interior))
 
 
 def tile_batch_task(src: SourceSpec, spec: RuntimeSpec, items: Sequence[tuple], edge_margin: int = EDGE_MARGIN,

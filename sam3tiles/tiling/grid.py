@@ -255,6 +255,20 @@ class TileGrid:
         raise ValueError(f"core [{c0}, {c1}) cannot be split into tiles of {size} px")
 
 
+def lattice_offset(origin: float, pixel: float, stride: int, scale: float) -> int | None:
+    """Whole source pixels to put before a map's first pixel (at CRS coordinate `origin` along one axis, pixels
+    of signed size `pixel`) so that its tile origins fall on multiples of the stride (`stride` grid pixels at
+    `scale`) counted from the CRS origin on the map's pixel lattice (issue 52: files added to a map leave its
+    tiles where they were). The pixel's index from the CRS origin is counted with its phase (the fraction of a
+    pixel the lattice is off the origin) taken in [-0.25, 0.75), so that maps of one lattice whose origins differ
+    by float noise (phases near 0 or one half, the usual ones) count alike. 0 <= result < the stride in source
+    pixels; None when the stride is no whole number of source pixels at that scale."""
+    s = stride / scale
+    if abs(s - round(s)) > 1e-9 or round(s) < 1 or pixel == 0:
+        return None
+    return math.floor(origin / pixel + 0.25) % round(s)
+
+
 def squash_tile(width: int, height: int, transform: Affine, size: int = TILE_SIZE) -> Tile:
     """The published callers' view: the whole image stretched to one size x size input (a baseline)."""
     sx, sy = size / width, size / height

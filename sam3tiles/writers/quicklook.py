@@ -57,7 +57,7 @@ def panel_side(n_panels: int) -> int:
     return MAX_SIDE // max(1, math.ceil(math.sqrt(min(n_panels, MAX_PANELS))))
 
 
-def overview(path: str, bands, out_wh: tuple[int, int]) -> np.ndarray | None:
+def overview(path: str, bands, out_wh: tuple[int, int], origin=(0, 0)) -> np.ndarray | None:
     """RGB uint8 [h, w, 3] of the whole image at `out_wh`, or None when no level is small enough (read
     only where the run's tiles did not bring the picture: `thumbs.Picture`)."""
     try:
@@ -66,7 +66,8 @@ def overview(path: str, bands, out_wh: tuple[int, int]) -> np.ndarray | None:
                 log.info("%s: no pyramid level or overview near %dx%d px and too large to decimate: the preview "
                          "shows outlines only (gdaladdo builds overviews)", path, *out_wh)
                 return None
-            rgb, valid = src.read_window(Window(0, 0, src.width, src.height), out_wh)
+            ox, oy = origin  # the frame's first pixel (an anchored map's margin before it: `run.anchor`)
+            rgb, valid = src.read_window(Window(ox, oy, src.width - ox, src.height - oy), out_wh)
     except RasterReadError as e:  # a damaged block (its tiles failed too): the outlines are still worth seeing
         log.warning("the preview of %s is drawn without the image: %s", path, e)
         return None
@@ -81,17 +82,19 @@ def _panel(res, side: int, bands) -> tuple[Image.Image, bool]:
     if rgb is not None and rgb.shape[:2] != (ph, pw):
         rgb = np.asarray(Image.fromarray(rgb).resize((pw, ph), Image.Resampling.BOX))
     if rgb is None:
-        rgb = overview(res.source, bands, (pw, ph))
+        rgb = overview(res.source, bands, (pw, ph), getattr(res, "origin", (0, 0)))
     if rgb is None:
         img = Image.new("RGB", (pw, ph), NO_IMAGE)
     else:  # dimmed to 3/4, so that outlines stand out on any image (a lookup table: numpy's integer
         # division of a 1024 px picture took 10 ms)
         img = Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8)).point(DIM * 3)
     sx, sy = pw / f.width, ph / f.height
-    img = _darken_skipped(img, getattr(res, "selection", None), sx, sy)
+    ox, oy = getattr(res, "origin", (0, 0))  # the grid's pixels of the frame's first one (an anchor's margin)
+    img = _darken_skipped(img, getattr(res, "selection", None), sx, sy, (ox, oy))
     draw = ImageDraw.Draw(img)
     for kind, win in res.marks:
-        box = [win.col_off * sx, win.row_off * sy, (win.col_off + win.width) * sx, (win.row_off + win.height) * sy]
+        x0, y0 = win.col_off - ox, win.row_off - oy
+        box = [x0 * sx, y0 * sy, (x0 + win.width) * sx, (y0 + win.height) * sy]
         colour = FAILED if kind == "failed" else SATURATED
         draw.rectangle(box, outline=colour, width=2)
         if kind == "failed":
@@ -100,12 +103,13 @@ def _panel(res, side: int, bands) -> tuple[Image.Image, bool]:
     return img, rgb is not None
 
 
-def _darken_skipped(img: Image.Image, selection, sx: float, sy: float) -> Image.Image:
-    """The picture with the tiles the run skipped (their cores) at a third of its levels."""
+def _darken_skipped(img: Image.Image, selection, sx: float, sy: float, origin=(0, 0)) -> Image.Image:
+    """The picture with the tiles the run skipped (their cores) at a third of its levels (`origin`: the grid's
+    pixel at the picture's corner)."""
     if selection is None or not selection.codes.any():
         return img
-    xs = (np.arange(img.width) + 0.5) / sx
-    ys = (np.arange(img.height) + 0.5) / sy
+    xs = (np.arange(img.width) + 0.5) / sx + origin[0]
+    ys = (np.arange(img.height) + 0.5) / sy + origin[1]
     skipped = selection.codes_at(xs, ys) != 0
     a = np.asarray(img).copy()
     a[skipped] = a[skipped] // 3
@@ -117,7 +121,7 @@ def _darken_skipped(img: Image.Image, selection, sx: float, sy: float) -> Image.
             continue
         rings = shapely.get_exterior_ring(shapely.get_parts(np.asarray([area], dtype=object)))
         for ring in rings:
-            xy = (shapely.get_coordinates(ring) * (sx, sy)).ravel().tolist()
+            xy = ((shapely.get_coordinates(ring) - origin) * (sx, sy)).ravel().tolist()
             draw.line(xy, fill=AREA, width=2)
     return img
 

@@ -34,8 +34,9 @@ class Picture:
     tile. Coordinates: source pixels of a `width` x `height` image; a tile's `src_window` and `scale_xy`
     (tile pixels per source pixel) place its samples."""
 
-    def __init__(self, width: int, height: int, out_wh: tuple[int, int]):
+    def __init__(self, width: int, height: int, out_wh: tuple[int, int], origin: tuple[int, int] = (0, 0)):
         self.w, self.h = int(out_wh[0]), int(out_wh[1])
+        self.origin = origin  # the picture's first source pixel (a map's margin before it: `run.anchor`)
         self.kx, self.ky = self.w / width, self.h / height  # picture pixels per source pixel
         self.rgb = np.zeros((self.h, self.w, 3), np.uint8)
         self.covered = np.zeros((self.h, self.w), bool)
@@ -56,8 +57,8 @@ class Picture:
     def add(self, tile, thumb: np.ndarray | None, step: int) -> None:
         """Place a tile's copy (`take(..., step)`); None: the tile had no data (black, as a read shows it)."""
         win = tile.src_window
-        xs, cx = self._span(win.col_off, win.width, self.kx, self.w)
-        ys, cy = self._span(win.row_off, win.height, self.ky, self.h)
+        xs, cx = self._span(win.col_off - self.origin[0], win.width, self.kx, self.w)
+        ys, cy = self._span(win.row_off - self.origin[1], win.height, self.ky, self.h)
         if xs.start >= xs.stop or ys.start >= ys.stop:
             return
         if thumb is not None:
