@@ -1,0 +1,180 @@
+"""Rule 5's boundary model: the outline of an object stitched across tiles, smoothed along its length where
+the tiles' views of it disagree.
+
+A real SAM 3 draws every outline with noise: a boundary a cell or two in or out, smoothly along it, drawn
+anew for each tile (a changed context, a changed answer). The stitch of rule 5 keeps each tile's view inside
+its core, so the merged outline carries that noise everywhere, and a step where it passes from one tile's
+view to the next at a core line. Where two tiles overlap, their views of the same stretch say how large the
+noise is: views that agree (within `AGREE_CELLS` mask cells on average: two tiles' grids of cells) leave
+the outline as the owners drew it, to the vertex. Views that disagree make the outline a noisy measurement
+of a smooth boundary, and each point of it becomes the mean of the outline around it (a moving average
+along the arc length, at most `REACH_CELLS` mask cells each way), moved by at most `CAP_CELLS` cells (the
+noise's size: no meander or corner is flattened by more).
+
+The window is chosen, point by point, from the outline's own shape: the largest for which the chords from the
+point to the window's two ends turn by at most `TURN` radians (from `MIN_CELLS` cells on, where the noise no
+longer sets the chords' direction). A corner stops the window before it (so points near a corner keep their
+place and the corner its angle), a meander shortens it, a straight road or field edge gets the whole reach.
+A window changes by at most one point from a point to the next (the average moves smoothly along the ring).
+
+An outline whose smoothing would change its shape (split a part, join two, open or close a hole) is left
+as the owners drew it.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import shapely
+
+from ..tiling.frame import TileFrame
+from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL
+from .parts import JOIN_CELLS, polygonal, regions
+
+#: Views of one stretch that differ by less than this many mask cells on average agree (nothing moves).
+AGREE_CELLS = 0.5
+#: The moving average's reach each way along the outline, in mask cells (about 100 tile px).
+REACH_CELLS = 29.0
+#: The shortest window whose chords are tested for turning, in mask cells (the noise's length is ~12 cells).
+MIN_CELLS = 17.0
+#: The largest turn (radians) between the chords from a point to its window's two ends.
+TURN = 0.6
+#: The most a point of the outline moves, in mask cells.
+CAP_CELLS = 2.0
+#: Points a side of a band that `disagreement` measures at most.
+SAMPLES = 24
+#: The outline's points along its length, in mask cells.
+STEP_CELLS = 0.5
+
+
+def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]):
+    """`geom` (the owners' stitch of an object) smoothed along its outline where the tiles' `views` (tile ->
+    that tile's parts of the object, one geometry) disagree in the bands their windows share; `geom` itself
+    where they agree or no two tiles saw it."""
+    tiles = [t for t, v in views.items() if not v.is_empty]
+    if len(tiles) < 2:
+        return geom
+    cell = MASK_CELL * min(frames[t].pixel for t in tiles)
+    if disagreement(views, frames, tiles) < AGREE_CELLS * cell:
+        return geom
+    area = polygonal(geom)
+    out = smooth_outline(area, cell)
+    return out if _same_shape(area, out, JOIN_CELLS * cell) else geom
+
+
+def disagreement(views: Mapping[int, object], frames: Mapping[int, TileFrame], tiles=None) -> float:
+    """How far apart the tiles' views of one object lie where two tiles' windows overlap: the median, over
+    points a mask cell apart along each view's boundary (`EDGE_MARGIN` inside the band: at a window's edge
+    a mask stops short), of the distance to the other view's boundary. The median: a stretch one tile drew
+    and the other did not (a decision, not noise: an end, a bank) is a minority of the points. 0 where no
+    two views share a band."""
+    tiles = list(views) if tiles is None else tiles
+    lines = {t: shapely.boundary(v if (v := views[t]).geom_type in ('Polygon', 'MultiPolygon') else polygonal(v))
+             for t in tiles}
+    got = []
+    for i, a in enumerate(tiles):
+        for b in tiles[i + 1:]:
+            fa, fb = frames[a], frames[b]
+            if not shapely.intersects(fa.window, fb.window):
+                continue
+            band = shapely.intersection(fa.window, fb.window)
+            cell = MASK_CELL * max(fa.pixel, fb.pixel)
+            band = shapely.buffer(band, -EDGE_MARGIN * cell / MASK_CELL, join_style="mitre")
+            if band.is_empty:
+                continue
+            la, lb = _clip(lines[a], band), _clip(lines[b], band)
+            if la.is_empty or lb.is_empty:
+                continue
+            # the staircase of the masks' pixels simplified away (a fifth of a cell); at most `SAMPLES`
+            # points a side, a cell apart or more (the noise is smooth over ~12 cells)
+            la, lb = (shapely.simplify(x, 0.2 * cell, preserve_topology=False) for x in (la, lb))
+            for one, other in ((la, lb), (lb, la)):
+                pts = shapely.get_coordinates(shapely.segmentize(one, max(cell, one.length / SAMPLES)))
+                got.append(shapely.distance(shapely.points(pts[:: max(1, len(pts) // SAMPLES)]), other))
+    return float(np.median(np.concatenate(got))) if got else 0.0
+
+
+def _clip(g, band):
+    """`g` inside `band` (a rectangle's bounds clip, the common north-up case; else an overlay)."""
+    x0, y0, x1, y1 = band.bounds
+    if np.isclose(band.area, (x1 - x0) * (y1 - y0)):
+        return shapely.clip_by_rect(g, x0, y0, x1, y1)
+    return shapely.intersection(g, band)
+
+
+def smooth_outline(geom, cell: float):
+    """Every ring of `geom` (a (multi)polygon) smoothed along its length (`smooth_ring`), `cell` one mask cell
+    in map units; rings shorter than two windows stay, and so does a part whose smoothing would split it or
+    open or close a hole (the smoothing moves a boundary, it does not change a shape)."""
+    polys = []
+    for g in shapely.get_parts(geom).tolist():
+        if not isinstance(g, shapely.Polygon):
+            continue
+        rings = [g.exterior, *g.interiors]
+        new = [smooth_ring(np.asarray(r.coords), cell) if r.length > 2 * MIN_CELLS * cell else np.asarray(r.coords)
+               for r in rings]
+        got = shapely.make_valid(shapely.Polygon(new[0], new[1:]))
+        same = isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == len(g.interiors)
+        polys.append(got if same else g)
+    return shapely.union_all(polys) if len(polys) > 1 else polys[0] if polys else geom
+
+
+def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
+    """The closed ring `xy`, each vertex moved as the outline at points `STEP_CELLS` apart moves when each
+    becomes the mean of the points in its window (`_windows`), at most `CAP_CELLS` mask cells (a vertex
+    where nothing moves, near a corner, stays where it was)."""
+    xy = np.asarray(xy, dtype=float)
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(xy, axis=0).T))])
+    n = max(int(np.ceil(s[-1] / (STEP_CELLS * cell))), 8)
+    t = np.arange(n) * (s[-1] / n)
+    origin = xy.mean(axis=0)
+    p = np.column_stack([np.interp(t, s, xy[:, 0]), np.interp(t, s, xy[:, 1])]) - origin
+    half = _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)))
+    pad = int(half.max()) + 1  # at most a third of the ring (`_windows`)
+    cs = np.concatenate([np.zeros((1, 2)), np.cumsum(np.concatenate([p[n - pad:], p, p[:pad]]), axis=0)])
+    i = np.arange(n) + pad
+    d = (cs[i + half + 1] - cs[i - half]) / (2 * half + 1)[:, None] - p
+    norm = np.hypot(d[:, 0], d[:, 1])
+    cap = CAP_CELLS * cell
+    over = norm > cap
+    d[over] *= (cap / norm[over])[:, None]
+    # the moves at the ring's own vertices (arc length, around the ring)
+    tt, dd = np.concatenate([t, [s[-1]]]), np.concatenate([d, d[:1]])
+    return xy + np.column_stack([np.interp(s, tt, dd[:, 0]), np.interp(s, tt, dd[:, 1])])
+
+
+def _windows(p: np.ndarray, reach: int, first: int) -> np.ndarray:
+    """Per point of the ring `p`: its window's half-length in points, the largest up to `reach` for which the
+    chords to the window's two ends turn by at most `TURN` at every size from `first` on (0 where they turn
+    more already at `first`), then limited to grow by one point from a point to the next."""
+    n = len(p)
+    half = np.zeros(n, dtype=np.int64)
+    alive = np.ones(n, dtype=bool)
+    size, cos_turn = max(1, first), np.cos(TURN)
+    while size <= min(reach, n // 3) and alive.any():
+        a = p - np.roll(p, size, axis=0)
+        b = np.roll(p, -size, axis=0) - p
+        cos = (a * b).sum(axis=1) / np.maximum(np.hypot(a[:, 0], a[:, 1]) * np.hypot(b[:, 0], b[:, 1]), 1e-300)
+        alive &= cos >= cos_turn
+        half[alive] = size
+        size += max(1, size // 4)
+    half = np.minimum(half, reach)
+    out = half.copy()
+    for k in range(1, int(half.max()) + 1):  # min over the ring of half[j] + |i - j| (a cone, circular)
+        np.minimum(out, np.roll(half, k) + k, out=out)
+        np.minimum(out, np.roll(half, -k) + k, out=out)
+    return out
+
+
+def _same_shape(before, after, gap: float) -> bool:
+    """Whether `after` is valid and has the parts, the regions (parts within `gap` are one: rule 0) and the
+    holes of `before` (the smoothing moved a boundary)."""
+    if after.is_empty or not after.is_valid:
+        return False
+    pb, pa = shapely.get_parts(before), shapely.get_parts(after)
+    if len(pb) != len(pa) or any(not isinstance(p, shapely.Polygon) for p in pa):
+        return False
+    if len(pb) > 1 and len(regions(before, gap)) != len(regions(after, gap)):
+        return False
+    return sorted(len(p.interiors) for p in pb) == sorted(len(p.interiors) for p in pa)
