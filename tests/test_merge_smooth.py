@@ -49,7 +49,7 @@ def test_views_that_agree_move_nothing():
     assert stats.coverage[0].get("blended", 0.0) == 0.0
     frames = dict(TileFrames(GRID))
     views = {0: river.intersection(W0), 1: river.intersection(W1)}
-    assert smooth_views(stitch, views, frames) is stitch
+    assert smooth_views(stitch, views, frames) == (stitch, 0.0)
 
 
 def test_a_right_angle_corner_stays_and_straight_sides_do_not_move():
@@ -106,7 +106,7 @@ def test_a_wobbly_river_comes_closer_to_the_truth():
             return x.intersection(truth).area / x.union(truth).area
 
         gains.append(iou(g) - iou(stitch))
-        assert stats.coverage[0]["blended"] == pytest.approx(stitch.difference(g).area, rel=1e-6, abs=1e-6)
+        assert stats.coverage[0]["blended"] == pytest.approx(stitch.difference(g).area, rel=0.05, abs=1.0)
     assert min(gains) > -0.002 and np.mean(gains) > 0.005, gains
 
 

@@ -485,9 +485,9 @@ class _Resolver:
             for t in np.unique(self.tiles[s]).tolist():
                 mine = c.geoms[s[self.tiles[s] == t]]
                 views[int(t)] = mine[0] if len(mine) == 1 else shapely.union_all(mine)
-            geom = smooth_views(geom, views, self.frames)
+            geom, inward = smooth_views(geom, views, self.frames)
             if geom is not owned:
-                self.stats.count(_item(c.prompt[s[0]]), "blended", shapely.difference(owned, geom).area)
+                self.stats.count(_item(c.prompt[s[0]]), "blended", inward)
                 self._note(s, "outline smoothed where the views disagree (rule 5)")
             said = shapely.union_all([self.frames[int(t)].core for t in comp_tiles.tolist()])
             unclaimed = shapely.difference(c.geoms[s], said)

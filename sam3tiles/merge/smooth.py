@@ -48,19 +48,19 @@ SAMPLES = 24
 STEP_CELLS = 0.5
 
 
-def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]):
-    """`geom` (the owners' stitch of an object) smoothed along its outline where the tiles' `views` (tile ->
-    that tile's parts of the object, one geometry) disagree in the bands their windows share; `geom` itself
-    where they agree or no two tiles saw it."""
+def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]) -> tuple[object, float]:
+    """(`geom` (the owners' stitch of an object) smoothed along its outline where the tiles' `views` (tile ->
+    that tile's parts of the object, one geometry) disagree in the bands their windows share, the area the
+    smoothing moved inward); (`geom` itself, 0) where they agree or no two tiles saw it."""
     tiles = [t for t, v in views.items() if not v.is_empty]
     if len(tiles) < 2:
-        return geom
+        return geom, 0.0
     cell = MASK_CELL * min(frames[t].pixel for t in tiles)
     if disagreement(views, frames, tiles) < AGREE_CELLS * cell:
-        return geom
+        return geom, 0.0
     area = polygonal(geom)
-    out = smooth_outline(area, cell)
-    return out if _same_shape(area, out, JOIN_CELLS * cell) else geom
+    out, inward = smooth_outline(area, cell)
+    return (out, inward) if _same_shape(area, out, JOIN_CELLS * cell) else (geom, 0.0)
 
 
 def disagreement(views: Mapping[int, object], frames: Mapping[int, TileFrame], tiles=None) -> float:
@@ -103,21 +103,48 @@ def _clip(g, band):
     return shapely.intersection(g, band)
 
 
-def smooth_outline(geom, cell: float):
-    """Every ring of `geom` (a (multi)polygon) smoothed along its length (`smooth_ring`), `cell` one mask cell
-    in map units; rings shorter than two windows stay, and so does a part whose smoothing would split it or
-    open or close a hole (the smoothing moves a boundary, it does not change a shape)."""
-    polys = []
+def smooth_outline(geom, cell: float) -> tuple[object, float]:
+    """(Every ring of `geom` (a (multi)polygon) smoothed along its length (`smooth_ring`), the area moved
+    inward: `_inward`); `cell` one mask cell in map units. Rings shorter than two windows stay, and so does a
+    part whose smoothing would split it or open or close a hole (it moves a boundary, not a shape)."""
+    polys, inward = [], 0.0
     for g in shapely.get_parts(geom).tolist():
         if not isinstance(g, shapely.Polygon):
             continue
-        rings = [g.exterior, *g.interiors]
-        new = [smooth_ring(np.asarray(r.coords), cell) if r.length > 2 * MIN_CELLS * cell else np.asarray(r.coords)
+        rings = [np.asarray(r.coords) for r in (g.exterior, *g.interiors)]
+        new = [smooth_ring(r, cell) if shapely.length(shapely.linearrings(r)) > 2 * MIN_CELLS * cell else r
                for r in rings]
-        got = shapely.make_valid(shapely.Polygon(new[0], new[1:]))
-        same = isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == len(g.interiors)
-        polys.append(got if same else g)
-    return shapely.union_all(polys) if len(polys) > 1 else polys[0] if polys else geom
+        got = shapely.Polygon(new[0], new[1:])
+        got = got if got.is_valid else shapely.make_valid(got)
+        if isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == len(g.interiors):
+            polys.append(got)
+            inward += sum(_inward(r, q, k > 0) for k, (r, q) in enumerate(zip(rings, new)))
+        else:
+            polys.append(g)
+    return (shapely.union_all(polys) if len(polys) > 1 else polys[0] if polys else geom), inward
+
+
+def _inward(before: np.ndarray, after: np.ndarray, hole: bool) -> float:
+    """The area between a ring's segments and the same segments moved (each vertex by its own move) on the
+    polygon's inner side: per segment, the strip between them across it (the moves along the segment are
+    a shift of the outline within itself), split where the moved segment crosses the old one."""
+    a, b = before[:-1], before[1:]
+    seg = b - a
+    length = np.hypot(seg[:, 0], seg[:, 1])
+    ok = length > 0
+    a, seg, length = a[ok], seg[ok], length[ok]
+    d0, d1 = (after[:-1] - before[:-1])[ok], (after[1:] - before[1:])[ok]
+    left = np.column_stack([-seg[:, 1], seg[:, 0]]) / length[:, None]
+    x, y = before[:, 0], before[:, 1]
+    ccw = (x[:-1] * y[1:] - x[1:] * y[:-1]).sum() > 0
+    side = 1.0 if ccw != hole else -1.0  # the polygon lies left of a ccw shell and right of a ccw hole
+    u0, u1 = side * (d0 * left).sum(axis=1), side * (d1 * left).sum(axis=1)
+    same = u0 * u1 >= 0
+    full = np.where(same & (u0 + u1 > 0), length * (u0 + u1) / 2, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(same, 0.0, u0 / (u0 - u1))  # where the moved segment crosses the old one
+    part = np.where(~same, length * np.where(u0 > 0, f * u0, (1 - f) * u1) / 2, 0.0)
+    return float((full + part).sum())
 
 
 def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
