@@ -54,11 +54,13 @@ mask can stop short of the tile edge. The rules, in order:
    pixel so neighbours overlap; in the cores of tiles that have no part in the component, a miss, they keep
    their area) and unioned; the union's regions (rule 0's gap) are objects. Objects larger
    than the overlap, up to "stuff" spanning many tiles, come out as their connected regions, each stitched
-   across the seams it crosses. Where tiles overlap and their views of it disagree by up to `BLEND_CELLS`
-   (3) mask cells, the boundary is theirs averaged, each weighted by its distance to its tile's interior
-   edges (`blend`): no step at the core line, and two views' noise halved where both saw it. A thicker
-   disagreement (a line's end, a bank one tile added) stays the owner's, and a blend that would join two
-   regions or split one is not made; the owned area it gives up is counted (`coverage`: `blended`). Nor is
+   across the seams it crosses. Where tiles overlap and their views of it disagree (the median distance
+   between their boundaries there at least `AGREE_CELLS`, half a mask cell: a model's boundary noise), the
+   stitched outline is smoothed along its length (`smooth`): each point the mean of the outline within a
+   window of up to `REACH_CELLS` (29) cells each way, cut short before a corner or a meander (the chords to
+   the window's ends turn by at most `TURN`), moved at most `CAP_CELLS` (2) cells; where the views agree
+   nothing moves. A smoothing that would split a part, join two or open or close a hole is not made; the
+   owned area it gives up is counted (`coverage`: `blended`). Nor is
    a stitch made that fuses what the owners kept apart (`apart`): a part holding two parts of another tile
    that, without such parts, lie in groups each holding an owned part (two strips a cell or two apart that
    a tile not deciding drew as one region) leaves the groups to be stitched each on its own, and stands

@@ -14,8 +14,8 @@ from shapely.geometry import Polygon
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
 from .apart import FUSE_CELLS, absorb, fused_groups, fused_shares, side_by_side
-from .blend import blend_views
 from .links import _components, _explode, _inside, _links
+from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
                     THICK_CELLS, Cols, Merged, polygonal, regions)
 from .stats import MergeStats, count_by_prompt
@@ -480,8 +480,8 @@ class _Resolver:
         return shapely.intersection(gj, near).area >= IOS_MIN * gj.area
 
     def _stitch(self, s: np.ndarray, comp_tiles: np.ndarray):
-        """Rule 5: cut parts clipped to their cores, unioned (the boundary averaged where the tiles overlap:
-        `blend_views`), split into regions; None for slivers.
+        """Rule 5: cut parts clipped to their cores, unioned (the outline smoothed where the tiles' views disagree:
+        `smooth_views`), split into regions; None for slivers.
 
         Where a tile said nothing about the object (a miss, a score under the threshold at its edge: it has
         no part in the component), the parts reaching into its core keep their area there."""
@@ -499,10 +499,10 @@ class _Resolver:
             for t in np.unique(self.tiles[s]).tolist():
                 mine = c.geoms[s[self.tiles[s] == t]]
                 views[int(t)] = mine[0] if len(mine) == 1 else shapely.union_all(mine)
-            geom = blend_views(geom, views, self.frames)
+            geom, inward = smooth_views(geom, views, self.frames)
             if geom is not owned:
-                self.stats.count(_item(c.prompt[s[0]]), "blended", shapely.difference(owned, geom).area)
-                self._note(s, "boundary blended where the tiles overlap (rule 5)")
+                self.stats.count(_item(c.prompt[s[0]]), "blended", inward)
+                self._note(s, "outline smoothed where the views disagree (rule 5)")
             said = shapely.union_all([self.frames[int(t)].core for t in comp_tiles.tolist()])
             unclaimed = shapely.difference(c.geoms[s], said)
             unclaimed = [*unclaimed[shapely.area(unclaimed) > 0], *self.missed]

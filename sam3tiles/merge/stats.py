@@ -25,7 +25,7 @@ class MergeStats:
     disagreements: int = 0  # components where one tile gave 2+ parts (split, fused): settled by ownership
     unlinked_cut_pieces: int = 0  # rule violation: a part cut at a seam that no neighbour saw
     #: per prompt: {"owned", "out", "duplicates", "slivers", "blended"} areas in CRS units squared (see the
-    #: module; "blended": owned area an overlap's averaged boundary gave up, `sam3tiles.merge.blend`)
+    #: module; "blended": owned area the smoothed outline gave up, `sam3tiles.merge.smooth`)
     coverage: dict = field(default_factory=dict, compare=False)
 
     @property

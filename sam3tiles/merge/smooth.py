@@ -1,0 +1,251 @@
+"""Rule 5's boundary model: the outline of an object stitched across tiles, smoothed along its length where
+the tiles' views of it disagree.
+
+A real SAM 3 draws every outline with noise: a boundary a cell or two in or out, smoothly along it, drawn
+anew for each tile (a changed context, a changed answer). The stitch of rule 5 keeps each tile's view inside
+its core, so the merged outline carries that noise everywhere, and a step where it passes from one tile's
+view to the next at a core line. Where two tiles overlap, their views of the same stretch say how large the
+noise is: views that agree (within `AGREE_CELLS` mask cells on average: two tiles' grids of cells) leave
+the outline as the owners drew it, to the vertex; so do views that differ by a steady offset (a grown view
+beside a shrunk one, the same all along: their median signed distance over `OFFSET_RATIO` times its spread),
+where a smoothing would only round the ends and bends. Views that differ as a noise does, in and out along
+the outline, make the outline a noisy measurement of a smooth boundary, and each point of it becomes the
+mean of the outline around it (a moving average along the arc length, at most `REACH_CELLS` mask cells each
+way), moved by at most `CAP_CELLS` cells (the noise's size: no meander or corner is flattened by more).
+
+The window is chosen, point by point, from the outline's own shape: the largest for which the chords from the
+point to the window's two ends turn by at most `TURN` radians (from `MIN_CELLS` cells on, where the noise no
+longer sets the chords' direction). A corner stops the window before it (so points near a corner keep their
+place and the corner its angle), a meander shortens it, a straight road or field edge gets the whole reach.
+A window changes by at most one point from a point to the next (the average moves smoothly along the ring).
+
+An outline whose smoothing would change its shape (split a part, join two, open or close a hole) is left
+as the owners drew it.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import shapely
+
+from ..tiling.frame import TileFrame
+from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL
+from .parts import JOIN_CELLS, polygonal, regions
+
+#: Views of one stretch that differ by less than this many mask cells on average agree (nothing moves).
+AGREE_CELLS = 0.5
+#: Views whose steady offset (a grown view beside a shrunk one) exceeds this many times their noise's spread
+#: differ by a decision, not a noise: nothing moves.
+OFFSET_RATIO = 1.0
+#: The moving average's reach each way along the outline, in mask cells (about 100 tile px).
+REACH_CELLS = 29.0
+#: The shortest window whose chords are tested for turning, in mask cells (the noise's length is ~12 cells).
+MIN_CELLS = 17.0
+#: The largest turn (radians) between the chords from a point to its window's two ends.
+TURN = 0.6
+#: The most a point of the outline moves, in mask cells.
+CAP_CELLS = 2.0
+#: Points a side of a band that `disagreement` measures at most.
+SAMPLES = 24
+#: The outline's points along its length, in mask cells.
+STEP_CELLS = 0.5
+
+
+def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]) -> tuple[object, float]:
+    """(`geom` (the owners' stitch of an object) smoothed along its outline where the tiles' `views` (tile ->
+    that tile's parts of the object, one geometry) disagree in the bands their windows share, the area the
+    smoothing moved inward); (`geom` itself, 0) where they agree, differ by a steady offset (`view_offsets`)
+    or no two tiles saw it."""
+    tiles = [t for t, v in views.items() if not v.is_empty]
+    if len(tiles) < 2:
+        return geom, 0.0
+    cell = MASK_CELL * min(frames[t].pixel for t in tiles)
+    apart, offset, spread = view_offsets(views, frames, tiles)
+    if apart < AGREE_CELLS * cell or offset > OFFSET_RATIO * spread:
+        return geom, 0.0
+    area = polygonal(geom)
+    out, inward = smooth_outline(area, cell)
+    return (out, inward) if _same_shape(area, out, JOIN_CELLS * cell) else (geom, 0.0)
+
+
+def disagreement(views: Mapping[int, object], frames: Mapping[int, TileFrame], tiles=None) -> float:
+    """How far apart the tiles' views of one object lie where two tiles' windows overlap (`view_offsets`'s
+    first figure)."""
+    return view_offsets(views, frames, tiles)[0]
+
+
+def view_offsets(views: Mapping[int, object], frames: Mapping[int, TileFrame], tiles=None):
+    """(How far apart, how steadily offset, how noisy) the tiles' views of one object are where two tiles'
+    windows overlap, in map units. At points a mask cell apart along each view's boundary (`EDGE_MARGIN`
+    inside the band: at a window's edge a mask stops short), the signed distance to the other view's
+    boundary, + where the first view of the pair lies outside the second. Apart: the median of its size
+    (the median: a stretch one tile drew and the other did not, an end or a bank, is a decision, not noise,
+    and a minority). Offset: per pair the median signed distance (a grown view beside a shrunk one: the
+    same all along), the size of it over the pairs, weighted by their points. Noisy: the spread of each
+    pair's distances about its own offset (1.4826 median absolute deviations: a noise's standard deviation).
+    (0, 0, 0) where no two views share a band."""
+    return _offsets(_pairs(views, frames, list(views) if tiles is None else tiles))
+
+
+def _pairs(views, frames, tiles) -> list:
+    """(a, b, the signed distances of `_pair_signed`) for every two tiles whose views share a band."""
+    polys = {t: v if (v := views[t]).geom_type in ('Polygon', 'MultiPolygon') else polygonal(v) for t in tiles}
+    lines = {t: shapely.boundary(polys[t]) for t in tiles}
+    out = []
+    for i, a in enumerate(tiles):
+        for b in tiles[i + 1:]:
+            signed = _pair_signed(a, b, polys, lines, frames)
+            if signed is not None:
+                out.append((a, b, signed))
+    return out
+
+
+def _offsets(pairs) -> tuple[float, float, float]:
+    """`view_offsets`'s three figures from `_pairs`."""
+    if not pairs:
+        return 0.0, 0.0, 0.0
+    mids = [float(np.median(d)) for _, _, d in pairs]
+    offset = float(np.average(np.abs(mids), weights=[len(d) for _, _, d in pairs]))
+    residual = np.concatenate([np.abs(d - m) for (_, _, d), m in zip(pairs, mids)])
+    apart = float(np.median(np.concatenate([np.abs(d) for _, _, d in pairs])))
+    return apart, offset, 1.4826 * float(np.median(residual))
+
+
+def _pair_signed(a, b, polys, lines, frames):
+    """The signed distances between views `a` and `b` in the band their windows share (`view_offsets`),
+    None where they share none or one of them has no boundary there."""
+    fa, fb = frames[a], frames[b]
+    if not shapely.intersects(fa.window, fb.window):
+        return None
+    band = shapely.intersection(fa.window, fb.window)
+    cell = MASK_CELL * max(fa.pixel, fb.pixel)
+    band = shapely.buffer(band, -EDGE_MARGIN * cell / MASK_CELL, join_style="mitre")
+    if band.is_empty:
+        return None
+    la, lb = _clip(lines[a], band), _clip(lines[b], band)
+    if la.is_empty or lb.is_empty:
+        return None
+    # the staircase of the masks' pixels simplified away (a fifth of a cell); at most `SAMPLES` points a
+    # side, a cell apart or more (the noise is smooth over ~12 cells)
+    la, lb = (shapely.simplify(x, 0.2 * cell, preserve_topology=False) for x in (la, lb))
+    out = []
+    for one, other, poly, sign in ((la, lb, polys[b], 1.0), (lb, la, polys[a], -1.0)):
+        pts = shapely.get_coordinates(shapely.segmentize(one, max(cell, one.length / SAMPLES)))
+        pts = pts[:: max(1, len(pts) // SAMPLES)]
+        outside = ~shapely.contains_xy(poly, pts[:, 0], pts[:, 1])
+        out.append(sign * np.where(outside, 1.0, -1.0) * shapely.distance(shapely.points(pts), other))
+    return np.concatenate(out)
+
+
+def _clip(g, band):
+    """`g` inside `band` (a rectangle's bounds clip, the common north-up case; else an overlay)."""
+    x0, y0, x1, y1 = band.bounds
+    if np.isclose(band.area, (x1 - x0) * (y1 - y0)):
+        return shapely.clip_by_rect(g, x0, y0, x1, y1)
+    return shapely.intersection(g, band)
+
+
+def smooth_outline(geom, cell: float) -> tuple[object, float]:
+    """(Every ring of `geom` (a (multi)polygon) smoothed along its length (`smooth_ring`), the area moved
+    inward: `_inward`); `cell` one mask cell in map units. Rings shorter than two windows stay, and so does a
+    part whose smoothing would split it or open or close a hole (it moves a boundary, not a shape)."""
+    polys, inward = [], 0.0
+    for g in shapely.get_parts(geom).tolist():
+        if not isinstance(g, shapely.Polygon):
+            continue
+        rings = [np.asarray(r.coords) for r in (g.exterior, *g.interiors)]
+        new = [smooth_ring(r, cell) if shapely.length(shapely.linearrings(r)) > 2 * MIN_CELLS * cell else r
+               for r in rings]
+        got = shapely.Polygon(new[0], new[1:])
+        got = got if got.is_valid else shapely.make_valid(got)
+        if isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == len(g.interiors):
+            polys.append(got)
+            inward += sum(_inward(r, q, k > 0) for k, (r, q) in enumerate(zip(rings, new)))
+        else:
+            polys.append(g)
+    return (shapely.union_all(polys) if len(polys) > 1 else polys[0] if polys else geom), inward
+
+
+def _inward(before: np.ndarray, after: np.ndarray, hole: bool) -> float:
+    """The area between a ring's segments and the same segments moved (each vertex by its own move) on the
+    polygon's inner side: per segment, the strip between them across it (the moves along the segment are
+    a shift of the outline within itself), split where the moved segment crosses the old one."""
+    a, b = before[:-1], before[1:]
+    seg = b - a
+    length = np.hypot(seg[:, 0], seg[:, 1])
+    ok = length > 0
+    a, seg, length = a[ok], seg[ok], length[ok]
+    d0, d1 = (after[:-1] - before[:-1])[ok], (after[1:] - before[1:])[ok]
+    left = np.column_stack([-seg[:, 1], seg[:, 0]]) / length[:, None]
+    x, y = before[:, 0], before[:, 1]
+    ccw = (x[:-1] * y[1:] - x[1:] * y[:-1]).sum() > 0
+    side = 1.0 if ccw != hole else -1.0  # the polygon lies left of a ccw shell and right of a ccw hole
+    u0, u1 = side * (d0 * left).sum(axis=1), side * (d1 * left).sum(axis=1)
+    same = u0 * u1 >= 0
+    full = np.where(same & (u0 + u1 > 0), length * (u0 + u1) / 2, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(same, 0.0, u0 / (u0 - u1))  # where the moved segment crosses the old one
+    part = np.where(~same, length * np.where(u0 > 0, f * u0, (1 - f) * u1) / 2, 0.0)
+    return float((full + part).sum())
+
+
+def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
+    """The closed ring `xy`, each vertex moved as the outline at points `STEP_CELLS` apart moves when each
+    becomes the mean of the points in its window (`_windows`), at most `CAP_CELLS` mask cells (a vertex
+    where nothing moves, near a corner, stays where it was)."""
+    xy = np.asarray(xy, dtype=float)
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(xy, axis=0).T))])
+    n = max(int(np.ceil(s[-1] / (STEP_CELLS * cell))), 8)
+    t = np.arange(n) * (s[-1] / n)
+    origin = xy.mean(axis=0)
+    p = np.column_stack([np.interp(t, s, xy[:, 0]), np.interp(t, s, xy[:, 1])]) - origin
+    half = _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)))
+    pad = int(half.max()) + 1  # at most a third of the ring (`_windows`)
+    cs = np.concatenate([np.zeros((1, 2)), np.cumsum(np.concatenate([p[n - pad:], p, p[:pad]]), axis=0)])
+    i = np.arange(n) + pad
+    d = (cs[i + half + 1] - cs[i - half]) / (2 * half + 1)[:, None] - p
+    norm = np.hypot(d[:, 0], d[:, 1])
+    cap = CAP_CELLS * cell
+    over = norm > cap
+    d[over] *= (cap / norm[over])[:, None]
+    # the moves at the ring's own vertices (arc length, around the ring)
+    tt, dd = np.concatenate([t, [s[-1]]]), np.concatenate([d, d[:1]])
+    return xy + np.column_stack([np.interp(s, tt, dd[:, 0]), np.interp(s, tt, dd[:, 1])])
+
+
+def _windows(p: np.ndarray, reach: int, first: int) -> np.ndarray:
+    """Per point of the ring `p`: its window's half-length in points, the largest up to `reach` for which the
+    chords to the window's two ends turn by at most `TURN` at every size from `first` on (0 where they turn
+    more already at `first`), then limited to grow by one point from a point to the next."""
+    n = len(p)
+    half = np.zeros(n, dtype=np.int64)
+    alive = np.ones(n, dtype=bool)
+    size, cos_turn = max(1, first), np.cos(TURN)
+    while size <= min(reach, n // 3) and alive.any():
+        a = p - np.roll(p, size, axis=0)
+        b = np.roll(p, -size, axis=0) - p
+        cos = (a * b).sum(axis=1) / np.maximum(np.hypot(a[:, 0], a[:, 1]) * np.hypot(b[:, 0], b[:, 1]), 1e-300)
+        alive &= cos >= cos_turn
+        half[alive] = size
+        size += max(1, size // 4)
+    half = np.minimum(half, reach)
+    out = half.copy()
+    for k in range(1, int(half.max()) + 1):  # min over the ring of half[j] + |i - j| (a cone, circular)
+        np.minimum(out, np.roll(half, k) + k, out=out)
+        np.minimum(out, np.roll(half, -k) + k, out=out)
+    return out
+
+
+def _same_shape(before, after, gap: float) -> bool:
+    """Whether `after` is valid and has the parts, the regions (parts within `gap` are one: rule 0) and the
+    holes of `before` (the smoothing moved a boundary)."""
+    if after.is_empty or not after.is_valid:
+        return False
+    pb, pa = shapely.get_parts(before), shapely.get_parts(after)
+    if len(pb) != len(pa) or any(not isinstance(p, shapely.Polygon) for p in pa):
+        return False
+    if len(pb) > 1 and len(regions(before, gap)) != len(regions(after, gap)):
+        return False
+    return sorted(len(p.interiors) for p in pb) == sorted(len(p.interiors) for p in pa)

@@ -1,0 +1,121 @@
+"""Rule 5's boundary model (`sam3tiles.merge.smooth`): the stitched outline smoothed along its length where the
+tiles' views disagree; where they agree nothing moves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import shapely
+from affine import Affine
+from shapely.geometry import Polygon, box
+
+from sam3tiles.merge import merge_pieces
+from sam3tiles.merge.smooth import CAP_CELLS, smooth_ring, smooth_views
+from sam3tiles.testing import frames_and_pieces
+from sam3tiles.tiling.frame import TileFrames
+from sam3tiles.tiling.grid import TileGrid
+from sam3tiles.vectorize.pieces import MASK_CELL
+
+GRID = TileGrid(1760, 1008, transform=Affine(1, 0, 0, 0, 1, 0))  # band x 752..1008, core line 880
+W0, W1 = box(0, 0, 1008, 1008), box(752, 0, 1760, 1008)
+C0, C1 = box(0, 0, 881, 1008), box(879, 0, 1760, 1008)  # the cores, grown by a pixel
+
+
+def _noisy(xs: np.ndarray, rng, amp: float, length: float = 40.0) -> np.ndarray:
+    """A smooth random displacement along `xs`: knots `length` px apart, up to `amp` px, linear between."""
+    knots = np.arange(xs.min(), xs.max() + length, length)
+    return np.interp(xs, knots, rng.uniform(-amp, amp, len(knots)))
+
+
+def _wobbly_band(y0: float, y1: float, x0: float, x1: float, rng, amp: float) -> Polygon:
+    xs = np.linspace(x0, x1, int((x1 - x0) // 4) + 1)
+    top, bottom = y0 + _noisy(xs, rng, amp), y1 + _noisy(xs, rng, amp)
+    return Polygon([*zip(xs, top), *zip(xs[::-1], bottom[::-1])])
+
+
+def _merge(placed):
+    frames, pieces = frames_and_pieces(GRID, placed, complete_edge_dist=50.0)
+    return merge_pieces(pieces, frames)
+
+
+def test_views_that_agree_move_nothing():
+    # a river both tiles drew alike (a clean model: the same boundary in both windows): the owners' stitch,
+    # to the vertex, and smooth_views hands back the geometry it was given
+    river = _wobbly_band(400, 460, 0, 1760, np.random.default_rng(1), 2 * MASK_CELL)
+    merged, stats = _merge([((0, 0), river.intersection(W0), False), ((0, 1), river.intersection(W1), False)])
+    assert len(merged.geometry) == 1 and stats.rule_violations == 0
+    stitch = shapely.union_all([river.intersection(W0).intersection(C0), river.intersection(W1).intersection(C1)])
+    assert merged.geometry[0].symmetric_difference(stitch).area < 1e-6
+    assert stats.coverage[0].get("blended", 0.0) == 0.0
+    frames = dict(TileFrames(GRID))
+    views = {0: river.intersection(W0), 1: river.intersection(W1)}
+    assert smooth_views(stitch, views, frames) == (stitch, 0.0)
+
+
+def test_a_right_angle_corner_stays_and_straight_sides_do_not_move():
+    # a clean square: its straight sides are their own average and the windows stop before the corners
+    sq = np.asarray(box(100, 100, 900, 700).exterior.coords)
+    out = smooth_ring(sq, MASK_CELL)
+    assert np.abs(out - sq).max() < 1e-9
+    # a square field whose sides wobble by up to a cell: the corners stay within half a cell of where they
+    # were drawn, and the outline near them keeps its right angle
+    rng = np.random.default_rng(3)
+    xs = np.linspace(100, 900, 401)
+    ys = np.linspace(100, 700, 301)
+    ring = [*zip(xs, 100 + _noisy(xs, rng, MASK_CELL) * np.sin(np.pi * (xs - 100) / 800)),
+            *zip(900 + _noisy(ys, rng, MASK_CELL) * np.sin(np.pi * (ys - 100) / 600), ys),
+            *zip(xs[::-1], 700 + _noisy(xs, rng, MASK_CELL)[::-1] * np.sin(np.pi * (xs[::-1] - 100) / 800)),
+            *zip(100 + _noisy(ys, rng, MASK_CELL)[::-1] * np.sin(np.pi * (ys[::-1] - 100) / 600), ys[::-1])]
+    ring = np.asarray([*ring, ring[0]])
+    out = smooth_ring(ring, MASK_CELL)
+    for corner in ((100, 100), (900, 100), (900, 700), (100, 700)):
+        k = int(np.argmin(np.hypot(*(ring - corner).T)))
+        assert np.hypot(*(out[k] - corner)) <= MASK_CELL / 2, corner
+
+
+@pytest.mark.parametrize("amp", [2.0, 6.0, 20.0])
+def test_no_point_moves_more_than_the_cap(amp):
+    # a zigzag of any size along a long straight edge: no vertex moves more than CAP_CELLS mask cells
+    rng = np.random.default_rng(int(amp))
+    xs = np.linspace(0, 1500, 751)
+    top = 300 + rng.uniform(-amp, amp, len(xs)) * MASK_CELL / 3.5
+    ring = np.asarray([*zip(xs, top), (1500, 600), (0, 600), (xs[0], top[0])])
+    out = smooth_ring(ring, MASK_CELL)
+    moved = np.hypot(*(out - ring).T)
+    assert moved.max() <= CAP_CELLS * MASK_CELL + 1e-9
+    assert moved.max() > 0.5 * min(amp, CAP_CELLS * MASK_CELL)  # and it did smooth
+
+
+def test_a_wobbly_river_comes_closer_to_the_truth():
+    # each tile draws a straight river's edges moved in and out by up to two mask cells, smoothly and
+    # independently (as `misbehaving`'s wobble): the merged outline lies closer to the truth than the
+    # owners' stitch, over seeds, and never worse by more than a rounding
+    truth = box(0, 400, 1760, 470)
+    gains = []
+    for seed in range(8):
+        rng = np.random.default_rng(100 + seed)
+        views = [_wobbly_band(400, 470, 0, 1760, rng, 2 * MASK_CELL) for _ in range(2)]
+        merged, stats = _merge([((0, 0), views[0].intersection(W0), False),
+                                ((0, 1), views[1].intersection(W1), False)])
+        assert len(merged.geometry) == 1 and stats.rule_violations == 0
+        g = merged.geometry[0]
+        assert g.is_valid and not any(p.interiors for p in shapely.get_parts(g))
+        stitch = shapely.union_all([views[0].intersection(C0), views[1].intersection(C1)])
+
+        def iou(x):
+            return x.intersection(truth).area / x.union(truth).area
+
+        gains.append(iou(g) - iou(stitch))
+        assert stats.coverage[0]["blended"] == pytest.approx(stitch.difference(g).area, rel=0.05, abs=1.0)
+    assert min(gains) > -0.002 and np.mean(gains) > 0.005, gains
+
+
+def test_touching_neighbours_smoothed_stay_two():
+    # two parcels sharing the edge y 500 across the core line, each drawn with independent noise by each tile:
+    # each object is smoothed from its own views only; they stay two objects
+    rng = np.random.default_rng(7)
+    a = [_wobbly_band(200, 496, 600, 1300, rng, MASK_CELL) for _ in range(2)]
+    b = [_wobbly_band(504, 800, 600, 1300, rng, MASK_CELL) for _ in range(2)]
+    merged, stats = _merge([((0, 0), a[0].intersection(W0), False), ((0, 0), b[0].intersection(W0), False),
+                            ((0, 1), a[1].intersection(W1), False), ((0, 1), b[1].intersection(W1), False)])
+    assert len(merged.geometry) == 2 and stats.rule_violations == 0
