@@ -105,8 +105,13 @@ def divide(region, views: list, cell: float) -> list:
         ordered=True)), dtype=object)
     # snap-rounded overlays (a hundredth of a cell): the cells' edges run through the outlines' vertices
     bits = shapely.intersection(polygonal(local[0]), cells, grid_size=cell / 100)
-    return [shapely.transform(polygonal(shapely.union_all(bits[who == k])), lambda xy: xy + lo)
-            for k in range(len(views))]
+    got = [polygonal(shapely.union_all(bits[who == k])) for k in range(len(views))]
+    # what the snap-rounding left out of every share goes to the share it touches most (nothing is lost)
+    rest = polygonal(shapely.difference(local[0], shapely.union_all(got)))
+    if not rest.is_empty:
+        k = int(np.argmin([shapely.distance(rest, g) if not g.is_empty else np.inf for g in got]))
+        got[k] = polygonal(shapely.union(got[k], rest))
+    return [shapely.transform(g, lambda xy: xy + lo) for g in got]
 
 
 def fused_shares(groups: list, fusers: np.ndarray, ptr, nbr, geoms, cores, cells: dict) -> tuple[dict, set]:
@@ -121,8 +126,15 @@ def fused_shares(groups: list, fusers: np.ndarray, ptr, nbr, geoms, cores, cells
         if len(near) < 2:
             left.add(f)
             continue
-        got = divide(shapely.intersection(geoms[f], cores[f]), [shapely.union_all(geoms[groups[k]]) for k in near],
-                     cells[f])
+        try:
+            got = divide(shapely.intersection(geoms[f], cores[f]), [shapely.union_all(geoms[groups[k]]) for k in near],
+                         cells[f])
+        except shapely.errors.GEOSException:  # GEOS could not overlay these outlines: the part stands alone
+            left.add(f)
+            continue
+        if shapely.union_all(got).area < geoms[f].area * (1 - 1e-9) - 1e-9:  # a share would lose what f said
+            left.add(f)
+            continue
         for k, g in zip(near, got):
             shares.setdefault(k, []).append(g)
     return shares, left
