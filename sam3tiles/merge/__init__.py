@@ -48,7 +48,10 @@ mask can stop short of the tile edge. The rules, in order:
    where the owner split it from a cut stub lying outside the owner's core (the split lies in the other
    tile's area, which drew one object), or where the owner reported nothing over a stretch of its window
    `THICK_CELLS` across that the cut part covers (a partial miss: that stretch, in the owner's core, is
-   kept as a miss is). A split, or another object, the owner drew inside its own core stands.
+   kept as a miss is), or where the owner's view stops short of its window's edge (within `EDGE_MARGIN`
+   and the sliver tolerance) while the cut part goes on past that edge over a stretch `THICK_CELLS`
+   across (`short`: the owner could not see there; a model's mask can stop a cell or two short of the
+   tile edge). A split, or another object, the owner drew inside its own core stands.
 5. *Stitching.* A cut part is a duplicate when what it says inside its own tile's core is at least half
    covered by the kept complete parts. The other cut parts are clipped to their tiles' cores (grown by one
    pixel so neighbours overlap; in the cores of tiles that have no part in the component, a miss, they keep

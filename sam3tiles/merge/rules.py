@@ -18,6 +18,7 @@ from .links import _components, _explode, _inside, _links
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
                     THICK_CELLS, Cols, Merged, polygonal, regions)
+from .short import stops_short
 from .stats import MergeStats, count_by_prompt
 
 
@@ -351,8 +352,9 @@ class _Resolver:
         past inside that tile's own core, where the owner (a) split it from a cut stub lying outside its
         core (the stub within rule 0's gap of the part, with no area in its own core): the split lies where
         the other tile owns the area, and it drew both as one (a text line the owner split at a word gap in
-        its neighbour's core); or (b) reported nothing over a stretch of its window `THICK_CELLS` across
-        that the cut part covers (`_missed`). They are stitched with it (rule 5), each inside its own core.
+        its neighbour's core); (b) reported nothing over a stretch of its window `THICK_CELLS` across that the
+        cut part covers (`_missed`); or (c) stops short of its window's edge where the cut part goes on past
+        it (`short.stops_short`). They are stitched with it (rule 5), each inside its own core.
         A split inside the owner's core, or another object the owner drew there, stands (it decides)."""
         c, cut = self.c, set(stitch.tolist())
         out = []
@@ -373,8 +375,8 @@ class _Resolver:
             split = [bool(p and shapely.intersects(g, c.geoms[i])
                           and any(shapely.distance(g, c.geoms[j]) < self.gap for j in stubs))
                      for p, g in zip(past.tolist(), clip)]
-            if any(split) or any(p and not self._fuses(int(k), i) and self._missed(int(k), i)
-                                 for p, k in zip(past.tolist(), nb.tolist())):
+            if any(split) or any(p and not self._fuses(int(k), i) and (self._missed(int(k), i) or stops_short(
+                    c.geoms[k], c.geoms[i], self.frames[int(ti)])) for p, k in zip(past.tolist(), nb.tolist())):
                 out.append(i)
         return out
 
