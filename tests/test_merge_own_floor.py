@@ -41,8 +41,11 @@ def test_strips_the_owner_drew_touching_along_stretches_stay_two():
     merged, stats = _strips(unary_union([box(752, 300, 1760, 340), *bulges]), box(752, 348, 1760, 388))
     geoms = list(merged.geometry)
     assert not _fused(geoms, A, B)
-    assert len(geoms) == 2
-    assert _best_iou(geoms, A) > 0.95 and _best_iou(geoms, B) > 0.95
+    # what only tile 0 saw (x < 752, its view fusing both) stands alone: dividing it between the two is off
+    # (merge.apart.DIVIDE: the division lost area on other layouts)
+    assert len(geoms) == 3
+    east = box(752, 0, 10_000, 10_000)
+    assert _best_iou(geoms, A.intersection(east)) > 0.95 and _best_iou(geoms, B.intersection(east)) > 0.95
     assert stats.rule_violations == 0
 
 

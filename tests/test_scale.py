@@ -19,6 +19,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 import shapely
+from shapely.geometry import MultiPolygon
 from click.testing import CliRunner
 from range_server import serve
 
@@ -45,6 +46,12 @@ def reference(scene):
     return gdf
 
 
+def _multi(gdf: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
+    out = gdf.copy()
+    out.geometry = [MultiPolygon([g]) if g.geom_type == "Polygon" else g for g in gdf.geometry]
+    return out
+
+
 def _same(a: gpd.GeoDataFrame, b: gpd.GeoDataFrame, source: bool = True) -> None:
     """Same rows in the same order: ids, columns and exact geometries (`source`: the same input, too)."""
     assert len(a) == len(b)
@@ -63,7 +70,8 @@ def test_streamed_outputs_equal_the_objects_in_memory_whatever_the_blocks(scene,
                              return_objects=False)
         assert rep.objects == len(reference)
         back = gpd.read_parquet(tmp_path / name) if name.endswith("parquet") else gpd.read_file(tmp_path / name)
-        _same(back, reference)
+        # a GeoPackage written in several chunks is MultiPolygon throughout (writers.vector._write_gpkg)
+        _same(back, reference if name.endswith("parquet") else _multi(reference))
         assert not list(tmp_path.glob("*.sam3tiles-work/*.spool.sqlite"))  # the spool is gone
     # the single GeoParquet file's metadata covers every part: bbox, geometry types, the run's metadata
     geo = json.loads(pq.read_schema(tmp_path / "o.parquet").metadata[b"geo"])

@@ -75,7 +75,7 @@ def choice_note(p: str, n: int, limit: int) -> str:
                 f"objects, napari's shapes layer takes about 5 ms a polygon)")
     return (f"sam3tiles: {name}: {n:,} objects, over {limit:,}: shown as their centroids (a points layer per prompt, "
             f"the columns as features): napari's shapes layer takes about 5 ms a polygon ({_duration(n * 0.005)} "
-            f"here). The outlines: open the label image (--labels). {ENV}={n} forces polygons")
+            f"here). The outlines: open the run's label image beside it. {ENV}={n} forces polygons")
 
 
 def _duration(seconds: float) -> str:
