@@ -26,8 +26,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from .graphs import (COLOUR_IDS, COLOUR_TOLERANCE, COLOURS, MASK_LOGIT, MIN_PIXELS, PRESENCE_LOGIT, QUERIES, _G,
-                     _norm, _save, _vi)
+from .graphs import COLOUR_TOLERANCE, MASK_LOGIT, MIN_PIXELS, PRESENCE_LOGIT, QUERIES, _G, _save, _vi, colour_table
 
 #: The batched export's image side and its mask grid (3.5 px a cell, as the seed's 1008 / 288)
 SIDE = 644
@@ -64,10 +63,7 @@ def vision_encoder(side: int = SIDE, precision: str = "float16") -> onnx.ModelPr
 
 def text_encoder(precision: str = "float16") -> onnx.ModelProto:
     g = _G()
-    table = np.zeros((49408, 4), np.float32)
-    for word, rgb in COLOURS.items():
-        table[COLOUR_IDS[word], :3] = _norm(rgb)
-        table[COLOUR_IDS[word], 3] = 1.0
+    table = colour_table()
     g.op("Equal", "tokens", g.const(0, np.int64), out="text_mask")
     feat = g.op("Gather", g.const(table, name="colour_table"), "tokens", axis=0)  # [nc,32,4]
     feat = g.op("Transpose", feat, perm=[1, 0, 2])  # [32,nc,4]

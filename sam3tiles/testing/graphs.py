@@ -132,12 +132,17 @@ def image_encoder() -> onnx.ModelProto:
     return g.model("sam3_image_encoder", [_vi("image", TensorProto.UINT8, [3, MODEL, MODEL])], outputs)
 
 
-def language_encoder() -> onnx.ModelProto:
-    g = _G()
+def colour_table() -> np.ndarray:
+    """The text encoders' embedding table: a colour word's token -> its normalised RGB and a 1 (others 0)."""
     table = np.zeros((49408, 4), np.float32)
     for word, rgb in COLOURS.items():
-        table[COLOUR_IDS[word], :3] = _norm(rgb)
-        table[COLOUR_IDS[word], 3] = 1.0
+        table[COLOUR_IDS[word]] = (*_norm(rgb), 1.0)
+    return table
+
+
+def language_encoder() -> onnx.ModelProto:
+    g = _G()
+    table = colour_table()
     g.op("Equal", "tokens", g.const(0, np.int64), out="text_attention_mask")
     ids = g.op("Squeeze", "tokens", g.const([0], np.int64))
     feat = g.op("Gather", g.const(table, name="colour_table"), ids, axis=0)  # [32,4]
