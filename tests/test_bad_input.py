@@ -1252,7 +1252,7 @@ def _polygon():
 
 POINTS_CASES: dict[str, Case] = {
     "point-beside-text": Case(seg_points(_pt(), text=("blue",)), 2, r"are prompts of their own, not beside --text"),
-    "point-third-value": Case(seg_points(_pt(tag=",maybe")), 2, r"--point .*the third value must be 'neg' or 'pos'"),
+    "point-third-value": Case(seg_points(_pt(tag=",maybe")), 2, r"--point .*the last value must be 'neg' or 'pos'"),
     "point-not-numbers": Case(seg_points("east,north"), 2, r"--point 'east,north': the coordinates must be numbers"),
     "point-outside": Case(seg_points(f"{ORIGIN[0] - 5000},{ORIGIN[1]}"), 2, r"--point .* lies outside every input"),
     "points-negative-only": Case(seg_points(_pt(tag=",neg")), 2, r"are all negative.*add a positive point"),

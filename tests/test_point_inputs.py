@@ -194,7 +194,7 @@ def test_the_command_line_takes_the_same_label_words(tmp_path):
 
     assert not GeoPoint.parse("1,2,bg").positive and GeoPoint.parse("1,2,YES").positive
     assert not GeoBox.parse("0,0,1,1,no").positive
-    with pytest.raises(UsageError, match="the third value must be 'neg' or 'pos'.*yes/"):
+    with pytest.raises(UsageError, match="the last value must be 'neg' or 'pos'.*yes/"):
         GeoPoint.parse("1,2,maybe")
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import InputDataError, PromptError, UsageError
 from ..wording import opt, spoken
-from .prompt import LABELS, accepted_labels, read_labels, read_vector, where_words
+from .prompt import parse_numbers, read_labels, read_vector, where_words
 
 log = logging.getLogger(__name__)
 
@@ -50,20 +50,7 @@ class GeoPoint:
     @classmethod
     def parse(cls, text: str) -> "GeoPoint":
         """'X,Y[,neg]' as given to --point."""
-        parts = [p.strip() for p in text.split(",")]
-        positive = True
-        if len(parts) == 3:
-            tag = parts.pop().strip().lower()
-            if tag not in LABELS:
-                raise UsageError(f"{opt('points', repr(text))}: the third value must be 'neg' or 'pos' "
-                                 f"({accepted_labels()})")
-            positive = LABELS[tag]
-        if len(parts) != 2:
-            raise UsageError(f"{opt('points', repr(text))}: give X,Y[,neg] in the raster's CRS")
-        try:
-            x, y = (float(p) for p in parts)
-        except ValueError:
-            raise UsageError(f"{opt('points', repr(text))}: the coordinates must be numbers") from None
+        (x, y), positive = parse_numbers(text, "points", "X,Y")
         if not (math.isfinite(x) and math.isfinite(y)):
             raise UsageError(f"{opt('points', repr(text))}: the coordinates must be finite numbers")
         return cls(x, y, positive)

@@ -22,6 +22,25 @@ MIN_BOX_SHARE = 0.5
 MIN_CLIPPED_PX = 64
 
 
+def parse_numbers(text: str, option: str, form: str) -> tuple[tuple[float, ...], bool]:
+    """'N1,...,Nk[,neg]' as given to --box / --point (`form` names the k numbers, e.g. 'X,Y'): the numbers
+    and whether the prompt is positive; anything else a UsageError naming the form."""
+    parts = [p.strip() for p in text.split(",")]
+    k = form.count(",") + 1
+    positive = True
+    if len(parts) == k + 1:
+        tag = parts.pop().strip().lower()
+        if tag not in LABELS:
+            raise UsageError(f"{opt(option, repr(text))}: the last value must be 'neg' or 'pos' ({accepted_labels()})")
+        positive = LABELS[tag]
+    if len(parts) != k:
+        raise UsageError(f"{opt(option, repr(text))}: give {form}[,neg] in the raster's CRS")
+    try:
+        return tuple(float(p) for p in parts), positive
+    except ValueError:
+        raise UsageError(f"{opt(option, repr(text))}: the coordinates must be numbers") from None
+
+
 @dataclass(frozen=True)
 class GeoBox:
     """An example box in the raster's CRS (or source pixels when the raster has none)."""
@@ -35,20 +54,7 @@ class GeoBox:
     @classmethod
     def parse(cls, text: str) -> "GeoBox":
         """'MINX,MINY,MAXX,MAXY[,neg]' as given to --box."""
-        parts = [p.strip() for p in text.split(",")]
-        label = True
-        if len(parts) == 5:
-            tag = parts.pop().strip().lower()
-            if tag not in LABELS:
-                raise UsageError(f"{opt('boxes', repr(text))}: the fifth value must be 'neg' or 'pos' "
-                                 f"({accepted_labels()})")
-            label = LABELS[tag]
-        if len(parts) != 4:
-            raise UsageError(f"{opt('boxes', repr(text))}: give MINX,MINY,MAXX,MAXY[,neg] in the raster's CRS")
-        try:
-            x0, y0, x1, y1 = (float(p) for p in parts)
-        except ValueError:
-            raise UsageError(f"{opt('boxes', repr(text))}: the coordinates must be numbers") from None
+        (x0, y0, x1, y1), label = parse_numbers(text, "boxes", "MINX,MINY,MAXX,MAXY")
         if not all(math.isfinite(v) for v in (x0, y0, x1, y1)) or x1 <= x0 or y1 <= y0:
             raise UsageError(f"{opt('boxes', repr(text))}: needs MINX < MAXX and MINY < MAXY")
         return cls(x0, y0, x1, y1, label)
