@@ -138,7 +138,7 @@ def test_a_reused_result_measures_its_pieces_against_the_edges_its_tile_has_now(
     import dataclasses
 
     from sam3tiles.run.checkpoint import decode_result, encode_result, fitted
-    from sam3tiles.run.tasks import TileResult
+    from sam3tiles.run.checkpoint import TileResult
     from sam3tiles.tiling.grid import TileGrid
     from sam3tiles.tiling.piecekey import tile_of
     from sam3tiles.vectorize.pieces import EDGE_MARGIN, InstanceCrop, _cells_for, pieces_from_crops

@@ -69,7 +69,8 @@ def test_a_batch_of_tiles_gives_each_tile_its_own_outcome(tmp_path):
 
     from sam3tiles.errors import RasterReadError
     from sam3tiles.model.registry import RuntimeSpec
-    from sam3tiles.run.tasks import SourceSpec, TilePrompt, TileResult, tile_batch_task
+    from sam3tiles.run.checkpoint import TileResult
+    from sam3tiles.run.tasks import SourceSpec, TilePrompt, tile_batch_task
 
     from sam3tiles.readers import open_source
     from sam3tiles.tiling.grid import TileGrid

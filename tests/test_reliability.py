@@ -84,7 +84,7 @@ def test_checkpoint_rows_round_trip():
     from shapely.geometry import MultiPolygon, box
 
     from sam3tiles.run.checkpoint import decode_result, encode_result
-    from sam3tiles.run.tasks import TileResult
+    from sam3tiles.run.checkpoint import TileResult
     from sam3tiles.tiling.piecekey import piece_key
     from sam3tiles.vectorize.pieces import Pieces
 

@@ -109,7 +109,7 @@ def point_arguments(points: Any) -> list[GeoPoint]:
     return [GeoPoint.coerce(p) for p in points]
 
 
-#: The columns of a point's output row besides the standard ones (`run.frames.COLUMNS`, the area column).
+#: The columns of a point's output row besides the standard ones (`run.outputs.COLUMNS`, the area column).
 ROW_COLUMNS = ("found", "status", "point_id")
 #: Names no carried column may take either: the row's geometry, the spool's order key, GeoPackage's feature id
 #: column (GDAL refuses a field of that name that is not an integer).

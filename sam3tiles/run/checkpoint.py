@@ -19,16 +19,44 @@ import sqlite3
 import struct
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..wording import opt
-from .tasks import TileResult
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..vectorize.pieces import Pieces
 
 SCHEMA = 5  # 2: one row per (tile, prompt), pieces renumbered as prompt 0; 3: JSON + WKB rows, no pickle;
 # 4: a row carries the key it was stored under (a row moved to another key is recomputed); 5: keyed on the
 # tile's place and pixels, not its grid position; a row holds the tile's interior edges (`fitted`)
 MAGIC = b"S3TR"  # sam3tiles tile result
 _COLUMNS = ("score", "prompt", "tile_key", "complete", "edge_dist")
+
+
+@dataclass
+class TileResult:
+    """What a tile contributes to the merge, plus its bookkeeping. Small: polygons and numbers. The tile tasks
+    return it (`tasks.tile_batch_task`); the store keeps its rows (`encode_result`)."""
+
+    tile_index: int
+    pieces: Pieces
+    skipped: bool = False
+    saturated: bool = False
+    seconds: dict = field(default_factory=dict)
+    unusable_prompts: tuple[str, ...] = ()
+    saturated_prompts: tuple[int, ...] = ()  # prompt indices whose decoder pass saturated (checkpoint parts)
+    exemplars: dict = field(default_factory=dict)  # pasted exemplars: pasted / dropped / clipped detections
+    thumb: np.ndarray | None = None  # the quicklook's copy of the tile (`thumbs.take`): never checkpointed
+    #: passes past each prompt's first ("extra") and their detections another pass had found ("folded":
+    #: `vectorize.merge_passes`); like `exemplars`, not checkpointed
+    passes: dict = field(default_factory=dict)
+    #: the tile's interior edges when it was computed (left, top, right, bottom): a checkpointed result reused on
+    #: a grid where they differ has its pieces' edge distances derived again (`checkpoint.fitted`)
+    interior: tuple[bool, bool, bool, bool] | None = None
 
 
 def tile_key(parts: dict) -> str:

@@ -18,9 +18,9 @@ from ..merge import Merged
 from ..units import Frame, add_areas, area_column, area_unit, length_to_crs
 from ..wording import opt
 from ..writers import NO_CRS_NOTE
+from .outputs import COLUMNS
 from .report import RunReport
 
-COLUMNS = ["id", "prompt", "score", "area_px", "area_um2", "n_tiles", "source", "backend", "model"]
 _HEAD, _TAIL = COLUMNS[:3], COLUMNS[5:]
 
 

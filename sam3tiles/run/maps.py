@@ -44,6 +44,7 @@ from ..readers.remote import source_name
 from ..wording import opt, spoken
 from .lattice import Lattice, choose_lattice, crs_name, on_lattice, place, with_frame
 from .preflight import check_input, check_vrt_cycle
+from .report import lattice_lines
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,6 @@ HEADER_THREADS = 16
 SAME_GROUND = 0.5
 #: Lines of notes the plan shows about files that touch but are not one map.
 MAX_NOTES = 5
-#: Warped files the plan and the report name one by one.
-MAX_WARPED_LINES = 5
 
 
 @dataclass(frozen=True)
@@ -420,20 +419,6 @@ def warped_files(lay: Layout, crs: str | None) -> list[dict]:
     return [{"file": m.path, "from": m.warp.crs, "to": crs, "pixel_from": list(m.warp.pixel), "pixel_to": list(pixel),
              "resampling": m.warp.resampling, "how": m.warp.describe(str(crs), pixel)}
             for m in lay.members if m.warp is not None]
-
-
-def lattice_lines(facts: dict, indent: str = "  ") -> list[str]:
-    """The lines of the plan and the report on a map's lattice and the files warped onto it."""
-    if not facts.get("mosaic"):
-        return []
-    warped = facts.get("warped", [])
-    out = [f"{indent}lattice: {facts['lattice']}; objects in {facts['crs']} (the map's CRS)"] \
-        if facts.get("lattice") else []
-    out += [f"{indent}warped: {os.path.basename(source_name(w['file']))}: {w['how']}"
-            for w in warped[:MAX_WARPED_LINES]]
-    if len(warped) > MAX_WARPED_LINES:
-        out.append(f"{indent}... and {len(warped) - MAX_WARPED_LINES} more files warped")
-    return out
 
 
 def mosaic_line(inp) -> str:

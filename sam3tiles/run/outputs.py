@@ -19,6 +19,10 @@ from ..writers.formats import PER_INPUT, endings
 from .targets import Targets
 from .workfolder import check_work_dir
 
+#: The output's own columns, in order (`frames.objects_frame` makes its rows; the spool writes them), before
+#: the area column and the geometry.
+COLUMNS = ["id", "prompt", "score", "area_px", "area_um2", "n_tiles", "source", "backend", "model"]
+
 
 def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[list[Path | None], Path | None]:
     """Per-input outputs (out is a folder) or one combined output (out is a file), or none (API use)."""

@@ -36,6 +36,7 @@ from ..writers.labels import check_labels_for, label_format
 from ..writers.formats import check_space, is_dataset
 from .area import check_area_meets, plan_skips
 from .checkpoint import pixels_identity
+from .cluster import check_scheduler
 from .inputs import expand_inputs, read_paths
 from .maps import group_inputs, map_lines
 from .once import distinct_inputs
@@ -332,8 +333,6 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
     texts, geo_boxes, example_images = prompt_arguments(text, boxes, example_images)
     given_points, point_file = check_point_run(point_arguments(points), point_file, texts, geo_boxes, box_file,
                                                example_images, opts.squash, opts.aoi)
-    from .engine import check_scheduler  # (engine imports dask: only when a run is planned)
-
     check_scheduler(opts.scheduler)  # a scheduler address that cannot be one: before anything is opened
     if report_path is None and out is not None:
         report_path = report_path_for(Path(out), opts.layer)
@@ -416,7 +415,7 @@ def _plan_prompts(planned: Sequence[InputPlan], texts, geo_boxes: list, box_file
     pts = None
     if given_points or point_file:
         from ..units import area_column
-        from .frames import COLUMNS  # the output's own columns: a point file's of those names are carried renamed
+        from .outputs import COLUMNS  # the output's own columns: a point file's of those names are carried renamed
 
         own = (*COLUMNS, *dict.fromkeys(area_column(i.frame) for i in planned))
         pts = plan_points(given_points, point_file, [(i.crs, i.bounds) for i in planned], own)

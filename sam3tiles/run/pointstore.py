@@ -21,8 +21,7 @@ import signal
 
 from ..tiling.grid import Tile
 from ..vectorize.pieces import Pieces
-from .checkpoint import TileStore, tile_key
-from .tasks import TileResult
+from .checkpoint import TileResult, TileStore, tile_key
 
 #: Test hook: the process kills itself (SIGKILL) once this many point tasks are stored, a forced point to
 #: kill a run at (tests/test_point_resume.py), with no timing involved.

@@ -40,6 +40,7 @@ from ..writers.labels import check_labels
 from ..writers.formats import GPKG, QUPATH, format_for
 from ..writers.stream import check_dataset
 from ..writers.vector import check_layer
+from .cluster import SCHEDULER_ENV, local_threads
 from .limits import check_address_space
 from .workfolder import is_within, real_path, replaceable, vouched
 
@@ -321,8 +322,6 @@ def check_room(opts: Options, planned: Sequence) -> None:
     threads in this process (Dask's; onnxruntime's pool a graph on the CPU), the model loaded here, GDAL's
     cache (at most the inputs' pixels). `planned`: the inputs' `plan.InputPlan`s."""
     from numpy import dtype
-
-    from .engine import SCHEDULER_ENV, local_threads
 
     pixels = sum(i.width * i.height * i.band_count * dtype(i.dtype).itemsize for i in planned)
     if opts.scheduler or os.environ.get(SCHEDULER_ENV):

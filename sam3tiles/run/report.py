@@ -16,8 +16,11 @@ from pathlib import Path
 
 from ..version import __version__
 from ..wording import opt, spoken
+from ..readers.remote import source_name
 from ..writers import atomic_path
 
+#: Warped files the plan and the report name one by one.
+MAX_WARPED_LINES = 5
 STAGES = ("read", "prompt", "encode", "decode", "vectorize", "merge", "write")
 #: What the report's quantities are in (the JSON's `units`; the text names its units itself).
 UNITS = {"seconds": "s (read, prompt, encode, decode, vectorize: summed over tiles)", "wall_seconds": "s",
@@ -153,8 +156,6 @@ class RunReport:
         crss = list(dict.fromkeys(str(m.get("crs")) for m in self.maps))
         out = [f"maps: {len(self.maps)} from {sum(m.get('files', 1) for m in self.maps)} files"
                + (f", in {len(crss)} CRSs ({', '.join(crss[:4])})" if len(crss) > 1 else "")]
-        from .maps import lattice_lines
-
         for m in self.maps:
             if m.get("mosaic"):
                 out.append(f"  {m['map']}: {m['tiles']} tiles ({m['tiles_one_at_a_time']} one file at a "
@@ -287,3 +288,17 @@ def human_size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} B"
+
+
+def lattice_lines(facts: dict, indent: str = "  ") -> list[str]:
+    """The lines of the plan and the report on a map's lattice and the files warped onto it."""
+    if not facts.get("mosaic"):
+        return []
+    warped = facts.get("warped", [])
+    out = [f"{indent}lattice: {facts['lattice']}; objects in {facts['crs']} (the map's CRS)"] \
+        if facts.get("lattice") else []
+    out += [f"{indent}warped: {os.path.basename(source_name(w['file']))}: {w['how']}"
+            for w in warped[:MAX_WARPED_LINES]]
+    if len(warped) > MAX_WARPED_LINES:
+        out.append(f"{indent}... and {len(warped) - MAX_WARPED_LINES} more files warped")
+    return out

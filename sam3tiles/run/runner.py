@@ -37,13 +37,13 @@ from ..writers.stream import ObjectSpool, SpoolInput
 from ..writers.thumbs import MAX_SIDE, Picture, panel_wh
 from .anchor import on_lattice
 from .area import InputArea
-from .checkpoint import TileStore, _BatchedPuts, fitted, join_parts, prompt_part, tile_key, tile_place
+from .checkpoint import TileResult, TileStore, _BatchedPuts, fitted, join_parts, prompt_part, tile_key, tile_place
 from .engine import MAX_CLUSTER_BATCH, Engine, _count, settled
 from .frames import objects_frame
 from .plan import InputPlan, RunPlan
 from .report import RunReport
 from .submit import _gather_on, _results_of, _submit_on, batch_size, model_info, short_error
-from .tasks import SourceSpec, TileResult, close_spares, open_spares, tile_batch_task
+from .tasks import SourceSpec, close_spares, open_spares, tile_batch_task
 
 log = logging.getLogger(__name__)
 
