@@ -14,10 +14,10 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..version import __version__
-from ..wording import opt, spoken
-from ..readers.remote import source_name
-from ..writers import atomic_path
+from ...readers.remote import source_name
+from ...version import __version__
+from ...wording import opt, spoken
+from ...writers import atomic_path
 
 #: Warped files the plan and the report name one by one.
 MAX_WARPED_LINES = 5
@@ -65,11 +65,11 @@ class RunReport:
     # extra (passes), folded (their detections of an object another pass had found: one answer a tile)
     decoder_passes: dict = field(default_factory=dict)
     output_notes: list = field(default_factory=list)  # e.g. which tools open a GeoParquet output
-    # point prompts (run.points): given (every point), positive, negative, outside (positive points in no input),
+    # point prompts (executing.points): given (every point), positive, negative, outside (positive points in no input),
     # renamed (a point file's columns carried under another name: file's name -> output's); per status found,
     # nothing, background, failed, partial; encodes = home_tiles + follow_encodes
     points: dict = field(default_factory=dict)
-    # the maps the inputs form (issue 38: `run.maps.map_facts`, when several files), and files kept apart
+    # the maps the inputs form (issue 38: `run.planning.maps.map_facts`, when several files), and files kept apart
     maps: list = field(default_factory=list)
     map_notes: list = field(default_factory=list)
     input_notes: list = field(default_factory=list)  # inputs left out: a file named twice, a sidecar

@@ -13,9 +13,9 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ..errors import UsageError
-from ..wording import opt, render, spoken
-from .cluster import SCHEDULER_ENV, check_scheduler, local_threads
+from ...errors import UsageError
+from ...wording import opt, render, spoken
+from ..planning.cluster import SCHEDULER_ENV, check_scheduler, local_threads
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def _quiet_if_interrupted() -> None:
     """Ctrl-C or SIGTERM (not an Exception) while the main thread waited on a future: the wait is
     abandoned, and closing the client ends its coroutine with AllExit, which asyncio would log with a
     traceback after the run's own one-line message. Silence asyncio's logger, as the process is ending."""
-    from ..errors import WorkerLostError
+    from ...errors import WorkerLostError
 
     exc = sys.exc_info()[1]
     if exc is not None and (not isinstance(exc, Exception) or isinstance(exc, WorkerLostError)):
@@ -190,7 +190,7 @@ class WorkerWatch:
 @contextmanager
 def _watched(client, address: str, gpu: bool, timeout: float | None):
     """`WorkerWatch` around the block; the errors of the futures it cancelled become `WorkerLostError`."""
-    from ..errors import WorkerLostError
+    from ...errors import WorkerLostError
 
     if timeout is None:
         yield

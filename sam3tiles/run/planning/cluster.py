@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import re
 
-from ..errors import UsageError
-from ..wording import opt
+from ...errors import UsageError
+from ...wording import opt
 
 SCHEDULER_ENV = "SAM3TILES_SCHEDULER"
 

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..wording import opt
+from ...wording import opt
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..vectorize.pieces import Pieces
+    from ...vectorize.pieces import Pieces
 
 SCHEMA = 5  # 2: one row per (tile, prompt), pieces renumbered as prompt 0; 3: JSON + WKB rows, no pickle;
 # 4: a row carries the key it was stored under (a row moved to another key is recomputed); 5: keyed on the
@@ -79,7 +79,7 @@ def pixels_identity(path, identity: str, member_ids, window) -> str:
     """The identity of the pixels a source-pixel window reads, for its key: `identity` for a plain input; for a
     mosaic, the members the window touches, each with its identity and its place in the CRS (not in the
     mosaic, whose origin moves when files are added west or north), and nothing of the others."""
-    from ..readers.mosaic import layout_of
+    from ...readers.mosaic import layout_of
 
     lay = layout_of(path)
     if lay is None or not member_ids:
@@ -99,8 +99,8 @@ def fitted(result: TileResult, tile, edge_margin: int) -> TileResult:
     distance to them and its completeness derived again from its outline (an exemplar's cut stays cut)."""
     from dataclasses import replace
 
-    from ..tiling.piecekey import pass_of, piece_key
-    from ..vectorize.pieces import Pieces
+    from ...tiling.piecekey import pass_of, piece_key
+    from ...vectorize.pieces import Pieces
 
     p = result.pieces
     keys = [piece_key(tile.index, pass_of(k)) for k in p.tile_key]
@@ -171,7 +171,7 @@ class TileStore:
         return self._conn
 
     def _error(self, e: BaseException):
-        from ..errors import OutputError
+        from ...errors import OutputError
 
         what = getattr(e, "strerror", None) or str(e).strip().splitlines()[0]
         return OutputError(f"the checkpoint store {self.path} cannot be used ({what}): free disk space or fix the "
@@ -289,7 +289,7 @@ def decode_result(blob, key: str | None = None) -> TileResult | None:
     with `key`, also None for a row stored under another key (swapped or copied between tiles)."""
     import shapely
 
-    from ..vectorize.pieces import Pieces
+    from ...vectorize.pieces import Pieces
 
     try:
         if not isinstance(blob, (bytes, bytearray, memoryview)):
@@ -363,7 +363,7 @@ def join_parts(tile_index: int, parts: list[tuple[int | None, TileResult]]) -> T
     so the pieces come in the order an uninterrupted run produces them."""
     from dataclasses import fields
 
-    from ..vectorize.pieces import Pieces
+    from ...vectorize.pieces import Pieces
 
     pieces = Pieces()
     skipped, saturated, unusable, seconds = True, False, [], {}

@@ -14,17 +14,17 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import ModelError, shippable
-from ..model.registry import RuntimeSpec, get_runtime
-from ..model.runtime import MAX_QUERIES, PreparedPrompt, TileImage
-from ..prompts.prompt import TilePrompt
-from ..readers import RasterSource, Stretch, gdal_env, open_source
-from ..readers.identity import forget_cached
-from ..tiling.grid import Tile
-from ..vectorize.pieces import (EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, merge_passes,
+from ...errors import ModelError, shippable
+from ...model.registry import RuntimeSpec, get_runtime
+from ...model.runtime import MAX_QUERIES, PreparedPrompt, TileImage
+from ...prompts.prompt import TilePrompt
+from ...readers import RasterSource, Stretch, gdal_env, open_source
+from ...readers.identity import forget_cached
+from ...tiling.grid import Tile
+from ...vectorize.pieces import (EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, merge_passes,
                                 pieces_from_crops)
-from ..writers.thumbs import take
-from .checkpoint import TileResult
+from ...writers.thumbs import take
+from ..recording.checkpoint import TileResult
 
 #: A tile whose decoder pass returns at least this many objects is reported as saturated (SAM 3 keeps
 #: at most 200 queries per input).
