@@ -30,8 +30,8 @@ from .common import ROOT, wait_for_quiet
 
 DRIVER = r"""
 import os, sys
-import sam3tiles.run.limits as L
-import sam3tiles.run.preflight as P
+import sam3tiles.run.planning.limits as L
+import sam3tiles.run.planning.preflight as P
 
 def vm():
     return int(open('/proc/self/status').read().split('VmSize:')[1].split()[0]) >> 10

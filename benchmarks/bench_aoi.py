@@ -42,7 +42,7 @@ from shapely.geometry import box
 from sam3tiles.evaluate import evaluate
 from sam3tiles.options import Options
 from sam3tiles.run.pipeline import segment_job
-from sam3tiles.run.plan import DECODE_S, ENCODE_S, plan_input
+from sam3tiles.run.planning.plan import DECODE_S, ENCODE_S, plan_input
 from sam3tiles.testing.demo import CRS_DEMO, ORIGIN, PIXEL, write_scene
 from sam3tiles.testing.slidegen import write_slide
 
@@ -83,7 +83,7 @@ def compare(got: gpd.GeoDataFrame, want: gpd.GeoDataFrame, iou: float = 0.99) ->
 def variant(margin: float | None, grow: bool):
     """The plan's margin (grid pixels; None: the default, half the overlap) and run-time growth, switched for
     one run (the benchmark measures what the defaults chose between)."""
-    from sam3tiles.run import area as run_area
+    from sam3tiles.run.planning import area as run_area
     from sam3tiles.tiling.selection import AreaSkip
 
     saved_skip, saved_init = run_area.AreaSkip, run_area.InputArea.__init__
@@ -154,7 +154,7 @@ MODES = (("brightfield", ["indigo", "crimson"], {}),
 def tissue_rows(width: int, height: int, tiling: dict, folder: Path, workers: int, modes=MODES) -> list[dict]:
     """--tissue off against auto on a brightfield and a fluorescence slide, tissue on a third of each."""
     from sam3tiles.readers import open_source
-    from sam3tiles.run.area import plan_skips
+    from sam3tiles.run.planning.area import plan_skips
 
     rows = []
     for mode, prompts, layout in modes:

@@ -92,7 +92,7 @@ def measure(tiles: int, workers: int, per_task: int | None = None, keep: str | N
     `per_task`: tiles per Dask task (None: the default); `keep`: copy the output dataset there."""
     import psutil
 
-    from sam3tiles.run.checkpoint import stored_rows
+    from sam3tiles.run.recording.checkpoint import stored_rows
     from sam3tiles.run.pipeline import segment_job
 
     proc = psutil.Process()

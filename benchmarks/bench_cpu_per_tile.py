@@ -29,7 +29,7 @@ import time
 from sam3tiles.merge import merge_pieces
 from sam3tiles.model.registry import RuntimeSpec, get_runtime
 from sam3tiles.readers import open_source
-from sam3tiles.run.tasks import InferResult, SourceSpec, prepared_prompt, read_task, vectorize_task
+from sam3tiles.run.executing.tasks import InferResult, SourceSpec, prepared_prompt, read_task, vectorize_task
 from sam3tiles.tiling.frame import TileFrames
 from sam3tiles.tiling.grid import TileGrid
 from sam3tiles.vectorize.pieces import Pieces, crop_detections

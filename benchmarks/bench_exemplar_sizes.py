@@ -147,8 +147,8 @@ def text_f1(scene: Path, truth, box) -> dict:
     from sam3tiles.options import Options
     from sam3tiles.prompts.prompt import GeoBox, Prompt
     from sam3tiles.run.pipeline import execute
-    from sam3tiles.run.plan import plan_run
-    from sam3tiles.run.targets import Targets
+    from sam3tiles.run.planning.plan import plan_run
+    from sam3tiles.run.planning.targets import Targets
 
     ref = Options(backend="reference")
     alone = plan_run(str(scene), ["red"], options=ref, targets=Targets(checkpoint=False))

@@ -4,7 +4,7 @@ run over 400 small files against the one-file run of the same scene.
     python -m benchmarks.bench_mosaic [--files 100,1000,2000] [--side 100] [--grid 20] [--cell 300] [--smoke]
 
 * **Planning.** N files of `side` x `side` px (RGB uint8, one CRS, on one lattice: one mosaic), each N planned
-  by `sam3tiles.run.plan.plan_run` in a fresh process (`--plan N`): its wall time (headers read in threads,
+  by `sam3tiles.run.planning.plan.plan_run` in a fresh process (`--plan N`): its wall time (headers read in threads,
   the grouping, the mosaic's stamps), the process's resident size before planning and its peak (ru_maxrss)
   after, and the ratios against the smallest N (linear: time and growth in proportion to N, or less).
 * **The run.** A `grid * cell` px scene (`sam3tiles.testing.demo.write_scene`) and its `grid` x `grid` split
@@ -79,8 +79,8 @@ def rss_mb() -> float:
 def measure_plan(folder: Path) -> dict:
     """Plan a run over every file of `folder` here; wall time and memory."""
     from sam3tiles.options import Options
-    from sam3tiles.run.plan import plan_run
-    from sam3tiles.run.targets import Targets
+    from sam3tiles.run.planning.plan import plan_run
+    from sam3tiles.run.planning.targets import Targets
 
     start = rss_mb()
     with tempfile.TemporaryDirectory() as d:

@@ -1,4 +1,4 @@
-"""Planning at country scale: `sam3tiles plan` and a run's own planning (`run.plan.plan_run`, what `segment`
+"""Planning at country scale: `sam3tiles plan` and a run's own planning (`run.planning.plan.plan_run`, what `segment`
 does before any tile) on a grid of 10^5 - 10^6 tiles, each in a fresh process: seconds and peak RSS.
 
     python -m benchmarks.bench_plan --tiles 1000000
@@ -58,8 +58,8 @@ def _peak_mb() -> float:
 def measure_run(src: str, scale: float) -> dict:
     """`plan_run` of a simulated run writing a dataset (as `segment` plans it), in this process."""
     from sam3tiles.options import Options
-    from sam3tiles.run.plan import plan_run
-    from sam3tiles.run.targets import Targets
+    from sam3tiles.run.planning.plan import plan_run
+    from sam3tiles.run.planning.targets import Targets
 
     with tempfile.TemporaryDirectory(prefix="bench_plan_") as tmp:
         t0 = time.perf_counter()

@@ -9,7 +9,7 @@ write the same merged GeoPackage. The scene has one object per `--cell` px squar
 vehicles per tile window, so vectorizing is real work):
 
 * plain loop: for each tile, read -> encode -> decode -> vectorize, one after the other (what a script
-  around a model does today; `sam3tiles.run.tasks.run_tile_inline`), then the merge and the write;
+  around a model does today; `sam3tiles.run.executing.tasks.run_tile_inline`), then the merge and the write;
 * pipeline: `segment_job` with the in-process engine (reads and vectorizing of other tiles run while the
   model task waits on the GPU; checkpoints on, as the CLI runs).
 
@@ -36,7 +36,7 @@ from sam3tiles.merge import merge_pieces
 from sam3tiles.model.registry import RuntimeSpec, get_runtime
 from sam3tiles.readers import open_source
 from sam3tiles.run.pipeline import segment_job  # imports distributed before any clock starts
-from sam3tiles.run.tasks import SourceSpec, TilePrompt, run_tile_inline
+from sam3tiles.run.executing.tasks import SourceSpec, TilePrompt, run_tile_inline
 from sam3tiles.tiling.frame import TileFrames
 from sam3tiles.tiling.grid import TileGrid
 from sam3tiles.vectorize.pieces import Pieces

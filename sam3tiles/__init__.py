@@ -4,7 +4,7 @@ Aspect-preserving overlapping tiles, one image embedding per tile, text, example
 merged across seams into polygons in the source CRS. See `sam3tiles.segment`.
 """
 
-from .run.limits import ease_reservations
+from .run.planning.limits import ease_reservations
 
 ease_reservations()  # under `ulimit -v`: before pyarrow loads (it reads its allocator's settings then)
 

@@ -13,7 +13,7 @@ from .options import Options
 from .prompts.points import GeoPoint
 from .prompts.prompt import GeoBox
 from .run.pipeline import segment_job
-from .run.report import RunReport
+from .run.recording.report import RunReport
 
 #: What `segment` takes as inputs: a path, URL or glob, an open rasterio dataset, or a list of them.
 Inputs = Union[str, os.PathLike, Any, Iterable[Union[str, os.PathLike, Any]]]

@@ -35,8 +35,8 @@ from .options import fields as registry_fields
 from .prompts.prompt import GeoBox
 from .readers.remote import is_remote
 from .run.pipeline import execute
-from .run.plan import RunPlan, plan_run
-from .run.targets import Targets
+from .run.planning.plan import RunPlan, plan_run
+from .run.planning.targets import Targets
 from .wording import raw, render
 
 __all__ = ["Job", "LoadedJob", "load_job", "parse_job", "job_options", "job_call", "plan_job", "run_job"]

@@ -40,7 +40,7 @@ __all__ = ["Opt", "opt", "Options", "declarations", "DEVICES", "ARGUMENTS"]
 
 #: Commands that take registry options on the command line.
 COMMANDS = ("segment", "plan", "run")
-#: Values of `progress_format` (`run.progress.progress_bar` draws each).
+#: Values of `progress_format` (`run.recording.progress.progress_bar` draws each).
 PROGRESS_FORMATS = ("bar", "json")
 
 
@@ -236,7 +236,7 @@ class Options:
     refine_depth: int = opt(DEFAULT_DEPTH, "Zoom doublings refinement may apply at most.", job="tiling.refine_depth",
                             flags=("--refine-depth",), commands=("segment", "plan"), ge=0, le=MAX_DEPTH,
                             note=f"each level doubles the zoom of saturated tiles; {MAX_DEPTH} is 16x")
-    # -- only where there is something to find (issue 39): run.area, tiling.selection ---------------------
+    # -- only where there is something to find (issue 39): run.planning.area, tiling.selection ---------------------
     aoi: str | None = opt(None, "Area of interest: a vector file (any CRS, all its polygons; PATH:LAYER for one "
                                 "layer) or MINX,MINY,MAXX,MAXY in the raster's CRS; on a slide level-0 pixels (a "
                                 "QuPath GeoJSON export). Only tiles that can see an object reaching into it are "
@@ -302,7 +302,7 @@ class Options:
     # -- where GIS tools drive the run (issue 23) ------------------------------------------------------
     progress_format: str = opt("bar", "bar: a progress bar (none with -q); json: one JSON line per update on "
                                       "stderr, even with -q, for programs driving the command line (the QGIS "
-                                      "provider; see sam3tiles.run.progress).",
+                                      "provider; see sam3tiles.run.recording.progress).",
                                flags=("--progress",), commands=("segment",), choices=PROGRESS_FORMATS)
 
     def __post_init__(self) -> None:

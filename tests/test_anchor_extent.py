@@ -14,8 +14,8 @@ from PIL import Image
 
 from sam3tiles import segment_report
 from sam3tiles.options import Options
-from sam3tiles.run.plan import plan_run
-from sam3tiles.run.targets import Targets
+from sam3tiles.run.planning.plan import plan_run
+from sam3tiles.run.planning.targets import Targets
 from sam3tiles.testing.demo import write_scene
 from sam3tiles.testing.mosaic import split_raster
 

@@ -29,7 +29,7 @@ from sam3tiles.evaluate import evaluate
 from sam3tiles.options import Options
 from sam3tiles.readers.area import read_area
 from sam3tiles.run.pipeline import segment_job
-from sam3tiles.run.plan import plan_input
+from sam3tiles.run.planning.plan import plan_input
 from sam3tiles.testing.demo import CRS_DEMO, ORIGIN, PIXEL, write_scene
 from sam3tiles.testing.slidegen import write_slide
 from sam3tiles.tiling.grid import TileGrid

@@ -433,7 +433,7 @@ def _foreign_dir(tmp):
 
 
 def _marked_dir_with_notes(tmp):
-    from sam3tiles.run.workfolder import MARKER
+    from sam3tiles.run.recording.workfolder import MARKER
 
     d = tmp / "work"
     d.mkdir()
@@ -1069,7 +1069,7 @@ def _job_after(prepare, job):
 def _damaged_record(body):
     """The work folder of an earlier run, its record of its outputs damaged, and the report it wrote."""
     def make(tmp):
-        from sam3tiles.run.workfolder import MARKER
+        from sam3tiles.run.recording.workfolder import MARKER
 
         w = tmp / "o" / "out.gpkg.sam3tiles-work"
         w.mkdir(parents=True)

@@ -137,7 +137,7 @@ def test_same_objects_as_the_1008_layout_in_one_decoder_call_a_tile(tmp_path, sc
     assert ":batched-fp16" in got["model"].iloc[0]
     assert f"{tiles} decoder calls" in b.output
     from sam3tiles.options import Options
-    from sam3tiles.run.plan import plan_run
+    from sam3tiles.run.planning.plan import plan_run
 
     plan = plan_run([str(scene)], PROMPTS, options=Options(backend="onnx", model=str(models["fp16"])))
     assert plan.estimates()["decoder_calls"] == tiles and plan.options.tile_size == 644  # the plan counts the same

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from sam3tiles.cli.main import cli
 from sam3tiles.errors import UsageError
 from sam3tiles.prompts.prompt import GeoBox
-from sam3tiles.run.checkpoint import _BatchedPuts, stored_rows
+from sam3tiles.run.recording.checkpoint import _BatchedPuts, stored_rows
 from sam3tiles.run.pipeline import segment_job
 from test_exemplars import _box_arg, _crs, _far_exemplar, _scene
 

@@ -150,7 +150,7 @@ def test_a_negative_only_prompt_is_refused_by_the_api_before_any_work(scene, tmp
 def test_tiles_an_earlier_version_stored_with_every_pass_are_computed_again(scene, tmp_path, monkeypatch):
     """A work folder of a version before passes were one answer holds, for a tile of several passes, every
     pass's objects: a rerun must not take them for this version's answer."""
-    from sam3tiles.run import runner, tasks
+    from sam3tiles.run.executing import runner, tasks
     from sam3tiles.run.pipeline import segment_job
 
     path, truth = scene

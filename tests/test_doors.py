@@ -18,7 +18,7 @@ from rasterio.crs import CRS
 import sam3tiles
 from sam3tiles.errors import UsageError
 from sam3tiles.readers.remote import source_name
-from sam3tiles.run.report import RunReport
+from sam3tiles.run.recording.report import RunReport
 from sam3tiles.testing.demo import write_scene
 from sam3tiles.units import Frame, area_column
 
@@ -150,7 +150,7 @@ def test_outlines_contrast_with_a_background_of_their_own_colour(tmp_path, promp
     light colour, light for a dark one) keeps it visible."""
     from shapely.geometry import box
 
-    from sam3tiles.run.runner import InputResult
+    from sam3tiles.run.executing.runner import InputResult
     from sam3tiles.writers import quicklook
     from sam3tiles.writers.qupath import class_colour
 
@@ -173,7 +173,7 @@ def test_every_polygon_of_an_object_is_outlined_and_a_tiny_one_is_a_dot(tmp_path
     an object smaller than 1.5 preview pixels either way is a dot in the prompt's colour on its halo."""
     from shapely.geometry import GeometryCollection, LineString, MultiPolygon, box
 
-    from sam3tiles.run.runner import InputResult
+    from sam3tiles.run.executing.runner import InputResult
     from sam3tiles.writers import quicklook
     from sam3tiles.writers.qupath import class_colour
 

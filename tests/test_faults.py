@@ -31,7 +31,7 @@ from range_server import serve
 from shapely.geometry import box
 
 from sam3tiles.cli.main import cli
-from sam3tiles.run.checkpoint import stored_rows
+from sam3tiles.run.recording.checkpoint import stored_rows
 from sam3tiles.run.pipeline import segment_job
 from sam3tiles.testing import RED
 from sam3tiles.testing import blob_image as _image
@@ -253,7 +253,7 @@ def test_a_remote_file_replaced_during_the_run_fails_it(tmp_path):
     a = _write(tmp_path / "a.tif", np.concatenate([_image()] * 3, axis=2), **kw)
     b = _write(tmp_path / "b.tif", np.concatenate([_image(RED)] * 3, axis=2), **kw)
     from sam3tiles.options import Options
-    from sam3tiles.run.plan import plan_run
+    from sam3tiles.run.planning.plan import plan_run
 
     handler = type("H", (_Swapping,), {"versions": [a.read_bytes(), b.read_bytes()], "switch_after": 10 ** 9})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -618,8 +618,8 @@ def _kill_at_the_first_merge(monkeypatch, worker, address, rejoin):
     """Forces the moment: the worker is killed just after the run handed it a merge block's pieces, and the
     scheduler has dropped it before the run goes on (the scheduler forgets data only that worker held).
     Returns what happened: the second worker started when `rejoin`."""
-    from sam3tiles.run import runner
-    from sam3tiles.run.submit import _submit_on
+    from sam3tiles.run.executing import runner
+    from sam3tiles.run.executing.submit import _submit_on
 
     real, seen = _submit_on, {}
 
@@ -798,7 +798,7 @@ def test_a_thread_keeps_its_dataset_of_the_same_content_read_with_other_bands(tm
     prompt's --bands, the same identity) keeps its dataset."""
     import threading
 
-    from sam3tiles.run import tasks
+    from sam3tiles.run.executing import tasks
 
     a = _write(tmp_path / "a.tif", _image())
     out = {}

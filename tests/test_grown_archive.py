@@ -36,8 +36,8 @@ def places(plan) -> dict:
 
 def plan_of(inputs, out, work):
     from sam3tiles.options import Options
-    from sam3tiles.run.plan import plan_run
-    from sam3tiles.run.targets import Targets
+    from sam3tiles.run.planning.plan import plan_run
+    from sam3tiles.run.planning.targets import Targets
 
     return plan_run(inputs, PROMPTS, targets=Targets(out=str(out), work_dir=str(work), overwrite=True),
                     options=Options(backend="reference"))
@@ -137,8 +137,8 @@ def test_a_reused_result_measures_its_pieces_against_the_edges_its_tile_has_now(
     keys follow the tile's index in this grid."""
     import dataclasses
 
-    from sam3tiles.run.checkpoint import decode_result, encode_result, fitted
-    from sam3tiles.run.tasks import TileResult
+    from sam3tiles.run.recording.checkpoint import decode_result, encode_result, fitted
+    from sam3tiles.run.recording.checkpoint import TileResult
     from sam3tiles.tiling.grid import TileGrid
     from sam3tiles.tiling.piecekey import tile_of
     from sam3tiles.vectorize.pieces import EDGE_MARGIN, InstanceCrop, _cells_for, pieces_from_crops

@@ -26,7 +26,7 @@ from rasterio.enums import Resampling
 from rasterio.windows import Window
 
 from sam3tiles.cli.main import cli
-from sam3tiles.run.once import url_key
+from sam3tiles.run.planning.once import url_key
 from sam3tiles.testing.demo import write_scene
 from sam3tiles.testing.mosaic import split_raster
 
@@ -136,7 +136,7 @@ def test_a_file_named_twice_gets_one_output_in_a_folder(pieces, once):
 
 def test_files_of_one_size_and_other_bytes_stay_two(tmp_path):
     """The copy rule compares content, not sizes: two files of one size with other pixels are two inputs."""
-    from sam3tiles.run.once import distinct_inputs
+    from sam3tiles.run.planning.once import distinct_inputs
 
     for name, value in (("x.tif", 10), ("y.tif", 11)):
         with rasterio.open(tmp_path / name, "w", driver="GTiff", width=64, height=64, count=1, dtype="uint8") as d:
@@ -161,7 +161,7 @@ URLS = {  # spellings of one URL (one input), and URLs that are others
 
 @pytest.mark.parametrize("kind,a,b", [(k, a, b) for k, pairs in URLS.items() for a, b in pairs])
 def test_urls_are_one_input_when_they_name_one_file(kind, a, b):
-    from sam3tiles.run.once import distinct_inputs
+    from sam3tiles.run.planning.once import distinct_inputs
 
     assert (url_key(a) == url_key(b)) is (kind == "same")
     assert len(distinct_inputs([a, b]).paths) == (1 if kind == "same" else 2)

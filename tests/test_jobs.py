@@ -134,7 +134,7 @@ def test_paths_resolve_against_the_job_folder_and_globs_expand(tmp_path):
 
 
 def test_labels_go_to_segment_job_as_a_target(tmp_path):
-    from sam3tiles.run.targets import Targets
+    from sam3tiles.run.planning.targets import Targets
 
     (tmp_path / "a.tif").write_bytes(b"x")
     lj = parse_job("inputs: [a.tif]\nprompts: {text: nucleus}\noutput: {path: n.gpkg, labels: n-labels.tif}\n",

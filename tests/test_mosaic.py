@@ -104,7 +104,7 @@ def test_the_overlap_rule_takes_the_nearest_centre_and_falls_back_to_the_next_fi
 
     from sam3tiles.options import Options
     from sam3tiles.readers import open_source
-    from sam3tiles.run.maps import group_inputs
+    from sam3tiles.run.planning.maps import group_inputs
 
     a = _flat(tmp_path / "a.tif", 50, 100, 20, col=0)  # columns 0..99, centre 50
     b = _flat(tmp_path / "b.tif", 200, 100, 20, col=60, nodata_cols=10)  # columns 60..159, centre 110; 60..69 nodata
@@ -137,7 +137,7 @@ def test_windows_read_the_files_they_touch_only_and_holes_are_nodata(tmp_path):
 
     from sam3tiles.options import Options
     from sam3tiles.readers import open_source
-    from sam3tiles.run.maps import group_inputs
+    from sam3tiles.run.planning.maps import group_inputs
 
     a = _flat_at(tmp_path / "a.tif", 50, 40, 20, col=0, row=0)
     b = _flat_at(tmp_path / "b.tif", 90, 40, 20, col=40, row=0)
@@ -162,14 +162,14 @@ def _header(name, col, row, width=100, height=100, pixel=0.5, crs=32633, when=No
     from affine import Affine
     from rasterio.crs import CRS
 
-    from sam3tiles.run.maps import Header
+    from sam3tiles.run.planning.maps import Header
 
     t = Affine(pixel, 0, 400000 + 0.5 * col, 0, -pixel, 5000000 - 0.5 * row)
     return Header(name, CRS.from_epsg(crs), t, width, height, bands, len(bands), dtype, "raster", False, (name,), when)
 
 
 def test_grouping_rules():
-    from sam3tiles.run.maps import group
+    from sam3tiles.run.planning.maps import group
 
     def maps(*headers):
         groups, notes = group(headers)
@@ -202,8 +202,8 @@ def test_inputs_in_two_crss_are_two_maps_said_in_the_plan_and_the_report(scene, 
     from rasterio.crs import CRS
 
     from sam3tiles.options import Options
-    from sam3tiles.run.plan import plan_run
-    from sam3tiles.run.targets import Targets
+    from sam3tiles.run.planning.plan import plan_run
+    from sam3tiles.run.planning.targets import Targets
 
     split_raster(scene.path, tmp_path / "in", cols=2, rows=1, name="a{row}{col}.tif")
     other = write_scene(tmp_path / "utm34.tif", 1200, 900, seed=5, crs=CRS.from_epsg(32634))
@@ -319,8 +319,8 @@ def tiles_meeting(inputs: str, path, out) -> int:
     import shapely
 
     from sam3tiles.options import Options
-    from sam3tiles.run.plan import plan_run
-    from sam3tiles.run.targets import Targets
+    from sam3tiles.run.planning.plan import plan_run
+    from sam3tiles.run.planning.targets import Targets
 
     plan = plan_run(inputs, PROMPTS, targets=Targets(out=str(out), overwrite=True, checkpoint=False),
                     options=Options(backend="reference"))
@@ -390,8 +390,8 @@ def test_the_plan_and_the_report_show_the_mosaic(scene, tmp_path):
     # the map's grid is anchored to its lattice (issue 52): a margin of holes under one stride before its first
     # file, which can cost one more row and column of tiles than the one file's 3 x 3
     from sam3tiles.options import Options
-    from sam3tiles.run.plan import plan_run
-    from sam3tiles.run.targets import Targets
+    from sam3tiles.run.planning.plan import plan_run
+    from sam3tiles.run.planning.targets import Targets
 
     (inp,) = plan_run(inputs, PROMPTS, targets=Targets(out=str(tmp_path / "p.gpkg"), checkpoint=False),
                       options=Options(backend="reference")).inputs
@@ -459,7 +459,7 @@ def test_the_quicklook_of_several_maps_outlines_a_mosaics_objects_on_its_panel(t
     import shapely
 
     from sam3tiles.options import Options
-    from sam3tiles.run.maps import group_inputs
+    from sam3tiles.run.planning.maps import group_inputs
     from sam3tiles.units import Frame
     from sam3tiles.writers.quicklook import Quicklook
 
@@ -517,8 +517,8 @@ def test_files_whose_changes_cannot_be_told_are_named_once_for_the_whole_mosaic(
     from affine import Affine
 
     from sam3tiles.options import Options
-    from sam3tiles.run.plan import plan_run
-    from sam3tiles.run.targets import Targets
+    from sam3tiles.run.planning.plan import plan_run
+    from sam3tiles.run.planning.targets import Targets
     from sam3tiles.testing import write_raster
 
     paths = [f"/vsimem/mosaic-{k}.tif" for k in range(3)]  # GDAL's memory files: no size, time or ETag

@@ -2,7 +2,7 @@
 opens counted, not timed; the cache is bounded (least recently used closed first); a member rewritten
 between two runs of one process is read anew; opening a member without its georeferencing says nothing.
 
-Small GeoTIFFs written by rasterio in tmp dirs, grouped into one map by `run.maps.group_inputs`.
+Small GeoTIFFs written by rasterio in tmp dirs, grouped into one map by `run.planning.maps.group_inputs`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sam3tiles.options import Options
 from sam3tiles.readers import members as members_mod
 from sam3tiles.readers import open_source
 from sam3tiles.readers.members import MemberCache
-from sam3tiles.run.maps import group_inputs
+from sam3tiles.run.planning.maps import group_inputs
 from sam3tiles.testing import write_raster
 
 SIDE = 40  # px of each file; 0.5 m pixels
@@ -93,9 +93,9 @@ def test_the_cache_is_bounded_and_closes_the_least_recently_used_member(tmp_path
 
 
 def test_a_member_rewritten_between_two_runs_of_one_process_is_read_anew(tmp_path, cache):
-    from sam3tiles.run.plan import plan_run
-    from sam3tiles.run.targets import Targets
-    from sam3tiles.run.tasks import SourceSpec, read_task
+    from sam3tiles.run.planning.plan import plan_run
+    from sam3tiles.run.planning.targets import Targets
+    from sam3tiles.run.executing.tasks import SourceSpec, read_task
 
     def planned_read():
         """Plan a run over the map as a run does and read the tile that holds r0c0 and its neighbours through a

@@ -16,7 +16,7 @@ import tifffile
 
 import sam3tiles
 from sam3tiles.integrations.napari import get_reader
-from sam3tiles.run.frames import file_metadata
+from sam3tiles.run.executing.frames import file_metadata
 from sam3tiles.run.pipeline import segment_job
 from sam3tiles.testing.slidegen import Pyramid, write_slide
 from sam3tiles.writers import write_vector
@@ -124,7 +124,7 @@ def test_georeferenced_outputs_share_the_source_pixel_frame(plugin, tmp_path):
     import geopandas as gpd
     from affine import Affine
 
-    from sam3tiles.run.frames import pixel_frame
+    from sam3tiles.run.executing.frames import pixel_frame
     from sam3tiles.units import Frame
     from sam3tiles.writers.labels import write_labels
 

@@ -104,7 +104,7 @@ def test_georeferenced_points_lie_in_the_source_pixel_frame(tmp_path, monkeypatc
     """A map CRS: the markers in the source's pixels, as the shapes are; an RFC 7946 GeoJSON back from lon/lat."""
     from affine import Affine
 
-    from sam3tiles.run.frames import pixel_frame
+    from sam3tiles.run.executing.frames import pixel_frame
     from sam3tiles.units import Frame
 
     t = Affine(0.5, 0, 500000, 0, -0.5, 6000000)

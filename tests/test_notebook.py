@@ -73,7 +73,7 @@ def test_import_in_a_kernel_without_ipywidgets_is_silent(tmp_path):
     from nbformat.v4 import new_code_cell, new_notebook
 
     nb = new_notebook(cells=[new_code_cell("import sys\nsys.modules['ipywidgets'] = None  # not installed"),
-                             new_code_cell("import sam3tiles\nfrom sam3tiles.run.progress import tqdm_class\n"
+                             new_code_cell("import sam3tiles\nfrom sam3tiles.run.recording.progress import tqdm_class\n"
                                            "tqdm_class().__module__")],
                       metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
     nb = _execute(nb, tmp_path)
@@ -86,7 +86,7 @@ def test_run_filters_survive_concurrent_threads():
     gone while another still ran. run_filters is entered once per run; threads see it throughout."""
     from rasterio.errors import NotGeoreferencedWarning
 
-    from sam3tiles.run.quiet import run_filters
+    from sam3tiles.run.executing.quiet import run_filters
 
     before = list(warnings.filters)
     seen: list[int] = []

@@ -212,7 +212,7 @@ def test_help_texts_come_from_the_registry():
 def test_the_onnx_model_folder_is_resolved_on_a_copy(small, tmp_path, monkeypatch):
     from onnx_graphs import build_contract_models
 
-    from sam3tiles.run.plan import plan_run
+    from sam3tiles.run.planning.plan import plan_run
 
     models = build_contract_models(tmp_path / "model", decoder="colour", grid=1)
     monkeypatch.setenv("SAM3TILES_MODEL_DIR", str(models))

@@ -26,9 +26,9 @@ from rasterio.crs import CRS
 from sam3tiles.cli.main import cli
 from sam3tiles.errors import UsageError
 from sam3tiles.readers import open_source
-from sam3tiles.run.frames import COLUMNS
+from sam3tiles.run.planning.outputs import COLUMNS
 from sam3tiles.run.pipeline import segment_job
-from sam3tiles.run.plan import gsd_scale as _gsd_scale
+from sam3tiles.run.planning.plan import gsd_scale as _gsd_scale
 from sam3tiles.testing.demo import COLOURS, layout
 from sam3tiles.testing.slidegen import Pyramid, write_slide
 from sam3tiles.units import Frame, ome_pixel_size_um, pixel_size

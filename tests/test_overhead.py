@@ -69,7 +69,8 @@ def test_a_batch_of_tiles_gives_each_tile_its_own_outcome(tmp_path):
 
     from sam3tiles.errors import RasterReadError
     from sam3tiles.model.registry import RuntimeSpec
-    from sam3tiles.run.tasks import SourceSpec, TilePrompt, TileResult, tile_batch_task
+    from sam3tiles.run.recording.checkpoint import TileResult
+    from sam3tiles.run.executing.tasks import SourceSpec, TilePrompt, tile_batch_task
 
     from sam3tiles.readers import open_source
     from sam3tiles.tiling.grid import TileGrid
@@ -130,7 +131,7 @@ def test_worker_threads_take_datasets_the_planning_thread_opened(tmp_path, monke
     import threading
 
     import sam3tiles
-    from sam3tiles.run import tasks
+    from sam3tiles.run.executing import tasks
 
     scene = write_scene(tmp_path / "s.tif", 2600, 1800, seed=4)
     spec = tasks.SourceSpec(str(scene.path), (1, 2, 3), None, "x")

@@ -73,8 +73,8 @@ def test_plan_of_a_huge_grid_makes_no_tile_and_holds_no_memory_per_tile(big, mon
 def test_a_runs_own_planning_of_a_huge_grid_makes_no_tile(big, monkeypatch, tmp_path):
     """`plan_run` (what `segment` does before any tile) on 10^5 tiles: no tile made, a few MB traced."""
     from sam3tiles.options import Options
-    from sam3tiles.run.plan import plan_run
-    from sam3tiles.run.targets import Targets
+    from sam3tiles.run.planning.plan import plan_run
+    from sam3tiles.run.planning.targets import Targets
 
     src, scale = big
     opts = Options(backend="simulated", scale=scale)

@@ -86,8 +86,8 @@ def test_point_decoder_many_equals_one_at_a_time(tmp_path):
 
 
 def test_onnx_backend_answers_a_tiles_asks_in_one_call(tmp_path):
-    """The ONNX backend has `decode_clicks_many` (run.points asks it for a tile's asks at once): the same answers
-    as one `decode_clicks` an ask, two point decoder passes counted an ask."""
+    """The ONNX backend has `decode_clicks_many` (run.executing.points asks it for a tile's asks at once): the same
+    answers as one `decode_clicks` an ask, two point decoder passes counted an ask."""
     from sam3tiles.model.onnx import OnnxRuntime
     from sam3tiles.testing.graphs import blank_tile, build_four_graph_models, paint
 

@@ -149,8 +149,8 @@ LABELS = [
 
 def _plan(tmp_path, src, **kw):
     import sam3tiles
-    from sam3tiles.run.plan import plan_run
-    from sam3tiles.run.targets import Targets
+    from sam3tiles.run.planning.plan import plan_run
+    from sam3tiles.run.planning.targets import Targets
 
     return plan_run(str(src), options=sam3tiles.Options(backend="reference"), targets=Targets(checkpoint=False), **kw)
 

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 import sam3tiles
 from sam3tiles.cli.main import cli
-from sam3tiles.run.points import ZOOM_OUT_DEPTH
+from sam3tiles.run.executing.points import ZOOM_OUT_DEPTH
 from sam3tiles.testing.treescene import write_tree_scene
 
 

@@ -1,6 +1,6 @@
 """A point run killed with SIGKILL part way, then the same command again: it resumes from the checkpoints and
-writes the same rows (issue 51). The kill comes at a forced point (`run.pointstore.KILL_AFTER`: the process kills
-itself once that many point tasks are stored), so nothing depends on timing."""
+writes the same rows (issue 51). The kill comes at a forced point (`run.recording.pointstore.KILL_AFTER`: the
+process kills itself once that many point tasks are stored), so nothing depends on timing."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import sys
 import geopandas as gpd
 import pytest
 
-from sam3tiles.run.checkpoint import stored_rows
-from sam3tiles.run.pointstore import KILL_AFTER
+from sam3tiles.run.recording.checkpoint import stored_rows
+from sam3tiles.run.recording.pointstore import KILL_AFTER
 from sam3tiles.testing.treescene import write_tree_scene
 
 

@@ -8,7 +8,7 @@ import pytest
 import shapely
 
 import sam3tiles
-from sam3tiles.run import points as run_points
+from sam3tiles.run.executing import points as run_points
 from sam3tiles.testing.demo import ORIGIN, PIXEL, write_scene
 
 
@@ -90,8 +90,8 @@ def test_buildings_come_out_as_without_zooming_out_and_recall_over_all(fields, g
 
 
 def test_a_dry_run_says_a_point_may_cost_zoomed_out_encodes(fields):
-    from sam3tiles.run.plan import plan_run
-    from sam3tiles.run.targets import Targets
+    from sam3tiles.run.planning.plan import plan_run
+    from sam3tiles.run.planning.targets import Targets
 
     scene, layer = fields
     plan = plan_run(str(scene.path), point_file=layer, options=sam3tiles.Options(backend="reference"),

@@ -330,8 +330,8 @@ def test_a_point_is_at_home_in_the_tile_whose_core_holds_it():
 
 def test_points_are_a_run_of_their_own_and_a_dry_run_says_what_they_cost(scene, tmp_path):
     from sam3tiles.errors import UsageError
-    from sam3tiles.run.plan import plan_run
-    from sam3tiles.run.targets import Targets
+    from sam3tiles.run.planning.plan import plan_run
+    from sam3tiles.run.planning.targets import Targets
 
     p = scene.points.geometry.iloc[0]
     with pytest.raises(UsageError, match=r"points \(points, point_file\) are prompts of their own, not beside prompts"):
@@ -380,7 +380,7 @@ def test_a_point_whose_tile_failed_is_a_failed_row_and_counts(tmp_path):
 
 
 def test_an_object_larger_than_the_tiles_allowed_is_partial(scene, monkeypatch):
-    from sam3tiles.run import points as run_points
+    from sam3tiles.run.executing import points as run_points
 
     monkeypatch.setattr(run_points, "MAX_TILES", 1)
     large = scene.points[scene.points["kind"] == "large"].geometry.iloc[0]

@@ -22,9 +22,9 @@ from sam3tiles.evaluate import evaluate
 from sam3tiles.model import reference
 from sam3tiles.model.registry import clear_cache
 from sam3tiles.prompts.prompt import GeoBox, Prompt
-from sam3tiles.run import tasks
+from sam3tiles.run.executing import tasks
 from sam3tiles.run.pipeline import segment_job
-from sam3tiles.run.tasks import TileResult
+from sam3tiles.run.recording.checkpoint import TileResult
 from sam3tiles.testing.demo import write_scene
 from sam3tiles.tiling.frame import TileFrames
 from sam3tiles.tiling.grid import TileGrid

@@ -50,7 +50,7 @@ class _Boom:
 
 
 def test_a_crafted_checkpoint_row_is_recomputed_never_executed(tmp_path, monkeypatch):
-    from sam3tiles.run.checkpoint import decode_result, encode_result
+    from sam3tiles.run.recording.checkpoint import decode_result, encode_result
 
     src = _write(tmp_path / "a.tif", _image())
     gdf, rep = _run(src, tmp_path)
@@ -74,7 +74,7 @@ def test_a_crafted_checkpoint_row_is_recomputed_never_executed(tmp_path, monkeyp
 @settings(max_examples=60, deadline=None)
 @given(st.binary(max_size=300))
 def test_decode_result_never_raises(blob):
-    from sam3tiles.run.checkpoint import decode_result
+    from sam3tiles.run.recording.checkpoint import decode_result
 
     assert decode_result(b"S3TR" + blob) is None or True
     decode_result(blob)
@@ -83,8 +83,8 @@ def test_decode_result_never_raises(blob):
 def test_checkpoint_rows_round_trip():
     from shapely.geometry import MultiPolygon, box
 
-    from sam3tiles.run.checkpoint import decode_result, encode_result
-    from sam3tiles.run.tasks import TileResult
+    from sam3tiles.run.recording.checkpoint import decode_result, encode_result
+    from sam3tiles.run.recording.checkpoint import TileResult
     from sam3tiles.tiling.piecekey import piece_key
     from sam3tiles.vectorize.pieces import Pieces
 
@@ -219,7 +219,7 @@ def test_a_full_disk_is_exit_2_naming_the_folder_and_leaves_nothing(tiny_disk, t
     assert r.exit_code == 2, (r.exit_code, r.stderr, r.exception)
     assert str(tiny_disk) in r.stderr and "Traceback" not in r.stderr
     assert any(w in r.stderr for w in ("space", "full", "cannot be used")), r.stderr
-    from sam3tiles.run.workfolder import is_work_dir
+    from sam3tiles.run.recording.workfolder import is_work_dir
 
     left = [p for p in tiny_disk.iterdir() if p.name != "filler"]
     # no output, lock or temporary file; a work folder only if it holds checkpoints of finished tiles

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import sam3tiles
 from sam3tiles.cli.main import cli
-from sam3tiles.run.report import human_size
+from sam3tiles.run.recording.report import human_size
 from sam3tiles.testing.demo import write_scene
 
 INTERNALS = ("largest group", "rule violations", "tiles own", "links", "pieces", "uncovered", "stitched")

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from sam3tiles.model.registry import clear_cache
-from sam3tiles.run.checkpoint import stored_rows
+from sam3tiles.run.recording.checkpoint import stored_rows
 from sam3tiles.run.pipeline import segment_job
 from sam3tiles.testing.demo import write_scene
 
@@ -207,7 +207,7 @@ def test_example_box_invalidates_only_the_tiles_it_lies_in(small, tmp_path):
     from sam3tiles.prompts.exemplars import input_exemplars
     from sam3tiles.prompts.prompt import GeoBox, Prompt, tile_boxes
     from sam3tiles.readers import open_source
-    from sam3tiles.run.plan import plan_input
+    from sam3tiles.run.planning.plan import plan_input
 
     _run(small.path, ["blue"], tmp_path)
     blue = small.truth[small.truth["class"] == "blue"]

@@ -164,7 +164,7 @@ def test_presigned_url_and_stac_item_give_the_local_objects(served, reference, t
     coll = tmp_path / "search.json"
     feature = json.loads((d / "item.json").read_text()) | {"links": [{"rel": "self", "href": f"{url}/item.json"}]}
     coll.write_text(json.dumps({"type": "FeatureCollection", "features": [feature]}))
-    from sam3tiles.run.inputs import expand_inputs
+    from sam3tiles.run.planning.inputs import expand_inputs
 
     assert expand_inputs(str(coll), "visual") == [f"{url}/scene.tif"]
     lst = tmp_path / "inputs.txt"

@@ -197,7 +197,7 @@ def test_a_run_in_this_process_neither_takes_nor_warns_about_port_8787(scene):
     import socket
     import warnings
 
-    from sam3tiles.run.engine import open_engine
+    from sam3tiles.run.executing.engine import open_engine
 
     with socket.socket() as held:
         held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -110,7 +110,7 @@ def test_the_panel_under_the_outlines_is_every_level_at_three_quarters():
     """The quicklook's picture is dimmed to floor(3 v / 4) per level, exactly, for every level 0-255."""
     from affine import Affine
 
-    from sam3tiles.run.runner import InputResult
+    from sam3tiles.run.executing.runner import InputResult
     from sam3tiles.units import Frame
 
     rng = np.random.default_rng(5)

@@ -21,7 +21,7 @@ import geopandas as gpd
 import pandas as pd
 
 import sam3tiles
-from sam3tiles.run.report import RunReport
+from sam3tiles.run.recording.report import RunReport
 
 gdf = sam3tiles.segment("ortho.tif", "building", out="buildings.gpkg", scale=1.0)
 n: int = len(gdf)

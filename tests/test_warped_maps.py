@@ -103,14 +103,14 @@ def test_one_file_at_twice_the_pixel_size_is_one_map_with_no_object_cut_at_its_e
 
 
 def _header(name, x, y, width=100, height=100, pixel=0.5, crs=32633):
-    from sam3tiles.run.maps import Header
+    from sam3tiles.run.planning.maps import Header
 
     t = Affine(pixel, 0, x, 0, -pixel, y)
     return Header(name, CRS.from_epsg(crs), t, width, height, (1, 2, 3), 3, "uint8", "raster", False, (name,))
 
 
 def test_the_lattice_rule():
-    from sam3tiles.run.lattice import FINER_RATIO, choose_lattice, place
+    from sam3tiles.run.planning.lattice import FINER_RATIO, choose_lattice, place
 
     x0, y0 = 400000.0, 5000000.0
     # the CRS covering most of the area, its pixel size, the first such file's origin
@@ -138,8 +138,8 @@ def test_a_warped_window_holds_the_files_pixels_and_no_data_outside_its_footprin
     from rasterio.windows import Window
 
     from sam3tiles.readers import open_source
-    from sam3tiles.run.maps import Header, mosaic_path
-    from sam3tiles.run.lattice import choose_lattice
+    from sam3tiles.run.planning.maps import Header, mosaic_path
+    from sam3tiles.run.planning.lattice import choose_lattice
 
     inputs = delivery(scene, tmp_path / "files", {"r0c0.tif": ("EPSG:32634", None)})
     paths = sorted(tmp_path.glob("files/*.tif"))
@@ -193,7 +193,7 @@ def test_crs_from_the_cli_and_a_job_file_and_a_bad_one_refused(scene, tmp_path):
 
 def test_a_file_without_a_crs_beside_georeferenced_ones_is_kept_apart_with_a_word(scene, tmp_path):
     from sam3tiles.options import Options
-    from sam3tiles.run.maps import group_inputs
+    from sam3tiles.run.planning.maps import group_inputs
 
     split_raster(scene.path, tmp_path / "in", cols=2, rows=1)
     plain = write_scene(tmp_path / "in" / "photo.tif", 300, 200, seed=1, crs=None)
@@ -206,8 +206,8 @@ def test_a_file_without_a_crs_beside_georeferenced_ones_is_kept_apart_with_a_wor
 def test_two_dates_in_two_crss_stay_apart_and_neighbours_in_two_crss_are_one_map():
     from rasterio.warp import transform_bounds
 
-    from sam3tiles.run.lattice import with_frame
-    from sam3tiles.run.maps import group
+    from sam3tiles.run.planning.lattice import with_frame
+    from sam3tiles.run.planning.maps import group
 
     a = _header("2019.tif", 400000.0, 5000000.0, 200, 200)  # 100 m x 100 m in UTM 33N
     x0, y0, x1, y1 = transform_bounds("EPSG:32633", "EPSG:4326", *a.bounds)
@@ -239,7 +239,7 @@ def test_a_warped_map_on_a_cluster_gives_the_in_process_runs_objects(tmp_path):
 def test_no_mosaic_with_crs_warps_each_file_alone(scene, tmp_path):
     from sam3tiles.options import Options
     from sam3tiles.readers.mosaic import layout_of
-    from sam3tiles.run.maps import group_inputs
+    from sam3tiles.run.planning.maps import group_inputs
 
     split_raster(scene.path, tmp_path / "in", cols=2, rows=1)
     paths = sorted(str(p) for p in (tmp_path / "in").glob("*.tif"))

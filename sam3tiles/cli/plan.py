@@ -35,11 +35,11 @@ def plan(input, out, boxes, example_images, points, point_file, prompts, report_
     from ..errors import UsageError
     from ..prompts.chips import parse_example_images
     from ..prompts.prompt import GeoBox, build_prompts
-    from ..run.area import check_area_meets
-    from ..run.inputs import expand_inputs
-    from ..run.maps import map_lines
-    from ..run.once import distinct_inputs
-    from ..run.plan import plan_maps, with_exemplars
+    from ..run.planning.area import check_area_meets
+    from ..run.planning.inputs import expand_inputs
+    from ..run.planning.maps import map_lines
+    from ..run.planning.once import distinct_inputs
+    from ..run.planning.plan import plan_maps, with_exemplars
     from ..writers import check_output, write_vector
 
     t0 = time.perf_counter()
@@ -64,7 +64,7 @@ def plan(input, out, boxes, example_images, points, point_file, prompts, report_
     layers = [_show_map(inp, input if len(paths) == 1 else inp.path, opts, prompts, report, report_path, bool(out),
                         pts is None) for inp in maps]
     if pts is not None:
-        from ..run.plan import point_cost_lines
+        from ..run.planning.plan import point_cost_lines
 
         for line in [pts.describe(), *point_cost_lines(pts, maps)]:
             click.echo(line)
@@ -82,7 +82,7 @@ def plan(input, out, boxes, example_images, points, point_file, prompts, report_
 def _points(maps, points, point_file, boxes, example_images, opts):
     """The run's points placed on the planned maps (`PointPrompts`; checked as segment checks them), or None."""
     from ..prompts.points import check_point_run, point_arguments
-    from ..run.plan import _plan_prompts
+    from ..run.planning.plan import _plan_prompts
 
     given, point_file = check_point_run(point_arguments(list(points)), point_file, (), boxes, None, example_images,
                                         opts.squash, opts.aoi)
@@ -95,9 +95,9 @@ def _show_map(inp, name: str, opts, prompts: int, report, report_path, layer: bo
     """Print one planned map's tiles and costs (`calls`: the model calls of text prompts over its tiles); returns
     its tile layer (a `map` column when of a mosaic) when `layer` or a report asks for one, else None: the
     counts alone are made over the grid at once."""
-    from ..run.area import skip_estimate
-    from ..run.plan import DECODE_S, ENCODE_S, exemplar_lines, refine_line
-    from ..run.tilelayer import TileCounts, tile_counts, tile_plan
+    from ..run.planning.area import skip_estimate
+    from ..run.planning.plan import DECODE_S, ENCODE_S, exemplar_lines, refine_line
+    from ..run.planning.tilelayer import TileCounts, tile_counts, tile_plan
 
     everything = tile_plan(inp, report=report) if layer or report is not None else None
     counts = TileCounts.of_layer(everything) if everything is not None else tile_counts(inp)

@@ -13,7 +13,7 @@ in source pixels), so a vertex at source pixel coordinates (x, y) becomes (row, 
 
 * Pixel space (slides; rasters without a CRS): the coordinates are source pixels already.
 * A map CRS: the run records the first input's pixel grid in the file's metadata (`pixel_frame`:
-  transform and CRS, `run.frames.file_metadata`); vertices are reprojected to that CRS when the file is in
+  transform and CRS, `run.executing.frames.file_metadata`); vertices are reprojected to that CRS when the file is in
   another (RFC 7946 GeoJSON is WGS84) and mapped through the inverse transform. The label GeoTIFF has
   the source's own grid. Every layer's metadata says how to go back (`sam3tiles`: `crs`, `transform`,
   `data_to_crs`, the 3x3 matrix taking (row, col, 1) to (x, y, 1) in the CRS). Not the CRS itself as

@@ -93,7 +93,7 @@ def _short(exc: BaseException, limit: int = 300) -> str:
 
 
 def _address_space_limited() -> bool:
-    """True under a soft RLIMIT_AS (`ulimit -v`), read as `run.limits.address_space_limit` reads it (the
+    """True under a soft RLIMIT_AS (`ulimit -v`), read as `run.planning.limits.address_space_limit` reads it (the
     model sits below the run, so it reads the limit itself)."""
     try:
         import resource

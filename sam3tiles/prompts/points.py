@@ -10,7 +10,7 @@ Each positive point asks for the one object under it: the output holds one row p
 order given (command-line points first, then the file's features), with `found`, `status` and the point's
 columns. A negative point is no object: it acts on the positives near it (the clicks of a window hold every
 negative point in that window). Where each point runs, and how its object comes out whole:
-`sam3tiles.run.points`; the guide: docs/points.md.
+`sam3tiles.run.executing.points`; the guide: docs/points.md.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def point_arguments(points: Any) -> list[GeoPoint]:
     return [GeoPoint.coerce(p) for p in points]
 
 
-#: The columns of a point's output row besides the standard ones (`run.frames.COLUMNS`, the area column).
+#: The columns of a point's output row besides the standard ones (`run.planning.outputs.COLUMNS`, the area column).
 ROW_COLUMNS = ("found", "status", "point_id")
 #: Names no carried column may take either: the row's geometry, the spool's order key, GeoPackage's feature id
 #: column (GDAL refuses a field of that name that is not an integer).
@@ -343,14 +343,14 @@ def plan_points(given: Sequence[GeoPoint], point_file: str | None, maps: Sequenc
     return points
 
 
-#: Zoom-outs a point whose home answer fills its window is asked again at (`run.points`): half the zoom, then a
-#: quarter, one encode each.
+#: Zoom-outs a point whose home answer fills its window is asked again at (`run.executing.points`): half the
+#: zoom, then a quarter, one encode each.
 ZOOM_OUT_DEPTH = 2
 
 
 def home_tiles(points: PointPrompts, inputs: Sequence) -> int:
     """The tiles holding positive points (the encodes of a point run before objects are followed), over the
-    planned inputs (`run.plan.InputPlan`: transform and grid)."""
+    planned inputs (`run.planning.plan.InputPlan`: transform and grid)."""
     seen = set()
     for p, owner in zip(points.points, points.owner):
         if p.positive and owner >= 0 and inputs[owner].grid is not None:

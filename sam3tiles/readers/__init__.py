@@ -17,7 +17,7 @@ from .slide import SlideSource, is_slide
 
 def open_source(path: str | os.PathLike, bands: Sequence[int] | None = None,
                 stretch: Stretch | None | str = "auto", identity: str = "") -> Source:
-    """Open any supported image: a mosaic of many files (`mosaic.MosaicPath`, planned by `run.maps`) through
+    """Open any supported image: a mosaic of many files (`mosaic.MosaicPath`, planned by `run.planning.maps`) through
     `MosaicSource`, whole-slide pyramids (OME-TIFF, pyramidal TIFF) through `SlideSource`, every other raster
     through rasterio (`RasterSource`). All give the same reader interface. `identity`: the input's checkpoint
     identity as planned, when known: a mosaic's readers of one identity share their open members per thread."""

@@ -7,7 +7,7 @@ level-0 pixels: a QuPath GeoJSON export (a FeatureCollection, or QuPath's bare l
 GeoJSON / GeoPackage without CRS. What cannot be an area is refused before any tile, with the fix named:
 a missing, unreadable or empty file, points or lines (exit 3), a file without CRS on a georeferenced
 raster, a file with one on a slide (exit 3), a box that is no box (exit 2). Whether the area meets the
-raster is the plan's check (`run.area`: exit 2 naming both extents).
+raster is the plan's check (`run.planning.area`: exit 2 naming both extents).
 """
 
 from __future__ import annotations

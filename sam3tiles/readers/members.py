@@ -49,7 +49,7 @@ _QUIET = {"lock": threading.Lock(), "users": 0, "entry": None}
 @contextmanager
 def _quiet_open():
     """rasterio's "no geotransform" warning filtered while a member opens without its georeferencing.
-    `warnings.catch_warnings` is not thread-safe (`run.quiet`): the first thread in adds one filter entry,
+    `warnings.catch_warnings` is not thread-safe (`run.executing.quiet`): the first thread in adds one filter entry,
     the last one out removes exactly that entry."""
     import re
     import warnings

@@ -2,11 +2,11 @@
 
 A county's orthophotos come as hundreds of adjacent GeoTIFFs, NAIP quarter-quads overlap their neighbours,
 a STAC search returns a dozen items of one area. Files of one CRS, pixel size, lattice and bands that touch
-(`run.maps` decides which) are read as ONE image, `MosaicSource`, behind the `Source` interface: the tile
+(`run.planning.maps` decides which) are read as ONE image, `MosaicSource`, behind the `Source` interface: the tile
 grid spans the union of their footprints, a tile reads the files it touches, and the merge sees one image,
 so objects come out once and whole across file edges.
 
-* **Grid.** The mosaic's pixel grid is its lattice (`run.maps` chooses it: one CRS, pixel size and origin),
+* **Grid.** The mosaic's pixel grid is its lattice (`run.planning.maps` chooses it: one CRS, pixel size and origin),
   its origin the union's top-left; each member lies at a whole-pixel offset (`Member.col`, `Member.row`).
   A member on the lattice is read as it is; one of another CRS or pixel size is read warped onto it
   (`Member.warp`, `readers.warp`: its box on the lattice, no data outside its footprint).
@@ -29,7 +29,7 @@ so objects come out once and whole across file edges.
   quicklook, example boxes) opens the mosaic; it pickles with its layout (workers reopen it).
 * **Provenance.** `Ownership.sources`: the members whose owned region (the part of its footprint where it
   is the nearest-centre file) an object meets, in the map's order, joined by `SEPARATOR`. A file whose
-  name holds the separator is not mosaicked (`run.maps`), so the joined value always splits back.
+  name holds the separator is not mosaicked (`run.planning.maps`), so the joined value always splits back.
 * **Checkpoints.** `window_identity`: a tile's pixels come from the members its window touches, so its
   checkpoint identity covers those members only; a changed or added file recomputes the tiles it touches.
 """
@@ -97,7 +97,7 @@ class Layout:
     band_count: int
     dtype: str
     nodata: bool = True  # some pixel may be nodata (a hole between files, a member's mask)
-    rule: str = ""  # how its lattice was chosen (`run.lattice`), for the plan and the report
+    rule: str = ""  # how its lattice was chosen (`run.planning.lattice`), for the plan and the report
 
     def __getstate__(self):
         return {f.name: getattr(self, f.name) for f in fields(self)}  # not the cached index

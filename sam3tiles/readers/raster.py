@@ -74,7 +74,7 @@ class RasterSource(Source):
         self.stretch = self._resolve_stretch()
 
     def _open_dataset(self):
-        return rasterio.open(self.path)  # NotGeoreferencedWarning: filtered per run (`sam3tiles.run.quiet`)
+        return rasterio.open(self.path)  # NotGeoreferencedWarning: filtered per run (`sam3tiles.run.executing.quiet`)
 
     def _resolve_bands(self, count: int) -> tuple[int, ...]:
         if self._bands_arg:

@@ -98,7 +98,7 @@ def stac_hrefs(path: str, asset: str | None) -> list[str]:
 
 def stac_items(path: str, asset: str | None) -> list[tuple[str, str | None]]:
     """`stac_hrefs` with each item's datetime (ISO text: `datetime`, else `start_datetime`; None when it has
-    neither): items of different days are different images of their ground (`run.maps`)."""
+    neither): items of different days are different images of their ground (`run.planning.maps`)."""
     doc = _read_json(path)
     kind = doc.get("type") if isinstance(doc, dict) else None
     if kind == "FeatureCollection":

@@ -1,13 +1,16 @@
-"""The run: one job from its options to its outputs, over the stages. `plan` decides everything before the
-first tile (`RunPlan`; `inputs` the inputs as expanded, `outputs` the paths it writes, `preflight` its checks,
-`targets`, `limits`), `workfolder` is the folder of the checkpoints and its record of the outputs; `pipeline`
-executes a plan (`segment_job`, `execute`) on the `engine` (this process or a Dask cluster); `runner` keeps one
-input's tiles in flight (`tasks`: read -> infer -> vectorize; `submit`: the model loaded, tasks handed to the
-engine and their results taken back), stores each in the `checkpoint` and hands its pieces to the merge;
-`frames` turns merged objects into output rows, written through `writers`; `report` is the end-of-run
-`RunReport`. Beside them: `progress` (the bar), `quiet` (warnings filtered per run) and `tilelayer` (the tiles
-`sam3tiles plan` writes).
+"""The run: one job from its options to its outputs, over the stages, in three folders by what a reader looks
+for, and the conductor above them:
 
-This file imports nothing: `import sam3tiles` imports `run.limits` first, before numpy and pyarrow load
-(`limits.ease_reservations`).
+- `planning`: everything decided before the first tile (`plan.plan_run` -> `RunPlan`; inputs, maps, areas,
+  outputs, checks, limits);
+- `executing`: the tiles run (`engine`, `runner`, `submit`, `tasks`, `points`) and merged objects made rows
+  (`frames`);
+- `recording`: what a run keeps and tells (`checkpoint`, `pointstore`, `workfolder`, `report`, `progress`);
+- `pipeline`: plan -> engine -> tiles -> merge -> write (`segment_job`, `execute`).
+
+Arrows point down only: executing -> planning -> recording (executing also -> recording); pipeline imports
+all three (tests/test_run_folders.py holds it).
+
+This file imports nothing: `import sam3tiles` imports `run.planning.limits` first, before numpy and pyarrow
+load (`limits.ease_reservations`); the folders' own `__init__` files import nothing either.
 """

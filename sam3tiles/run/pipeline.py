@@ -31,19 +31,19 @@ from ..writers.atomic import Deferred, deferred_renames, disk_errors, remove_sta
 from ..writers.labels import write_labels
 from ..writers.stream import ObjectSpool
 from ..writers.vector import readers_note
-from .checkpoint import TileStore
-from .engine import Engine, open_engine
-from .frames import file_metadata
-from .maps import map_facts
-from .outputs import preview_path, side_files
-from .plan import InputPlan, RunPlan, plan_run
-from .preflight import check_out
-from .progress import progress_bar
-from .quiet import run_filters
-from .report import RunReport
-from .runner import InputResult, InputRun
-from .targets import Targets
-from .workfolder import clear_work_dir, record_outputs, replaceable
+from .executing.engine import Engine, open_engine
+from .executing.frames import file_metadata
+from .executing.quiet import run_filters
+from .executing.runner import InputResult, InputRun
+from .planning.maps import map_facts
+from .planning.outputs import preview_path, side_files
+from .planning.plan import InputPlan, RunPlan, plan_run
+from .planning.preflight import check_out
+from .planning.targets import Targets
+from .recording.checkpoint import TileStore
+from .recording.progress import progress_bar
+from .recording.report import RunReport
+from .recording.workfolder import clear_work_dir, record_outputs, replaceable
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +217,8 @@ def run_input(engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport, 
               progress_bar=None, spool: ObjectSpool | None = None) -> InputResult:
     """Segment one input of `plan` through `engine`; its merged objects go to `spool` block by block as
     the merge decides them (not yet written to any output)."""
-    if plan.points is not None:  # point prompts: one object a point (`run.points`), no merge
-        from .points import PointRun
+    if plan.points is not None:  # point prompts: one object a point (`run.executing.points`), no merge
+        from .executing.points import PointRun
 
         result = PointRun(engine, plan, inp, plan.inputs.index(inp), report, spool if spool is not None
                           else ObjectSpool(), store).run()
@@ -229,7 +229,7 @@ def run_input(engine: Engine, plan: RunPlan, inp: InputPlan, report: RunReport, 
 
 
 def _points_report(plan: RunPlan, report: RunReport) -> None:
-    """The run's points as given (per input counts come from `run.points`)."""
+    """The run's points as given (per input counts come from `run.executing.points`)."""
     if plan.points is None:
         return
     pts = plan.points

@@ -2,7 +2,7 @@
 
 `sam3tiles.tiling.grid` lays tiles out in pixels (grid, tile and source frames); a `TileFrame` is the same
 tile in the CRS the pieces are in, which is where the merge compares them, the plan measures its overlap and
-refinement shares a parent's area with its sub-tiles. (Not `sam3tiles.run.frames`: those are output tables.)
+refinement shares a parent's area with its sub-tiles. (Not `sam3tiles.run.executing.frames`: those are output tables.)
 
 The grid answers its tiles' frames, `TileFrames(grid)[index]` (or `.frame(tile)` for any tile of it, its
 sub-tiles too), as odc-geo's `GeoboxTiles[i, j]` answers a georeferenced tile: the overlap a frame needs is

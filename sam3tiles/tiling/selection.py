@@ -18,8 +18,8 @@ rule: an object with a `reason` (the words the plan, the report and the quickloo
 (may the run take the tile back when an object crosses into it) and `skips(grid, cores)`; the plan puts it
 in the list. The first rule that skips a tile names its reason.
 
-The runner (`run.runner.InputRun`), the plan (`run.plan`, `sam3tiles plan`), the report and the quicklook
-all read the same selection.
+The runner (`run.executing.runner.InputRun`), the plan (`run.planning.plan`, `sam3tiles plan`), the report and the
+quicklook all read the same selection.
 """
 
 from __future__ import annotations

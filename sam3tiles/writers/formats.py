@@ -12,7 +12,7 @@ pixel-space output refused where readers take coordinates for lon/lat, a map CRS
 in pixels), `writers.vector.check_layer` (which formats hold layers), `writers.stream.is_dataset` (a
 `NAME.parquet/` folder), the CLI's `--out` help and its last-argument rule (`cli.segment`), the napari
 reader (`integrations.napari`), the run report's note on who opens a format, and the messages that list
-formats (`run.plan`, `cli.evaluate`).
+formats (`run.planning.plan`, `cli.evaluate`).
 
 Adding a format: one `Format` in `FORMATS` below (a GDAL format: `writer="vector:write_ogr"` and its
 `driver`; else a writer function, `writer(rows, tmp, target)`, in a module of `sam3tiles.writers`).

@@ -66,7 +66,7 @@ def overview(path: str, bands, out_wh: tuple[int, int], origin=(0, 0)) -> np.nda
                 log.info("%s: no pyramid level or overview near %dx%d px and too large to decimate: the preview "
                          "shows outlines only (gdaladdo builds overviews)", path, *out_wh)
                 return None
-            ox, oy = origin  # the frame's first pixel (an anchored map's margin before it: `run.anchor`)
+            ox, oy = origin  # the frame's first pixel (an anchored map's margin before it: `run.planning.anchor`)
             rgb, valid = src.read_window(Window(ox, oy, src.width - ox, src.height - oy), out_wh)
     except RasterReadError as e:  # a damaged block (its tiles failed too): the outlines are still worth seeing
         log.warning("the preview of %s is drawn without the image: %s", path, e)

@@ -180,7 +180,7 @@ class ObjectSpool:
         self.empty += int(len(geoms) - np.count_nonzero(shapely.is_geometry(geoms)))
         return n
 
-    #: The columns every row has (`frames.COLUMNS`, the area column, geometry, the order key).
+    #: The columns every row has (`outputs.COLUMNS`, the area column, geometry, the order key).
     STANDARD = frozenset(("prompt", "score", "area_px", "area_um2", "n_tiles", "source", "backend", "model",
                           "_order"))
 

@@ -36,7 +36,7 @@ class Picture:
 
     def __init__(self, width: int, height: int, out_wh: tuple[int, int], origin: tuple[int, int] = (0, 0)):
         self.w, self.h = int(out_wh[0]), int(out_wh[1])
-        self.origin = origin  # the picture's first source pixel (a map's margin before it: `run.anchor`)
+        self.origin = origin  # the picture's first source pixel (a map's margin before it: `run.planning.anchor`)
         self.kx, self.ky = self.w / width, self.h / height  # picture pixels per source pixel
         self.rgb = np.zeros((self.h, self.w, 3), np.uint8)
         self.covered = np.zeros((self.h, self.w), bool)

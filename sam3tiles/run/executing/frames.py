@@ -13,14 +13,14 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 
-from ..errors import UsageError
-from ..merge import Merged
-from ..units import Frame, add_areas, area_column, area_unit, length_to_crs
-from ..wording import opt
-from ..writers import NO_CRS_NOTE
-from .report import RunReport
+from ...errors import UsageError
+from ...merge import Merged
+from ...units import Frame, add_areas, area_column, area_unit, length_to_crs
+from ...wording import opt
+from ...writers import NO_CRS_NOTE
+from ..planning.outputs import COLUMNS
+from ..recording.report import RunReport
 
-COLUMNS = ["id", "prompt", "score", "area_px", "area_um2", "n_tiles", "source", "backend", "model"]
 _HEAD, _TAIL = COLUMNS[:3], COLUMNS[5:]
 
 
@@ -44,7 +44,7 @@ def objects_frame(merged: Merged, labels: list[str], *, frame: Frame, source: st
     pixel size (`units.Frame`). `simplify` is in the frame's length unit (metres on a lon/lat CRS), the
     areas in `units.area_unit`; rows below `min_score` or outside [min_area, max_area] are dropped.
     `order`: per object, its order key (`merge.BlockMerger`'s `first`), kept in an `_order` column.
-    `area` (`run.area.AreaFilter`): only the objects that intersect the area of interest, clipped to it when
+    `area` (`run.planning.area.AreaFilter`): only the objects that intersect the area of interest, clipped to it when
     it says so, before the areas are measured and filtered."""
     wkt = frame.crs.to_wkt() if frame.crs is not None else None
     geoms = merged.geometry

@@ -14,10 +14,13 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..version import __version__
-from ..wording import opt, spoken
-from ..writers import atomic_path
+from ...readers.remote import source_name
+from ...version import __version__
+from ...wording import opt, spoken
+from ...writers import atomic_path
 
+#: Warped files the plan and the report name one by one.
+MAX_WARPED_LINES = 5
 STAGES = ("read", "prompt", "encode", "decode", "vectorize", "merge", "write")
 #: What the report's quantities are in (the JSON's `units`; the text names its units itself).
 UNITS = {"seconds": "s (read, prompt, encode, decode, vectorize: summed over tiles)", "wall_seconds": "s",
@@ -62,11 +65,11 @@ class RunReport:
     # extra (passes), folded (their detections of an object another pass had found: one answer a tile)
     decoder_passes: dict = field(default_factory=dict)
     output_notes: list = field(default_factory=list)  # e.g. which tools open a GeoParquet output
-    # point prompts (run.points): given (every point), positive, negative, outside (positive points in no input),
+    # point prompts (executing.points): given (every point), positive, negative, outside (positive points in no input),
     # renamed (a point file's columns carried under another name: file's name -> output's); per status found,
     # nothing, background, failed, partial; encodes = home_tiles + follow_encodes
     points: dict = field(default_factory=dict)
-    # the maps the inputs form (issue 38: `run.maps.map_facts`, when several files), and files kept apart
+    # the maps the inputs form (issue 38: `run.planning.maps.map_facts`, when several files), and files kept apart
     maps: list = field(default_factory=list)
     map_notes: list = field(default_factory=list)
     input_notes: list = field(default_factory=list)  # inputs left out: a file named twice, a sidecar
@@ -153,8 +156,6 @@ class RunReport:
         crss = list(dict.fromkeys(str(m.get("crs")) for m in self.maps))
         out = [f"maps: {len(self.maps)} from {sum(m.get('files', 1) for m in self.maps)} files"
                + (f", in {len(crss)} CRSs ({', '.join(crss[:4])})" if len(crss) > 1 else "")]
-        from .maps import lattice_lines
-
         for m in self.maps:
             if m.get("mosaic"):
                 out.append(f"  {m['map']}: {m['tiles']} tiles ({m['tiles_one_at_a_time']} one file at a "
@@ -287,3 +288,17 @@ def human_size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} B"
+
+
+def lattice_lines(facts: dict, indent: str = "  ") -> list[str]:
+    """The lines of the plan and the report on a map's lattice and the files warped onto it."""
+    if not facts.get("mosaic"):
+        return []
+    warped = facts.get("warped", [])
+    out = [f"{indent}lattice: {facts['lattice']}; objects in {facts['crs']} (the map's CRS)"] \
+        if facts.get("lattice") else []
+    out += [f"{indent}warped: {os.path.basename(source_name(w['file']))}: {w['how']}"
+            for w in warped[:MAX_WARPED_LINES]]
+    if len(warped) > MAX_WARPED_LINES:
+        out.append(f"{indent}... and {len(warped) - MAX_WARPED_LINES} more files warped")
+    return out

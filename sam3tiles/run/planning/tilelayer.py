@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import shapely
 
-from ..readers import gdal_env, open_source
-from ..tiling.frame import TileFrames, grid_frames
-from ..tiling.grid import Tile, TileGrid
-from ..tiling.refine import Refiner
-from ..tiling.selection import NODATA
+from ...readers import gdal_env, open_source
+from ...tiling.frame import TileFrames, grid_frames
+from ...tiling.grid import Tile, TileGrid
+from ...tiling.refine import Refiner
+from ...tiling.selection import NODATA
 from .plan import InputPlan
 
 

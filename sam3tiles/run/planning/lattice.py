@@ -1,6 +1,6 @@
 """The lattice of a map (issue 52): one CRS, pixel size and origin that every file of the map is read on.
 
-`run.maps` groups the files; this module says where their footprints lie in one CRS (`with_frame`: so files
+`run.planning.maps` groups the files; this module says where their footprints lie in one CRS (`with_frame`: so files
 of two CRSs can be neighbours), which lattice a map takes (`choose_lattice`, the rule docs/many-files.md
 states and the report repeats), and where each file lies on it (`place`: whole-pixel offsets for a file on
 the lattice, a box on it and a `readers.warp.Warp` for one off it).
@@ -16,9 +16,9 @@ from typing import Sequence
 
 from affine import Affine
 
-from ..readers.remote import source_name
-from ..readers.warp import RESAMPLING, Warp, box_on, pixel_on
-from ..wording import opt, spoken
+from ...readers.remote import source_name
+from ...readers.warp import RESAMPLING, Warp, box_on, pixel_on
+from ...wording import opt, spoken
 
 #: Pixel sizes that differ by at most this share are one (a file on the lattice).
 PIXEL_TOLERANCE = 1e-6

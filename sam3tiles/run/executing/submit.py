@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..errors import PromptError, Sam3TilesError, shippable
-from ..model.registry import RuntimeSpec, get_runtime
-from ..prompts.prompt import Prompt
+from ...errors import PromptError, Sam3TilesError, shippable
+from ...model.registry import RuntimeSpec, get_runtime
+from ...prompts.prompt import Prompt
 from .engine import Engine
 from .tasks import prepared_prompt
 

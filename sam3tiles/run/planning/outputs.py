@@ -10,14 +10,18 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import UsageError
-from ..options import Options
-from ..readers.remote import input_name as file_name
-from ..wording import opt
-from ..writers.atomic import check_name
-from ..writers.formats import PER_INPUT, endings
+from ...errors import UsageError
+from ...options import Options
+from ...readers.remote import input_name as file_name
+from ...wording import opt
+from ...writers.atomic import check_name
+from ...writers.formats import PER_INPUT, endings
+from ..recording.workfolder import check_work_dir
 from .targets import Targets
-from .workfolder import check_work_dir
+
+#: The output's own columns, in order (`frames.objects_frame` makes its rows; the spool writes them), before
+#: the area column and the geometry.
+COLUMNS = ["id", "prompt", "score", "area_px", "area_um2", "n_tiles", "source", "backend", "model"]
 
 
 def resolve_outputs(inputs: list[str], out: str | os.PathLike | None) -> tuple[list[Path | None], Path | None]:

@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ..errors import OutputExistsError, UsageError
-from ..readers.identity import local_path_of
-from ..wording import enable, mention, opt
+from ...errors import OutputExistsError, UsageError
+from ...readers.identity import local_path_of
+from ...wording import enable, mention, opt
 
 #: The file that marks a folder as a sam3tiles work folder (JSON: tool, schema).
 MARKER = "sam3tiles-work.json"
@@ -109,7 +109,7 @@ def claim_work_dir(path: str | os.PathLike) -> Path:
                              "name a new or empty folder for the checkpoints")
     p.mkdir(parents=True, exist_ok=True)
     if not is_work_dir(p):
-        from ..writers.atomic import atomic_path
+        from ...writers.atomic import atomic_path
 
         with atomic_path(p / MARKER) as tmp:
             tmp.write_text(json.dumps({"tool": "sam3tiles", "schema": 1,
@@ -219,7 +219,7 @@ def record_outputs(work_dir, files: Sequence[tuple[Path, Path]], failed: int, st
     """Record the outputs (temporary name, final name) a run puts in place; see `replaceable`."""
     if work_dir is None or not is_work_dir(work_dir):
         return
-    from ..writers.atomic import atomic_path
+    from ...writers.atomic import atomic_path
 
     recs = _records(work_dir)
     for tmp, final in files:

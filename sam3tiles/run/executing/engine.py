@@ -9,41 +9,21 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ..errors import UsageError
-from ..wording import opt, render, spoken
+from ...errors import UsageError
+from ...wording import opt, render, spoken
+from ..planning.cluster import SCHEDULER_ENV, check_scheduler, local_threads
 
 log = logging.getLogger(__name__)
 
-SCHEDULER_ENV = "SAM3TILES_SCHEDULER"
 WAIT_FOR_WORKERS = 60  # seconds a scheduler without workers gets for its first one
 #: Tiles per task on a cluster at most: Dask's own work per task (submission, the scheduler's transitions,
 #: the result's way back; ~10 ms of the driver's and the scheduler's CPU) is then paid once for that many
 #: tiles, and a task's result (polygons and numbers) stays a few MB.
 MAX_CLUSTER_BATCH = 64
-
-
-_ADDRESS = re.compile(r"^(?:(?:tcp|tls|ucx|ws|wss|inproc)://)?(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+)(?::\d{1,5})?/?$")
-
-
-def check_scheduler(address: str | None) -> None:
-    """A scheduler address must look like one (`tcp://HOST:PORT`, `HOST:PORT`, tls://...) before it is
-    dialled: anything else is exit 2 naming the form (Dask's own error for it is an internal one)."""
-    if address is None:
-        return
-    if not isinstance(address, str) or not (_ADDRESS.match(address.strip()) or re.match(r"^inproc://\S+$", address)):
-        raise UsageError(f"{opt('scheduler', repr(address))} is not a Dask scheduler address: give tcp://HOST:PORT "
-                         "(e.g. tcp://10.0.0.5:8786, as `dask scheduler` prints it), or leave it out to run in this "
-                         "process")
-
-
-def local_threads(workers: int | None) -> int:
-    """The threads of the in-process cluster: `workers` (default: the cores, at most 4) and one for the model."""
-    return (workers or max(1, min(4, os.cpu_count() or 1))) + 1
 
 
 @dataclass
@@ -113,7 +93,7 @@ def _quiet_if_interrupted() -> None:
     """Ctrl-C or SIGTERM (not an Exception) while the main thread waited on a future: the wait is
     abandoned, and closing the client ends its coroutine with AllExit, which asyncio would log with a
     traceback after the run's own one-line message. Silence asyncio's logger, as the process is ending."""
-    from ..errors import WorkerLostError
+    from ...errors import WorkerLostError
 
     exc = sys.exc_info()[1]
     if exc is not None and (not isinstance(exc, Exception) or isinstance(exc, WorkerLostError)):
@@ -210,7 +190,7 @@ class WorkerWatch:
 @contextmanager
 def _watched(client, address: str, gpu: bool, timeout: float | None):
     """`WorkerWatch` around the block; the errors of the futures it cancelled become `WorkerLostError`."""
-    from ..errors import WorkerLostError
+    from ...errors import WorkerLostError
 
     if timeout is None:
         yield

@@ -22,28 +22,29 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from ..errors import ModelError, TilesFailedError
-from ..merge import BlockMerger, Merged, MergeStats, Packed, tile_blocks
-from ..model.registry import RuntimeSpec
-from ..prompts.prompt import Prompt, TilePrompt, boxes_outside, prompts_for_tile
-from ..readers.mosaic import Ownership, layout_of
-from ..readers.remote import source_name
-from ..tiling.frame import TileFrames
-from ..tiling.grid import Tile
-from ..tiling.refine import RefineHook, Refinement
-from ..units import Frame
-from ..wording import opt, spoken
-from ..writers.stream import ObjectSpool, SpoolInput
-from ..writers.thumbs import MAX_SIDE, Picture, panel_wh
-from .anchor import on_lattice
-from .area import InputArea
-from .checkpoint import TileStore, _BatchedPuts, fitted, join_parts, prompt_part, tile_key, tile_place
+from ...errors import ModelError, TilesFailedError
+from ...merge import BlockMerger, Merged, MergeStats, Packed, tile_blocks
+from ...model.registry import RuntimeSpec
+from ...prompts.prompt import Prompt, TilePrompt, boxes_outside, prompts_for_tile
+from ...readers.mosaic import Ownership, layout_of
+from ...readers.remote import source_name
+from ...tiling.frame import TileFrames
+from ...tiling.grid import Tile
+from ...tiling.refine import RefineHook, Refinement
+from ...units import Frame
+from ...wording import opt, spoken
+from ...writers.stream import ObjectSpool, SpoolInput
+from ...writers.thumbs import MAX_SIDE, Picture, panel_wh
+from ..planning.anchor import on_lattice
+from ..planning.area import InputArea
+from ..planning.plan import InputPlan, RunPlan
+from ..recording.checkpoint import (TileResult, TileStore, _BatchedPuts, fitted, join_parts, prompt_part, tile_key,
+                                    tile_place)
+from ..recording.report import RunReport
 from .engine import MAX_CLUSTER_BATCH, Engine, _count, settled
 from .frames import objects_frame
-from .plan import InputPlan, RunPlan
-from .report import RunReport
 from .submit import _gather_on, _results_of, _submit_on, batch_size, model_info, short_error
-from .tasks import SourceSpec, TileResult, close_spares, open_spares, tile_batch_task
+from .tasks import SourceSpec, close_spares, open_spares, tile_batch_task
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,8 @@ class InputResult:
     marks: list = field(default_factory=list)  # [("failed" | "saturated", source-pixel Window)] for the preview
     picture: object = None  # the preview's picture from the tiles (`thumbs.Picture.image`), when they covered it
     selection: object = None  # the tiles run and skipped (`tiling.selection.TileSelection`), None: all ran
-    origin: tuple = (0, 0)  # the frame's first pixel in the grid's pixels (marks, selection): `run.anchor`'s margin
+    #: the frame's first pixel in the grid's pixels (marks, selection): `run.planning.anchor`'s margin
+    origin: tuple = (0, 0)
 
 
 @dataclass
@@ -191,7 +193,7 @@ class InputRun:
         for scale in scales & set(self.exemplars):
             _report_exemplars(self.report, self.exemplars[scale], self.inp.overlap, self.inp.path)
         if self.exemplars and any(v is not None for v in self.exemplars.values()):
-            from ..prompts.exemplars import report_by_prompt
+            from ...prompts.exemplars import report_by_prompt
 
             report_by_prompt(self.report, self.inp, self.plan.prompts)
 
@@ -439,7 +441,7 @@ class InputRun:
                 self.queue.appendleft(item)
 
     def _grow(self, tile: Tile) -> None:
-        """A skipped tile the area grew into (`run.area.InputArea.arrived`): to the front of the queue."""
+        """A skipped tile the area grew into (`run.planning.area.InputArea.arrived`): to the front of the queue."""
         if self.bar is not None:
             self.bar.total = (self.bar.total or 0) + 1
         item = self.admit(tile)
@@ -487,8 +489,8 @@ def _exemplars_of(inp, prompts: Sequence[Prompt], opts, scale_xy: tuple[float, f
     boxes = opts.box_scope != "tile"  # example images are pasted whatever the box scope
     if inp.grid is None or not any(p.images or (boxes and p.boxes) for p in prompts):
         return None
-    from ..prompts.exemplars import input_exemplars
-    from ..readers import open_source
+    from ...prompts.exemplars import input_exemplars
+    from ...readers import open_source
 
     with open_source(inp.path, bands=inp.bands, stretch=inp.stretch) as src:
         return input_exemplars(src, prompts, scale_xy, {im: (f, b) for im, f, b in inp.chips}, boxes=boxes)

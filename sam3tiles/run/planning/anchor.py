@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..options import Options
-from ..readers.mosaic import MosaicPath, layout_of
-from ..tiling.grid import lattice_offset
+from ...options import Options
+from ...readers.mosaic import MosaicPath, layout_of
+from ...tiling.grid import lattice_offset
 
 
 def lattice_path(path: str, opts: Options) -> str:

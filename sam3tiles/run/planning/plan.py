@@ -18,24 +18,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ..errors import UsageError
-from ..model.files import require_model
-from ..model.registry import RuntimeSpec, spec_identity
-from ..options import Options
-from ..prompts.chips import parse_example_images
-from ..prompts.points import ZOOM_OUT_DEPTH, PointPrompts, check_point_run, plan_points, point_arguments
-from ..prompts.prompt import GeoBox, Prompt, build_prompts, prompt_arguments, raster_bounds, read_box_file
-from ..readers import Source, Stretch, gdal_env, open_source
-from ..readers.identity import changed_error, changed_while_opened, file_stamps, opening_stamp
-from ..readers.mosaic import layout_of, member_identities, mosaic_identity
-from ..tiling.grid import DEFAULT_OVERLAP, TILE_SIZE, Tile, TileGrid, scale_for_gsd, squash_tile
-from ..tiling.refine import Refiner
-from ..units import Frame, pixel_size
-from ..wording import named_in, opt, raw, spoken
-from ..writers.labels import check_labels_for, label_format
-from ..writers.formats import check_space, is_dataset
+from ...errors import UsageError
+from ...model.files import require_model
+from ...model.registry import RuntimeSpec, spec_identity
+from ...options import Options
+from ...prompts.chips import parse_example_images
+from ...prompts.points import ZOOM_OUT_DEPTH, PointPrompts, check_point_run, plan_points, point_arguments
+from ...prompts.prompt import GeoBox, Prompt, build_prompts, prompt_arguments, raster_bounds, read_box_file
+from ...readers import Source, Stretch, gdal_env, open_source
+from ...readers.identity import changed_error, changed_while_opened, file_stamps, opening_stamp
+from ...readers.mosaic import layout_of, member_identities, mosaic_identity
+from ...tiling.grid import DEFAULT_OVERLAP, TILE_SIZE, Tile, TileGrid, scale_for_gsd, squash_tile
+from ...tiling.refine import Refiner
+from ...units import Frame, pixel_size
+from ...wording import named_in, opt, raw, spoken
+from ...writers.formats import check_space, is_dataset
+from ...writers.labels import check_labels_for, label_format
+from ..recording.checkpoint import pixels_identity
+from ..recording.workfolder import replaceable, vouched
 from .area import check_area_meets, plan_skips
-from .checkpoint import pixels_identity
+from .cluster import check_scheduler
 from .inputs import expand_inputs, read_paths
 from .maps import group_inputs, map_lines
 from .once import distinct_inputs
@@ -44,7 +46,6 @@ from .preflight import (check_box_file, check_boxes_inside, check_input, check_l
                         check_plan, check_prompts_here, check_qupath_type, check_room, check_side_files,
                         check_vrt_cycle)
 from .targets import Targets
-from .workfolder import replaceable, vouched
 
 
 #: Rough desktop-GPU costs for the estimate (SAM 3 at 1008x1008): seconds per encode and per decode.
@@ -106,8 +107,8 @@ class InputPlan:
         the members the window touches only (a changed member recomputes only its tiles)."""
         return pixels_identity(self.path, self.identity, self.member_ids, window)
 
-    skips: object = None  # `run.area.InputSkips`: the tiles it skips (area of interest, tissue), None: none
-    anchored: bool = False  # a grid anchored to its lattice: files added keep its tiles (`run.anchor`)
+    skips: object = None  # `run.planning.area.InputSkips`: the tiles it skips (area of interest, tissue), None: none
+    anchored: bool = False  # a grid anchored to its lattice: files added keep its tiles (`run.planning.anchor`)
     margin: tuple[int, int] = (0, 0)  # the anchor's strip of holes (columns, rows) before the files: tiles only
 
     def selection(self):
@@ -115,7 +116,7 @@ class InputPlan:
         None when every tile runs (no skip rule, or squashed)."""
         if self.grid is None or self.skips is None or not self.skips.rules:
             return None
-        from ..tiling.selection import TileSelection
+        from ...tiling.selection import TileSelection
 
         return TileSelection.of(self.grid, self.skips.rules)
 
@@ -182,7 +183,7 @@ class RunPlan:
     work_dir: Path | None  # checkpoints; None: none kept
     report_path: Path | None
     dataset: bool = False  # the combined output is a partitioned GeoParquet dataset (`name.parquet/`)
-    points: PointPrompts | None = None  # point prompts (`run.points`): then `prompts` is empty
+    points: PointPrompts | None = None  # point prompts (`run.executing.points`): then `prompts` is empty
     map_notes: tuple[str, ...] = ()  # how the inputs were grouped into maps (`maps.Grouping.notes`)
     input_notes: tuple[str, ...] = ()  # inputs left out: a file named twice, a sidecar (`once.distinct_inputs`)
 
@@ -204,7 +205,7 @@ class RunPlan:
     @property
     def decoder_calls_per_tile(self) -> int:
         """One a prompt, or with a batched decoder (`layouts.Fit.batched`) one for every text-only prompt."""
-        from ..model.layouts import folder_fit
+        from ...model.layouts import folder_fit
 
         fit = folder_fit(self.options.model) if self.spec.backend == "onnx" else None
         if fit is None or not fit.batched:
@@ -218,7 +219,7 @@ class RunPlan:
         Points: the tiles holding points, one click (two point decoder passes) each (objects followed past a
         tile add more)."""
         if self.points is not None:
-            from ..prompts.points import home_tiles
+            from ...prompts.points import home_tiles
 
             tiles = home_tiles(self.points, self.inputs)
             return {"tiles": tiles, "encodes": tiles, "decodes": self.points.positives,
@@ -282,7 +283,7 @@ class RunPlan:
 
 def exemplar_lines(inputs: Sequence[InputPlan]) -> list[str]:
     """What the exemplars cost (plan, dry run): the strip's extra tiles per input, and notes."""
-    from ..prompts.strip import strip_line
+    from ...prompts.strip import strip_line
 
     out = [f"  {os.path.basename(i.path)}: {strip_line(i.exemplar_strip, i.n_tiles, i.base_tiles, i.grid.tile_size)}"
            for i in inputs if i.exemplar_strip and i.grid is not None]
@@ -332,8 +333,6 @@ def plan_run(inputs, text: Sequence[str] | str = (), *, boxes: Sequence[GeoBox |
     texts, geo_boxes, example_images = prompt_arguments(text, boxes, example_images)
     given_points, point_file = check_point_run(point_arguments(points), point_file, texts, geo_boxes, box_file,
                                                example_images, opts.squash, opts.aoi)
-    from .engine import check_scheduler  # (engine imports dask: only when a run is planned)
-
     check_scheduler(opts.scheduler)  # a scheduler address that cannot be one: before anything is opened
     if report_path is None and out is not None:
         report_path = report_path_for(Path(out), opts.layer)
@@ -384,7 +383,7 @@ def point_cost_lines(points: PointPrompts, inputs: Sequence[InputPlan]) -> list[
     """What a point run will cost (`plan --point`, `run --dry-run`): the encodes of the tiles holding points
     and the zoom-outs at most, the decoder calls, the GPU time at desktop speed; what only the run knows (the
     tiles objects are followed into) said as such."""
-    from ..prompts.points import home_tiles
+    from ...prompts.points import home_tiles
 
     tiles, n = home_tiles(points, inputs), points.positives
     zoom = ZOOM_OUT_DEPTH * n
@@ -415,8 +414,8 @@ def _plan_prompts(planned: Sequence[InputPlan], texts, geo_boxes: list, box_file
     check_boxes_inside(geo_boxes, n_given, bounds, crs0, box_file)
     pts = None
     if given_points or point_file:
-        from ..units import area_column
-        from .frames import COLUMNS  # the output's own columns: a point file's of those names are carried renamed
+        from ...units import area_column
+        from .outputs import COLUMNS  # the output's own columns: a point file's of those names are carried renamed
 
         own = (*COLUMNS, *dict.fromkeys(area_column(i.frame) for i in planned))
         pts = plan_points(given_points, point_file, [(i.crs, i.bounds) for i in planned], own)
@@ -451,7 +450,7 @@ def check_maps(paths: list[str], planned: Sequence[InputPlan], opts: Options, pe
     output, outputs, paths read and written), and what a run of several maps or of a mosaic cannot write:
     one label image for several maps; COCO annotations (in each input image's pixels) of a mosaic, which is
     no image file."""
-    from ..writers.formats import COCO, format_for
+    from ...writers.formats import COCO, format_for
 
     crs_of = {p: i.crs for i in planned for p in i.paths}
     check_plan(paths, [crs_of[p] for p in paths], [i.n_tiles for i in planned], opts, per_input=per_input,
@@ -475,7 +474,7 @@ def model_side(opts: Options) -> Options:
     --tile-size the model cannot take is refused. A folder that cannot be read is told later (`resolve_model`)."""
     if opts.runtime_spec().backend != "onnx":
         return opts
-    from ..model.layouts import folder_fit
+    from ...model.layouts import folder_fit
 
     fit = folder_fit(opts.model)
     if fit is None or fit.image_side >= opts.tile_size:
@@ -520,7 +519,7 @@ def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPla
         if changed_while_opened(path, before, stamps):
             raise changed_error(path, path, kept=False)
         grid = None if opts.squash else build_grid(src, opts)
-        skips = plan_skips(src, opts)  # the area of interest, a slide's tissue (`run.area`)
+        skips = plan_skips(src, opts)  # the area of interest, a slide's tissue (`run.planning.area`)
         if grid is not None and opts.refine == "auto":
             Refiner(grid, opts.refine_depth)  # refuses a depth whose sub-tile numbers the merge cannot hold
         ids = member_identities(path, stamps, opts.verify_inputs)  # a mosaic's: each member's (per-tile keys)
@@ -538,9 +537,9 @@ def with_exemplars(inp: InputPlan, prompts: Sequence[Prompt], opts: Options) -> 
     """`inp` with its example images checked (bands, pixel size, size at the run's scale) and, when its
     exemplars do not fit a tile's free margin, its grid narrowed to leave an exemplar strip
     (`sam3tiles.prompts.strip`; --box-scope tile: example images only)."""
-    from ..prompts.chips import chip_bands, chip_factor, chip_wh, check_chip_size
-    from ..prompts.exemplars import LIMIT
-    from ..prompts.strip import choose_strip, patch_sizes
+    from ...prompts.chips import chip_bands, chip_factor, chip_wh, check_chip_size
+    from ...prompts.exemplars import LIMIT
+    from ...prompts.strip import choose_strip, patch_sizes
 
     images = list(dict.fromkeys(im for p in prompts for im in p.images))
     boxes = list(dict.fromkeys(b for p in prompts for b in p.boxes)) if opts.box_scope == "image" else []

@@ -24,9 +24,9 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..errors import InputDataError
-from ..readers.identity import CLOUD_SCHEMES
-from ..readers.remote import is_remote
+from ...errors import InputDataError
+from ...readers.identity import CLOUD_SCHEMES
+from ...readers.remote import is_remote
 
 #: Endings GDAL appends to a raster's whole name for the files it reads with it.
 APPENDED = {".ovr": "the external overview", ".msk": "the external mask", ".aux.xml": "the auxiliary metadata"}

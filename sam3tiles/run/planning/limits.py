@@ -50,8 +50,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..errors import ModelError
-from ..wording import opt
+from ...errors import ModelError
+from ...wording import opt
 
 MB = 1 << 20
 #: What a run adds to the address space mapped when it is planned, threads, GDAL's cache and model aside:
@@ -153,7 +153,7 @@ class Need:
 def address_space_need(threads: int, model_bytes: int = 0, onnx: bool = False, pixels: int | None = None) -> Need:
     """The need of a run that starts `threads` threads in this process and loads a model of `model_bytes`
     here (`onnx`: its activations too); GDAL's cache holds at most the inputs' `pixels` (bytes; None: unknown)."""
-    from ..readers.env import gdal_cache_bytes
+    from ...readers.env import gdal_cache_bytes
 
     cache = gdal_cache_bytes() if pixels is None else min(gdal_cache_bytes(), pixels)
     return Need(mapped_now(), threads, cache, model_bytes + (ONNX_GROWTH if onnx else 0))

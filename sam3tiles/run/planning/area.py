@@ -24,11 +24,11 @@ import shapely
 from shapely import affinity
 from shapely.geometry.base import BaseGeometry
 
-from ..errors import UsageError
-from ..readers.area import Area, read_area
-from ..tiling.selection import OUTSIDE, AreaSkip, MaskSkip, TileSelection, describe_counts
-from ..tiling.tissue import MASK_SIDE, tissue_mask
-from ..wording import opt, spoken
+from ...errors import UsageError
+from ...readers.area import Area, read_area
+from ...tiling.selection import OUTSIDE, AreaSkip, MaskSkip, TileSelection, describe_counts
+from ...tiling.tissue import MASK_SIDE, tissue_mask
+from ...wording import opt, spoken
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ def skip_estimate(tiles_to_run: int, tiles: int, prompts: int, encode_s: float, 
 
 
 class InputArea:
-    """One input's skipping while it runs (`run.runner.InputRun`): its selection (a copy: growing it leaves
+    """One input's skipping while it runs (`run.executing.runner.InputRun`): its selection (a copy: growing it leaves
     the plan's as planned), the area's growth (`tiling.growth`), its object filter, and the report's counts
     (`RunReport.skipped_by`, `RunReport.area`)."""
 
@@ -204,7 +204,7 @@ class InputArea:
         self.filter = AreaFilter(area.geometry, opts.aoi_clip) if area is not None else None
         self.growth = None
         if self.selection is not None and area is not None and any(r.growable for r in self.selection.rules):
-            from ..tiling.growth import Growth
+            from ...tiling.growth import Growth
 
             self.growth = Growth(inp.grid, frames, self.selection, area.geometry, reach=opts.edge_margin + 1)
         if self.selection is not None:
@@ -262,7 +262,7 @@ class InputArea:
 
     def nodata(self, n: int = 1) -> None:
         """Tiles found all nodata when read (the report's `skipped` is counted by the runner)."""
-        from ..tiling.selection import NODATA
+        from ...tiling.selection import NODATA
 
         self.report.skipped_by[NODATA] = self.report.skipped_by.get(NODATA, 0) + n
 

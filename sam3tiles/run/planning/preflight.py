@@ -27,21 +27,22 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import CRSError, InputDataError, OutputExistsError, PromptError, UsageError
-from ..model.registry import RuntimeSpec, get_runtime
-from ..options import Options
-from ..prompts.prompt import GeoBox, Prompt, boxes_outside, where_words
-from ..readers.identity import local_path_of
-from ..wording import enable, mention, opt
-from ..writers import check_output
-from ..writers.atomic import check_name
-from ..writers.held import settle
-from ..writers.labels import check_labels
-from ..writers.formats import GPKG, QUPATH, format_for
-from ..writers.stream import check_dataset
-from ..writers.vector import check_layer
+from ...errors import CRSError, InputDataError, OutputExistsError, PromptError, UsageError
+from ...model.registry import RuntimeSpec, get_runtime
+from ...options import Options
+from ...prompts.prompt import GeoBox, Prompt, boxes_outside, where_words
+from ...readers.identity import local_path_of
+from ...wording import enable, mention, opt
+from ...writers import check_output
+from ...writers.atomic import check_name
+from ...writers.formats import GPKG, QUPATH, format_for
+from ...writers.held import settle
+from ...writers.labels import check_labels
+from ...writers.stream import check_dataset
+from ...writers.vector import check_layer
+from ..recording.workfolder import is_within, real_path, replaceable, vouched
+from .cluster import SCHEDULER_ENV, local_threads
 from .limits import check_address_space
-from .workfolder import is_within, real_path, replaceable, vouched
 
 #: The object type a QuPath GeoJSON gets unless asked otherwise (`check_qupath_type`).
 QUPATH_DEFAULT = Options.__dataclass_fields__["qupath_type"].default
@@ -219,8 +220,8 @@ def check_placeable(path: str, src) -> None:
 
 def check_input(path: str, src, opts) -> list[str]:
     """Per-input checks on an open source; returns every file its pixels come from."""
-    from ..errors import RasterReadError
-    from ..readers.identity import local_path_of
+    from ...errors import RasterReadError
+    from ...readers.identity import local_path_of
 
     check_placeable(path, src)
     files = list(src.source_files)
@@ -257,7 +258,7 @@ def check_vrt_cycle(path: str, limit: int = 64) -> None:
     local = local_path_of(path)
     if local is None or not local.lower().endswith(".vrt") or not os.path.isfile(local):
         return
-    from ..errors import RasterReadError
+    from ...errors import RasterReadError
 
     def walk(vrt: str, chain: tuple[str, ...]) -> None:
         if len(chain) > limit:
@@ -280,7 +281,7 @@ def min_overlap(edge_margin: int) -> int:
     """The smallest overlap (tile pixels) the merge needs to join an object cut by a seam: two cells of
     the model's mask grid (so both tiles see the object beyond the cut) plus the edge margin that marks
     pieces touching a tile's edge."""
-    from ..model.runtime import MASK_SIZE, MODEL_SIZE
+    from ...model.runtime import MASK_SIZE, MODEL_SIZE
 
     return math.ceil(2 * MODEL_SIZE / MASK_SIZE) + int(edge_margin)
 
@@ -322,8 +323,6 @@ def check_room(opts: Options, planned: Sequence) -> None:
     cache (at most the inputs' pixels). `planned`: the inputs' `plan.InputPlan`s."""
     from numpy import dtype
 
-    from .engine import SCHEDULER_ENV, local_threads
-
     pixels = sum(i.width * i.height * i.band_count * dtype(i.dtype).itemsize for i in planned)
     if opts.scheduler or os.environ.get(SCHEDULER_ENV):
         check_address_space(0, pixels=pixels)  # the tiles and the model run on the cluster's workers
@@ -339,7 +338,7 @@ def check_room(opts: Options, planned: Sequence) -> None:
 def check_box_file(path: str) -> None:
     """A box file's features must have geometries: a null or empty one is named (exit 3), not blamed on
     the CRS later."""
-    from ..errors import InputDataError
+    from ...errors import InputDataError
 
     if not os.path.isfile(path):
         return  # the reader names a missing file

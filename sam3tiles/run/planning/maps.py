@@ -4,8 +4,8 @@ group of several files a mosaic (`readers.mosaic`) on one lattice. The rules, as
 * **Pieces of one map** (compatible): georeferenced rasters read by GDAL (not slides, not pixel space), no
   rotation, the same bands and data type. CRS and pixel size may differ: files off the map's lattice are
   read warped onto it (`readers.warp`). Footprints are compared in one CRS (`frame_crs`: `--crs`, else the
-  CRS covering most of the ground: `run.lattice.with_frame`).
-* **The map's lattice** (`run.lattice.choose_lattice`): its CRS is `--crs`, else the CRS covering most of the map's
+  CRS covering most of the ground: `lattice.with_frame`).
+* **The map's lattice** (`lattice.choose_lattice`): its CRS is `--crs`, else the CRS covering most of the map's
   ground; its pixel size the one covering most of its area (sizes within `SAME_PIXEL` counted as one), or
   the finest where that is more than `FINER_RATIO` finer (no file's detail is thrown away); its origin the
   first file on that CRS and pixel size, else multiples of the pixel size. Files on it (pixel sizes within
@@ -37,11 +37,12 @@ from typing import Sequence
 import numpy as np
 from affine import Affine
 
-from ..options import Options
-from ..readers import gdal_env, open_source
-from ..readers.mosaic import SEPARATOR, Layout, Member, MosaicPath, mosaic_name
-from ..readers.remote import source_name
-from ..wording import opt, spoken
+from ...options import Options
+from ...readers import gdal_env, open_source
+from ...readers.mosaic import SEPARATOR, Layout, Member, MosaicPath, mosaic_name
+from ...readers.remote import source_name
+from ...wording import opt, spoken
+from ..recording.report import lattice_lines
 from .lattice import Lattice, choose_lattice, crs_name, on_lattice, place, with_frame
 from .preflight import check_input, check_vrt_cycle
 
@@ -53,8 +54,6 @@ HEADER_THREADS = 16
 SAME_GROUND = 0.5
 #: Lines of notes the plan shows about files that touch but are not one map.
 MAX_NOTES = 5
-#: Warped files the plan and the report name one by one.
-MAX_WARPED_LINES = 5
 
 
 @dataclass(frozen=True)
@@ -157,7 +156,7 @@ def group_inputs(paths: Sequence[str], opts: Options, dates: dict | None = None)
 
 def map_path(headers: Sequence[Header], crs_text: str | None) -> str:
     """What a map of `headers` is planned as: a lone file's path (on its own lattice, or with no CRS to warp
-    from), else a `MosaicPath` on the map's lattice (`run.lattice`)."""
+    from), else a `MosaicPath` on the map's lattice (`run.planning.lattice`)."""
     if len(headers) == 1:
         h = headers[0]
         if not crs_text or h.alone() or on_lattice(h, lat := choose_lattice(headers, crs_text)):
@@ -209,7 +208,7 @@ def compatible(a: Header, b: Header) -> str | None:
         kinds = (f"{a.band_count} band(s) {a.dtype}", f"{b.band_count} band(s) {b.dtype}")
         return (f"other bands or data types ({each(a, kinds[0], b, kinds[1])})"
                 if (a.band_count, a.dtype) != (b.band_count, b.dtype) else "other bands chosen")
-    return None  # another pixel size or lattice: read warped onto the map's (`run.lattice`)
+    return None  # another pixel size or lattice: read warped onto the map's (`run.planning.lattice`)
 
 
 def each(a: Header, va: str, b: Header, vb: str) -> str:
@@ -325,7 +324,7 @@ def _place(maps: _Maps, i: int, day: str | None, avoid: set, candidates: list[in
 
 def mosaic_path(headers: Sequence[Header], lat: Lattice | None = None) -> MosaicPath:
     """The `MosaicPath` of a map of files (in the map's order) on lattice `lat` (default: the rule's,
-    `run.lattice.choose_lattice`): its origin at the union's top-left, each file at its whole-pixel offset or
+    `run.planning.lattice.choose_lattice`): its origin at the union's top-left, each file at its whole-pixel offset or
     (off the lattice) warped onto its box."""
     lat = lat or choose_lattice(headers)
     placed = [place(h, lat) for h in headers]
@@ -357,7 +356,7 @@ def coverage(members: Sequence[Member], width: int, height: int) -> tuple[float,
 
 def paths_of(path) -> tuple[str, ...]:
     """The files of a map: a mosaic's members, or the input itself."""
-    from ..readers.mosaic import layout_of
+    from ...readers.mosaic import layout_of
 
     lay = layout_of(path)
     return lay.paths if lay is not None else (str(path),)
@@ -369,7 +368,7 @@ def paths_of(path) -> tuple[str, ...]:
 def one_at_a_time(layout: Layout, grid) -> int:
     """The tiles a mosaic's files would cost segmented one at a time, on the mosaic's tiling (`grid`; None:
     squashed, one a file)."""
-    from ..tiling.grid import TileGrid
+    from ...tiling.grid import TileGrid
 
     if grid is None:
         return len(layout.members)
@@ -398,7 +397,7 @@ def hole_tiles(layout: Layout, grid) -> int:
 def map_facts(inp) -> dict:
     """A planned map (`plan.InputPlan`) for the plan and the report: its files, tiles, and for a mosaic its
     holes and overlaps (shares of its area) and the tiles its files would cost one at a time."""
-    from ..readers.mosaic import layout_of
+    from ...readers.mosaic import layout_of
 
     lay = layout_of(inp.path)
     f = inp.frame  # the files' extent (an anchored grid's margin is no part of the map: `plan.InputPlan.frame`)
@@ -420,20 +419,6 @@ def warped_files(lay: Layout, crs: str | None) -> list[dict]:
     return [{"file": m.path, "from": m.warp.crs, "to": crs, "pixel_from": list(m.warp.pixel), "pixel_to": list(pixel),
              "resampling": m.warp.resampling, "how": m.warp.describe(str(crs), pixel)}
             for m in lay.members if m.warp is not None]
-
-
-def lattice_lines(facts: dict, indent: str = "  ") -> list[str]:
-    """The lines of the plan and the report on a map's lattice and the files warped onto it."""
-    if not facts.get("mosaic"):
-        return []
-    warped = facts.get("warped", [])
-    out = [f"{indent}lattice: {facts['lattice']}; objects in {facts['crs']} (the map's CRS)"] \
-        if facts.get("lattice") else []
-    out += [f"{indent}warped: {os.path.basename(source_name(w['file']))}: {w['how']}"
-            for w in warped[:MAX_WARPED_LINES]]
-    if len(warped) > MAX_WARPED_LINES:
-        out.append(f"{indent}... and {len(warped) - MAX_WARPED_LINES} more files warped")
-    return out
 
 
 def mosaic_line(inp) -> str:

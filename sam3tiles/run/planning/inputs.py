@@ -10,8 +10,8 @@ import glob
 import os
 from typing import Sequence
 
-from ..errors import UsageError
-from ..readers.remote import is_remote, looks_like_stac, read_input_list, stac_items
+from ...errors import UsageError
+from ...readers.remote import is_remote, looks_like_stac, read_input_list, stac_items
 
 
 def read_paths(inputs: Sequence, chips: Sequence, box_file, point_file=None) -> list[tuple[str, str, str]]:

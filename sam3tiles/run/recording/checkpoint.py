@@ -19,16 +19,44 @@ import sqlite3
 import struct
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..wording import opt
-from .tasks import TileResult
+from ...wording import opt
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ...vectorize.pieces import Pieces
 
 SCHEMA = 5  # 2: one row per (tile, prompt), pieces renumbered as prompt 0; 3: JSON + WKB rows, no pickle;
 # 4: a row carries the key it was stored under (a row moved to another key is recomputed); 5: keyed on the
 # tile's place and pixels, not its grid position; a row holds the tile's interior edges (`fitted`)
 MAGIC = b"S3TR"  # sam3tiles tile result
 _COLUMNS = ("score", "prompt", "tile_key", "complete", "edge_dist")
+
+
+@dataclass
+class TileResult:
+    """What a tile contributes to the merge, plus its bookkeeping. Small: polygons and numbers. The tile tasks
+    return it (`tasks.tile_batch_task`); the store keeps its rows (`encode_result`)."""
+
+    tile_index: int
+    pieces: Pieces
+    skipped: bool = False
+    saturated: bool = False
+    seconds: dict = field(default_factory=dict)
+    unusable_prompts: tuple[str, ...] = ()
+    saturated_prompts: tuple[int, ...] = ()  # prompt indices whose decoder pass saturated (checkpoint parts)
+    exemplars: dict = field(default_factory=dict)  # pasted exemplars: pasted / dropped / clipped detections
+    thumb: np.ndarray | None = None  # the quicklook's copy of the tile (`thumbs.take`): never checkpointed
+    #: passes past each prompt's first ("extra") and their detections another pass had found ("folded":
+    #: `vectorize.merge_passes`); like `exemplars`, not checkpointed
+    passes: dict = field(default_factory=dict)
+    #: the tile's interior edges when it was computed (left, top, right, bottom): a checkpointed result reused on
+    #: a grid where they differ has its pieces' edge distances derived again (`checkpoint.fitted`)
+    interior: tuple[bool, bool, bool, bool] | None = None
 
 
 def tile_key(parts: dict) -> str:
@@ -51,7 +79,7 @@ def pixels_identity(path, identity: str, member_ids, window) -> str:
     """The identity of the pixels a source-pixel window reads, for its key: `identity` for a plain input; for a
     mosaic, the members the window touches, each with its identity and its place in the CRS (not in the
     mosaic, whose origin moves when files are added west or north), and nothing of the others."""
-    from ..readers.mosaic import layout_of
+    from ...readers.mosaic import layout_of
 
     lay = layout_of(path)
     if lay is None or not member_ids:
@@ -71,8 +99,8 @@ def fitted(result: TileResult, tile, edge_margin: int) -> TileResult:
     distance to them and its completeness derived again from its outline (an exemplar's cut stays cut)."""
     from dataclasses import replace
 
-    from ..tiling.piecekey import pass_of, piece_key
-    from ..vectorize.pieces import Pieces
+    from ...tiling.piecekey import pass_of, piece_key
+    from ...vectorize.pieces import Pieces
 
     p = result.pieces
     keys = [piece_key(tile.index, pass_of(k)) for k in p.tile_key]
@@ -143,7 +171,7 @@ class TileStore:
         return self._conn
 
     def _error(self, e: BaseException):
-        from ..errors import OutputError
+        from ...errors import OutputError
 
         what = getattr(e, "strerror", None) or str(e).strip().splitlines()[0]
         return OutputError(f"the checkpoint store {self.path} cannot be used ({what}): free disk space or fix the "
@@ -261,7 +289,7 @@ def decode_result(blob, key: str | None = None) -> TileResult | None:
     with `key`, also None for a row stored under another key (swapped or copied between tiles)."""
     import shapely
 
-    from ..vectorize.pieces import Pieces
+    from ...vectorize.pieces import Pieces
 
     try:
         if not isinstance(blob, (bytes, bytearray, memoryview)):
@@ -335,7 +363,7 @@ def join_parts(tile_index: int, parts: list[tuple[int | None, TileResult]]) -> T
     so the pieces come in the order an uninterrupted run produces them."""
     from dataclasses import fields
 
-    from ..vectorize.pieces import Pieces
+    from ...vectorize.pieces import Pieces
 
     pieces = Pieces()
     skipped, saturated, unusable, seconds = True, False, [], {}

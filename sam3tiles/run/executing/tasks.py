@@ -14,16 +14,17 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import ModelError, shippable
-from ..model.registry import RuntimeSpec, get_runtime
-from ..model.runtime import MAX_QUERIES, PreparedPrompt, TileImage
-from ..prompts.prompt import TilePrompt
-from ..readers import RasterSource, Stretch, gdal_env, open_source
-from ..readers.identity import forget_cached
-from ..tiling.grid import Tile
-from ..vectorize.pieces import (EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, merge_passes,
+from ...errors import ModelError, shippable
+from ...model.registry import RuntimeSpec, get_runtime
+from ...model.runtime import MAX_QUERIES, PreparedPrompt, TileImage
+from ...prompts.prompt import TilePrompt
+from ...readers import RasterSource, Stretch, gdal_env, open_source
+from ...readers.identity import forget_cached
+from ...tiling.grid import Tile
+from ...vectorize.pieces import (EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, merge_passes,
                                 pieces_from_crops)
-from ..writers.thumbs import take
+from ...writers.thumbs import take
+from ..recording.checkpoint import TileResult
 
 #: A tile whose decoder pass returns at least this many objects is reported as saturated (SAM 3 keeps
 #: at most 200 queries per input).
@@ -53,27 +54,6 @@ class InferResult:
     exemplars: dict = field(default_factory=dict)  # pasted / dropped / clipped (see exemplars.PasteScreen)
     thumb: np.ndarray | None = None  # the quicklook's copy of the tile (`thumbs.take`), when asked for
     passes: dict = field(default_factory=dict)  # decoder passes past each prompt's first: extra / folded
-
-
-@dataclass
-class TileResult:
-    """What a tile contributes to the merge, plus its bookkeeping. Small: polygons and numbers."""
-
-    tile_index: int
-    pieces: Pieces
-    skipped: bool = False
-    saturated: bool = False
-    seconds: dict = field(default_factory=dict)
-    unusable_prompts: tuple[str, ...] = ()
-    saturated_prompts: tuple[int, ...] = ()  # prompt indices whose decoder pass saturated (checkpoint parts)
-    exemplars: dict = field(default_factory=dict)  # pasted exemplars: pasted / dropped / clipped detections
-    thumb: np.ndarray | None = None  # the quicklook's copy of the tile (`thumbs.take`): never checkpointed
-    #: passes past each prompt's first ("extra") and their detections another pass had found ("folded":
-    #: `vectorize.merge_passes`); like `exemplars`, not checkpointed
-    passes: dict = field(default_factory=dict)
-    #: the tile's interior edges when it was computed (left, top, right, bottom): a checkpointed result reused on
-    #: a grid where they differ has its pieces' edge distances derived again (`checkpoint.fitted`)
-    interior: tuple[bool, bool, bool, bool] | None = None
 
 
 _local = threading.local()

@@ -1,4 +1,4 @@
-"""Checkpoints of a point run: each point task's answers in the run's tile store (`run.checkpoint.TileStore`).
+"""Checkpoints of a point run: each point task's answers in the run's tile store (`run.recording.checkpoint.TileStore`).
 
 A point run goes in rounds (the tiles holding points, the zoom-outs, the tiles objects are followed into), and
 each round's asks follow from the answers before it. So a task's answers are stored under a key of everything
@@ -19,10 +19,9 @@ from __future__ import annotations
 import os
 import signal
 
-from ..tiling.grid import Tile
-from ..vectorize.pieces import Pieces
-from .checkpoint import TileStore, tile_key
-from .tasks import TileResult
+from ...tiling.grid import Tile
+from ...vectorize.pieces import Pieces
+from .checkpoint import TileResult, TileStore, tile_key
 
 #: Test hook: the process kills itself (SIGKILL) once this many point tasks are stored, a forced point to
 #: kill a run at (tests/test_point_resume.py), with no timing involved.

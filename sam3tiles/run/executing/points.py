@@ -26,7 +26,7 @@ is followed at full resolution from the tiles it crosses; a click on background 
 `background`. A point whose tile failed is
 `failed` (exit 5, as failed tiles are); an object still growing after `MAX_TILES` tiles is `partial`.
 
-Point runs are checkpointed as tile runs are (`run.pointstore`: each task's answers, keyed by its window and
+Point runs are checkpointed as tile runs are (`run.recording.pointstore`: each task's answers, keyed by its window and
 asks): a run killed part way, run again, recomputes only the tasks it had not stored and writes the same rows.
 """
 
@@ -44,23 +44,23 @@ from affine import Affine
 from shapely.geometry import Polygon
 from shapely.ops import polylabel
 
-from ..errors import ModelError, TilesFailedError, shippable
-from ..merge import MergeStats
-from ..model.registry import RuntimeSpec, get_runtime
-from ..model.runtime import MASK_SIZE, MODEL_SIZE, Click, clicks_problem
-from ..prompts.points import ZOOM_OUT_DEPTH, GeoPoint
-from ..readers.mosaic import Ownership, layout_of
-from ..readers.remote import source_name
-from ..tiling.grid import Tile
-from ..units import add_areas, length_to_crs
-from ..vectorize.pieces import crop_detections, pieces_from_crops
-from ..wording import opt
-from ..writers.stream import ObjectSpool, SpoolInput
+from ...errors import ModelError, TilesFailedError, shippable
+from ...merge import MergeStats
+from ...model.registry import RuntimeSpec, get_runtime
+from ...model.runtime import MASK_SIZE, MODEL_SIZE, Click, clicks_problem
+from ...prompts.points import ZOOM_OUT_DEPTH, GeoPoint
+from ...readers.mosaic import Ownership, layout_of
+from ...readers.remote import source_name
+from ...tiling.grid import Tile
+from ...units import add_areas, length_to_crs
+from ...vectorize.pieces import crop_detections, pieces_from_crops
+from ...wording import opt
+from ...writers.stream import ObjectSpool, SpoolInput
+from ..planning.plan import InputPlan, RunPlan
+from ..recording.checkpoint import TileStore
+from ..recording.pointstore import PointStore, point_key
+from ..recording.report import RunReport
 from .engine import settled
-from .checkpoint import TileStore
-from .plan import InputPlan, RunPlan
-from .pointstore import PointStore, point_key
-from .report import RunReport
 from .runner import InputResult
 from .submit import short_error
 from .tasks import MODEL_LOCK, SourceSpec, read_task
