@@ -20,10 +20,10 @@ import time
 from collections import deque
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from ..errors import ModelError, TilesFailedError
-from ..merge import BlockMerger, Merged, MergeStats, Packed, tile_blocks
+from ..merge import BlockMerger, GridBlocks, Merged, MergeStats, Packed
 from ..model.registry import RuntimeSpec
 from ..prompts.prompt import Prompt, TilePrompt, boxes_outside, prompts_for_tile
 from ..readers.mosaic import Ownership, layout_of
@@ -87,7 +87,7 @@ class InputRun:
         self.opts = plan.options
         self.spec: RuntimeSpec = plan.spec
         self.source = SourceSpec(inp.path, inp.bands, inp.stretch, inp.identity)
-        self.tiles: dict[int, Tile] = {}
+        self.tiles: Mapping[int, Tile] = {}  # the grid's tiles by index, made when asked (`tiling.frame.GridTiles`)
         self.work: dict[int, _TileWork] = {}  # tiles planned and not finished only
         self.queue: deque = deque()  # sub-tiles to submit next: (tile, [TilePrompt], pasted exemplars or None)
         self.planned: Iterator = iter(())  # the grid tiles to submit after them, planned lazily
@@ -106,9 +106,11 @@ class InputRun:
         self.report.boxes_outside += len(boxes_outside(all_boxes, self.inp.bounds))
         self.slots, prompt_seconds = model_info(self.engine, self.spec, self.plan.prompts)
         self.report.seconds["prompt"] += prompt_seconds
-        self.tiles = {t.index: t for t in self.inp.tiles()}
+        grid = self.inp.grid
+        # the grid's tiles and their frames made when asked (none held per tile: 10^6 tiles took 1.7 GB)
+        frames = TileFrames(grid) if grid is not None else TileFrames(None, {0: next(self.inp.tiles())})
+        self.tiles = frames.tiles
         self.report.tiles += len(self.tiles)
-        frames = TileFrames(self.inp.grid, self.tiles)  # made when asked: not 2 KB held per tile
         self.area = InputArea(self.inp, self.opts, self.report, frames)  # tiles skipped (area, tissue), grown
         runs = len(self.tiles) if self.area.to_run is None else self.area.to_run
         if self.bar is not None:
@@ -116,8 +118,7 @@ class InputRun:
             # no refresh(): a bar drawn before its delay is not closed with a newline, so an error message
             # would follow it on the same line
         mb = self.opts.merge_block
-        blocks = tile_blocks(list(self.tiles.values()), mb) if mb > 0 else {i: 0 for i in self.tiles}
-        blocks = self.area.blocks(blocks)
+        blocks = self.area.blocks(GridBlocks(grid.shape, mb) if grid is not None else {0: 0})  # by index
         index = self._begin_spool()
         if not self.opts.no_preview and (self.inp.output is not None or self.plan.combined is not None):
             f = self.inp.frame
@@ -156,12 +157,11 @@ class InputRun:
 
     def _plan_tiles(self) -> Iterator[tuple]:
         """The grid tiles to run, admitted one by one as they are submitted (`admit`)."""
-        for tile in self.tiles.values():
-            if self.area.planned(tile.index):
-                self.left -= 1
-                item = self.admit(tile)
-                if item is not None:
-                    yield item
+        for index in self.area.to_plan(len(self.tiles)):
+            self.left -= 1
+            item = self.admit(self.tiles[index])
+            if item is not None:
+                yield item
 
     def _begin_spool(self) -> int:
         crs = self.inp.crs.to_wkt() if self.inp.crs else None

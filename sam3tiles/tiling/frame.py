@@ -127,24 +127,65 @@ def _windows_each(tiles: Sequence[Tile]) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([w for w, _ in parts]), np.concatenate([p for _, p in parts])
 
 
-def grid_frames(grid: TileGrid) -> dict[str, np.ndarray]:
-    """Every tile of `grid` at once, in index order, as arrays, without making a `Tile`: row, col, x0, y0,
-    valid_w, valid_h (as `TileGrid.tile` computes them), window (polygons, as `tile_windows`) and core (the
-    core grown by one tile pixel, as `TileFrame.core`)."""
-    rows, cols = grid.shape
-    r, c = np.repeat(np.arange(rows), cols), np.tile(np.arange(cols), rows)
+def _grid_boxes(grid: TileGrid, ids: np.ndarray) -> tuple:
+    """Row, col, x0, y0, valid_w, valid_h and `tile_affines` of the grid tiles `ids`, as `TileGrid.tile`
+    computes them, without making a `Tile`."""
+    cols = grid.shape[1]
+    r, c = np.divmod(np.asarray(ids, dtype=np.int64), cols)
     w, h = grid.scaled_wh
     x0, y0 = c * grid.stride, r * grid.stride
     vw = np.maximum(1, np.minimum(grid.tile_size, np.ceil(w - x0 - 1e-9))).astype(np.int64)
     vh = np.maximum(1, np.minimum(grid.tile_size, np.ceil(h - y0 - 1e-9))).astype(np.int64)
+    return r, c, x0, y0, vw, vh, tile_affines(x0, y0, grid.scale, grid.scale, grid.transform)
+
+
+def grid_frames(grid: TileGrid) -> dict[str, np.ndarray]:
+    """Every tile of `grid` at once, in index order, as arrays, without making a `Tile`: row, col, x0, y0,
+    valid_w, valid_h (as `TileGrid.tile` computes them), window (polygons, as `tile_windows`) and core (the
+    core grown by one tile pixel, as `TileFrame.core`)."""
+    r, c, x0, y0, vw, vh, aff = _grid_boxes(grid, np.arange(len(grid)))
     bx, by = (np.asarray(v, dtype=float) for v in grid.core_bounds)
-    aff = tile_affines(x0, y0, grid.scale, grid.scale, grid.transform)
     core = boxes_at(aff, (bx[c] - x0) - 1, (by[r] - y0) - 1, (bx[c + 1] - x0) + 1, (by[r + 1] - y0) + 1)
     return {"row": r, "col": c, "x0": x0, "y0": y0, "valid_w": vw, "valid_h": vh,
             "window": boxes_at(aff, 0.0, 0.0, vw, vh), "core": core}
 
 
-class _GridTiles(Mapping):
+def grid_windows(grid: TileGrid, ids) -> tuple[np.ndarray, np.ndarray]:
+    """`tile_windows` of the grid tiles `ids` (the same polygons and pixel sizes, to the bit), without making
+    a `Tile`."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if not len(ids):
+        return np.zeros(0, dtype=object), np.zeros(0)
+    *_, vw, vh, aff = _grid_boxes(grid, ids)
+    a, b, _, d, e, _ = aff
+    return boxes_at(aff, 0.0, 0.0, vw, vh), np.abs(a * e - b * d) ** 0.5
+
+
+def grid_near(grid: TileGrid, ids, distance: float) -> np.ndarray:
+    """The grid tiles (ascending) whose windows lie within `distance` (CRS units) of the window of one of
+    the grid tiles `ids`: what an STRtree of every window answers (`query(..., predicate="dwithin")`), from
+    the tiles a few rows and columns around them only (none of the grid's other windows is made)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if not len(ids):
+        return ids
+    rows, cols = grid.shape
+    t = grid.transform
+    m = np.array([[t.a, t.b], [t.d, t.e]], dtype=float) / grid.scale  # a tile pixel in CRS units
+    smin = float(np.linalg.svd(m, compute_uv=False).min())  # CRS distance >= smin x tile-pixel distance
+    if smin > 0 and np.isfinite(smin) and np.isfinite(distance):
+        k = int(np.ceil((distance / smin + grid.tile_size) / grid.stride)) + 1
+    else:
+        k = max(rows, cols)
+    r, c = np.divmod(ids, cols)
+    rr = np.arange(max(0, int(r.min()) - k), min(rows, int(r.max()) + k + 1))
+    cc = np.arange(max(0, int(c.min()) - k), min(cols, int(c.max()) + k + 1))
+    cand = (rr[:, None] * cols + cc[None, :]).ravel()
+    tree = shapely.STRtree(grid_windows(grid, cand)[0])
+    hit = tree.query(grid_windows(grid, ids)[0], predicate="dwithin", distance=distance)[1]
+    return cand[np.unique(hit)]
+
+
+class GridTiles(Mapping):
     """Tile index -> `Tile` of a grid, made when asked (a grid of a huge image is not held as a dict)."""
 
     def __init__(self, grid: TileGrid):
@@ -176,7 +217,7 @@ class TileFrames(MutableMapping):
 
     def __init__(self, grid: TileGrid | None, tiles: Mapping[int, Tile] | None = None):
         self.grid, self._set = grid, {}
-        self.tiles = tiles if tiles is not None else _GridTiles(grid) if grid is not None else {}
+        self.tiles = tiles if tiles is not None else GridTiles(grid) if grid is not None else {}
 
     def frame(self, tile: Tile) -> TileFrame:
         """The frame of any tile of the grid, its sub-tiles too (`TileGrid.split`), made now, not kept."""
