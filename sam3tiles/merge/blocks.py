@@ -12,7 +12,7 @@ from typing import Iterator, Mapping, MutableMapping
 import numpy as np
 import shapely
 
-from ..tiling.frame import GridTiles, TileFrame, TileFrames, grid_near, grid_windows
+from ..tiling.frame import GridNear, GridTiles, TileFrame, TileFrames, grid_windows
 from ..tiling.piecekey import ORDER_TILE, piece_order, tile_of
 from ..vectorize.pieces import Pieces
 from .early import EarlyLinks
@@ -394,7 +394,7 @@ class _GridWindows:
     around the tiles asked about (`tiling.frame.grid_near`): the same answers, nothing held per tile."""
 
     def __init__(self, grid, blocks: GridBlocks):
-        self.grid, self.blocks = grid, blocks
+        self.grid, self.blocks, self.nearby = grid, blocks, GridNear(grid)
         self.n = len(grid)
         self.reach = 8 * float(grid_windows(grid, [0])[1][0])  # one pixel size for all the grid's tiles
         self.single = blocks.single()
@@ -406,12 +406,13 @@ class _GridWindows:
         return self.blocks.grid_members(b).tolist()
 
     def near(self, tile: int, window) -> np.ndarray:
-        return grid_near(self.grid, [tile], self.reach)
+        if not 0 <= tile < self.n:  # a sub-tile (none asks: their frames change, `early` leaves them out)
+            raise ValueError(f"tile {tile} is no tile of the grid")
+        return self.nearby.near([tile], self.reach)
 
     def foreign(self, b: int, distance: float) -> list:
-        near = grid_near(self.grid, self.blocks.grid_members(b), distance)
-        near = near[self.blocks.of(near) != b]
-        return list(grid_windows(self.grid, near)[0])
+        near = self.nearby.near(self.blocks.grid_members(b), distance)
+        return list(self.nearby.windows_of(near[self.blocks.of(near) != b]))
 
 
 def merge_blocked(pieces: "Pieces | Packed", frames: Mapping[int, TileFrame], blocks: Mapping[int, int],
