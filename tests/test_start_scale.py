@@ -75,17 +75,21 @@ def pieces(tmp_path_factory):
     return {t.index: p for t, p in zip(tiles, per_tile)}, frames, grid
 
 
-def _fed(per_tile, frames, blocks, arrival, early):
+def _fed(per_tile, frames, blocks, arrival, early, remote_final=False):
+    """A BlockMerger fed tile by tile; its tasks run here, their jobs kept (with `remote_final`, the final
+    pass is one of them, its frames a view of its pieces' tiles only)."""
+    import pickle
+
     jobs = []
 
     def submit(fn, job):
         jobs.append(job)
-        return fn(*job)
+        return fn(*pickle.loads(pickle.dumps(job)))  # as a cluster's task gets it
 
-    merger = BlockMerger(frames, blocks, submit=submit, early=early)
+    merger = BlockMerger(frames, blocks, submit=submit, early=early, remote_final=remote_final)
     for t in arrival:
         merger.add(t, per_tile.get(t))
-    merged, stats = merger.finish()
+    merged, stats = merger.finish(gather=list)
     return merged, stats, jobs
 
 
@@ -103,7 +107,10 @@ def test_a_merge_by_grid_arithmetic_is_the_merge_by_dicts_and_a_tree(pieces, blo
     arrival = list(per_tile)
     np.random.default_rng(block).shuffle(arrival)
     want, s0, jobs0 = _fed(per_tile, frames, blocks, arrival, early)
-    got, s1, jobs1 = _fed(per_tile, TileFrames(grid), GridBlocks(grid.shape, block, mask), arrival, early)
+    got, s1, jobs1 = _fed(per_tile, TileFrames(grid), GridBlocks(grid.shape, block, mask), arrival, early,
+                          remote_final=True)
+    assert len(jobs1) == len(jobs0) + 1 and len(jobs1[-1][0]) > 0  # the final pass a task of its own
+    jobs1 = jobs1[:-1]
     assert len(want.geometry) == len(got.geometry) > 50
     assert bool(shapely.equals_exact(np.asarray(want.geometry, dtype=object),
                                      np.asarray(got.geometry, dtype=object), 0).all())

@@ -180,6 +180,23 @@ class GridBlocks(MutableMapping):
 
 
 
+@dataclass
+class FinalPart:
+    """The final pass's decided objects, their order keys and statistics."""
+
+    objects: Packed  # Merged
+    first: np.ndarray
+    stats: MergeStats
+
+
+def final_pass(rest: Packed, frames: Mapping[int, TileFrame], order, iou_min: float, ios_min: float, inside,
+               near, block, known) -> FinalPart:
+    """The merge's final pass over the pieces the blocks left undecided (a task, or here)."""
+    fin = merge_pass(rest.unpack(Pieces), frames, iou_min, ios_min, order=order, inside=inside, near=near,
+                     block=block, known=known)
+    return FinalPart(Packed.of(fin.merged), fin.first, fin.stats)
+
+
 class BlockMerger:
     """`merge_pieces` by spatial partition, fed tile by tile as tiles finish.
 
@@ -199,8 +216,10 @@ class BlockMerger:
     """
 
     def __init__(self, frames: Mapping[int, TileFrame], blocks: Mapping[int, int], submit=None,
-                 iou_min: float = IOU_MIN, ios_min: float = IOS_MIN, on_block=None, early: bool = False):
+                 iou_min: float = IOU_MIN, ios_min: float = IOS_MIN, on_block=None, early: bool = False,
+                 remote_final: bool = False):
         self.on_block = on_block
+        self.remote_final = remote_final  # the final pass a task too (`submit`), gathered by `finish`'s gather
         self.emitted = 0  # objects handed to on_block
         self.frames = frames if isinstance(frames, TileFrames) else dict(frames)  # lazy ones stay lazy
         self.submit = submit
@@ -219,6 +238,11 @@ class BlockMerger:
         self.single = self._near.single
         self.early = (EarlyLinks(self.frames, self._neighbours, iou_min, ios_min) if early and self._near.n
                       else None)
+
+    def _frames_of(self, tiles) -> Mapping[int, TileFrame]:
+        """The frames of `tiles`, to hand to a task: a `FrameView` (made where used) of lazy frames."""
+        view = getattr(self.frames, "view", None)
+        return view(tiles) if view is not None else {int(t): self.frames[int(t)] for t in tiles}
 
     def _neighbours(self, tile: int) -> np.ndarray:
         """The grid tiles whose windows lie within the merge's reach of `tile`'s."""
@@ -277,8 +301,7 @@ class BlockMerger:
         mine = self._members.pop(b, [])
         foreign = [] if self.single else self._near.foreign(b, 2 * self.reach)
         known = self.early.take(mine) if self.early is not None else None
-        view = getattr(self.frames, "view", None)  # `TileFrames`: the frames are made where the block merges
-        frames = view(mine) if view is not None else {int(t): self.frames[int(t)] for t in mine}
+        frames = self._frames_of(mine)  # `TileFrames`: the frames are made where the block merges
         job = (pieces, order, frames, foreign, self.reach, self.iou_min, self.ios_min, known)
         self.parts.append(self.submit(merge_block, job) if self.submit is not None else merge_block(*job))
         self._undrained.append(len(self.parts) - 1)
@@ -313,6 +336,7 @@ class BlockMerger:
         """Close the open blocks, gather every block's part (`gather` for futures), then the final pass.
         With `on_block`, the objects go there (the returned `Merged` is empty)."""
         self.close()
+        given = gather
         if self.on_block is not None:
             self.drain(gather, wait=True)
             gather = None
@@ -324,16 +348,21 @@ class BlockMerger:
         # the final pass: every undecided piece, in tile order
         order = np.concatenate([p.order for p in parts]) if parts else np.zeros(0, np.int64)
         sort = np.argsort(order, kind="stable")
-        rest = Packed.concat([p.pieces for p in parts]).take(sort).unpack(Pieces) if len(order) else Pieces()
-        piece_block = np.asarray([self.blocks[tile_of(int(k))] for k in rest.tile_key], dtype=np.int64)
-        fin = merge_pass(rest, self.frames, self.iou_min, self.ios_min, order=order[sort],
-                          inside=np.concatenate([p.inside for p in parts])[sort] if parts else np.zeros(0, bool),
-                          near=np.concatenate([p.near for p in parts])[sort] if parts else np.zeros(0, np.uint8),
-                          block=piece_block, known=self.early.rest() if self.early is not None else None)
+        rest = Packed.concat([p.pieces for p in parts]).take(sort) if len(order) else Packed.of(Pieces())
+        tiles = tile_of(np.asarray(rest.columns.get("tile_key", []), dtype=np.int64))
+        piece_block = np.asarray([self.blocks[int(t)] for t in tiles.tolist()], dtype=np.int64)
+        job = (rest, self._frames_of(np.unique(tiles)), order[sort], self.iou_min, self.ios_min,
+               np.concatenate([p.inside for p in parts])[sort] if parts else np.zeros(0, bool),
+               np.concatenate([p.near for p in parts])[sort] if parts else np.zeros(0, np.uint8),
+               piece_block, self.early.rest() if self.early is not None else None)
+        if self.remote_final and self.submit is not None and given is not None and len(rest):
+            fin = given([self.submit(final_pass, job)])[0]  # a task: the driver does no merge of its own
+        else:
+            fin = final_pass(*job)
         stats.add(fin.stats)
         if self.on_block is not None:
             if len(fin.first):
-                self.on_block(Packed.of(fin.merged), fin.first)
+                self.on_block(fin.objects, fin.first)
             self.emitted += len(fin.first)
             stats.objects = self.emitted
             return Merged([], [], [], []), stats
@@ -342,7 +371,7 @@ class BlockMerger:
         for k in range(len(parts)):  # one part at a time: its WKB goes as its shapely objects come
             objs.append(parts[k].objects.unpack(Merged))
             parts[k] = None
-        objs.append(fin.merged)
+        objs.append(fin.objects.unpack(Merged))
         del parts
         rank = np.argsort(firsts, kind="stable")
         out = Merged([], [], [], [])

@@ -22,6 +22,8 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
+import numpy as np
+
 from ..errors import ModelError, TilesFailedError
 from ..merge import BlockMerger, GridBlocks, Merged, MergeStats, Packed
 from ..model.registry import RuntimeSpec
@@ -49,6 +51,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between looks for workers that joined a distributed run since it started.
 RECOUNT_SECONDS = 10.0
+#: Merge blocks' decided objects go to the spool together once this many objects or blocks are held.
+SPOOL_OBJECTS, SPOOL_BLOCKS = 4096, 64
 
 
 @dataclass
@@ -100,6 +104,8 @@ class InputRun:
         lay = layout_of(inp.path)
         self.ownership = Ownership(lay) if lay is not None else None  # a mosaic's files, for `source`
         self.area: InputArea | None = None  # the tiles it skips (area of interest, tissue) and grows into
+        self.unspooled: list = []  # merge blocks' decided objects not yet in the spool: (Packed, first)
+        self.unspooled_n = 0
 
     def run(self) -> InputResult:
         all_boxes = [b for p in self.plan.prompts for b in p.boxes]
@@ -126,7 +132,7 @@ class InputRun:
         # decided objects go to the spool as each block's merge comes in: memory does not follow them
         self.merger = BlockMerger(frames, blocks, submit=_submit_on(self.engine, self.opts.retries),
                                   on_block=lambda objects, first: self._spool_block(index, objects, first),
-                                  early=not self.engine.distributed)
+                                  early=not self.engine.distributed, remote_final=True)
         for skipped in self.area.never():  # skipped for good (no tissue): no pieces, as an all-nodata tile
             self.merger.add(skipped, None)
         self.hook = RefineHook(self.inp.grid, self.opts.refine, self.opts.refine_depth, self.plan.prompts,
@@ -148,6 +154,7 @@ class InputRun:
             log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", self.inp.path)
         t0 = time.perf_counter()
         _, mstats = self.merger.finish(gather=_gather_on(self.engine))
+        self._spool(index)
         mstats.coverage = {self.plan.prompts[int(k)].label: c for k, c in mstats.coverage.items()}
         self.report.seconds["merge"] += time.perf_counter() - t0
         self.area.finish()
@@ -168,8 +175,22 @@ class InputRun:
         return self.spool.begin_input(SpoolInput(source_name(self.inp.path), crs, self.inp.frame))
 
     def _spool_block(self, index: int, objects: Packed, first) -> None:
-        """One merge block's decided objects -> output rows (`frames.objects_frame`: areas in the output's
-        units, --simplify, --min-score, --min-area, --max-area) -> the spool."""
+        """One merge block's decided objects, to the spool with the next blocks' (`_spool`): one table a few
+        thousand objects, not one a block (each cost the driver ~25 ms whatever its objects)."""
+        self.unspooled.append((objects, first))
+        self.unspooled_n += len(first)
+        if self.unspooled_n >= SPOOL_OBJECTS or len(self.unspooled) >= SPOOL_BLOCKS:
+            self._spool(index)
+
+    def _spool(self, index: int) -> None:
+        """The merge blocks' decided objects held -> output rows (`frames.objects_frame`: areas in the
+        output's units, --simplify, --min-score, --min-area, --max-area; each row on its own, so many blocks
+        at once give the rows of each alone) -> the spool."""
+        if not self.unspooled:
+            return
+        objects = Packed.concat([p for p, _ in self.unspooled])
+        first = np.concatenate([np.asarray(f, dtype=np.int64) for _, f in self.unspooled])
+        self.unspooled, self.unspooled_n = [], 0
         o = self.opts
         gdf = objects_frame(objects.unpack(Merged), [p.label for p in self.plan.prompts], frame=self.inp.frame,
                             source=source_name(self.inp.path), backend=self.spec.backend,
