@@ -121,6 +121,16 @@ def measure(tiles: int, workers: int, per_task: int | None = None, keep: str | N
                           f"peak {peak['rss'] / 2**20:.0f} MB", file=sys.stderr, flush=True)
                 stop.wait(0.25)
 
+        from sam3tiles.merge import BlockMerger
+
+        finish, at_end = BlockMerger.finish, {}
+
+        def timed_finish(self, *a, **k):  # the tiles are all in: the final merge pass and the outputs follow
+            at_end.setdefault("main", time.thread_time())
+            at_end.setdefault("cpu", time.process_time())
+            return finish(self, *a, **k)
+
+        BlockMerger.finish = timed_finish
         idle = idle_rates(cluster)  # what the processes spend per second with nothing to do
         th = threading.Thread(target=sample, daemon=True)
         th.start()
@@ -146,6 +156,9 @@ def measure(tiles: int, workers: int, per_task: int | None = None, keep: str | N
             "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "driver_cpu_ms_per_tile": round(1000 * cpu / n, 3),
             "main_thread_cpu_ms_per_tile": round(1000 * main / n, 3),
+            # the main thread while tiles run (to the merge's final pass) and after them (final pass, outputs)
+            "main_thread_cpu_ms_per_tile_while_tiles_run": round(1000 * (at_end["main"] - main0) / n, 3),
+            "main_thread_cpu_s_after_the_tiles": round(main - (at_end["main"] - main0), 2),
             "scheduler_cpu_ms_per_tile": round(1000 * sched / n, 3),
             "driver_and_scheduler_ms_per_tile": round(1000 * (cpu + sched) / n, 3),
             # the same less what both spend per second when idle (heartbeats, the system monitor): that part

@@ -3,6 +3,7 @@ does before any tile) on a grid of 10^5 - 10^6 tiles, each in a fresh process: s
 
     python -m benchmarks.bench_plan --tiles 1000000
     python -m benchmarks.bench_plan --smoke             # the smoke size the tests run (10^4 tiles)
+    python -m benchmarks.bench_plan --tiles 1000000 --start-only   # a segment's start: time and RSS to its 1st tile
 
 The source is a GDAL VRT mosaic of copies of one small noise scene (no big file is written), read at the
 `--scale` that gives about `--tiles` tiles (up to 8x upsampling, as `bench_country`). Neither step reads a
@@ -69,6 +70,41 @@ def measure_run(src: str, scale: float) -> dict:
     return {"tiles": plan.inputs[0].n_tiles, "seconds": round(seconds, 2), "peak_rss_mb": round(_peak_mb())}
 
 
+def measure_start(src: str, scale: float) -> dict:
+    """A `segment` of the source (simulated backend, encode 0 s, in-process engine, a GeoParquet dataset with
+    checkpoints) from its call to its first finished tile: seconds and peak RSS there; the process then ends
+    (the run is not finished: `os._exit` after the figures are printed)."""
+    from sam3tiles.run.executing import runner
+    from sam3tiles.run.pipeline import segment_job
+
+    deliver = runner.InputRun._deliver
+    t0 = time.perf_counter()
+
+    def first(self, tile, res, computed):  # the first tile delivered: its figures, then the process ends
+        took = time.perf_counter() - t0
+        deliver(self, tile, res, computed)
+        emit({"tiles": self.inp.n_tiles, "first_tile_s": round(took, 2), "peak_rss_mb": round(_peak_mb())}, True)
+        sys.stdout.flush()
+        os._exit(0)
+
+    runner.InputRun._deliver = first
+    with tempfile.TemporaryDirectory(prefix="bench_start_") as tmp:
+        segment_job(src, ["red"], backend="simulated", encode_seconds=0.0, decode_seconds=0.0, scale=scale,
+                    out=f"{tmp}/objects.parquet/", return_objects=False)
+    raise RuntimeError("the run ended without delivering a tile")
+
+
+def start(tiles: int) -> dict:
+    """`measure_start` in a fresh process on a grid of about `tiles` tiles."""
+    with tempfile.TemporaryDirectory(prefix="bench_plan_") as tmp:
+        src, scale = make_source(Path(tmp), tiles)
+        t0 = time.perf_counter()
+        out = _child("-m", "benchmarks.bench_plan", "--measure-start", str(src), repr(scale))
+        wall = time.perf_counter() - t0
+    res = json.loads(out.splitlines()[-1])
+    return {**res, "process_s": round(wall, 1)}
+
+
 def _child(*args: str) -> str:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, *args], check=False, cwd=ROOT, capture_output=True, text=True, env=env)
@@ -98,12 +134,19 @@ def main(argv=None) -> int:
     ap.add_argument("--tiles", type=int, default=100_000)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="10^4 tiles: seconds (what the tests run)")
+    ap.add_argument("--start-only", action="store_true", help="a segment's start instead: seconds and peak RSS "
+                    "to its first finished tile (then the run is stopped)")
     ap.add_argument("--measure-run", nargs=2, metavar=("SRC", "SCALE"), help="(internal) plan_run here")
+    ap.add_argument("--measure-start", nargs=2, metavar=("SRC", "SCALE"), help="(internal) a segment's start here")
     args = ap.parse_args(argv)
     if args.measure_run:
         emit(measure_run(args.measure_run[0], float(args.measure_run[1])), True)
         return 0
-    emit(measure(10_000 if args.smoke else args.tiles), args.json)
+    if args.measure_start:
+        measure_start(args.measure_start[0], float(args.measure_start[1]))
+        return 0
+    tiles = 10_000 if args.smoke else args.tiles
+    emit(start(tiles) if args.start_only else measure(tiles), args.json)
     return 0
 
 

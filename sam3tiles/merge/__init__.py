@@ -92,10 +92,10 @@ by tile: `BlockMerger`, `merge_blocked`). A tile's frame in map coordinates
 
 from __future__ import annotations
 
-from .blocks import BlockMerger, BlockPart, Packed, merge_block, merge_blocked, tile_blocks
+from .blocks import BlockMerger, BlockPart, GridBlocks, Packed, merge_block, merge_blocked, tile_blocks
 from .parts import IOS_MIN, IOU_MIN, Merged
 from .rules import merge_pieces
 from .stats import COVERAGE_KEYS, MergeStats
 
-__all__ = ["BlockMerger", "BlockPart", "COVERAGE_KEYS", "IOS_MIN", "IOU_MIN", "MergeStats", "Merged", "Packed",
-           "merge_block", "merge_blocked", "merge_pieces", "tile_blocks"]
+__all__ = ["BlockMerger", "BlockPart", "COVERAGE_KEYS", "GridBlocks", "IOS_MIN", "IOU_MIN", "MergeStats", "Merged",
+           "Packed", "merge_block", "merge_blocked", "merge_pieces", "tile_blocks"]

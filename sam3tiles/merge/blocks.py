@@ -7,12 +7,12 @@ other blocks wait for a small final pass. Pieces and objects cross processes as 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Iterator, Mapping, MutableMapping
 
 import numpy as np
 import shapely
 
-from ..tiling.frame import TileFrame, TileFrames
+from ..tiling.frame import GridNear, GridTiles, TileFrame, TileFrames, grid_windows
 from ..tiling.piecekey import ORDER_TILE, piece_order, tile_of
 from ..vectorize.pieces import Pieces
 from .early import EarlyLinks
@@ -84,13 +84,117 @@ def merge_block(pieces: Packed, order, frames: Mapping[int, TileFrame], foreign,
                      cols.order[d] if cols is not None else np.zeros(0, np.int64), part.inside[d], part.near[d])
 
 
+#: Block ids: (row // block) x BLOCK_ROW + col // block (a grid of fewer than this many columns of blocks).
+BLOCK_ROW = 1_000_003
+
+
 def tile_blocks(tiles, block: int) -> dict[int, int]:
     """Tile index -> block id: squares of `block` x `block` tiles of the grid."""
     out = {}
     for t in tiles:
-        out[t.index] = (t.row // block) * 1_000_003 + (t.col // block)
+        out[t.index] = (t.row // block) * BLOCK_ROW + (t.col // block)
     return out
 
+
+class GridBlocks(MutableMapping):
+    """Tile index -> block id of every tile of a grid of `shape` (rows, cols), by index arithmetic: nothing
+    held per tile (a dict of a 10^6-tile grid took ~100 MB). Squares of `block` x `block` tiles, as
+    `tile_blocks` gives them (`block` 0: one block, 0, for all); `alone` (a bool per tile, or None): tiles
+    in a block of their own, -1 - index. Tiles set later (sub-tiles, indexed past the grid) are kept."""
+
+    def __init__(self, shape: tuple[int, int], block: int, alone: np.ndarray | None = None):
+        self.rows, self.cols = int(shape[0]), int(shape[1])
+        self.n, self.block = self.rows * self.cols, int(block)
+        self.alone = None if alone is None or not np.any(alone) else np.asarray(alone, dtype=bool)
+        self.extra: dict[int, int] = {}
+
+    def with_alone(self, alone: np.ndarray) -> "GridBlocks":
+        return GridBlocks((self.rows, self.cols), self.block, alone)
+
+    def of(self, ids: np.ndarray) -> np.ndarray:
+        """The blocks of grid tiles `ids` (an array)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        r, c = np.divmod(ids, self.cols)
+        out = (r // self.block) * BLOCK_ROW + c // self.block if self.block > 0 else np.zeros(len(ids), np.int64)
+        return np.where(self.alone[ids], -1 - ids, out) if self.alone is not None else out
+
+    def __getitem__(self, i: int) -> int:
+        i = int(i)
+        if not 0 <= i < self.n:
+            return self.extra[i]
+        if self.alone is not None and self.alone[i]:
+            return -1 - i
+        if self.block <= 0:
+            return 0
+        r, c = divmod(i, self.cols)
+        return (r // self.block) * BLOCK_ROW + c // self.block
+
+    def __setitem__(self, i: int, b: int) -> None:
+        i = int(i)
+        if 0 <= i < self.n:
+            if self[i] != b:
+                raise ValueError(f"grid tile {i} is in block {self[i]}, not {b}")
+            return
+        self.extra[i] = int(b)
+
+    def __delitem__(self, i: int) -> None:
+        raise TypeError("a tile's block cannot be removed")
+
+    def __contains__(self, i: object) -> bool:
+        return isinstance(i, (int, np.integer)) and (0 <= i < self.n or int(i) in self.extra)
+
+    def __iter__(self) -> Iterator[int]:
+        yield from range(self.n)
+        yield from self.extra
+
+    def __len__(self) -> int:
+        return self.n + len(self.extra)
+
+    def grid_members(self, b: int) -> np.ndarray:
+        """The grid tiles of block `b`, ascending (not the tiles set later)."""
+        if b < 0:
+            i = -1 - b
+            return np.asarray([i] if i < self.n and self.alone is not None and self.alone[i] else [], np.int64)
+        if self.block <= 0:
+            ids = np.arange(self.n, dtype=np.int64) if b == 0 else np.zeros(0, np.int64)
+        else:
+            br, bc = divmod(int(b), BLOCK_ROW)
+            rr = np.arange(br * self.block, min(self.rows, (br + 1) * self.block))
+            cc = np.arange(bc * self.block, min(self.cols, (bc + 1) * self.block))
+            ids = (rr[:, None] * self.cols + cc[None, :]).ravel().astype(np.int64)
+        return ids[~self.alone[ids]] if self.alone is not None else ids
+
+    def has(self, b: int) -> bool:
+        """Whether block `b` has a grid tile."""
+        if self.block <= 0 and b == 0:
+            return self.alone is None or not self.alone.all()
+        return (b < 0 or self.block > 0) and len(self.grid_members(b)) > 0
+
+    def single(self) -> bool:
+        """Whether every grid tile is in one block."""
+        alone = 0 if self.alone is None else int(self.alone.sum())
+        if alone:
+            return self.n == 1
+        rows, cols = (1, 1) if self.block <= 0 else (-(-self.rows // self.block), -(-self.cols // self.block))
+        return rows * cols <= 1
+
+
+
+@dataclass
+class FinalPart:
+    """The final pass's decided objects, their order keys and statistics."""
+
+    objects: Packed  # Merged
+    first: np.ndarray
+    stats: MergeStats
+
+
+def final_pass(rest: Packed, frames: Mapping[int, TileFrame], order, iou_min: float, ios_min: float, inside,
+               near, block, known) -> FinalPart:
+    """The merge's final pass over the pieces the blocks left undecided (a task, or here)."""
+    fin = merge_pass(rest.unpack(Pieces), frames, iou_min, ios_min, order=order, inside=inside, near=near,
+                     block=block, known=known)
+    return FinalPart(Packed.of(fin.merged), fin.first, fin.stats)
 
 
 class BlockMerger:
@@ -112,51 +216,58 @@ class BlockMerger:
     """
 
     def __init__(self, frames: Mapping[int, TileFrame], blocks: Mapping[int, int], submit=None,
-                 iou_min: float = IOU_MIN, ios_min: float = IOS_MIN, on_block=None, early: bool = False):
+                 iou_min: float = IOU_MIN, ios_min: float = IOS_MIN, on_block=None, early: bool = False,
+                 remote_final: bool = False):
         self.on_block = on_block
+        self.remote_final = remote_final  # the final pass a task too (`submit`), gathered by `finish`'s gather
         self.emitted = 0  # objects handed to on_block
         self.frames = frames if isinstance(frames, TileFrames) else dict(frames)  # lazy ones stay lazy
-        self.blocks = dict(blocks)
         self.submit = submit
         self.iou_min, self.ios_min = iou_min, ios_min
-        self._tile_ids = np.asarray(sorted(frames), dtype=np.int64)
-        ids = self._tile_ids.tolist()
-        if isinstance(self.frames, TileFrames):  # only the windows are made, all at once
-            self._windows, pixels = self.frames.windows(ids)
-        else:
-            self._windows = np.empty(len(ids), dtype=object)
-            self._windows[:] = [frames[t].window for t in ids]
-            pixels = np.asarray([frames[t].pixel for t in ids])
-        self.reach = 8 * float(pixels.max(initial=0.0))
-        self._tile_block = np.asarray([self.blocks[int(t)] for t in self._tile_ids], dtype=np.int64)
-        self._wtree = shapely.STRtree(self._windows) if len(self._windows) else None
-        self._waiting: dict[int, set] = {}
+        grid = isinstance(blocks, GridBlocks) and isinstance(frames, TileFrames) and isinstance(frames.tiles, GridTiles)
+        # a grid's every tile (a run's): its windows and blocks by index arithmetic, nothing held per tile
+        self.blocks = blocks if grid else dict(blocks)
+        self._near = _GridWindows(frames.grid, blocks) if grid else _TreeWindows(self.frames, self.blocks)
+        self.reach = self._near.reach
+        self._waiting: dict[int, set] = {}  # blocks opened (a tile of theirs came) and not merged: tiles to come
         self._members: dict[int, list] = {}
-        for t, b in self.blocks.items():
-            self._waiting.setdefault(b, set()).add(int(t))
-            self._members.setdefault(b, []).append(int(t))
+        self._merged: set[int] = set()
         self._pending: dict[int, dict[int, Packed]] = {}
         self.parts: list = []  # BlockPart, or futures of them
         self._undrained: list[int] = []  # indices in `parts` whose objects `drain` has not handed over
-        self.single = len(self._waiting) <= 1
-        self.early = EarlyLinks(self.frames, self._neighbours, iou_min, ios_min) if early and len(ids) else None
+        self.single = self._near.single
+        self.early = (EarlyLinks(self.frames, self._neighbours, iou_min, ios_min) if early and self._near.n
+                      else None)
+
+    def _frames_of(self, tiles) -> Mapping[int, TileFrame]:
+        """The frames of `tiles`, to hand to a task: a `FrameView` (made where used) of lazy frames."""
+        view = getattr(self.frames, "view", None)
+        return view(tiles) if view is not None else {int(t): self.frames[int(t)] for t in tiles}
 
     def _neighbours(self, tile: int) -> np.ndarray:
         """The grid tiles whose windows lie within the merge's reach of `tile`'s."""
-        return self._tile_ids[self._wtree.query(self.frames[int(tile)].window, predicate="dwithin",
-                                                distance=self.reach)]
+        return self._near.near(int(tile), self.frames[int(tile)].window)
+
+    def _open(self, b: int) -> set | None:
+        """Block `b`'s tiles still to come (opened when first asked), None when it was merged."""
+        waiting = self._waiting.get(b)
+        if waiting is None and b not in self._merged:
+            self._members[b] = mine = self._near.members(b)
+            waiting = self._waiting[b] = set(mine)
+        return waiting
 
     def expect(self, tile_index: int, frame: TileFrame, block: int) -> None:
         """Register a tile that appears while the run goes (a refined tile's sub-tile), or replace a tile's
         frame, before its pieces are added: its block waits for it. Its window must lie within the windows
         given at construction (a sub-tile lies within its parent's): other blocks are found by those."""
         t = int(tile_index)
-        if block not in self._waiting or self.blocks.get(t, block) != block:
+        if (block in self._merged or not self._near.has(block) or (t in self.blocks and self.blocks[t] != block)):
             raise ValueError(f"tile {t}: block {block} was merged already, or the tile is in another block")
+        waiting = self._open(block)
         if t not in self.blocks:
             self.blocks[t] = block
             self._members[block].append(t)
-            self._waiting[block].add(t)
+            waiting.add(t)
         self.frames[t] = frame
         if self.early is not None:
             self.early.exclude(t)
@@ -167,9 +278,9 @@ class BlockMerger:
         if pieces is not None and len(pieces):
             self._pending.setdefault(b, {})[int(tile_index)] = (pieces if isinstance(pieces, Packed)
                                                                 else Packed.of(pieces))
-            if self.early is not None and b in self._waiting:
+            if self.early is not None and b not in self._merged:
                 self.early.add(int(tile_index), pieces.unpack(Pieces) if isinstance(pieces, Packed) else pieces)
-        waiting = self._waiting.get(b)
+        waiting = self._open(b)
         if waiting is not None:
             waiting.discard(int(tile_index))
             if not waiting:
@@ -177,30 +288,27 @@ class BlockMerger:
 
     def _run(self, b: int) -> None:
         self._waiting.pop(b, None)
+        self._merged.add(b)
         got = self._pending.pop(b, {})
         if not got:
+            self._members.pop(b, None)
             return
         tiles = sorted(got)
         pieces = Packed.concat([got[t] for t in tiles])
         if max(len(got[t]) for t in tiles) >= ORDER_TILE:  # cannot happen within SAM 3's 200 queries a pass
             raise ValueError(f"a tile gave {max(len(got[t]) for t in tiles)} pieces; the merge orders {ORDER_TILE - 1}")
         order = np.concatenate([piece_order(np.int64(t), np.arange(len(got[t]), dtype=np.int64)) for t in tiles])
-        mask = self._tile_block == b
-        mine = self._members.get(b, [])
-        if self.single:
-            foreign = []
-        else:
-            near = np.unique(self._wtree.query(self._windows[mask], predicate="dwithin", distance=2 * self.reach)[1])
-            foreign = list(self._windows[near[self._tile_block[near] != b]])
+        mine = self._members.pop(b, [])
+        foreign = [] if self.single else self._near.foreign(b, 2 * self.reach)
         known = self.early.take(mine) if self.early is not None else None
-        view = getattr(self.frames, "view", None)  # `TileFrames`: the frames are made where the block merges
-        frames = view(mine) if view is not None else {int(t): self.frames[int(t)] for t in mine}
+        frames = self._frames_of(mine)  # `TileFrames`: the frames are made where the block merges
         job = (pieces, order, frames, foreign, self.reach, self.iou_min, self.ios_min, known)
         self.parts.append(self.submit(merge_block, job) if self.submit is not None else merge_block(*job))
         self._undrained.append(len(self.parts) - 1)
 
     def close(self) -> None:
-        """Merge the blocks still open: their missing tiles (failed ones) will never arrive."""
+        """Merge the blocks still open: their missing tiles (failed ones) will never arrive (a block no tile
+        of which came has no pieces: nothing to merge)."""
         for b in sorted(self._waiting):
             self._run(b)
 
@@ -228,6 +336,7 @@ class BlockMerger:
         """Close the open blocks, gather every block's part (`gather` for futures), then the final pass.
         With `on_block`, the objects go there (the returned `Merged` is empty)."""
         self.close()
+        given = gather
         if self.on_block is not None:
             self.drain(gather, wait=True)
             gather = None
@@ -239,16 +348,21 @@ class BlockMerger:
         # the final pass: every undecided piece, in tile order
         order = np.concatenate([p.order for p in parts]) if parts else np.zeros(0, np.int64)
         sort = np.argsort(order, kind="stable")
-        rest = Packed.concat([p.pieces for p in parts]).take(sort).unpack(Pieces) if len(order) else Pieces()
-        piece_block = np.asarray([self.blocks[tile_of(int(k))] for k in rest.tile_key], dtype=np.int64)
-        fin = merge_pass(rest, self.frames, self.iou_min, self.ios_min, order=order[sort],
-                          inside=np.concatenate([p.inside for p in parts])[sort] if parts else np.zeros(0, bool),
-                          near=np.concatenate([p.near for p in parts])[sort] if parts else np.zeros(0, np.uint8),
-                          block=piece_block, known=self.early.rest() if self.early is not None else None)
+        rest = Packed.concat([p.pieces for p in parts]).take(sort) if len(order) else Packed.of(Pieces())
+        tiles = tile_of(np.asarray(rest.columns.get("tile_key", []), dtype=np.int64))
+        piece_block = np.asarray([self.blocks[int(t)] for t in tiles.tolist()], dtype=np.int64)
+        job = (rest, self._frames_of(np.unique(tiles)), order[sort], self.iou_min, self.ios_min,
+               np.concatenate([p.inside for p in parts])[sort] if parts else np.zeros(0, bool),
+               np.concatenate([p.near for p in parts])[sort] if parts else np.zeros(0, np.uint8),
+               piece_block, self.early.rest() if self.early is not None else None)
+        if self.remote_final and self.submit is not None and given is not None and len(rest):
+            fin = given([self.submit(final_pass, job)])[0]  # a task: the driver does no merge of its own
+        else:
+            fin = final_pass(*job)
         stats.add(fin.stats)
         if self.on_block is not None:
             if len(fin.first):
-                self.on_block(Packed.of(fin.merged), fin.first)
+                self.on_block(fin.objects, fin.first)
             self.emitted += len(fin.first)
             stats.objects = self.emitted
             return Merged([], [], [], []), stats
@@ -257,7 +371,7 @@ class BlockMerger:
         for k in range(len(parts)):  # one part at a time: its WKB goes as its shapely objects come
             objs.append(parts[k].objects.unpack(Merged))
             parts[k] = None
-        objs.append(fin.merged)
+        objs.append(fin.objects.unpack(Merged))
         del parts
         rank = np.argsort(firsts, kind="stable")
         out = Merged([], [], [], [])
@@ -266,6 +380,68 @@ class BlockMerger:
             setattr(out, name, [col[i] for i in rank.tolist()])
         stats.objects = len(out.geometry)
         return out, stats
+
+
+class _TreeWindows:
+    """The windows of the tiles given to a `BlockMerger` (an STRtree of them): which lie near a tile, or near
+    a block's tiles in other blocks; each block's tiles."""
+
+    def __init__(self, frames: Mapping[int, TileFrame], blocks: dict):
+        self.ids = np.asarray(sorted(frames), dtype=np.int64)
+        ids = self.ids.tolist()
+        if isinstance(frames, TileFrames):  # only the windows are made, all at once
+            self.windows, pixels = frames.windows(ids)
+        else:
+            self.windows = np.empty(len(ids), dtype=object)
+            self.windows[:] = [frames[t].window for t in ids]
+            pixels = np.asarray([frames[t].pixel for t in ids])
+        self.n, self.reach = len(ids), 8 * float(pixels.max(initial=0.0))
+        self.block = np.asarray([blocks[int(t)] for t in ids], dtype=np.int64)
+        self.tree = shapely.STRtree(self.windows) if len(self.windows) else None
+        self._members: dict[int, list] = {}
+        for t, b in blocks.items():
+            self._members.setdefault(b, []).append(int(t))
+        self.single = len(self._members) <= 1
+
+    def has(self, b: int) -> bool:
+        return b in self._members
+
+    def members(self, b: int) -> list:
+        return list(self._members.get(b, ()))
+
+    def near(self, tile: int, window) -> np.ndarray:
+        return self.ids[self.tree.query(window, predicate="dwithin", distance=self.reach)]
+
+    def foreign(self, b: int, distance: float) -> list:
+        """The windows of tiles of other blocks within `distance` of block `b`'s tiles given at construction."""
+        near = np.unique(self.tree.query(self.windows[self.block == b], predicate="dwithin", distance=distance)[1])
+        return list(self.windows[near[self.block[near] != b]])
+
+
+class _GridWindows:
+    """`_TreeWindows` of every tile of a grid (`GridBlocks`): by index arithmetic, the windows made only
+    around the tiles asked about (`tiling.frame.grid_near`): the same answers, nothing held per tile."""
+
+    def __init__(self, grid, blocks: GridBlocks):
+        self.grid, self.blocks, self.nearby = grid, blocks, GridNear(grid)
+        self.n = len(grid)
+        self.reach = 8 * float(grid_windows(grid, [0])[1][0])  # one pixel size for all the grid's tiles
+        self.single = blocks.single()
+
+    def has(self, b: int) -> bool:
+        return self.blocks.has(b)
+
+    def members(self, b: int) -> list:
+        return self.blocks.grid_members(b).tolist()
+
+    def near(self, tile: int, window) -> np.ndarray:
+        if not 0 <= tile < self.n:  # a sub-tile (none asks: their frames change, `early` leaves them out)
+            raise ValueError(f"tile {tile} is no tile of the grid")
+        return self.nearby.near([tile], self.reach)
+
+    def foreign(self, b: int, distance: float) -> list:
+        near = self.nearby.near(self.blocks.grid_members(b), distance)
+        return list(self.nearby.windows_of(near[self.blocks.of(near) != b]))
 
 
 def merge_blocked(pieces: "Pieces | Packed", frames: Mapping[int, TileFrame], blocks: Mapping[int, int],

@@ -127,24 +127,107 @@ def _windows_each(tiles: Sequence[Tile]) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([w for w, _ in parts]), np.concatenate([p for _, p in parts])
 
 
-def grid_frames(grid: TileGrid) -> dict[str, np.ndarray]:
-    """Every tile of `grid` at once, in index order, as arrays, without making a `Tile`: row, col, x0, y0,
-    valid_w, valid_h (as `TileGrid.tile` computes them), window (polygons, as `tile_windows`) and core (the
-    core grown by one tile pixel, as `TileFrame.core`)."""
-    rows, cols = grid.shape
-    r, c = np.repeat(np.arange(rows), cols), np.tile(np.arange(cols), rows)
+def _grid_boxes(grid: TileGrid, ids: np.ndarray) -> tuple:
+    """Row, col, x0, y0, valid_w, valid_h and `tile_affines` of the grid tiles `ids`, as `TileGrid.tile`
+    computes them, without making a `Tile`."""
+    cols = grid.shape[1]
+    r, c = np.divmod(np.asarray(ids, dtype=np.int64), cols)
     w, h = grid.scaled_wh
     x0, y0 = c * grid.stride, r * grid.stride
     vw = np.maximum(1, np.minimum(grid.tile_size, np.ceil(w - x0 - 1e-9))).astype(np.int64)
     vh = np.maximum(1, np.minimum(grid.tile_size, np.ceil(h - y0 - 1e-9))).astype(np.int64)
+    return r, c, x0, y0, vw, vh, tile_affines(x0, y0, grid.scale, grid.scale, grid.transform)
+
+
+def grid_frames(grid: TileGrid) -> dict[str, np.ndarray]:
+    """Every tile of `grid` at once, in index order, as arrays, without making a `Tile`: row, col, x0, y0,
+    valid_w, valid_h (as `TileGrid.tile` computes them), window (polygons, as `tile_windows`) and core (the
+    core grown by one tile pixel, as `TileFrame.core`)."""
+    r, c, x0, y0, vw, vh, aff = _grid_boxes(grid, np.arange(len(grid)))
     bx, by = (np.asarray(v, dtype=float) for v in grid.core_bounds)
-    aff = tile_affines(x0, y0, grid.scale, grid.scale, grid.transform)
     core = boxes_at(aff, (bx[c] - x0) - 1, (by[r] - y0) - 1, (bx[c + 1] - x0) + 1, (by[r + 1] - y0) + 1)
     return {"row": r, "col": c, "x0": x0, "y0": y0, "valid_w": vw, "valid_h": vh,
             "window": boxes_at(aff, 0.0, 0.0, vw, vh), "core": core}
 
 
-class _GridTiles(Mapping):
+def grid_windows(grid: TileGrid, ids) -> tuple[np.ndarray, np.ndarray]:
+    """`tile_windows` of the grid tiles `ids` (the same polygons and pixel sizes, to the bit), without making
+    a `Tile`."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if not len(ids):
+        return np.zeros(0, dtype=object), np.zeros(0)
+    *_, vw, vh, aff = _grid_boxes(grid, ids)
+    a, b, _, d, e, _ = aff
+    return boxes_at(aff, 0.0, 0.0, vw, vh), np.abs(a * e - b * d) ** 0.5
+
+
+def grid_near(grid: TileGrid, ids, distance: float) -> np.ndarray:
+    """The grid tiles (ascending) whose windows lie within `distance` (CRS units) of the window of one of
+    the grid tiles `ids`: what an STRtree of every window answers (`query(..., predicate="dwithin")`), from
+    the tiles a few rows and columns around them only (none of the grid's other windows is made)."""
+    return GridNear(grid).near(ids, distance)
+
+
+class GridNear:
+    """`grid_near` for many questions about one grid: the windows are made a strip of `CHUNK` tiles of a
+    row at a time and the last `KEEP` strips kept (a run asks about the tiles in flight, near each other),
+    so a tile's question costs a lookup and a small tree, not the arithmetic of its neighbours' windows."""
+
+    CHUNK, KEEP = 128, 256
+
+    def __init__(self, grid: TileGrid):
+        self.grid = grid
+        self.rows, self.cols = grid.shape
+        t = grid.transform
+        m = np.array([[t.a, t.b], [t.d, t.e]], dtype=float) / grid.scale  # a tile pixel in CRS units
+        self.smin = float(np.linalg.svd(m, compute_uv=False).min())  # CRS distance >= smin x pixel distance
+        self._strips: dict[tuple[int, int], np.ndarray] = {}
+
+    def _span(self, distance: float) -> int:
+        """Rows and columns either side within which a window can lie within `distance` of another's."""
+        if not (self.smin > 0 and np.isfinite(self.smin) and np.isfinite(distance)):
+            return max(self.rows, self.cols)
+        reach = distance / self.smin * (1 + 1e-9) + 1e-6  # tile pixels, a hair over for the floats
+        return int(np.ceil((reach + self.grid.tile_size) / self.grid.stride))  # a gap of k strides less a tile
+
+    def _strip(self, r: int, k: int) -> np.ndarray:
+        w = self._strips.pop((r, k), None)
+        if w is None:
+            c0 = k * self.CHUNK
+            w = grid_windows(self.grid, r * self.cols + np.arange(c0, min(self.cols, c0 + self.CHUNK)))[0]
+            if len(self._strips) >= self.KEEP:
+                del self._strips[next(iter(self._strips))]  # the strip asked about least recently
+        self._strips[(r, k)] = w
+        return w
+
+    def windows(self, r: int, c0: int, c1: int) -> np.ndarray:
+        """The windows of row `r`'s tiles in columns [c0, c1)."""
+        n = self.CHUNK
+        out = [self._strip(r, k)[max(c0, k * n) - k * n: min(c1, (k + 1) * n) - k * n]
+               for k in range(c0 // n, (c1 - 1) // n + 1)]
+        return out[0] if len(out) == 1 else np.concatenate(out)
+
+    def windows_of(self, ids) -> np.ndarray:
+        """The windows of the grid tiles `ids` (`grid_windows`'s polygons)."""
+        out = np.empty(len(ids), dtype=object)
+        rows, cols = np.divmod(np.asarray(ids, np.int64), self.cols)
+        out[:] = [self.windows(y, x, x + 1)[0] for y, x in zip(rows.tolist(), cols.tolist())]
+        return out
+
+    def near(self, ids, distance: float) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
+        if not len(ids):
+            return ids
+        k = self._span(distance)
+        r, c = np.divmod(ids, self.cols)
+        c0, c1 = max(0, int(c.min()) - k), min(self.cols, int(c.max()) + k + 1)
+        rr = range(max(0, int(r.min()) - k), min(self.rows, int(r.max()) + k + 1))
+        cand = np.concatenate([self.windows(y, c0, c1) for y in rr])
+        hit = np.unique(shapely.STRtree(cand).query(self.windows_of(ids), predicate="dwithin", distance=distance)[1])
+        return (rr.start + hit // (c1 - c0)) * self.cols + c0 + hit % (c1 - c0)
+
+
+class GridTiles(Mapping):
     """Tile index -> `Tile` of a grid, made when asked (a grid of a huge image is not held as a dict)."""
 
     def __init__(self, grid: TileGrid):
@@ -176,7 +259,7 @@ class TileFrames(MutableMapping):
 
     def __init__(self, grid: TileGrid | None, tiles: Mapping[int, Tile] | None = None):
         self.grid, self._set = grid, {}
-        self.tiles = tiles if tiles is not None else _GridTiles(grid) if grid is not None else {}
+        self.tiles = tiles if tiles is not None else GridTiles(grid) if grid is not None else {}
 
     def frame(self, tile: Tile) -> TileFrame:
         """The frame of any tile of the grid, its sub-tiles too (`TileGrid.split`), made now, not kept."""

@@ -20,10 +20,12 @@ import time
 from collections import deque
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
 
 from ...errors import ModelError, TilesFailedError
-from ...merge import BlockMerger, Merged, MergeStats, Packed, tile_blocks
+from ...merge import BlockMerger, GridBlocks, Merged, MergeStats, Packed
 from ...model.registry import RuntimeSpec
 from ...prompts.prompt import Prompt, TilePrompt, boxes_outside, prompts_for_tile
 from ...readers.mosaic import Ownership, layout_of
@@ -50,6 +52,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between looks for workers that joined a distributed run since it started.
 RECOUNT_SECONDS = 10.0
+#: Merge blocks' decided objects go to the spool together once this many objects or blocks are held.
+SPOOL_OBJECTS, SPOOL_BLOCKS = 4096, 64
 
 
 @dataclass
@@ -89,7 +93,7 @@ class InputRun:
         self.opts = plan.options
         self.spec: RuntimeSpec = plan.spec
         self.source = SourceSpec(inp.path, inp.bands, inp.stretch, inp.identity)
-        self.tiles: dict[int, Tile] = {}
+        self.tiles: Mapping[int, Tile] = {}  # the grid's tiles by index, made when asked (`tiling.frame.GridTiles`)
         self.work: dict[int, _TileWork] = {}  # tiles planned and not finished only
         self.queue: deque = deque()  # sub-tiles to submit next: (tile, [TilePrompt], pasted exemplars or None)
         self.planned: Iterator = iter(())  # the grid tiles to submit after them, planned lazily
@@ -102,15 +106,19 @@ class InputRun:
         lay = layout_of(inp.path)
         self.ownership = Ownership(lay) if lay is not None else None  # a mosaic's files, for `source`
         self.area: InputArea | None = None  # the tiles it skips (area of interest, tissue) and grows into
+        self.unspooled: list = []  # merge blocks' decided objects not yet in the spool: (Packed, first)
+        self.unspooled_n = 0
 
     def run(self) -> InputResult:
         all_boxes = [b for p in self.plan.prompts for b in p.boxes]
         self.report.boxes_outside += len(boxes_outside(all_boxes, self.inp.bounds))
         self.slots, prompt_seconds = model_info(self.engine, self.spec, self.plan.prompts)
         self.report.seconds["prompt"] += prompt_seconds
-        self.tiles = {t.index: t for t in self.inp.tiles()}
+        grid = self.inp.grid
+        # the grid's tiles and their frames made when asked (none held per tile: 10^6 tiles took 1.7 GB)
+        frames = TileFrames(grid) if grid is not None else TileFrames(None, {0: next(self.inp.tiles())})
+        self.tiles = frames.tiles
         self.report.tiles += len(self.tiles)
-        frames = TileFrames(self.inp.grid, self.tiles)  # made when asked: not 2 KB held per tile
         self.area = InputArea(self.inp, self.opts, self.report, frames)  # tiles skipped (area, tissue), grown
         runs = len(self.tiles) if self.area.to_run is None else self.area.to_run
         if self.bar is not None:
@@ -118,8 +126,7 @@ class InputRun:
             # no refresh(): a bar drawn before its delay is not closed with a newline, so an error message
             # would follow it on the same line
         mb = self.opts.merge_block
-        blocks = tile_blocks(list(self.tiles.values()), mb) if mb > 0 else {i: 0 for i in self.tiles}
-        blocks = self.area.blocks(blocks)
+        blocks = self.area.blocks(GridBlocks(grid.shape, mb) if grid is not None else {0: 0})  # by index
         index = self._begin_spool()
         if not self.opts.no_preview and (self.inp.output is not None or self.plan.combined is not None):
             f = self.inp.frame
@@ -127,7 +134,7 @@ class InputRun:
         # decided objects go to the spool as each block's merge comes in: memory does not follow them
         self.merger = BlockMerger(frames, blocks, submit=_submit_on(self.engine, self.opts.retries),
                                   on_block=lambda objects, first: self._spool_block(index, objects, first),
-                                  early=not self.engine.distributed)
+                                  early=not self.engine.distributed, remote_final=True)
         for skipped in self.area.never():  # skipped for good (no tissue): no pieces, as an all-nodata tile
             self.merger.add(skipped, None)
         self.hook = RefineHook(self.inp.grid, self.opts.refine, self.opts.refine_depth, self.plan.prompts,
@@ -149,6 +156,7 @@ class InputRun:
             log.warning("%s: every pixel is nodata (masked, alpha 0 or NaN): nothing to segment", self.inp.path)
         t0 = time.perf_counter()
         _, mstats = self.merger.finish(gather=_gather_on(self.engine))
+        self._spool(index)
         mstats.coverage = {self.plan.prompts[int(k)].label: c for k, c in mstats.coverage.items()}
         self.report.seconds["merge"] += time.perf_counter() - t0
         self.area.finish()
@@ -158,20 +166,33 @@ class InputRun:
 
     def _plan_tiles(self) -> Iterator[tuple]:
         """The grid tiles to run, admitted one by one as they are submitted (`admit`)."""
-        for tile in self.tiles.values():
-            if self.area.planned(tile.index):
-                self.left -= 1
-                item = self.admit(tile)
-                if item is not None:
-                    yield item
+        for index in self.area.to_plan(len(self.tiles)):
+            self.left -= 1
+            item = self.admit(self.tiles[index])
+            if item is not None:
+                yield item
 
     def _begin_spool(self) -> int:
         crs = self.inp.crs.to_wkt() if self.inp.crs else None
         return self.spool.begin_input(SpoolInput(source_name(self.inp.path), crs, self.inp.frame))
 
     def _spool_block(self, index: int, objects: Packed, first) -> None:
-        """One merge block's decided objects -> output rows (`frames.objects_frame`: areas in the output's
-        units, --simplify, --min-score, --min-area, --max-area) -> the spool."""
+        """One merge block's decided objects, to the spool with the next blocks' (`_spool`): one table a few
+        thousand objects, not one a block (each cost the driver ~25 ms whatever its objects)."""
+        self.unspooled.append((objects, first))
+        self.unspooled_n += len(first)
+        if self.unspooled_n >= SPOOL_OBJECTS or len(self.unspooled) >= SPOOL_BLOCKS:
+            self._spool(index)
+
+    def _spool(self, index: int) -> None:
+        """The merge blocks' decided objects held -> output rows (`frames.objects_frame`: areas in the
+        output's units, --simplify, --min-score, --min-area, --max-area; each row on its own, so many blocks
+        at once give the rows of each alone) -> the spool."""
+        if not self.unspooled:
+            return
+        objects = Packed.concat([p for p, _ in self.unspooled])
+        first = np.concatenate([np.asarray(f, dtype=np.int64) for _, f in self.unspooled])
+        self.unspooled, self.unspooled_n = [], 0
         o = self.opts
         gdf = objects_frame(objects.unpack(Merged), [p.label for p in self.plan.prompts], frame=self.inp.frame,
                             source=source_name(self.inp.path), backend=self.spec.backend,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import shapely
@@ -224,6 +224,15 @@ class InputArea:
         """Whether the plan runs grid tile `index` (a tile grown into since is admitted when it grows)."""
         return self.plan is None or self.plan.runs(index)
 
+    def to_plan(self, n: int) -> Iterator[int]:
+        """The grid tiles (of `n`) the plan runs, in index order (a tile grown into since is admitted when it
+        grows), without a look at each skipped one."""
+        if self.plan is None:
+            yield from range(n)
+        else:
+            for start in range(0, n, 65536):  # a slice at a time: not a list of 10^6 indices
+                yield from (start + np.flatnonzero(self.plan.codes[start:start + 65536] == 0)).tolist()
+
     @property
     def to_run(self) -> int | None:
         return self.selection.to_run if self.selection is not None else None
@@ -234,11 +243,14 @@ class InputArea:
         grows = np.asarray([False] + [bool(r.growable) for r in sel.rules])
         return grows[sel.codes]
 
-    def blocks(self, blocks: dict) -> dict:
-        """Merge blocks with every tile the area may grow into in a block of its own: such a tile merges
-        alone when it runs, and its neighbours' pieces near it wait for the final pass (`merge.BlockMerger`)."""
+    def blocks(self, blocks):
+        """Merge blocks (a dict, or `merge.GridBlocks`) with every tile the area may grow into in a block of
+        its own: such a tile merges alone when it runs, and its neighbours' pieces near it wait for the final
+        pass (`merge.BlockMerger`)."""
         if self.selection is None:
             return blocks
+        if hasattr(blocks, "with_alone"):  # by index: a bool per tile, not a dict entry
+            return blocks.with_alone(self._growable())
         return {**blocks, **{int(i): -1 - int(i) for i in np.flatnonzero(self._growable())}}
 
     def never(self) -> list[int]:
