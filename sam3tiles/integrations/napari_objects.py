@@ -36,15 +36,16 @@ def max_shapes() -> int:
     return int(value) if value.isdigit() else MAX_SHAPES
 
 
-def count(p: str, driver: str | None, layer: str | None) -> int:
-    """The rows of one layer of a vector file (GeoParquet: its row count; a dataset folder: of every part)."""
+def count(p: str, driver: str | None, layer: str | None, upto: int | None = None) -> int:
+    """The rows of one layer of a vector file (GeoParquet: its row count; a dataset folder: of every part). A
+    GeoJSON is counted in its bytes, and only `upto` rows when given (the choice needs no more)."""
     if driver == "Parquet":
         import pyarrow.parquet as pq
 
         parts = sorted(Path(p).glob("*.parquet")) if os.path.isdir(p) else [Path(p)]
         return sum(pq.ParquetFile(q).metadata.num_rows for q in parts)
     if driver == "GeoJSON":  # GDAL parses the whole file to count: a few bytes are counted instead
-        return _count_features(p)
+        return _count_features(p, upto=upto)
     import pyogrio
 
     return int(pyogrio.read_info(p, layer=layer, force_feature_count=True)["features"])
@@ -53,9 +54,9 @@ def count(p: str, driver: str | None, layer: str | None) -> int:
 FEATURE = b'"type": "Feature"'
 
 
-def _count_features(p: str, block: int = 1 << 24) -> int:
+def _count_features(p: str, block: int = 1 << 24, upto: int | None = None) -> int:
     """The features of a GeoJSON FeatureCollection: its `"type": "Feature"` members (as GDAL, and our
-    writers, space them), counted in the bytes."""
+    writers, space them), counted in the bytes; reading stops once `upto` are counted."""
     n, tail = 0, b""
     with open(p, "rb") as f:
         while chunk := f.read(block):
@@ -64,6 +65,8 @@ def _count_features(p: str, block: int = 1 << 24) -> int:
             cut = max(0, len(data) - len(FEATURE) + 1)  # a member split between two reads is counted once
             n -= data[cut:].count(FEATURE)
             tail = data[cut:]
+            if upto is not None and n >= upto:
+                return n
     return n + tail.count(FEATURE)
 
 
