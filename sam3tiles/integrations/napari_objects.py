@@ -144,18 +144,19 @@ def _geojson_batches(p: str, columns: tuple[str, ...]):
     with open(p, encoding="utf-8") as f:
         f.readline()
         while lines := [line for _, line in zip(range(BATCH), f)]:
-            geoms, props = [], []
-            for line in lines:
-                g, q = line.find('"geometry": '), line.rfind(', "properties": ')
-                if g < 0 or q < g:
+            kept, props = [], []
+            for line in lines:  # no copy of a line: 10^5 lines of kB each
+                q = line.rfind(', "properties": ')
+                if q < 0:
                     continue  # the closing line
-                geoms.append(line[g + 12:q])
-                props.append(line[q + 16:line.rstrip().rstrip(",").rfind("}")])
+                kept.append(line)
+                props.append(line[q + 16:line.rfind("}")])  # the feature's own brace closes the line
             table = _properties(props, (*columns, *CENTROID))
             if all(c in table.columns for c in CENTROID) and table[list(CENTROID)].notna().all(axis=None):
                 xy = table[list(CENTROID)].to_numpy(float)  # written with the file (`writers.qupath`)
             else:
-                xy = _geojson_centroids(geoms)
+                xy = _geojson_centroids([line[line.find('"geometry": ') + 12:line.rfind(', "properties": ')]
+                                         for line in kept])
             yield table[[c for c in columns if c in table.columns]], xy, PIXEL_CRS_WKT
 
 
