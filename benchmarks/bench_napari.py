@@ -4,6 +4,7 @@ memory, the layer types napari was given, and how far each layer lies from the s
 
     python -m benchmarks.bench_napari --size 20000     # the bar: ~60,000 nuclei, first view <= 10 s, <= 2 GB
     python -m benchmarks.bench_napari --smoke          # the smoke size the tests run (4096 px, ~2,500 objects)
+    python -m benchmarks.bench_napari --open DIR       # a run's own files (the README's 40,000 px example)
 
 The outputs are written with the writers from the slide's own polygons (no segmentation: the run's
 correctness is tested elsewhere; here the viewer's cost and the frame are measured). napari opens every file
@@ -178,6 +179,22 @@ def run(size: int, folder: Path | None = None, own_reader: bool = False) -> dict
         return {"size": size, **{k: v for k, v in built.items() if k != "paths"}, **probe(Path(d), paths)}
 
 
+def existing(folder: Path) -> dict:
+    """`probe` on a run's own files in `folder` (the README's: slide.ome.tif, nuclei-labels.ome.tif,
+    nuclei.qupath.geojson). Without the slide's truth the markers are checked against the file's own
+    centroids (so their distance is no check); the label under each and the slide's colour there are."""
+    import numpy as np
+
+    from sam3tiles.integrations import napari_objects
+
+    paths = [str(folder / n) for n in ("slide.ome.tif", "nuclei-labels.ome.tif", "nuclei.qupath.geojson")]
+    if not (folder / "truth.npz").exists():
+        g, _ = napari_objects.centroid_table(paths[2], "GeoJSON", None, ("id", "prompt"))
+        np.savez(folder / "truth.npz", id=g["id"].to_numpy(), x=g.geometry.x.to_numpy(), y=g.geometry.y.to_numpy(),
+                 prompt=g["prompt"].to_numpy(str))
+    return {"folder": str(folder), **probe(folder, paths)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=int, default=20000, help="slide side in pixels (default 20000)")
@@ -185,10 +202,15 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="one line of JSON")
     ap.add_argument("--own-reader", action="store_true",
                     help="open the OME-TIFFs with napari's own reader (the figures before the sam3tiles reader)")
+    ap.add_argument("--open", metavar="DIR", help="open a run's own files in DIR instead (the README's names: "
+                    "slide.ome.tif, nuclei-labels.ome.tif, nuclei.qupath.geojson)")
     ap.add_argument("--view", nargs="+", help=argparse.SUPPRESS)  # the probe's own process: OUT PATH...
     args = ap.parse_args(argv)
     if args.view:
         view(Path(args.view[0]), args.view[1:])
+        return 0
+    if args.open:
+        emit(existing(Path(args.open)), args.json)
         return 0
     result = run(4096 if args.smoke else args.size, own_reader=args.own_reader)
     emit(result, args.json)

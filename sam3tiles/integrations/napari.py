@@ -235,10 +235,13 @@ def read_vector(path, stack: bool = False) -> list[tuple]:
     without it: its first layer). Several layers of one GeoPackage: `layer prompt` names the shapes layers."""
     p = _one(path)
     ours = _marks(p) or {None: {}}
-    limit, n = objects.max_shapes(), sum(objects.count(p, _driver(p), layer) for layer in ours)
-    objects.say(objects.choice_note(p, n, limit))
+    limit = objects.max_shapes()  # counted up to the limit only: the rest is counted as it is read
+    n = sum(objects.count(p, _driver(p), layer, upto=limit + 1) for layer in ours)
     if n > limit:
-        return [lay for layer, meta in ours.items() for lay in _point_layers(p, layer, meta, len(ours) > 1)]
+        points = [lay for layer, meta in ours.items() for lay in _point_layers(p, layer, meta, len(ours) > 1)]
+        objects.say(objects.choice_note(p, sum(len(data) for data, _, _ in points), limit))
+        return points
+    objects.say(objects.choice_note(p, n, limit))
     layers = []
     for layer, meta in ours.items():
         gdf = _read_frame(p, layer)

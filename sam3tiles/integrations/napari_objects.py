@@ -36,15 +36,16 @@ def max_shapes() -> int:
     return int(value) if value.isdigit() else MAX_SHAPES
 
 
-def count(p: str, driver: str | None, layer: str | None) -> int:
-    """The rows of one layer of a vector file (GeoParquet: its row count; a dataset folder: of every part)."""
+def count(p: str, driver: str | None, layer: str | None, upto: int | None = None) -> int:
+    """The rows of one layer of a vector file (GeoParquet: its row count; a dataset folder: of every part). A
+    GeoJSON is counted in its bytes, and only `upto` rows when given (the choice needs no more)."""
     if driver == "Parquet":
         import pyarrow.parquet as pq
 
         parts = sorted(Path(p).glob("*.parquet")) if os.path.isdir(p) else [Path(p)]
         return sum(pq.ParquetFile(q).metadata.num_rows for q in parts)
     if driver == "GeoJSON":  # GDAL parses the whole file to count: a few bytes are counted instead
-        return _count_features(p)
+        return _count_features(p, upto=upto)
     import pyogrio
 
     return int(pyogrio.read_info(p, layer=layer, force_feature_count=True)["features"])
@@ -53,9 +54,9 @@ def count(p: str, driver: str | None, layer: str | None) -> int:
 FEATURE = b'"type": "Feature"'
 
 
-def _count_features(p: str, block: int = 1 << 24) -> int:
+def _count_features(p: str, block: int = 1 << 24, upto: int | None = None) -> int:
     """The features of a GeoJSON FeatureCollection: its `"type": "Feature"` members (as GDAL, and our
-    writers, space them), counted in the bytes."""
+    writers, space them), counted in the bytes; reading stops once `upto` are counted."""
     n, tail = 0, b""
     with open(p, "rb") as f:
         while chunk := f.read(block):
@@ -64,6 +65,8 @@ def _count_features(p: str, block: int = 1 << 24) -> int:
             cut = max(0, len(data) - len(FEATURE) + 1)  # a member split between two reads is counted once
             n -= data[cut:].count(FEATURE)
             tail = data[cut:]
+            if upto is not None and n >= upto:
+                return n
     return n + tail.count(FEATURE)
 
 
@@ -141,18 +144,19 @@ def _geojson_batches(p: str, columns: tuple[str, ...]):
     with open(p, encoding="utf-8") as f:
         f.readline()
         while lines := [line for _, line in zip(range(BATCH), f)]:
-            geoms, props = [], []
-            for line in lines:
-                g, q = line.find('"geometry": '), line.rfind(', "properties": ')
-                if g < 0 or q < g:
+            kept, props = [], []
+            for line in lines:  # no copy of a line: 10^5 lines of kB each
+                q = line.rfind(', "properties": ')
+                if q < 0:
                     continue  # the closing line
-                geoms.append(line[g + 12:q])
-                props.append(line[q + 16:line.rstrip().rstrip(",").rfind("}")])
+                kept.append(line)
+                props.append(line[q + 16:line.rfind("}")])  # the feature's own brace closes the line
             table = _properties(props, (*columns, *CENTROID))
             if all(c in table.columns for c in CENTROID) and table[list(CENTROID)].notna().all(axis=None):
                 xy = table[list(CENTROID)].to_numpy(float)  # written with the file (`writers.qupath`)
             else:
-                xy = _geojson_centroids(geoms)
+                xy = _geojson_centroids([line[line.find('"geometry": ') + 12:line.rfind(', "properties": ')]
+                                         for line in kept])
             yield table[[c for c in columns if c in table.columns]], xy, PIXEL_CRS_WKT
 
 
