@@ -12,7 +12,15 @@ from .run.planning.limits import ease_reservations
 
 ease_reservations()  # under `ulimit -v`: before pyarrow loads (it reads its allocator's settings then)
 
+from typing import TYPE_CHECKING  # noqa: E402
+
 from .version import __version__  # noqa: E402
+
+if TYPE_CHECKING:  # type checkers see the names themselves (their signatures), the run loads them on first use
+    from .api import segment, segment_report
+    from .options import Options
+    from .prompts.points import GeoPoint
+    from .prompts.prompt import GeoBox
 
 __all__ = ["segment", "segment_report", "Options", "GeoBox", "GeoPoint", "__version__"]
 _HOMES = {"segment": "api", "segment_report": "api", "Options": "options", "GeoBox": "prompts.prompt",
