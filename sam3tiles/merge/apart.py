@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 import shapely
 
+from ..vectorize.pieces import MASK_CELL
 from .parts import polygonal
 
 #: Two views of one tile this close (mask cells) can be neighbours another tile drew as one region: each
@@ -86,33 +87,63 @@ def side_by_side(a, b, cell: float) -> bool:
     return f > 0 and f * f > SIDE_RATIO * min(a.area, b.area)
 
 
-#: Whether a part that fuses two groups is divided between them (`divide`). Off: on tiny layouts the division
-#: lost up to 14 % of what the fusing tile said in its core (tests/test_merge_misbehaving.py, a hypothesis
-#: property, seed 6), so the part stands alone as before; `divide` is kept for the fix.
-DIVIDE = False
+#: Whether a part that fuses two groups is divided between them (`divide`); off, it stands alone over them
+#: (both objects then overlap it). tests/test_merge_divide.py holds the layouts where the division lost area.
+DIVIDE = True
 
 
 def divide(region, views: list, cell: float) -> list:
     """`region` (a fusing part inside its own core) divided among the groups it fused: each group (`views`:
     the geometry of its parts) takes the stretch nearer its own outline than any other's (the owner's
-    outlines, where they end at its window, carried on into the fusing tile). One geometry per group."""
-    lo = np.asarray(region.bounds[:2])
-    local = [shapely.transform(g, lambda xy: xy - lo) for g in (region, *views)]  # GEOS is robust near 0
+    outlines, where they end at its window, carried on into the fusing tile). One geometry per group; the
+    shares do not overlap and together keep all of `region` (what the cells leave out goes to the share it
+    borders)."""
+    if region.is_empty or region.area <= 0:  # the part said nothing inside its own core
+        return [shapely.Polygon() for _ in views]
+    # in pixels from the region's corner: GEOS is robust near 0, and the outlines lie on the pixel lattice
+    lo, px = np.asarray(region.bounds[:2]), cell / MASK_CELL
+    local = [shapely.transform(g, lambda xy: (xy - lo) / px) for g in (region, *views)]
+    # snap-rounded overlays (GEOS raises on the floating overlays of these cells) on a power-of-two grid, a
+    # millionth of a pixel: the lattice's whole and half pixels lie on it (the region's outline stays put)
+    grid = 2.0 ** -20
+    whole = polygonal(shapely.set_precision(local[0], grid))
     pts, who = [], []
     for k, v in enumerate(local[1:]):
-        xy = shapely.get_coordinates(shapely.segmentize(shapely.boundary(v), cell))
+        xy = shapely.get_coordinates(shapely.segmentize(shapely.boundary(v), MASK_CELL))
         pts.append(xy)
         who.append(np.full(len(xy), k))
     xy, who = np.concatenate(pts), np.concatenate(who)
     xy, first = np.unique(xy, axis=0, return_index=True)  # a ring's closing point, points two outlines share
     who = who[first]
-    cells = np.asarray(shapely.get_parts(shapely.voronoi_polygons(
-        shapely.multipoints(xy), extend_to=shapely.envelope(shapely.union(local[0], shapely.multipoints(xy))),
-        ordered=True)), dtype=object)
-    # snap-rounded overlays (a hundredth of a cell): the cells' edges run through the outlines' vertices
-    bits = shapely.intersection(polygonal(local[0]), cells, grid_size=cell / 100)
-    return [shapely.transform(polygonal(shapely.union_all(bits[who == k])), lambda xy: xy + lo)
-            for k in range(len(views))]
+    # outlines on the pixel lattice put four points on one circle again and again, where GEOS's Voronoi cells
+    # overlap: a fixed jitter of a thousandth of a cell breaks those ties
+    xy = xy + np.random.default_rng(0).uniform(-1e-3, 1e-3, xy.shape) * MASK_CELL
+    frame = shapely.box(*np.minimum(xy.min(axis=0), whole.bounds[:2]), *np.maximum(xy.max(axis=0), whole.bounds[2:]))
+    cells = np.asarray(shapely.get_parts(shapely.voronoi_polygons(shapely.multipoints(xy), extend_to=frame,
+                                                                  ordered=True)), dtype=object)
+    bits = shapely.intersection(whole, cells, grid_size=grid)
+    got, taken = [], None
+    for k in range(len(views)):
+        g = polygonal(shapely.union_all(bits[who == k], grid_size=grid))
+        if taken is not None:
+            g = polygonal(shapely.difference(g, taken, grid_size=grid))
+        taken = g if taken is None else shapely.union(taken, g, grid_size=grid)
+        got.append(g)
+    rest = polygonal(shapely.difference(whole, taken, grid_size=grid))
+    for piece in shapely.get_parts(rest):
+        if piece.area > 0:
+            k = _bordering(piece, got, local[1:], grid)
+            got[k] = polygonal(shapely.union(got[k], piece, grid_size=grid))
+    return [shapely.transform(g, lambda xy: xy * px + lo) for g in got]
+
+
+def _bordering(piece, shares: list, views: list, grid: float) -> int:
+    """The share `piece` borders along the longest stretch, else the one whose view lies nearest."""
+    edge = shapely.boundary(piece)
+    shared = [shapely.intersection(edge, g, grid_size=grid).length if not g.is_empty else 0.0 for g in shares]
+    if max(shared) > 0:
+        return int(np.argmax(shared))
+    return int(np.argmin([shapely.distance(piece, v) for v in views]))
 
 
 def fused_shares(groups: list, fusers: np.ndarray, ptr, nbr, geoms, cores, cells: dict) -> tuple[dict, set]:
@@ -127,12 +158,8 @@ def fused_shares(groups: list, fusers: np.ndarray, ptr, nbr, geoms, cores, cells
         if len(near) < 2 or not DIVIDE:
             left.add(f)
             continue
-        region = shapely.intersection(geoms[f], cores[f])
-        try:
-            got = divide(region, [shapely.union_all(geoms[groups[k]]) for k in near], cells[f])
-        except shapely.errors.GEOSException:  # GEOS could not overlay these outlines: the part stands alone
-            left.add(f)
-            continue
+        got = divide(shapely.intersection(geoms[f], cores[f]), [shapely.union_all(geoms[groups[k]]) for k in near],
+                     cells[f])
         for k, g in zip(near, got):
             shares.setdefault(k, []).append(g)
     return shares, left

@@ -130,7 +130,8 @@ def pair_verdicts(c: Cols, a: np.ndarray, b: np.ndarray, frames, iou_min, ios_mi
     ok = (iou >= iou_min) | (ios >= ios_min)
     retry = np.flatnonzero(~ok & (inter > 0))
     if len(retry):
-        ok[retry] = _tolerant(c, a[retry], b[retry], bands[retry], area_a[retry], area_b[retry], frames, ios_min)
+        ok[retry] = _tolerant(c, a[retry], b[retry], bands[retry], box[retry], area_a[retry], area_b[retry], frames,
+                              ios_min)
     weak = np.flatnonzero(ok & (iou < iou_min))
     if len(weak):  # linked by containment alone: not where the smaller view only pokes into the band
         ok[weak] = ~_poking(c, a[weak], b[weak], bands[weak], area_a[weak], area_b[weak], frames)
@@ -187,17 +188,20 @@ def _local(ga: np.ndarray, gb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
-def _tolerant(c: Cols, a, b, bands, area_a, area_b, frames, ios_min) -> np.ndarray:
+def _tolerant(c: Cols, a, b, bands, box, area_a, area_b, frames, ios_min) -> np.ndarray:
     """Rule 2's second look: the smaller of each pair (clipped to the band) lies >= `ios_min` within
-    `LINK_CELLS` mask cells of the larger (masks that moved by a cell between tiles)."""
+    `LINK_CELLS` mask cells of the larger (masks that moved by a cell between tiles). Only the larger's
+    stretch within that tolerance of the smaller's bounds can reach it: the rest is not buffered, and both
+    are overlaid near 0 (`_local`); the same verdicts at about half the CPU (long scene, `wobble`)."""
     small_a = area_a <= area_b
     s, l = np.where(small_a, a, b), np.where(small_a, b, a)
     tol = LINK_CELLS * MASK_CELL * _pair_pixel(c, a, b, frames)
-    gs = shapely.intersection(c.geoms[s], bands)
-    gl = shapely.buffer(shapely.intersection(c.geoms[l], bands), tol, quad_segs=2)
-    area_s = np.minimum(area_a, area_b)
-    inter = shapely.area(shapely.intersection(gs, gl))
-    return inter >= ios_min * area_s
+    gs = _clip(c.geoms[s], bands, box)
+    lo, hi = shapely.bounds(gs)[:, :2] - tol[:, None], shapely.bounds(gs)[:, 2:] + tol[:, None]
+    gl = _clip(_clip(c.geoms[l], bands, box), shapely.box(*lo.T, *hi.T), np.c_[lo, hi])
+    gs, gl = _local(gs, gl)
+    inter = shapely.area(shapely.intersection(gs, shapely.buffer(gl, tol, quad_segs=2)))
+    return inter >= ios_min * np.minimum(area_a, area_b)
 
 
 def _poking(c: Cols, a, b, bands, area_a, area_b, frames) -> np.ndarray:
@@ -254,3 +258,4 @@ def _components(n: int, la: np.ndarray, lb: np.ndarray) -> np.ndarray:
     _, comp = connected_components(coo_matrix((np.ones(len(la), np.int8), (la, lb)), shape=(n, n)),
                                    directed=False)
     return comp
+

@@ -27,8 +27,7 @@ def merge_pieces(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float
     """Merge `pieces` (from any number of tiles) into objects. `frames` maps tile index -> TileFrame.
 
     The result depends only on the pieces and their order (tile order, as the pipeline concatenates
-    them): ties are broken by that order, never by a spatial index's.
-    """
+    them): ties are broken by that order, never by a spatial index's."""
     part = merge_pass(pieces, frames, iou_min, ios_min)
     return part.merged, part.stats
 
@@ -55,8 +54,7 @@ def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, 
     tiles outside the block): parts within `reach` of a foreign window can meet other blocks' parts, so
     every component they belong to is left undecided (`deferred`). Final pass (`inside`, `near` from the
     block passes, `block` per part): decides the deferred parts; pairs within one block were counted there.
-    `known`: rule 2's verdicts already computed for pairs of parts, by their order keys (`early.EarlyLinks`).
-    """
+    `known`: rule 2's verdicts already computed for pairs of parts, by their order keys (`early.EarlyLinks`)."""
     stats = MergeStats()
     n = len(pieces)
     if n == 0:
@@ -429,10 +427,9 @@ class _Resolver:
         return out
 
     def _stitch_apart(self, s: np.ndarray, m: np.ndarray) -> tuple[list, np.ndarray]:
-        """Rule 5 for cut parts `s` of component `m`: (objects, the parts dropped as slivers). Where a tile
-        that does not own the object fused parts its owner kept apart (`apart.fused_groups`), each group
-        is stitched on its own; the fusing part's area in its core goes to the groups it fused, each taking
-        the stretch nearer its own outline (`apart.divide`), or stands alone where it fused fewer than two."""
+        """Rule 5 for cut parts `s` of component `m`: (objects, the parts dropped as slivers). Where a tile not
+        owning the object fused parts its owner kept apart (`apart.fused_groups`), each group is stitched alone;
+        the fusing part's area in its core goes to the groups it fused (`apart.divide`), or stands alone."""
         split = fused_groups(s, self.tiles, self.owned, self.ptr, self.nbr, self._holds, self._close)
         if split is None:
             got = self._stitch(s, np.unique(self.tiles[m]))
@@ -442,7 +439,7 @@ class _Resolver:
         said = np.unique(self.tiles[np.setdiff1d(m, fusers)])
         cells = {f: MASK_CELL * self.frames[int(self.tiles[f])].pixel for f in fusers.tolist()}
         shares, left = fused_shares(groups, fusers, self.ptr, self.nbr, self.c.geoms, self.cores, cells)
-        outs, slivers, missed = [], [], self.missed
+        outs, slivers, missed, orphans = [], [], self.missed, []
         for k, g in enumerate(groups):
             alone = len(g) == 1 and g[0] in fusers
             if alone and g[0] not in left:
@@ -452,8 +449,11 @@ class _Resolver:
             got = self._stitch(g, np.unique(self.tiles[m]) if alone else said)
             if got is None:
                 slivers += g.tolist()
+                orphans += shares.get(k, [])  # a group dropped as slivers: its shares go to the objects beside
             else:
                 outs += absorb(got, shares.get(k, []), self.gap)
+        if orphans:  # (with no object beside, the fusing parts are one of their own)
+            outs = absorb(outs, orphans, self.gap) if outs else self._stitch(fusers, np.unique(self.tiles[m])) or []
         return outs, np.asarray(slivers, dtype=s.dtype)
 
     def _close(self, j: int, k: int) -> bool:
