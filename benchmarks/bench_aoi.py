@@ -174,7 +174,7 @@ def alternated(width: int, tiling: dict, backend, folder: Path, workers: int, fi
         t2 = time.perf_counter()
         walls.append((round(t1 - t0, 2), round(t2 - t1, 2)))
         ratios.append(round((t2 - t1) / (r.done / rf.done * (t1 - t0)), 2))
-    return {"pairs": repeat, "full_area_walls": walls, "ratios": ratios, "median": statistics.median(ratios)}
+    return {"pairs": repeat, "full_area_walls": walls, "ratios": ratios, "median": round(statistics.median(ratios), 3)}
 
 
 MODES = (("brightfield", ["indigo", "crimson"], {}),
