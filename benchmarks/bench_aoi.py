@@ -4,6 +4,7 @@
     python -m benchmarks.bench_aoi --size 6000 --slide 9000
     python -m benchmarks.bench_aoi --smoke            # seconds: small sizes, 512 px tiles
     python -m benchmarks.bench_aoi --size 6000 --fields 12 --no-tissue   # the area's runs alone, many fields
+    python -m benchmarks.bench_aoi --size 6000 --fields 12 --no-tissue --no-misbehaving --repeat 5  # + median
 
 *Area.* A demo scene (cars, buildings, fields larger than a tile) and a square of a quarter of it, turned by
 20 degrees, given in EPSG:4326. The full run, then the area's runs: with the margin the plan grows the area
@@ -19,6 +20,9 @@ tiles as a real SAM 3 does, so which tiles see an object changes what the merge 
 `auto`: tiles, the GPU minutes the plan's costs give them, wall seconds, the mask's seconds, F1 against the
 full run (IoU 0.5) and against the truth. The reference backend has no encoder: its time follows the
 objects, not the tiles, so the wall seconds change less than a GPU's would (glass tiles cost it little).
+
+The table's full run is the process's first and pays its warm-ups, so its ratios read low; `--repeat N`
+alternates the full and the default area run N times after a warm-up run and prints the median ratio.
 
 The figures are printed as a table and one JSON line; nothing is asserted (tests/test_aoi.py does that).
 """
@@ -118,10 +122,7 @@ def area_rows(width: int, tiling: dict, backend, label: str, folder: Path, worke
               variants=VARIANTS, fields: int | None = None) -> list[dict]:
     """The full run and the area's `variants` (name, margin, growth, clip) on one scene, answered by `backend`;
     `fields`: how many fields larger than a tile it holds (None: the demo's, one per 5000 px square)."""
-    scene = folder / f"aoi-scene-{width}-t{tiling['tile_size']}-f{fields}.tif"
-    if not scene.exists():
-        write_scene(scene, width, width, seed=3, tile=tiling["tile_size"], n_fields=fields)
-    area_file, area = quarter(width, folder / f"aoi-{width}.geojson")
+    scene, area_file, area = _scene(width, tiling, folder, fields)
     kw = dict(backend=backend, checkpoint=False, workers=workers, **tiling)
     t0 = time.perf_counter()
     full, rf = segment_job(str(scene), PROMPTS, **kw)
@@ -145,6 +146,35 @@ def area_rows(width: int, tiling: dict, backend, label: str, folder: Path, worke
             row.update(compare(got, want))
         rows.append(row)
     return rows
+
+
+def _scene(width: int, tiling: dict, folder: Path, fields: int | None):
+    scene = folder / f"aoi-scene-{width}-t{tiling['tile_size']}-f{fields}.tif"
+    if not scene.exists():
+        write_scene(scene, width, width, seed=3, tile=tiling["tile_size"], n_fields=fields)
+    return (scene, *quarter(width, folder / f"aoi-{width}.geojson"))
+
+
+def alternated(width: int, tiling: dict, backend, folder: Path, workers: int, fields: int | None,
+               repeat: int) -> dict:
+    """The full run and the default area run, alternated `repeat` times after an untimed full run (the first
+    run of a process pays imports and warm-ups; a loaded machine drifts): area wall / (encoded share x full
+    wall) per pair and its median."""
+    import statistics
+
+    scene, area_file, _ = _scene(width, tiling, folder, fields)
+    kw = dict(backend=backend, checkpoint=False, workers=workers, **tiling)
+    segment_job(str(scene), PROMPTS, **kw)
+    ratios, walls = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        _, rf = segment_job(str(scene), PROMPTS, **kw)
+        t1 = time.perf_counter()
+        _, r = segment_job(str(scene), PROMPTS, aoi=str(area_file), **kw)
+        t2 = time.perf_counter()
+        walls.append((round(t1 - t0, 2), round(t2 - t1, 2)))
+        ratios.append(round((t2 - t1) / (r.done / rf.done * (t1 - t0)), 2))
+    return {"pairs": repeat, "full_area_walls": walls, "ratios": ratios, "median": round(statistics.median(ratios), 3)}
 
 
 MODES = (("brightfield", ["indigo", "crimson"], {}),
@@ -207,8 +237,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-tissue", action="store_true", help="the area's runs only, no slides")
     ap.add_argument("--fields", type=int, default=None, help="fields larger than a tile in the scene (default: "
                     "the demo's, one per 5000 px square; more cross the area's edge, which the run grows across)")
-    ap.add_argument("--smoke", action="store_true", help="a 1600 px scene, the default and the clipped run; a "
-                    "2400 px brightfield slide; 512 px tiles")
+    ap.add_argument("--smoke", action="store_true", help="a 1600 px scene, the default and the clipped run, "
+                    "one pair; a 2400 px brightfield slide; 512 px tiles")
+    ap.add_argument("--repeat", type=int, default=0, help="then the full and the default area run alternated "
+                    "this many times after a warm-up run: the median ratio (the table's runs are one each)")
     a = ap.parse_args(argv)
     tiling = {"tile_size": 512, "overlap": 128} if a.smoke else {"tile_size": 1008, "overlap": 256}
     size, slide = (1600, 2400) if a.smoke else (a.size, a.slide)
@@ -222,6 +254,8 @@ def main(argv=None) -> int:
 
             rows += area_rows(size, tiling, functools.partial(MisbehavingRuntime, ReferenceRuntime(), "all"),
                               "misbehaving", folder, a.workers, fields=a.fields)
+        repeat = a.repeat or int(a.smoke)  # the smoke runs one pair
+        alt = alternated(size, tiling, "reference", folder, a.workers, a.fields, repeat) if repeat else None
         slides = [] if a.no_tissue else tissue_rows(slide, slide // 3, tiling, folder, a.workers,
                                                     MODES[:1] if a.smoke else MODES)
     fields = f", {a.fields} fields larger than a tile" if a.fields is not None else ""
@@ -229,10 +263,12 @@ def main(argv=None) -> int:
           f"tiles {tiling['tile_size']} px, overlap {tiling['overlap']}")
     print(table(rows))
     print(share_line(rows))
+    if alt is not None:
+        print(f"alternated after a warm-up (reference, default area): ratios {alt['ratios']}, median {alt['median']}")
     if slides:
         print("\ntissue: slides with tissue on a third of their area")
         print(table(slides))
-    print(json.dumps({"area": rows, "tissue": slides}, default=str))
+    print(json.dumps({"area": rows, "tissue": slides, "alternated": alt}, default=str))
     return 0
 
 

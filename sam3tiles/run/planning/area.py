@@ -246,11 +246,13 @@ class InputArea:
     def blocks(self, blocks):
         """Merge blocks (a dict, or `merge.GridBlocks`) with every tile the area may grow into in a block of
         its own: such a tile merges alone when it runs, and its neighbours' pieces near it wait for the final
-        pass (`merge.BlockMerger`)."""
+        pass (`merge.BlockMerger`), so a block along the area's edge merges without waiting for the run's end.
+        A grid of one block merges at the end anyway: there they stay in it (a tile never grown into is closed
+        at the end, as a failed one), one merge as in the full run, no one-tile merges, no final pass."""
         if self.selection is None:
             return blocks
         if hasattr(blocks, "with_alone"):  # by index: a bool per tile, not a dict entry
-            return blocks.with_alone(self._growable())
+            return blocks if blocks.single() else blocks.with_alone(self._growable())
         return {**blocks, **{int(i): -1 - int(i) for i in np.flatnonzero(self._growable())}}
 
     def never(self) -> list[int]:
