@@ -6,9 +6,11 @@ anew for each tile (a changed context, a changed answer). The stitch of rule 5 k
 its core, so the merged outline carries that noise everywhere, and a step where it passes from one tile's
 view to the next at a core line. Where two tiles overlap, their views of the same stretch say how large the
 noise is: views that agree (within `AGREE_CELLS` mask cells on average: two tiles' grids of cells) leave
-the outline as the owners drew it, to the vertex; so do views that differ by a steady offset (a grown view
-beside a shrunk one, the same all along: their median signed distance over `OFFSET_RATIO` times its spread),
-where a smoothing would only round the ends and bends. Views that differ as a noise does, in and out along
+the outline as the owners drew it, to the vertex. Views that differ by a steady offset (a grown view
+beside a shrunk one, the same all along: their median signed distance over `OFFSET_RATIO` times its spread)
+are not smoothed (it would only round the ends and bends): the offset holds over each whole tile, so each
+owner's part is moved to the views' consensus (`shift_views`; a third of a thin object's width). Views
+that differ as a noise does, in and out along
 the outline, make the outline a noisy measurement of a smooth boundary, and each point of it becomes the
 mean of the outline around it (a moving average along the arc length, at most `REACH_CELLS` mask cells each
 way), moved by at most `CAP_CELLS` cells (the noise's size: no meander or corner is flattened by more).
@@ -37,7 +39,7 @@ from .parts import JOIN_CELLS, polygonal, regions
 #: Views of one stretch that differ by less than this many mask cells on average agree (nothing moves).
 AGREE_CELLS = 0.5
 #: Views whose steady offset (a grown view beside a shrunk one) exceeds this many times their noise's spread
-#: differ by a decision, not a noise: nothing moves.
+#: differ by a decision, not a noise: each tile's part is moved to the views' consensus (`shift_views`).
 OFFSET_RATIO = 1.0
 #: The moving average's reach each way along the outline, in mask cells (about 100 tile px).
 REACH_CELLS = 29.0
@@ -56,18 +58,63 @@ STEP_CELLS = 0.5
 def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]) -> tuple[object, float]:
     """(`geom` (the owners' stitch of an object) smoothed along its outline where the tiles' `views` (tile ->
     that tile's parts of the object, one geometry) disagree in the bands their windows share, the area the
-    smoothing moved inward); (`geom` itself, 0) where they agree, differ by a steady offset (`view_offsets`)
-    or no two tiles saw it."""
+    smoothing moved inward); moved to the views' consensus (`shift_views`) where they differ by a steady
+    offset (`view_offsets`); (`geom` itself, 0) where they agree or no two tiles saw it."""
     tiles = [t for t, v in views.items() if not v.is_empty]
     if len(tiles) < 2:
         return geom, 0.0
     cell = MASK_CELL * min(frames[t].pixel for t in tiles)
-    apart, offset, spread = view_offsets(views, frames, tiles)
-    if apart < AGREE_CELLS * cell or offset > OFFSET_RATIO * spread:
+    pairs = _pairs(views, frames, tiles)
+    apart, offset, spread = _offsets(pairs)
+    if apart < AGREE_CELLS * cell:
         return geom, 0.0
     area = polygonal(geom)
-    out, inward = smooth_outline(area, cell)
-    return (out, inward) if _same_shape(area, out, JOIN_CELLS * cell) else (geom, 0.0)
+    if offset > OFFSET_RATIO * spread:
+        out = shift_views(area, pairs, tiles, frames, cell)
+        inward = shapely.difference(area, out).area if out is not area else 0.0
+    else:
+        out, inward = smooth_outline(area, cell)
+    return (out, inward) if out is not area and _same_shape(area, out, JOIN_CELLS * cell) else (geom, 0.0)
+
+
+def shift_views(geom, pairs, tiles, frames: Mapping[int, TileFrame], cell: float):
+    """`geom` (the owners' stitch) where each tile's view is moved to the views' consensus. Views that differ
+    steadily (a view grown, shrunk or shifted beside another: one decision for the whole instance, or the
+    tile's own grid of mask cells) carry that difference over the whole of their tile, so each pair's signed
+    distances are read as a growth plus a shift (`_pair_fit`), each tile's own growth and shift estimated
+    from every pair (least squares, each group of linked tiles centred on its mean: no one view is the truth),
+    and the part in each tile's core is moved back by them (the whole outline buffered and shifted, clipped
+    to the core: no step at a core line but the views' own), each at most `CAP_CELLS` cells. `geom` itself
+    where every move is under a tenth of a cell."""
+    index = {t: k for k, t in enumerate(tiles)}
+    rows = np.zeros((len(pairs), len(tiles)))
+    rhs, weight = np.zeros((len(pairs), 3)), np.zeros(len(pairs))
+    for r, (a, b, d, n) in enumerate(pairs):
+        rows[r, index[a]], rows[r, index[b]] = 1.0, -1.0
+        rhs[r], weight[r] = _pair_fit(d, n), np.sqrt(len(d))
+    own = np.linalg.lstsq(rows * weight[:, None], rhs * weight[:, None], rcond=None)[0]  # min norm: groups sum to 0
+    own = np.clip(own, -CAP_CELLS * cell, CAP_CELLS * cell)
+    if not (np.abs(own) >= 0.1 * cell).any():
+        return geom
+    parts = []
+    for t, (g, dx, dy) in zip(tiles, own):
+        moved = shapely.buffer(geom, -g, join_style="mitre") if abs(g) >= 0.1 * cell else geom
+        moved = shapely.transform(moved, lambda xy, dx=dx, dy=dy: xy - [dx, dy])
+        parts.append(shapely.intersection(moved, frames[t].core))
+    return shapely.union_all([geom.difference(shapely.union_all([frames[t].core for t in tiles])), *parts])
+
+
+def _pair_fit(d: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """(growth, shift x, shift y) of one view against another from the signed distances `d` at boundary
+    points with outward normals `n` (d = growth + shift . normal; least squares, once more without the
+    points off the fit by over twice its median absolute residual: a stretch one view drew alone). A shift
+    along a direction no normal sees is 0."""
+    a = np.column_stack([np.ones(len(d)), n])
+    fit = np.linalg.lstsq(a, d, rcond=0.2)[0]
+    res = np.abs(a @ fit - d)
+    keep = res <= 2 * np.median(res) + 1e-9
+    out = np.linalg.lstsq(a[keep], d[keep], rcond=0.2)[0] if keep.sum() >= 3 else fit
+    return out
 
 
 def disagreement(views: Mapping[int, object], frames: Mapping[int, TileFrame], tiles=None) -> float:
@@ -98,7 +145,7 @@ def _pairs(views, frames, tiles) -> list:
         for b in tiles[i + 1:]:
             signed = _pair_signed(a, b, polys, lines, frames)
             if signed is not None:
-                out.append((a, b, signed))
+                out.append((a, b, *signed))
     return out
 
 
@@ -106,10 +153,10 @@ def _offsets(pairs) -> tuple[float, float, float]:
     """`view_offsets`'s three figures from `_pairs`."""
     if not pairs:
         return 0.0, 0.0, 0.0
-    mids = [float(np.median(d)) for _, _, d in pairs]
-    offset = float(np.average(np.abs(mids), weights=[len(d) for _, _, d in pairs]))
-    residual = np.concatenate([np.abs(d - m) for (_, _, d), m in zip(pairs, mids)])
-    apart = float(np.median(np.concatenate([np.abs(d) for _, _, d in pairs])))
+    mids = [float(np.median(p[2])) for p in pairs]
+    offset = float(np.average(np.abs(mids), weights=[len(p[2]) for p in pairs]))
+    residual = np.concatenate([np.abs(p[2] - m) for p, m in zip(pairs, mids)])
+    apart = float(np.median(np.concatenate([np.abs(p[2]) for p in pairs])))
     return apart, offset, 1.4826 * float(np.median(residual))
 
 
@@ -130,13 +177,25 @@ def _pair_signed(a, b, polys, lines, frames):
     # the staircase of the masks' pixels simplified away (a fifth of a cell); at most `SAMPLES` points a
     # side, a cell apart or more (the noise is smooth over ~12 cells)
     la, lb = (shapely.simplify(x, 0.2 * cell, preserve_topology=False) for x in (la, lb))
-    out = []
-    for one, other, poly, sign in ((la, lb, polys[b], 1.0), (lb, la, polys[a], -1.0)):
-        pts = shapely.get_coordinates(shapely.segmentize(one, max(cell, one.length / SAMPLES)))
-        pts = pts[:: max(1, len(pts) // SAMPLES)]
+    out, normals = [], []
+    for one, other, own, poly, sign in ((la, lb, polys[a], polys[b], 1.0), (lb, la, polys[b], polys[a], -1.0)):
+        xy = shapely.get_coordinates(shapely.segmentize(one, max(cell, one.length / SAMPLES)))
+        pick = slice(None, None, max(1, len(xy) // SAMPLES))
+        pts = xy[pick]
         outside = ~shapely.contains_xy(poly, pts[:, 0], pts[:, 1])
         out.append(sign * np.where(outside, 1.0, -1.0) * shapely.distance(shapely.points(pts), other))
-    return np.concatenate(out)
+        normals.append(_outward(xy, own, cell)[pick])
+    return np.concatenate(out), np.concatenate(normals)
+
+
+def _outward(xy: np.ndarray, poly, cell: float) -> np.ndarray:
+    """Unit normals at the points `xy` along a boundary of `poly`, pointing out of it."""
+    if len(xy) < 2:
+        return np.zeros((len(xy), 2))
+    tan = np.gradient(xy, axis=0)
+    n = np.column_stack([tan[:, 1], -tan[:, 0]]) / np.maximum(np.hypot(tan[:, 0], tan[:, 1]), 1e-300)[:, None]
+    probe = xy + 0.3 * cell * n
+    return np.where(shapely.contains_xy(poly, probe[:, 0], probe[:, 1])[:, None], -n, n)
 
 
 def _clip(g, band):
