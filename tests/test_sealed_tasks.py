@@ -5,7 +5,8 @@ waiting on it) and unpickled, then pickled again, each batch's tiles and each me
 
 * a run against a `dask scheduler` process leaves sam3tiles unimported there, with the same objects as
   the in-process run; the tasks keep their names (`key_split`: tile_batch_task, merge_block, ...);
-* a sealed call runs on the worker with its arguments, and its error is the call's own.
+* a sealed call runs on the worker with its arguments, and its error is the call's own;
+* a driver that reaches every worker fetches results from them (`engine.reaches_workers`).
 """
 
 from __future__ import annotations
@@ -85,7 +86,10 @@ def test_the_scheduler_never_imports_sam3tiles_and_the_objects_are_the_same(clus
 
 
 def test_a_sealed_call_runs_with_its_arguments_and_raises_its_own_error(cluster):
+    from sam3tiles.run.executing.engine import reaches_workers
     from sam3tiles.run.executing.submit import submit_sealed
+
+    assert reaches_workers(cluster)  # this machine's workers: results come straight from them
 
     fut = submit_sealed(cluster, divmod, (17, 5))
     assert fut.result() == (3, 2) and fut.key.startswith("divmod-")
