@@ -12,6 +12,8 @@ otherwise (tiles resumed from checkpoints, failed tiles) the quicklook reads the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 MAX_SIDE = 1024  # the quicklook's longest side
@@ -29,24 +31,36 @@ def take(rgb: np.ndarray, valid_wh: tuple[int, int], step: int) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(rgb[:, :vh:step, :vw:step], 0, -1))
 
 
-class Picture:
-    """An input's quicklook picture (`out_wh` = (width, height) in picture pixels) being filled tile by
-    tile. Coordinates: source pixels of a `width` x `height` image; a tile's `src_window` and `scale_xy`
-    (tile pixels per source pixel) place its samples."""
+@dataclass(frozen=True)
+class Patch:
+    """A tile's samples cut to the picture pixels it covers (`Sampling.patch`): rows y0:y1, columns x0:x1."""
 
-    def __init__(self, width: int, height: int, out_wh: tuple[int, int], origin: tuple[int, int] = (0, 0)):
-        self.w, self.h = int(out_wh[0]), int(out_wh[1])
-        self.origin = origin  # the picture's first source pixel (a map's margin before it: `run.planning.anchor`)
-        self.kx, self.ky = self.w / width, self.h / height  # picture pixels per source pixel
-        self.rgb = np.zeros((self.h, self.w, 3), np.uint8)
-        self.covered = np.zeros((self.h, self.w), bool)
+    y0: int
+    y1: int
+    x0: int
+    x1: int
+    pixels: np.ndarray  # [y1 - y0, x1 - x0, 3] uint8
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A picture's geometry: `w` x `h` picture pixels, `kx`, `ky` picture pixels per source pixel, `origin`
+    its first source pixel. Sent with a batch of tiles (a few numbers), it cuts each tile's patch where the
+    tile is read (`patch`): the driver only pastes it (`Picture.paste`)."""
+
+    w: int
+    h: int
+    kx: float
+    ky: float
+    origin: tuple[int, int]
 
     def step(self, tile) -> int:
         """The decimation a tile's copy needs: the largest that is still no coarser than the picture."""
         sx, sy = tile.scale_xy
         return max(1, int(min(sx / self.kx, sy / self.ky)))
 
-    def _span(self, off: float, length: float, k: float, n: int) -> tuple[slice, np.ndarray]:
+    @staticmethod
+    def _span(off: float, length: float, k: float, n: int) -> tuple[slice, np.ndarray]:
         """Picture pixels whose centres lie in the source span [off, off + length), and their positions
         (source pixels from `off`)."""
         lo = max(0, int(np.ceil(off * k - 0.5)))
@@ -54,21 +68,54 @@ class Picture:
         centres = (np.arange(lo, hi) + 0.5) / k - off
         return slice(lo, hi), centres
 
-    def add(self, tile, thumb: np.ndarray | None, step: int) -> None:
-        """Place a tile's copy (`take(..., step)`); None: the tile had no data (black, as a read shows it)."""
+    def spans(self, tile) -> tuple[slice, np.ndarray, slice, np.ndarray]:
         win = tile.src_window
         xs, cx = self._span(win.col_off - self.origin[0], win.width, self.kx, self.w)
         ys, cy = self._span(win.row_off - self.origin[1], win.height, self.ky, self.h)
+        return ys, cy, xs, cx
+
+    def patch(self, tile, thumb: np.ndarray, step: int) -> Patch:
+        """The picture pixels a tile covers, each the sample of its copy (`take(..., step)`) nearest its
+        centre."""
+        ys, cy, xs, cx = self.spans(tile)
         if xs.start >= xs.stop or ys.start >= ys.stop:
-            return
+            return Patch(0, 0, 0, 0, np.zeros((0, 0, 3), np.uint8))
+        sx, sy = tile.scale_xy
+        ix = np.minimum((cx * sx / step).astype(np.int64), thumb.shape[1] - 1)
+        iy = np.minimum((cy * sy / step).astype(np.int64), thumb.shape[0] - 1)
+        return Patch(ys.start, ys.stop, xs.start, xs.stop, np.ascontiguousarray(thumb[iy][:, ix]))
+
+
+class Picture:
+    """An input's quicklook picture (`out_wh` = (width, height) in picture pixels) being filled tile by
+    tile. Coordinates: source pixels of a `width` x `height` image; a tile's `src_window` and `scale_xy`
+    (tile pixels per source pixel) place its samples."""
+
+    def __init__(self, width: int, height: int, out_wh: tuple[int, int], origin: tuple[int, int] = (0, 0)):
+        self.w, self.h = int(out_wh[0]), int(out_wh[1])
+        # origin: the picture's first source pixel (a map's margin before it: `run.planning.anchor`)
+        self.sampling = Sampling(self.w, self.h, self.w / width, self.h / height, tuple(origin))
+        self.rgb = np.zeros((self.h, self.w, 3), np.uint8)
+        self.covered = np.zeros((self.h, self.w), bool)
+
+    def step(self, tile) -> int:
+        return self.sampling.step(tile)
+
+    def add(self, tile, thumb: np.ndarray | None, step: int) -> None:
+        """Place a tile's copy (`take(..., step)`); None: the tile had no data (black, as a read shows it)."""
         if thumb is not None:
-            sx, sy = tile.scale_xy
-            ix = np.minimum((cx * sx / step).astype(np.int64), thumb.shape[1] - 1)
-            iy = np.minimum((cy * sy / step).astype(np.int64), thumb.shape[0] - 1)
-            self.rgb[ys, xs] = thumb[iy][:, ix]
-        else:
+            self.paste(self.sampling.patch(tile, thumb, step))
+            return
+        ys, _, xs, _ = self.sampling.spans(tile)
+        if xs.start < xs.stop and ys.start < ys.stop:
             self.rgb[ys, xs] = 0
-        self.covered[ys, xs] = True
+            self.covered[ys, xs] = True
+
+    def paste(self, p: Patch) -> None:
+        """A tile's patch, cut where it was read (`Sampling.patch`)."""
+        if p.y0 < p.y1 and p.x0 < p.x1:
+            self.rgb[p.y0:p.y1, p.x0:p.x1] = p.pixels
+            self.covered[p.y0:p.y1, p.x0:p.x1] = True
 
     def image(self) -> np.ndarray | None:
         """The picture [h, w, 3], or None while some pixel was covered by no tile."""

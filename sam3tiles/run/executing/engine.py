@@ -34,6 +34,7 @@ class Engine:
     threads: int
     gpu_workers: int = 1  # workers that advertise the GPU resource (model tasks run on those only)
     gpu_threads: int = 1  # threads of the smallest such worker (a cluster: batch tasks that share its model)
+    direct: bool = False  # results fetched from the workers, not relayed by the scheduler (`reaches_workers`)
 
     @property
     def dashboard_link(self) -> str | None:
@@ -87,6 +88,30 @@ def _count(client) -> tuple[int, int, int]:
     threads = sum(w.get("nthreads", 1) for w in workers.values())
     gpus = [w.get("nthreads", 1) for w in workers.values() if (w.get("resources") or {}).get("GPU", 0) > 0]
     return max(threads, 1), len(gpus), max(1, min(gpus, default=1))
+
+
+#: Seconds a worker gets to answer `reaches_workers`' connection.
+REACH_S = 3.0
+
+
+def reaches_workers(client) -> bool:
+    """Whether this process opens a connection to every worker within REACH_S seconds: then a run's results
+    come straight from the workers (`Engine.direct`), not through the scheduler. A driver behind a firewall
+    or NAT keeps the relay: a direct fetch would wait for Dask's connect timeout (then fall back) each time."""
+    from distributed.comm import connect
+
+    workers = list((client.scheduler_info(n_workers=-1).get("workers") or {}))
+
+    async def probe() -> None:
+        for address in workers:
+            comm = await connect(address, timeout=REACH_S, **client.connection_args)
+            await comm.close()
+
+    try:
+        client.sync(probe)
+    except Exception:  # noqa: BLE001 - unreachable (refused, timed out, another protocol): the relay
+        return False
+    return bool(workers)
 
 
 def _quiet_if_interrupted() -> None:
@@ -231,7 +256,7 @@ def _client_engine(client, worker_timeout: float | None):
     with _watched(client, str(getattr(client.scheduler, "address", "the client's scheduler")), gpu > 0,
                   worker_timeout):
         yield Engine(client, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu,
-                     gpu_threads=gpu_threads)
+                     gpu_threads=gpu_threads, direct=reaches_workers(client))
 
 
 def _connect(scheduler: str):
@@ -274,7 +299,7 @@ def _cluster_engine(scheduler: str, worker_timeout: float | None):
         log.info("Dask dashboard: %s", c.dashboard_link)
         with _watched(c, scheduler, gpu > 0, worker_timeout):
             yield Engine(c, distributed=True, gpu_resource=gpu > 0, threads=threads, gpu_workers=gpu,
-                         gpu_threads=gpu_threads)
+                         gpu_threads=gpu_threads, direct=reaches_workers(c))
     finally:
         _quiet_if_interrupted()
         c.close()

@@ -36,7 +36,7 @@ from ...tiling.refine import RefineHook, Refinement
 from ...units import Frame
 from ...wording import opt, spoken
 from ...writers.stream import ObjectSpool, SpoolInput
-from ...writers.thumbs import MAX_SIDE, Picture, panel_wh
+from ...writers.thumbs import MAX_SIDE, Patch, Picture, panel_wh
 from ..planning.anchor import on_lattice
 from ..planning.area import InputArea
 from ..planning.plan import InputPlan, RunPlan
@@ -45,7 +45,8 @@ from ..recording.checkpoint import (TileResult, TileStore, _BatchedPuts, fitted,
 from ..recording.report import RunReport
 from .engine import MAX_CLUSTER_BATCH, Engine, _count, settled
 from .frames import objects_frame
-from .submit import _gather_on, _results_of, _submit_on, batch_size, model_info, short_error
+from .submit import (_gather_on, _results_on, _submit_on, batch_size, model_info, result_of, short_error,
+                     submit_sealed)
 from .tasks import SourceSpec, close_spares, open_spares, tile_batch_task
 
 log = logging.getLogger(__name__)
@@ -301,7 +302,7 @@ class InputRun:
                     self.alone_key = None
                 tiles = [t for t, _, _ in items]
                 if fut.status == "finished":
-                    self._outcomes(tiles, fut.result())
+                    self._outcomes(tiles, result_of(self.engine, fut))
                 elif fut.status == "cancelled":  # the run's own stop (a lost worker): never a failed tile
                     raise CancelledError(f"tile {tiles[0].index} of {self.source.path} was cancelled")
                 elif len(items) > 1:  # the batch as a whole failed (its worker died each try): tile by tile
@@ -379,13 +380,15 @@ class InputRun:
         read, encode, decode and vectorize each in turn; the embedding never leaves it). On a cluster it
         runs on a model worker, which runs `Engine.pipelines()` such tasks at once."""
         client, retries = self.engine.client, self.opts.retries
-        # grid tiles bring the preview their pixels (sub-tiles lie inside them)
-        work = [(t, tps, pastes, self.picture.step(t) if self.picture is not None and t.index in self.tiles else 0)
-                for t, tps, pastes in items]
+        # grid tiles bring the preview their patch of it, cut on the worker (sub-tiles lie inside them)
+        sampling = self.picture.sampling if self.picture is not None else 0
+        work = [(t, tps, pastes, sampling if t.index in self.tiles else 0) for t, tps, pastes in items]
         self.tiles_in_flight += len(items)
-        resources = self.engine.batch_resources() if self.engine.distributed else None
-        ft = client.submit(tile_batch_task, self.source, self.spec, work, self.opts.edge_margin, retries,
-                           pure=False, resources=resources)
+        args = (self.source, self.spec, work, self.opts.edge_margin, retries)
+        if self.engine.distributed:  # pickled once here: the scheduler passes bytes on (`submit_sealed`)
+            ft = submit_sealed(client, tile_batch_task, args, resources=self.engine.batch_resources())
+        else:
+            ft = client.submit(tile_batch_task, *args, pure=False)
         self.in_flight[ft.key] = (items, (ft,))
         self.ac.add(ft)
         return ft.key
@@ -401,7 +404,9 @@ class InputRun:
 
     def _finished(self, tile: Tile, res: TileResult) -> None:
         thumb, res.thumb = res.thumb, None  # the preview's copy of the tile: placed, never stored
-        if self.picture is not None and tile.index in self.tiles and (thumb is not None or res.skipped):
+        if isinstance(thumb, Patch):
+            self.picture.paste(thumb)
+        elif self.picture is not None and tile.index in self.tiles and (thumb is not None or res.skipped):
             self.picture.add(tile, thumb, self.picture.step(tile))
         for k, v in res.seconds.items():
             self.report.seconds[k] = self.report.seconds.get(k, 0.0) + v
@@ -442,7 +447,7 @@ class InputRun:
             self._grow(self.tiles[index])
         self.merger.add(tile.index, res.pieces)
         res.pieces = None
-        self.merger.drain(_results_of)  # merged blocks' objects to the spool, as they come
+        self.merger.drain(_results_on(self.engine))  # merged blocks' objects to the spool, as they come
         # the tile's flags into the report: no result is kept
         self._account(tile, res, tile.index in self.tiles, refinement.saturated)
 

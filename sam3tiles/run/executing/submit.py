@@ -1,7 +1,7 @@
 """How a run hands work to its engine and takes it back: the model loaded once on a model worker with every
 prompt checked there (`model_info`), tiles per in-process task (`batch_size`), a merge block's task
-(`_submit_on`: scattered in process, pickled into the task on a cluster) and its results gathered
-(`_results_of`, `_gather_on`), and a failed tile's error as one line (`short_error`).
+(`_submit_on`: scattered in process, pickled into the task on a cluster: `submit_sealed`) and its results gathered
+(`result_of`, `_results_on`, `_gather_on`), and a failed tile's error as one line (`short_error`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def model_info(engine: Engine, spec: RuntimeSpec, prompts: Sequence[Prompt]) -> 
     box slots per decoder pass and the seconds spent. A prompt the backend can never find is an error
     before any tile runs."""
     texts = tuple(dict.fromkeys(p.model_text for p in prompts))
-    fut = engine.client.submit(_model_info_task, spec, texts, pure=False, resources=engine.model_resources())
+    fut = submit_sealed(engine.client, _model_info_task, (spec, texts), resources=engine.model_resources())
     try:
         slots, checks = fut.result()
     finally:
@@ -46,10 +46,33 @@ def _call(fn, job):
     return fn(*job)
 
 
-def _call_pickled(fn, blob: bytes):
-    import pickle
+class _Call:
+    """`fn(*args)`, made by unpickling: `pickle.loads` of its pickle runs it (`__reduce__`)."""
 
-    return fn(*pickle.loads(blob))
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, args: tuple):
+        self.fn, self.args = fn, args
+
+    def __reduce__(self):
+        return self.fn, self.args
+
+
+def submit_sealed(client, fn, args: tuple, **kwargs):
+    """`client.submit(fn, *args)` with the call pickled once here into bytes, run on the worker by
+    `pickle.loads` (a builtin): the scheduler unpickles a task's graph, and would otherwise import sam3tiles
+    (and pandas, geopandas: seconds of its CPU, and sam3tiles installed where it runs) and unpickle, then
+    pickle again, each task's tiles; bytes it passes on as they are. The key keeps `fn`'s name (the
+    dashboard, `key_split`). It keeps a task's arguments, so a task whose worker is lost reruns elsewhere."""
+    import pickle
+    import uuid
+
+    import dask
+
+    blob = pickle.dumps(_Call(fn, tuple(args)), protocol=pickle.HIGHEST_PROTOCOL)
+    # a block's pieces (a few MB) are no slowdown for the scheduler: not what the warning is about
+    with dask.config.set({"distributed.admin.large-graph-warning-threshold": max(len(blob) * 2, 10 << 20)}):
+        return client.submit(pickle.loads, blob, key=f"{fn.__name__}-{uuid.uuid4().hex}", pure=False, **kwargs)
 
 
 #: Tiles per in-process task at most (`tasks.tile_batch_task`).
@@ -67,9 +90,9 @@ def _submit_on(engine: Engine, retries: int):
     started as soon as the block's last tile is in.
 
     In process its pieces are scattered (handed to the worker as they are, never pickled). On a cluster they
-    go in the task itself, pickled once here (bytes: the scheduler neither unpickles nor walks them): the
-    scheduler keeps a task's arguments, so a merge whose worker is lost reruns on one that joins, or waits
-    for the worker timeout like any tile. Scattered, they would live on that worker only: the scheduler
+    go in the task itself, pickled once here (`submit_sealed`: the scheduler neither unpickles nor walks
+    them): the scheduler keeps a task's arguments, so a merge whose worker is lost reruns on one that joins,
+    or waits for the worker timeout like any tile. Scattered, they would live on that worker only: the scheduler
     forgets data it cannot recompute, and cancels the merge "already forgotten" (issue 36)."""
 
     def submit(fn, job):
@@ -77,34 +100,36 @@ def _submit_on(engine: Engine, retries: int):
         if not engine.distributed:
             (data,) = client.scatter([job], hash=False)
             return client.submit(_call, fn, data, pure=False, retries=retries)
-        import pickle
-
-        import dask
-
-        blob = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
-        # a block's pieces (a few MB) are no slowdown for the scheduler: not what the warning is about
-        with dask.config.set({"distributed.admin.large-graph-warning-threshold": max(len(blob) * 2, 10 << 20)}):
-            return client.submit(_call_pickled, fn, blob, pure=False, retries=retries)
+        return submit_sealed(client, fn, job, retries=retries)
 
     return submit
 
 
-def _results_of(futs) -> list:
-    """The results of finished futures, one by one (no gather task: a SIGTERM arriving meanwhile leaves no
-    orphaned gather behind to log a traceback when the client closes), each released once read."""
-    out = []
-    for f in futs:
-        try:
-            out.append(f.result())
-        finally:
-            f.release()
-    return out
+def result_of(engine: Engine, fut):
+    """A finished future's result: on a cluster whose workers this process reaches (`Engine.direct`),
+    fetched from its worker, not relayed by the scheduler (a batch's few MB through its event loop)."""
+    return engine.client.gather([fut], direct=engine.direct or None)[0]
+
+
+def _results_on(engine: Engine):
+    def results(futs) -> list:
+        """The results of finished futures, one by one (no gather task: a SIGTERM arriving meanwhile leaves
+        no orphaned gather behind to log a traceback when the client closes), each released once read."""
+        out = []
+        for f in futs:
+            try:
+                out.append(result_of(engine, f))
+            finally:
+                f.release()
+        return out
+
+    return results
 
 
 def _gather_on(engine: Engine):
     def gather(futs):
         try:
-            return engine.client.gather(futs)
+            return engine.client.gather(futs, direct=engine.direct or None)
         finally:
             for f in futs:
                 f.release()

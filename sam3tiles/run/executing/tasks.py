@@ -23,7 +23,7 @@ from ...readers.identity import forget_cached
 from ...tiling.grid import Tile
 from ...vectorize.pieces import (EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, merge_passes,
                                 pieces_from_crops)
-from ...writers.thumbs import take
+from ...writers.thumbs import Sampling, take
 from ..recording.checkpoint import TileResult
 
 #: A tile whose decoder pass returns at least this many objects is reported as saturated (SAM 3 keeps
@@ -275,8 +275,13 @@ def tile_batch_task(src: SourceSpec, spec: RuntimeSpec, items: Sequence[tuple], 
 
 
 def run_tile_inline(src: SourceSpec, spec: RuntimeSpec, tile: Tile, prompts: Sequence[TilePrompt],
-                    edge_margin: int = EDGE_MARGIN, pastes=None, thumb_step: int = 0) -> TileResult:
-    """All three tasks in a row, no Dask (used by tests and by the plain-loop benchmark)."""
-    return vectorize_task(infer_task(spec, read_task(src, tile), prompts, tile.valid_wh, pastes, thumb_step),
-                          tile, edge_margin)
+                    edge_margin: int = EDGE_MARGIN, pastes=None, thumb_step: "int | Sampling" = 0) -> TileResult:
+    """All three tasks in a row, no Dask (used by tests and by the plain-loop benchmark). `thumb_step` a
+    picture's `Sampling`: the result's thumb is the tile's patch of it (`Sampling.patch`), cut here."""
+    sampling = thumb_step if isinstance(thumb_step, Sampling) else None
+    step = sampling.step(tile) if sampling is not None else thumb_step
+    infer = infer_task(spec, read_task(src, tile), prompts, tile.valid_wh, pastes, step)
+    if sampling is not None and infer.thumb is not None:
+        infer.thumb = sampling.patch(tile, infer.thumb, step)
+    return vectorize_task(infer, tile, edge_margin)
 
