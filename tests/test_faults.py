@@ -28,6 +28,7 @@ import pytest
 import rasterio
 from click.testing import CliRunner
 from range_server import serve
+from waiting import wait_for
 from shapely.geometry import box
 
 from sam3tiles.cli.main import cli
@@ -526,17 +527,6 @@ def test_a_killed_runs_spool_and_its_lock_go_with_the_next_spool_a_living_ones_s
 
 # -- a lost worker -------------------------------------------------------------------------------------------
 
-def _wait_for(cond, timeout, what):
-    import time
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def scheduler(tmp_path_factory):
     """A `dask scheduler` process; its address."""
@@ -546,7 +536,7 @@ def scheduler(tmp_path_factory):
                           "--dashboard-address", ":0", "--scheduler-file", str(f)], stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: f.exists() and f.stat().st_size > 0, 60, "the scheduler")
+        wait_for(lambda: f.exists() and f.stat().st_size > 0, 60, "the scheduler")
         yield json.loads(f.read_text())["address"]
     finally:
         p.kill()
@@ -580,7 +570,7 @@ def _lose_the_worker(scheduler, tmp_path, timeout, rejoin):
     second = None
     try:
         db = tmp_path / "o.gpkg.sam3tiles-work" / "tiles.sqlite"
-        _wait_for(lambda: _rows(db) >= 1 or driver.poll() is not None, 120, "the first checkpointed tile")
+        wait_for(lambda: _rows(db) >= 1 or driver.poll() is not None, 120, "the first checkpointed tile")
         assert driver.poll() is None, driver.communicate()
         worker.kill()  # SIGKILL: no goodbye to the scheduler
         worker.wait()
@@ -631,7 +621,7 @@ def _kill_at_the_first_merge(monkeypatch, worker, address, rejoin):
             if not seen:
                 worker.kill()  # SIGKILL: no goodbye to the scheduler
                 worker.wait()
-                _wait_for(lambda: not engine.client.scheduler_info(n_workers=-1).get("workers"), 30,
+                wait_for(lambda: not engine.client.scheduler_info(n_workers=-1).get("workers"), 30,
                           "the scheduler to drop the worker")
                 seen["second"] = _worker(address) if rejoin else None
             return fut

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -22,19 +21,11 @@ import shapely
 
 from sam3tiles.run.pipeline import segment_job
 from sam3tiles.testing.demo import write_scene
+from waiting import wait_for
 
 distributed = pytest.importorskip("distributed")
 
 PROMPTS = ["red", "blue"]
-
-
-def _wait_for(cond, seconds, what):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +38,7 @@ def cluster(tmp_path_factory):
     procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
                                "--port", "0", "--dashboard-address", ":0", "--scheduler-file", str(f)], **quiet)]
     try:
-        _wait_for(lambda: f.exists() and f.stat().st_size > 0, 60, "the scheduler")
+        wait_for(lambda: f.exists() and f.stat().st_size > 0, 60, "the scheduler")
         address = json.loads(f.read_text())["address"]
         procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--no-nanny",
                                        "--nthreads", "2", "--resources", "GPU=1", "--no-dashboard"], **quiet))
