@@ -866,10 +866,12 @@ def test_a_result_lost_with_its_worker_after_it_finished_is_computed_again_not_a
     # found by CI: a worker killed while the run held finished results on it; the scheduler computes them
     # again, but the runner had read the finished future as a failure ("unknown error", exit 5). The order is
     # forced here: the first result the run takes is lost with its worker just before the run reads it
+    import threading
     import time
 
     import distributed
     from distributed import Client, LocalCluster
+    from distributed.core import Status
 
     from sam3tiles import segment_report
     from sam3tiles.testing.demo import write_scene
@@ -881,13 +883,28 @@ def test_a_result_lost_with_its_worker_after_it_finished_is_computed_again_not_a
         kw["points"] = [(p.x, p.y) for p in scene.truth[scene.truth["class"] == "blue"].representative_point()]
     texts = ["blue"] if prompts == "text" else []
     real = distributed.as_completed
-    lost = []
+    lost, readded = [], []
+    paused, timers = [], []
+
+    def set_status(workers, status):
+        async def set_all():
+            for w in workers:
+                w.status = status
+        client.sync(set_all)
+
+    def resume():
+        if paused:
+            set_status(paused, Status.running)
+            paused.clear()
 
     class LoseTheFirst:
         def __init__(self, *args, **kwargs):
             self.inner = real(*args, **kwargs)
 
         def add(self, fut):
+            if lost and not readded:  # the run gives the lost future back to wait for it: now let it be computed
+                readded.append(fut.key)
+                resume()
             self.inner.add(fut)
 
         def __iter__(self):
@@ -895,11 +912,17 @@ def test_a_result_lost_with_its_worker_after_it_finished_is_computed_again_not_a
                 if not lost and fut.status == "finished":
                     holders = client.who_has(fut)[fut.key]
                     worker = next(w for w in cluster.workers.values() if w.address in holders)
+                    # the other workers pause first, so the key cannot be computed again before the run reads it:
+                    # the run reads a future that was finished and is now pending, whatever the machine's speed
+                    paused.extend(w for w in cluster.workers.values() if w is not worker)
+                    set_status(paused, Status.paused)
+                    timers.append(threading.Timer(60, resume))  # never a hung test if the run does not wait for it
+                    timers[-1].start()
                     client.sync(worker.close)  # no data handed on: the scheduler computes the key again
                     deadline = time.monotonic() + 30
                     while fut.status == "finished" and time.monotonic() < deadline:
                         time.sleep(0.01)
-                    lost.append(fut.status)
+                    lost.append((fut.key, fut.status))
                 yield fut
 
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, resources={"GPU": 1},
@@ -907,6 +930,9 @@ def test_a_result_lost_with_its_worker_after_it_finished_is_computed_again_not_a
         expected = segment_report(str(src), texts, client=client, **kw)
         monkeypatch.setattr(distributed, "as_completed", LoseTheFirst)
         got = segment_report(str(src), texts, client=client, **kw)
-    assert lost and lost[0] != "finished"  # the result was lost before the run read it
+    for timer in timers:
+        timer.cancel()
+    assert lost and lost[0][1] != "finished"  # the result was lost before the run read it
+    assert readded == [lost[0][0]]  # and the run waited for it to be computed again
     assert got.failed == 0 and got.failed_tiles == []
     assert got.objects == expected.objects > 0
