@@ -132,10 +132,22 @@ def halo(colour: tuple) -> tuple:
     return (20, 20, 20) if 0.2126 * r + 0.7152 * g + 0.0722 * b > 110 else (255, 255, 255)
 
 
+#: Objects outlined at a time: the memory of an outline pass follows this many objects' vertices, not a chunk's.
+OUTLINE_BATCH = 1_000
+
+
 def _outline(draw, objs, f, sx: float, sy: float, colours: dict[str, tuple]) -> None:
     """Outline `objs` (in frame `f`) at `sx`, `sy` panel pixels per source pixel, in their prompts' colours
-    over a contrasting halo (`halo`). Each polygon's exterior ring is drawn; one smaller than 1.5 px either
-    way is a dot. Coordinates are gathered for all rings at once, the loop only draws."""
+    over a contrasting halo (`halo`), `OUTLINE_BATCH` objects at a time."""
+    for lo in range(0, len(objs), OUTLINE_BATCH):
+        _outline_batch(draw, objs.iloc[lo:lo + OUTLINE_BATCH], f, sx, sy, colours)
+
+
+def _outline_batch(draw, objs, f, sx: float, sy: float, colours: dict[str, tuple]) -> None:
+    """`_outline` of a few objects. Each polygon's exterior ring is drawn; one smaller than 1.5 px either way
+    is a dot. Coordinates are gathered for all rings at once, and only a ring's points in distinct quarter
+    pixels of the panel are drawn (a panel pixel holds hundreds of a large image's vertices); the loop only
+    draws."""
     if not len(objs):
         return
     geoms = to_pixels(np.asarray(objs.geometry.values, dtype=object), f)
@@ -145,6 +157,7 @@ def _outline(draw, objs, f, sx: float, sy: float, colours: dict[str, tuple]) -> 
     if not len(parts):
         return
     xy, ring = shapely.get_coordinates(shapely.get_exterior_ring(parts), return_index=True)
+    del geoms, parts
     xy = xy * (sx, sy)
     starts = np.flatnonzero(np.r_[True, ring[1:] != ring[:-1]])
     ends = np.r_[starts[1:], len(ring)]
@@ -152,8 +165,18 @@ def _outline(draw, objs, f, sx: float, sy: float, colours: dict[str, tuple]) -> 
              & (np.maximum.reduceat(xy[:, 1], starts) - np.minimum.reduceat(xy[:, 1], starts) < 1.5))
     centre = np.add.reduceat(xy, starts, axis=0) / (ends - starts)[:, None]
     prompts = objs["prompt"].to_numpy()[owner[ring[starts]]]
-    flat = xy.ravel().tolist()  # x0, y0, x1, y1, ...: what Pillow takes, without tuples
-    for k, (lo, hi) in enumerate(zip(starts.tolist(), ends.tolist())):
+    # the rings drawn as lines: their points, less those in the quarter pixel of the point before
+    line_ring = np.repeat(~small, ends - starts)
+    q = np.round(xy * 4)
+    first = np.zeros(len(xy), dtype=bool)
+    first[starts] = True
+    drawn = line_ring & (first | np.r_[True, (q[1:] != q[:-1]).any(axis=1)])
+    idx = np.flatnonzero(drawn)
+    counts = np.bincount(ring[idx] - ring[0], minlength=ring[-1] - ring[0] + 1)[ring[starts] - ring[0]]
+    flat = xy[idx].ravel().tolist()  # x0, y0, x1, y1, ...: what Pillow takes, without tuples
+    del xy, q, ring
+    pos = np.r_[0, np.cumsum(counts)].tolist()
+    for k in range(len(starts)):
         colour = colours[str(prompts[k])]
         under = halo(colour)
         if small[k]:
@@ -161,7 +184,7 @@ def _outline(draw, objs, f, sx: float, sy: float, colours: dict[str, tuple]) -> 
             draw.rectangle([x - 1, y - 1, x + 1, y + 1], fill=under)
             draw.point((x, y), fill=colour)
         else:
-            line = flat[2 * lo: 2 * hi]
+            line = flat[2 * pos[k]: 2 * pos[k + 1]]
             draw.line(line, fill=under, width=3, joint="curve")
             draw.line(line, fill=colour, width=1)
 
