@@ -16,72 +16,19 @@ from ..tiling.frame import GridNear, GridTiles, TileFrame, TileFrames, grid_wind
 from ..tiling.piecekey import ORDER_TILE, piece_order, tile_of
 from ..vectorize.pieces import Pieces
 from .early import EarlyLinks
+from .levels import Levels, Rest
+from .packed import BlockPart, Packed, part_of
 from .parts import IOS_MIN, IOU_MIN, Merged
 from .rules import merge_pass, merge_pieces
 from .stats import MergeStats
-
-
-@dataclass
-class Packed:
-    """Pieces (or merged objects) as arrays, geometries as WKB: pickles an order of magnitude faster than
-    lists of shapely objects, so a block's merge can cross processes cheaply. Coordinates stay exact."""
-
-    wkb: np.ndarray
-    columns: dict
-
-    @classmethod
-    def of(cls, obj) -> "Packed":
-        names = [f for f in obj.__dataclass_fields__ if f != "geometry"]
-        return cls(shapely.to_wkb(np.asarray(obj.geometry, dtype=object)) if len(obj.geometry) else
-                   np.zeros(0, dtype=object), {n: np.asarray(getattr(obj, n)) for n in names})
-
-    def unpack(self, kind):
-        geoms = list(shapely.from_wkb(self.wkb)) if len(self.wkb) else []
-        return kind(geometry=geoms, **{n: v.tolist() for n, v in self.columns.items()})
-
-    def __len__(self) -> int:
-        return len(self.wkb)
-
-    def take(self, idx) -> "Packed":
-        """The rows `idx`, sharing the WKB bytes (no copy of the geometries)."""
-        idx = np.asarray(idx, dtype=np.int64)
-        return Packed(self.wkb[idx], {n: v[idx] for n, v in self.columns.items()})
-
-    @classmethod
-    def concat(cls, parts) -> "Packed":
-        """Rows of `parts` one after the other; empty parts are skipped (their columns have no dtype)."""
-        parts = [p for p in parts if len(p)]
-        if not parts:
-            return cls.of(Pieces())
-        wkb = np.empty(sum(len(p) for p in parts), dtype=object)
-        wkb[:] = [w for p in parts for w in p.wkb]
-        return cls(wkb, {n: np.concatenate([p.columns[n] for p in parts]) for n in parts[0].columns})
-
-
-@dataclass
-class BlockPart:
-    """What one block's merge hands the final pass: its decided objects and its undecided pieces."""
-
-    objects: Packed  # Merged
-    first: np.ndarray
-    stats: MergeStats
-    pieces: Packed  # undecided pieces (Pieces), in job order
-    order: np.ndarray
-    inside: np.ndarray
-    near: np.ndarray
 
 
 def merge_block(pieces: Packed, order, frames: Mapping[int, TileFrame], foreign, reach: float,
                 iou_min: float = IOU_MIN, ios_min: float = IOS_MIN, known: Mapping | None = None) -> BlockPart:
     """The merge of one block of tiles (a Dask task): `frames` holds the block's tiles, `foreign` the
     windows of other tiles within `reach` of them; `known`: rule 2's verdicts computed before (`early`)."""
-    part = merge_pass(pieces.unpack(Pieces), frames, iou_min, ios_min, order=order, foreign=foreign, reach=reach,
-                      known=known)
-    d = part.deferred
-    cols = part.cols
-    rest = Packed.of(cols.pieces(d)) if cols is not None else Packed.of(Pieces())
-    return BlockPart(Packed.of(part.merged), part.first, part.stats, rest,
-                     cols.order[d] if cols is not None else np.zeros(0, np.int64), part.inside[d], part.near[d])
+    return part_of(merge_pass(pieces.unpack(Pieces), frames, iou_min, ios_min, order=order, foreign=foreign,
+                              reach=reach, known=known))
 
 
 #: Block ids: (row // block) x BLOCK_ROW + col // block (a grid of fewer than this many columns of blocks).
@@ -150,6 +97,17 @@ class GridBlocks(MutableMapping):
     def __len__(self) -> int:
         return self.n + len(self.extra)
 
+    def coords(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The (row, column) of blocks `ids` in the grid of blocks; a tile in a block of its own: its
+        place's."""
+        ids = np.asarray(ids, dtype=np.int64)
+        br, bc = np.divmod(np.maximum(ids, 0), BLOCK_ROW)
+        alone = ids < 0
+        if alone.any():
+            r, c = np.divmod(-1 - ids[alone], self.cols)
+            br[alone], bc[alone] = r // max(self.block, 1), c // max(self.block, 1)
+        return br, bc
+
     def grid_members(self, b: int) -> np.ndarray:
         """The grid tiles of block `b`, ascending (not the tiles set later)."""
         if b < 0:
@@ -213,6 +171,10 @@ class BlockMerger:
 
     `early`: rule 2's verdicts are computed here as tiles arrive (`early.EarlyLinks`: for the in-process
     engine, whose driver waits between tiles), so a block's merge after its last tile has less to do.
+
+    A grid's blocks handed over (`on_block`) and merged by `submit`: what blocks leave undecided is merged by
+    groups of blocks as their blocks come in, then groups of groups (`merge.levels`), so the final pass
+    holds only what lies near the top level's seams.
     """
 
     def __init__(self, frames: Mapping[int, TileFrame], blocks: Mapping[int, int], submit=None,
@@ -238,6 +200,16 @@ class BlockMerger:
         self.single = self._near.single
         self.early = (EarlyLinks(self.frames, self._neighbours, iou_min, ios_min) if early and self._near.n
                       else None)
+        self._tags: dict[int, tuple[int, int]] = {}  # index in `parts` -> (level, block or group) it merged
+        self.levels = (Levels(blocks, frames.grid, self.reach, submit, self._frames_of, self._started, iou_min,
+                              ios_min) if grid and submit is not None and on_block is not None and blocks.block > 0
+                       and not self.single else None)
+
+    def _started(self, key: tuple[int, int], part) -> None:
+        """A level's group merge (a future or its part) to drain like a block's."""
+        self.parts.append(part)
+        self._undrained.append(len(self.parts) - 1)
+        self._tags[len(self.parts) - 1] = key
 
     def _frames_of(self, tiles) -> Mapping[int, TileFrame]:
         """The frames of `tiles`, to hand to a task: a `FrameView` (made where used) of lazy frames."""
@@ -292,6 +264,8 @@ class BlockMerger:
         got = self._pending.pop(b, {})
         if not got:
             self._members.pop(b, None)
+            if self.levels is not None:
+                self.levels.put(0, b, None)
             return
         tiles = sorted(got)
         pieces = Packed.concat([got[t] for t in tiles])
@@ -305,6 +279,7 @@ class BlockMerger:
         job = (pieces, order, frames, foreign, self.reach, self.iou_min, self.ios_min, known)
         self.parts.append(self.submit(merge_block, job) if self.submit is not None else merge_block(*job))
         self._undrained.append(len(self.parts) - 1)
+        self._tags[len(self.parts) - 1] = (0, b)
 
     def close(self) -> None:
         """Merge the blocks still open: their missing tiles (failed ones) will never arrive (a block no tile
@@ -329,8 +304,35 @@ class BlockMerger:
                 self.on_block(part.objects, part.first)
                 n += len(part.first)
             self.parts[i] = replace(part, objects=Packed.of(Merged([], [], [], [])), first=part.first[:0])
+            tag = self._tags.pop(i, None)
+            if self.levels is not None and tag is not None:  # its rest goes up a level: only its statistics stay
+                self.levels.put(*tag, part)
+                self.parts[i] = replace(self.parts[i], pieces=Packed.of(Pieces()), order=part.order[:0],
+                                        inside=part.inside[:0], near=part.near[:0])
         self.emitted += n
         return n
+
+    def _drain_levels(self, gather) -> None:
+        """Every block's and level's merge in, level by level (a group whose members never all came starts
+        once every level below it is in)."""
+        def drain_all():
+            while self._undrained:
+                self.drain(gather, wait=True)
+
+        drain_all()
+        if self.levels is not None:
+            for level in range(1, self.levels.top):
+                self.levels.flush(level)
+                drain_all()
+
+    def _rest(self, parts) -> Rest:
+        """The final pass's pieces: what the levels handed up, or every block's undecided pieces."""
+        if self.levels is not None:
+            return self.levels.take()
+        rest = Rest.concat([Rest.of(p, 0) for p in parts])
+        tiles = tile_of(np.asarray(rest.pieces.columns.get("tile_key", []), dtype=np.int64))
+        rest.below = np.asarray([self.blocks[int(t)] for t in tiles.tolist()], dtype=np.int64)
+        return rest
 
     def finish(self, gather=None) -> tuple[Merged, MergeStats]:
         """Close the open blocks, gather every block's part (`gather` for futures), then the final pass.
@@ -338,24 +340,18 @@ class BlockMerger:
         self.close()
         given = gather
         if self.on_block is not None:
-            self.drain(gather, wait=True)
+            self._drain_levels(gather)
             gather = None
         parts = gather(self.parts) if gather is not None else self.parts
         self.parts = []
         stats = MergeStats()
         for p in parts:
             stats.add(p.stats)
-        # the final pass: every undecided piece, in tile order
-        order = np.concatenate([p.order for p in parts]) if parts else np.zeros(0, np.int64)
-        sort = np.argsort(order, kind="stable")
-        rest = Packed.concat([p.pieces for p in parts]).take(sort) if len(order) else Packed.of(Pieces())
-        tiles = tile_of(np.asarray(rest.columns.get("tile_key", []), dtype=np.int64))
-        piece_block = np.asarray([self.blocks[int(t)] for t in tiles.tolist()], dtype=np.int64)
-        job = (rest, self._frames_of(np.unique(tiles)), order[sort], self.iou_min, self.ios_min,
-               np.concatenate([p.inside for p in parts])[sort] if parts else np.zeros(0, bool),
-               np.concatenate([p.near for p in parts])[sort] if parts else np.zeros(0, np.uint8),
-               piece_block, self.early.rest() if self.early is not None else None)
-        if self.remote_final and self.submit is not None and given is not None and len(rest):
+        rest = self._rest(parts)  # the final pass: every piece still undecided, in tile order
+        tiles = tile_of(np.asarray(rest.pieces.columns.get("tile_key", []), dtype=np.int64))
+        job = (rest.pieces, self._frames_of(np.unique(tiles)), rest.order, self.iou_min, self.ios_min, rest.inside,
+               rest.near, rest.below, self.early.rest() if self.early is not None else None)
+        if self.remote_final and self.submit is not None and given is not None and len(rest.order):
             fin = given([self.submit(final_pass, job)])[0]  # a task: the driver does no merge of its own
         else:
             fin = final_pass(*job)
