@@ -80,6 +80,20 @@ def test_streamed_outputs_equal_the_objects_in_memory_whatever_the_blocks(scene,
     assert b"sam3tiles" in pq.read_schema(tmp_path / "o.parquet").metadata[b"PANDAS_ATTRS"]  # the run's metadata
 
 
+def test_chunks_hold_a_bounded_share_of_geometry_bytes_not_only_of_rows(scene, reference, tmp_path, monkeypatch):
+    # issue 48: 20,000 objects a chunk held ~500 MB of long outlines at 10^5 tiles; a chunk is now also bounded by
+    # its WKB (CHUNK_BYTES): with a budget of about three mean objects, parts of one to three, the same table
+    import shapely as sh
+
+    mean = float(np.mean([len(g) for g in sh.to_wkb(np.asarray(reference.geometry.values))]))
+    monkeypatch.setattr(stream, "CHUNK_BYTES", int(3 * mean))
+    out = str(tmp_path / "objects.parquet") + "/"
+    segment_job(str(scene), PROMPTS, backend="reference", out=out, return_objects=False)
+    parts = sorted((tmp_path / "objects.parquet").iterdir())
+    assert -(-len(reference) // 3) <= len(parts) <= len(reference)  # one part before (20,000 rows a chunk)
+    _same(gpd.read_parquet(tmp_path / "objects.parquet"), reference)
+
+
 def test_partitioned_dataset_reads_as_one_table(scene, reference, tmp_path, monkeypatch):
     monkeypatch.setattr(stream, "CHUNK_ROWS", 10)
     out = str(tmp_path / "objects.parquet") + "/"

@@ -38,8 +38,11 @@ from .atomic import output_lock
 from .formats import format_for
 
 #: Objects per chunk written to an output (and per part of a partitioned GeoParquet dataset); bounds the
-#: shapely objects held at once (~2.5 KB each).
+#: shapely objects held at once (~2.5 KB each) ...
 CHUNK_ROWS = 20_000
+#: ... and their geometries' bytes: fewer rows a chunk where outlines are long (a real model's, a large
+#: object's), so writing an output holds about this much WKB at a time whatever the objects.
+CHUNK_BYTES = 32 * 2**20
 
 
 def check_dataset(path: str | os.PathLike, overwrite: bool) -> Path:
@@ -254,10 +257,12 @@ class ObjectSpool:
         (possibly empty) frame, so an output with no objects still gets its columns."""
         self.finalize()
         crs = self.crs_of(inputs)
-        chunk = chunk or CHUNK_ROWS
         um = any(self._has_um[i] for i in inputs)
         offset, last, n = None, 0, 0
         sel = ",".join(str(int(i)) for i in inputs) or "-1"
+        if chunk is None:
+            mean = self.db.execute(f"SELECT AVG(LENGTH(wkb)) FROM objects WHERE input IN ({sel})").fetchone()[0]
+            chunk = max(1, min(CHUNK_ROWS, int(CHUNK_BYTES // max(mean or 1.0, 1.0))))
         while True:
             rows = self.db.execute(f"SELECT id, prompt, score, area, area_px, area_um2, n_tiles, source, backend, "
                                    f"model, wkb, extra FROM objects WHERE id > ? AND input IN ({sel}) "
