@@ -115,14 +115,20 @@ def pair_verdicts(c: Cols, a: np.ndarray, b: np.ndarray, frames, iou_min, ios_mi
     """Rule 2's verdict per pair of parts (a before b in order): do the two masks agree in the band their
     tiles share. A function of the two parts and their tiles' frames only, so computed at any time."""
     bands, box = _bands(c.tiles[a], c.tiles[b], frames)
-    area_a, area_b, inter = (np.empty(len(a)) for _ in range(3))
+    ok = np.zeros(len(a), dtype=bool)
     for lo in range(0, len(a), PAIR_CHUNK):  # the clipped copies of one chunk at a time
         sl = slice(lo, lo + PAIR_CHUNK)
-        ga = _clip(c.geoms[a[sl]], bands[sl], box[sl])
-        gb = _clip(c.geoms[b[sl]], bands[sl], box[sl])
-        area_a[sl], area_b[sl] = shapely.area(ga), shapely.area(gb)
-        inter[sl] = shapely.area(shapely.intersection(*_local(ga, gb)))
-        del ga, gb
+        ok[sl] = _verdicts(c, a[sl], b[sl], bands[sl], box[sl], frames, iou_min, ios_min)
+    return ok
+
+
+def _verdicts(c: Cols, a, b, bands, box, frames, iou_min, ios_min) -> np.ndarray:
+    """`pair_verdicts` over one chunk of pairs: each part clipped to the band once, its clipped copy and the
+    pair's overlap there used by every look."""
+    ga, gb = _clip(c.geoms[a], bands, box), _clip(c.geoms[b], bands, box)
+    area_a, area_b = shapely.area(ga), shapely.area(gb)
+    both = shapely.intersection(*_local(ga, gb))
+    inter = shapely.area(both)
     union = area_a + area_b - inter
     smaller = np.minimum(area_a, area_b)
     iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
@@ -130,14 +136,15 @@ def pair_verdicts(c: Cols, a: np.ndarray, b: np.ndarray, frames, iou_min, ios_mi
     ok = (iou >= iou_min) | (ios >= ios_min)
     retry = np.flatnonzero(~ok & (inter > 0))
     if len(retry):
-        ok[retry] = _tolerant(c, a[retry], b[retry], bands[retry], box[retry], area_a[retry], area_b[retry], frames,
+        ok[retry] = _tolerant(c, a[retry], b[retry], ga[retry], gb[retry], area_a[retry], area_b[retry], frames,
                               ios_min)
     weak = np.flatnonzero(ok & (iou < iou_min))
     if len(weak):  # linked by containment alone: not where the smaller view only pokes into the band
-        ok[weak] = ~_poking(c, a[weak], b[weak], bands[weak], area_a[weak], area_b[weak], frames)
+        small = np.where(area_a[weak] <= area_b[weak], ga[weak], gb[weak])
+        ok[weak] = ~_poking(c, a[weak], b[weak], bands[weak], small, area_a[weak], area_b[weak], frames)
     cut = np.flatnonzero(~ok & (inter > 0) & ~c.complete[a] & ~c.complete[b])
     if len(cut):
-        ok[cut] = _continued(c, a[cut], b[cut], bands[cut], frames)
+        ok[cut] = _continued(c, a[cut], b[cut], both[cut], inter[cut], frames)
     return ok
 
 
@@ -164,13 +171,32 @@ def _bands(ta: np.ndarray, tb: np.ndarray, frames) -> tuple[np.ndarray, np.ndarr
 
 
 def _clip(geoms: np.ndarray, bands: np.ndarray, box: np.ndarray) -> np.ndarray:
-    """`geoms` clipped to `bands`; one whose bounds lie within its (rectangular) band is itself (most
-    parts in an overlap band: a GEOS overlay each that changed nothing)."""
-    g = shapely.bounds(geoms)
-    within = (g[:, 0] >= box[:, 0]) & (g[:, 1] >= box[:, 1]) & (g[:, 2] <= box[:, 2]) & (g[:, 3] <= box[:, 3])
+    """`geoms` clipped to `bands`: to a rectangular band (`box` finite: north-up frames) by its bounds
+    (`clip_rects`), to any other by an overlay."""
     out = geoms.copy()
-    cut = ~within
-    out[cut] = shapely.intersection(geoms[cut], bands[cut])
+    rect = np.isfinite(box[:, 0])
+    out[rect] = clip_rects(geoms[rect], box[rect])
+    if not rect.all():
+        out[~rect] = shapely.intersection(geoms[~rect], bands[~rect])
+    return out
+
+
+def clip_rects(geoms: np.ndarray, rects: np.ndarray) -> np.ndarray:
+    """`geoms` each clipped to its rectangle (`rects`: xmin, ymin, xmax, ymax). One whose bounds lie within
+    it is itself (most parts in an overlap band: an overlay each that changed nothing); the others cut by
+    GEOS's rectangle clip (the same area as an overlay, to 1e-12 relative, at a tenth of its CPU on the
+    pixel staircases of masks), by an overlay where that clip's result is not valid."""
+    g = shapely.bounds(geoms)
+    within = (g[:, 0] >= rects[:, 0]) & (g[:, 1] >= rects[:, 1]) & (g[:, 2] <= rects[:, 2]) & (g[:, 3] <= rects[:, 3])
+    out = geoms.copy()
+    cut = np.flatnonzero(~within)
+    if len(cut):
+        got = np.empty(len(cut), dtype=object)
+        got[:] = [shapely.clip_by_rect(x, *r) for x, r in zip(geoms[cut].tolist(), rects[cut].tolist())]
+        bad = ~shapely.is_valid(got)
+        if bad.any():
+            got[bad] = shapely.intersection(geoms[cut[bad]], shapely.box(*rects[cut[bad]].T))
+        out[cut] = got
     return out
 
 
@@ -188,26 +214,34 @@ def _local(ga: np.ndarray, gb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
-def _tolerant(c: Cols, a, b, bands, box, area_a, area_b, frames, ios_min) -> np.ndarray:
-    """Rule 2's second look: the smaller of each pair (clipped to the band) lies >= `ios_min` within
-    `LINK_CELLS` mask cells of the larger (masks that moved by a cell between tiles). Only the larger's
-    stretch within that tolerance of the smaller's bounds can reach it: the rest is not buffered, and both
-    are overlaid near 0 (`_local`); the same verdicts at about half the CPU (long scene, `wobble`)."""
+def _tolerant(c: Cols, a, b, ga, gb, area_a, area_b, frames, ios_min) -> np.ndarray:
+    """Rule 2's second look: the smaller of each pair (`ga`, `gb`: both clipped to the band) lies >= `ios_min`
+    within `LINK_CELLS` mask cells of the larger (masks that moved by a cell between tiles). Only what lies
+    within that tolerance of the other's bounds can count: where the smaller's area there falls short already
+    (neighbours meeting at their ends) the verdict is no without a buffer; else the larger's stretch within
+    the tolerance of the smaller's bounds is buffered, both overlaid near 0 (`_local`)."""
     small_a = area_a <= area_b
-    s, l = np.where(small_a, a, b), np.where(small_a, b, a)
     tol = LINK_CELLS * MASK_CELL * _pair_pixel(c, a, b, frames)
-    gs = _clip(c.geoms[s], bands, box)
-    lo, hi = shapely.bounds(gs)[:, :2] - tol[:, None], shapely.bounds(gs)[:, 2:] + tol[:, None]
-    gl = _clip(_clip(c.geoms[l], bands, box), shapely.box(*lo.T, *hi.T), np.c_[lo, hi])
+    gs, gl = np.where(small_a, ga, gb), np.where(small_a, gb, ga)
+    need = ios_min * np.minimum(area_a, area_b)
+    lb = shapely.bounds(gl)
+    reach = shapely.area(clip_rects(gs, np.c_[lb[:, :2] - tol[:, None], lb[:, 2:] + tol[:, None]]))
+    out = np.zeros(len(a), dtype=bool)
+    k = np.flatnonzero(reach >= need * (1 - 1e-9))  # (the rounding of two overlays' areas)
+    if not len(k):
+        return out
+    gs, gl, tol = gs[k], gl[k], tol[k]
+    sb = shapely.bounds(gs)
+    gl = clip_rects(gl, np.c_[sb[:, :2] - tol[:, None], sb[:, 2:] + tol[:, None]])
     gs, gl = _local(gs, gl)
-    inter = shapely.area(shapely.intersection(gs, shapely.buffer(gl, tol, quad_segs=2)))
-    return inter >= ios_min * np.minimum(area_a, area_b)
+    out[k] = shapely.area(shapely.intersection(gs, shapely.buffer(gl, tol, quad_segs=2))) >= need[k]
+    return out
 
 
-def _poking(c: Cols, a, b, bands, area_a, area_b, frames) -> np.ndarray:
+def _poking(c: Cols, a, b, bands, small, area_a, area_b, frames) -> np.ndarray:
     """Per pair linked by containment alone (IoS or the one-cell tolerance, IoU under `IOU_MIN`): the
-    smaller's view in the band is a strip poking into it, no deeper than `SLIVER_CELLS` mask cells (half a
-    cell of rounding) from the band's edge, while its part goes on past the band on its own tile's side.
+    smaller's view in the band (`small`) is a strip poking into it, no deeper than `SLIVER_CELLS` mask cells
+    (half a cell of rounding) from the band's edge, while its part goes on past the band on its own tile's side.
     There the other tile sees it at its own window edge: a strip that thin carries no shape, it lies within
     a cell of whatever the other tile drew there (the next line of a paragraph, fused with the strip), and
     the tile that sees it whole, away from its edge, says where it stops. No link; a lone strip is rule 6's."""
@@ -215,7 +249,7 @@ def _poking(c: Cols, a, b, bands, area_a, area_b, frames) -> np.ndarray:
     s = np.where(small_a, a, b)
     cell = MASK_CELL * _pair_pixel(c, a, b, frames)
     inner = shapely.buffer(bands, -(SLIVER_CELLS + 0.5) * cell, join_style="mitre")
-    poke = ~shapely.intersects(shapely.intersection(c.geoms[s], bands), inner)
+    poke = ~shapely.intersects(small, inner)
     if poke.any():
         k = np.flatnonzero(poke)
         beyond = shapely.difference(c.geoms[s[k]], bands[k])
@@ -223,15 +257,19 @@ def _poking(c: Cols, a, b, bands, area_a, area_b, frames) -> np.ndarray:
     return poke
 
 
-def _continued(c: Cols, a, b, bands, frames) -> np.ndarray:
-    """Rule 2's third look, for two cut parts that disagree in the band: they overlap there over a region
-    `THICK_CELLS` mask cells across (not a copy grown by a cell beside a neighbour: the two views share a
-    stretch of one object) and their own-core areas meet across the core boundary. Two tiles that each
-    split one object, at different places, give halves no one-to-one comparison links."""
+def _continued(c: Cols, a, b, both, inter, frames) -> np.ndarray:
+    """Rule 2's third look, for two cut parts that disagree in the band (`both`: their overlap there, of area
+    `inter`): they overlap over a region `THICK_CELLS` mask cells across (not a copy grown by a cell beside a
+    neighbour: the two views share a stretch of one object) and their own-core areas meet across the core
+    boundary. Two tiles that each split one object, at different places, give halves no one-to-one
+    comparison links. An overlap of less area than such a region can have is not buffered (a point half
+    that width from its edges, 0.92 of it where the buffer's arcs are chords, has a disk of 2.68 r^2 around it)."""
     pix = _pair_pixel(c, a, b, frames)
-    both = shapely.intersection(shapely.intersection(c.geoms[a], bands),
-                                shapely.intersection(c.geoms[b], bands))
-    thick = ~shapely.is_empty(shapely.buffer(both, -THICK_CELLS * MASK_CELL * pix / 2, quad_segs=2))
+    r = THICK_CELLS * MASK_CELL * pix / 2
+    thick = inter >= 2.0 * r * r
+    if thick.any():
+        t = np.flatnonzero(thick)
+        thick[t] = ~shapely.is_empty(shapely.buffer(both[t], -r[t], quad_segs=2))
     out = np.zeros(len(a), dtype=bool)
     if thick.any():
         t = np.flatnonzero(thick)
