@@ -200,6 +200,15 @@ def clip_rects(geoms: np.ndarray, rects: np.ndarray) -> np.ndarray:
     return out
 
 
+def buffer_near(geoms: np.ndarray, bounds: np.ndarray, tol: np.ndarray) -> np.ndarray:
+    """`geoms` buffered by `tol` where the buffer can reach each one's rectangle `bounds` (xmin, ymin, xmax,
+    ymax): its stretch within `tol` of that rectangle is buffered, not the whole (inside the rectangle the
+    two buffers are the same, up to GEOS's simplification of a buffer's input by a hundredth of `tol`; the
+    parts of masks are long, the rectangles a band or another part's box)."""
+    return shapely.buffer(clip_rects(geoms, np.c_[bounds[:, :2] - tol[:, None], bounds[:, 2:] + tol[:, None]]), tol,
+                          quad_segs=2)
+
+
 def _local(ga: np.ndarray, gb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Both geometries of each pair moved by the same offset (the pair's lower-left corner) to small
     coordinates: GEOS overlays two near-identical masks (two tiles' views of one object, whose edges
@@ -252,9 +261,28 @@ def _poking(c: Cols, a, b, bands, small, area_a, area_b, frames) -> np.ndarray:
     poke = ~shapely.intersects(small, inner)
     if poke.any():
         k = np.flatnonzero(poke)
-        beyond = shapely.difference(c.geoms[s[k]], bands[k])
-        poke[k] = ~shapely.is_empty(shapely.buffer(beyond, -cell[k], quad_segs=2))
+        poke[k] = _thick(shapely.difference(c.geoms[s[k]], bands[k]), cell[k])
     return poke
+
+
+def _thick(geoms: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Per geometry: whether its buffer by -`r` is not empty (it holds a region 2 `r` across). Tried first
+    on its stretch within 8 `r` of a point inside it (a part of it: what that stretch holds, it holds), the
+    whole buffered only where that says no (a whole river is costly to erode, a square of it is not)."""
+    out = np.zeros(len(geoms), dtype=bool)
+    ok = ~shapely.is_empty(geoms)
+    if not ok.any():
+        return out
+    k = np.flatnonzero(ok)
+    p = shapely.get_coordinates(shapely.point_on_surface(geoms[k]))
+    box = np.c_[p - 8 * r[k, None], p + 8 * r[k, None]]
+    near = clip_rects(geoms[k], box)
+    good = shapely.is_valid(near)
+    out[k[good]] = ~shapely.is_empty(shapely.buffer(near[good], -r[k[good]], quad_segs=2))
+    rest = k[~out[k]]
+    if len(rest):
+        out[rest] = ~shapely.is_empty(shapely.buffer(geoms[rest], -r[rest], quad_segs=2))
+    return out
 
 
 def _continued(c: Cols, a, b, both, inter, frames) -> np.ndarray:
@@ -269,7 +297,7 @@ def _continued(c: Cols, a, b, both, inter, frames) -> np.ndarray:
     thick = inter >= 2.0 * r * r
     if thick.any():
         t = np.flatnonzero(thick)
-        thick[t] = ~shapely.is_empty(shapely.buffer(both[t], -r[t], quad_segs=2))
+        thick[t] = _thick(both[t], r[t])
     out = np.zeros(len(a), dtype=bool)
     if thick.any():
         t = np.flatnonzero(thick)
