@@ -200,15 +200,6 @@ def clip_rects(geoms: np.ndarray, rects: np.ndarray) -> np.ndarray:
     return out
 
 
-def buffer_near(geoms: np.ndarray, bounds: np.ndarray, tol: np.ndarray) -> np.ndarray:
-    """`geoms` buffered by `tol` where the buffer can reach each one's rectangle `bounds` (xmin, ymin, xmax,
-    ymax): its stretch within `tol` of that rectangle is buffered, not the whole (inside the rectangle the
-    two buffers are the same, up to GEOS's simplification of a buffer's input by a hundredth of `tol`; the
-    parts of masks are long, the rectangles a band or another part's box)."""
-    return shapely.buffer(clip_rects(geoms, np.c_[bounds[:, :2] - tol[:, None], bounds[:, 2:] + tol[:, None]]), tol,
-                          quad_segs=2)
-
-
 def _local(ga: np.ndarray, gb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Both geometries of each pair moved by the same offset (the pair's lower-left corner) to small
     coordinates: GEOS overlays two near-identical masks (two tiles' views of one object, whose edges
@@ -225,17 +216,23 @@ def _local(ga: np.ndarray, gb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _tolerant(c: Cols, a, b, ga, gb, area_a, area_b, frames, ios_min) -> np.ndarray:
     """Rule 2's second look: the smaller of each pair (`ga`, `gb`: both clipped to the band) lies >= `ios_min`
-    within `LINK_CELLS` mask cells of the larger (masks that moved by a cell between tiles). Only what lies
-    within that tolerance of the other's bounds can count: where the smaller's area there falls short already
-    (neighbours meeting at their ends) the verdict is no without a buffer; else the larger's stretch within
-    the tolerance of the smaller's bounds is buffered, both overlaid near 0 (`_local`)."""
+    within `LINK_CELLS` mask cells of the larger (masks that moved by a cell between tiles: `lies_near`)."""
     small_a = area_a <= area_b
     tol = LINK_CELLS * MASK_CELL * _pair_pixel(c, a, b, frames)
     gs, gl = np.where(small_a, ga, gb), np.where(small_a, gb, ga)
-    need = ios_min * np.minimum(area_a, area_b)
+    return lies_near(gs, gl, tol, ios_min * np.minimum(area_a, area_b))
+
+
+def lies_near(gs: np.ndarray, gl: np.ndarray, tol: np.ndarray, need: np.ndarray) -> np.ndarray:
+    """Per pair: whether the area of `gs` within `tol` of `gl` (inside `gl`'s buffer by `tol`) reaches `need`.
+    Only what lies within `tol` of `gl`'s bounds can count: where `gs`'s area there falls short already
+    (neighbours meeting at their ends) the answer is no without a buffer; else `gl`'s stretch within `tol`
+    of `gs`'s bounds is buffered (no other can reach `gs`), both overlaid near 0 (`_local`). `tol` and `need`:
+    one per pair, or one for all."""
+    tol, need = (np.broadcast_to(np.asarray(x, dtype=float), (len(gs),)) for x in (tol, need))
     lb = shapely.bounds(gl)
     reach = shapely.area(clip_rects(gs, np.c_[lb[:, :2] - tol[:, None], lb[:, 2:] + tol[:, None]]))
-    out = np.zeros(len(a), dtype=bool)
+    out = np.zeros(len(gs), dtype=bool)
     k = np.flatnonzero(reach >= need * (1 - 1e-9))  # (the rounding of two overlays' areas)
     if not len(k):
         return out

@@ -14,7 +14,7 @@ from shapely.geometry import Polygon
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
 from .apart import FUSE_CELLS, absorb, fused_groups, fused_shares, side_by_side
-from .links import _components, _explode, _inside, _links, buffer_near
+from .links import _components, _explode, _inside, _links, lies_near
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
                     THICK_CELLS, Cols, Merged, polygonal, regions)
@@ -472,14 +472,14 @@ class _Resolver:
         """Whether part `j` lies (`IOS_MIN`, within `LINK_CELLS` mask cells) inside part `i` where their
         tiles' windows overlap: rule 2's part-whole link; and reaches its own window's edge there (it goes on
         into `i`'s tile side by side with the other: a tile's split across an object leaves one half short of
-        that edge). Only `i`'s stretch near `j`'s bounds is buffered (`buffer_near`)."""
+        that edge)."""
         fi, fj = self.frames[int(self.tiles[i])], self.frames[int(self.tiles[j])]
         gj = shapely.intersection(self.c.geoms[j], shapely.intersection(fi.window, fj.window))
         if gj.area <= 0 or not shapely.dwithin(gj, shapely.intersection(fj.window.exterior, fi.window),
                                                   EDGE_MARGIN * fj.pixel):
             return False
-        near = buffer_near(self.c.geoms[[i]], np.asarray([gj.bounds]), np.asarray([LINK_CELLS * MASK_CELL * fi.pixel]))
-        return shapely.intersection(gj, near[0]).area >= IOS_MIN * gj.area
+        gj = np.asarray([gj], dtype=object)
+        return bool(lies_near(gj, self.c.geoms[[i]], LINK_CELLS * MASK_CELL * fi.pixel, IOS_MIN * gj[0].area)[0])
 
     def _stitch(self, s: np.ndarray, comp_tiles: np.ndarray):
         """Rule 5: cut parts clipped to their cores, unioned (the outline smoothed where the tiles' views disagree:
