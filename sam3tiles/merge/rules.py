@@ -511,7 +511,7 @@ class _Resolver:
             if len(unclaimed):
                 geom = shapely.union_all([geom, *unclaimed])
         outs = []
-        for r in regions(polygonal(geom), self.gap):
+        for r in regions(polygonal(geom, valid=True), self.gap):  # (a union, or smooth_views' valid one)
             hit = shapely.intersects(clipped, r) & (areas > 0)
             if not hit.any():
                 hit = np.ones(len(s), dtype=bool)

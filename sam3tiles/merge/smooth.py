@@ -68,7 +68,7 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
     apart, offset, spread = _offsets(pairs)
     if apart < AGREE_CELLS * cell:
         return geom, 0.0
-    area = polygonal(geom)
+    area = polygonal(geom, valid=True)  # (the owners' stitch: a union)
     if offset > OFFSET_RATIO * spread:
         out = shift_views(area, pairs, tiles, frames, cell)
         inward = shapely.difference(area, out).area if out is not area else 0.0
