@@ -87,8 +87,8 @@ def test_lying_near_with_its_bound_and_clip_says_what_the_whole_buffer_says():
 @pytest.mark.parametrize("cells", [0.5, 1.0, 2.0])
 def test_the_erosion_tried_on_a_square_first_says_what_the_whole_erosion_says(cells):
     rng = np.random.default_rng(int(cells * 10))
-    geoms = _arr(_masks(rng, 24, size=60, sigma=2.0) + [shapely.box(ORIGIN[0], ORIGIN[1], ORIGIN[0] + 400, ORIGIN[1] + w)
-                                               for w in (0.5, 1.0, 2.0, 3.0)] + [shapely.Polygon()])
+    strips = [shapely.box(ORIGIN[0], ORIGIN[1], ORIGIN[0] + 400, ORIGIN[1] + w) for w in (0.5, 1.0, 2.0, 3.0)]
+    geoms = _arr(_masks(rng, 24, size=60, sigma=2.0) + strips + [shapely.Polygon()])
     r = np.full(len(geoms), cells * 3.5 * PIXEL)
     want = ~shapely.is_empty(shapely.buffer(geoms, -r, quad_segs=2))
     assert 0 < want.sum() < len(want) or cells == 0.5
@@ -134,10 +134,27 @@ def test_the_second_looks_bound_gives_the_verdicts_of_the_plain_look(monkeypatch
     class F:
         pixel = PIXEL
 
-    got = links._tolerant(C, a, b, ga, gb, shapely.area(ga), shapely.area(gb), {0: F}, IOS_MIN)
     want = _plain_tolerant(ga, gb, 3.5 * PIXEL)
-    np.testing.assert_array_equal(got, want)
+    inter = shapely.area(shapely.intersection(ga, gb))
+    for known in (None, inter):  # with the area the two share, the bound of what a buffer can add too
+        got = links._tolerant(C, a, b, ga, gb, shapely.area(ga), shapely.area(gb), {0: F}, IOS_MIN, known)
+        np.testing.assert_array_equal(got, want)
     assert 0 < want.sum() < len(want)
+
+
+def test_what_a_buffer_adds_is_within_its_bound():
+    """`added`: the edges' strips and the corners' sectors hold all a buffer adds (the second look skips the
+    buffer where the shared area and that bound fall short); a box's bound is its exact buffer's."""
+    rng = np.random.default_rng(9)
+    holed = shapely.box(0, 0, 10, 10).difference(shapely.box(3, 3, 6, 6))
+    g = _arr(_masks(rng, 30) + [holed, shapely.MultiPolygon([shapely.box(0, 0, 1, 1), shapely.box(5, 5, 7, 6)])])
+    for cells in (0.5, 1.0, 3.0):
+        r = np.full(len(g), cells * 3.5 * PIXEL)
+        grown = shapely.area(shapely.buffer(g, r, quad_segs=8)) - shapely.area(g)
+        assert (grown <= links.added(g, r)).all()
+    assert links.added(_arr([shapely.box(0, 0, 10, 10)]), np.array([1.0]))[0] == pytest.approx(40 + np.pi)
+    odd = links.added(_arr([shapely.LineString([(0, 0), (1, 1)]), shapely.Polygon()]), np.array([1.0, 1.0]))
+    assert odd[0] == np.inf and odd[1] == 0.0
 
 
 def _cone_loop(half):
