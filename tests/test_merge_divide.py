@@ -74,7 +74,6 @@ SLIVER_GROUP = [(6, "POLYGON ((226 147, 231 147, 231 94, 226 94, 226 147))"),
 @pytest.mark.parametrize("rows, objects", [(SEED6, 2), (LATTICE, 2), (SLIVER_GROUP, 1)],
                          ids=["seed-6", "lattice", "sliver-group"])
 def test_a_divided_fusing_region_loses_nothing_its_tile_said(rows, objects):
-    assert apart.DIVIDE
     merged, stats, frames, pieces = _merge(rows)
     assert _lost(merged, stats, frames, pieces) <= 1e-6 * sum(g.area for g in pieces.geometry)
     # the fusing region was divided among the objects it fused, not left standing alone over them

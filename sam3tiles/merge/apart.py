@@ -87,11 +87,6 @@ def side_by_side(a, b, cell: float) -> bool:
     return f > 0 and f * f > SIDE_RATIO * min(a.area, b.area)
 
 
-#: Whether a part that fuses two groups is divided between them (`divide`); off, it stands alone over them
-#: (both objects then overlap it). tests/test_merge_divide.py holds the layouts where the division lost area.
-DIVIDE = True
-
-
 def divide(region, views: list, cell: float) -> list:
     """`region` (a fusing part inside its own core) divided among the groups it fused: each group (`views`:
     the geometry of its parts) takes the stretch nearer its own outline than any other's (the owner's
@@ -155,7 +150,7 @@ def fused_shares(groups: list, fusers: np.ndarray, ptr, nbr, geoms, cores, cells
     for f in fusers.tolist():
         nb = set(nbr[ptr[f]:ptr[f + 1]].tolist())
         near = [k for k, g in enumerate(groups) if not (len(g) == 1 and g[0] in fusers) and nb & set(g.tolist())]
-        if len(near) < 2 or not DIVIDE:
+        if len(near) < 2:
             left.add(f)
             continue
         got = divide(shapely.intersection(geoms[f], cores[f]), [shapely.union_all(geoms[groups[k]]) for k in near],

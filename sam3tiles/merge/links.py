@@ -115,14 +115,20 @@ def pair_verdicts(c: Cols, a: np.ndarray, b: np.ndarray, frames, iou_min, ios_mi
     """Rule 2's verdict per pair of parts (a before b in order): do the two masks agree in the band their
     tiles share. A function of the two parts and their tiles' frames only, so computed at any time."""
     bands, box = _bands(c.tiles[a], c.tiles[b], frames)
-    area_a, area_b, inter = (np.empty(len(a)) for _ in range(3))
+    ok = np.zeros(len(a), dtype=bool)
     for lo in range(0, len(a), PAIR_CHUNK):  # the clipped copies of one chunk at a time
         sl = slice(lo, lo + PAIR_CHUNK)
-        ga = _clip(c.geoms[a[sl]], bands[sl], box[sl])
-        gb = _clip(c.geoms[b[sl]], bands[sl], box[sl])
-        area_a[sl], area_b[sl] = shapely.area(ga), shapely.area(gb)
-        inter[sl] = shapely.area(shapely.intersection(*_local(ga, gb)))
-        del ga, gb
+        ok[sl] = _verdicts(c, a[sl], b[sl], bands[sl], box[sl], frames, iou_min, ios_min)
+    return ok
+
+
+def _verdicts(c: Cols, a, b, bands, box, frames, iou_min, ios_min) -> np.ndarray:
+    """`pair_verdicts` over one chunk of pairs: each part clipped to the band once, its clipped copy and the
+    pair's overlap there used by every look."""
+    ga, gb = _clip(c.geoms[a], bands, box), _clip(c.geoms[b], bands, box)
+    area_a, area_b = shapely.area(ga), shapely.area(gb)
+    both = shapely.intersection(*_local(ga, gb))
+    inter = shapely.area(both)
     union = area_a + area_b - inter
     smaller = np.minimum(area_a, area_b)
     iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
@@ -130,14 +136,15 @@ def pair_verdicts(c: Cols, a: np.ndarray, b: np.ndarray, frames, iou_min, ios_mi
     ok = (iou >= iou_min) | (ios >= ios_min)
     retry = np.flatnonzero(~ok & (inter > 0))
     if len(retry):
-        ok[retry] = _tolerant(c, a[retry], b[retry], bands[retry], box[retry], area_a[retry], area_b[retry], frames,
-                              ios_min)
+        ok[retry] = _tolerant(c, a[retry], b[retry], ga[retry], gb[retry], area_a[retry], area_b[retry], frames,
+                              ios_min, inter[retry])
     weak = np.flatnonzero(ok & (iou < iou_min))
     if len(weak):  # linked by containment alone: not where the smaller view only pokes into the band
-        ok[weak] = ~_poking(c, a[weak], b[weak], bands[weak], area_a[weak], area_b[weak], frames)
+        small = np.where(area_a[weak] <= area_b[weak], ga[weak], gb[weak])
+        ok[weak] = ~_poking(c, a[weak], b[weak], bands[weak], small, area_a[weak], area_b[weak], frames)
     cut = np.flatnonzero(~ok & (inter > 0) & ~c.complete[a] & ~c.complete[b])
     if len(cut):
-        ok[cut] = _continued(c, a[cut], b[cut], bands[cut], frames)
+        ok[cut] = _continued(c, a[cut], b[cut], both[cut], inter[cut], frames)
     return ok
 
 
@@ -164,13 +171,32 @@ def _bands(ta: np.ndarray, tb: np.ndarray, frames) -> tuple[np.ndarray, np.ndarr
 
 
 def _clip(geoms: np.ndarray, bands: np.ndarray, box: np.ndarray) -> np.ndarray:
-    """`geoms` clipped to `bands`; one whose bounds lie within its (rectangular) band is itself (most
-    parts in an overlap band: a GEOS overlay each that changed nothing)."""
-    g = shapely.bounds(geoms)
-    within = (g[:, 0] >= box[:, 0]) & (g[:, 1] >= box[:, 1]) & (g[:, 2] <= box[:, 2]) & (g[:, 3] <= box[:, 3])
+    """`geoms` clipped to `bands`: to a rectangular band (`box` finite: north-up frames) by its bounds
+    (`clip_rects`), to any other by an overlay."""
     out = geoms.copy()
-    cut = ~within
-    out[cut] = shapely.intersection(geoms[cut], bands[cut])
+    rect = np.isfinite(box[:, 0])
+    out[rect] = clip_rects(geoms[rect], box[rect])
+    if not rect.all():
+        out[~rect] = shapely.intersection(geoms[~rect], bands[~rect])
+    return out
+
+
+def clip_rects(geoms: np.ndarray, rects: np.ndarray) -> np.ndarray:
+    """`geoms` each clipped to its rectangle (`rects`: xmin, ymin, xmax, ymax). One whose bounds lie within
+    it is itself (most parts in an overlap band: an overlay each that changed nothing); the others cut by
+    GEOS's rectangle clip (the same area as an overlay, to 1e-12 relative, at a tenth of its CPU on the
+    pixel staircases of masks), by an overlay where that clip's result is not valid."""
+    g = shapely.bounds(geoms)
+    within = (g[:, 0] >= rects[:, 0]) & (g[:, 1] >= rects[:, 1]) & (g[:, 2] <= rects[:, 2]) & (g[:, 3] <= rects[:, 3])
+    out = geoms.copy()
+    cut = np.flatnonzero(~within)
+    if len(cut):
+        got = np.empty(len(cut), dtype=object)
+        got[:] = [shapely.clip_by_rect(x, *r) for x, r in zip(geoms[cut].tolist(), rects[cut].tolist())]
+        bad = ~shapely.is_valid(got)
+        if bad.any():
+            got[bad] = shapely.intersection(geoms[cut[bad]], shapely.box(*rects[cut[bad]].T))
+        out[cut] = got
     return out
 
 
@@ -188,26 +214,73 @@ def _local(ga: np.ndarray, gb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
-def _tolerant(c: Cols, a, b, bands, box, area_a, area_b, frames, ios_min) -> np.ndarray:
-    """Rule 2's second look: the smaller of each pair (clipped to the band) lies >= `ios_min` within
-    `LINK_CELLS` mask cells of the larger (masks that moved by a cell between tiles). Only the larger's
-    stretch within that tolerance of the smaller's bounds can reach it: the rest is not buffered, and both
-    are overlaid near 0 (`_local`); the same verdicts at about half the CPU (long scene, `wobble`)."""
+def _tolerant(c: Cols, a, b, ga, gb, area_a, area_b, frames, ios_min, inter=None) -> np.ndarray:
+    """Rule 2's second look: the smaller of each pair (`ga`, `gb`: both clipped to the band) lies >= `ios_min`
+    within `LINK_CELLS` mask cells of the larger (masks that moved by a cell between tiles: `lies_near`;
+    `inter`: the area they share)."""
     small_a = area_a <= area_b
-    s, l = np.where(small_a, a, b), np.where(small_a, b, a)
     tol = LINK_CELLS * MASK_CELL * _pair_pixel(c, a, b, frames)
-    gs = _clip(c.geoms[s], bands, box)
-    lo, hi = shapely.bounds(gs)[:, :2] - tol[:, None], shapely.bounds(gs)[:, 2:] + tol[:, None]
-    gl = _clip(_clip(c.geoms[l], bands, box), shapely.box(*lo.T, *hi.T), np.c_[lo, hi])
+    gs, gl = np.where(small_a, ga, gb), np.where(small_a, gb, ga)
+    return lies_near(gs, gl, tol, ios_min * np.minimum(area_a, area_b), inter)
+
+
+def lies_near(gs: np.ndarray, gl: np.ndarray, tol: np.ndarray, need: np.ndarray, inter=None) -> np.ndarray:
+    """Per pair: whether the area of `gs` within `tol` of `gl` (inside `gl`'s buffer by `tol`) reaches `need`.
+    Only what lies within `tol` of `gl`'s bounds can count: where `gs`'s area there falls short already
+    (neighbours meeting at their ends) the answer is no without a buffer; else `gl`'s stretch within `tol`
+    of `gs`'s bounds is buffered (no other can reach `gs`), both overlaid near 0 (`_local`). `inter` (the
+    area the two share, where known): no buffer either where it and all the buffer can add (`added`) fall
+    short (two strips side by side). `tol` and `need`: one per pair, or one for all."""
+    tol, need = (np.broadcast_to(np.asarray(x, dtype=float), (len(gs),)) for x in (tol, need))
+    lb = shapely.bounds(gl)
+    reach = shapely.area(clip_rects(gs, np.c_[lb[:, :2] - tol[:, None], lb[:, 2:] + tol[:, None]]))
+    out = np.zeros(len(gs), dtype=bool)
+    k = np.flatnonzero(reach >= need * (1 - 1e-9))  # (the rounding of two overlays' areas)
+    if not len(k):
+        return out
+    gs, gl, tol = gs[k], gl[k], tol[k]
+    sb = shapely.bounds(gs)
+    gl = clip_rects(gl, np.c_[sb[:, :2] - tol[:, None], sb[:, 2:] + tol[:, None]])
+    if inter is not None:  # (GEOS simplifies a buffer's input by a hundredth of its distance: 2 % to spare)
+        go = inter[k] + added(gl, 1.02 * tol) >= need[k] * (1 - 1e-9)
+        k, gs, gl, tol = k[go], gs[go], gl[go], tol[go]
     gs, gl = _local(gs, gl)
-    inter = shapely.area(shapely.intersection(gs, shapely.buffer(gl, tol, quad_segs=2)))
-    return inter >= ios_min * np.minimum(area_a, area_b)
+    out[k] = shapely.area(shapely.intersection(gs, shapely.buffer(gl, tol, quad_segs=2))) >= need[k]
+    return out
 
 
-def _poking(c: Cols, a, b, bands, area_a, area_b, frames) -> np.ndarray:
+def added(geoms: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Per (multi)polygon: at least the area its buffer by `r` adds to it (inf for other geometries): `r` x
+    its boundary's length (a strip along each edge) + r^2 / 2 x the turn of its rings (a sector at each
+    corner; every point of the buffer outside it lies in the strip of the edge or the sector of the corner
+    nearest to it)."""
+    out = np.full(len(geoms), np.inf)
+    poly = np.isin(shapely.get_type_id(geoms), (3, 6))
+    if not poly.any():
+        return out
+    g, rr = geoms[poly], np.asarray(r, dtype=float)[poly]
+    parts, pi = shapely.get_parts(g, return_index=True)
+    rings, ri = shapely.get_rings(parts, return_index=True)
+    xy, ci = shapely.get_coordinates(rings, return_index=True)
+    same = ci[1:] == ci[:-1]
+    d = (xy[1:] - xy[:-1])[same]
+    ring = ci[:-1][same]
+    ang = np.arctan2(d[:, 1], d[:, 0])
+    nxt = np.arange(1, len(ang) + 1)
+    last = np.r_[ring[1:] != ring[:-1], True] if len(ring) else np.zeros(0, dtype=bool)
+    first = np.flatnonzero(np.r_[True, ring[1:] != ring[:-1]]) if len(ring) else np.zeros(0, dtype=np.int64)
+    nxt[last] = first  # each ring's last edge turns into its first
+    turn = np.abs((ang[nxt % max(len(ang), 1)] - ang + np.pi) % (2 * np.pi) - np.pi) if len(ang) else ang
+    per_ring = np.bincount(ring, weights=turn, minlength=len(rings))
+    total = np.bincount(pi[ri], weights=per_ring, minlength=len(g))
+    out[poly] = rr * shapely.length(g) + rr * rr / 2 * total
+    return out
+
+
+def _poking(c: Cols, a, b, bands, small, area_a, area_b, frames) -> np.ndarray:
     """Per pair linked by containment alone (IoS or the one-cell tolerance, IoU under `IOU_MIN`): the
-    smaller's view in the band is a strip poking into it, no deeper than `SLIVER_CELLS` mask cells (half a
-    cell of rounding) from the band's edge, while its part goes on past the band on its own tile's side.
+    smaller's view in the band (`small`) is a strip poking into it, no deeper than `SLIVER_CELLS` mask cells
+    (half a cell of rounding) from the band's edge, while its part goes on past the band on its own tile's side.
     There the other tile sees it at its own window edge: a strip that thin carries no shape, it lies within
     a cell of whatever the other tile drew there (the next line of a paragraph, fused with the strip), and
     the tile that sees it whole, away from its edge, says where it stops. No link; a lone strip is rule 6's."""
@@ -215,23 +288,46 @@ def _poking(c: Cols, a, b, bands, area_a, area_b, frames) -> np.ndarray:
     s = np.where(small_a, a, b)
     cell = MASK_CELL * _pair_pixel(c, a, b, frames)
     inner = shapely.buffer(bands, -(SLIVER_CELLS + 0.5) * cell, join_style="mitre")
-    poke = ~shapely.intersects(shapely.intersection(c.geoms[s], bands), inner)
+    poke = ~shapely.intersects(small, inner)
     if poke.any():
         k = np.flatnonzero(poke)
-        beyond = shapely.difference(c.geoms[s[k]], bands[k])
-        poke[k] = ~shapely.is_empty(shapely.buffer(beyond, -cell[k], quad_segs=2))
+        poke[k] = _thick(shapely.difference(c.geoms[s[k]], bands[k]), cell[k])
     return poke
 
 
-def _continued(c: Cols, a, b, bands, frames) -> np.ndarray:
-    """Rule 2's third look, for two cut parts that disagree in the band: they overlap there over a region
-    `THICK_CELLS` mask cells across (not a copy grown by a cell beside a neighbour: the two views share a
-    stretch of one object) and their own-core areas meet across the core boundary. Two tiles that each
-    split one object, at different places, give halves no one-to-one comparison links."""
+def _thick(geoms: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Per geometry: whether its buffer by -`r` is not empty (it holds a region 2 `r` across). Tried first
+    on its stretch within 8 `r` of a point inside it (a part of it: what that stretch holds, it holds), the
+    whole buffered only where that says no (a whole river is costly to erode, a square of it is not)."""
+    out = np.zeros(len(geoms), dtype=bool)
+    ok = ~shapely.is_empty(geoms)
+    if not ok.any():
+        return out
+    k = np.flatnonzero(ok)
+    p = shapely.get_coordinates(shapely.point_on_surface(geoms[k]))
+    box = np.c_[p - 8 * r[k, None], p + 8 * r[k, None]]
+    near = clip_rects(geoms[k], box)
+    good = shapely.is_valid(near)
+    out[k[good]] = ~shapely.is_empty(shapely.buffer(near[good], -r[k[good]], quad_segs=2))
+    rest = k[~out[k]]
+    if len(rest):
+        out[rest] = ~shapely.is_empty(shapely.buffer(geoms[rest], -r[rest], quad_segs=2))
+    return out
+
+
+def _continued(c: Cols, a, b, both, inter, frames) -> np.ndarray:
+    """Rule 2's third look, for two cut parts that disagree in the band (`both`: their overlap there, of area
+    `inter`): they overlap over a region `THICK_CELLS` mask cells across (not a copy grown by a cell beside a
+    neighbour: the two views share a stretch of one object) and their own-core areas meet across the core
+    boundary. Two tiles that each split one object, at different places, give halves no one-to-one
+    comparison links. An overlap of less area than such a region can have is not buffered (a point half
+    that width from its edges, 0.92 of it where the buffer's arcs are chords, has a disk of 2.68 r^2 around it)."""
     pix = _pair_pixel(c, a, b, frames)
-    both = shapely.intersection(shapely.intersection(c.geoms[a], bands),
-                                shapely.intersection(c.geoms[b], bands))
-    thick = ~shapely.is_empty(shapely.buffer(both, -THICK_CELLS * MASK_CELL * pix / 2, quad_segs=2))
+    r = THICK_CELLS * MASK_CELL * pix / 2
+    thick = inter >= 2.0 * r * r
+    if thick.any():
+        t = np.flatnonzero(thick)
+        thick[t] = _thick(both[t], r[t])
     out = np.zeros(len(a), dtype=bool)
     if thick.any():
         t = np.flatnonzero(thick)

@@ -116,9 +116,10 @@ def edge_dist(geoms: np.ndarray, frame: TileFrame) -> np.ndarray:
     return shapely.distance(geoms, frame.edges) / frame.pixel
 
 
-def polygonal(geom):
-    """Keep the areal part of a union (clipping can leave slivers of lines or points)."""
-    if not geom.is_valid:
+def polygonal(geom, valid: bool = False):
+    """Keep the areal part of a union (clipping can leave slivers of lines or points). `valid`: `geom` is an
+    overlay's result (GEOS makes those valid), not checked again (a check costs as much as a small overlay)."""
+    if not valid and not geom.is_valid:
         geom = shapely.make_valid(geom)
     if geom.geom_type in ("Polygon", "MultiPolygon"):
         return geom

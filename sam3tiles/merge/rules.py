@@ -14,7 +14,7 @@ from shapely.geometry import Polygon
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
 from .apart import FUSE_CELLS, absorb, fused_groups, fused_shares, side_by_side
-from .links import _components, _explode, _inside, _links
+from .links import _components, _explode, _inside, _links, lies_near
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
                     THICK_CELLS, Cols, Merged, polygonal, regions)
@@ -471,15 +471,15 @@ class _Resolver:
     def _holds(self, i: int, j: int) -> bool:
         """Whether part `j` lies (`IOS_MIN`, within `LINK_CELLS` mask cells) inside part `i` where their
         tiles' windows overlap: rule 2's part-whole link; and reaches its own window's edge there (it goes on
-        into `i`'s tile side by side with the other: a tile's split across an object leaves one half short
-        of that edge)."""
+        into `i`'s tile side by side with the other: a tile's split across an object leaves one half short of
+        that edge)."""
         fi, fj = self.frames[int(self.tiles[i])], self.frames[int(self.tiles[j])]
         gj = shapely.intersection(self.c.geoms[j], shapely.intersection(fi.window, fj.window))
         if gj.area <= 0 or not shapely.dwithin(gj, shapely.intersection(fj.window.exterior, fi.window),
                                                   EDGE_MARGIN * fj.pixel):
             return False
-        near = shapely.buffer(self.c.geoms[i], LINK_CELLS * MASK_CELL * fi.pixel, quad_segs=2)
-        return shapely.intersection(gj, near).area >= IOS_MIN * gj.area
+        gj = np.asarray([gj], dtype=object)
+        return bool(lies_near(gj, self.c.geoms[[i]], LINK_CELLS * MASK_CELL * fi.pixel, IOS_MIN * gj[0].area)[0])
 
     def _stitch(self, s: np.ndarray, comp_tiles: np.ndarray):
         """Rule 5: cut parts clipped to their cores, unioned (the outline smoothed where the tiles' views disagree:
@@ -511,7 +511,7 @@ class _Resolver:
             if len(unclaimed):
                 geom = shapely.union_all([geom, *unclaimed])
         outs = []
-        for r in regions(polygonal(geom), self.gap):
+        for r in regions(polygonal(geom, valid=True), self.gap):  # (a union, or smooth_views' valid one)
             hit = shapely.intersects(clipped, r) & (areas > 0)
             if not hit.any():
                 hit = np.ones(len(s), dtype=bool)

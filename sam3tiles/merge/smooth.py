@@ -68,7 +68,7 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
     apart, offset, spread = _offsets(pairs)
     if apart < AGREE_CELLS * cell:
         return geom, 0.0
-    area = polygonal(geom)
+    area = polygonal(geom, valid=True)  # (the owners' stitch: a union)
     if offset > OFFSET_RATIO * spread:
         out = shift_views(area, pairs, tiles, frames, cell)
         inward = shapely.difference(area, out).area if out is not area else 0.0
@@ -184,15 +184,22 @@ def _pair_signed(a, b, polys, lines, frames):
         pts = xy[pick]
         outside = ~shapely.contains_xy(poly, pts[:, 0], pts[:, 1])
         out.append(sign * np.where(outside, 1.0, -1.0) * shapely.distance(shapely.points(pts), other))
-        normals.append(_outward(xy, own, cell)[pick])
+        normals.append(_outward(xy, own, cell, pick))
     return np.concatenate(out), np.concatenate(normals)
 
 
-def _outward(xy: np.ndarray, poly, cell: float) -> np.ndarray:
-    """Unit normals at the points `xy` along a boundary of `poly`, pointing out of it."""
+def _outward(xy: np.ndarray, poly, cell: float, pick=slice(None)) -> np.ndarray:
+    """Unit normals at the points `xy[pick]` along a boundary of `poly` (its points `xy`), pointing out of it."""
     if len(xy) < 2:
-        return np.zeros((len(xy), 2))
-    tan = np.gradient(xy, axis=0)
+        return np.zeros((len(xy[pick]), 2))
+    i = np.arange(len(xy))[pick]
+    # np.gradient's central differences (one-sided at the ends) at the picked points only
+    tan = np.where((i == 0)[:, None], xy[np.minimum(i + 1, len(xy) - 1)] - xy[i], 0.0)
+    end = i == len(xy) - 1
+    tan[end] = xy[i[end]] - xy[i[end] - 1]
+    mid = ~(end | (i == 0))
+    tan[mid] = (xy[i[mid] + 1] - xy[i[mid] - 1]) / 2.0
+    xy = xy[i]
     n = np.column_stack([tan[:, 1], -tan[:, 0]]) / np.maximum(np.hypot(tan[:, 0], tan[:, 1]), 1e-300)[:, None]
     probe = xy + 0.3 * cell * n
     return np.where(shapely.contains_xy(poly, probe[:, 0], probe[:, 1])[:, None], -n, n)
@@ -290,17 +297,28 @@ def _windows(p: np.ndarray, reach: int, first: int) -> np.ndarray:
         half[alive] = size
         size += max(1, size // 4)
     half = np.minimum(half, reach)
-    out = half.copy()
-    for k in range(1, int(half.max()) + 1):  # min over the ring of half[j] + |i - j| (a cone, circular)
-        np.minimum(out, np.roll(half, k) + k, out=out)
-        np.minimum(out, np.roll(half, -k) + k, out=out)
-    return out
+    return _cone(half)
+
+
+def _cone(half: np.ndarray) -> np.ndarray:
+    """min over the ring of half[j] + |i - j| (circular): running minima of half[j] - j forward and
+    half[j] + j backward over the ring padded by max(half) each side (no cone reaches farther)."""
+    n, m = len(half), int(half.max()) if len(half) else 0
+    if m == 0:
+        return half.copy()
+    m = min(m, n)
+    h = np.concatenate([half[n - m:], half, half[:m]])
+    j = np.arange(len(h))
+    fwd = np.minimum.accumulate(h - j) + j
+    bwd = (np.minimum.accumulate((h + j)[::-1]))[::-1] - j
+    return np.minimum(fwd, bwd)[m:m + n]
 
 
 def _same_shape(before, after, gap: float) -> bool:
-    """Whether `after` is valid and has the parts, the regions (parts within `gap` are one: rule 0) and the
-    holes of `before` (the smoothing moved a boundary)."""
-    if after.is_empty or not after.is_valid:
+    """Whether `after` has the parts, the regions (parts within `gap` are one: rule 0) and the holes of
+    `before` (the smoothing moved a boundary). `after` is valid (`smooth_outline` keeps valid polygons only,
+    `shift_views` gives an overlay's result): not checked again."""
+    if after.is_empty:
         return False
     pb, pa = shapely.get_parts(before), shapely.get_parts(after)
     if len(pb) != len(pa) or any(not isinstance(p, shapely.Polygon) for p in pa):
