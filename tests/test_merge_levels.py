@@ -28,7 +28,7 @@ def _by_tile(pieces) -> dict[int, Packed]:
     return {int(t): packed.take(np.flatnonzero(tiles == t)) for t in np.unique(tiles)}
 
 
-def _run(grid, per_tile, block: int, arrival, monkeypatch, fan: int | None):
+def _run(grid, per_tile, block: int, arrival, monkeypatch, fan: int | None, alone=None):
     """A grid BlockMerger as a run makes it (merges submitted, objects handed over as they come), its
     merges run here; what every pass was given is recorded."""
     if fan is not None:
@@ -47,7 +47,7 @@ def _run(grid, per_tile, block: int, arrival, monkeypatch, fan: int | None):
         return real_final(*job)
 
     monkeypatch.setattr(blocks_mod, "final_pass", final_pass)
-    merger = BlockMerger(TileFrames(grid), GridBlocks(grid.shape, block), submit=submit,
+    merger = BlockMerger(TileFrames(grid), GridBlocks(grid.shape, block, alone), submit=submit,
                          on_block=lambda objs, first: objects.append((objs.unpack(Merged), first)))
     for i, t in enumerate(arrival):
         merger.add(t, per_tile.get(t))
@@ -61,16 +61,19 @@ def _run(grid, per_tile, block: int, arrival, monkeypatch, fan: int | None):
     return [geoms[i] for i in rank], [scores[i] for i in rank], stats, jobs, final[0] if final else 0
 
 
-@pytest.mark.parametrize("fan, block", [(2, 1), (4, 1), (2, 2)])
-def test_levels_give_the_single_merge_in_any_arrival_order(monkeypatch, fan, block):
+@pytest.mark.parametrize("fan, block, alone", [(2, 1, False), (4, 1, False), (2, 2, False), (2, 3, True)])
+def test_levels_give_the_single_merge_in_any_arrival_order(monkeypatch, fan, block, alone):
     # large squares over many tiles: long chains of links across blocks and groups of blocks
     pieces, frames, grid, _ = grid_pieces(2500, per_tile=25, seed=5, size=(8.0, 400.0))
     assert grid.shape[0] >= 9  # several levels of groups
     single, s1 = merge_pieces(pieces, frames)
     per_tile = _by_tile(pieces)
     arrival = list(range(grid.shape[0] * grid.shape[1]))
-    np.random.default_rng(fan + block).shuffle(arrival)
-    geoms, scores, s2, jobs, last = _run(grid, per_tile, block, arrival, monkeypatch, fan)
+    rng = np.random.default_rng(fan + block)
+    rng.shuffle(arrival)
+    # `alone`: some tiles in a block of their own (an area of interest's), inside their place's group
+    mask = rng.random(len(arrival)) < 0.15 if alone else None
+    geoms, scores, s2, jobs, last = _run(grid, per_tile, block, arrival, monkeypatch, fan, mask)
     # every count the single merge's; `merged_groups` aside: a group crossing a block edge is counted in each
     # pass it touches, as with blocks alone (known, tests/test_distributed.py)
     assert _counts(s1) == _counts(s2) and s1.merged_groups > 0 and s1.disagreements > 0
