@@ -146,3 +146,38 @@ def test_a_run_merging_by_levels_writes_the_single_merges_objects(tmp_path, monk
     assert bool(shapely.equals_exact(np.asarray(single.geometry.values), np.asarray(got.geometry.values), 0).all())
     for col in ("id", "prompt", "score", "n_tiles"):
         assert got[col].tolist() == single[col].tolist(), col
+
+
+def test_block_merges_run_while_the_tiles_run_never_queued_behind_them(tmp_path):
+    # found at 10^5 tiles (1,434 merges alive at the end): merge tasks without a restriction are "root-ish" to
+    # the scheduler once more wait than twice its threads, and it queues those while workers are busy; tile
+    # tasks (GPU-restricted, never queued) kept the worker busy to the last tile, so every merge waited for the
+    # end of the run. A scheduler plugin records every task that entered the queue.
+    from distributed import Client, LocalCluster
+    from distributed.diagnostics.plugin import SchedulerPlugin
+    from distributed.utils import key_split
+
+    from sam3tiles.run.pipeline import segment_job
+    from sam3tiles.testing.demo import write_scene
+
+    class Queued(SchedulerPlugin):
+        def __init__(self):
+            self.queued, self.merges = [], 0
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            name = key_split(key)
+            if finish == "queued":
+                self.queued.append(name)
+            if name == "merge_block" and finish == "memory":
+                self.merges += 1
+
+    src = tmp_path / "scene.tif"
+    write_scene(src, 2600, 2200, seed=2)
+    plugin = Queued()
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, resources={"GPU": 1},
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        cluster.scheduler.add_plugin(plugin)  # this object itself: the scheduler runs in this process
+        _, report = segment_job(str(src), ["blue", "red"], backend="reference", checkpoint=False, tile_size=512,
+                                overlap=100, merge_block=1, client=client)
+    assert report.tiles >= 30 and plugin.merges >= 30
+    assert "merge_block" not in plugin.queued and "level_pass" not in plugin.queued, plugin.queued[:5]
