@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # sam3tiles on a dask.distributed cluster started by hand: one `dask scheduler`, one
-# `dask worker --resources GPU=1` per GPU (each pinned to its GPU with CUDA_VISIBLE_DEVICES), optional
-# CPU-only workers for reading and vectorizing, then `sam3tiles segment --scheduler`.
+# `dask worker --resources GPU=1` per GPU (each pinned to its GPU with CUDA_VISIBLE_DEVICES; sam3tiles reads,
+# vectorizes and merges on their threads too), optional CPU-only workers, then `sam3tiles segment --scheduler`.
 #
 #   examples/cluster_scheduler.sh INPUT OUT [sam3tiles segment options...]
 #   examples/cluster_scheduler.sh ortho.tif buildings.gpkg --text building
@@ -68,7 +68,7 @@ for gpu in $GPUS; do
     pids+=($!)
     n=$((n + 1))
 done
-# 3. optional CPU-only workers (reads and vectorizing; never a model task)
+# 3. optional CPU-only workers (other Dask work: sam3tiles's tile batches and merges run on the GPU workers)
 for i in $(seq 1 "$CPU_WORKERS"); do
     CUDA_VISIBLE_DEVICES= dask worker "$ADDRESS" --name "cpu$i" --nthreads "$THREADS" --no-dashboard &
     pids+=($!)
