@@ -61,7 +61,7 @@ def ring_windows(grid, rect: tuple[int, int, int, int], distance: float) -> np.n
     `distance` of a window inside it."""
     near = GridNear(grid)
     r0, r1, c0, c1 = rect
-    k = near._span(distance)
+    k = near.span(distance)
     a, b = max(0, c0 - k), min(near.cols, c1 + k)
     out = []
     for y in range(max(0, r0 - k), min(near.rows, r1 + k)):

@@ -183,7 +183,7 @@ class GridNear:
         self.smin = float(np.linalg.svd(m, compute_uv=False).min())  # CRS distance >= smin x pixel distance
         self._strips: dict[tuple[int, int], np.ndarray] = {}
 
-    def _span(self, distance: float) -> int:
+    def span(self, distance: float) -> int:
         """Rows and columns either side within which a window can lie within `distance` of another's."""
         if not (self.smin > 0 and np.isfinite(self.smin) and np.isfinite(distance)):
             return max(self.rows, self.cols)
@@ -218,7 +218,7 @@ class GridNear:
         ids = np.asarray(ids, dtype=np.int64)
         if not len(ids):
             return ids
-        k = self._span(distance)
+        k = self.span(distance)
         r, c = np.divmod(ids, self.cols)
         c0, c1 = max(0, int(c.min()) - k), min(self.cols, int(c.max()) + k + 1)
         rr = range(max(0, int(r.min()) - k), min(self.rows, int(r.max()) + k + 1))

@@ -171,11 +171,9 @@ def _outline_batch(draw, objs, f, sx: float, sy: float, colours: dict[str, tuple
     first = np.zeros(len(xy), dtype=bool)
     first[starts] = True
     drawn = line_ring & (first | np.r_[True, (q[1:] != q[:-1]).any(axis=1)])
-    idx = np.flatnonzero(drawn)
-    counts = np.bincount(ring[idx] - ring[0], minlength=ring[-1] - ring[0] + 1)[ring[starts] - ring[0]]
-    flat = xy[idx].ravel().tolist()  # x0, y0, x1, y1, ...: what Pillow takes, without tuples
+    flat = xy[drawn].ravel().tolist()  # x0, y0, x1, y1, ...: what Pillow takes, without tuples
+    pos = np.r_[0, np.cumsum(np.add.reduceat(drawn.astype(np.int64), starts))].tolist()  # rings in `flat`
     del xy, q, ring
-    pos = np.r_[0, np.cumsum(counts)].tolist()
     for k in range(len(starts)):
         colour = colours[str(prompts[k])]
         under = halo(colour)
