@@ -150,6 +150,7 @@ def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str
     target = Target(fmt, p, layer_name(p, layer), _json_safe(metadata or {}), _description(first, frames), frames,
                     geojson_crs, prompts, qupath_type)
     rows = itertools.chain([first], chunks)
+    del first  # a chunk is let go once written (`rows` hands it on), before the next is read
     write = fmt.write()
     if dataset:
         if not fmt.dataset:
@@ -158,6 +159,7 @@ def write_vector(gdf: "gpd.GeoDataFrame | Iterable[gpd.GeoDataFrame]", path: str
             for k, chunk in enumerate(rows):
                 if k == 0 or len(chunk):
                     write(iter([chunk]) if fmt.chunked else chunk, tmp / f"part-{k:05d}{fmt.suffix}", target)
+                del chunk
         return p
     with atomic_path(p) as tmp:
         write(rows if fmt.chunked else _joined(rows), tmp, target)  # formats without appends: joined in memory
@@ -236,9 +238,14 @@ def _write_parquet_chunks(chunks: Iterable[gpd.GeoDataFrame], dest: Path, metada
     if second is None:  # one chunk: written as it is
         _write_parquet(first, dest, metadata)
         return
+    rows = itertools.chain([first, second], chunks)
+    del first, second  # each chunk let go once written
     with tempfile.TemporaryDirectory(prefix=f".{dest.stem}.parts.", dir=dest.parent) as d:
-        parts = [_write_parquet(c, Path(d) / f"part-{k:05d}.parquet", metadata)
-                 for k, c in enumerate(itertools.chain([first, second], chunks)) if k == 0 or len(c)]
+        parts = []
+        for k, c in enumerate(rows):
+            if k == 0 or len(c):
+                parts.append(_write_parquet(c, Path(d) / f"part-{k:05d}.parquet", metadata))
+            del c
         metas = [json.loads(pq.read_schema(q).metadata[b"geo"]) for q in parts]
         geo = metas[0]
         for name, col in geo["columns"].items():
@@ -296,9 +303,12 @@ def _write_gpkg(chunks: Iterable[gpd.GeoDataFrame], path: Path, layer: str, meta
     new = {} if path.exists() else {"dataset_options": {"VERSION": GPKG_VERSION}}
     # OVERWRITE: a layer whose name differs only in case is replaced too (SQLite ignores case)
     _write_ogr(part, path, "GPKG", layer, {"DESCRIPTION": description, "OVERWRITE": "YES"}, meta, **new, **multi)
-    for part in itertools.chain([] if later is None else [later], parts):
+    rest = itertools.chain([] if later is None else [later], parts)
+    del part, later  # each chunk let go once written, before the next is read
+    for part in rest:
         if len(part):
             _write_ogr(part, path, "GPKG", layer, {}, None, append=True, **multi)
+        del part
 
 
 def _write_geojson(gdf, path: Path, layer: str, metadata: dict, description: str, frames: dict[str, Frame],

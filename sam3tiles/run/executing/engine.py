@@ -242,8 +242,37 @@ def open_engine(client=None, scheduler: str | None = None, workers: int | None =
         engine = _cluster_engine(scheduler, worker_timeout)
     else:
         engine = _local_engine(workers)
-    with engine as e:
+    with engine as e, _short_sent_log(e.client):
         yield e
+
+
+#: Payloads of what a client sent its scheduler that Dask keeps for its developers (`BatchedSend`'s
+#: `recent_message_log`, `distributed.admin.low-level-log-length`: 1,000, each up to 1 MB) while a run holds
+#: the client. A cluster run's merge tasks carry their pieces (`submit.submit_sealed`): the driver held the last
+#: 1,000 batches of them, +105 MB over a 10^5 tile run (`benchmarks.bench_country`; up to 1 GB of larger ones).
+SENT_LOG = 16
+
+
+@contextmanager
+def _short_sent_log(client):
+    """The client's log of sent messages cut to its last SENT_LOG for the block, then given back its length
+    (a caller's client keeps its setting); a stream the client opens again meanwhile (a reconnection) starts
+    with the short log too."""
+    from collections import deque
+
+    import dask
+
+    stream = getattr(client, "scheduler_comm", None)
+    kept = getattr(stream, "recent_message_log", None)
+    if not isinstance(kept, deque) or (kept.maxlen is not None and kept.maxlen <= SENT_LOG):
+        yield
+        return
+    stream.recent_message_log = deque(kept, maxlen=SENT_LOG)
+    try:
+        with dask.config.set({"distributed.admin.low-level-log-length": SENT_LOG}):
+            yield
+    finally:
+        stream.recent_message_log = deque(stream.recent_message_log, maxlen=kept.maxlen)
 
 
 @contextmanager
