@@ -55,16 +55,18 @@ SAMPLES = 24
 STEP_CELLS = 0.5
 
 
-def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]) -> tuple[object, float]:
+def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame],
+                 bands: dict | None = None) -> tuple[object, float]:
     """(`geom` (the owners' stitch of an object) smoothed along its outline where the tiles' `views` (tile ->
     that tile's parts of the object, one geometry) disagree in the bands their windows share, the area the
     smoothing moved inward); moved to the views' consensus (`shift_views`) where they differ by a steady
-    offset (`view_offsets`); (`geom` itself, 0) where they agree or no two tiles saw it."""
+    offset (`view_offsets`); (`geom` itself, 0) where they agree or no two tiles saw it. `bands`: the bands
+    of tile pairs found so far (`_band`), kept by a caller whose `frames` stay the same."""
     tiles = [t for t, v in views.items() if not v.is_empty]
     if len(tiles) < 2:
         return geom, 0.0
     cell = MASK_CELL * min(frames[t].pixel for t in tiles)
-    pairs = _pairs(views, frames, tiles)
+    pairs = _pairs(views, frames, tiles, bands)
     apart, offset, spread = _offsets(pairs)
     if apart < AGREE_CELLS * cell:
         return geom, 0.0
@@ -89,9 +91,9 @@ def shift_views(geom, pairs, tiles, frames: Mapping[int, TileFrame], cell: float
     index = {t: k for k, t in enumerate(tiles)}
     rows = np.zeros((len(pairs), len(tiles)))
     rhs, weight = np.zeros((len(pairs), 3)), np.zeros(len(pairs))
-    for r, (a, b, d, n) in enumerate(pairs):
+    for r, (a, b, d, sides) in enumerate(pairs):
         rows[r, index[a]], rows[r, index[b]] = 1.0, -1.0
-        rhs[r], weight[r] = _pair_fit(d, n), np.sqrt(len(d))
+        rhs[r], weight[r] = _pair_fit(d, _normals(sides)), np.sqrt(len(d))
     own = np.linalg.lstsq(rows * weight[:, None], rhs * weight[:, None], rcond=None)[0]  # min norm: groups sum to 0
     own = np.clip(own, -CAP_CELLS * cell, CAP_CELLS * cell)
     if not (np.abs(own) >= 0.1 * cell).any():
@@ -136,14 +138,19 @@ def view_offsets(views: Mapping[int, object], frames: Mapping[int, TileFrame], t
     return _offsets(_pairs(views, frames, list(views) if tiles is None else tiles))
 
 
-def _pairs(views, frames, tiles) -> list:
-    """(a, b, the signed distances of `_pair_signed`) for every two tiles whose views share a band."""
+def _pairs(views, frames, tiles, bands=None) -> list:
+    """(a, b, the signed distances of `_pair_signed`, the points to take normals at) for every two tiles whose
+    views share a band."""
     polys = {t: v if (v := views[t]).geom_type in ('Polygon', 'MultiPolygon') else polygonal(v) for t in tiles}
     lines = {t: shapely.boundary(polys[t]) for t in tiles}
+    bands = {} if bands is None else bands
     out = []
     for i, a in enumerate(tiles):
         for b in tiles[i + 1:]:
-            signed = _pair_signed(a, b, polys, lines, frames)
+            band = bands.get((a, b))
+            if band is None:
+                band = bands[a, b] = _band(frames[a], frames[b])
+            signed = _pair_signed(a, b, polys, lines, band) if band else None
             if signed is not None:
                 out.append((a, b, *signed))
     return out
@@ -160,32 +167,50 @@ def _offsets(pairs) -> tuple[float, float, float]:
     return apart, offset, 1.4826 * float(np.median(residual))
 
 
-def _pair_signed(a, b, polys, lines, frames):
-    """The signed distances between views `a` and `b` in the band their windows share (`view_offsets`),
-    None where they share none or one of them has no boundary there."""
-    fa, fb = frames[a], frames[b]
+def _band(fa: TileFrame, fb: TileFrame) -> tuple:
+    """(The band two tiles' windows share, `EDGE_MARGIN` inside each (at a window's edge a mask stops short),
+    its bounds where it is a rectangle (else None), a mask cell of the coarser tile); () where they share
+    none."""
     if not shapely.intersects(fa.window, fb.window):
-        return None
+        return ()
     band = shapely.intersection(fa.window, fb.window)
     cell = MASK_CELL * max(fa.pixel, fb.pixel)
     band = shapely.buffer(band, -EDGE_MARGIN * cell / MASK_CELL, join_style="mitre")
     if band.is_empty:
-        return None
-    la, lb = _clip(lines[a], band), _clip(lines[b], band)
+        return ()
+    x0, y0, x1, y1 = band.bounds
+    box = (x1 - x0) * (y1 - y0)
+    # np.isclose's test (rtol 1e-5, atol 1e-8): the common north-up case, clipped by its bounds
+    return band, ((x0, y0, x1, y1) if abs(band.area - box) <= 1e-8 + 1e-5 * abs(box) else None), cell
+
+
+def _pair_signed(a, b, polys, lines, band: tuple):
+    """The signed distances between views `a` and `b` in their tiles' `band` (`_band`; `view_offsets`), and
+    per side the points along it to take the outward normals at (`_normals`); None where one of them has no
+    boundary there."""
+    band, rect, cell = band
+    la, lb = _clip(lines[a], band, rect), _clip(lines[b], band, rect)
     if la.is_empty or lb.is_empty:
         return None
     # the staircase of the masks' pixels simplified away (a fifth of a cell); at most `SAMPLES` points a
     # side, a cell apart or more (the noise is smooth over ~12 cells)
     la, lb = (shapely.simplify(x, 0.2 * cell, preserve_topology=False) for x in (la, lb))
-    out, normals = [], []
+    out, sides = [], []
     for one, other, own, poly, sign in ((la, lb, polys[a], polys[b], 1.0), (lb, la, polys[b], polys[a], -1.0)):
         xy = shapely.get_coordinates(shapely.segmentize(one, max(cell, one.length / SAMPLES)))
         pick = slice(None, None, max(1, len(xy) // SAMPLES))
         pts = xy[pick]
         outside = ~shapely.contains_xy(poly, pts[:, 0], pts[:, 1])
         out.append(sign * np.where(outside, 1.0, -1.0) * shapely.distance(shapely.points(pts), other))
-        normals.append(_outward(xy, own, cell, pick))
-    return np.concatenate(out), np.concatenate(normals)
+        sides.append((xy, own, pick))
+    return np.concatenate(out), (sides, cell)
+
+
+def _normals(sides) -> np.ndarray:
+    """The outward normals at the points `_pair_signed` measured, both sides (only `shift_views` needs them:
+    taken when it runs)."""
+    sides, cell = sides
+    return np.concatenate([_outward(xy, own, cell, pick) for xy, own, pick in sides])
 
 
 def _outward(xy: np.ndarray, poly, cell: float, pick=slice(None)) -> np.ndarray:
@@ -205,11 +230,11 @@ def _outward(xy: np.ndarray, poly, cell: float, pick=slice(None)) -> np.ndarray:
     return np.where(shapely.contains_xy(poly, probe[:, 0], probe[:, 1])[:, None], -n, n)
 
 
-def _clip(g, band):
-    """`g` inside `band` (a rectangle's bounds clip, the common north-up case; else an overlay)."""
-    x0, y0, x1, y1 = band.bounds
-    if np.isclose(band.area, (x1 - x0) * (y1 - y0)):
-        return shapely.clip_by_rect(g, x0, y0, x1, y1)
+def _clip(g, band, rect=None):
+    """`g` inside `band` (a rectangle's bounds clip where `rect`, the rectangle's bounds, is given; else an
+    overlay)."""
+    if rect is not None:
+        return shapely.clip_by_rect(g, *rect)
     return shapely.intersection(g, band)
 
 
