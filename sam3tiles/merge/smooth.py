@@ -67,9 +67,9 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
         return geom, 0.0
     cell = MASK_CELL * min(frames[t].pixel for t in tiles)
     pairs = _pairs(views, frames, tiles, bands)
-    apart, offset, spread = _offsets(pairs)
-    if apart < AGREE_CELLS * cell:
+    if not pairs or _apart(pairs) < AGREE_CELLS * cell:
         return geom, 0.0
+    _, offset, spread = _offsets(pairs)
     area = polygonal(geom, valid=True)  # (the owners' stitch: a union)
     if offset > OFFSET_RATIO * spread:
         out = shift_views(area, pairs, tiles, frames, cell)
@@ -140,20 +140,50 @@ def view_offsets(views: Mapping[int, object], frames: Mapping[int, TileFrame], t
 
 def _pairs(views, frames, tiles, bands=None) -> list:
     """(a, b, the signed distances of `_pair_signed`, the points to take normals at) for every two tiles whose
-    views share a band."""
+    views have a boundary in the band their windows share (`_band`; `bands`: those found so far)."""
     polys = {t: v if (v := views[t]).geom_type in ('Polygon', 'MultiPolygon') else polygonal(v) for t in tiles}
     lines = {t: shapely.boundary(polys[t]) for t in tiles}
     bands = {} if bands is None else bands
-    out = []
+    found = []
     for i, a in enumerate(tiles):
         for b in tiles[i + 1:]:
             band = bands.get((a, b))
             if band is None:
                 band = bands[a, b] = _band(frames[a], frames[b])
-            signed = _pair_signed(a, b, polys, lines, band) if band else None
-            if signed is not None:
-                out.append((a, b, *signed))
+            if band:
+                la, lb = _clip(lines[a], *band[:2]), _clip(lines[b], *band[:2])
+                if not (la.is_empty or lb.is_empty):
+                    found.append((a, b, la, lb, band[2]))
+    if not found:
+        return []
+    n = len(found)
+    # the staircase of the masks' pixels simplified away (a fifth of a cell)
+    line = _specks_dropped(shapely.simplify(_objects([f[2] for f in found] + [f[3] for f in found]),
+                                            0.2 * np.asarray([f[4] for f in found] * 2), preserve_topology=False))
+    keep = ~(shapely.is_empty(line[:n]) | shapely.is_empty(line[n:]))
+    found = [(a, b, la, lb, c) for (a, b, *_, c), la, lb, k in zip(found, line[:n], line[n:], keep) if k]
+    return _pair_signed(found, polys) if found else []
+
+
+def _specks_dropped(lines: np.ndarray) -> np.ndarray:
+    """`lines` without their lines of no length: a speck (a ring less than the simplification's tolerance
+    across, a sliver of an overlay) simplifies to one point twice, no stretch of a boundary (and GEOS's
+    segmentize refuses it)."""
+    parts, at = shapely.get_parts(lines, return_index=True)
+    speck = (shapely.get_type_id(parts) == 1) & (shapely.length(parts) == 0)
+    if not speck.any():
+        return lines
+    out = lines.copy()
+    for k in np.unique(at[speck]).tolist():
+        rest = parts[(at == k) & ~speck]
+        out[k] = (shapely.multilinestrings(rest) if (shapely.get_type_id(rest) == 1).all()
+                  else shapely.geometrycollections(rest)) if len(rest) else shapely.LineString()
     return out
+
+
+def _apart(pairs) -> float:
+    """`view_offsets`' first figure from `_pairs`: the median size of the signed distances."""
+    return float(np.median(np.concatenate([np.abs(p[2]) for p in pairs])))
 
 
 def _offsets(pairs) -> tuple[float, float, float]:
@@ -163,8 +193,7 @@ def _offsets(pairs) -> tuple[float, float, float]:
     mids = [float(np.median(p[2])) for p in pairs]
     offset = float(np.average(np.abs(mids), weights=[len(p[2]) for p in pairs]))
     residual = np.concatenate([np.abs(p[2] - m) for p, m in zip(pairs, mids)])
-    apart = float(np.median(np.concatenate([np.abs(p[2]) for p in pairs])))
-    return apart, offset, 1.4826 * float(np.median(residual))
+    return _apart(pairs), offset, 1.4826 * float(np.median(residual))
 
 
 def _band(fa: TileFrame, fb: TileFrame) -> tuple:
@@ -184,26 +213,44 @@ def _band(fa: TileFrame, fb: TileFrame) -> tuple:
     return band, ((x0, y0, x1, y1) if abs(band.area - box) <= 1e-8 + 1e-5 * abs(box) else None), cell
 
 
-def _pair_signed(a, b, polys, lines, band: tuple):
-    """The signed distances between views `a` and `b` in their tiles' `band` (`_band`; `view_offsets`), and
-    per side the points along it to take the outward normals at (`_normals`); None where one of them has no
-    boundary there."""
-    band, rect, cell = band
-    la, lb = _clip(lines[a], band, rect), _clip(lines[b], band, rect)
-    if la.is_empty or lb.is_empty:
-        return None
-    # the staircase of the masks' pixels simplified away (a fifth of a cell); at most `SAMPLES` points a
-    # side, a cell apart or more (the noise is smooth over ~12 cells)
-    la, lb = (shapely.simplify(x, 0.2 * cell, preserve_topology=False) for x in (la, lb))
-    out, sides = [], []
-    for one, other, own, poly, sign in ((la, lb, polys[a], polys[b], 1.0), (lb, la, polys[b], polys[a], -1.0)):
-        xy = shapely.get_coordinates(shapely.segmentize(one, max(cell, one.length / SAMPLES)))
-        pick = slice(None, None, max(1, len(xy) // SAMPLES))
-        pts = xy[pick]
-        outside = ~shapely.contains_xy(poly, pts[:, 0], pts[:, 1])
-        out.append(sign * np.where(outside, 1.0, -1.0) * shapely.distance(shapely.points(pts), other))
-        sides.append((xy, own, pick))
-    return np.concatenate(out), (sides, cell)
+def _pair_signed(found: list, polys: dict) -> list:
+    """For each pair (a, b, a's boundary in their band, b's, both simplified, a mask cell) in `found`: (a, b, the
+    signed distances between the two views there (`view_offsets`), per side the points to take the outward
+    normals at (`_normals`)). Each shapely step runs once over every side of every pair."""
+    n = len(found)
+    cell = np.asarray([f[4] for f in found] * 2)
+    own, other = [f[0] for f in found] + [f[1] for f in found], [f[1] for f in found] + [f[0] for f in found]
+    # at most `SAMPLES` points a side, a cell apart or more (the noise is smooth over ~12 cells)
+    line = _objects([f[2] for f in found] + [f[3] for f in found])
+    xy, at = shapely.get_coordinates(shapely.segmentize(line, np.maximum(cell, shapely.length(line) / SAMPLES)),
+                                     return_index=True)
+    count = np.bincount(at, minlength=2 * n)
+    start = np.concatenate([[0], np.cumsum(count)[:-1]])
+    picks = [slice(None, None, max(1, int(k) // SAMPLES)) for k in count.tolist()]
+    idx = np.concatenate([np.arange(int(k))[pick] + s0 for k, pick, s0 in zip(count.tolist(), picks, start.tolist())])
+    side = np.repeat(np.arange(2 * n), [len(range(int(k))[pick]) for k, pick in zip(count.tolist(), picks)])
+    pts = xy[idx]
+    outside = np.zeros(len(pts), dtype=bool)
+    of = np.asarray(other)[side]
+    for t in set(other):  # each view's polygon prepared once
+        on = of == t
+        outside[on] = ~shapely.contains_xy(polys[t], pts[on, 0], pts[on, 1])
+    sign = np.where(side < n, 1.0, -1.0)
+    d = sign * np.where(outside, 1.0, -1.0) * shapely.distance(shapely.points(pts), np.roll(line, n)[side])
+    cut = np.cumsum(np.bincount(side, minlength=2 * n))[:-1]
+    per = np.split(d, cut)
+    ends = np.concatenate([[0], np.cumsum(count)])
+    out = []
+    for r, (a, b, *_rest, c) in enumerate(found):
+        sides = [(xy[ends[k]:ends[k + 1]], polys[own[k]], picks[k]) for k in (r, r + n)]
+        out.append((a, b, np.concatenate([per[r], per[r + n]]), (sides, c)))
+    return out
+
+
+def _objects(geoms: list) -> np.ndarray:
+    out = np.empty(len(geoms), dtype=object)
+    out[:] = geoms
+    return out
 
 
 def _normals(sides) -> np.ndarray:
