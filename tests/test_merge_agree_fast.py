@@ -193,3 +193,21 @@ def test_a_speck_in_a_band_is_no_boundary_and_no_failure():
         with_speck = {0: views[0], 1: shapely.union_all([views[1], speck])}
         got = smooth.smooth_views(stitch, with_speck, frames)
         assert shapely.to_wkb(got[0]) == shapely.to_wkb(want[0]) and got[1] == want[1]
+
+
+def test_the_fused_groups_held_parts_are_the_plain_forms():
+    # rule 5's guard asks which parts are close before which a fusing part holds (an overlay each): the
+    # same parts come back, on every truth of the two tests over up to five parts of a tile
+    from sam3tiles.merge.apart import _held
+
+    rng = np.random.default_rng(5)
+    for _ in range(400):
+        js = [int(j) for j in rng.choice(50, size=int(rng.integers(2, 6)), replace=False)]
+        held = {j: bool(rng.random() < 0.6) for j in js}
+        near = {(j, k): bool(rng.random() < 0.3) for j in js for k in js}
+        plain = [j for j in js if held[j]]
+        plain = plain if len(plain) > 1 and any(near[j, k] for a, j in enumerate(plain) for k in plain[a + 1:]) else []
+        asked = []
+        got = _held(0, js, lambda i, j: asked.append(j) or held[j], lambda j, k: near[j, k])
+        assert got == plain
+        assert asked == ([] if not any(near[j, k] for a, j in enumerate(js) for k in js[a + 1:]) else js)
