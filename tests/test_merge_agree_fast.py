@@ -2,7 +2,8 @@
 what the plain form gave (issue 49: the reference merge spent its time measuring views that agree): each
 tile pair's band found once per merge pass, its rectangle test in scalar arithmetic, every side of every
 pair measured by one shapely call a step, the outward normals taken only where `shift_views` needs them,
-and the agreement decided before the offsets are. The plain form here is the code before, per pair.
+the agreement decided before the offsets are, and from part of the points where over half of them agree.
+The plain form here is the code before, per pair.
 
 Views are mask outlines as the vectorizer makes them (staircases of mask cells of thresholded random
 fields at UTM coordinates, 0.3 m pixels), each tile's view the object in its window: equal views, views a
@@ -124,7 +125,7 @@ def test_the_pairs_measure_what_the_plain_form_measured(kind):
     rng = np.random.default_rng(49 if kind == "north-up" else 50)
     frames, objects = _objects(rng, GRIDS[kind], 14)
     bands: dict = {}  # kept over the objects, as a merge pass keeps them
-    seen = {"pairs": 0, "equal": 0, "empty": 0, "overlay": 0}
+    seen = {"pairs": 0, "equal": 0, "empty": 0, "overlay": 0, "decided early": 0}
     for views, _ in objects:
         tiles = list(views)
         got = smooth._pairs(views, frames, tiles, bands)
@@ -137,13 +138,23 @@ def test_the_pairs_measure_what_the_plain_form_measured(kind):
         if want:
             assert smooth._apart(got) == smooth._offsets(want)[0]
             assert smooth._offsets(got) == smooth._offsets(want)
+            # told the bar of agreement, the views that agree within it are known from part of their points
+            # ([]), the others measured in full
+            for bar in np.asarray([0.05, 0.3, 0.5, 1.0, 2.0]) * MASK_CELL * PIXEL:
+                told = smooth._pairs(views, frames, tiles, bands, bar)
+                if told:
+                    assert all((a, b) == (wa, wb) and np.array_equal(d, wd)
+                               for (a, b, d, _), (wa, wb, wd, _) in zip(told, want, strict=True))
+                else:
+                    assert smooth._offsets(want)[0] < bar
+                    seen["decided early"] += 1
         seen["pairs"] += len(want)
         seen["empty"] += sum(1 for i, a in enumerate(tiles) for b in tiles[i + 1:]
                              if frames[a].window.intersects(frames[b].window)) - len(want)
     seen["overlay"] = sum(1 for band in bands.values() if band and band[1] is None)
     # every way the views were made was measured: equal views, pairs with no boundary in their band, and
     # overlays exactly where the frames are rotated
-    assert seen["pairs"] > 100 and seen["equal"] > 10 and seen["empty"] > 0, seen
+    assert seen["pairs"] > 100 and seen["equal"] > 10 and seen["empty"] > 0 and seen["decided early"] > 5, seen
     assert (seen["overlay"] > 0) == (kind == "rotated"), seen
 
 
