@@ -222,3 +222,10 @@ def test_the_fused_groups_held_parts_are_the_plain_forms():
         got = _held(0, js, lambda i, j: asked.append(j) or held[j], lambda j, k: near[j, k])
         assert got == plain
         assert asked == ([] if not any(near[j, k] for a, j in enumerate(js) for k in js[a + 1:]) else js)
+
+
+def test_the_medians_of_many_arrays_are_nps():
+    rng = np.random.default_rng(11)
+    arrays = [np.round(rng.normal(0, 2, int(rng.integers(1, 60))), int(rng.integers(0, 3))) for _ in range(300)]
+    got = smooth._medians(arrays)
+    assert [float(x) for x in got] == [float(np.median(a)) for a in arrays]

@@ -191,10 +191,21 @@ def _offsets(pairs) -> tuple[float, float, float]:
     """`view_offsets`'s three figures from `_pairs`."""
     if not pairs:
         return 0.0, 0.0, 0.0
-    mids = [float(np.median(p[2])) for p in pairs]
+    mids = _medians([p[2] for p in pairs]).tolist()
     offset = float(np.average(np.abs(mids), weights=[len(p[2]) for p in pairs]))
     residual = np.concatenate([np.abs(p[2] - m) for p, m in zip(pairs, mids)])
     return _apart(pairs), offset, 1.4826 * float(np.median(residual))
+
+
+def _medians(arrays: list) -> np.ndarray:
+    """`np.median` of each of `arrays` (none empty, no NaN), from one sort of them all: the middle value, or
+    the mean of the two middle ones as `np.mean` takes it ((a + b) / 2)."""
+    size = np.asarray([len(a) for a in arrays])
+    group = np.repeat(np.arange(len(arrays)), size)
+    values = np.concatenate(arrays)
+    s = values[np.lexsort((values, group))]
+    mid = np.cumsum(size) - size + size // 2
+    return np.where(size % 2 == 1, s[mid], (s[mid - 1 + size % 2] + s[mid]) / 2)
 
 
 def _band(fa: TileFrame, fb: TileFrame) -> tuple:
