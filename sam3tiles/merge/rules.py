@@ -141,7 +141,7 @@ class _Resolver:
         self.edge_q = np.floor(c.edge / (AUTHORITY_CELLS * MASK_CELL))
         self.gap = JOIN_CELLS * MASK_CELL * (pixel.max() if len(pixel) else 1.0)
         self.dropped: list[tuple[int, str, float]] = []  # (part, rule, owned area no output covers)
-        self._tree = None
+        self._tree, self.bands = None, {}  # (the bands of tile pairs `smooth_views` found: its frames stay)
         self.missed: list = []  # stretches of the component's objects their owner did not report (`_missed`)
         self.trace: dict | None = None
 
@@ -501,7 +501,7 @@ class _Resolver:
             for t in np.unique(self.tiles[s]).tolist():
                 mine = c.geoms[s[self.tiles[s] == t]]
                 views[int(t)] = mine[0] if len(mine) == 1 else shapely.union_all(mine)
-            geom, inward = smooth_views(geom, views, self.frames)
+            geom, inward = smooth_views(geom, views, self.frames, self.bands)
             if geom is not owned:
                 self.stats.count(_item(c.prompt[s[0]]), "blended", inward)
                 self._note(s, "outline smoothed where the views disagree (rule 5)")

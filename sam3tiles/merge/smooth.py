@@ -55,19 +55,21 @@ SAMPLES = 24
 STEP_CELLS = 0.5
 
 
-def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]) -> tuple[object, float]:
+def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame],
+                 bands: dict | None = None) -> tuple[object, float]:
     """(`geom` (the owners' stitch of an object) smoothed along its outline where the tiles' `views` (tile ->
     that tile's parts of the object, one geometry) disagree in the bands their windows share, the area the
     smoothing moved inward); moved to the views' consensus (`shift_views`) where they differ by a steady
-    offset (`view_offsets`); (`geom` itself, 0) where they agree or no two tiles saw it."""
+    offset (`view_offsets`); (`geom` itself, 0) where they agree or no two tiles saw it. `bands`: the bands
+    of tile pairs found so far (`_band`), kept by a caller whose `frames` stay the same."""
     tiles = [t for t, v in views.items() if not v.is_empty]
     if len(tiles) < 2:
         return geom, 0.0
     cell = MASK_CELL * min(frames[t].pixel for t in tiles)
-    pairs = _pairs(views, frames, tiles)
-    apart, offset, spread = _offsets(pairs)
-    if apart < AGREE_CELLS * cell:
+    pairs = _pairs(views, frames, tiles, bands, AGREE_CELLS * cell)
+    if not pairs or _apart(pairs) < AGREE_CELLS * cell:
         return geom, 0.0
+    _, offset, spread = _offsets(pairs)
     area = polygonal(geom, valid=True)  # (the owners' stitch: a union)
     if offset > OFFSET_RATIO * spread:
         out = shift_views(area, pairs, tiles, frames, cell)
@@ -89,9 +91,9 @@ def shift_views(geom, pairs, tiles, frames: Mapping[int, TileFrame], cell: float
     index = {t: k for k, t in enumerate(tiles)}
     rows = np.zeros((len(pairs), len(tiles)))
     rhs, weight = np.zeros((len(pairs), 3)), np.zeros(len(pairs))
-    for r, (a, b, d, n) in enumerate(pairs):
+    for r, (a, b, d, sides) in enumerate(pairs):
         rows[r, index[a]], rows[r, index[b]] = 1.0, -1.0
-        rhs[r], weight[r] = _pair_fit(d, n), np.sqrt(len(d))
+        rhs[r], weight[r] = _pair_fit(d, _normals(sides)), np.sqrt(len(d))
     own = np.linalg.lstsq(rows * weight[:, None], rhs * weight[:, None], rcond=None)[0]  # min norm: groups sum to 0
     own = np.clip(own, -CAP_CELLS * cell, CAP_CELLS * cell)
     if not (np.abs(own) >= 0.1 * cell).any():
@@ -136,56 +138,160 @@ def view_offsets(views: Mapping[int, object], frames: Mapping[int, TileFrame], t
     return _offsets(_pairs(views, frames, list(views) if tiles is None else tiles))
 
 
-def _pairs(views, frames, tiles) -> list:
-    """(a, b, the signed distances of `_pair_signed`) for every two tiles whose views share a band."""
+def _pairs(views, frames, tiles, bands=None, agree: float | None = None) -> list:
+    """(a, b, the signed distances of `_pair_signed`, the points to take normals at) for every two tiles whose
+    views have a boundary in the band their windows share (`_band`; `bands`: those found so far); [] where
+    `agree` is given and the views agree within it (`_distances`)."""
     polys = {t: v if (v := views[t]).geom_type in ('Polygon', 'MultiPolygon') else polygonal(v) for t in tiles}
     lines = {t: shapely.boundary(polys[t]) for t in tiles}
-    out = []
+    bands = {} if bands is None else bands
+    found = []
     for i, a in enumerate(tiles):
         for b in tiles[i + 1:]:
-            signed = _pair_signed(a, b, polys, lines, frames)
-            if signed is not None:
-                out.append((a, b, *signed))
+            band = bands.get((a, b))
+            if band is None:
+                band = bands[a, b] = _band(frames[a], frames[b])
+            if band:
+                la, lb = _clip(lines[a], *band[:2]), _clip(lines[b], *band[:2])
+                if not (la.is_empty or lb.is_empty):
+                    found.append((a, b, la, lb, band[2]))
+    if not found:
+        return []
+    n = len(found)
+    # the staircase of the masks' pixels simplified away (a fifth of a cell)
+    line = _specks_dropped(shapely.simplify(_objects([f[2] for f in found] + [f[3] for f in found]),
+                                            0.2 * np.asarray([f[4] for f in found] * 2), preserve_topology=False))
+    keep = ~(shapely.is_empty(line[:n]) | shapely.is_empty(line[n:]))
+    found = [(a, b, la, lb, c) for (a, b, *_, c), la, lb, k in zip(found, line[:n], line[n:], keep) if k]
+    return _pair_signed(found, polys, agree) if found else []
+
+
+def _specks_dropped(lines: np.ndarray) -> np.ndarray:
+    """`lines` without their lines of no length: a speck (a ring less than the simplification's tolerance
+    across, a sliver of an overlay) simplifies to one point twice, no stretch of a boundary (and GEOS's
+    segmentize refuses it)."""
+    parts, at = shapely.get_parts(lines, return_index=True)
+    speck = (shapely.get_type_id(parts) == 1) & (shapely.length(parts) == 0)
+    if not speck.any():
+        return lines
+    out = lines.copy()
+    for k in np.unique(at[speck]).tolist():
+        rest = parts[(at == k) & ~speck]
+        out[k] = (shapely.multilinestrings(rest) if (shapely.get_type_id(rest) == 1).all()
+                  else shapely.geometrycollections(rest)) if len(rest) else shapely.LineString()
     return out
+
+
+def _apart(pairs) -> float:
+    """`view_offsets`' first figure from `_pairs`: the median size of the signed distances."""
+    return float(np.median(np.concatenate([np.abs(p[2]) for p in pairs])))
 
 
 def _offsets(pairs) -> tuple[float, float, float]:
     """`view_offsets`'s three figures from `_pairs`."""
     if not pairs:
         return 0.0, 0.0, 0.0
-    mids = [float(np.median(p[2])) for p in pairs]
+    mids = _medians([p[2] for p in pairs]).tolist()
     offset = float(np.average(np.abs(mids), weights=[len(p[2]) for p in pairs]))
     residual = np.concatenate([np.abs(p[2] - m) for p, m in zip(pairs, mids)])
-    apart = float(np.median(np.concatenate([np.abs(p[2]) for p in pairs])))
-    return apart, offset, 1.4826 * float(np.median(residual))
+    return _apart(pairs), offset, 1.4826 * float(np.median(residual))
 
 
-def _pair_signed(a, b, polys, lines, frames):
-    """The signed distances between views `a` and `b` in the band their windows share (`view_offsets`),
-    None where they share none or one of them has no boundary there."""
-    fa, fb = frames[a], frames[b]
+def _medians(arrays: list) -> np.ndarray:
+    """`np.median` of each of `arrays` (none empty, no NaN), from one sort of them all: the middle value, or
+    the mean of the two middle ones as `np.mean` takes it ((a + b) / 2)."""
+    size = np.asarray([len(a) for a in arrays])
+    group = np.repeat(np.arange(len(arrays)), size)
+    values = np.concatenate(arrays)
+    s = values[np.lexsort((values, group))]
+    mid = np.cumsum(size) - size + size // 2
+    return np.where(size % 2 == 1, s[mid], (s[mid - 1 + size % 2] + s[mid]) / 2)
+
+
+def _band(fa: TileFrame, fb: TileFrame) -> tuple:
+    """(The band two tiles' windows share, `EDGE_MARGIN` inside each (at a window's edge a mask stops short),
+    its bounds where it is a rectangle (else None), a mask cell of the coarser tile); () where they share
+    none."""
     if not shapely.intersects(fa.window, fb.window):
-        return None
+        return ()
     band = shapely.intersection(fa.window, fb.window)
     cell = MASK_CELL * max(fa.pixel, fb.pixel)
     band = shapely.buffer(band, -EDGE_MARGIN * cell / MASK_CELL, join_style="mitre")
     if band.is_empty:
+        return ()
+    x0, y0, x1, y1 = band.bounds
+    box = (x1 - x0) * (y1 - y0)
+    # np.isclose's test (rtol 1e-5, atol 1e-8): the common north-up case, clipped by its bounds
+    return band, ((x0, y0, x1, y1) if abs(band.area - box) <= 1e-8 + 1e-5 * abs(box) else None), cell
+
+
+def _pair_signed(found: list, polys: dict, agree: float | None = None) -> list:
+    """For each pair (a, b, a's boundary in their band, b's, both simplified, a mask cell) in `found`: (a, b, the
+    signed distances between the two views there (`view_offsets`), per side the points to take the outward
+    normals at (`_normals`)); [] where the views agree within `agree` (`_distances`). Each shapely step runs
+    once over every side of every pair."""
+    n = len(found)
+    cell = np.asarray([f[4] for f in found] * 2)
+    own, other = [f[0] for f in found] + [f[1] for f in found], [f[1] for f in found] + [f[0] for f in found]
+    # at most `SAMPLES` points a side, a cell apart or more (the noise is smooth over ~12 cells)
+    line = _objects([f[2] for f in found] + [f[3] for f in found])
+    xy, at = shapely.get_coordinates(shapely.segmentize(line, np.maximum(cell, shapely.length(line) / SAMPLES)),
+                                     return_index=True)
+    count = np.bincount(at, minlength=2 * n)
+    start = np.concatenate([[0], np.cumsum(count)[:-1]])
+    picks = [slice(None, None, max(1, int(k) // SAMPLES)) for k in count.tolist()]
+    idx = np.concatenate([np.arange(int(k))[pick] + s0 for k, pick, s0 in zip(count.tolist(), picks, start.tolist())])
+    side = np.repeat(np.arange(2 * n), [len(range(int(k))[pick]) for k, pick in zip(count.tolist(), picks)])
+    pts = xy[idx]
+    dist = _distances(pts, np.roll(line, n)[side], agree)
+    if dist is None:
+        return []
+    outside = np.zeros(len(pts), dtype=bool)
+    of = np.asarray(other)[side]
+    for t in set(other):  # each view's polygon prepared once
+        on = of == t
+        outside[on] = ~shapely.contains_xy(polys[t], pts[on, 0], pts[on, 1])
+    sign = np.where(side < n, 1.0, -1.0)
+    d = sign * np.where(outside, 1.0, -1.0) * dist
+    cut = np.cumsum(np.bincount(side, minlength=2 * n))[:-1]
+    per = np.split(d, cut)
+    ends = np.concatenate([[0], np.cumsum(count)])
+    out = []
+    for r, (a, b, *_rest, c) in enumerate(found):
+        sides = [(xy[ends[k]:ends[k + 1]], polys[own[k]], picks[k]) for k in (r, r + n)]
+        out.append((a, b, np.concatenate([per[r], per[r + n]]), (sides, c)))
+    return out
+
+
+def _distances(pts: np.ndarray, lines: np.ndarray, agree: float | None):
+    """The distance of each point of `pts` to its line in `lines`; None where `agree` is given and over half of
+    them lie under it (then so does their median: the views agree, and the rest need not be measured). An even
+    spread of the points is measured first, a little over half of them; the rest where that did not decide."""
+    if agree is None:
+        return shapely.distance(shapely.points(pts), lines)
+    need = len(pts) // 2 + 1
+    first = np.argsort(np.arange(len(pts)) % 8, kind="stable")[:need + len(pts) // 8]
+    d = np.empty(len(pts))
+    d[first] = shapely.distance(shapely.points(pts[first]), lines[first])
+    if (d[first] < agree).sum() >= need:
         return None
-    la, lb = _clip(lines[a], band), _clip(lines[b], band)
-    if la.is_empty or lb.is_empty:
-        return None
-    # the staircase of the masks' pixels simplified away (a fifth of a cell); at most `SAMPLES` points a
-    # side, a cell apart or more (the noise is smooth over ~12 cells)
-    la, lb = (shapely.simplify(x, 0.2 * cell, preserve_topology=False) for x in (la, lb))
-    out, normals = [], []
-    for one, other, own, poly, sign in ((la, lb, polys[a], polys[b], 1.0), (lb, la, polys[b], polys[a], -1.0)):
-        xy = shapely.get_coordinates(shapely.segmentize(one, max(cell, one.length / SAMPLES)))
-        pick = slice(None, None, max(1, len(xy) // SAMPLES))
-        pts = xy[pick]
-        outside = ~shapely.contains_xy(poly, pts[:, 0], pts[:, 1])
-        out.append(sign * np.where(outside, 1.0, -1.0) * shapely.distance(shapely.points(pts), other))
-        normals.append(_outward(xy, own, cell, pick))
-    return np.concatenate(out), np.concatenate(normals)
+    rest = np.ones(len(pts), dtype=bool)
+    rest[first] = False
+    d[rest] = shapely.distance(shapely.points(pts[rest]), lines[rest])
+    return d
+
+
+def _objects(geoms: list) -> np.ndarray:
+    out = np.empty(len(geoms), dtype=object)
+    out[:] = geoms
+    return out
+
+
+def _normals(sides) -> np.ndarray:
+    """The outward normals at the points `_pair_signed` measured, both sides (only `shift_views` needs them:
+    taken when it runs)."""
+    sides, cell = sides
+    return np.concatenate([_outward(xy, own, cell, pick) for xy, own, pick in sides])
 
 
 def _outward(xy: np.ndarray, poly, cell: float, pick=slice(None)) -> np.ndarray:
@@ -205,11 +311,11 @@ def _outward(xy: np.ndarray, poly, cell: float, pick=slice(None)) -> np.ndarray:
     return np.where(shapely.contains_xy(poly, probe[:, 0], probe[:, 1])[:, None], -n, n)
 
 
-def _clip(g, band):
-    """`g` inside `band` (a rectangle's bounds clip, the common north-up case; else an overlay)."""
-    x0, y0, x1, y1 = band.bounds
-    if np.isclose(band.area, (x1 - x0) * (y1 - y0)):
-        return shapely.clip_by_rect(g, x0, y0, x1, y1)
+def _clip(g, band, rect=None):
+    """`g` inside `band` (a rectangle's bounds clip where `rect`, the rectangle's bounds, is given; else an
+    overlay)."""
+    if rect is not None:
+        return shapely.clip_by_rect(g, *rect)
     return shapely.intersection(g, band)
 
 
