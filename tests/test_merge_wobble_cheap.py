@@ -4,10 +4,11 @@ cases: the same results, to the byte."""
 import numpy as np
 import pytest
 import shapely
+import shapely.affinity
 from rasterio.features import shapes
 from rasterio.transform import Affine
 
-from sam3tiles.merge import smooth
+from sam3tiles.merge import links, smooth
 from sam3tiles.merge.parts import beyond
 
 
@@ -122,3 +123,20 @@ def test_beyond_same_as_every_difference(seed):
     got = beyond(geoms, region)
     assert [shapely.to_wkb(g) for g in got] == [shapely.to_wkb(g) for g in plain]
     assert 0 < len(got) < len(geoms)
+
+
+def test_clip_pairs_same_as_clipping_each_pair():
+    rng = np.random.default_rng(5)
+    xy = rng.uniform(0, 300, size=(60, 2)) + 5e5
+    geoms = shapely.buffer(shapely.points(xy), rng.uniform(5, 60, size=60), quad_segs=int(rng.integers(3, 9)))
+    rect = [shapely.box(5e5 + x, 5e5 + y, 5e5 + x + 120, 5e5 + y + 80) for x, y in rng.uniform(0, 200, (4, 2))]
+    tilted = [shapely.affinity.rotate(r, 20) for r in rect[:2]]
+    uniq = rect + tilted  # one object per tile pair, as `_bands` gives them
+    box = np.asarray([r.bounds for r in rect] + [[np.nan] * 4] * len(tilted))
+    which = rng.integers(0, len(uniq), size=400)
+    a, b = rng.integers(0, 60, size=400), rng.integers(0, 60, size=400)  # parts in many pairs of one band
+    bands = np.asarray(uniq, dtype=object)[which]
+    ga, gb = links._clip_pairs(geoms, a, b, bands, box[which])
+    for got, part in ((ga, a), (gb, b)):
+        plain = links._clip(geoms[part], bands, box[which])
+        assert [shapely.to_wkb(g) for g in got] == [shapely.to_wkb(g) for g in plain]
