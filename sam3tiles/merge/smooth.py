@@ -355,7 +355,7 @@ def _crossing(poly, xy: np.ndarray, cell: float) -> bool:
     p = np.asarray([float(found[1]), float(found[2])])
     a, b = xy[:-1] - p, xy[1:] - p
     near = np.flatnonzero(_to_segments(a, b) <= tol)
-    if len(near) != 2:
+    if len(near) != 2 or not (b[near] != a[near]).any(axis=1).all():  # (two segments, of some length)
         return False
     i, j = near.tolist()
     si, sj = _sides(a[i], b[i], np.stack([a[j], b[j]])), _sides(a[j], b[j], np.stack([a[i], b[i]]))
