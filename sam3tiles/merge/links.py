@@ -125,7 +125,7 @@ def pair_verdicts(c: Cols, a: np.ndarray, b: np.ndarray, frames, iou_min, ios_mi
 def _verdicts(c: Cols, a, b, bands, box, frames, iou_min, ios_min) -> np.ndarray:
     """`pair_verdicts` over one chunk of pairs: each part clipped to the band once, its clipped copy and the
     pair's overlap there used by every look."""
-    ga, gb = _clip(c.geoms[a], bands, box), _clip(c.geoms[b], bands, box)
+    ga, gb = _clip_pairs(c.geoms, a, b, bands, box)
     area_a, area_b = shapely.area(ga), shapely.area(gb)
     both = shapely.intersection(*_local(ga, gb))
     inter = shapely.area(both)
@@ -168,6 +168,18 @@ def _bands(ta: np.ndarray, tb: np.ndarray, frames) -> tuple[np.ndarray, np.ndarr
     arr = np.empty(len(uniq), dtype=object)
     arr[:] = uniq
     return arr[which], ub[which]
+
+
+def _clip_pairs(geoms: np.ndarray, a, b, bands: np.ndarray, box: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parts `a` and `b` of each pair clipped to the pair's band (`_clip`), each part once per band (a noisy
+    model's fragments: one part in several pairs of one tile pair, a third of the clips under `wobble`).
+    `bands`: one object per tile pair (`_bands`)."""
+    n = len(a)
+    _, band = np.unique(np.fromiter(map(id, bands.tolist()), dtype=np.uint64, count=n), return_inverse=True)
+    part = np.r_[a, b].astype(np.int64)
+    _, first, back = np.unique(part * (n + 1) + np.r_[band, band], return_index=True, return_inverse=True)
+    got = _clip(geoms[part[first]], np.r_[bands, bands][first], np.r_[box, box][first])[back.ravel()]
+    return got[:n], got[n:]
 
 
 def _clip(geoms: np.ndarray, bands: np.ndarray, box: np.ndarray) -> np.ndarray:

@@ -125,3 +125,12 @@ def polygonal(geom, valid: bool = False):
         return geom
     polys = [g for g in getattr(geom, "geoms", [geom]) if g.geom_type in ("Polygon", "MultiPolygon")]
     return shapely.union_all(polys) if polys else geom
+
+
+def beyond(geoms: np.ndarray, region) -> list:
+    """What of each of `geoms` lies outside `region`, where that has an area (an overlay each). A geometry
+    whose bounding box `region` covers has nothing outside it: not overlaid (in rule 5, most cut parts lie
+    within the cores of their component's tiles)."""
+    out = ~shapely.covers(region, shapely.box(*shapely.bounds(geoms).T))
+    rest = shapely.difference(geoms[out], region)
+    return list(rest[shapely.area(rest) > 0])

@@ -17,7 +17,7 @@ from .apart import FUSE_CELLS, absorb, fused_groups, fused_shares, side_by_side
 from .links import _components, _explode, _inside, _links, lies_near
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
-                    THICK_CELLS, Cols, Merged, polygonal, regions)
+                    THICK_CELLS, Cols, Merged, beyond, polygonal, regions)
 from .short import stops_short
 from .stats import MergeStats, count_by_prompt
 
@@ -506,8 +506,7 @@ class _Resolver:
                 self.stats.count(_item(c.prompt[s[0]]), "blended", inward)
                 self._note(s, "outline smoothed where the views disagree (rule 5)")
             said = shapely.union_all([self.frames[int(t)].core for t in comp_tiles.tolist()])
-            unclaimed = shapely.difference(c.geoms[s], said)
-            unclaimed = [*unclaimed[shapely.area(unclaimed) > 0], *self.missed]
+            unclaimed = [*beyond(c.geoms[s], said), *self.missed]
             if len(unclaimed):
                 geom = shapely.union_all([geom, *unclaimed])
         outs = []

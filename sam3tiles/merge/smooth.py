@@ -27,6 +27,7 @@ as the owners drew it.
 
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 import numpy as np
@@ -331,13 +332,50 @@ def smooth_outline(geom, cell: float) -> tuple[object, float]:
         new = [smooth_ring(r, cell) if shapely.length(shapely.linearrings(r)) > 2 * MIN_CELLS * cell else r
                for r in rings]
         got = shapely.Polygon(new[0], new[1:])
-        got = got if got.is_valid else shapely.make_valid(got)
+        if not got.is_valid:  # (one ring that crosses itself: never one polygon without holes, `_crossing`)
+            got = None if len(new) == 1 and _crossing(got, new[0], cell) else shapely.make_valid(got)
         if isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == len(g.interiors):
             polys.append(got)
             inward += sum(_inward(r, q, k > 0) for k, (r, q) in enumerate(zip(rings, new)))
         else:
             polys.append(g)
     return (shapely.union_all(polys) if len(polys) > 1 else polys[0] if polys else geom), inward
+
+
+def _crossing(poly, xy: np.ndarray, cell: float) -> bool:
+    """Whether the self-intersection GEOS finds first in `poly` (invalid, the one ring `xy`) is two of the ring's
+    segments crossing properly (each one's ends a hundred-thousandth of a cell or more either side of the other)
+    at a point no other segment passes within a millionth of a cell of. The area the ring encloses (even-odd:
+    what `make_valid` keeps) is there two opposite sectors meeting at a point: not one polygon without holes,
+    whatever the rest of the ring does. False where that is not so (a touch, a segment along another)."""
+    found = re.fullmatch(r"Self-intersection\[(\S+) (\S+)\]", shapely.is_valid_reason(poly))
+    if found is None:
+        return False
+    tol = 1e-6 * cell
+    p = np.asarray([float(found[1]), float(found[2])])
+    a, b = xy[:-1] - p, xy[1:] - p
+    near = np.flatnonzero(_to_segments(a, b) <= tol)
+    if len(near) != 2 or not (b[near] != a[near]).any(axis=1).all():  # (two segments, of some length)
+        return False
+    i, j = near.tolist()
+    si, sj = _sides(a[i], b[i], np.stack([a[j], b[j]])), _sides(a[j], b[j], np.stack([a[i], b[i]]))
+    if not (si[0] * si[1] < 0 and sj[0] * sj[1] < 0 and min(np.abs(si).min(), np.abs(sj).min()) >= 10 * tol):
+        return False
+    q = a[i] + (b[i] - a[i]) * (sj[0] / (sj[0] - sj[1]))  # where they cross (from `p`)
+    return bool((_to_segments(a - q, b - q) <= tol).sum() == 2)
+
+
+def _sides(a: np.ndarray, b: np.ndarray, pts: np.ndarray) -> np.ndarray:
+    """The signed distances of `pts` from the line through `a` and `b` (+ on its left)."""
+    u, v = b - a, pts - a
+    return (u[0] * v[:, 1] - u[1] * v[:, 0]) / np.hypot(u[0], u[1])
+
+
+def _to_segments(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The distance from the origin to each segment `a[k]`-`b[k]`."""
+    ab = b - a
+    t = np.clip(-(a * ab).sum(axis=1) / np.maximum((ab * ab).sum(axis=1), 1e-300), 0.0, 1.0)
+    return np.hypot(*(a + t[:, None] * ab).T)
 
 
 def _inward(before: np.ndarray, after: np.ndarray, hole: bool) -> float:

@@ -1,0 +1,142 @@
+"""The merge's cheaper forms under a noisy model (issue 49) against the plain ones they replace, on generated
+cases: the same results, to the byte."""
+
+import numpy as np
+import pytest
+import shapely
+import shapely.affinity
+from rasterio.features import shapes
+from rasterio.transform import Affine
+
+from sam3tiles.merge import links, smooth
+from sam3tiles.merge.parts import beyond
+
+
+def _curve(rng, n=240, harmonics=4):
+    """A random closed curve (random Fourier terms in x and y): crosses itself often, now and then not."""
+    t = np.linspace(0.0, 2 * np.pi, n, endpoint=False)
+    xy = np.zeros((n, 2))
+    for k in range(1, harmonics + 1):
+        amp = rng.normal(size=(2, 2)) * (40.0 / k)
+        xy += np.column_stack([amp[0, 0] * np.cos(k * t) + amp[0, 1] * np.sin(k * t),
+                               amp[1, 0] * np.cos(k * t) + amp[1, 1] * np.sin(k * t)])
+    xy += rng.uniform(-1, 1, size=2) * 5e5  # at map coordinates
+    return np.vstack([xy, xy[:1]])
+
+
+def _degenerate(rng):
+    """Rings whose self-intersection is no proper crossing: a spike out and back along itself, a ring through
+    one of its own vertices, a loop touching the ring from inside, a ring drawn twice round (make_valid: one
+    polygon without holes)."""
+    c = rng.uniform(-1, 1, size=2) * 5e5
+    sq = np.asarray([[0, 0], [100, 0], [100, 100], [0, 100]], dtype=float)
+    spike = np.vstack([sq[:2], [[100, 50], [160, 50], [100, 50]], sq[2:], sq[:1]])
+    eight = np.asarray([[0, 0], [50, 50], [100, 0], [100, 100], [50, 50], [0, 100], [0, 0]], dtype=float)
+    inner = np.asarray([[0, 0], [100, 0], [100, 100], [50, 100], [70, 50], [30, 50], [50, 100], [0, 100],
+                        [0, 0]], dtype=float)
+    twice = np.vstack([sq, sq, sq[:1]])
+    return [r + c for r in (spike, eight, inner, twice)]
+
+
+def _make_valid_says_one_plain_polygon(poly) -> bool:
+    got = shapely.make_valid(poly)
+    return isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == 0
+
+
+def test_crossing_only_where_make_valid_gives_no_polygon_without_holes():
+    rng = np.random.default_rng(49)
+    crossed = plain = 0
+    cases = [_curve(rng, n=int(rng.integers(30, 400)), harmonics=int(rng.integers(2, 7))) for _ in range(300)]
+    for xy in cases + [r for _ in range(5) for r in _degenerate(rng)]:
+        poly = shapely.Polygon(xy)
+        if poly.is_valid:
+            continue
+        if smooth._crossing(poly, xy, 1.0):
+            crossed += 1
+            assert not _make_valid_says_one_plain_polygon(poly)
+        else:
+            plain += 1
+    assert crossed >= 100  # most random curves that cross themselves are decided without make_valid
+    assert plain >= 10  # and the degenerate ones are not
+
+
+def test_crossing_refuses_the_degenerate_rings():
+    rng = np.random.default_rng(3)
+    for xy in _degenerate(rng):
+        poly = shapely.Polygon(xy)
+        assert not poly.is_valid
+        assert not smooth._crossing(poly, xy, 1.0)  # (make_valid decides these)
+    assert _make_valid_says_one_plain_polygon(shapely.Polygon(_degenerate(rng)[-1]))  # (one a shortcut gets wrong)
+
+
+def _drawn(rng, wobble=2.0, pixel=0.29):
+    """A mask's outline as a noisy model draws it (a cell is 1.0): a random blob, its outline moved in and out
+    by a smooth noise (~`wobble` cells, over ~12 cells along it), rasterised at `pixel` and traced (a pixel
+    staircase). Smoothing such outlines now and then folds a pixel step over its neighbour."""
+    xy = _curve(rng, n=200, harmonics=4)
+    blob = max(shapely.get_parts(shapely.make_valid(shapely.Polygon(xy - xy.min(axis=0) + 10))),
+               key=lambda g: g.area if g.geom_type == "Polygon" else 0.0)
+    ring = np.asarray(shapely.segmentize(blob.exterior, 0.5).coords)[:-1]
+    noise = np.cumsum(rng.normal(size=(len(ring) + 24, 2)), axis=0)
+    ring = ring + (noise[24:] - noise[:-24]) / np.sqrt(24) * wobble
+    blob = shapely.make_valid(shapely.Polygon(np.vstack([ring, ring[:1]])))
+    size = int(np.ceil(ring.max() / pixel)) + 40
+    yy, xx = np.mgrid[0:size, 0:size] * pixel
+    mask = shapely.contains_xy(blob, xx.ravel(), yy.ravel()).reshape(size, size).astype(np.uint8)
+    at = Affine(pixel, 0, 5e5, 0, pixel, 4e6)
+    return [g for g, _ in ((shapely.geometry.shape(s), v) for s, v in shapes(mask, mask=mask > 0, transform=at))
+            if g.area > 400]
+
+
+def test_smooth_outline_same_as_with_make_valid(monkeypatch):
+    rng = np.random.default_rng(7)
+    drawn = [g for _ in range(8) for g in _drawn(rng)]
+    geoms = drawn + [shapely.Polygon(g.exterior) for g in drawn]  # (with holes: make_valid every time)
+    decided = []
+    real = smooth._crossing
+
+    def counted(*args):
+        decided.append(real(*args))
+        return decided[-1]
+
+    fast = []
+    for g in geoms:
+        monkeypatch.setattr(smooth, "_crossing", counted)
+        fast.append(smooth.smooth_outline(g, 1.0))
+        monkeypatch.setattr(smooth, "_crossing", lambda *args: False)  # the plain form: make_valid every time
+        out, inward = smooth.smooth_outline(g, 1.0)
+        assert shapely.to_wkb(fast[-1][0]) == shapely.to_wkb(out)
+        assert fast[-1][1] == inward
+    assert sum(decided) >= 3  # some smoothed outlines crossed themselves: decided without make_valid
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_beyond_same_as_every_difference(seed):
+    rng = np.random.default_rng(seed)
+    cores = [shapely.box(x, y, x + 100, y + 100) for x in (0, 100, 200) for y in (0, 100)]
+    region = shapely.union_all([c for c in cores if rng.random() < 0.8] or cores[:1])
+    xy = rng.uniform(-20, 320, size=(200, 2))
+    geoms = shapely.buffer(shapely.points(xy), rng.uniform(1, 30, size=200), quad_segs=int(rng.integers(2, 9)))
+    geoms[:20] = shapely.box(*np.column_stack([xy[:20], xy[:20] + 50]).T)  # boxes, some along the region's edge
+    plain = shapely.difference(geoms, region)
+    plain = list(plain[shapely.area(plain) > 0])
+    got = beyond(geoms, region)
+    assert [shapely.to_wkb(g) for g in got] == [shapely.to_wkb(g) for g in plain]
+    assert 0 < len(got) < len(geoms)
+
+
+def test_clip_pairs_same_as_clipping_each_pair():
+    rng = np.random.default_rng(5)
+    xy = rng.uniform(0, 300, size=(60, 2)) + 5e5
+    geoms = shapely.buffer(shapely.points(xy), rng.uniform(5, 60, size=60), quad_segs=int(rng.integers(3, 9)))
+    rect = [shapely.box(5e5 + x, 5e5 + y, 5e5 + x + 120, 5e5 + y + 80) for x, y in rng.uniform(0, 200, (4, 2))]
+    tilted = [shapely.affinity.rotate(r, 20) for r in rect[:2]]
+    uniq = rect + tilted  # one object per tile pair, as `_bands` gives them
+    box = np.asarray([r.bounds for r in rect] + [[np.nan] * 4] * len(tilted))
+    which = rng.integers(0, len(uniq), size=400)
+    a, b = rng.integers(0, 60, size=400), rng.integers(0, 60, size=400)  # parts in many pairs of one band
+    bands = np.asarray(uniq, dtype=object)[which]
+    ga, gb = links._clip_pairs(geoms, a, b, bands, box[which])
+    for got, part in ((ga, a), (gb, b)):
+        plain = links._clip(geoms[part], bands, box[which])
+        assert [shapely.to_wkb(g) for g in got] == [shapely.to_wkb(g) for g in plain]
