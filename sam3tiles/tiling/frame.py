@@ -248,10 +248,15 @@ class GridTiles(Mapping):
         return len(self.grid)
 
 
+#: Frames a `TileFrames` keeps of those it made (all dropped when full: a merge asks a tile's frame once for each of
+#: its parts, and made anew each time they cost the in-process run ~8 ms of CPU a tile).
+KEPT_FRAMES = 512
+
+
 class TileFrames(MutableMapping):
-    """Tile index -> `TileFrame` of a grid's tiles, made when asked and not kept (four polygons, ~2 KB a
-    tile: 200 MB for a 10^5-tile grid held for nothing); frames set here (a refined tile's shared frame,
-    its sub-tiles') are kept.
+    """Tile index -> `TileFrame` of a grid's tiles, made when asked; of those made at most
+    `KEPT_FRAMES` are kept (four polygons, ~2 KB a tile: 200 MB for a 10^5-tile grid held for nothing);
+    frames set here (a refined tile's shared frame, its sub-tiles') are kept.
 
     `grid`: the grid the tiles are of, whose overlap their frames leave (None: a squashed image's one tile,
     which borders no other); `tiles`: its tiles by index when the caller holds them (default: the grid's,
@@ -259,7 +264,11 @@ class TileFrames(MutableMapping):
 
     def __init__(self, grid: TileGrid | None, tiles: Mapping[int, Tile] | None = None):
         self.grid, self._set = grid, {}
+        self._made: dict[int, TileFrame] = {}  # frames made (at most `KEPT_FRAMES`)
         self.tiles = tiles if tiles is not None else GridTiles(grid) if grid is not None else {}
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_made": {}}  # the frames it made are not sent
 
     def frame(self, tile: Tile) -> TileFrame:
         """The frame of any tile of the grid, its sub-tiles too (`TileGrid.split`), made now, not kept."""
@@ -271,7 +280,14 @@ class TileFrames(MutableMapping):
 
     def __getitem__(self, i: int) -> TileFrame:
         f = self._set.get(i)
-        return f if f is not None else self.frame(self.tiles[i])
+        if f is None:
+            f = self._made.get(i)
+        if f is None:
+            f = self.frame(self.tiles[i])
+            if len(self._made) >= KEPT_FRAMES:  # one dict operation each: safe from several threads
+                self._made.clear()
+            self._made[i] = f
+        return f
 
     def view(self, ids: Sequence[int]) -> "FrameView":
         """The frames of tiles `ids`, made where they are used (a block's merge task takes this, not the
@@ -282,6 +298,7 @@ class TileFrames(MutableMapping):
 
     def __setitem__(self, i: int, frame: TileFrame) -> None:
         self._set[int(i)] = frame
+        self._made.pop(int(i), None)
 
     def windows(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """`tile_windows` of the tiles `ids`, frames set here taken as they are."""
