@@ -18,8 +18,10 @@ way), moved by at most `CAP_CELLS` cells (the noise's size: no meander or corner
 The window is chosen, point by point, from the outline's own shape: the largest for which the chords from the
 point to the window's two ends turn by at most `TURN` radians (from `MIN_CELLS` cells on, where the noise no
 longer sets the chords' direction). A corner stops the window before it (so points near a corner keep their
-place and the corner its angle), a meander shortens it, a straight road or field edge gets the whole reach.
-A window changes by at most one point from a point to the next (the average moves smoothly along the ring).
+place and the corner its angle), a meander shortens it, a straight road or field edge gets the whole reach,
+and past it up to `LONG_REACH_CELLS` while the chords turn so little that the window's mean lies within
+`BIAS_CELLS` of the arc it averages (a kink or a meander stops it where `REACH_CELLS` did). A window changes
+by at most one point from a point to the next (the average moves smoothly along the ring).
 
 An outline whose smoothing would change its shape (split a part, join two, open or close a hole) is left
 as the owners drew it.
@@ -42,8 +44,15 @@ AGREE_CELLS = 0.5
 #: Views whose steady offset (a grown view beside a shrunk one) exceeds this many times their noise's spread
 #: differ by a decision, not a noise: each tile's part is moved to the views' consensus (`shift_views`).
 OFFSET_RATIO = 1.0
-#: The moving average's reach each way along the outline, in mask cells (about 100 tile px).
+#: The moving average's reach each way along the outline, in mask cells (about 100 tile px), where the chords
+#: turn by up to `TURN`.
 REACH_CELLS = 29.0
+#: Its reach on straight stretches (a field strip's side, a road): past `REACH_CELLS` a window grows while the
+#: chords to its ends turn by at most 6 `BIAS_CELLS` / its half-length (on an arc, the mean of a window whose
+#: chords turn by t lies about t x half-length / 6 inside it: at most `BIAS_CELLS`).
+LONG_REACH_CELLS = 100.0
+#: The most a long window's mean lies off the arc it averages, in mask cells (`LONG_REACH_CELLS`).
+BIAS_CELLS = 1.2
 #: The shortest window whose chords are tested for turning, in mask cells (the noise's length is ~12 cells).
 MIN_CELLS = 17.0
 #: The largest turn (radians) between the chords from a point to its window's two ends.
@@ -411,7 +420,8 @@ def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
     t = np.arange(n) * (s[-1] / n)
     origin = xy.mean(axis=0)
     p = np.column_stack([np.interp(t, s, xy[:, 0]), np.interp(t, s, xy[:, 1])]) - origin
-    half = _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)))
+    half = _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)),
+                    int(LONG_REACH_CELLS / STEP_CELLS))
     pad = int(half.max()) + 1  # at most a third of the ring (`_windows`)
     cs = np.concatenate([np.zeros((1, 2)), np.cumsum(np.concatenate([p[n - pad:], p, p[:pad]]), axis=0)])
     i = np.arange(n) + pad
@@ -425,22 +435,25 @@ def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
     return xy + np.column_stack([np.interp(s, tt, dd[:, 0]), np.interp(s, tt, dd[:, 1])])
 
 
-def _windows(p: np.ndarray, reach: int, first: int) -> np.ndarray:
+def _windows(p: np.ndarray, reach: int, first: int, long_reach: int | None = None) -> np.ndarray:
     """Per point of the ring `p`: its window's half-length in points, the largest up to `reach` for which the
     chords to the window's two ends turn by at most `TURN` at every size from `first` on (0 where they turn
-    more already at `first`), then limited to grow by one point from a point to the next."""
+    more already at `first`), and on up to `long_reach` while they turn by at most 6 `BIAS_CELLS` / the size
+    (in cells: a straight stretch), then limited to grow by one point from a point to the next."""
     n = len(p)
+    top = reach if long_reach is None else max(reach, long_reach)
     half = np.zeros(n, dtype=np.int64)
     alive = np.ones(n, dtype=bool)
-    size, cos_turn = max(1, first), np.cos(TURN)
-    while size <= min(reach, n // 3) and alive.any():
+    size = max(1, first)
+    while size <= min(top, n // 3) and alive.any():
         a = p - np.roll(p, size, axis=0)
         b = np.roll(p, -size, axis=0) - p
         cos = (a * b).sum(axis=1) / np.maximum(np.hypot(a[:, 0], a[:, 1]) * np.hypot(b[:, 0], b[:, 1]), 1e-300)
-        alive &= cos >= cos_turn
+        turn = TURN if size <= reach else min(TURN, 6 * BIAS_CELLS / (size * STEP_CELLS))
+        alive &= cos >= np.cos(turn)
         half[alive] = size
         size += max(1, size // 4)
-    half = np.minimum(half, reach)
+    half = np.minimum(half, top)
     return _cone(half)
 
 

@@ -1,0 +1,82 @@
+"""Rule 5's boundary model on long straight sides (`sam3tiles.merge.smooth`, issue 49): a straight stretch of an
+outline (a field strip's side, a road) gets a window longer than `REACH_CELLS` while the chords of its window
+turn by so little that the average's offset on that arc stays under `BIAS_CELLS`; a bent outline (a meander, a
+kink, a corner) keeps the windows it had."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import ndimage
+
+from sam3tiles.merge.smooth import smooth_ring
+from sam3tiles.vectorize.pieces import MASK_CELL
+
+
+def _field(n: int, rng, length_cells: float, step: float) -> np.ndarray:
+    """A smooth random displacement of standard deviation one mask cell, correlated over `length_cells`
+    cells, at `n` points `step` px apart (as `misbehaving`'s wobble draws it)."""
+    knots = int(n * step / (length_cells * MASK_CELL)) + 4
+    f = ndimage.zoom(rng.normal(0, 1, knots), n / knots * 1.0, order=3)[:n]
+    return MASK_CELL * np.clip(f / f.std(), -2, 2)
+
+
+def _strip(rng, long_px=3000.0, wide_px=180.0, angle=0.3):
+    """A straight strip (a rotated rectangle) whose four sides wobble: its ring and its true sides' lines."""
+    step = 2.0
+    xs = np.arange(0, long_px + step / 2, step)
+    ys = np.arange(0, wide_px + step / 2, step)
+    bottom = np.column_stack([xs, _field(len(xs), rng, 12, step)])
+    right = np.column_stack([long_px + _field(len(ys), rng, 12, step), ys])
+    top = np.column_stack([xs[::-1], wide_px + _field(len(xs), rng, 12, step)])
+    left = np.column_stack([_field(len(ys), rng, 12, step), ys[::-1]])
+    ring = np.vstack([bottom[:-1], right[:-1], top[:-1], left[:-1]])
+    ring = np.vstack([ring, ring[:1]])
+    c, s = np.cos(angle), np.sin(angle)
+    return ring @ np.array([[c, s], [-s, c]]), (c, s)
+
+
+def _long_side_error(ring: np.ndarray, rot, long_px=3000.0, wide_px=180.0, margin=200.0) -> float:
+    """RMS distance of the ring's points on its two long sides (away from the corners) from the true sides."""
+    c, s = rot
+    back = ring @ np.array([[c, -s], [s, c]])
+    x, y = back[:, 0], back[:, 1]
+    on = (x > margin) & (x < long_px - margin)
+    err = np.where(y < wide_px / 2, y, y - wide_px)[on]
+    return float(np.sqrt(np.mean(err ** 2)))
+
+
+def test_a_long_straight_side_is_smoothed_over_more_than_the_base_reach():
+    # noise of one cell correlated over 12 cells: a window of +-29 cells leaves ~0.45 cell of it; the straight
+    # side allows the longer window, which leaves less (seeds drawn here, each one alone)
+    before, after = [], []
+    for seed in range(6):
+        ring, rot = _strip(np.random.default_rng(100 + seed))
+        before.append(_long_side_error(ring, rot))
+        after.append(_long_side_error(smooth_ring(ring, MASK_CELL), rot))
+    assert np.mean(before) > 0.8 * MASK_CELL
+    assert np.mean(after) < 0.33 * MASK_CELL, (np.mean(before) / MASK_CELL, np.mean(after) / MASK_CELL)
+
+
+def test_a_kinked_outline_is_moved_no_more_than_with_the_base_reach(monkeypatch):
+    # a clean zigzag band (a river of straight reaches 120 px long, kinks of 0.3 rad): the chords of a long window
+    # turn too much for the long reach to engage; the moves stay what the base reach makes them (within 10 %)
+    import shapely
+
+    import sam3tiles.merge.smooth as smooth
+
+    pts = [(0.0, 0.0)]
+    ang = 0.0
+    for k in range(40):
+        ang += 0.3 if k % 2 == 0 else -0.3
+        pts.append((pts[-1][0] + 120 * np.cos(ang), pts[-1][1] + 120 * np.sin(ang)))
+    ring = np.asarray(shapely.LineString(pts).buffer(25, quad_segs=4, join_style="mitre").exterior.coords)
+    ring = np.asarray(shapely.segmentize(shapely.LineString(ring), 2.0).coords)
+
+    def moved() -> float:
+        out = smooth_ring(ring, MASK_CELL)
+        assert np.abs(out - ring).max() < smooth.CAP_CELLS * MASK_CELL + 1e-9  # the cap holds
+        return float(np.sqrt(np.mean(np.sum((out - ring) ** 2, axis=1))))
+
+    now = moved()
+    monkeypatch.setattr(smooth, "LONG_REACH_CELLS", smooth.REACH_CELLS)
+    assert now <= 1.1 * moved()
