@@ -80,3 +80,38 @@ def test_a_kinked_outline_is_moved_no_more_than_with_the_base_reach(monkeypatch)
     now = moved()
     monkeypatch.setattr(smooth, "LONG_REACH_CELLS", smooth.REACH_CELLS)
     assert now <= 1.1 * moved()
+
+
+def _plain_windows(p, reach, first, long_reach):
+    """`_windows` as first written: both chords by np.roll at every size, every point tested."""
+    from sam3tiles.merge.smooth import BIAS_CELLS, STEP_CELLS, TURN, _cone
+
+    n, top = len(p), max(reach, long_reach)
+    half, alive = np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
+    size = max(1, first)
+    while size <= min(top, n // 3) and alive.any():
+        a = p - np.roll(p, size, axis=0)
+        b = np.roll(p, -size, axis=0) - p
+        cos = (a * b).sum(axis=1) / np.maximum(np.hypot(a[:, 0], a[:, 1]) * np.hypot(b[:, 0], b[:, 1]), 1e-300)
+        turn = TURN if size <= reach else min(TURN, 6 * BIAS_CELLS / (size * STEP_CELLS))
+        alive &= cos >= np.cos(turn)
+        half[alive] = size
+        size += max(1, size // 4)
+    return _cone(np.minimum(half, top))
+
+
+def test_windows_one_chord_a_size_equal_the_plain_form():
+    from sam3tiles.merge.smooth import _windows
+
+    rng = np.random.default_rng(7)
+    for k in range(120):
+        n = int(rng.integers(8, 2500))
+        t = np.linspace(0, 2 * np.pi, n, endpoint=False)
+        r = 100 + rng.normal(0, 1, n).cumsum() * rng.uniform(0, 2)
+        p = np.column_stack([r * np.cos(t) * rng.uniform(0.2, 5), r * np.sin(t)])
+        if k % 3 == 0:
+            p = np.round(p)  # a pixel staircase, repeated points
+        if k % 5 == 0:
+            p[5:9] = p[5]
+        for args in ((58, 34, 200), (58, 34, 58), (10, 3, 50)):
+            assert np.array_equal(_windows(p, *args), _plain_windows(p, *args))

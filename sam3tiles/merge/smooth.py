@@ -445,10 +445,13 @@ def _windows(p: np.ndarray, reach: int, first: int, long_reach: int | None = Non
     half = np.zeros(n, dtype=np.int64)
     alive = np.ones(n, dtype=bool)
     size = max(1, first)
-    while size <= min(top, n // 3) and alive.any():
-        a = p - np.roll(p, size, axis=0)
-        b = np.roll(p, -size, axis=0) - p
-        cos = (a * b).sum(axis=1) / np.maximum(np.hypot(a[:, 0], a[:, 1]) * np.hypot(b[:, 0], b[:, 1]), 1e-300)
+    last = min(top, n // 3)
+    ahead = np.concatenate([p, p[:last]])
+    while size <= last and alive.any():
+        b = ahead[size:size + n] - p  # p[i + size] - p[i]: the chord after i, and before i + size
+        lb = np.hypot(b[:, 0], b[:, 1])
+        a, la = np.roll(b, size, axis=0), np.roll(lb, size)
+        cos = (a[:, 0] * b[:, 0] + a[:, 1] * b[:, 1]) / np.maximum(la * lb, 1e-300)
         turn = TURN if size <= reach else min(TURN, 6 * BIAS_CELLS / (size * STEP_CELLS))
         alive &= cos >= np.cos(turn)
         half[alive] = size
