@@ -52,7 +52,7 @@ REACH_CELLS = 29.0
 #: chords turn by t lies about t x half-length / 6 inside it: at most `BIAS_CELLS`).
 LONG_REACH_CELLS = 100.0
 #: The most a long window's mean lies off the arc it averages, in mask cells (`LONG_REACH_CELLS`).
-BIAS_CELLS = 1.2
+BIAS_CELLS = 1.0
 #: The shortest window whose chords are tested for turning, in mask cells (the noise's length is ~12 cells).
 MIN_CELLS = 17.0
 #: The largest turn (radians) between the chords from a point to its window's two ends.
