@@ -341,8 +341,10 @@ def smooth_outline(geom, cell: float) -> tuple[object, float]:
         new = [smooth_ring(r, cell) if shapely.length(shapely.linearrings(r)) > 2 * MIN_CELLS * cell else r
                for r in rings]
         got = shapely.Polygon(new[0], new[1:])
-        if not got.is_valid:  # (one ring that crosses itself: never one polygon without holes, `_crossing`)
-            got = None if len(new) == 1 and _crossing(got, new[0], cell) else shapely.make_valid(got)
+        if not got.is_valid and len(new) == 1:  # (a hole-free ring that crosses itself: `_untangled`)
+            got, new[0] = _untangled(got, new[0], cell)
+        if got is not None and not got.is_valid:
+            got = shapely.make_valid(got)
         if isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == len(g.interiors):
             polys.append(got)
             inward += sum(_inward(r, q, k > 0) for k, (r, q) in enumerate(zip(rings, new)))
@@ -351,27 +353,74 @@ def smooth_outline(geom, cell: float) -> tuple[object, float]:
     return (shapely.union_all(polys) if len(polys) > 1 else polys[0] if polys else geom), inward
 
 
-def _crossing(poly, xy: np.ndarray, cell: float) -> bool:
+def _untangled(poly, xy: np.ndarray, cell: float, tries: int = 16):
+    """(`poly` (invalid, the one ring `xy`) with each loop the smoothing tied where the ring crosses itself
+    (`_crossing`) collapsed to the crossing point, the ring so moved); (None, `xy`) where a crossing closes a
+    loop of a mask cell's area or more (a fold, not a knot: never one polygon without holes) or more than
+    `tries` of them; (`poly`, `xy`) where the first self-intersection is no proper crossing (`make_valid`'s).
+    A loop under a mask cell is nothing the masks could draw: the smoothing tied it at a notch or a spur a
+    cell or two across, and the rest of the outline stands."""
+    for _ in range(tries):
+        found = _crossing(poly, xy, cell, where=True)
+        if found is None:
+            return poly, xy
+        out = _collapsed(xy, *found, cell)
+        if out is None:
+            return None, xy
+        xy, poly = out, shapely.Polygon(out)
+        if poly.is_valid:
+            return poly, xy
+    return None, xy
+
+
+def _collapsed(xy: np.ndarray, i: int, j: int, q: np.ndarray, cell: float):
+    """The closed ring `xy` whose segments `i` < `j` cross at `q`, the smaller of its two loops there (the
+    points between the segments, or the rest) moved onto `q`; None where that loop's area is a mask cell or
+    more."""
+    n = len(xy) - 1
+    inner = np.arange(i + 1, j + 1)
+    outer = np.concatenate([np.arange(j + 1, n), np.arange(0, i + 1)])
+    loops = [k for k in (inner, outer) if len(k)]
+    area = [abs(_shoelace(np.vstack([q, xy[k]]))) for k in loops]
+    k = loops[int(np.argmin(area))]
+    if min(area) >= cell * cell:
+        return None
+    out = xy.copy()
+    out[k] = q
+    out[-1] = out[0]
+    return out
+
+
+def _shoelace(xy: np.ndarray) -> float:
+    x, y = xy[:, 0] - xy[0, 0], xy[:, 1] - xy[0, 1]
+    return float((x * np.roll(y, -1) - np.roll(x, -1) * y).sum() / 2)
+
+
+def _crossing(poly, xy: np.ndarray, cell: float, where: bool = False):
     """Whether the self-intersection GEOS finds first in `poly` (invalid, the one ring `xy`) is two of the ring's
     segments crossing properly (each one's ends a hundred-thousandth of a cell or more either side of the other)
     at a point no other segment passes within a millionth of a cell of. The area the ring encloses (even-odd:
     what `make_valid` keeps) is there two opposite sectors meeting at a point: not one polygon without holes,
-    whatever the rest of the ring does. False where that is not so (a touch, a segment along another)."""
+    whatever the rest of the ring does. False where that is not so (a touch, a segment along another).
+    `where`: (the two segments' indices, the point they cross at) in place of True, None in place of False."""
     found = re.fullmatch(r"Self-intersection\[(\S+) (\S+)\]", shapely.is_valid_reason(poly))
     if found is None:
-        return False
+        return None if where else False
     tol = 1e-6 * cell
     p = np.asarray([float(found[1]), float(found[2])])
     a, b = xy[:-1] - p, xy[1:] - p
     near = np.flatnonzero(_to_segments(a, b) <= tol)
     if len(near) != 2 or not (b[near] != a[near]).any(axis=1).all():  # (two segments, of some length)
-        return False
+        return None if where else False
     i, j = near.tolist()
     si, sj = _sides(a[i], b[i], np.stack([a[j], b[j]])), _sides(a[j], b[j], np.stack([a[i], b[i]]))
     if not (si[0] * si[1] < 0 and sj[0] * sj[1] < 0 and min(np.abs(si).min(), np.abs(sj).min()) >= 10 * tol):
-        return False
+        return None if where else False
     q = a[i] + (b[i] - a[i]) * (sj[0] / (sj[0] - sj[1]))  # where they cross (from `p`)
-    return bool((_to_segments(a - q, b - q) <= tol).sum() == 2)
+    proper = bool((_to_segments(a - q, b - q) <= tol).sum() == 2)
+    if where:
+        return (i, j, q + p) if proper else None
+    return proper
 
 
 def _sides(a: np.ndarray, b: np.ndarray, pts: np.ndarray) -> np.ndarray:
