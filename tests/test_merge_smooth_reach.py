@@ -83,8 +83,8 @@ def test_a_kinked_outline_is_moved_no_more_than_with_the_base_reach(monkeypatch)
 
 
 def _plain_windows(p, reach, first, long_reach):
-    """`_windows` as first written: both chords by np.roll at every size, every point tested."""
-    from sam3tiles.merge.smooth import BIAS_CELLS, STEP_CELLS, TURN, _cone
+    """`_windows` as first written: both chords by np.roll at every size."""
+    from sam3tiles.merge.smooth import BIAS_CELLS, NOISE_RUN_CELLS, SHARP, STEP_CELLS, TURN, _cone, _runs_over
 
     n, top = len(p), max(reach, long_reach)
     half, alive = np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
@@ -93,8 +93,12 @@ def _plain_windows(p, reach, first, long_reach):
         a = p - np.roll(p, size, axis=0)
         b = np.roll(p, -size, axis=0) - p
         cos = (a * b).sum(axis=1) / np.maximum(np.hypot(a[:, 0], a[:, 1]) * np.hypot(b[:, 0], b[:, 1]), 1e-300)
-        turn = TURN if size <= reach else min(TURN, 6 * BIAS_CELLS / (size * STEP_CELLS))
-        alive &= cos >= np.cos(turn)
+        if size <= reach:
+            alive &= cos >= np.cos(TURN)
+        else:
+            turn = 6 * BIAS_CELLS / (size * STEP_CELLS)
+            bent, sharp = cos < np.cos(min(TURN, turn)), cos < np.cos(min(TURN, SHARP * turn))
+            alive &= ~(_runs_over(bent, int(NOISE_RUN_CELLS / STEP_CELLS)) | sharp)
         half[alive] = size
         size += max(1, size // 4)
     return _cone(np.minimum(half, top))
@@ -115,3 +119,38 @@ def test_windows_one_chord_a_size_equal_the_plain_form():
             p[5:9] = p[5]
         for args in ((58, 34, 200), (58, 34, 58), (10, 3, 50)):
             assert np.array_equal(_windows(p, *args), _plain_windows(p, *args))
+
+
+def test_noise_alone_does_not_cut_a_straight_sides_long_window():
+    # on a straight strip's wobbly sides the chords of a long window turn by the noise's doing now and then, a
+    # short stretch at a time (`NOISE_RUN_CELLS`): most points keep the whole long reach (median window over 90
+    # cells each way; one bend-like stretch of noise used to cut the windows of its whole neighbourhood)
+    from sam3tiles.merge.smooth import LONG_REACH_CELLS, MIN_CELLS, REACH_CELLS, STEP_CELLS, _windows
+
+    for seed in range(6):
+        ring, _ = _strip(np.random.default_rng(100 + seed))
+        s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(ring, axis=0).T))])
+        n = int(np.ceil(s[-1] / (STEP_CELLS * MASK_CELL)))
+        t = np.arange(n) * (s[-1] / n)
+        p = np.column_stack([np.interp(t, s, ring[:, 0]), np.interp(t, s, ring[:, 1])])
+        half = _windows(p - p.mean(axis=0), int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)),
+                        int(LONG_REACH_CELLS / STEP_CELLS)) * STEP_CELLS
+        assert np.median(half) > 90, (seed, np.median(half))
+
+
+def test_runs_over_keeps_only_the_long_runs_around_the_ring():
+    from sam3tiles.merge.smooth import _runs_over
+
+    rng = np.random.default_rng(3)
+    for _ in range(500):
+        n = int(rng.integers(1, 50))
+        flag, k = rng.random(n) < rng.random(), int(rng.integers(0, 8))
+        want = np.zeros(n, dtype=bool)
+        for i in np.flatnonzero(flag):  # the run through i, around the ring
+            a = b = 0
+            while a < n and flag[(i - a - 1) % n]:
+                a += 1
+            while b < n and flag[(i + b + 1) % n]:
+                b += 1
+            want[i] = flag.all() or a + b + 1 > k
+        assert np.array_equal(_runs_over(flag, k), want | (flag & flag.all()))

@@ -20,7 +20,8 @@ point to the window's two ends turn by at most `TURN` radians (from `MIN_CELLS` 
 longer sets the chords' direction). A corner stops the window before it (so points near a corner keep their
 place and the corner its angle), a meander shortens it, a straight road or field edge gets the whole reach,
 and past it up to `LONG_REACH_CELLS` while the chords turn so little that the window's mean lies within
-`BIAS_CELLS` of the arc it averages (a kink or a meander stops it where `REACH_CELLS` did). A window changes
+`BIAS_CELLS` of the arc it averages (a kink or a meander stops it where `REACH_CELLS` did; a turn only the
+noise makes, over a stretch of `NOISE_RUN_CELLS` or less and under `SHARP` times that bound, does not). A window changes
 by at most one point from a point to the next (the average moves smoothly along the ring).
 
 An outline whose smoothing would change its shape (split a part, join two, open or close a hole) is left
@@ -52,7 +53,13 @@ REACH_CELLS = 29.0
 #: chords turn by t lies about t x half-length / 6 inside it: at most `BIAS_CELLS`).
 LONG_REACH_CELLS = 100.0
 #: The most a long window's mean lies off the arc it averages, in mask cells (`LONG_REACH_CELLS`).
-BIAS_CELLS = 1.0
+BIAS_CELLS = 0.6
+#: Past `REACH_CELLS`, a stretch of the outline this many mask cells long or shorter where the chords turn too
+#: much is the noise's doing (twice its length along the outline), not a bend's: a bend stops the windows of
+#: every point within about the window's length of it.
+NOISE_RUN_CELLS = 24.0
+#: A turn over this many times the long windows' bound stops the window however short its stretch.
+SHARP = 2.0
 #: The shortest window whose chords are tested for turning, in mask cells (the noise's length is ~12 cells).
 MIN_CELLS = 17.0
 #: The largest turn (radians) between the chords from a point to its window's two ends.
@@ -501,12 +508,31 @@ def _windows(p: np.ndarray, reach: int, first: int, long_reach: int | None = Non
         lb = np.hypot(b[:, 0], b[:, 1])
         a, la = np.roll(b, size, axis=0), np.roll(lb, size)
         cos = (a[:, 0] * b[:, 0] + a[:, 1] * b[:, 1]) / np.maximum(la * lb, 1e-300)
-        turn = TURN if size <= reach else min(TURN, 6 * BIAS_CELLS / (size * STEP_CELLS))
-        alive &= cos >= np.cos(turn)
+        if size <= reach:
+            alive &= cos >= np.cos(TURN)
+        else:
+            turn = 6 * BIAS_CELLS / (size * STEP_CELLS)
+            bent, sharp = cos < np.cos(min(TURN, turn)), cos < np.cos(min(TURN, SHARP * turn))
+            alive &= ~(_runs_over(bent, int(NOISE_RUN_CELLS / STEP_CELLS)) | sharp)
         half[alive] = size
         size += max(1, size // 4)
     half = np.minimum(half, top)
     return _cone(half)
+
+
+def _runs_over(flag: np.ndarray, k: int) -> np.ndarray:
+    """`flag` (around a ring) but for its runs of `k` points or fewer."""
+    if flag.all() or not flag.any():
+        return flag
+    start = int(np.flatnonzero(~flag)[0])  # (the ring read from a point not flagged: no run wraps)
+    f = np.concatenate([[False], np.roll(flag, -start), [False]])
+    edge = np.flatnonzero(f[1:] != f[:-1])
+    first, stop = edge[0::2], edge[1::2]
+    long = stop - first > k
+    keep = np.zeros(len(flag) + 1, dtype=np.int64)
+    np.add.at(keep, first[long], 1)
+    np.add.at(keep, stop[long], -1)
+    return np.roll(np.cumsum(keep)[:-1] > 0, start)
 
 
 def _cone(half: np.ndarray) -> np.ndarray:
