@@ -348,10 +348,11 @@ def smooth_outline(geom, cell: float) -> tuple[object, float]:
         new = [smooth_ring(r, cell) if shapely.length(shapely.linearrings(r)) > 2 * MIN_CELLS * cell else r
                for r in rings]
         got = shapely.Polygon(new[0], new[1:])
-        if not got.is_valid and len(new) == 1:  # (a hole-free ring that crosses itself: `_untangled`)
-            got, new[0] = _untangled(got, new[0], cell)
-        if got is not None and not got.is_valid:
-            got = shapely.make_valid(got)
+        if not got.is_valid:
+            if len(new) == 1:  # (a hole-free ring that crosses itself: `_untangled`)
+                got, new[0] = _untangled(got, new[0], cell)
+            if got is not None and not got.is_valid:
+                got = shapely.make_valid(got)
         if isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == len(g.interiors):
             polys.append(got)
             inward += sum(_inward(r, q, k > 0) for k, (r, q) in enumerate(zip(rings, new)))
@@ -522,17 +523,20 @@ def _windows(p: np.ndarray, reach: int, first: int, long_reach: int | None = Non
 
 def _runs_over(flag: np.ndarray, k: int) -> np.ndarray:
     """`flag` (around a ring) but for its runs of `k` points or fewer."""
+    n = len(flag)
     if flag.all() or not flag.any():
         return flag
-    start = int(np.flatnonzero(~flag)[0])  # (the ring read from a point not flagged: no run wraps)
-    f = np.concatenate([[False], np.roll(flag, -start), [False]])
+    start = int(np.argmin(flag))  # (the ring read from a point not flagged: no run wraps)
+    f = np.concatenate([[False], flag[start:], flag[:start], [False]])
     edge = np.flatnonzero(f[1:] != f[:-1])
     first, stop = edge[0::2], edge[1::2]
     long = stop - first > k
-    keep = np.zeros(len(flag) + 1, dtype=np.int64)
-    np.add.at(keep, first[long], 1)
-    np.add.at(keep, stop[long], -1)
-    return np.roll(np.cumsum(keep)[:-1] > 0, start)
+    if long.all():
+        return flag
+    out = np.zeros(n, dtype=bool)
+    for a, b in zip(first[long].tolist(), stop[long].tolist()):
+        out[a:b] = True
+    return np.concatenate([out[n - start:], out[:n - start]])
 
 
 def _cone(half: np.ndarray) -> np.ndarray:
