@@ -61,7 +61,9 @@ mask can stop short of the tile edge. The rules, in order:
    between their boundaries there at least `AGREE_CELLS`, half a mask cell: a model's boundary noise), the
    stitched outline is smoothed along its length (`smooth`): each point the mean of the outline within a
    window of up to `REACH_CELLS` (29) cells each way, cut short before a corner or a meander (the chords to
-   the window's ends turn by at most `TURN`), moved at most `CAP_CELLS` (2) cells; where the views agree
+   the window's ends turn by at most `TURN`), up to `LONG_REACH_CELLS` (100) on straight stretches (the
+   chords turning so little that the mean lies within `BIAS_CELLS` of the arc), moved at most `CAP_CELLS` (2)
+   cells; where the views agree
    nothing moves. A smoothing that would split a part, join two or open or close a hole is not made; the
    owned area it gives up is counted (`coverage`: `blended`). Nor is
    a stitch made that fuses what the owners kept apart (`apart`): a part holding two parts of another tile

@@ -18,8 +18,11 @@ way), moved by at most `CAP_CELLS` cells (the noise's size: no meander or corner
 The window is chosen, point by point, from the outline's own shape: the largest for which the chords from the
 point to the window's two ends turn by at most `TURN` radians (from `MIN_CELLS` cells on, where the noise no
 longer sets the chords' direction). A corner stops the window before it (so points near a corner keep their
-place and the corner its angle), a meander shortens it, a straight road or field edge gets the whole reach.
-A window changes by at most one point from a point to the next (the average moves smoothly along the ring).
+place and the corner its angle), a meander shortens it, a straight road or field edge gets the whole reach,
+and past it up to `LONG_REACH_CELLS` while the chords turn so little that the window's mean lies within
+`BIAS_CELLS` of the arc it averages (a kink or a meander stops it where `REACH_CELLS` did; a turn only the
+noise makes, over a stretch of `NOISE_RUN_CELLS` or less and under `SHARP` times that bound, does not). A window changes
+by at most one point from a point to the next (the average moves smoothly along the ring).
 
 An outline whose smoothing would change its shape (split a part, join two, open or close a hole) is left
 as the owners drew it.
@@ -42,8 +45,21 @@ AGREE_CELLS = 0.5
 #: Views whose steady offset (a grown view beside a shrunk one) exceeds this many times their noise's spread
 #: differ by a decision, not a noise: each tile's part is moved to the views' consensus (`shift_views`).
 OFFSET_RATIO = 1.0
-#: The moving average's reach each way along the outline, in mask cells (about 100 tile px).
+#: The moving average's reach each way along the outline, in mask cells (about 100 tile px), where the chords
+#: turn by up to `TURN`.
 REACH_CELLS = 29.0
+#: Its reach on straight stretches (a field strip's side, a road): past `REACH_CELLS` a window grows while the
+#: chords to its ends turn by at most 6 `BIAS_CELLS` / its half-length (on an arc, the mean of a window whose
+#: chords turn by t lies about t x half-length / 6 inside it: at most `BIAS_CELLS`).
+LONG_REACH_CELLS = 100.0
+#: The most a long window's mean lies off the arc it averages, in mask cells (`LONG_REACH_CELLS`).
+BIAS_CELLS = 0.6
+#: Past `REACH_CELLS`, a stretch of the outline this many mask cells long or shorter where the chords turn too
+#: much is the noise's doing (twice its length along the outline), not a bend's: a bend stops the windows of
+#: every point within about the window's length of it.
+NOISE_RUN_CELLS = 24.0
+#: A turn over this many times the long windows' bound stops the window however short its stretch.
+SHARP = 2.0
 #: The shortest window whose chords are tested for turning, in mask cells (the noise's length is ~12 cells).
 MIN_CELLS = 17.0
 #: The largest turn (radians) between the chords from a point to its window's two ends.
@@ -332,8 +348,11 @@ def smooth_outline(geom, cell: float) -> tuple[object, float]:
         new = [smooth_ring(r, cell) if shapely.length(shapely.linearrings(r)) > 2 * MIN_CELLS * cell else r
                for r in rings]
         got = shapely.Polygon(new[0], new[1:])
-        if not got.is_valid:  # (one ring that crosses itself: never one polygon without holes, `_crossing`)
-            got = None if len(new) == 1 and _crossing(got, new[0], cell) else shapely.make_valid(got)
+        if not got.is_valid:
+            if len(new) == 1:  # (a hole-free ring that crosses itself: `_untangled`)
+                got, new[0] = _untangled(got, new[0], cell)
+            if got is not None and not got.is_valid:
+                got = shapely.make_valid(got)
         if isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == len(g.interiors):
             polys.append(got)
             inward += sum(_inward(r, q, k > 0) for k, (r, q) in enumerate(zip(rings, new)))
@@ -342,27 +361,74 @@ def smooth_outline(geom, cell: float) -> tuple[object, float]:
     return (shapely.union_all(polys) if len(polys) > 1 else polys[0] if polys else geom), inward
 
 
-def _crossing(poly, xy: np.ndarray, cell: float) -> bool:
+def _untangled(poly, xy: np.ndarray, cell: float, tries: int = 16):
+    """(`poly` (invalid, the one ring `xy`) with each loop the smoothing tied where the ring crosses itself
+    (`_crossing`) collapsed to the crossing point, the ring so moved); (None, `xy`) where a crossing closes a
+    loop of a mask cell's area or more (a fold, not a knot: never one polygon without holes) or more than
+    `tries` of them; (`poly`, `xy`) where the first self-intersection is no proper crossing (`make_valid`'s).
+    A loop under a mask cell is nothing the masks could draw: the smoothing tied it at a notch or a spur a
+    cell or two across, and the rest of the outline stands."""
+    for _ in range(tries):
+        found = _crossing(poly, xy, cell, where=True)
+        if found is None:
+            return poly, xy
+        out = _collapsed(xy, *found, cell)
+        if out is None:
+            return None, xy
+        xy, poly = out, shapely.Polygon(out)
+        if poly.is_valid:
+            return poly, xy
+    return None, xy
+
+
+def _collapsed(xy: np.ndarray, i: int, j: int, q: np.ndarray, cell: float):
+    """The closed ring `xy` whose segments `i` < `j` cross at `q`, the smaller of its two loops there (the
+    points between the segments, or the rest) moved onto `q`; None where that loop's area is a mask cell or
+    more."""
+    n = len(xy) - 1
+    inner = np.arange(i + 1, j + 1)
+    outer = np.concatenate([np.arange(j + 1, n), np.arange(0, i + 1)])
+    loops = [k for k in (inner, outer) if len(k)]
+    area = [abs(_shoelace(np.vstack([q, xy[k]]))) for k in loops]
+    k = loops[int(np.argmin(area))]
+    if min(area) >= cell * cell:
+        return None
+    out = xy.copy()
+    out[k] = q
+    out[-1] = out[0]
+    return out
+
+
+def _shoelace(xy: np.ndarray) -> float:
+    x, y = xy[:, 0] - xy[0, 0], xy[:, 1] - xy[0, 1]
+    return float((x * np.roll(y, -1) - np.roll(x, -1) * y).sum() / 2)
+
+
+def _crossing(poly, xy: np.ndarray, cell: float, where: bool = False):
     """Whether the self-intersection GEOS finds first in `poly` (invalid, the one ring `xy`) is two of the ring's
     segments crossing properly (each one's ends a hundred-thousandth of a cell or more either side of the other)
     at a point no other segment passes within a millionth of a cell of. The area the ring encloses (even-odd:
     what `make_valid` keeps) is there two opposite sectors meeting at a point: not one polygon without holes,
-    whatever the rest of the ring does. False where that is not so (a touch, a segment along another)."""
+    whatever the rest of the ring does. False where that is not so (a touch, a segment along another).
+    `where`: (the two segments' indices, the point they cross at) in place of True, None in place of False."""
     found = re.fullmatch(r"Self-intersection\[(\S+) (\S+)\]", shapely.is_valid_reason(poly))
     if found is None:
-        return False
+        return None if where else False
     tol = 1e-6 * cell
     p = np.asarray([float(found[1]), float(found[2])])
     a, b = xy[:-1] - p, xy[1:] - p
     near = np.flatnonzero(_to_segments(a, b) <= tol)
     if len(near) != 2 or not (b[near] != a[near]).any(axis=1).all():  # (two segments, of some length)
-        return False
+        return None if where else False
     i, j = near.tolist()
     si, sj = _sides(a[i], b[i], np.stack([a[j], b[j]])), _sides(a[j], b[j], np.stack([a[i], b[i]]))
     if not (si[0] * si[1] < 0 and sj[0] * sj[1] < 0 and min(np.abs(si).min(), np.abs(sj).min()) >= 10 * tol):
-        return False
+        return None if where else False
     q = a[i] + (b[i] - a[i]) * (sj[0] / (sj[0] - sj[1]))  # where they cross (from `p`)
-    return bool((_to_segments(a - q, b - q) <= tol).sum() == 2)
+    proper = bool((_to_segments(a - q, b - q) <= tol).sum() == 2)
+    if where:
+        return (i, j, q + p) if proper else None
+    return proper
 
 
 def _sides(a: np.ndarray, b: np.ndarray, pts: np.ndarray) -> np.ndarray:
@@ -411,7 +477,8 @@ def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
     t = np.arange(n) * (s[-1] / n)
     origin = xy.mean(axis=0)
     p = np.column_stack([np.interp(t, s, xy[:, 0]), np.interp(t, s, xy[:, 1])]) - origin
-    half = _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)))
+    half = _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)),
+                    int(LONG_REACH_CELLS / STEP_CELLS))
     pad = int(half.max()) + 1  # at most a third of the ring (`_windows`)
     cs = np.concatenate([np.zeros((1, 2)), np.cumsum(np.concatenate([p[n - pad:], p, p[:pad]]), axis=0)])
     i = np.arange(n) + pad
@@ -425,23 +492,51 @@ def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
     return xy + np.column_stack([np.interp(s, tt, dd[:, 0]), np.interp(s, tt, dd[:, 1])])
 
 
-def _windows(p: np.ndarray, reach: int, first: int) -> np.ndarray:
+def _windows(p: np.ndarray, reach: int, first: int, long_reach: int | None = None) -> np.ndarray:
     """Per point of the ring `p`: its window's half-length in points, the largest up to `reach` for which the
     chords to the window's two ends turn by at most `TURN` at every size from `first` on (0 where they turn
-    more already at `first`), then limited to grow by one point from a point to the next."""
+    more already at `first`), and on up to `long_reach` while they turn by at most 6 `BIAS_CELLS` / the size
+    (in cells: a straight stretch), then limited to grow by one point from a point to the next."""
     n = len(p)
+    top = reach if long_reach is None else max(reach, long_reach)
     half = np.zeros(n, dtype=np.int64)
     alive = np.ones(n, dtype=bool)
-    size, cos_turn = max(1, first), np.cos(TURN)
-    while size <= min(reach, n // 3) and alive.any():
-        a = p - np.roll(p, size, axis=0)
-        b = np.roll(p, -size, axis=0) - p
-        cos = (a * b).sum(axis=1) / np.maximum(np.hypot(a[:, 0], a[:, 1]) * np.hypot(b[:, 0], b[:, 1]), 1e-300)
-        alive &= cos >= cos_turn
+    size = max(1, first)
+    last = min(top, n // 3)
+    ahead = np.concatenate([p, p[:last]])
+    while size <= last and alive.any():
+        b = ahead[size:size + n] - p  # p[i + size] - p[i]: the chord after i, and before i + size
+        lb = np.hypot(b[:, 0], b[:, 1])
+        a, la = np.roll(b, size, axis=0), np.roll(lb, size)
+        cos = (a[:, 0] * b[:, 0] + a[:, 1] * b[:, 1]) / np.maximum(la * lb, 1e-300)
+        if size <= reach:
+            alive &= cos >= np.cos(TURN)
+        else:
+            turn = 6 * BIAS_CELLS / (size * STEP_CELLS)
+            bent, sharp = cos < np.cos(min(TURN, turn)), cos < np.cos(min(TURN, SHARP * turn))
+            alive &= ~(_runs_over(bent, int(NOISE_RUN_CELLS / STEP_CELLS)) | sharp)
         half[alive] = size
         size += max(1, size // 4)
-    half = np.minimum(half, reach)
+    half = np.minimum(half, top)
     return _cone(half)
+
+
+def _runs_over(flag: np.ndarray, k: int) -> np.ndarray:
+    """`flag` (around a ring) but for its runs of `k` points or fewer."""
+    n = len(flag)
+    if flag.all() or not flag.any():
+        return flag
+    start = int(np.argmin(flag))  # (the ring read from a point not flagged: no run wraps)
+    f = np.concatenate([[False], flag[start:], flag[:start], [False]])
+    edge = np.flatnonzero(f[1:] != f[:-1])
+    first, stop = edge[0::2], edge[1::2]
+    long = stop - first > k
+    if long.all():
+        return flag
+    out = np.zeros(n, dtype=bool)
+    for a, b in zip(first[long].tolist(), stop[long].tolist()):
+        out[a:b] = True
+    return np.concatenate([out[n - start:], out[:n - start]])
 
 
 def _cone(half: np.ndarray) -> np.ndarray:
