@@ -118,9 +118,10 @@ class Grouping:
     notes: list[str] = field(default_factory=list)
 
 
-def read_header(path: str, opts: Options, when: str | None = None) -> Header:
-    """One input's header (the pre-flight's checks of it: unreadable, bands, placeable)."""
-    with gdal_env():  # each header thread enters the run's GDAL configuration
+def read_header(path: str, opts: Options, when: str | None = None, many: bool = False) -> Header:
+    """One input's header (the pre-flight's checks of it: unreadable, bands, placeable); `many`: one of many
+    inputs (`env.MANY_FILES`)."""
+    with gdal_env(many_files=many):  # each header thread enters the run's GDAL configuration
         check_vrt_cycle(path)
         with open_source(path, bands=opts.bands, stretch=None) as src:
             files = tuple(check_input(path, src, opts))
@@ -135,7 +136,7 @@ def read_headers(paths: Sequence[str], opts: Options, dates: dict | None = None)
     if len(paths) == 1:
         return [read_header(paths[0], opts, dates.get(paths[0]))]
     with ThreadPoolExecutor(min(HEADER_THREADS, len(paths)), thread_name_prefix="sam3tiles-header") as pool:
-        return list(pool.map(lambda p: read_header(p, opts, dates.get(p)), paths))
+        return list(pool.map(lambda p: read_header(p, opts, dates.get(p), many=True), paths))
 
 
 def group_inputs(paths: Sequence[str], opts: Options, dates: dict | None = None) -> Grouping:
