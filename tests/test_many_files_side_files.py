@@ -59,7 +59,7 @@ def test_a_members_mask_is_read_without_listing_the_folder(tmp_path):
     before = members_mod._shared["cache"]
     cache = members_mod._shared["cache"] = MemberCache()
     try:
-        with gdal_env(), open_source(m.path, identity="map") as src:
+        with gdal_env(many_files=True), open_source(m.path, identity="map") as src:  # as a read task opens them
             rgb, valid = src.read_window(Window(0, 0, 3 * SIDE, 3 * SIDE), (3 * SIDE, 3 * SIDE))
     finally:
         cache.close()

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from affine import Affine
 
 from ..errors import RasterReadError
-from .env import gdal_env
 from .raster import RasterSource
 
 #: Idle member datasets a process keeps open at most, over every mosaic its threads read (`open_members`):
@@ -31,15 +30,10 @@ class _Member(RasterSource):
 
     A GeoTIFF member is opened without its georeferencing (GDAL's GEOREF_SOURCES=NONE): the plan placed it
     in the map, and reading its geokeys took 2.6 of an open's 3.1 ms (the CRS is looked up in PROJ's
-    database on every open). rasterio then warns that it has no geotransform: not said (`_quiet_open`). Its
-    side files (a .msk mask) are looked up by name, its folder not listed (`env.MANY_FILES`)."""
+    database on every open). rasterio then warns that it has no geotransform: not said (`_quiet_open`). A
+    run's read task opens and reads members with their folder not listed (`env.MANY_FILES`)."""
 
     _probe_file = False
-
-    def _open(self) -> None:
-        with gdal_env(many_files=True):
-            super()._open()
-            self._all_valid = not self.may_have_nodata()  # GDAL looks for its mask files now, in this env
 
     def _open_dataset(self):
         import rasterio
