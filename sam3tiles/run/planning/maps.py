@@ -40,7 +40,7 @@ from affine import Affine
 
 from ...options import Options
 from ...readers import gdal_env, open_source
-from ...readers.identity import local_path_of
+from ...readers.identity import file_stamp, local_path_of
 from ...readers.mosaic import SEPARATOR, Layout, Member, MosaicPath, mosaic_name
 from ...readers.remote import source_name
 from ...wording import opt, spoken
@@ -79,6 +79,7 @@ class Header:
     files: tuple[str, ...]
     when: str | None = None  # the STAC item's datetime (ISO), for an input that came from one
     box: tuple | None = None  # its bounds in the run's frame CRS (`frame_crs`), where it has a CRS
+    stamps: tuple = ()  # its files' `file_stamp`s, taken as its header was read (one of many inputs), else ()
 
     @property
     def day(self) -> str | None:
@@ -122,17 +123,22 @@ class Grouping:
 
     maps: list[MapGroup]
     notes: list[str] = field(default_factory=list)
+    stamps: dict = field(default_factory=dict)  # file -> its `file_stamp` as its header was read (`Header.stamps`)
 
 
 def read_header(path: str, opts: Options, when: str | None = None, many: bool = False) -> Header:
     """One input's header (the pre-flight's checks of it: unreadable, bands, placeable); `many`: one of many
-    inputs (`env.MANY_FILES`)."""
+    inputs (`env.MANY_FILES`), whose local files are stamped here too, once opened (`Header.stamps`, used where
+    they form a mosaic: the hashing of their content samples runs beside the other threads' opens, which hold
+    the GIL)."""
+    stamped = many and not opts.no_mosaic and local_path_of(path) is not None  # a URL's: when its map is planned
     with gdal_env(many_files=many):  # each header thread enters the run's GDAL configuration
         check_vrt_cycle(path)
         with open_source(path, bands=opts.bands, stretch=None) as src:
             files = tuple(check_input(path, src, opts))
             return Header(path, src.crs, src.transform, int(src.width), int(src.height), tuple(src.bands),
-                          int(src.band_count), str(src.dtype), src.kind, bool(src.may_have_nodata()), files, when)
+                          int(src.band_count), str(src.dtype), src.kind, bool(src.may_have_nodata()), files, when,
+                          stamps=tuple(file_stamp(f) for f in files) if stamped else ())
 
 
 def read_headers(paths: Sequence[str], opts: Options, dates: dict | None = None) -> list[Header]:
@@ -161,7 +167,8 @@ def group_inputs(paths: Sequence[str], opts: Options, dates: dict | None = None)
     if any(h.box is not None for h in headers):  # files with no CRS beside georeferenced ones: said
         notes += [f"{h.path}: {h.alone()}: no lattice to share with the georeferenced files, segmented as a map "
                   "of its own" for h in headers if h.box is None and h.alone()][:MAX_NOTES]
-    return Grouping([MapGroup(g, map_path([headers[i] for i in g], opts.crs)) for g in groups], notes)
+    stamps = {f: st for h in headers for f, st in zip(h.files, h.stamps)}
+    return Grouping([MapGroup(g, map_path([headers[i] for i in g], opts.crs)) for g in groups], notes, stamps)
 
 
 def map_path(headers: Sequence[Header], crs_text: str | None) -> str:
