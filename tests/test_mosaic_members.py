@@ -1,4 +1,5 @@
-"""A mosaic's members stay open across windows, tasks and runs of one thread (`readers.members.MemberCache`):
+"""A mosaic's members stay open across windows, tasks, threads and runs of one process
+(`readers.members.MemberCache`):
 opens counted, not timed; the cache is bounded (least recently used closed first); a member rewritten
 between two runs of one process is read anew; opening a member without its georeferencing says nothing.
 
@@ -41,12 +42,12 @@ def _grid(folder, n=4, values=None):
 
 @pytest.fixture
 def cache():
-    """A fresh member cache for this thread (the one before comes back after the test)."""
-    before = getattr(members_mod._threads, "members", None)
-    fresh = members_mod._threads.members = MemberCache()
+    """A fresh member cache for this process (the one before comes back after the test)."""
+    before = members_mod._shared["cache"]
+    fresh = members_mod._shared["cache"] = MemberCache()
     yield fresh
     fresh.close()
-    members_mod._threads.members = before
+    members_mod._shared["cache"] = before
 
 
 def test_a_member_stays_open_across_windows_readers_and_tasks_of_one_identity(tmp_path, cache):
@@ -72,13 +73,13 @@ def test_a_member_stays_open_across_windows_readers_and_tasks_of_one_identity(tm
 def test_the_cache_is_bounded_and_closes_the_least_recently_used_member(tmp_path):
     path = _grid(tmp_path / "map")
     src = open_source(path, identity="map-v1")
-    before = getattr(members_mod._threads, "members", None)
-    cache = members_mod._threads.members = MemberCache(limit=3)
+    before = members_mod._shared["cache"]
+    cache = members_mod._shared["cache"] = MemberCache(limit=3)
     try:
         for c in range(4):  # the top row's files, one window each
             src.read_window(Window(c * SIDE, 0, SIDE, SIDE), (SIDE, SIDE))
             if c == 0:
-                (first,) = cache.entries.values()
+                ((first,),) = cache.entries.values()
         assert cache.opened == 4 and len(cache) == 3 and first.dataset is None  # closed when it left
         kept = {key[0].rsplit("/", 1)[-1] for key in cache.entries}
         assert kept == {"r0c1.tif", "r0c2.tif", "r0c3.tif"}  # r0c0, the least recently used, was closed
@@ -88,7 +89,7 @@ def test_the_cache_is_bounded_and_closes_the_least_recently_used_member(tmp_path
         assert [k[0].rsplit("/", 1)[-1] for k in cache.entries] == ["r0c3.tif", "r0c1.tif", "r0c0.tif"]
     finally:
         cache.close()
-        members_mod._threads.members = before
+        members_mod._shared["cache"] = before
     assert not cache.entries
 
 
@@ -132,5 +133,30 @@ def test_a_member_opens_without_its_georeferencing_and_without_a_warning(tmp_pat
     assert valid.all() and rgb[0, 0, 0] == 1 and rgb[0, 39, 39] == 12
     assert not [w for w in seen if "geotransform" in str(w.message)]
     assert warnings.filters == filters
-    (member,) = [s for key, s in cache.entries.items() if key[0].endswith("r0c0.tif")]
+    ((member,),) = [s for key, s in cache.entries.items() if key[0].endswith("r0c0.tif")]
     assert member.dataset.transform == Affine.identity()  # its place is the plan's, not read again
+
+
+def test_threads_share_the_open_members_and_read_them_one_at_a_time(tmp_path, cache):
+    """Four threads reading the windows of one map in turn (each thread its own reader, as a task's): a
+    member opened about once, not once per thread; every window's pixels as one thread alone reads them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = _grid(tmp_path / "map", n=6)
+    windows = [Window(c, r, 70, 70) for r in range(0, 6 * SIDE - 70, 25) for c in range(0, 6 * SIDE - 70, 25)]
+    with open_source(path, identity="map-v1") as alone:
+        expected = [alone.read_window(w, (70, 70))[0] for w in windows]
+    assert cache.opened == 36
+    cache.close()
+    cache.opened = 0
+
+    def read(part):
+        with open_source(path, identity="map-v1") as src:
+            return [(i, src.read_window(windows[i], (70, 70))[0]) for i in part]
+
+    with ThreadPoolExecutor(4) as pool:
+        got = dict(kv for chunk in pool.map(read, [range(k, len(windows), 4) for k in range(4)]) for kv in chunk)
+    assert all(np.array_equal(got[i], expected[i]) for i in range(len(windows)))
+    # a member two threads read at the same moment is open twice (45-54 opens seen); a cache per thread: 4 x 36
+    assert 36 <= cache.opened < 3 * 36
+    assert len(cache) == cache.opened  # every one given back, idle

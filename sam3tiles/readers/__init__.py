@@ -13,6 +13,7 @@ from .env import gdal_env
 from .mosaic import MosaicPath, MosaicSource
 from .raster import RasterSource
 from .slide import SlideSource, is_slide
+from .tiffhead import tiff_head
 
 
 def open_source(path: str | os.PathLike, bands: Sequence[int] | None = None,
@@ -23,9 +24,10 @@ def open_source(path: str | os.PathLike, bands: Sequence[int] | None = None,
     identity as planned, when known: a mosaic's readers of one identity share their open members per thread."""
     if isinstance(path, MosaicPath):
         return MosaicSource(path, bands=bands, stretch=stretch, identity=identity)
-    if is_slide(str(path)):
+    head = tiff_head(str(path))  # one parse of a TIFF's header: slide or not, and the raster's truncation check
+    if head is not None and head.slide:
         return SlideSource(path, bands=bands, stretch=stretch)
-    return RasterSource(path, bands=bands, stretch=stretch)
+    return RasterSource(path, bands=bands, stretch=stretch, head=head)
 
 
 __all__ = ["MAX_PIXELS", "STATS_SIDE", "MosaicPath", "MosaicSource", "RasterSource", "SlideSource", "Source", "Stretch",

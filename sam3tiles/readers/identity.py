@@ -350,15 +350,20 @@ def content_hash(path: str, ds=None) -> str:
 STAMP_THREADS = 16
 
 
-def file_stamps(files) -> tuple:
-    """`file_stamp` of each of `files`, in order; `STAMP_THREADS` at a time when there are many."""
-    files = list(files)
-    if len(files) < 4:
-        return tuple(file_stamp(f) for f in files)
-    from concurrent.futures import ThreadPoolExecutor
+def file_stamps(files, known: dict | None = None) -> tuple:
+    """`file_stamp` of each of `files`, in order; `STAMP_THREADS` at a time when there are many. `known`:
+    stamps the caller took already (file -> stamp), not taken again."""
+    files, known = list(files), known or {}
+    todo = [f for f in files if f not in known]
+    if len(todo) < 4:
+        new = [file_stamp(f) for f in todo]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(min(STAMP_THREADS, len(files)), thread_name_prefix="sam3tiles-stamp") as pool:
-        return tuple(pool.map(file_stamp, files))
+        with ThreadPoolExecutor(min(STAMP_THREADS, len(todo)), thread_name_prefix="sam3tiles-stamp") as pool:
+            new = list(pool.map(file_stamp, todo))
+    taken = dict(zip(todo, new))
+    return tuple(known[f] if f in known else taken[f] for f in files)
 
 
 def changed_files(files, stamps) -> list[str]:

@@ -1,10 +1,10 @@
-"""The member files of a mosaic (`readers.mosaic`) as a worker thread keeps them open.
+"""The member files of a mosaic (`readers.mosaic`) as a worker process keeps them open.
 
-A window reads only the members it touches, through its thread's `MemberCache`: members stay open across
-windows, tasks and readers (a file opened per window cost more than its pixels: the open, and the decoded
-blocks GDAL drops with the dataset), at most `open_members()` per thread, the least recently used closed
-first; GDAL handles are never shared between threads. A member opens as `_Member`: without the probes and
-the georeferencing the plan already checked and placed.
+A window reads only the members it touches, through the process's `MemberCache`: members stay open across
+windows, tasks, readers and threads (a file opened per window cost more than its pixels: the open, and the
+decoded blocks GDAL drops with the dataset; a cache per thread opened a member once in each thread), at most
+`open_members()` idle, the least recently used closed first; a GDAL handle is used by one thread at a time.
+A member opens as `_Member`: without the probes and the georeferencing the plan already checked and placed.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from affine import Affine
 from ..errors import RasterReadError
 from .raster import RasterSource
 
-#: Member datasets one thread keeps open at most, over every mosaic it reads (`open_members`): enough for a
-#: tile row's members and the next row's on a map some hundred files across (a row of 1008 px tiles over
-#: 32 x 32 files of 300 px touches 160 of them).
-OPEN_MEMBERS = 256
+#: Idle member datasets a process keeps open at most, over every mosaic its threads read (`open_members`):
+#: enough for three tile rows' members on a map some hundred files across (a row of 1008 px tiles over
+#: 32 x 32 files of 300 px touches 160 of them), as threads read neighbouring rows.
+OPEN_MEMBERS = 512
 
 
 class _Member(RasterSource):
@@ -30,7 +30,8 @@ class _Member(RasterSource):
 
     A GeoTIFF member is opened without its georeferencing (GDAL's GEOREF_SOURCES=NONE): the plan placed it
     in the map, and reading its geokeys took 2.6 of an open's 3.1 ms (the CRS is looked up in PROJ's
-    database on every open). rasterio then warns that it has no geotransform: not said (`_quiet_open`)."""
+    database on every open). rasterio then warns that it has no geotransform: not said (`_quiet_open`). A
+    run's read task opens and reads members with their folder not listed (`env.MANY_FILES`)."""
 
     _probe_file = False
 
@@ -123,61 +124,93 @@ def open_member(m, bands, stretch, layout=None) -> RasterSource:
 
 
 def open_members() -> int:
-    """Members one thread keeps open at most: `OPEN_MEMBERS`, or fewer where the process may open few files
-    (a sixteenth of its limit: other threads, the output, GDAL's own)."""
+    """Members a process keeps open at most: `OPEN_MEMBERS`, or fewer where the process may open few files
+    (a quarter of its limit: the output, GDAL's own, other readers)."""
     try:
         import resource
 
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     except (ImportError, OSError, ValueError):
         return OPEN_MEMBERS
-    return OPEN_MEMBERS if soft == resource.RLIM_INFINITY else max(8, min(OPEN_MEMBERS, soft // 16))
+    return OPEN_MEMBERS if soft == resource.RLIM_INFINITY else max(8, min(OPEN_MEMBERS, soft // 4))
 
 
 class MemberCache:
-    """The member datasets one thread has open, least recently used first, at most `limit`: a window reads
-    its members through it, so a member read by the next window (the overlap, the next tile of a row) or the
-    next task is not opened again. One per thread (`member_cache`): a GDAL handle is used by the thread that
-    opened it only. Keyed by (path, bands, stretch, token): the token of the reader that opened it (the map's
-    identity as planned: every member's size, time and content samples), so a reader of a changed map opens
-    its files anew, never reading one through a handle opened before it changed (those age out of the LRU).
-    `opened`: files opened so far."""
+    """The member datasets a process keeps open, shared by its threads, each used by one thread at a time: a
+    window takes (`get`) each member it reads and gives it back (`put`) when read, so a member read by the
+    next window (the overlap, the next tile of a row), the next task or another thread is not opened again
+    and its decoded blocks (GDAL's cache of that dataset) serve them all. A member two threads read at once
+    is open twice. At most `limit` idle datasets, the least recently used closed first. Keyed by (path,
+    bands, stretch, token): the token of the reader that opened it (the map's identity as planned: every
+    member's size, time and content samples), so a reader of a changed map opens its files anew, never
+    reading one through a handle opened before it changed (those age out of the LRU). `opened`: files
+    opened so far."""
 
     def __init__(self, limit: int | None = None):
         self.limit = limit if limit is not None else open_members()
-        self.entries: OrderedDict[tuple, RasterSource] = OrderedDict()
+        self.entries: OrderedDict[tuple, list[RasterSource]] = OrderedDict()  # idle datasets by key, LRU first
         self.opened = 0
+        self._idle = 0
+        self._lock = threading.Lock()
 
     def get(self, key: tuple, opener) -> RasterSource:
-        """The open reader of `key`, opened by `opener()` when there is none."""
-        src = self.entries.pop(key, None)
-        if src is None:
-            while len(self.entries) >= max(1, self.limit):
-                self.entries.popitem(last=False)[1].close()
-            src = opener()
+        """An open reader of `key`, this thread's until `put` back: an idle one, else `opener()`'s."""
+        with self._lock:
+            idle = self.entries.get(key)
+            if idle:
+                src = idle.pop()
+                self._idle -= 1
+                if not idle:
+                    del self.entries[key]
+                return src
             self.opened += 1
-        self.entries[key] = src
-        return src
+        return opener()
+
+    def put(self, key: tuple, src: RasterSource) -> None:
+        """Give back a reader `get` gave (idle again, the most recently used); the least recently used idle
+        ones beyond `limit` are closed."""
+        with self._lock:
+            self.entries.setdefault(key, []).append(src)
+            self.entries.move_to_end(key)
+            self._idle += 1
+            spare = []
+            while self._idle > max(1, self.limit):
+                old_key, old = next(iter(self.entries.items()))
+                spare.append(old.pop(0))
+                self._idle -= 1
+                if not old:
+                    del self.entries[old_key]
+        for old_src in spare:
+            old_src.close()
 
     def drop(self, token: str) -> None:
-        """Close the entries opened under `token`."""
-        for key in [k for k in self.entries if k[-1] == token]:
-            self.entries.pop(key).close()
+        """Close the idle entries opened under `token`."""
+        with self._lock:
+            gone = [src for key in [k for k in self.entries if k[-1] == token] for src in self.entries.pop(key)]
+            self._idle -= len(gone)
+        for src in gone:
+            src.close()
 
     def close(self) -> None:
-        while self.entries:
-            self.entries.popitem()[1].close()
+        with self._lock:
+            gone = [src for idle in self.entries.values() for src in idle]
+            self.entries.clear()
+            self._idle = 0
+        for src in gone:
+            src.close()
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return self._idle
 
 
-_threads = threading.local()
+_shared: dict = {"cache": None}
+_shared_lock = threading.Lock()
 
 
 def member_cache() -> MemberCache:
-    """This thread's `MemberCache` (made on its first use; its datasets close when the thread ends)."""
-    cache = getattr(_threads, "members", None)
+    """The process's `MemberCache` (made on its first use)."""
+    cache = _shared["cache"]
     if cache is None:
-        cache = _threads.members = MemberCache()
+        with _shared_lock:
+            cache = _shared["cache"] = _shared["cache"] or MemberCache()
     return cache

@@ -19,10 +19,10 @@ so objects come out once and whole across file edges.
   alpha, palette and bands), composing the window by the rule. Why not a GDAL VRT: a VRT paints its sources
   in order (the last wins), so neither the nearest-centre rule nor the nodata fall-back can be said in one,
   and it needs a file written somewhere. A window reads only the members it touches, never a whole file,
-  through its thread's `members.MemberCache`: members stay open across windows, tasks and readers (a file opened
-  per window cost more than its pixels: the open, and the decoded blocks GDAL drops with the dataset), at
-  most `open_members()` per thread, the least recently used closed first; GDAL handles are never shared
-  between threads. Data that is not uint8 gets one stretch for the whole map (`compute_stretch`:
+  through the process's `members.MemberCache`: members stay open across windows, tasks, readers and threads (a
+  file opened per window cost more than its pixels: the open, and the decoded blocks GDAL drops with the
+  dataset), at most `open_members()` idle, the least recently used closed first; a GDAL handle is used by one
+  thread at a time. Data that is not uint8 gets one stretch for the whole map (`compute_stretch`:
   decimated reads of a sample of members).
 * **Its path.** A mosaic's path is a `MosaicPath`: a string that names the map (logs, the report) and
   carries its `Layout`, so every `open_source(path)` (the plan, the read tasks on any worker, the
@@ -237,8 +237,8 @@ class MosaicSource(Source):
         self.stretch = self._resolve_stretch()
 
     def close(self) -> None:
-        # shared entries stay open for the next reader of the map; this reader's own are closed (in this
-        # thread's cache: another thread's are never touched from here, its LRU closes them)
+        # shared entries stay open for the next reader of the map; this reader's own are closed (those another
+        # thread holds now are given back later: the LRU closes them)
         if not self._identity:
             member_cache().drop(self._token)
 
@@ -260,11 +260,16 @@ class MosaicSource(Source):
     def may_have_nodata(self) -> bool:
         return self._mosaic.nodata
 
-    def _member(self, k: int, cache: MemberCache) -> RasterSource:
-        """Member `k`, open in this thread's `cache`."""
+    def _read_member(self, k: int, cache: MemberCache, sub, out_wh: tuple[int, int]):
+        """`read_window(sub, out_wh)` of member `k`, taken from the process's `cache` and given back."""
         m = self._mosaic.members[k]
         bands, stretch = self.bands, self.stretch
-        return cache.get((m.path, bands, stretch, self._token), lambda: open_member(m, bands, stretch, self._mosaic))
+        key = (m.path, bands, stretch, self._token)
+        src = cache.get(key, lambda: open_member(m, bands, stretch, self._mosaic))
+        try:
+            return src.read_window(sub, out_wh)
+        finally:
+            cache.put(key, src)
 
     def read_window(self, window, out_wh: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
         """The window composed from the members it touches by the overlap rule (module doc). A pixel only
@@ -281,7 +286,7 @@ class MosaicSource(Source):
         best = None  # squared distance to the centre of the member a shared pixel came from
         cache = member_cache()
         for k, (j0, j1, i0, i1), sub in parts:
-            prgb, pvalid = self._member(k, cache).read_window(sub, (j1 - j0, i1 - i0))
+            prgb, pvalid = self._read_member(k, cache, sub, (j1 - j0, i1 - i0))
             n = cover[i0:i1, j0:j1]
             out, ok = rgb[:, i0:i1, j0:j1], valid[i0:i1, j0:j1]
             if n.max() == 1:  # nobody else covers these pixels

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ from rasterio.windows import Window
 from ..errors import BandError, RasterReadError
 from ..wording import opt
 from .base import MAX_PIXELS, STATS_SIDE, Source, Stretch, _first_line
+from .tiffhead import tiff_head
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,10 @@ class RasterSource(Source):
 
     #: Probe the file for truncation on open (a mosaic's member, probed when its map was planned: not again)
     _probe_file = True
+
+    def __init__(self, path, bands=None, stretch="auto", head=None):
+        self._given_head = head  # its TIFF header as `open_source` parsed it (`tiffhead.TiffHead`), if it did
+        super().__init__(path, bands=bands, stretch=stretch)
 
     def _reset(self) -> None:
         self._ds = None
@@ -52,13 +56,13 @@ class RasterSource(Source):
             ds.close()
             raise RasterReadError(f"{self.path}: header claims {ds.width}x{ds.height} pixels, which is not "
                                   "plausible: the file is corrupt")
-        short = _tiff_truncated(self.path) if self._probe_file else None
-        if short:
+        head = self._head()
+        if head is not None and head.truncated:
             ds.close()
-            raise RasterReadError(f"{self.path} is truncated: its pixel data ends at byte {short[0]} but the file "
-                                  f"has {short[1]} bytes: the copy or download was interrupted; copy it again")
-        if ds.driver == "GTiff" and self._probe_file:  # random access blocks: the first and last pixel cost one each
-            try:
+            raise RasterReadError(f"{self.path} is truncated: its pixel data ends at byte {head.end} but the file "
+                                  f"has {head.size} bytes: the copy or download was interrupted; copy it again")
+        if ds.driver == "GTiff" and self._probe_file and not (head and head.whole and head.shape == ds.shape[::-1]):
+            try:  # random access blocks: the first and last pixel cost one each (none where the ranges prove it)
                 for col, row in ((0, 0), (ds.width - 1, ds.height - 1)):
                     ds.read(1, window=Window(col, row, 1, 1))
             except RasterioIOError as e:
@@ -72,6 +76,14 @@ class RasterSource(Source):
             self._lut = _palette_lut(ds, self.dtype)
             self.dtype = np.dtype(np.uint8)  # expanded to RGB: no stretch
         self.stretch = self._resolve_stretch()
+
+    def _head(self):
+        """The file's TIFF header facts (`tiffhead.tiff_head`), where it is probed on open: those `open_source`
+        parsed already, else parsed here; None for a member (checked when its map was planned) or a non-TIFF."""
+        given = self.__dict__.pop("_given_head", None)
+        if not self._probe_file:
+            return None
+        return given if given is not None else tiff_head(self.path)
 
     def _open_dataset(self):
         return rasterio.open(self.path)  # NotGeoreferencedWarning: filtered per run (`sam3tiles.run.executing.quiet`)
@@ -236,30 +248,3 @@ def _palette_lut(ds, dtype: np.dtype) -> np.ndarray:
         if 0 <= i < n:
             lut[i] = rgba[:4] if len(rgba) >= 4 else (*rgba[:3], 255)
     return lut
-
-
-def _tiff_truncated(path: str) -> tuple[int, int] | None:
-    """(end of the pixel data, file size) when a local TIFF's first image ends past the end of the file,
-    else None. Reads the header only; a TIFF tifffile cannot parse is left to GDAL."""
-    if "://" in path or path.startswith("/vsi"):
-        return None
-    try:
-        with open(path, "rb") as f:
-            if f.read(4) not in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
-                return None
-        import tifffile
-
-        size = os.path.getsize(path)
-        tlog = logging.getLogger("tifffile")
-        level = tlog.level
-        tlog.setLevel(logging.CRITICAL)  # a damaged header is reported below, not logged
-        try:
-            with tifffile.TiffFile(path) as tf:
-                page = tf.pages.first if hasattr(tf.pages, "first") else tf.pages[0]
-                ends = [o + c for o, c in zip(page.dataoffsets, page.databytecounts) if c]
-        finally:
-            tlog.setLevel(level)
-    except Exception:  # noqa: BLE001 - a header tifffile cannot read: GDAL's open decides
-        return None
-    end = max(ends, default=0)
-    return (end, size) if end > size else None

@@ -33,7 +33,6 @@ from ..wording import opt
 
 log = logging.getLogger(__name__)
 
-_TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
 #: Levels larger than this (pixels) are sampled in blocks for the statistics instead of read whole.
 _STATS_MAX_READ = 16_000_000
 _STATS_BLOCK = 256
@@ -41,35 +40,17 @@ _SPATIAL = ("Y", "X")
 _CHANNEL_AXES = ("C", "S")
 
 
-def _is_tiff(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) in _TIFF_MAGIC
-    except OSError:
-        return False
-
-
 def is_slide(path: str | os.PathLike) -> bool:
-    """True for an OME-TIFF or a TIFF whose main image has pyramid levels; reads the header only.
+    """True for an OME-TIFF or a TIFF whose main image has pyramid levels; reads the header only
+    (`tiffhead.tiff_head`).
 
     GeoTIFFs stay with rasterio (their overviews are GDAL's business) unless they are pyramidal OME-TIFFs.
     Anything that is not a local TIFF file is False.
     """
-    p = str(path)
-    if "://" in p or p.startswith("/vsi") or not os.path.isfile(p) or not _is_tiff(p):
-        return False
-    try:
-        import tifffile
+    from .tiffhead import tiff_head
 
-        with tifffile.TiffFile(p) as tf:
-            if not tf.series:
-                return False
-            levels = len(tf.series[0].levels)
-            if tf.is_geotiff:
-                return bool(tf.is_ome and levels > 1)
-            return bool(tf.is_ome or levels > 1)
-    except Exception:  # noqa: BLE001 - a TIFF tifffile cannot parse is left to rasterio (and its error)
-        return False
+    head = tiff_head(str(path))
+    return head is not None and head.slide
 
 
 class SlideSource(Source):

@@ -123,8 +123,8 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
             # rerun is not stopped by "output exists"
             with deferred_renames(pending):
                 write_outputs(plan, results, report, spool)
-            for inp in plan.inputs:  # again before the outputs appear: the previews read the inputs too
-                check_unchanged(inp)
+            for inp in plan.inputs if not opts.no_preview else ():  # again before the outputs appear: the
+                check_unchanged(inp)  # previews read the inputs too (without them, nothing read since `run_input`'s)
             report.runtime_counters = _counters(engine)
             _publish(plan, report, store, pending, t_start)
             if return_objects:

@@ -18,7 +18,7 @@ from ...errors import ModelError, shippable
 from ...model.registry import RuntimeSpec, get_runtime
 from ...model.runtime import MAX_QUERIES, PreparedPrompt, TileImage
 from ...prompts.prompt import TilePrompt
-from ...readers import RasterSource, Stretch, gdal_env, open_source
+from ...readers import MosaicPath, RasterSource, Stretch, gdal_env, open_source
 from ...readers.identity import forget_cached
 from ...tiling.grid import Tile
 from ...vectorize.pieces import (EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, merge_passes,
@@ -127,7 +127,9 @@ def close_spares(spec: SourceSpec) -> int:
 def read_task(spec: SourceSpec, tile: Tile) -> tuple[TileImage | None, float]:
     """The tile's model input, or None when every pixel is nodata (the tile is skipped)."""
     t0 = time.perf_counter()
-    with gdal_env():  # a distributed worker is another process: the run's GDAL configuration goes with the read
+    # a distributed worker is another process: the run's GDAL configuration goes with the read (a mosaic's members:
+    # their folder not listed on each open, `readers.env.MANY_FILES`)
+    with gdal_env(many_files=isinstance(spec.path, MosaicPath)):
         image = _open_source(spec).read_tile(tile)
     if not image.valid.any():
         return None, time.perf_counter() - t0

@@ -439,7 +439,8 @@ def plan_maps(paths: list[str], opts: Options, per_input: Sequence, dates: dict)
             continue
         outs = tuple(per_input[k] for k in g.members)
         path, margin = anchor_map(path, opts)
-        inp = dataclasses.replace(plan_input(path, opts), anchored=margin is not None, margin=margin or (0, 0))
+        inp = dataclasses.replace(plan_input(path, opts, known=grouping.stamps), anchored=margin is not None,
+                                  margin=margin or (0, 0))
         planned.append(dataclasses.replace(inp, member_outputs=outs) if any(o is not None for o in outs) else inp)
     return tuple(planned), grouping.notes
 
@@ -505,8 +506,9 @@ def resolve_model(opts: Options) -> tuple[Options, RuntimeSpec]:
 
 
 @gdal_env()
-def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPlan:
-    """Open one input (its own errors: unreadable, bands, size) and lay out its tiles."""
+def plan_input(path: str, opts: Options, output: Path | None = None, known: dict | None = None) -> InputPlan:
+    """Open one input (its own errors: unreadable, bands, size) and lay out its tiles. `known`: its files'
+    stamps taken as their headers were read (a mosaic's: `maps.Grouping.stamps`)."""
     check_vrt_cycle(path)  # before GDAL opens it: it would read itself until its depth limit
     # a file replaced after GDAL's first read of it and before `stamps`: seen (a mosaic's files: by their own stamps)
     before = opening_stamp(path) if layout_of(path) is None else None
@@ -515,7 +517,7 @@ def plan_input(path: str, opts: Options, output: Path | None = None) -> InputPla
             log.warning("%s: the slide states no physical pixel size (OME PhysicalSizeX): areas stay in pixels, "
                         "no area_um2", path)
         files = tuple(check_input(path, src, opts))  # placeable, a VRT's sources exist
-        stamps = file_stamps(src.source_files)  # checked again when the input is done
+        stamps = file_stamps(src.source_files, known)  # checked again when the input is done
         if changed_while_opened(path, before, stamps):
             raise changed_error(path, path, kept=False)
         grid = None if opts.squash else build_grid(src, opts)
