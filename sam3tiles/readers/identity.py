@@ -24,7 +24,10 @@ A file replaced while a run reads it (a server's new ETag mid-run) would give ob
 brackets every read of an input between two stamps: `opening_stamp` before GDAL first reads it (what GDAL's
 network file systems cached of it in this process is dropped first: `forget_cached`), the stamps after the
 open that the plan keeps, and `changed_files` when its tiles are done and again before the outputs are
-renamed into place. A file that changed between any two of them fails the run (`changed_error`).
+renamed into place. A file that changed between any two of them fails the run (`changed_error`). Those
+end checks take a local file's stamp again from its status alone where nothing can have changed it unseen
+(`settled_stamp`: the same device, inode, size and times, its change time settled when it was stamped on a
+file system that keeps change times), else from its content sample as at first.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import hashlib
 import logging
 import os
 import stat
+import time
 import uuid
 import zipfile
 from pathlib import Path
@@ -103,12 +107,62 @@ def content_sample(path: str, size: int) -> str:
 
 
 def _local_stamp(path: str) -> str | None:
+    taken = time.time_ns()  # before the stat: a change after it gives a later change time (`settled_stamp`)
     try:
         st = os.stat(path)
     except OSError:
         return None
     sample = content_sample(path, st.st_size) if stat.S_ISREG(st.st_mode) else "special"  # a FIFO would block
-    return f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}:{sample}"
+    stamp = f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}:{sample}"
+    if stat.S_ISREG(st.st_mode) and st.st_ctime_ns <= taken - SETTLED_NS and _ctime_kept(st.st_dev):
+        if len(_SETTLED) >= MAX_SETTLED:
+            _SETTLED.clear()
+        _SETTLED[os.path.abspath(path)] = (_stat_key(st), stamp)
+    return stamp
+
+
+#: A local file's stamp is taken again without its content sample (`settled_stamp`) only where its status
+#: change time (ctime: set by the kernel on every write, truncate, rename over it or `utime`, never by a user)
+#: was at least SETTLED_NS before the stamp was taken (a file system that keeps ctime in whole seconds gives a
+#: change after the stamp a later ctime), on a local Linux file system of `CTIME_KEPT` (network file systems
+#: cache attributes; FAT's "ctime" is its creation time). At most MAX_SETTLED files are remembered.
+SETTLED_NS = 2_000_000_000
+CTIME_KEPT = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs", "overlay"})
+MAX_SETTLED = 1 << 17
+_SETTLED: dict[str, tuple] = {}
+
+
+def _stat_key(st: os.stat_result) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _ctime_kept(dev: int) -> bool:
+    """Whether the file system of device `dev` is one of `CTIME_KEPT` (Linux: /proc/self/mountinfo; else no)."""
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+            types = {f[2]: f[f.index("-") + 1] for f in (line.split() for line in fh) if "-" in f}
+    except (OSError, ValueError, IndexError):
+        return False
+    return types.get(want) in CTIME_KEPT
+
+
+def settled_stamp(path: str) -> str | None:
+    """The `file_stamp` of a plain local file taken before in this process, when the file's status (device,
+    inode, size, modification and change times) is still what it was then and its change time was settled
+    (see `SETTLED_NS`): nothing wrote to it, renamed over it or reset its times since. None: take it anew."""
+    s = str(path)
+    if "://" in s or s.startswith("/vsi"):
+        return None
+    seen = _SETTLED.get(os.path.abspath(s))
+    if seen is None:
+        return None
+    try:
+        st = os.stat(s)
+    except OSError:
+        return None
+    return seen[1] if _stat_key(st) == seen[0] else None
 
 
 def _zip_member(archive: str, member: str) -> str | None:
@@ -371,5 +425,6 @@ def changed_files(files, stamps) -> list[str]:
     a file replaced while the run read it (a server's new ETag, a local copy over it)."""
     files, stamps = list(files), list(stamps)
     known = [k for k, old in enumerate(stamps[:len(files)]) if old is not None]
-    now = file_stamps([files[k] for k in known])
+    unchanged = {files[k]: st for k in known if (st := settled_stamp(files[k])) is not None}
+    now = file_stamps([files[k] for k in known], known=unchanged)
     return [files[k] for k, new in zip(known, now) if new != stamps[k]]
