@@ -89,3 +89,24 @@ def test_blocked_merges_keep_the_specks_out_as_the_single_merge_does(block):
         blocked, _ = merge_blocked(pieces, frames, tile_blocks(list(ROW), block))
         assert not _fused(list(blocked.geometry))
         assert sorted(round(g.area, 3) for g in blocked.geometry) == sorted(round(g.area, 3) for g in single.geometry)
+
+
+def test_a_speck_where_four_tiles_meet_does_not_join_one_tiles_strip_to_anothers():
+    # the seed-101 layout: the speck lies within a cell of strip A as one tile drew it and of strip B as
+    # another drew it (each tile's boundary moved toward the speck on one side only)
+    square = TileGrid(1760, 1760, transform=Affine(1, 0, 0, 0, 1, 0))  # 4 tiles, core lines at 880
+    a, b = box(300, 860, 1500, 876), box(300, 884, 1500, 900)
+    wins = {(0, 0): box(0, 0, 1008, 1008), (0, 1): box(752, 0, 1760, 1008), (1, 0): box(0, 752, 1008, 1760),
+            (1, 1): box(752, 752, 1760, 1760)}
+    grow = {(0, 1): (3, 0), (1, 0): (0, 3)}
+    placed = []
+    for rc, w in wins.items():
+        ga, gb = grow.get(rc, (0, 0))
+        placed += [(rc, box(300, 860, 1500, 876 + ga).intersection(w), False),
+                   (rc, box(300, 884 - gb, 1500, 900).intersection(w), False)]
+        if rc == (0, 0):
+            placed.append((rc, box(900, 877, 908, 883), False))
+    frames, pieces = frames_and_pieces(square, placed, complete_edge_dist=50.0)
+    geoms = list(merge_pieces(pieces, frames)[0].geometry)
+    assert not [g for g in geoms if g.intersection(a).area > 0.5 * a.area and g.intersection(b).area > 0.5 * b.area]
+    assert _best_iou(geoms, a) > 0.9 and _best_iou(geoms, b) > 0.9

@@ -356,27 +356,25 @@ def _pair_pixel(c: Cols, a, b, frames) -> np.ndarray:
     return np.maximum(pix[: len(a)], pix[len(a):])
 
 
-#: A part at most this share of the area of each of two parts of one answer (a tile's, or a decoder
-#: pass's) it links to is a speck beside them, not a view of them: it cannot say they are one object.
+#: A part at most this share of the area of each of two parts it links to is a speck beside them, not a
+#: view of them: it cannot say they are one object.
 SPECK_SHARE = 0.25
 
 
 def _bridges(c: Cols, la: np.ndarray, lb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rule 3's guard: the links (`la`, `lb`) less those through which a speck joins what one answer drew
-    apart. A part linked to two parts of one other answer, each at least 1 / `SPECK_SHARE` times its own
-    area (a false positive in the gap between two strips, two text lines, two parcels: it lies within a
-    cell of both, so rule 2 links it to each), keeps its one link to the part it overlaps most (the larger,
+    """Rule 3's guard: the links (`la`, `lb`) less those through which a speck joins two objects. A part
+    linked to two parts (of any tiles) each at least 1 / `SPECK_SHARE` times its own area (a false positive
+    in the gap between two strips, two text lines, two parcels, often where four tiles meet: it lies within
+    a cell of both, so rule 2 links it to each) keeps its one link to the part it overlaps most (the larger,
     then the lower-left, on a tie: the tiles' order does not decide) and drops the others. A link is kept
-    only where neither end drops it: a speck joins at most one object, and never two."""
+    only where neither end drops it: a speck joins at most one object, never two. Views of one object link
+    to each other where they agree, not through a speck alone."""
     if not len(la):
         return la, lb
     src, dst = np.r_[la, lb], np.r_[lb, la]
     area = shapely.area(c.geoms)
     big = area[dst] * SPECK_SHARE >= area[src]
-    # per (part, the other end's answer): how many parts of that answer dwarf it
-    key, inv = np.unique(np.c_[src[big], c.keys[dst[big]]], axis=0, return_inverse=True)
-    counts = np.bincount(inv.ravel(), minlength=len(key))
-    specks = np.unique(key[counts >= 2, 0]) if len(key) else key[:0, 0]
+    specks = np.flatnonzero(np.bincount(src[big], minlength=len(area)) >= 2)
     if not len(specks):
         return la, lb
     drop = np.zeros(len(la), dtype=bool)
