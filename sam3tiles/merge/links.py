@@ -362,29 +362,36 @@ SPECK_SHARE = 0.25
 
 
 def _bridges(c: Cols, la: np.ndarray, lb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rule 3's guard: the links (`la`, `lb`) less those through which a speck joins two objects. A part
-    linked to two parts (of any tiles) each at least 1 / `SPECK_SHARE` times its own area (a false positive
-    in the gap between two strips, two text lines, two parcels, often where four tiles meet: it lies within
-    a cell of both, so rule 2 links it to each) keeps its one link to the part it overlaps most (the larger,
-    then the lower-left, on a tie: the tiles' order does not decide) and drops the others. A link is kept
-    only where neither end drops it: a speck joins at most one object, never two. Views of one object link
-    to each other where they agree, not through a speck alone."""
+    """Rule 3's guard: the links (`la`, `lb`) less those through which a speck joins two objects. A speck is
+    a part linked to two parts (of any tiles) each at least 1 / `SPECK_SHARE` times its area (a false
+    positive in the gap between two strips, two text lines, two parcels, often where four tiles meet: it
+    lies within a cell of both, so rule 2 links it to each). Where the parts that dwarf it (specks left
+    out) lie in two components or more of the links between parts that are not specks, it is the only
+    bridge between views the other links keep apart: it keeps its links to the component of the part it
+    overlaps most (the larger, then the lower-left, on a tie: the tiles' order does not decide) and drops
+    the others. Views of one object link to each other where they agree, not through a speck alone."""
     if not len(la):
         return la, lb
     src, dst = np.r_[la, lb], np.r_[lb, la]
     area = shapely.area(c.geoms)
     big = area[dst] * SPECK_SHARE >= area[src]
-    specks = np.flatnonzero(np.bincount(src[big], minlength=len(area)) >= 2)
-    if not len(specks):
+    speck = np.bincount(src[big], minlength=len(area)) >= 2
+    if not speck.any():
         return la, lb
+    plain = ~speck[la] & ~speck[lb]
+    comp = _components(len(area), la[plain], lb[plain])
     drop = np.zeros(len(la), dtype=bool)
-    for i in specks.tolist():
+    for i in np.flatnonzero(speck).tolist():
         mine = np.flatnonzero((la == i) | (lb == i))
         other = np.where(la[mine] == i, lb[mine], la[mine])
-        inter = shapely.area(shapely.intersection(c.geoms[i], c.geoms[other]))
-        b = shapely.bounds(c.geoms[other])
-        best = np.lexsort((b[:, 1], b[:, 0], -area[other], -inter))[0]
-        drop[np.delete(mine, best)] = True
+        held = (area[other] * SPECK_SHARE >= area[i]) & ~speck[other]
+        if len(np.unique(comp[other[held]])) < 2:
+            continue
+        k = other[held]
+        inter = shapely.area(shapely.intersection(c.geoms[i], c.geoms[k]))
+        b = shapely.bounds(c.geoms[k])
+        best = k[np.lexsort((b[:, 1], b[:, 0], -area[k], -inter))[0]]
+        drop[mine[(comp[other] != comp[best]) | speck[other]]] = True
     return la[~drop], lb[~drop]
 
 
