@@ -381,9 +381,11 @@ def _bridges(c: Cols, la: np.ndarray, lb: np.ndarray) -> tuple[np.ndarray, np.nd
     plain = ~speck[la] & ~speck[lb]
     comp = _components(len(area), la[plain], lb[plain])
     drop = np.zeros(len(la), dtype=bool)
-    for i in np.flatnonzero(speck).tolist():
-        mine = np.flatnonzero((la == i) | (lb == i))
-        other = np.where(la[mine] == i, lb[mine], la[mine])
+    by = np.argsort(src, kind="stable")  # each speck's links found by a search, not a scan of all links
+    specks = np.flatnonzero(speck)
+    for i, lo, hi in zip(specks.tolist(), np.searchsorted(src[by], specks).tolist(),
+                         np.searchsorted(src[by], specks, side="right").tolist()):
+        mine, other = by[lo:hi] % len(la), dst[by[lo:hi]]
         held = (area[other] * SPECK_SHARE >= area[i]) & ~speck[other]
         if len(np.unique(comp[other[held]])) < 2:
             continue
