@@ -356,6 +356,47 @@ def _pair_pixel(c: Cols, a, b, frames) -> np.ndarray:
     return np.maximum(pix[: len(a)], pix[len(a):])
 
 
+#: A part at most this share of the area of each of two parts it links to is a speck beside them, not a
+#: view of them: it cannot say they are one object.
+SPECK_SHARE = 0.25
+
+
+def _bridges(c: Cols, la: np.ndarray, lb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rule 3's guard: the links (`la`, `lb`) less those through which a speck joins two objects. A speck is
+    a part linked to two parts (of any tiles) each at least 1 / `SPECK_SHARE` times its area (a false
+    positive in the gap between two strips, two text lines, two parcels, often where four tiles meet: it
+    lies within a cell of both, so rule 2 links it to each). Where the parts that dwarf it (specks left
+    out) lie in two components or more of the links between parts that are not specks, it is the only
+    bridge between views the other links keep apart: it keeps its links to the component of the part it
+    overlaps most (the larger, then the lower-left, on a tie: the tiles' order does not decide) and drops
+    the others. Views of one object link to each other where they agree, not through a speck alone."""
+    if not len(la):
+        return la, lb
+    src, dst = np.r_[la, lb], np.r_[lb, la]
+    area = shapely.area(c.geoms)
+    big = area[dst] * SPECK_SHARE >= area[src]
+    speck = np.bincount(src[big], minlength=len(area)) >= 2
+    if not speck.any():
+        return la, lb
+    plain = ~speck[la] & ~speck[lb]
+    comp = _components(len(area), la[plain], lb[plain])
+    drop = np.zeros(len(la), dtype=bool)
+    by = np.argsort(src, kind="stable")  # each speck's links found by a search, not a scan of all links
+    specks = np.flatnonzero(speck)
+    for i, lo, hi in zip(specks.tolist(), np.searchsorted(src[by], specks).tolist(),
+                         np.searchsorted(src[by], specks, side="right").tolist()):
+        mine, other = by[lo:hi] % len(la), dst[by[lo:hi]]
+        held = (area[other] * SPECK_SHARE >= area[i]) & ~speck[other]
+        if len(np.unique(comp[other[held]])) < 2:
+            continue
+        k = other[held]
+        inter = shapely.area(shapely.intersection(c.geoms[i], c.geoms[k]))
+        b = shapely.bounds(c.geoms[k])
+        best = k[np.lexsort((b[:, 1], b[:, 0], -area[k], -inter))[0]]
+        drop[mine[(comp[other] != comp[best]) | speck[other]]] = True
+    return la[~drop], lb[~drop]
+
+
 def _components(n: int, la: np.ndarray, lb: np.ndarray) -> np.ndarray:
     """Rule 3: the connected component of every part (a label per part)."""
     if not len(la):

@@ -14,7 +14,7 @@ from shapely.geometry import Polygon
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
 from .apart import FUSE_CELLS, absorb, fused_groups, fused_shares, side_by_side
-from .links import _components, _explode, _inside, _links, lies_near
+from .links import _bridges, _components, _explode, _inside, _links, lies_near
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
                     THICK_CELLS, Cols, Merged, beyond, polygonal, regions)
@@ -70,14 +70,15 @@ def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, 
     else:
         inside, near = np.asarray(inside, dtype=bool), np.asarray(near, dtype=np.uint8)
     la, lb = _links(c, np.flatnonzero(~inside), frames, iou_min, ios_min, block, stats, known)
-    comp = _components(len(c.geoms), la, lb)
     deferred = np.zeros(len(c.geoms), dtype=bool)
     if len(foreign):
-        # a block pass: parts within reach of another block's windows, and everything linked to them
-        hit = np.unique(shapely.STRtree(np.asarray(foreign, dtype=object)).query(
-            c.geoms, predicate="dwithin", distance=reach)[0])
+        # a block pass: parts within reach of another block's windows, and all linked to them (before `_bridges`:
+        # a speck and all it links to are decided in one pass). (`whole`: the components before `_bridges`)
+        hit = np.unique(shapely.STRtree(np.asarray(foreign, dtype=object)).query(c.geoms, "dwithin", distance=reach)[0])
         if len(hit):
-            deferred = np.isin(comp, np.unique(comp[hit]))
+            deferred = np.isin(whole := _components(len(c.geoms), la, lb), np.unique(whole[hit]))
+    la, lb = _bridges(c, la, lb)
+    comp = _components(len(c.geoms), la, lb)
     live = ~deferred[la]
     stats.links = int(live.sum())
     res = _Resolver(c, frames, la[live], lb[live], inside, near, stats)
