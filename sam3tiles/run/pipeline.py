@@ -123,8 +123,9 @@ def execute(plan: RunPlan, *, client=None, fresh: bool = False, t_start: float |
             # rerun is not stopped by "output exists"
             with deferred_renames(pending):
                 write_outputs(plan, results, report, spool)
-            for inp in plan.inputs if not opts.no_preview else ():  # again before the outputs appear: the
-                check_unchanged(inp)  # previews read the inputs too (without them, nothing read since `run_input`'s)
+            if not opts.no_preview:  # again before the outputs appear: the previews read the inputs too (without
+                for inp in plan.inputs:  # them, nothing read the inputs since `run_input`'s own check)
+                    check_unchanged(inp)
             report.runtime_counters = _counters(engine)
             _publish(plan, report, store, pending, t_start)
             if return_objects:
