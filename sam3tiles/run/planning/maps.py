@@ -353,9 +353,10 @@ def mosaic_path(headers: Sequence[Header], lat: Lattice | None = None) -> Mosaic
     height = max(m.row + m.height for m in members)
     t = lat.affine @ Affine.translation(c0, r0)
     covered = coverage(members, width, height)[0] >= width * height
-    nodata = not covered or any(h.nodata for h in headers) or any(m.warp for m in members)
+    valid = not any(h.nodata for h in headers) and not any(m.warp for m in members)
     layout = Layout(members, width, height, tuple(t)[:6], lat.crs.to_wkt(), headers[0].bands,
-                    headers[0].band_count, headers[0].dtype, nodata=nodata, rule=lat.rule)
+                    headers[0].band_count, headers[0].dtype, nodata=not (covered and valid), members_valid=valid,
+                    rule=lat.rule)
     name = mosaic_name([h.path for h in headers]) if len(headers) > 1 else \
         f"{headers[0].path} warped to {crs_name(lat.crs)}"
     return MosaicPath(name, layout)
