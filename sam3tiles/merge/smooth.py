@@ -84,11 +84,16 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
         return geom, 0.0
     cell = MASK_CELL * min(frames[t].pixel for t in tiles)
     pairs = _pairs(views, frames, tiles, bands, AGREE_CELLS * cell)
-    if not pairs or _apart(pairs) < AGREE_CELLS * cell:
+    if not pairs:
         return geom, 0.0
-    _, offset, spread = _offsets(pairs)
+    apart, offset, spread = _offsets(pairs)
+    # pooled, the views agree; one pair of them may still differ all along (a view grown or shifted beside
+    # views that agree with each other): a steady offset, moved to the views' consensus as any other
+    odd = apart < AGREE_CELLS * cell
+    if odd and not odd_view(pairs, AGREE_CELLS * cell):
+        return geom, 0.0
     area = polygonal(geom, valid=True)  # (the owners' stitch: a union)
-    if offset > OFFSET_RATIO * spread:
+    if odd or offset > OFFSET_RATIO * spread:
         out = shift_views(area, pairs, tiles, frames, cell)
         inward = shapely.difference(area, out).area if out is not area else 0.0
     else:
@@ -121,6 +126,14 @@ def shift_views(geom, pairs, tiles, frames: Mapping[int, TileFrame], cell: float
         moved = shapely.transform(moved, lambda xy, dx=dx, dy=dy: xy - [dx, dy])
         parts.append(shapely.intersection(moved, frames[t].core))
     return shapely.union_all([geom.difference(shapely.union_all([frames[t].core for t in tiles])), *parts])
+
+
+def odd_view(pairs, agree: float) -> bool:
+    """Whether a pair of views (`_pairs`) differs by a steady offset of `agree` or more (its median signed
+    distance): where the views pooled over every pair agree (the pairs that agree outnumber it), a view grown,
+    shrunk or shifted beside its neighbours, or two runs of tiles that drew the object differently; a noise
+    moves a pair's median that far only now and then (`view_offsets`)."""
+    return bool((np.abs(_medians([p[2] for p in pairs])) >= agree).any())
 
 
 def _pair_fit(d: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -260,7 +273,7 @@ def _pair_signed(found: list, polys: dict, agree: float | None = None) -> list:
     idx = np.concatenate([np.arange(int(k))[pick] + s0 for k, pick, s0 in zip(count.tolist(), picks, start.tolist())])
     side = np.repeat(np.arange(2 * n), [len(range(int(k))[pick]) for k, pick in zip(count.tolist(), picks)])
     pts = xy[idx]
-    dist = _distances(pts, np.roll(line, n)[side], agree)
+    dist = _distances(pts, np.roll(line, n)[side], agree, side % n)
     if dist is None:
         return []
     outside = np.zeros(len(pts), dtype=bool)
@@ -280,17 +293,19 @@ def _pair_signed(found: list, polys: dict, agree: float | None = None) -> list:
     return out
 
 
-def _distances(pts: np.ndarray, lines: np.ndarray, agree: float | None):
+def _distances(pts: np.ndarray, lines: np.ndarray, agree: float | None, pair: np.ndarray | None = None):
     """The distance of each point of `pts` to its line in `lines`; None where `agree` is given and over half of
-    them lie under it (then so does their median: the views agree, and the rest need not be measured). An even
-    spread of the points is measured first, a little over half of them; the rest where that did not decide."""
+    each pair's points (`pair`: the pair of each point; None: one pair) lie under it (then so does the median
+    of each pair and of them all: the views agree, and the rest need not be measured). An even spread of the
+    points is measured first, a little over half of them; the rest where that did not decide."""
     if agree is None:
         return shapely.distance(shapely.points(pts), lines)
-    need = len(pts) // 2 + 1
-    first = np.argsort(np.arange(len(pts)) % 8, kind="stable")[:need + len(pts) // 8]
+    pair = np.zeros(len(pts), dtype=np.intp) if pair is None else pair
+    need = np.bincount(pair) // 2 + 1
+    first = np.argsort(np.arange(len(pts)) % 8, kind="stable")[:len(pts) // 2 + 1 + len(pts) // 8]
     d = np.empty(len(pts))
     d[first] = shapely.distance(shapely.points(pts[first]), lines[first])
-    if (d[first] < agree).sum() >= need:
+    if (np.bincount(pair[first], weights=d[first] < agree, minlength=len(need)) >= need).all():
         return None
     rest = np.ones(len(pts), dtype=bool)
     rest[first] = False
