@@ -77,8 +77,9 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
     """(`geom` (the owners' stitch of an object) smoothed along its outline where the tiles' `views` (tile ->
     that tile's parts of the object, one geometry) disagree in the bands their windows share, the area the
     smoothing moved inward); moved to the views' consensus (`shift_views`) where they differ by a steady
-    offset (`view_offsets`); (`geom` itself, 0) where they agree or no two tiles saw it. `bands`: the bands
-    of tile pairs found so far (`_band`), kept by a caller whose `frames` stay the same."""
+    offset (`view_offsets`), or where one pair does and the rest agree (`odd_view`); (`geom` itself, 0) where
+    they agree or no two tiles saw it. `bands`: the bands of tile pairs found so far (`_band`), kept by a
+    caller whose `frames` stay the same."""
     tiles = [t for t, v in views.items() if not v.is_empty]
     if len(tiles) < 2:
         return geom, 0.0
