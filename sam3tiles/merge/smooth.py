@@ -7,8 +7,9 @@ its core, so the merged outline carries that noise everywhere, and a step where 
 view to the next at a core line. Where two tiles overlap, their views of the same stretch say how large the
 noise is: views that agree (within `AGREE_CELLS` mask cells on average: two tiles' grids of cells) leave
 the outline as the owners drew it, to the vertex. Views that differ by a steady offset (a grown view
-beside a shrunk one, the same all along: their median signed distance over `OFFSET_RATIO` times its spread)
-are not smoothed (it would only round the ends and bends): the offset holds over each whole tile, so each
+beside a shrunk one, the same all along: their median signed distance over `OFFSET_RATIO` times its spread;
+or one pair of views a cell apart beside pairs that agree, `odd_view`) are not smoothed (it would only
+round the ends and bends): the offset holds over each whole tile, so each
 owner's part is moved to the views' consensus (`shift_views`; a third of a thin object's width). Views
 that differ as a noise does, in and out along
 the outline, make the outline a noisy measurement of a smooth boundary, and each point of it becomes the
