@@ -296,22 +296,29 @@ def _pair_signed(found: list, polys: dict, agree: float | None = None) -> list:
 
 
 def _distances(pts: np.ndarray, lines: np.ndarray, agree: float | None, pair: np.ndarray | None = None):
-    """The distance of each point of `pts` to its line in `lines`; None where `agree` is given and over half of
-    each pair's points (`pair`: the pair of each point; None: one pair) lie under it (then so does the median
-    of each pair and of them all: the views agree, and the rest need not be measured). An even spread of the
-    points is measured first, a little over half of them; the rest where that did not decide."""
+    """The distance of each point of `pts` to its line in `lines`; None where `agree` is given and each pair's
+    points (`pair`: the pair of each point; None: one pair) lie under it at their median (then so do they all:
+    the views agree, and the rest need not be measured). An even spread of the points is measured first, a
+    little over half of them: a pair with over half of its points under `agree` there agrees; the rest of
+    the other pairs' points next, and the rest of all where one of those pairs does not agree."""
     if agree is None:
         return shapely.distance(shapely.points(pts), lines)
     pair = np.zeros(len(pts), dtype=np.intp) if pair is None else pair
-    need = np.bincount(pair) // 2 + 1
+    size = np.bincount(pair)
     first = np.argsort(np.arange(len(pts)) % 8, kind="stable")[:len(pts) // 2 + 1 + len(pts) // 8]
     d = np.empty(len(pts))
     d[first] = shapely.distance(shapely.points(pts[first]), lines[first])
-    if (np.bincount(pair[first], weights=d[first] < agree, minlength=len(need)) >= need).all():
+    agrees = np.bincount(pair[first], weights=d[first] < agree, minlength=len(size)) >= size // 2 + 1
+    if agrees.all():
         return None
     rest = np.ones(len(pts), dtype=bool)
     rest[first] = False
-    d[rest] = shapely.distance(shapely.points(pts[rest]), lines[rest])
+    todo = rest & ~agrees[pair]
+    d[todo] = shapely.distance(shapely.points(pts[todo]), lines[todo])
+    if (_medians([d[pair == k] for k in np.flatnonzero(~agrees).tolist()]) < agree).all():
+        return None
+    todo = rest & agrees[pair]
+    d[todo] = shapely.distance(shapely.points(pts[todo]), lines[todo])
     return d
 
 
