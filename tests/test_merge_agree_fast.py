@@ -138,15 +138,16 @@ def test_the_pairs_measure_what_the_plain_form_measured(kind):
         if want:
             assert smooth._apart(got) == smooth._offsets(want)[0]
             assert smooth._offsets(got) == smooth._offsets(want)
-            # told the bar of agreement, the views that agree within it are known from part of their points
-            # ([]), the others measured in full
+            # told the bar of agreement, views whose every pair agrees within it are known from part of their
+            # points ([]), the others measured in full
             for bar in np.asarray([0.05, 0.3, 0.5, 1.0, 2.0]) * MASK_CELL * PIXEL:
                 told = smooth._pairs(views, frames, tiles, bands, bar)
                 if told:
                     assert all((a, b) == (wa, wb) and np.array_equal(d, wd)
                                for (a, b, d, _), (wa, wb, wd, _) in zip(told, want, strict=True))
-                else:
+                else:  # every pair agrees (so do they pooled): no pair differs steadily either
                     assert smooth._offsets(want)[0] < bar
+                    assert all(np.median(np.abs(wd)) < bar for _, _, wd, _ in want)
                     seen["decided early"] += 1
         seen["pairs"] += len(want)
         seen["empty"] += sum(1 for i, a in enumerate(tiles) for b in tiles[i + 1:]

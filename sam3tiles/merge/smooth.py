@@ -7,8 +7,9 @@ its core, so the merged outline carries that noise everywhere, and a step where 
 view to the next at a core line. Where two tiles overlap, their views of the same stretch say how large the
 noise is: views that agree (within `AGREE_CELLS` mask cells on average: two tiles' grids of cells) leave
 the outline as the owners drew it, to the vertex. Views that differ by a steady offset (a grown view
-beside a shrunk one, the same all along: their median signed distance over `OFFSET_RATIO` times its spread)
-are not smoothed (it would only round the ends and bends): the offset holds over each whole tile, so each
+beside a shrunk one, the same all along: their median signed distance over `OFFSET_RATIO` times its spread;
+or one pair of views a cell apart beside pairs that agree, `odd_view`) are not smoothed (it would only
+round the ends and bends): the offset holds over each whole tile, so each
 owner's part is moved to the views' consensus (`shift_views`; a third of a thin object's width). Views
 that differ as a noise does, in and out along
 the outline, make the outline a noisy measurement of a smooth boundary, and each point of it becomes the
@@ -77,18 +78,24 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
     """(`geom` (the owners' stitch of an object) smoothed along its outline where the tiles' `views` (tile ->
     that tile's parts of the object, one geometry) disagree in the bands their windows share, the area the
     smoothing moved inward); moved to the views' consensus (`shift_views`) where they differ by a steady
-    offset (`view_offsets`); (`geom` itself, 0) where they agree or no two tiles saw it. `bands`: the bands
-    of tile pairs found so far (`_band`), kept by a caller whose `frames` stay the same."""
+    offset (`view_offsets`), or where one pair does and the rest agree (`odd_view`); (`geom` itself, 0) where
+    they agree or no two tiles saw it. `bands`: the bands of tile pairs found so far (`_band`), kept by a
+    caller whose `frames` stay the same."""
     tiles = [t for t, v in views.items() if not v.is_empty]
     if len(tiles) < 2:
         return geom, 0.0
     cell = MASK_CELL * min(frames[t].pixel for t in tiles)
     pairs = _pairs(views, frames, tiles, bands, AGREE_CELLS * cell)
-    if not pairs or _apart(pairs) < AGREE_CELLS * cell:
+    if not pairs:
         return geom, 0.0
-    _, offset, spread = _offsets(pairs)
+    apart, offset, spread = _offsets(pairs)
+    # pooled, the views agree; one pair of them may still differ all along (a view grown or shifted beside
+    # views that agree with each other): a steady offset, moved to the views' consensus as any other
+    odd = apart < AGREE_CELLS * cell
+    if odd and not odd_view(pairs, AGREE_CELLS * cell):
+        return geom, 0.0
     area = polygonal(geom, valid=True)  # (the owners' stitch: a union)
-    if offset > OFFSET_RATIO * spread:
+    if odd or offset > OFFSET_RATIO * spread:
         out = shift_views(area, pairs, tiles, frames, cell)
         inward = shapely.difference(area, out).area if out is not area else 0.0
     else:
@@ -121,6 +128,14 @@ def shift_views(geom, pairs, tiles, frames: Mapping[int, TileFrame], cell: float
         moved = shapely.transform(moved, lambda xy, dx=dx, dy=dy: xy - [dx, dy])
         parts.append(shapely.intersection(moved, frames[t].core))
     return shapely.union_all([geom.difference(shapely.union_all([frames[t].core for t in tiles])), *parts])
+
+
+def odd_view(pairs, agree: float) -> bool:
+    """Whether a pair of views (`_pairs`) differs by a steady offset of `agree` or more (its median signed
+    distance): where the views pooled over every pair agree (the pairs that agree outnumber it), a view grown,
+    shrunk or shifted beside its neighbours, or two runs of tiles that drew the object differently; a noise
+    moves a pair's median that far only now and then (`view_offsets`)."""
+    return bool((np.abs(_medians([p[2] for p in pairs])) >= agree).any())
 
 
 def _pair_fit(d: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -260,7 +275,7 @@ def _pair_signed(found: list, polys: dict, agree: float | None = None) -> list:
     idx = np.concatenate([np.arange(int(k))[pick] + s0 for k, pick, s0 in zip(count.tolist(), picks, start.tolist())])
     side = np.repeat(np.arange(2 * n), [len(range(int(k))[pick]) for k, pick in zip(count.tolist(), picks)])
     pts = xy[idx]
-    dist = _distances(pts, np.roll(line, n)[side], agree)
+    dist = _distances(pts, np.roll(line, n)[side], agree, side % n)
     if dist is None:
         return []
     outside = np.zeros(len(pts), dtype=bool)
@@ -280,21 +295,30 @@ def _pair_signed(found: list, polys: dict, agree: float | None = None) -> list:
     return out
 
 
-def _distances(pts: np.ndarray, lines: np.ndarray, agree: float | None):
-    """The distance of each point of `pts` to its line in `lines`; None where `agree` is given and over half of
-    them lie under it (then so does their median: the views agree, and the rest need not be measured). An even
-    spread of the points is measured first, a little over half of them; the rest where that did not decide."""
+def _distances(pts: np.ndarray, lines: np.ndarray, agree: float | None, pair: np.ndarray | None = None):
+    """The distance of each point of `pts` to its line in `lines`; None where `agree` is given and each pair's
+    points (`pair`: the pair of each point; None: one pair) lie under it at their median (then so do they all:
+    the views agree, and the rest need not be measured). An even spread of the points is measured first, a
+    little over half of them: a pair with over half of its points under `agree` there agrees; the rest of
+    the other pairs' points next, and the rest of all where one of those pairs does not agree."""
     if agree is None:
         return shapely.distance(shapely.points(pts), lines)
-    need = len(pts) // 2 + 1
-    first = np.argsort(np.arange(len(pts)) % 8, kind="stable")[:need + len(pts) // 8]
+    pair = np.zeros(len(pts), dtype=np.intp) if pair is None else pair
+    size = np.bincount(pair)
+    first = np.argsort(np.arange(len(pts)) % 8, kind="stable")[:len(pts) // 2 + 1 + len(pts) // 8]
     d = np.empty(len(pts))
     d[first] = shapely.distance(shapely.points(pts[first]), lines[first])
-    if (d[first] < agree).sum() >= need:
+    agrees = np.bincount(pair[first], weights=d[first] < agree, minlength=len(size)) >= size // 2 + 1
+    if agrees.all():
         return None
     rest = np.ones(len(pts), dtype=bool)
     rest[first] = False
-    d[rest] = shapely.distance(shapely.points(pts[rest]), lines[rest])
+    todo = rest & ~agrees[pair]
+    d[todo] = shapely.distance(shapely.points(pts[todo]), lines[todo])
+    if (_medians([d[pair == k] for k in np.flatnonzero(~agrees).tolist()]) < agree).all():
+        return None
+    todo = rest & agrees[pair]
+    d[todo] = shapely.distance(shapely.points(pts[todo]), lines[todo])
     return d
 
 
