@@ -34,6 +34,7 @@ class TiffHead:
     size: int
     shape: tuple[int, int]
     whole: bool
+    geo: object = None  # its first image's GeoTIFF georeference (`geotags.GeoTags`), where read one way
 
     @property
     def truncated(self) -> bool:
@@ -70,12 +71,13 @@ def tiff_head(path: str) -> TiffHead | None:
             with tifffile.TiffFile(p) as tf:
                 slide = _slide(tf)
                 offsets, counts, shape, whole = _chunks(tf, size)
+                geo = _geo(tf)
         finally:
             _quiet(False)
     except Exception:  # noqa: BLE001 - a header tifffile cannot read: GDAL's open decides
         return None
     end = max((o + c for o, c in zip(offsets, counts) if c), default=0)
-    return TiffHead(slide, end, size, shape, whole and end <= size)
+    return TiffHead(slide, end, size, shape, whole and end <= size, geo)
 
 
 def _quiet(enter: bool) -> None:
@@ -120,6 +122,16 @@ def _chunks(tf, size: int) -> tuple[tuple, tuple, tuple[int, int], bool]:
         return offsets, counts, shape, _whole(page, offsets, counts, size)
     except Exception:  # noqa: BLE001 - tifffile raises many kinds
         return (), (), (0, 0), False
+
+
+def _geo(tf):
+    """The first image's `geotags.GeoTags` (None: none, or not in a form read one way)."""
+    from .geotags import geo_tags
+
+    try:
+        return geo_tags(tf.pages.first if hasattr(tf.pages, "first") else tf.pages[0])
+    except Exception:  # noqa: BLE001 - tags tifffile cannot read: GDAL's open decides
+        return None
 
 
 def _whole(page, offsets: tuple, counts: tuple, size: int) -> bool:

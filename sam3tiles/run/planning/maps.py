@@ -40,6 +40,7 @@ from affine import Affine
 
 from ...options import Options
 from ...readers import gdal_env, open_source
+from ...readers.georef import Georefs
 from ...readers.identity import file_stamp, local_path_of
 from ...readers.mosaic import SEPARATOR, Layout, Member, MosaicPath, mosaic_name
 from ...readers.remote import source_name
@@ -126,15 +127,16 @@ class Grouping:
     stamps: dict = field(default_factory=dict)  # file -> its `file_stamp` as its header was read (`Header.stamps`)
 
 
-def read_header(path: str, opts: Options, when: str | None = None, many: bool = False) -> Header:
+def read_header(path: str, opts: Options, when: str | None = None, many: bool = False,
+                georefs: Georefs | None = None) -> Header:
     """One input's header (the pre-flight's checks of it: unreadable, bands, placeable); `many`: one of many
     inputs (`env.MANY_FILES`), whose local files are stamped here too, once opened (`Header.stamps`, used where
     they form a mosaic: the hashing of their content samples runs beside the other threads' opens, which hold
-    the GIL)."""
+    the GIL); `georefs`: the georeferences the other headers' GeoTIFFs had (`readers.georef`)."""
     stamped = many and not opts.no_mosaic and local_path_of(path) is not None  # a URL's: when its map is planned
     with gdal_env(many_files=many):  # each header thread enters the run's GDAL configuration
         check_vrt_cycle(path)
-        with open_source(path, bands=opts.bands, stretch=None) as src:
+        with open_source(path, bands=opts.bands, stretch=None, georefs=georefs) as src:
             files = tuple(check_input(path, src, opts))
             return Header(path, src.crs, src.transform, int(src.width), int(src.height), tuple(src.bands),
                           int(src.band_count), str(src.dtype), src.kind, bool(src.may_have_nodata()), files, when,
@@ -150,8 +152,9 @@ def read_headers(paths: Sequence[str], opts: Options, dates: dict | None = None)
     threads = HEADER_THREADS
     if all(local_path_of(p) is not None for p in paths):
         threads = min(threads, LOCAL_HEADER_THREADS_PER_CPU * (os.cpu_count() or 1))
+    georefs = Georefs()  # a GeoTIFF georeference's CRS looked up by GDAL for its first files only
     with ThreadPoolExecutor(min(threads, len(paths)), thread_name_prefix="sam3tiles-header") as pool:
-        return list(pool.map(lambda p: read_header(p, opts, dates.get(p), many=True), paths))
+        return list(pool.map(lambda p: read_header(p, opts, dates.get(p), many=True, georefs=georefs), paths))
 
 
 def group_inputs(paths: Sequence[str], opts: Options, dates: dict | None = None) -> Grouping:
