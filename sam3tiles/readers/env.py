@@ -42,6 +42,20 @@ def gdal_env(many_files: bool = False) -> Iterator[None]:
         yield
 
 
+def open_local(path: str, **options):
+    """`rasterio.open(path, **options)` of a local file where the run's GDAL configuration is entered
+    (`gdal_env`): the dataset made directly (`rasterio.io.DatasetReader`), without the configuration that
+    rasterio.open enters and leaves again around each open for a remote file's credentials (issue 48: a
+    third of a small GeoTIFF's open without its georeferencing, 0.18 -> 0.12 ms CPU). Else rasterio.open."""
+    from rasterio.env import hasenv
+
+    if hasenv() and "://" not in path and not path.startswith("/vsi"):
+        from rasterio.io import DatasetReader
+
+        return DatasetReader(path, **options)
+    return rasterio.open(path, **options)
+
+
 def gdal_cache_bytes(environ: Mapping[str, str] = os.environ) -> int:
     """The most GDAL's block cache of a run holds (bytes): `GDAL_OPTIONS`' unless the environment sets
     GDAL_CACHEMAX (GDAL's forms: MB below 100000, else bytes; a unit, MB or GB; or a % of the memory)."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import threading
 
+from .env import open_local
 from .geotags import GeoTags
 from .raster import RasterSource
 
@@ -66,12 +67,10 @@ class _KnownGeoref(RasterSource):
         super().__init__(path, bands=bands, stretch=stretch, head=head)
 
     def _open_dataset(self):
-        import rasterio
-
         from .members import _quiet_open
 
         with _quiet_open():
-            return rasterio.open(self.path, GEOREF_SOURCES="NONE")
+            return open_local(self.path, GEOREF_SOURCES="NONE")
 
     def __reduce__(self):
         return RasterSource, (self.path, self._bands_arg, self.stretch)
