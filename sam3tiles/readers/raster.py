@@ -227,8 +227,8 @@ class RasterSource(Source):
         return rgb, mask
 
     def may_have_nodata(self) -> bool:
-        ds = self._ds
-        all_valid = all(ds.mask_flag_enums[b - 1] == [rasterio.enums.MaskFlags.all_valid] for b in self.bands)
+        flags = self._ds.mask_flag_enums  # every band's, asked of GDAL at each use: once here
+        all_valid = all(flags[b - 1] == [rasterio.enums.MaskFlags.all_valid] for b in self.bands)
         return not all_valid or self.dtype.kind == "f"
 
 
