@@ -22,15 +22,10 @@ class GeoTags:
     transform: Affine
 
 
-def geo_tags(page) -> GeoTags | None:
-    """The `GeoTags` of a parsed TIFF page (tifffile), or None where its model tags are not in a form read
-    one way (see `georef`'s module doc)."""
-    tags = page.tags
-
-    def value(code):
-        tag = tags.get(code)
-        return None if tag is None else tag.value
-
+def geo_tags(value) -> GeoTags | None:
+    """The `GeoTags` of a TIFF's first image, `value(tag)` giving a tag's value (numbers as a tuple, ASCII as
+    str or bytes; None: no such tag), or None where its model tags are not in a form read one way (see
+    `georef`'s module doc)."""
     scale, tie, matrix = value(_PIXEL_SCALE), value(_TIEPOINT), value(_TRANSFORMATION)
     keys = tuple(int(k) for k in value(_GEOKEYS) or ())
     if scale is not None and tie is not None and matrix is None:
@@ -54,7 +49,22 @@ def geo_tags(page) -> GeoTags | None:
     if t.is_identity or not all(map(_finite, gt)):
         return None
     doubles = tuple(float(v) for v in value(_GEO_DOUBLES) or ())
-    return GeoTags((form, keys, doubles, str(value(_GEO_ASCII) or "")), t)
+    text = value(_GEO_ASCII) or ""
+    text = text.decode("latin-1") if isinstance(text, bytes) else str(text)
+    return GeoTags((form, keys, doubles, text.rstrip("\0")), t)
+
+
+def page_value(page):
+    """`geo_tags`' `value` of a tifffile page (its one-number tags as tuples too)."""
+
+    def value(code):
+        tag = page.tags.get(code)
+        if tag is None:
+            return None
+        v = tag.value
+        return v if isinstance(v, (tuple, str, bytes)) else (v,)
+
+    return value
 
 
 def _finite(v: float) -> bool:
