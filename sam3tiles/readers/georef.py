@@ -35,6 +35,8 @@ VERIFY = 2
 #: GDAL options under which the georeferencing is read otherwise (any of them set: every file the normal way).
 GDAL_OPTIONS = ("GDAL_GEOREF_SOURCES", "GTIFF_POINT_GEO_IGNORE", "GTIFF_HONOUR_NEGATIVE_SCALEY",
                 "GDAL_PAM_PROXY_DIR", "GTIFF_SRS_SOURCE", "GTIFF_REPORT_COMPD_CS")
+
+
 def side_files(path: str) -> list[str]:
     """The names of side files GDAL may read a GeoTIFF's georeferencing or metadata from (PAM's .aux.xml,
     .aux, ESRI's .xml, world files, MapInfo's .tab), in the cases GDAL looks them up by name."""
@@ -45,10 +47,6 @@ def side_files(path: str) -> list[str]:
         if e:
             names += [f"{stem}.{e.lower()}", f"{stem}.{e.upper()}"]
     return names + [f"{path}.aux", f"{path}.AUX"]
-
-
-def _has_side_file(path: str) -> bool:
-    return any(os.path.lexists(n) for n in side_files(path))
 
 
 def _options_allow() -> bool:
@@ -97,12 +95,13 @@ class Georefs:
         self.skipped = 0
         self._lock = threading.Lock()
         self._seen: dict[tuple, list | None] = {}  # key -> [crs, its WKT, files verified], None: not trusted
+        self._folders: dict[str, frozenset | None] = {}  # folder -> its names (None: not listable)
 
     def open(self, path: str, bands, stretch, head) -> RasterSource:
         """`path` opened as `readers.open_source` would (`head`: its `tiffhead.TiffHead`), without its
         georeferencing where its georeference is known."""
         geo = head.geo if self.enabled and head is not None else None
-        if geo is None or _has_side_file(path):
+        if geo is None or self._has_side_file(path):
             return RasterSource(path, bands=bands, stretch=stretch, head=head)
         with self._lock:
             seen = self._seen.get(geo.key, [])
@@ -114,6 +113,24 @@ class Georefs:
         src = RasterSource(path, bands=bands, stretch=stretch, head=head)
         self._compare(geo, src.crs, src.transform)
         return src
+
+    def _has_side_file(self, path: str) -> bool:
+        """A side file (`side_files`) beside `path`, looked up in its folder's names, listed once a planning
+        (the 16 names' status cost 0.03 ms CPU a file); by status where the folder cannot be listed."""
+        folder = os.path.dirname(path) or "."
+        with self._lock:
+            listed = folder in self._folders
+            names = self._folders.get(folder)
+        if not listed:
+            try:
+                names = frozenset(os.listdir(folder))
+            except OSError:
+                names = None
+            with self._lock:
+                self._folders[folder] = names
+        if names is None:
+            return any(os.path.lexists(n) for n in side_files(path))
+        return any(os.path.basename(n) in names for n in side_files(path))
 
     def _compare(self, geo: GeoTags, crs, transform) -> None:
         """A file of `geo` opened the normal way: GDAL's answer against the tags' (any difference: its
