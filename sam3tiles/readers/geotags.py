@@ -10,6 +10,8 @@ from affine import Affine
 _PIXEL_SCALE, _TIEPOINT, _TRANSFORMATION = 33550, 33922, 34264
 _GEOKEYS, _GEO_DOUBLES, _GEO_ASCII = 34735, 34736, 34737
 _RASTER_TYPE, _PIXEL_IS_POINT = 1025, 2
+#: `Affine.is_identity`'s precision (affine's EPSILON), checked on the GDAL geotransform (faster than building one).
+IDENTITY = 1e-5
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,9 @@ def geo_tags(value) -> GeoTags | None:
     if _raster_type(keys) == _PIXEL_IS_POINT:  # GDAL's corner: half a pixel up and left of the tied centre
         gt[0] -= gt[1] * 0.5 + gt[2] * 0.5
         gt[3] -= gt[4] * 0.5 + gt[5] * 0.5
+    if not all(map(_finite, gt)) or all(abs(v - i) < IDENTITY for v, i in zip(gt, (0.0, 1.0, 0.0, 0.0, 0.0, 1.0))):
+        return None  # (near) identity: not georeferenced to the pre-flight (`Affine.is_identity`), GDAL decides
     t = Affine.from_gdal(*gt)
-    if t.is_identity or not all(map(_finite, gt)):
-        return None
     doubles = tuple(float(v) for v in value(_GEO_DOUBLES) or ())
     text = value(_GEO_ASCII) or ""
     text = text.decode("latin-1") if isinstance(text, bytes) else str(text)
