@@ -16,8 +16,9 @@ Only where this is provably GDAL's answer:
   with one ModelTiepoint and no ModelTransformation, or a ModelTransformation (16 values, an affine last
   row) alone; GDAL's geotransform from them, its origin half a pixel up and left where the raster type is
   PixelIsPoint (`GTRasterTypeGeoKey` = 2: GDAL's default, GTIFF_POINT_GEO_IGNORE unset);
-* no side file GDAL may read georeferencing or metadata from (`SIDE_FILES`: .aux.xml, .aux, .xml, world
-  files, .tab, each name in the cases GDAL looks for) beside the file;
+* no side file GDAL may read georeferencing or metadata from (`side_files`: .aux.xml, .aux, .xml, world
+  files, .tab, each name in the cases GDAL looks for) beside the file, in its folder's names as listed once
+  a planning;
 * none of the GDAL options that change how a GeoTIFF's georeferencing is read is set (`GDAL_OPTIONS`).
 """
 
