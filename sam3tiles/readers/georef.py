@@ -96,7 +96,7 @@ class Georefs:
         self.skipped = 0
         self._lock = threading.Lock()
         self._seen: dict[tuple, list | None] = {}  # key -> [crs, its WKT, files verified], None: not trusted
-        self._folders: dict[str, frozenset | None] = {}  # folder -> its names (None: not listable)
+        self._folders: dict[str, tuple | None] = {}  # folder -> `_folder`'s (None: not listable)
 
     def open(self, path: str, bands, stretch, head) -> RasterSource:
         """`path` opened as `readers.open_source` would (`head`: its `tiffhead.TiffHead`), without its
@@ -118,20 +118,45 @@ class Georefs:
     def _has_side_file(self, path: str) -> bool:
         """A side file (`side_files`) beside `path`, looked up in its folder's names, listed once a planning
         (the 16 names' status cost 0.03 ms CPU a file); by status where the folder cannot be listed."""
+        folder = self._folder(path)
+        if folder is None:
+            return any(os.path.lexists(n) for n in side_files(path))
+        return any(os.path.basename(n) in folder[0] for n in side_files(path))
+
+    def without_siblings(self, paths) -> bool:
+        """Every one of `paths` a GeoTIFF alone in its folder under its name: no other name there starts
+        with its name's stem and "." or "_" (in any case), where every file GDAL looks for beside it is
+        named (.aux.xml, .ovr, .msk, world files, _rpc.txt, ...). GDAL may then open them without looking
+        for any (`env.NO_SIBLINGS`)."""
+        for p in paths:
+            folder = None if not p.lower().endswith((".tif", ".tiff")) else self._folder(p)
+            stem = os.path.splitext(os.path.basename(p))[0].lower()
+            if folder is None or folder[1].get(stem, 0) != 1:
+                return False
+        return True
+
+    def _folder(self, path: str) -> tuple | None:
+        """(names, {lower-case prefix ending before a "." or "_": names that start so}) of the folder of
+        `path`, listed once a planning; None where it cannot be listed."""
         folder = os.path.dirname(path) or "."
         with self._lock:
-            listed = folder in self._folders
-            names = self._folders.get(folder)
-        if not listed:
-            try:
-                names = frozenset(os.listdir(folder))
-            except OSError:
-                names = None
-            with self._lock:
-                self._folders[folder] = names
-        if names is None:
-            return any(os.path.lexists(n) for n in side_files(path))
-        return any(os.path.basename(n) in names for n in side_files(path))
+            if folder in self._folders:
+                return self._folders[folder]
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            listed = None
+        else:
+            stems: dict[str, int] = {}
+            for name in names:
+                low = name.lower()
+                for k, c in enumerate(low):
+                    if c in "._" and k:
+                        stems[low[:k]] = stems.get(low[:k], 0) + 1
+            listed = (frozenset(names), stems)
+        with self._lock:
+            self._folders[folder] = listed
+        return listed
 
     def _compare(self, geo: GeoTags, crs, transform) -> None:
         """A file of `geo` opened the normal way: GDAL's answer against the tags' (any difference: its

@@ -166,8 +166,9 @@ def read_headers(paths: Sequence[str], opts: Options, dates: dict | None = None)
     step = max(1, min(HEADER_RUN, len(paths) // (4 * threads)))  # at least 4 runs a thread to share the work
 
     def run(start: int) -> list[Header]:
-        with gdal_env(many_files=True):
-            return [_header(p, opts, dates.get(p), True, georefs) for p in paths[start:start + step]]
+        part = paths[start:start + step]
+        with gdal_env(many_files=True, no_siblings=georefs.without_siblings(part)):
+            return [_header(p, opts, dates.get(p), True, georefs) for p in part]
 
     with ThreadPoolExecutor(threads, thread_name_prefix="sam3tiles-header") as pool:
         return [h for part in pool.map(run, range(0, len(paths), step)) for h in part]
