@@ -76,6 +76,7 @@ class Member:
     height: int
     files: tuple[str, ...] = ()
     warp: Warp | None = None  # on another CRS or lattice: read warped onto the map's (`readers.warp`)
+    alone: bool = False  # a GeoTIFF the plan saw with no file beside it GDAL looks for (`georef.Georefs`)
 
     @property
     def centre(self) -> tuple[float, float]:
@@ -98,6 +99,11 @@ class Layout:
     dtype: str
     nodata: bool = True  # some pixel may be nodata (a hole between files, a member's mask)
     members_valid: bool = False  # every member's pixels are valid (no mask, nodata value, alpha; none warped)
+
+    @cached_property
+    def no_siblings(self) -> bool:
+        """No member has a file beside it that GDAL looks for, as planned (`Member.alone`; `env.NO_SIBLINGS`)."""
+        return bool(self.members) and all(m.alone for m in self.members)
     rule: str = ""  # how its lattice was chosen (`run.planning.lattice`), for the plan and the report
 
     def __getstate__(self):
