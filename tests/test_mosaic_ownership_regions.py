@@ -80,3 +80,13 @@ def test_files_that_only_share_edges_are_their_own_footprints_without_an_overlay
     regions = own.regions
     assert all(r is fp for r, fp in zip(regions, own.footprints))
     assert calls["n"] <= 1  # one call for all pairs at most, not one per pair (64 files: 420 pairs)
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_a_layout_overlaps_where_two_footprints_share_an_area(name):
+    """`Layout.overlapping` (a read applies the overlap rule only then) says what the footprints say."""
+    lay = _layout(LAYOUTS[name])
+    fps = shapely.box(*lay.boxes.T)
+    want = any(shapely.area(shapely.intersection(a, b)) > 0 for i, a in enumerate(fps) for b in fps[i + 1:])
+    assert lay.overlapping == want
+    assert want == (name != "abutting")  # the others have overlaps (sanity of the layouts themselves)

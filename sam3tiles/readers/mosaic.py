@@ -116,6 +116,21 @@ class Layout:
                           dtype=np.float64).reshape(-1, 4)
 
     @cached_property
+    def overlapping(self) -> bool:
+        """Some two members overlap (more than an edge): only then does a read apply the overlap rule."""
+        import shapely
+
+        b = self.boxes
+        if len(b) < 2:
+            return False
+        tree = shapely.STRtree(shapely.box(*b.T))
+        i, j = tree.query(shapely.box(*b.T), predicate="intersects")
+        pair = i < j
+        lo = np.maximum(b[i[pair], :2], b[j[pair], :2])
+        hi = np.minimum(b[i[pair], 2:], b[j[pair], 2:])
+        return bool((hi > lo).all(axis=1).any())
+
+    @cached_property
     def file_spans(self) -> list[tuple[int, int]]:
         """(first, end) of each member's files in the flat list `source_files` gives."""
         out, at = [], 0
@@ -298,16 +313,18 @@ class MosaicSource(Source):
         sx, sy = float(window.width) / w, float(window.height) / h
         parts = [(int(k), *p) for k in self._mosaic.touching(window)
                  if (p := _part(self._mosaic.members[k], window, sx, sy, w, h)) is not None]
-        cover = np.zeros((h, w), np.uint8)  # how many members cover each output pixel
-        for _, (j0, j1, i0, i1), _ in parts:
-            cover[i0:i1, j0:j1] += 1
+        cover = None  # how many members cover each output pixel, where some members overlap
+        if self._mosaic.overlapping:
+            cover = np.zeros((h, w), np.uint8)
+            for _, (j0, j1, i0, i1), _ in parts:
+                cover[i0:i1, j0:j1] += 1
         best = None  # squared distance to the centre of the member a shared pixel came from
         cache = member_cache()
         for k, (j0, j1, i0, i1), sub in parts:
             prgb, pvalid = self._read_member(k, cache, sub, (j1 - j0, i1 - i0))
-            n = cover[i0:i1, j0:j1]
             out, ok = rgb[:, i0:i1, j0:j1], valid[i0:i1, j0:j1]
-            if n.max() == 1:  # nobody else covers these pixels
+            n = cover[i0:i1, j0:j1] if cover is not None else None
+            if n is None or n.max() == 1:  # nobody else covers these pixels
                 out[...], ok[...] = prgb, pvalid
                 continue
             shared = n > 1
