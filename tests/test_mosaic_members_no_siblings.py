@@ -3,8 +3,8 @@
 the pixels read are those of the files read alone.
 
 A bug found on the way: every GeoTIFF member was opened with GEOREF_SOURCES=NONE, with which GDAL skips the
-file's PAM .aux.xml: a nodata value named there was read as pixels (valid, segmented). A member with a side
-file is now opened with its georeferencing (`members._Member`), its side file applied."""
+file's PAM .aux.xml: a nodata value named there was read as pixels (valid, segmented). Members are now opened
+with GEOREF_SOURCES=PAM (`members._Member`: as cheap, 0.09 ms an open; the side file applied)."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ A window reads only the members it touches, through the process's `MemberCache`:
 windows, tasks, readers and threads (a file opened per window cost more than its pixels: the open, and the
 decoded blocks GDAL drops with the dataset; a cache per thread opened a member once in each thread), at most
 `open_members()` idle, the least recently used closed first; a GDAL handle is used by one thread at a time.
-A member opens as `_Member`: without the probes the plan already made; one with nothing beside it also
-without the georeferencing the plan already placed (`_LoneMember`).
+A member opens as `_Member`: without the probes and the georeferencing the plan already checked and placed.
 """
 
 from __future__ import annotations
@@ -30,21 +29,21 @@ class _Member(RasterSource):
     """A mosaic's member as a worker opens it: its file was checked when the map was planned (truncation,
     its first and last block), so it is opened without those probes (a tile may open dozens of members).
 
-    A run's read task opens and reads members with their folder not listed (`env.MANY_FILES`)."""
+    A GeoTIFF member is opened without its georeferencing from the file (GDAL's GEOREF_SOURCES=PAM): the
+    plan placed it in the map, and reading its geokeys took 2.6 of an open's 3.1 ms (the CRS is looked up in
+    PROJ's database on every open). Its PAM .aux.xml is read, as GDAL reads it by default: with
+    GEOREF_SOURCES=NONE GDAL skipped it, and a nodata value named there was read as valid pixels. rasterio
+    warns that a file without a PAM georeference has no geotransform: not said (`_quiet_open`). A run's
+    read task opens and reads members with their folder not listed (`env.MANY_FILES`), or not looked in
+    where the plan saw nothing beside them (`env.NO_SIBLINGS`)."""
 
     _probe_file = False
 
-
-class _LoneMember(_Member):
-    """A GeoTIFF member the plan saw with no file beside it (`Member.alone`), opened without its
-    georeferencing (GDAL's GEOREF_SOURCES=NONE): the plan placed it in the map, and reading its geokeys took
-    2.6 of an open's 3.1 ms (the CRS is looked up in PROJ's database on every open). Never a file with a
-    side file: GDAL then skips its PAM .aux.xml too, whose nodata values would be lost (read as pixels).
-    rasterio warns that it has no geotransform: not said (`_quiet_open`)."""
-
     def _open_dataset(self):
+        if not self.path.lower().endswith((".tif", ".tiff")):
+            return super()._open_dataset()  # other drivers may not know the option (GDAL would warn)
         with _quiet_open():
-            return open_local(self.path, GEOREF_SOURCES="NONE")
+            return open_local(self.path, GEOREF_SOURCES="PAM")
 
 
 _QUIET = {"lock": threading.Lock(), "users": 0, "entry": None}
@@ -119,8 +118,7 @@ def open_member(m, bands, stretch, layout=None) -> RasterSource:
     refused."""
     if m.warp is not None:
         return _WarpedMember(m, layout, bands, stretch)
-    lone = m.alone and m.path.lower().endswith((".tif", ".tiff"))  # other drivers may not know the option
-    src = (_LoneMember if lone else _Member)(m.path, bands=bands, stretch=stretch)
+    src = _Member(m.path, bands=bands, stretch=stretch)
     if (src.width, src.height) != (m.width, m.height):
         src.close()
         raise RasterReadError(_changed(m.path, (src.width, src.height), (m.width, m.height)))
