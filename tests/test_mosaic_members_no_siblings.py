@@ -86,3 +86,39 @@ def test_one_side_file_and_the_members_are_read_as_before_with_it_applied(tmp_pa
     with rasterio.open(paths[4]) as ds:  # GDAL's own mask of the file with its side file
         assert ds.dataset_mask()[0, 0] == 0
     assert not any(valid for _, valid in seen)  # the side file's nodata applied
+
+
+def _with_aux_nodata(folder, path: str) -> tuple[int, int]:
+    """A PAM side file naming `path`'s pixel (0, 0) nodata; the file's size (w, h)."""
+    with rasterio.open(path) as ds:
+        v = ds.read(window=((0, 1), (0, 1)))[:, 0, 0].tolist()
+    name = path.rsplit("/", 1)[-1]
+    (folder / f"{name}.aux.xml").write_text(
+        '<PAMDataset>' + "".join(f'<PAMRasterBand band="{b + 1}"><NoDataValue>{x}</NoDataValue></PAMRasterBand>'
+                                 for b, x in enumerate(v)) + '</PAMDataset>')
+    return SIDE, SIDE
+
+
+def test_remote_members_apply_a_side_files_nodata_where_their_header_showed_one(tmp_path):
+    """Over HTTP a member whose header showed nodata is opened with its PAM side file (the others are not
+    asked for one: a request an open)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from range_server import serve
+
+    paths = _split(tmp_path / "remote", seed=3)
+    _with_aux_nodata(tmp_path / "remote", paths[4])
+    with serve(tmp_path / "remote") as url:
+        urls = [f"{url}/{p.rsplit('/', 1)[-1]}" for p in paths]
+        lay, images = _reads(urls)
+        m = lay.members[4]
+        assert m.nodata and not any(k.nodata for i, k in enumerate(lay.members) if i != 4)
+        seen = [px for t, im in images if im is not None and (px := _at(t, im, m.row, m.col)) is not None]
+        right = lay.members[5]  # a plain member beside it: its first pixel read as it is
+        plain = [px for t, im in images if im is not None and (px := _at(t, im, right.row, right.col)) is not None]
+    assert seen and not any(valid for _, valid in seen)
+    with rasterio.open(paths[5]) as ds:
+        first = ds.read(window=((0, 1), (0, 1)))[:, 0, 0]
+    assert plain and all(valid and np.array_equal(rgb, first) for rgb, valid in plain)

@@ -77,6 +77,7 @@ class Member:
     files: tuple[str, ...] = ()
     warp: Warp | None = None  # on another CRS or lattice: read warped onto the map's (`readers.warp`)
     alone: bool = False  # a GeoTIFF the plan saw with no file beside it GDAL looks for (`georef.Georefs`)
+    nodata: bool = True  # its header showed some pixel may be nodata (a nodata value, a mask, alpha, floats)
 
     @property
     def centre(self) -> tuple[float, float]:

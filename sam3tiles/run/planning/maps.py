@@ -371,7 +371,8 @@ def mosaic_path(headers: Sequence[Header], lat: Lattice | None = None) -> Mosaic
     c0 = min(b[0] for b, _ in placed)
     r0 = min(b[1] for b, _ in placed)
     members = tuple(Member(h.path, b[0] - c0, b[1] - r0, b[2] - b[0], b[3] - b[1], h.files, warp,
-                           alone=h.no_siblings and warp is None) for h, (b, warp) in zip(headers, placed))
+                           alone=h.no_siblings and warp is None, nodata=h.nodata)
+                    for h, (b, warp) in zip(headers, placed))
     width = max(m.col + m.width for m in members)
     height = max(m.row + m.height for m in members)
     t = lat.affine @ Affine.translation(c0, r0)
