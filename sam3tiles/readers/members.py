@@ -35,9 +35,9 @@ class _Member(RasterSource):
     PROJ's database on every open). Its PAM .aux.xml is read, as GDAL reads it by default: with
     GEOREF_SOURCES=NONE GDAL skipped it, and a nodata value named there was read as valid pixels. A remote
     member whose header showed no nodata, mask or alpha still opens so (`_RemoteMember`: GDAL would ask the
-    server for an .aux.xml on each open). rasterio warns that a file without a PAM georeference has no geotransform: not said (`_quiet_open`). A
-    run's read task opens and reads members with their folder not listed (`env.MANY_FILES`), or not looked
-    in where the plan saw nothing beside them (`env.NO_SIBLINGS`)."""
+    server for an .aux.xml on each open). rasterio warns that a file without a PAM georeference has no
+    geotransform: not said (`_quiet_open`). A run's read task opens and reads members with their folder not
+    listed (`env.MANY_FILES`), or not looked in where the plan saw nothing beside them (`env.NO_SIBLINGS`)."""
 
     _probe_file = False
     _sources = "PAM"
