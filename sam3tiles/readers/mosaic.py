@@ -43,7 +43,7 @@ import itertools
 import pickle
 import zlib
 from collections import OrderedDict
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Sequence
 
@@ -76,8 +76,10 @@ class Member:
     height: int
     files: tuple[str, ...] = ()
     warp: Warp | None = None  # on another CRS or lattice: read warped onto the map's (`readers.warp`)
-    alone: bool = False  # a GeoTIFF the plan saw with no file beside it GDAL looks for (`georef.Georefs`)
-    nodata: bool = True  # its header showed some pixel may be nodata (a nodata value, a mask, alpha, floats)
+    # how to open it, as its header was read (not in its repr: a tile's checkpoint key holds the repr, and a
+    # file's pixels do not depend on how many files were planned with it)
+    alone: bool = field(default=False, repr=False)  # a GeoTIFF with no file beside it GDAL looks for (`georef`)
+    nodata: bool = field(default=True, repr=False)  # its header: some pixel may be nodata (value, mask, alpha)
 
     @property
     def centre(self) -> tuple[float, float]:
