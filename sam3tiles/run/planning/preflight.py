@@ -87,10 +87,11 @@ def check_paths(reads: Sequence[tuple[str, str, str]], writes: Sequence[tuple[st
     hard links), each path looked at once. Exit 2 naming both roles and the fix; an input among `several`
     (a pattern that picked up what an earlier run wrote) is named as the run's own file."""
     read: dict = {}
+    dirs: dict = {}  # folders resolved once (`real_path`)
     for role, given, file in reads:
         lp = local_path_of(file)
         if lp is not None:
-            real = real_path(lp)
+            real = real_path(lp, dirs)
             for k in _keys(real):
                 read.setdefault(k, (role, given, file, real))
     seen: dict = {}
