@@ -229,10 +229,10 @@ def touching_pairs(headers: Sequence[Header]) -> list[tuple[int, int]]:
     not comparable: such files are never neighbours)."""
     import shapely
 
-    boxes = [shapely.box(*(h.box or h.bounds)) for h in headers]
-    tree = shapely.STRtree(boxes)
-    half = [(bx[2] - bx[0]) / h.width / 2 for bx, h in ((h.box or h.bounds, h) for h in headers)]
-    grown = [b.buffer(d, join_style="mitre") if h.crs is not None else b for b, d, h in zip(boxes, half, headers)]
+    bx = np.asarray([h.box or h.bounds for h in headers], dtype=np.float64).reshape(-1, 4)
+    tree = shapely.STRtree(shapely.box(*bx.T))
+    half = np.asarray([(b[2] - b[0]) / h.width / 2 if h.crs is not None else 0.0 for b, h in zip(bx, headers)])
+    grown = shapely.box(bx[:, 0] - half, bx[:, 1] - half, bx[:, 2] + half, bx[:, 3] + half)  # a box grown by half
     a, b = tree.query(grown, predicate="intersects")
     return sorted({(int(i), int(j)) for i, j in zip(a, b) if i < j and _frame(headers[i]) == _frame(headers[j])})
 
