@@ -198,49 +198,55 @@ def infer_task(spec: RuntimeSpec, read: tuple[TileImage | None, float], prompts:
         emb = runtime.encode(image)
         res.seconds["encode"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        crop = crop_detections if screen is None else screen.crops
-        todo = _decode_batched(runtime, emb, todo, lambda det, i, pi: crop(det, i, pi, valid_wh, holes), res)
-        for tp, prep in todo:
-            _decode_passes(runtime, emb, tp, prep, lambda det, i, pi: crop(det, i, pi, valid_wh, holes), res)
+        answers = _decode(runtime, emb, todo, res)
         res.seconds["decode"] = time.perf_counter() - t0
         del emb
+    # the masks are cut once the model is free for the next tile (it idled while they were cut under the lock)
+    crop = crop_detections if screen is None else screen.crops
+    _crop_answers(answers, lambda det, i, pi: crop(det, i, pi, valid_wh, holes), res)
     res.exemplars = screen.stats() if screen is not None else {}
     return res
 
 
-def _decode_batched(runtime, emb, todo: list, crop, res: InferResult) -> list:
-    """With a batched decoder (`OnnxRuntime.batched`), every text-only prompt of the tile in ONE decoder call
-    (their crops added to `res`); returns the prompts left (those with boxes: one call each pass)."""
+def _decode(runtime, emb, todo: list, res: InferResult) -> list[tuple[TilePrompt, list, bool]]:
+    """Every prompt's decoder passes on the tile's embedding, in order: (prompt, its detections a pass, whether
+    its passes are merged into one answer). With a batched decoder (`OnnxRuntime.batched`), every text-only
+    prompt of the tile in ONE decoder call first; the others one call a pass (`_crop_answers` makes each
+    prompt's passes one answer)."""
+    out: list[tuple[TilePrompt, list, bool]] = []
     text = [(tp, prep) for tp, prep in todo if tp.passes == ((),)] if getattr(runtime, "batched", False) else []
-    if len(text) < 2:
-        return todo
-    res.passes["calls"] = res.passes.get("calls", 0) + 1
-    for (tp, _), det in zip(text, runtime.decode_batch(emb, [prep for _, prep in text])):
-        if len(det) >= SATURATION and tp.index not in res.saturated_prompts:
+    if len(text) >= 2:
+        res.passes["calls"] = res.passes.get("calls", 0) + 1
+        out += [(tp, [det], False) for (tp, _), det in zip(text, runtime.decode_batch(emb, [p for _, p in text]))]
+        todo = [x for x in todo if x not in text]
+    for tp, prep in todo:
+        res.passes["calls"] = res.passes.get("calls", 0) + len(tp.passes)
+        out.append((tp, [runtime.decode(emb, prep, boxes) for boxes in tp.passes], True))
+    for tp, dets, _ in out:
+        if any(len(det) >= SATURATION for det in dets) and tp.index not in res.saturated_prompts:
             res.saturated = True
             res.saturated_prompts += (tp.index,)
-        res.crops.extend(crop(det, tp.index, 0))
-    return [x for x in todo if x not in text]
+    return out
 
 
-def _decode_passes(runtime, emb, tp: TilePrompt, prep: PreparedPrompt, crop, res: InferResult) -> None:
-    """Decode every pass of one prompt and add its crops to `res` as ONE answer (`vectorize.merge_passes`):
-    each pass with a positive box returns every object like it, so passes find the same objects again.
-    `crop(det, prompt index, pass index)`: a pass's crops (the paste screen drops detections on pastes)."""
-    per_pass = []
-    res.passes["calls"] = res.passes.get("calls", 0) + len(tp.passes)
-    for pi, boxes in enumerate(tp.passes):
-        det = runtime.decode(emb, prep, boxes)
-        if len(det) >= SATURATION and tp.index not in res.saturated_prompts:
-            res.saturated = True
-            res.saturated_prompts += (tp.index,)
-        per_pass.append(crop(det, tp.index, pi))
-        del det
-    crops, folded = merge_passes(per_pass)
-    res.crops.extend(crops)
-    if len(per_pass) > 1:
-        for k, v in (("extra", len(per_pass) - 1), ("folded", folded)):
-            res.passes[k] = res.passes.get(k, 0) + v
+def _crop_answers(answers: list, crop, res: InferResult) -> None:
+    """Each prompt's crops added to `res` as ONE answer (`vectorize.merge_passes`): each pass with a positive
+    box returns every object like it, so passes find the same objects again. `crop(det, prompt index, pass
+    index)`: a pass's crops (the paste screen drops detections on pastes). Each pass's detections are dropped
+    once cut."""
+    for tp, dets, merged in answers:
+        per_pass = []
+        for pi in range(len(dets)):
+            per_pass.append(crop(dets[pi], tp.index, pi))
+            dets[pi] = None
+        if not merged:
+            res.crops.extend(per_pass[0])
+            continue
+        crops, folded = merge_passes(per_pass)
+        res.crops.extend(crops)
+        if len(per_pass) > 1:
+            for k, v in (("extra", len(per_pass) - 1), ("folded", folded)):
+                res.passes[k] = res.passes.get(k, 0) + v
 
 
 @shippable
