@@ -134,3 +134,17 @@ def beyond(geoms: np.ndarray, region) -> list:
     out = ~shapely.covers(region, shapely.box(*shapely.bounds(geoms).T))
     rest = shapely.difference(geoms[out], region)
     return list(rest[shapely.area(rest) > 0])
+
+
+def same_shape(before, after, gap: float) -> bool:
+    """Whether `after` has the parts, the regions (parts within `gap` are one: rule 0) and the holes of
+    `before` (the smoothing moved a boundary). `after` is valid (`smooth.smooth_outline` keeps valid polygons only,
+    `smooth.shift_views` gives an overlay's result): not checked again."""
+    if after.is_empty:
+        return False
+    pb, pa = shapely.get_parts(before), shapely.get_parts(after)
+    if len(pb) != len(pa) or any(not isinstance(p, shapely.Polygon) for p in pa):
+        return False
+    if len(pb) > 1 and len(regions(before, gap)) != len(regions(after, gap)):
+        return False
+    return sorted(len(p.interiors) for p in pb) == sorted(len(p.interiors) for p in pa)

@@ -39,7 +39,8 @@ import shapely
 
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL
-from .parts import JOIN_CELLS, polygonal, regions
+from .bandmean import band_mean
+from .parts import JOIN_CELLS, polygonal, same_shape
 
 #: Views of one stretch that differ by less than this many mask cells on average agree (nothing moves).
 AGREE_CELLS = 0.5
@@ -100,7 +101,10 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
         inward = shapely.difference(area, out).area if out is not area else 0.0
     else:
         out, inward = smooth_outline(area, cell)
-    return (out, inward) if out is not area and _same_shape(area, out, JOIN_CELLS * cell) else (geom, 0.0)
+        meant = band_mean(out, views, frames, tiles, cell, lambda xy: ring_windows(xy, cell), CAP_CELLS * cell)
+        if meant is not out and same_shape(area, meant, JOIN_CELLS * cell):  # (else the smoothing alone)
+            out, inward = meant, shapely.difference(area, meant).area
+    return (out, inward) if out is not area and same_shape(area, out, JOIN_CELLS * cell) else (geom, 0.0)
 
 
 def shift_views(geom, pairs, tiles, frames: Mapping[int, TileFrame], cell: float):
@@ -496,13 +500,8 @@ def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
     becomes the mean of the points in its window (`_windows`), at most `CAP_CELLS` mask cells (a vertex
     where nothing moves, near a corner, stays where it was)."""
     xy = np.asarray(xy, dtype=float)
-    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(xy, axis=0).T))])
-    n = max(int(np.ceil(s[-1] / (STEP_CELLS * cell))), 8)
-    t = np.arange(n) * (s[-1] / n)
-    origin = xy.mean(axis=0)
-    p = np.column_stack([np.interp(t, s, xy[:, 0]), np.interp(t, s, xy[:, 1])]) - origin
-    half = _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)),
-                    int(LONG_REACH_CELLS / STEP_CELLS))
+    s, t, p, half = _ring_windows(xy, cell)
+    n = len(t)
     pad = int(half.max()) + 1  # at most a third of the ring (`_windows`)
     cs = np.concatenate([np.zeros((1, 2)), np.cumsum(np.concatenate([p[n - pad:], p, p[:pad]]), axis=0)])
     i = np.arange(n) + pad
@@ -514,6 +513,26 @@ def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
     # the moves at the ring's own vertices (arc length, around the ring)
     tt, dd = np.concatenate([t, [s[-1]]]), np.concatenate([d, d[:1]])
     return xy + np.column_stack([np.interp(s, tt, dd[:, 0]), np.interp(s, tt, dd[:, 1])])
+
+
+def ring_windows(xy: np.ndarray, cell: float) -> np.ndarray | None:
+    """Each vertex of the closed ring `xy`: its window's half-length in mask cells (`_windows`); None for a
+    ring `smooth_outline` leaves (shorter than two windows)."""
+    if shapely.length(shapely.linearrings(xy)) <= 2 * MIN_CELLS * cell:
+        return None
+    s, t, _, half = _ring_windows(xy, cell)
+    return np.interp(s, np.concatenate([t, [s[-1]]]), np.concatenate([half, half[:1]])) * STEP_CELLS
+
+
+def _ring_windows(xy: np.ndarray, cell: float) -> tuple:
+    """(arc length at each vertex of `xy`, at points `STEP_CELLS` apart, those points about the mean of the
+    vertices, their windows' half-lengths in points: `_windows`)."""
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(xy, axis=0).T))])
+    n = max(int(np.ceil(s[-1] / (STEP_CELLS * cell))), 8)
+    t = np.arange(n) * (s[-1] / n)
+    p = np.column_stack([np.interp(t, s, xy[:, 0]), np.interp(t, s, xy[:, 1])]) - xy.mean(axis=0)
+    return s, t, p, _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)),
+                             int(LONG_REACH_CELLS / STEP_CELLS))
 
 
 def _windows(p: np.ndarray, reach: int, first: int, long_reach: int | None = None) -> np.ndarray:
@@ -576,16 +595,3 @@ def _cone(half: np.ndarray) -> np.ndarray:
     bwd = (np.minimum.accumulate((h + j)[::-1]))[::-1] - j
     return np.minimum(fwd, bwd)[m:m + n]
 
-
-def _same_shape(before, after, gap: float) -> bool:
-    """Whether `after` has the parts, the regions (parts within `gap` are one: rule 0) and the holes of
-    `before` (the smoothing moved a boundary). `after` is valid (`smooth_outline` keeps valid polygons only,
-    `shift_views` gives an overlay's result): not checked again."""
-    if after.is_empty:
-        return False
-    pb, pa = shapely.get_parts(before), shapely.get_parts(after)
-    if len(pb) != len(pa) or any(not isinstance(p, shapely.Polygon) for p in pa):
-        return False
-    if len(pb) > 1 and len(regions(before, gap)) != len(regions(after, gap)):
-        return False
-    return sorted(len(p.interiors) for p in pb) == sorted(len(p.interiors) for p in pa)
