@@ -25,8 +25,9 @@ and past it up to `LONG_REACH_CELLS` while the chords turn so little that the wi
 noise makes, over a stretch of `NOISE_RUN_CELLS` or less and under `SHARP` times that bound, does not). A window changes
 by at most one point from a point to the next (the average moves smoothly along the ring).
 
-An outline whose smoothing would change its shape (split a part, join two, open or close a hole) is left
-as the owners drew it.
+On a meander, where the windows stop at every bend, the points in a band take the views' mean there as well
+(`bandmean.band_mean`). An outline whose smoothing would change its shape (split a part, join two, open or
+close a hole) is left as the owners drew it.
 """
 
 from __future__ import annotations
