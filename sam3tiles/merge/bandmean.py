@@ -8,8 +8,10 @@ answer changes with its context): there their mean is a better measure of the bo
 So on a ring whose windows stop short along most of it (median under `TURNING_CELLS`), each point inside
 the shared part of two or more windows moves to the mean of the views' outlines there (the nearest point
 of each view's outline, at most `FAR_CELLS` away and running the same way: not the far side of a thin
-object nor another stretch), the move spread over `SPREAD_POINTS` points each way (no step where a view
-ends) and capped as the smoothing's. Straight roads, field strips and corners keep the smoothing alone.
+object nor another stretch; taken every `STRIDE_CELLS`, linear between), the move spread over
+`SPREAD_POINTS` points each way (no step where a view ends) and capped as the smoothing's; a ring the mean
+would make cross itself keeps the smoothing alone. Straight roads, field strips and corners keep the
+smoothing alone.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ FAR_CELLS = 3.0
 #: The least cosine between the ring's direction at a point and a view's direction at its nearest point (the
 #: far side of a thin object runs the other way).
 SAME_WAY = 0.5
+#: The views' mean is taken at points about this many mask cells apart (the noise is smooth over ~12), and
+#: linear between.
+STRIDE_CELLS = 2.0
 #: The moves are averaged over this many of the ring's points each way.
 SPREAD_POINTS = 6
 
@@ -52,8 +57,9 @@ def band_mean(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]
         if all(a is b for a, b in zip(new, rings)):
             polys.append(g)
             continue
-        got, moved = shapely.Polygon(new[0], new[1:]), True
-        polys.append(got if got.is_valid else shapely.make_valid(got))
+        got = shapely.Polygon(new[0], new[1:])
+        moved |= got.is_valid
+        polys.append(got if got.is_valid else g)  # (a ring the mean made cross itself keeps the smoothing)
     if not moved:
         return geom
     return polygonal(shapely.union_all(polys), valid=True)
@@ -66,26 +72,26 @@ def _ring_mean(xy: np.ndarray, inner: dict, lines: dict, cell: float, windows: C
     if not len(sel) or (half := windows(xy)) is None or np.median(half) >= TURNING_CELLS:
         return xy
     m = len(xy) - 1
+    every, sel = sel, sel[::max(1, int(STRIDE_CELLS * cell * m / np.hypot(*np.diff(xy, axis=0).T).sum()))]
     way = xy[(sel + 1) % m] - xy[(sel - 1) % m]
     total, count = np.zeros((len(sel), 2)), np.zeros(len(sel))
     for k, t in enumerate(inner):
         on = np.flatnonzero(cover[k, sel])
         if not len(on):
             continue
-        at = shapely.line_locate_point(lines[t], shapely.points(xy[sel[on]]))
-        near = shapely.get_coordinates(shapely.line_interpolate_point(lines[t], at))
-        ahead = (shapely.get_coordinates(shapely.line_interpolate_point(lines[t], at + 0.5 * cell))
-                 - shapely.get_coordinates(shapely.line_interpolate_point(lines[t], at - 0.5 * cell)))
+        near, ahead = _nearest(xy[sel[on]], lines[t], FAR_CELLS * cell)
         step = near - xy[sel[on]]
         cos = (ahead * way[on]).sum(axis=1) / np.maximum(np.hypot(*ahead.T) * np.hypot(*way[on].T), 1e-300)
-        ok = (np.hypot(*step.T) <= FAR_CELLS * cell) & (cos > SAME_WAY)
+        ok = np.isfinite(step[:, 0]) & (np.hypot(*step.T) <= FAR_CELLS * cell) & (cos > SAME_WAY)
         total[on[ok]] += step[ok]
         count[on[ok]] += 1
     two = count >= 2
     if not two.any():
         return xy
+    mean = np.zeros((len(sel), 2))
+    mean[two] = total[two] / count[two, None]
     move = np.zeros((m, 2))
-    move[sel[two]] = total[two] / count[two, None]
+    move[every] = np.column_stack([np.interp(every, sel, mean[:, 0]), np.interp(every, sel, mean[:, 1])])
     k = min(SPREAD_POINTS, m // 3)
     cs = np.concatenate([np.zeros((1, 2)), np.cumsum(np.concatenate([move[m - k:], move, move[:k]]), axis=0)])
     i = np.arange(m) + k
@@ -97,3 +103,24 @@ def _ring_mean(xy: np.ndarray, inner: dict, lines: dict, cell: float, windows: C
     out[:-1] += move
     out[-1] = out[0]
     return out
+
+
+def _nearest(pts: np.ndarray, line, far: float) -> tuple[np.ndarray, np.ndarray]:
+    """(The nearest point of `line` (a view's outline) to each of `pts`, the line's direction there over its
+    segment and one each side (a mask's staircase: over one pixel step it runs across)); NaN where none lies
+    within `far`."""
+    xy, part = shapely.get_coordinates(shapely.get_parts(line), return_index=True)
+    near, ahead = np.full((len(pts), 2), np.nan), np.full((len(pts), 2), np.nan)
+    same = np.flatnonzero(part[1:] == part[:-1])  # segment j: xy[j] -> xy[j + 1]
+    if not len(same):
+        return near, ahead
+    tree = shapely.STRtree(shapely.linestrings(np.stack([xy[same], xy[same + 1]], axis=1)))
+    k, best = tree.query_nearest(shapely.points(pts), max_distance=far, all_matches=False)
+    a, d = xy[same[best]], xy[same[best] + 1] - xy[same[best]]
+    u = np.clip(((pts[k] - a) * d).sum(axis=1) / np.maximum((d * d).sum(axis=1), 1e-300), 0.0, 1.0)
+    near[k] = a + u[:, None] * d
+    j = same[best]
+    lo = np.where((j > 0) & (part[np.maximum(j - 1, 0)] == part[j]), j - 1, j)
+    hi = np.where((j + 2 < len(xy)) & (part[np.minimum(j + 2, len(xy) - 1)] == part[j]), j + 2, j + 1)
+    ahead[k] = xy[hi] - xy[lo]
+    return near, ahead
