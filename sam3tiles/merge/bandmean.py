@@ -49,11 +49,16 @@ def band_mean(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]
     itself where none moves."""
     inner = {t: shapely.buffer(frames[t].window, -EDGE_MARGIN * frames[t].pixel, join_style="mitre")
              for t in tiles}
-    lines = {t: shapely.boundary(shapely.orient_polygons(polygonal(views[t]))) for t in tiles}
+    lines = {}  # (each view's outline, oriented, made for the rings that take the mean only)
+
+    def line(t):
+        if t not in lines:
+            lines[t] = shapely.boundary(shapely.orient_polygons(polygonal(views[t])))
+        return lines[t]
     polys, moved = [], False
     for g in shapely.get_parts(shapely.orient_polygons(geom)).tolist():
         rings = [np.asarray(r.coords) for r in (g.exterior, *g.interiors)]
-        new = [_ring_mean(xy, inner, lines, cell, windows, cap) for xy in rings]
+        new = [_ring_mean(xy, inner, line, cell, windows, cap) for xy in rings]
         if all(a is b for a, b in zip(new, rings)):
             polys.append(g)
             continue
@@ -65,7 +70,7 @@ def band_mean(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]
     return polygonal(shapely.union_all(polys), valid=True)
 
 
-def _ring_mean(xy: np.ndarray, inner: dict, lines: dict, cell: float, windows: Callable, cap: float):
+def _ring_mean(xy: np.ndarray, inner: dict, line: Callable, cell: float, windows: Callable, cap: float):
     """The closed ring `xy` moved as `band_mean` says; `xy` itself where it does not move."""
     cover = np.array([shapely.contains_xy(inner[t], xy[:-1, 0], xy[:-1, 1]) for t in inner])
     sel = np.flatnonzero(cover.sum(axis=0) >= 2)
@@ -79,7 +84,7 @@ def _ring_mean(xy: np.ndarray, inner: dict, lines: dict, cell: float, windows: C
         on = np.flatnonzero(cover[k, sel])
         if not len(on):
             continue
-        near, ahead = _nearest(xy[sel[on]], lines[t], FAR_CELLS * cell)
+        near, ahead = _nearest(xy[sel[on]], line(t), FAR_CELLS * cell)
         step = near - xy[sel[on]]
         cos = (ahead * way[on]).sum(axis=1) / np.maximum(np.hypot(*ahead.T) * np.hypot(*way[on].T), 1e-300)
         ok = np.isfinite(step[:, 0]) & (np.hypot(*step.T) <= FAR_CELLS * cell) & (cos > SAME_WAY)
