@@ -6,7 +6,8 @@ run over 400 small files against the one-file run of the same scene.
 * **Planning.** N files of `side` x `side` px (RGB uint8, one CRS, on one lattice: one mosaic), each N planned
   by `sam3tiles.run.planning.plan.plan_run` in a fresh process (`--plan N`): its wall time (headers read in threads,
   the grouping, the mosaic's stamps), the process's resident size before planning and its peak (ru_maxrss)
-  after, and the ratios against the smallest N (linear: time and growth in proportion to N, or less).
+  after, and the ratios against the smallest N (linear: time and growth in proportion to N, or less); then
+  the CPU a file of the headers and stamps read again on one thread (issue 48).
 * **The run.** A `grid * cell` px scene (`sam3tiles.testing.demo.write_scene`) and its `grid` x `grid` split
   (`sam3tiles.testing.mosaic.split_raster`: files of `cell` x `cell` px), each segmented by `sam3tiles segment`
   (reference backend, three prompts) in a fresh process (`--run one|mosaic`): tiles encoded and wall time. The
@@ -92,7 +93,26 @@ def measure_plan(folder: Path) -> dict:
         wall = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"files": len(plan.paths), "maps": len(plan.inputs), "tiles": plan.n_tiles, "plan_s": wall,
-            "start_mb": start, "peak_mb": peak, "plan_line": lines[0]}
+            "start_mb": start, "peak_mb": peak, "plan_line": lines[0], "header_ms": header_cpu(folder)}
+
+
+def header_cpu(folder: Path) -> float:
+    """CPU ms a file of `read_headers` of every file of `folder` on one thread (the headers and stamps of
+    the plan, without the threads' sharing of the GIL), best of three."""
+    from sam3tiles.options import Options
+    from sam3tiles.run.planning import maps
+
+    files = sorted(str(p) for p in folder.glob("*.tif"))
+    threads, maps.HEADER_THREADS = maps.HEADER_THREADS, 1
+    try:
+        best = math.inf
+        for _ in range(3):
+            c0 = time.process_time()
+            maps.read_headers(files, Options())
+            best = min(best, time.process_time() - c0)
+    finally:
+        maps.HEADER_THREADS = threads
+    return 1000 * best / max(len(files), 1)
 
 
 def measure_run(inputs: str) -> dict:
@@ -117,9 +137,10 @@ def report_plans(results: list[dict]) -> None:
     for r in results:
         grown, base_grown = r["peak_mb"] - r["start_mb"], max(base["peak_mb"] - base["start_mb"], 1e-9)
         rows.append([r["files"], r["maps"], r["tiles"], r["plan_s"], r["plan_s"] / base["plan_s"],
-                     r["files"] / base["files"], r["start_mb"], r["peak_mb"], grown, grown / base_grown])
+                     r["files"] / base["files"], r["start_mb"], r["peak_mb"], grown, grown / base_grown,
+                     r["header_ms"]])
     print(table(rows, ["files", "maps", "tiles", "plan s", "time ratio", "files ratio", "start MB", "peak MB",
-                       "grown MB", "grown ratio"]))
+                       "grown MB", "grown ratio", "header CPU ms a file (1 thread)"]))
 
 
 def main(argv=None) -> int:

@@ -26,6 +26,10 @@ GDAL_OPTIONS: Mapping[str, object] = {"GDAL_CACHEMAX": 256 * 2**20}
 #: 0.35 of an open's 1.1 ms CPU in a folder of 1,024 files, and grows with the folder. Not listed, GDAL looks
 #: each side file up by name (the extension in lower and upper case).
 MANY_FILES: Mapping[str, object] = {"GDAL_DISABLE_READDIR_ON_OPEN": "TRUE"}
+#: Instead, where the planner saw in the folder's listing that the files it opens have no file beside them
+#: that GDAL would look for (`georef.Georefs.without_siblings`): GDAL takes the folder as empty and looks for
+#: none (some 40 status calls an open: a small GeoTIFF's open without its georeferencing 0.18 -> 0.12 ms CPU).
+NO_SIBLINGS: Mapping[str, object] = {"GDAL_DISABLE_READDIR_ON_OPEN": "EMPTY_DIR"}
 
 
 def gdal_options(environ: Mapping[str, str] = os.environ, extra: Mapping[str, object] | None = None) -> dict:
@@ -34,12 +38,27 @@ def gdal_options(environ: Mapping[str, str] = os.environ, extra: Mapping[str, ob
 
 
 @contextmanager
-def gdal_env(many_files: bool = False) -> Iterator[None]:
+def gdal_env(many_files: bool = False, no_siblings: bool = False) -> Iterator[None]:
     """GDAL configured for reading tile by tile, for the duration of the block (also a decorator);
     GDAL's previous configuration is back when it ends. `many_files`: opens in a folder of many files
-    (`MANY_FILES`)."""
-    with rasterio.Env(**gdal_options(extra=MANY_FILES if many_files else None)):
+    (`MANY_FILES`); `no_siblings`: of files known to have no side files (`NO_SIBLINGS`)."""
+    extra = NO_SIBLINGS if no_siblings else MANY_FILES if many_files else None
+    with rasterio.Env(**gdal_options(extra=extra)):
         yield
+
+
+def open_local(path: str, **options):
+    """`rasterio.open(path, **options)` of a local file where the run's GDAL configuration is entered
+    (`gdal_env`): the dataset made directly (`rasterio.io.DatasetReader`), without the configuration that
+    rasterio.open enters and leaves again around each open for a remote file's credentials (issue 48: a
+    third of a small GeoTIFF's open without its georeferencing, 0.18 -> 0.12 ms CPU). Else rasterio.open."""
+    from rasterio.env import hasenv
+
+    if hasenv() and "://" not in path and not path.startswith("/vsi"):
+        from rasterio.io import DatasetReader
+
+        return DatasetReader(path, **options)
+    return rasterio.open(path, **options)
 
 
 def gdal_cache_bytes(environ: Mapping[str, str] = os.environ) -> int:

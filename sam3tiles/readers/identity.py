@@ -82,28 +82,42 @@ def local_path_of(path: str) -> str | None:
 
 #: The content sample of a local file's identity: its first and last SAMPLE_HEAD bytes and SAMPLE_BLOCKS
 #: blocks of SAMPLE_BLOCK bytes spread evenly between (a GeoTIFF's header holds every block's offset and
-#: size, so a compressed image with other pixels differs there already).
+#: size, so a compressed image with other pixels differs there already), each byte hashed once (where ranges
+#: overlap: a small file's) by SHA-256 (issue 48: a 190 KB file's sample took 0.33 ms CPU with BLAKE2b over the
+#: overlapping ranges, 0.13 ms so; stamps taken before are of another hash: such checkpoints are recomputed
+#: once, never trusted).
 SAMPLE_HEAD, SAMPLE_BLOCK, SAMPLE_BLOCKS = 1 << 16, 1 << 14, 8
+
+
+def sample_ranges(size: int) -> list[tuple[int, int]]:
+    """The (start, end) byte ranges of a `size`-byte file's content sample, in order, none overlapping."""
+    ranges = [(0, SAMPLE_HEAD)]
+    if size > 2 * SAMPLE_HEAD:
+        step = (size - 2 * SAMPLE_HEAD) // (SAMPLE_BLOCKS + 1)
+        ranges += [(SAMPLE_HEAD + k * step, SAMPLE_HEAD + k * step + SAMPLE_BLOCK) for k in range(1, SAMPLE_BLOCKS + 1)]
+    if size > SAMPLE_HEAD:
+        ranges.append((max(SAMPLE_HEAD, size - SAMPLE_HEAD), size))
+    merged: list[list[int]] = []
+    for a, b in ranges:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
 
 
 def content_sample(path: str, size: int) -> str:
     """A hash of a cheap sample of a file's bytes (see SAMPLE_*): a file replaced by another of the same
     size and time (`cp -p`, a sync tool) is seen as changed. 'unread' when the file cannot be read."""
-    h = hashlib.blake2b(digest_size=8)
+    h = hashlib.sha256()
     try:
         with open(path, "rb") as fh:
-            h.update(fh.read(SAMPLE_HEAD))
-            if size > 2 * SAMPLE_HEAD:
-                step = (size - 2 * SAMPLE_HEAD) // (SAMPLE_BLOCKS + 1)
-                for k in range(1, SAMPLE_BLOCKS + 1):
-                    fh.seek(SAMPLE_HEAD + k * step)
-                    h.update(fh.read(SAMPLE_BLOCK))
-            if size > SAMPLE_HEAD:
-                fh.seek(max(SAMPLE_HEAD, size - SAMPLE_HEAD))
-                h.update(fh.read(SAMPLE_HEAD))
+            for a, b in sample_ranges(size):
+                fh.seek(a)
+                h.update(fh.read(b - a))
     except OSError:
         return "unread"
-    return h.hexdigest()
+    return h.hexdigest()[:16]
 
 
 def _local_stamp(path: str) -> str | None:

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from affine import Affine
 
 from ..errors import RasterReadError
+from .env import open_local
 from .raster import RasterSource
 
 #: Idle member datasets a process keeps open at most, over every mosaic its threads read (`open_members`):
@@ -36,12 +37,10 @@ class _Member(RasterSource):
     _probe_file = False
 
     def _open_dataset(self):
-        import rasterio
-
         if not self.path.lower().endswith((".tif", ".tiff")):
             return super()._open_dataset()  # other drivers may not know the option (GDAL would warn)
         with _quiet_open():
-            return rasterio.open(self.path, GEOREF_SOURCES="NONE")
+            return open_local(self.path, GEOREF_SOURCES="NONE")
 
 
 _QUIET = {"lock": threading.Lock(), "users": 0, "entry": None}

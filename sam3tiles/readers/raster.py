@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import logging
-from pathlib import Path
+import os
+import stat
 
 import numpy as np
 import rasterio
@@ -17,6 +19,9 @@ from .base import MAX_PIXELS, STATS_SIDE, Source, Stretch, _first_line
 from .tiffhead import tiff_head
 
 log = logging.getLogger(__name__)
+
+#: Errors of a status call that mean no such file (those pathlib's `exists` answers False to).
+_NO_FILE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
 
 
 class RasterSource(Source):
@@ -39,13 +44,16 @@ class RasterSource(Source):
         self._all_valid: bool | None = None  # every chosen band all-valid (see read_window), once known
 
     def _open(self) -> None:
-        p = Path(self.path)
         if "://" not in self.path and not self.path.startswith("/vsi"):
-            if not p.exists():
-                raise RasterReadError(f"{self.path}: no such file: check the path")
-            if p.is_dir():
+            try:  # one status call (pathlib's exists, is_dir and stat took three, 0.04 ms a small file's open)
+                st = os.stat(self.path)
+            except OSError as e:
+                if e.errno not in _NO_FILE:  # what pathlib's exists() lets through
+                    raise
+                raise RasterReadError(f"{self.path}: no such file: check the path") from None
+            if stat.S_ISDIR(st.st_mode):
                 raise RasterReadError(f"{self.path} is a directory, not a raster: give an image file")
-            if p.stat().st_size == 0:
+            if st.st_size == 0:
                 raise RasterReadError(f"{self.path} is empty (0 bytes): the file was not written completely")
         try:
             ds = self._open_dataset()
@@ -227,8 +235,8 @@ class RasterSource(Source):
         return rgb, mask
 
     def may_have_nodata(self) -> bool:
-        ds = self._ds
-        all_valid = all(ds.mask_flag_enums[b - 1] == [rasterio.enums.MaskFlags.all_valid] for b in self.bands)
+        flags = self._ds.mask_flag_enums  # every band's, asked of GDAL at each use: once here
+        all_valid = all(flags[b - 1] == [rasterio.enums.MaskFlags.all_valid] for b in self.bands)
         return not all_valid or self.dtype.kind == "f"
 
 

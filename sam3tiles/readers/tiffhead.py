@@ -34,6 +34,7 @@ class TiffHead:
     size: int
     shape: tuple[int, int]
     whole: bool
+    geo: object = None  # its first image's GeoTIFF georeference (`geotags.GeoTags`), where read one way
 
     @property
     def truncated(self) -> bool:
@@ -61,21 +62,70 @@ def tiff_head(path: str) -> TiffHead | None:
     p = str(path)
     if not os.path.isfile(p) or not is_local_tiff(p):
         return None
+    size = os.path.getsize(p)
+    return _plain_geotiff(p, size) or _tifffile_head(p, size)
+
+
+def _tifffile_head(p: str, size: int) -> TiffHead | None:
+    """`tiff_head` by tifffile's parse."""
     try:
         import tifffile
 
-        size = os.path.getsize(p)
         _quiet(True)  # a damaged header is reported by the reader that opens it, not logged by tifffile
         try:
             with tifffile.TiffFile(p) as tf:
                 slide = _slide(tf)
                 offsets, counts, shape, whole = _chunks(tf, size)
+                geo = _geo(tf)
         finally:
             _quiet(False)
     except Exception:  # noqa: BLE001 - a header tifffile cannot read: GDAL's open decides
         return None
     end = max((o + c for o, c in zip(offsets, counts) if c), default=0)
-    return TiffHead(slide, end, size, shape, whole and end <= size)
+    return TiffHead(slide, end, size, shape, whole and end <= size, geo)
+
+
+#: The first directory's tags `_plain_geotiff` reads.
+_WANTED = frozenset({256, 257, 259, 270, 273, 277, 278, 279, 284, 322, 323, 324, 325, 513, 514, 32997,
+                     33550, 33922, 34264, 34735, 34736, 34737})
+
+
+def _plain_geotiff(p: str, size: int) -> TiffHead | None:
+    """The `TiffHead` of a GeoTIFF that is no OME-TIFF (so no slide) whose first image lists exactly the
+    chunks its size needs, none empty, from its first directory's tags alone (`tiffifd.first_ifd`: the
+    facts tifffile gives, without its parse); None for any other file (tifffile parses it)."""
+    from .tiffifd import first_ifd
+
+    try:
+        with open(p, "rb") as fh:
+            tags = first_ifd(fh, size, _WANTED)
+        return _plain_head(tags, size)
+    except Exception:  # noqa: BLE001 - anything odd: tifffile parses it
+        return None
+
+
+def _plain_head(tags: dict | None, size: int) -> TiffHead | None:
+    """`_plain_geotiff`'s facts from the first directory's `tags`."""
+    from .geotags import geo_tags
+
+    if not tags or 34735 not in tags or 513 in tags or b"OME" in tags.get(270, b""):
+        return None
+    one = {k: v[0] for k, v in tags.items() if not isinstance(v, bytes) and len(v) == 1}
+    width, height = one.get(256, 0), one.get(257, 0)
+    codec, depth, rows = one.get(259, 1), one.get(32997, 1), one.get(278, 2**32 - 1) or height
+    planes = one.get(277, 1) if one.get(284, 1) == 2 else 1
+    tiled = 324 in tags
+    if tiled:
+        tw, th = one.get(322, 0), one.get(323, 0)
+        need = -(-width // tw) * -(-height // th) * planes if tw >= 1 and th >= 1 else -1
+    else:
+        need = -(-height // min(max(rows, 1), max(height, 1))) * planes
+    offsets, counts = tags.get(324 if tiled else 273), tags.get(325 if tiled else 279)
+    if (width < 1 or height < 1 or depth != 1 or codec in (2, 3, 4) or tiled != (322 in tags) or not offsets
+            or counts is None or not len(offsets) == len(counts) == need or min(counts) < 1 or min(offsets) < 1):
+        return None
+    end = max(o + c for o, c in zip(offsets, counts))
+    return TiffHead(False, end, size, (width, height), codec in PLAIN_CODECS and end <= size, geo_tags(tags.get))
 
 
 def _quiet(enter: bool) -> None:
@@ -120,6 +170,16 @@ def _chunks(tf, size: int) -> tuple[tuple, tuple, tuple[int, int], bool]:
         return offsets, counts, shape, _whole(page, offsets, counts, size)
     except Exception:  # noqa: BLE001 - tifffile raises many kinds
         return (), (), (0, 0), False
+
+
+def _geo(tf):
+    """The first image's `geotags.GeoTags` (None: none, or not in a form read one way)."""
+    from .geotags import geo_tags, page_value
+
+    try:
+        return geo_tags(page_value(tf.pages.first if hasattr(tf.pages, "first") else tf.pages[0]))
+    except Exception:  # noqa: BLE001 - tags tifffile cannot read: GDAL's open decides
+        return None
 
 
 def _whole(page, offsets: tuple, counts: tuple, size: int) -> bool:

@@ -40,6 +40,7 @@ from affine import Affine
 
 from ...options import Options
 from ...readers import gdal_env, open_source
+from ...readers.georef import Georefs
 from ...readers.identity import file_stamp, local_path_of
 from ...readers.mosaic import SEPARATOR, Layout, Member, MosaicPath, mosaic_name
 from ...readers.remote import source_name
@@ -56,6 +57,8 @@ log = logging.getLogger(__name__)
 #: threads, 3.4-3.8 s with 4, 3.5 s with 2).
 HEADER_THREADS = 16
 LOCAL_HEADER_THREADS_PER_CPU = 2
+#: Files a header thread reads in one GDAL configuration (`read_headers`).
+HEADER_RUN = 16
 #: Two files of which one holds at least this share of the smaller's area cover the same ground.
 SAME_GROUND = 0.5
 #: Lines of notes the plan shows about files that touch but are not one map.
@@ -126,32 +129,49 @@ class Grouping:
     stamps: dict = field(default_factory=dict)  # file -> its `file_stamp` as its header was read (`Header.stamps`)
 
 
-def read_header(path: str, opts: Options, when: str | None = None, many: bool = False) -> Header:
+def read_header(path: str, opts: Options, when: str | None = None, many: bool = False,
+                georefs: Georefs | None = None) -> Header:
     """One input's header (the pre-flight's checks of it: unreadable, bands, placeable); `many`: one of many
     inputs (`env.MANY_FILES`), whose local files are stamped here too, once opened (`Header.stamps`, used where
     they form a mosaic: the hashing of their content samples runs beside the other threads' opens, which hold
-    the GIL)."""
-    stamped = many and not opts.no_mosaic and local_path_of(path) is not None  # a URL's: when its map is planned
+    the GIL); `georefs`: the georeferences the other headers' GeoTIFFs had (`readers.georef`)."""
     with gdal_env(many_files=many):  # each header thread enters the run's GDAL configuration
-        check_vrt_cycle(path)
-        with open_source(path, bands=opts.bands, stretch=None) as src:
-            files = tuple(check_input(path, src, opts))
-            return Header(path, src.crs, src.transform, int(src.width), int(src.height), tuple(src.bands),
-                          int(src.band_count), str(src.dtype), src.kind, bool(src.may_have_nodata()), files, when,
-                          stamps=tuple(file_stamp(f) for f in files) if stamped else ())
+        return _header(path, opts, when, many, georefs)
+
+
+def _header(path: str, opts: Options, when: str | None, many: bool, georefs: Georefs | None) -> Header:
+    """`read_header` in the run's GDAL configuration, entered by the caller."""
+    stamped = many and not opts.no_mosaic and local_path_of(path) is not None  # a URL's: when its map is planned
+    check_vrt_cycle(path)
+    with open_source(path, bands=opts.bands, stretch=None, georefs=georefs) as src:
+        files = tuple(check_input(path, src, opts))
+        return Header(path, src.crs, src.transform, int(src.width), int(src.height), tuple(src.bands),
+                      int(src.band_count), str(src.dtype), src.kind, bool(src.may_have_nodata()), files, when,
+                      stamps=tuple(file_stamp(f) for f in files) if stamped else ())
 
 
 def read_headers(paths: Sequence[str], opts: Options, dates: dict | None = None) -> list[Header]:
-    """Every input's header, `HEADER_THREADS` at a time (local files: `LOCAL_HEADER_THREADS_PER_CPU` a core);
-    the first bad input (in the given order) raises its own error, as planning one input at a time would."""
+    """Every input's header, `HEADER_THREADS` at a time (local files: `LOCAL_HEADER_THREADS_PER_CPU` a core),
+    each thread taking runs of up to `HEADER_RUN` files in one GDAL configuration (entering it cost 0.05 ms of a
+    header's 1.2 ms CPU); the first bad input (in the given order) raises its own error, as planning one
+    input at a time would."""
     dates = dates or {}
     if len(paths) == 1:
         return [read_header(paths[0], opts, dates.get(paths[0]))]
     threads = HEADER_THREADS
     if all(local_path_of(p) is not None for p in paths):
         threads = min(threads, LOCAL_HEADER_THREADS_PER_CPU * (os.cpu_count() or 1))
-    with ThreadPoolExecutor(min(threads, len(paths)), thread_name_prefix="sam3tiles-header") as pool:
-        return list(pool.map(lambda p: read_header(p, opts, dates.get(p), many=True), paths))
+    threads = min(threads, len(paths))
+    georefs = Georefs()  # a GeoTIFF georeference's CRS looked up by GDAL for its first files only
+    step = max(1, min(HEADER_RUN, len(paths) // (4 * threads)))  # at least 4 runs a thread to share the work
+
+    def run(start: int) -> list[Header]:
+        part = paths[start:start + step]
+        with gdal_env(many_files=True, no_siblings=georefs.without_siblings(part)):
+            return [_header(p, opts, dates.get(p), True, georefs) for p in part]
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="sam3tiles-header") as pool:
+        return [h for part in pool.map(run, range(0, len(paths), step)) for h in part]
 
 
 def group_inputs(paths: Sequence[str], opts: Options, dates: dict | None = None) -> Grouping:
