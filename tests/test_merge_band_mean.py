@@ -90,3 +90,28 @@ def test_a_thin_objects_far_side_is_not_its_mean():
     assert g.is_valid
     inside = g.intersection(BAND).area / truth.intersection(BAND).area
     assert 0.8 < inside < 1.2, inside
+
+
+def test_the_views_nearest_points_are_the_outlines_nearest_points():
+    """`_nearest` (a KD tree of the outline's pieces, more neighbours asked where one may be missing) finds what
+    a distance to the whole outline finds, on a mask's staircase with long straight runs and two parts, and
+    nothing past `far`."""
+    from sam3tiles.merge.bandmean import _nearest, _segments
+
+    rng = np.random.default_rng(5)
+    x = np.cumsum(rng.integers(1, 12, 120) * 4.0)  # a staircase: runs of 4 to 44 px across, 0 to 12 up or down
+    y = np.clip(np.cumsum(rng.integers(-3, 4, 120) * 4.0), -100, 300)
+    path = np.column_stack([np.repeat(x, 2)[:-1], np.repeat(y, 2)[1:]])
+    stair = shapely.Polygon([(0, y[0]), *path, (x[-1], -200), (0, -200)])
+    view = shapely.union_all([stair, box(x[-1] + 30, 0, x[-1] + 90, 900)])
+    assert view.geom_type == "MultiPolygon" and view.is_valid
+    line = shapely.boundary(shapely.orient_polygons(view))
+    pts = rng.uniform([-20, -220], [x[-1] + 100, 400], size=(3000, 2))
+    far, piece = 12.0, 4.0
+    near, ahead = _nearest(pts, _segments(line, piece), far, piece)
+    want = shapely.distance(shapely.points(pts), line)
+    got = np.hypot(*(near - pts).T)
+    assert (np.isnan(got) == (want > far)).all() and (want <= far).sum() > 200
+    assert np.allclose(got[want <= far], want[want <= far], rtol=0, atol=1e-9)
+    assert shapely.dwithin(shapely.points(near[want <= far]), line, 1e-9).all()
+    assert np.isfinite(ahead[want <= far]).all()

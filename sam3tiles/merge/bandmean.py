@@ -53,7 +53,7 @@ def band_mean(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]
 
     def line(t):
         if t not in lines:
-            lines[t] = shapely.boundary(shapely.orient_polygons(polygonal(views[t])))
+            lines[t] = _segments(shapely.boundary(shapely.orient_polygons(polygonal(views[t]))), cell)
         return lines[t]
     polys, moved = [], False
     for g in shapely.get_parts(shapely.orient_polygons(geom)).tolist():
@@ -67,12 +67,12 @@ def band_mean(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]
         polys.append(got if got.is_valid else g)  # (a ring the mean made cross itself keeps the smoothing)
     if not moved:
         return geom
-    return polygonal(shapely.union_all(polys), valid=True)
+    return polys[0] if len(polys) == 1 else polygonal(shapely.union_all(polys), valid=True)
 
 
 def _ring_mean(xy: np.ndarray, inner: dict, line: Callable, cell: float, windows: Callable, cap: float):
     """The closed ring `xy` moved as `band_mean` says; `xy` itself where it does not move."""
-    cover = np.array([shapely.contains_xy(inner[t], xy[:-1, 0], xy[:-1, 1]) for t in inner])
+    cover = np.array([_inside(inner[t], xy[:-1]) for t in inner])
     sel = np.flatnonzero(cover.sum(axis=0) >= 2)
     if not len(sel) or (half := windows(xy)) is None or np.median(half) >= TURNING_CELLS:
         return xy
@@ -84,7 +84,7 @@ def _ring_mean(xy: np.ndarray, inner: dict, line: Callable, cell: float, windows
         on = np.flatnonzero(cover[k, sel])
         if not len(on):
             continue
-        near, ahead = _nearest(xy[sel[on]], line(t), FAR_CELLS * cell)
+        near, ahead = _nearest(xy[sel[on]], line(t), FAR_CELLS * cell, cell)
         step = near - xy[sel[on]]
         cos = (ahead * way[on]).sum(axis=1) / np.maximum(np.hypot(*ahead.T) * np.hypot(*way[on].T), 1e-300)
         ok = np.isfinite(step[:, 0]) & (np.hypot(*step.T) <= FAR_CELLS * cell) & (cos > SAME_WAY)
@@ -110,21 +110,61 @@ def _ring_mean(xy: np.ndarray, inner: dict, line: Callable, cell: float, windows
     return out
 
 
-def _nearest(pts: np.ndarray, line, far: float) -> tuple[np.ndarray, np.ndarray]:
-    """(The nearest point of `line` (a view's outline) to each of `pts`, the line's direction there over its
-    segment and one each side (a mask's staircase: over one pixel step it runs across)); NaN where none lies
-    within `far`."""
+def _inside(area, xy: np.ndarray) -> np.ndarray:
+    """Which of the points `xy` lie in the interior of `area` (`shapely.contains_xy`; a north-up window: its
+    bounds, no geometry test)."""
+    x0, y0, x1, y1 = area.bounds
+    if abs(area.area - (x1 - x0) * (y1 - y0)) > 1e-9 * area.area or len(area.exterior.coords) != 5:
+        return shapely.contains_xy(area, xy[:, 0], xy[:, 1])
+    return (xy[:, 0] > x0) & (xy[:, 0] < x1) & (xy[:, 1] > y0) & (xy[:, 1] < y1)
+
+
+def _segments(line, piece: float):
+    """(`line`'s (a view's outline) coordinates, each one's part, its segments' first points (segment j:
+    xy[j] -> xy[j + 1]), a KD tree of the midpoints of the segments cut into pieces at most `piece` long, each
+    piece's segment); None where it has no segment."""
+    from scipy.spatial import cKDTree
+
     xy, part = shapely.get_coordinates(shapely.get_parts(line), return_index=True)
-    near, ahead = np.full((len(pts), 2), np.nan), np.full((len(pts), 2), np.nan)
-    same = np.flatnonzero(part[1:] == part[:-1])  # segment j: xy[j] -> xy[j + 1]
+    same = np.flatnonzero(part[1:] == part[:-1])
     if not len(same):
+        return None
+    d = xy[same + 1] - xy[same]
+    cuts = np.maximum(np.ceil(np.hypot(*d.T) / piece), 1).astype(np.int64)
+    seg = np.repeat(np.arange(len(same)), cuts)
+    k = np.arange(len(seg)) - np.repeat(np.cumsum(cuts) - cuts, cuts)
+    mid = xy[same[seg]] + ((k + 0.5) / cuts[seg])[:, None] * d[seg]
+    return xy, part, same, cKDTree(mid), seg
+
+
+def _nearest(pts: np.ndarray, segments, far: float, piece: float) -> tuple[np.ndarray, np.ndarray]:
+    """(The nearest point of a view's outline (`_segments`, pieces at most `piece` long) to each of `pts`, the
+    outline's direction there over its segment and one each side (a mask's staircase: over one pixel step it
+    runs across)); NaN where none lies within `far`."""
+    near, ahead = np.full((len(pts), 2), np.nan), np.full((len(pts), 2), np.nan)
+    if segments is None:
         return near, ahead
-    tree = shapely.STRtree(shapely.linestrings(np.stack([xy[same], xy[same + 1]], axis=1)))
-    k, best = tree.query_nearest(shapely.points(pts), max_distance=far, all_matches=False)
-    a, d = xy[same[best]], xy[same[best] + 1] - xy[same[best]]
-    u = np.clip(((pts[k] - a) * d).sum(axis=1) / np.maximum((d * d).sum(axis=1), 1e-300), 0.0, 1.0)
-    near[k] = a + u[:, None] * d
-    j = same[best]
+    xy, part, same, tree, seg = segments
+    k, s, foot = np.arange(len(pts)), np.zeros(len(pts), dtype=np.int64), np.zeros((len(pts), 2))
+    dist, todo, many = np.full(len(pts), np.inf), k, 8
+    while len(todo):  # (the piece of the nearest segment lies within its distance + half a piece)
+        many = min(many, tree.n)
+        gap, j = tree.query(pts[todo], k=many, distance_upper_bound=far + piece / 2)
+        j = j.reshape(len(todo), -1)
+        cand = seg[np.minimum(j, tree.n - 1)]
+        a, d = xy[same[cand]], xy[same[cand] + 1] - xy[same[cand]]
+        u = np.clip(((pts[todo, None] - a) * d).sum(axis=2) / np.maximum((d * d).sum(axis=2), 1e-300), 0.0, 1.0)
+        f = a + u[..., None] * d
+        got = np.where(j < tree.n, np.hypot(*(pts[todo, None] - f).transpose(2, 0, 1)), np.inf)
+        best = np.lexsort((cand, got), axis=1)[:, 0]  # (the first segment where two lie as near)
+        row = np.arange(len(todo))
+        dist[todo], s[todo], foot[todo] = got[row, best], cand[row, best], f[row, best]
+        last = gap.reshape(len(todo), -1)[:, -1]
+        more = (many < tree.n) & np.isfinite(last) & (last <= dist[todo] + piece / 2)
+        todo, many = todo[more], many * 4
+    first = np.flatnonzero(dist <= far)
+    k, j = first, same[s[first]]
+    near[k] = foot[first]
     lo = np.where((j > 0) & (part[np.maximum(j - 1, 0)] == part[j]), j - 1, j)
     hi = np.where((j + 2 < len(xy)) & (part[np.minimum(j + 2, len(xy) - 1)] == part[j]), j + 2, j + 1)
     ahead[k] = xy[hi] - xy[lo]
