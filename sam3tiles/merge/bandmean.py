@@ -47,8 +47,7 @@ def band_mean(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]
     ring -> each vertex's window half-length in mask cells, None for a ring the smoothing leaves) that lie in
     the windows of two or more `tiles` moved to the mean of those tiles' `views` (at most `cap`); `geom`
     itself where none moves."""
-    inner = {t: shapely.buffer(frames[t].window, -EDGE_MARGIN * frames[t].pixel, join_style="mitre")
-             for t in tiles}
+    inner = {t: _inner(frames[t].window, EDGE_MARGIN * frames[t].pixel) for t in tiles}
     lines = {}  # (each view's outline, oriented, made for the rings that take the mean only)
 
     def line(t):
@@ -110,12 +109,22 @@ def _ring_mean(xy: np.ndarray, inner: dict, line: Callable, cell: float, windows
     return out
 
 
+def _inner(window, margin: float):
+    """`window` less `margin` along its edges; its bounds where it is a north-up rectangle (`_inside` needs no
+    geometry test)."""
+    x0, y0, x1, y1 = window.bounds
+    if len(window.exterior.coords) == 5 and abs(window.area - (x1 - x0) * (y1 - y0)) <= 1e-9 * window.area:
+        if min(x1 - x0, y1 - y0) > 2 * margin:
+            return (x0 + margin, y0 + margin, x1 - margin, y1 - margin)
+    return shapely.buffer(window, -margin, join_style="mitre")
+
+
 def _inside(area, xy: np.ndarray) -> np.ndarray:
-    """Which of the points `xy` lie in the interior of `area` (`shapely.contains_xy`; a north-up window: its
-    bounds, no geometry test)."""
-    x0, y0, x1, y1 = area.bounds
-    if abs(area.area - (x1 - x0) * (y1 - y0)) > 1e-9 * area.area or len(area.exterior.coords) != 5:
+    """Which of the points `xy` lie in the interior of `area` (`shapely.contains_xy`; `_inner`'s bounds: between
+    them)."""
+    if not isinstance(area, tuple):
         return shapely.contains_xy(area, xy[:, 0], xy[:, 1])
+    x0, y0, x1, y1 = area
     return (xy[:, 0] > x0) & (xy[:, 0] < x1) & (xy[:, 1] > y0) & (xy[:, 1] < y1)
 
 
