@@ -75,7 +75,7 @@ def test_a_straight_outline_keeps_the_smoothing_alone():
     smoothed, _ = smooth_outline(stitch, MASK_CELL)
     frames = dict(TileFrames(GRID))
     got = band_mean(smoothed, {0: views[0].intersection(W0), 1: views[1].intersection(W1)}, frames, [0, 1],
-                    MASK_CELL, lambda xy: ring_windows(xy, MASK_CELL), CAP_CELLS * MASK_CELL)
+                    MASK_CELL, lambda xy, upto: ring_windows(xy, MASK_CELL, upto), CAP_CELLS * MASK_CELL)
     assert got is smoothed
 
 

@@ -52,7 +52,8 @@ def band_mean(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]
 
     def line(t):
         if t not in lines:
-            lines[t] = _segments(shapely.boundary(shapely.orient_polygons(polygonal(views[t]))), cell)
+            lines[t] = _segments(shapely.boundary(shapely.orient_polygons(_areal(views[t]))), cell,
+                                 _shared(inner, t, (FAR_CELLS + 1) * cell))
         return lines[t]
     polys, moved = [], False
     for g in shapely.get_parts(shapely.orient_polygons(geom)).tolist():
@@ -73,7 +74,7 @@ def _ring_mean(xy: np.ndarray, inner: dict, line: Callable, cell: float, windows
     """The closed ring `xy` moved as `band_mean` says; `xy` itself where it does not move."""
     cover = np.array([_inside(inner[t], xy[:-1]) for t in inner])
     sel = np.flatnonzero(cover.sum(axis=0) >= 2)
-    if not len(sel) or (half := windows(xy)) is None or np.median(half) >= TURNING_CELLS:
+    if not len(sel) or (half := windows(xy, TURNING_CELLS)) is None or (half < TURNING_CELLS).mean() <= 0.5:
         return xy
     m = len(xy) - 1
     every, sel = sel, sel[::max(1, int(STRIDE_CELLS * cell * m / np.hypot(*np.diff(xy, axis=0).T).sum()))]
@@ -109,6 +110,12 @@ def _ring_mean(xy: np.ndarray, inner: dict, line: Callable, cell: float, windows
     return out
 
 
+def _areal(view):
+    """A tile's `view`: a (multi)polygon as it is (a vectorised mask's parts: valid, as `smooth._pairs` takes
+    them), else its areal part (`parts.polygonal`)."""
+    return view if view.geom_type in ("Polygon", "MultiPolygon") else polygonal(view)
+
+
 def _inner(window, margin: float):
     """`window` less `margin` along its edges; its bounds where it is a north-up rectangle (`_inside` needs no
     geometry test)."""
@@ -128,14 +135,33 @@ def _inside(area, xy: np.ndarray) -> np.ndarray:
     return (xy[:, 0] > x0) & (xy[:, 0] < x1) & (xy[:, 1] > y0) & (xy[:, 1] < y1)
 
 
-def _segments(line, piece: float):
+def _shared(inner: dict, t, reach: float) -> list | None:
+    """The bounds of the parts of tile `t`'s `_inner` window that another tile's shares, `reach` wider each
+    way (a point two or more tiles cover lies in one); None where a window is no north-up rectangle."""
+    if not all(isinstance(a, tuple) for a in inner.values()):
+        return None
+    (x0, y0, x1, y1), out = inner[t], []
+    for u, (a0, b0, a1, b1) in inner.items():
+        if u != t and max(x0, a0) < min(x1, a1) and max(y0, b0) < min(y1, b1):
+            out.append((max(x0, a0) - reach, max(y0, b0) - reach, min(x1, a1) + reach, min(y1, b1) + reach))
+    return out
+
+
+def _segments(line, piece: float, near: list | None = None):
     """(`line`'s (a view's outline) coordinates, each one's part, its segments' first points (segment j:
     xy[j] -> xy[j + 1]), a KD tree of the midpoints of the segments cut into pieces at most `piece` long, each
-    piece's segment); None where it has no segment."""
+    piece's segment); None where it has no segment. `near`: bounds; the segments whose bounds meet none of
+    them are left out (no point nearer than `piece` past them can find them)."""
     from scipy.spatial import cKDTree
 
     xy, part = shapely.get_coordinates(shapely.get_parts(line), return_index=True)
     same = np.flatnonzero(part[1:] == part[:-1])
+    if near is not None:
+        lo, hi = np.minimum(xy[same], xy[same + 1]), np.maximum(xy[same], xy[same + 1])
+        meets = np.zeros(len(same), dtype=bool)
+        for x0, y0, x1, y1 in near:
+            meets |= (lo[:, 0] <= x1) & (hi[:, 0] >= x0) & (lo[:, 1] <= y1) & (hi[:, 1] >= y0)
+        same = same[meets]
     if not len(same):
         return None
     d = xy[same + 1] - xy[same]
@@ -161,13 +187,17 @@ def _nearest(pts: np.ndarray, segments, far: float, piece: float) -> tuple[np.nd
         gap, j = tree.query(pts[todo], k=many, distance_upper_bound=far + piece / 2)
         j = j.reshape(len(todo), -1)
         cand = seg[np.minimum(j, tree.n - 1)]
-        a, d = xy[same[cand]], xy[same[cand] + 1] - xy[same[cand]]
-        u = np.clip(((pts[todo, None] - a) * d).sum(axis=2) / np.maximum((d * d).sum(axis=2), 1e-300), 0.0, 1.0)
-        f = a + u[..., None] * d
-        got = np.where(j < tree.n, np.hypot(*(pts[todo, None] - f).transpose(2, 0, 1)), np.inf)
-        best = np.lexsort((cand, got), axis=1)[:, 0]  # (the first segment where two lie as near)
+        px, py, i = pts[todo, :1], pts[todo, 1:], same[cand]
+        ax, ay = xy[i, 0], xy[i, 1]
+        dx, dy = xy[i + 1, 0] - ax, xy[i + 1, 1] - ay
+        u = np.clip(((px - ax) * dx + (py - ay) * dy) / np.maximum(dx * dx + dy * dy, 1e-300), 0.0, 1.0)
+        fx, fy = ax + u * dx, ay + u * dy
+        got = np.where(j < tree.n, np.hypot(px - fx, py - fy), np.inf)
+        # the first segment where two lie as near
+        best = np.argmin(np.where(got == got.min(axis=1, keepdims=True), cand, len(same)), axis=1)
         row = np.arange(len(todo))
-        dist[todo], s[todo], foot[todo] = got[row, best], cand[row, best], f[row, best]
+        dist[todo], s[todo] = got[row, best], cand[row, best]
+        foot[todo] = np.column_stack([fx[row, best], fy[row, best]])
         last = gap.reshape(len(todo), -1)[:, -1]
         more = (many < tree.n) & np.isfinite(last) & (last <= dist[todo] + piece / 2)
         todo, many = todo[more], many * 4

@@ -41,7 +41,7 @@ import shapely
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL
 from .bandmean import band_mean
-from .parts import JOIN_CELLS, polygonal, same_shape
+from .parts import JOIN_CELLS, inward_area, polygonal, same_shape
 
 #: Views of one stretch that differ by less than this many mask cells on average agree (nothing moves).
 AGREE_CELLS = 0.5
@@ -102,9 +102,10 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
         inward = shapely.difference(area, out).area if out is not area else 0.0
     else:
         out, inward = smooth_outline(area, cell)
-        meant = band_mean(out, views, frames, tiles, cell, lambda xy: ring_windows(xy, cell), CAP_CELLS * cell)
+        meant = band_mean(out, views, frames, tiles, cell, lambda xy, upto: ring_windows(xy, cell, upto),
+                          CAP_CELLS * cell)
         if meant is not out and same_shape(area, meant, JOIN_CELLS * cell):  # (else the smoothing alone)
-            out, inward = meant, shapely.difference(area, meant).area
+            return meant, shapely.difference(area, meant).area
     return (out, inward) if out is not area and same_shape(area, out, JOIN_CELLS * cell) else (geom, 0.0)
 
 
@@ -367,8 +368,8 @@ def _clip(g, band, rect=None):
 
 def smooth_outline(geom, cell: float) -> tuple[object, float]:
     """(Every ring of `geom` (a (multi)polygon) smoothed along its length (`smooth_ring`), the area moved
-    inward: `_inward`); `cell` one mask cell in map units. Rings shorter than two windows stay, and so does a
-    part whose smoothing would split it or open or close a hole (it moves a boundary, not a shape)."""
+    inward: `parts.inward_area`); `cell` one mask cell in map units. Rings shorter than two windows stay, and
+    so does a part whose smoothing would split it or open or close a hole (it moves a boundary, not a shape)."""
     polys, inward = [], 0.0
     for g in shapely.get_parts(geom).tolist():
         if not isinstance(g, shapely.Polygon):
@@ -384,7 +385,7 @@ def smooth_outline(geom, cell: float) -> tuple[object, float]:
                 got = shapely.make_valid(got)
         if isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == len(g.interiors):
             polys.append(got)
-            inward += sum(_inward(r, q, k > 0) for k, (r, q) in enumerate(zip(rings, new)))
+            inward += sum(inward_area(r, q, k > 0) for k, (r, q) in enumerate(zip(rings, new)))
         else:
             polys.append(g)
     return (shapely.union_all(polys) if len(polys) > 1 else polys[0] if polys else geom), inward
@@ -473,29 +474,6 @@ def _to_segments(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.hypot(*(a + t[:, None] * ab).T)
 
 
-def _inward(before: np.ndarray, after: np.ndarray, hole: bool) -> float:
-    """The area between a ring's segments and the same segments moved (each vertex by its own move) on the
-    polygon's inner side: per segment, the strip between them across it (the moves along the segment are
-    a shift of the outline within itself), split where the moved segment crosses the old one."""
-    a, b = before[:-1], before[1:]
-    seg = b - a
-    length = np.hypot(seg[:, 0], seg[:, 1])
-    ok = length > 0
-    a, seg, length = a[ok], seg[ok], length[ok]
-    d0, d1 = (after[:-1] - before[:-1])[ok], (after[1:] - before[1:])[ok]
-    left = np.column_stack([-seg[:, 1], seg[:, 0]]) / length[:, None]
-    x, y = before[:, 0], before[:, 1]
-    ccw = (x[:-1] * y[1:] - x[1:] * y[:-1]).sum() > 0
-    side = 1.0 if ccw != hole else -1.0  # the polygon lies left of a ccw shell and right of a ccw hole
-    u0, u1 = side * (d0 * left).sum(axis=1), side * (d1 * left).sum(axis=1)
-    same = u0 * u1 >= 0
-    full = np.where(same & (u0 + u1 > 0), length * (u0 + u1) / 2, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        f = np.where(same, 0.0, u0 / (u0 - u1))  # where the moved segment crosses the old one
-    part = np.where(~same, length * np.where(u0 > 0, f * u0, (1 - f) * u1) / 2, 0.0)
-    return float((full + part).sum())
-
-
 def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
     """The closed ring `xy`, each vertex moved as the outline at points `STEP_CELLS` apart moves when each
     becomes the mean of the points in its window (`_windows`), at most `CAP_CELLS` mask cells (a vertex
@@ -516,24 +494,31 @@ def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
     return xy + np.column_stack([np.interp(s, tt, dd[:, 0]), np.interp(s, tt, dd[:, 1])])
 
 
-def ring_windows(xy: np.ndarray, cell: float) -> np.ndarray | None:
+def ring_windows(xy: np.ndarray, cell: float, upto: float | None = None) -> np.ndarray | None:
     """Each vertex of the closed ring `xy`: its window's half-length in mask cells (`_windows`); None for a
-    ring `smooth_outline` leaves (shorter than two windows)."""
+    ring `smooth_outline` leaves (shorter than two windows). `upto` (cells): no size past the first of
+    `_windows`' sizes at or past it is tried (cheaper), so each window is min(its own, that size): which are
+    under `upto` as the full ones tell."""
     if shapely.length(shapely.linearrings(xy)) <= 2 * MIN_CELLS * cell:
         return None
-    s, t, _, half = _ring_windows(xy, cell)
+    longest = int(LONG_REACH_CELLS / STEP_CELLS)
+    if upto is not None:
+        size = int(round(MIN_CELLS / STEP_CELLS))
+        while size * STEP_CELLS < upto:
+            size += max(1, size // 4)
+        longest = min(longest, size)
+    s, t, _, half = _ring_windows(xy, cell, longest)
     return np.interp(s, np.concatenate([t, [s[-1]]]), np.concatenate([half, half[:1]])) * STEP_CELLS
 
 
-def _ring_windows(xy: np.ndarray, cell: float) -> tuple:
+def _ring_windows(xy: np.ndarray, cell: float, longest: int = int(LONG_REACH_CELLS / STEP_CELLS)) -> tuple:
     """(arc length at each vertex of `xy`, at points `STEP_CELLS` apart, those points about the mean of the
-    vertices, their windows' half-lengths in points: `_windows`)."""
+    vertices, their windows' half-lengths in points: `_windows`, up to `longest` points)."""
     s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(xy, axis=0).T))])
     n = max(int(np.ceil(s[-1] / (STEP_CELLS * cell))), 8)
     t = np.arange(n) * (s[-1] / n)
     p = np.column_stack([np.interp(t, s, xy[:, 0]), np.interp(t, s, xy[:, 1])]) - xy.mean(axis=0)
-    return s, t, p, _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)),
-                             int(LONG_REACH_CELLS / STEP_CELLS))
+    return s, t, p, _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)), longest)
 
 
 def _windows(p: np.ndarray, reach: int, first: int, long_reach: int | None = None) -> np.ndarray:
