@@ -1,15 +1,21 @@
-"""The band mean's cheaper steps give what the full ones give (issue 49: the merge's CPU under `wobble`):
-the meander test from windows tried only up to `TURNING_CELLS`, and the views' nearest points from the
-segments of their outlines near the bands the tiles share."""
+"""The band mean's cheaper steps (issue 49: the merge's CPU under `wobble`): it runs inside the smoothing on
+its rings, taking the smoothing's own windows as the meander test, one validity test and the moved area from
+the rings; the views' nearest points from the segments of their outlines near the bands the tiles share give
+what the whole outlines give."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import shapely
+from affine import Affine
 from shapely.geometry import box
 
-from sam3tiles.merge.bandmean import FAR_CELLS, TURNING_CELLS, _inner, _nearest, _segments, _shared
-from sam3tiles.merge.smooth import ring_windows
+from sam3tiles.merge.bandmean import FAR_CELLS, _inner, _nearest, _segments, _shared, band_mean
+from sam3tiles.merge.smooth import CAP_CELLS, smooth_outline
+from sam3tiles.tiling.frame import TileFrames
+from sam3tiles.tiling.grid import TileGrid
+from sam3tiles.vectorize.pieces import MASK_CELL
 
 
 def _ring(rng, bend: float, period: float, amp: float, length: float = 1500.0) -> np.ndarray:
@@ -24,19 +30,47 @@ def _ring(rng, bend: float, period: float, amp: float, length: float = 1500.0) -
     return np.vstack([ring, ring[:1]])
 
 
-def test_windows_tried_up_to_the_meander_bound_tell_the_same_meanders():
-    # min(full window, the first size tried at or past the bound) at every vertex: the points under the
-    # bound, and so the meander test, are the full windows' own; on meanders, straight bands and between
-    rng = np.random.default_rng(3)
-    cases = 0
-    for bend, period in [(40, 160), (25, 300), (10, 600), (0, 1e9), (60, 120), (15, 400)]:
-        for amp in (0.0, 2.0, 6.0):
-            xy = _ring(rng, bend, period, amp)
-            full, cut = ring_windows(xy, 4.0), ring_windows(xy, 4.0, TURNING_CELLS)
-            assert np.array_equal(cut, np.minimum(full, 32.5))  # (sizes 34, 42, 52, 65 points of half a cell)
-            assert ((full < TURNING_CELLS).mean() > 0.5) == ((cut < TURNING_CELLS).mean() > 0.5)
-            cases += (full < TURNING_CELLS).mean() > 0.5
-    assert 0 < cases < 18  # (both kinds of ring seen)
+def _river_case(seed: int):
+    """(The owners' stitch of a river meandering across two tiles' band (40 px up and down over 160 px, 50
+    px wide), each tile's view with its own noise (banks in and out by up to 1.5 cells over ~40 px), the
+    views, the frames)."""
+    grid = TileGrid(1760, 1008, transform=Affine(1, 0, 0, 0, 1, 0))  # band x 752..1008, core line 880
+    rng = np.random.default_rng(seed)
+    xs = np.linspace(0, 1760, 881)
+    mid = 500 + 40 * np.sin(2 * np.pi * xs / 160)
+    knots = np.arange(0, 1800, 40.0)
+    views = []
+    for _ in range(2):
+        top, bottom = (mid + side * 25 + np.interp(xs, knots, rng.uniform(-6, 6, len(knots))) for side in (-1, 1))
+        views.append(shapely.Polygon([*zip(xs, top), *zip(xs[::-1], bottom[::-1])]))
+    own = [views[0].intersection(box(0, 0, 881, 1008)), views[1].intersection(box(879, 0, 1760, 1008))]
+    seen = {0: views[0].intersection(box(0, 0, 1008, 1008)), 1: views[1].intersection(box(752, 0, 1760, 1008))}
+    return shapely.union_all(own), seen, dict(TileFrames(grid))
+
+
+def test_a_clockwise_shell_takes_the_same_mean():
+    # the mean runs on the rings as the smoothing has them (no orienting of the whole part first): a shell
+    # drawn clockwise takes the mean as one drawn counter-clockwise does (its views' direction test turned)
+    for seed in (1, 2):
+        stitch, views, frames = _river_case(seed)
+        mean = band_mean(views, frames, [0, 1], MASK_CELL, CAP_CELLS * MASK_CELL)
+        alone, _ = smooth_outline(stitch, MASK_CELL)
+        ccw, _ = smooth_outline(shapely.orient_polygons(stitch), MASK_CELL, mean)
+        cw, _ = smooth_outline(shapely.orient_polygons(stitch, exterior_cw=True), MASK_CELL, mean)
+        moved = ccw.symmetric_difference(alone).area
+        assert moved > 20 * MASK_CELL ** 2  # (the mean moved it)
+        assert cw.symmetric_difference(ccw).area < 0.15 * moved  # (the points the mean is taken at differ)
+
+
+def test_the_area_the_mean_gives_up_is_counted_from_the_rings():
+    # the area moved inward (coverage "blended") from the rings' own moves, no overlay: within 2 % of it
+    for seed in (3, 4):
+        stitch, views, frames = _river_case(seed)
+        mean = band_mean(views, frames, [0, 1], MASK_CELL, CAP_CELLS * MASK_CELL)
+        out, inward = smooth_outline(stitch, MASK_CELL, mean)
+        alone, _ = smooth_outline(stitch, MASK_CELL)
+        assert out.symmetric_difference(alone).area > 20 * MASK_CELL ** 2
+        assert inward == pytest.approx(stitch.difference(out).area, rel=0.02)
 
 
 def test_the_nearest_points_from_the_band_segments_are_the_whole_outlines():

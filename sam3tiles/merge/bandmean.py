@@ -5,13 +5,15 @@ The smoothing along the outline (`smooth.smooth_ring`) stops each window where t
 on a meandering river (bends over ~10 mask cells) most windows stop at their shortest, so the owner's own
 noise stays. Inside a band two or more tiles drew the same stretch, each with its own noise (a real model's
 answer changes with its context): there their mean is a better measure of the boundary than any one view.
-So on a ring whose windows stop short along most of it (median under `TURNING_CELLS`), each point inside
+So on a ring whose windows stop short along most of it (more than half of them, at points evenly spaced
+along the ring as the smoothing takes them, under `TURNING_CELLS`), each point inside
 the shared part of two or more windows moves to the mean of the views' outlines there (the nearest point
 of each view's outline, at most `FAR_CELLS` away and running the same way: not the far side of a thin
 object nor another stretch; taken every `STRIDE_CELLS`, linear between), the move spread over
-`SPREAD_POINTS` points each way (no step where a view ends) and capped as the smoothing's; a ring the mean
-would make cross itself keeps the smoothing alone. Straight roads, field strips and corners keep the
-smoothing alone.
+`SPREAD_POINTS` points each way (no step where a view ends) and capped as the smoothing's; a part the mean
+would make invalid (a ring crossing itself) keeps the smoothing alone. Straight roads, field strips and
+corners keep the smoothing alone. The mean runs inside `smooth.smooth_outline`, ring by ring after the
+smoothing: one validity test, one union and the moved area from the rings (no overlay).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN
 from .parts import polygonal
 
-#: A ring whose smoothing windows (half-lengths, mask cells) have a median under this turns too often for
-#: them (a meander): its points in the bands take the views' mean.
+#: A ring whose smoothing windows (half-lengths, mask cells) are under this along more than half of it turns
+#: too often for them (a meander): its points in the bands take the views' mean.
 TURNING_CELLS = 30.0
 #: A view's outline further than this many mask cells from a point is another stretch (or a decision, not a
 #: noise): it is left out of that point's mean.
@@ -36,17 +38,17 @@ FAR_CELLS = 3.0
 SAME_WAY = 0.5
 #: The views' mean is taken at points about this many mask cells apart (the noise is smooth over ~12), and
 #: linear between.
-STRIDE_CELLS = 2.0
+STRIDE_CELLS = 6.0
 #: The moves are averaged over this many of the ring's points each way.
 SPREAD_POINTS = 6
 
 
-def band_mean(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame], tiles: list, cell: float,
-              windows: Callable, cap: float):
-    """`geom` (a (multi)polygon: the smoothed outline) with the points of its meandering rings (`windows`:
-    ring -> each vertex's window half-length in mask cells, None for a ring the smoothing leaves) that lie in
-    the windows of two or more `tiles` moved to the mean of those tiles' `views` (at most `cap`); `geom`
-    itself where none moves."""
+def band_mean(views: Mapping[int, object], frames: Mapping[int, TileFrame], tiles: list, cell: float,
+              cap: float) -> Callable:
+    """(ring, the smoothing's windows along it (mask cells, points `smooth.STEP_CELLS` apart), hole) -> the
+    ring (smoothed) with, where more than half of its windows are under `TURNING_CELLS` (a meander), its
+    points in the windows of two or more `tiles` moved to the mean of those tiles' `views` (at most `cap`);
+    the ring itself where none moves (`smooth.smooth_outline`'s `mean`)."""
     inner = {t: _inner(frames[t].window, EDGE_MARGIN * frames[t].pixel) for t in tiles}
     lines = {}  # (each view's outline, oriented, made for the rings that take the mean only)
 
@@ -55,30 +57,26 @@ def band_mean(geom, views: Mapping[int, object], frames: Mapping[int, TileFrame]
             lines[t] = _segments(shapely.boundary(shapely.orient_polygons(_areal(views[t]))), cell,
                                  _shared(inner, t, (FAR_CELLS + 1) * cell))
         return lines[t]
-    polys, moved = [], False
-    for g in shapely.get_parts(shapely.orient_polygons(geom)).tolist():
-        rings = [np.asarray(r.coords) for r in (g.exterior, *g.interiors)]
-        new = [_ring_mean(xy, inner, line, cell, windows, cap) for xy in rings]
-        if all(a is b for a, b in zip(new, rings)):
-            polys.append(g)
-            continue
-        got = shapely.Polygon(new[0], new[1:])
-        moved |= got.is_valid
-        polys.append(got if got.is_valid else g)  # (a ring the mean made cross itself keeps the smoothing)
-    if not moved:
-        return geom
-    return polys[0] if len(polys) == 1 else polygonal(shapely.union_all(polys), valid=True)
+
+    def mean(xy: np.ndarray, windows: np.ndarray, hole: bool) -> np.ndarray:
+        if (windows < TURNING_CELLS).mean() <= 0.5:
+            return xy
+        x, y = xy[:, 0], xy[:, 1]
+        way = 1.0 if ((x[:-1] * y[1:] - x[1:] * y[:-1]).sum() > 0) != hole else -1.0  # (as the views run)
+        return _ring_mean(xy, inner, line, cell, cap, way)
+    return mean
 
 
-def _ring_mean(xy: np.ndarray, inner: dict, line: Callable, cell: float, windows: Callable, cap: float):
-    """The closed ring `xy` moved as `band_mean` says; `xy` itself where it does not move."""
+def _ring_mean(xy: np.ndarray, inner: dict, line: Callable, cell: float, cap: float, way: float = 1.0):
+    """The closed ring `xy` moved as `band_mean` says (`way`: -1 where it runs against its views: a shell
+    clockwise or a hole counter-clockwise); `xy` itself where it does not move."""
     cover = np.array([_inside(inner[t], xy[:-1]) for t in inner])
     sel = np.flatnonzero(cover.sum(axis=0) >= 2)
-    if not len(sel) or (half := windows(xy, TURNING_CELLS)) is None or (half < TURNING_CELLS).mean() <= 0.5:
+    if not len(sel):
         return xy
     m = len(xy) - 1
     every, sel = sel, sel[::max(1, int(STRIDE_CELLS * cell * m / np.hypot(*np.diff(xy, axis=0).T).sum()))]
-    way = xy[(sel + 1) % m] - xy[(sel - 1) % m]
+    way = way * (xy[(sel + 1) % m] - xy[(sel - 1) % m])
     total, count = np.zeros((len(sel), 2)), np.zeros(len(sel))
     for k, t in enumerate(inner):
         on = np.flatnonzero(cover[k, sel])

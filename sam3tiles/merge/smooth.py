@@ -33,7 +33,7 @@ close a hole) is left as the owners drew it.
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 import shapely
@@ -101,11 +101,7 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
         out = shift_views(area, pairs, tiles, frames, cell)
         inward = shapely.difference(area, out).area if out is not area else 0.0
     else:
-        out, inward = smooth_outline(area, cell)
-        meant = band_mean(out, views, frames, tiles, cell, lambda xy, upto: ring_windows(xy, cell, upto),
-                          CAP_CELLS * cell)
-        if meant is not out and same_shape(area, meant, JOIN_CELLS * cell):  # (else the smoothing alone)
-            return meant, shapely.difference(area, meant).area
+        out, inward = smooth_outline(area, cell, band_mean(views, frames, tiles, cell, CAP_CELLS * cell))
     return (out, inward) if out is not area and same_shape(area, out, JOIN_CELLS * cell) else (geom, 0.0)
 
 
@@ -366,29 +362,45 @@ def _clip(g, band, rect=None):
     return shapely.intersection(g, band)
 
 
-def smooth_outline(geom, cell: float) -> tuple[object, float]:
+def smooth_outline(geom, cell: float, mean: Callable | None = None) -> tuple[object, float]:
     """(Every ring of `geom` (a (multi)polygon) smoothed along its length (`smooth_ring`), the area moved
     inward: `parts.inward_area`); `cell` one mask cell in map units. Rings shorter than two windows stay, and
-    so does a part whose smoothing would split it or open or close a hole (it moves a boundary, not a shape)."""
+    so does a part whose smoothing would split it or open or close a hole (it moves a boundary, not a shape).
+    `mean`: (smoothed ring, its windows, hole) -> the ring moved on (`bandmean.band_mean`), kept where the
+    part stays valid (else the smoothing alone)."""
     polys, inward = [], 0.0
     for g in shapely.get_parts(geom).tolist():
         if not isinstance(g, shapely.Polygon):
             continue
         rings = [np.asarray(r.coords) for r in (g.exterior, *g.interiors)]
-        new = [smooth_ring(r, cell) if shapely.length(shapely.linearrings(r)) > 2 * MIN_CELLS * cell else r
-               for r in rings]
-        got = shapely.Polygon(new[0], new[1:])
-        if not got.is_valid:
-            if len(new) == 1:  # (a hole-free ring that crosses itself: `_untangled`)
-                got, new[0] = _untangled(got, new[0], cell)
-            if got is not None and not got.is_valid:
-                got = shapely.make_valid(got)
-        if isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == len(g.interiors):
-            polys.append(got)
-            inward += sum(inward_area(r, q, k > 0) for k, (r, q) in enumerate(zip(rings, new)))
-        else:
+        new, half = [], []
+        for r in rings:
+            new.append(smooth_ring(r, cell, half) if shapely.length(shapely.linearrings(r)) > 2 * MIN_CELLS * cell
+                       else r)
+            half += [] if len(half) == len(new) else [None]
+        if (got := _part(g, new, cell)) is None:
             polys.append(g)
+            continue
+        if mean is not None:  # (the smoothed rings moved on where they stay one valid polygon)
+            meant = [q if h is None else mean(q, h, k > 0) for k, (q, h) in enumerate(zip(new, half))]
+            if any(a is not b for a, b in zip(meant, new)) and (m := shapely.Polygon(meant[0], meant[1:])).is_valid:
+                got, new = m, meant
+        polys.append(got)
+        inward += sum(inward_area(r, q, k > 0) for k, (r, q) in enumerate(zip(rings, new)))
     return (shapely.union_all(polys) if len(polys) > 1 else polys[0] if polys else geom), inward
+
+
+def _part(g, new: list, cell: float):
+    """The polygon of `new` (the rings of the polygon `g`, moved; a knot untangled in place: `_untangled`),
+    valid, with `g`'s holes; None where there is none."""
+    got = shapely.Polygon(new[0], new[1:])
+    if not got.is_valid:
+        if len(new) == 1:  # (a hole-free ring that crosses itself: `_untangled`)
+            got, new[0] = _untangled(got, new[0], cell)
+        if got is not None and not got.is_valid:
+            got = shapely.make_valid(got)
+    ok = isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == len(g.interiors)
+    return got if ok else None
 
 
 def _untangled(poly, xy: np.ndarray, cell: float, tries: int = 16):
@@ -474,12 +486,15 @@ def _to_segments(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.hypot(*(a + t[:, None] * ab).T)
 
 
-def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
+def smooth_ring(xy: np.ndarray, cell: float, windows: list | None = None) -> np.ndarray:
     """The closed ring `xy`, each vertex moved as the outline at points `STEP_CELLS` apart moves when each
     becomes the mean of the points in its window (`_windows`), at most `CAP_CELLS` mask cells (a vertex
-    where nothing moves, near a corner, stays where it was)."""
+    where nothing moves, near a corner, stays where it was). `windows`: the windows' half-lengths (cells, at
+    those points) appended to it."""
     xy = np.asarray(xy, dtype=float)
     s, t, p, half = _ring_windows(xy, cell)
+    if windows is not None:
+        windows.append(half * STEP_CELLS)
     n = len(t)
     pad = int(half.max()) + 1  # at most a third of the ring (`_windows`)
     cs = np.concatenate([np.zeros((1, 2)), np.cumsum(np.concatenate([p[n - pad:], p, p[:pad]]), axis=0)])
@@ -494,31 +509,15 @@ def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
     return xy + np.column_stack([np.interp(s, tt, dd[:, 0]), np.interp(s, tt, dd[:, 1])])
 
 
-def ring_windows(xy: np.ndarray, cell: float, upto: float | None = None) -> np.ndarray | None:
-    """Each vertex of the closed ring `xy`: its window's half-length in mask cells (`_windows`); None for a
-    ring `smooth_outline` leaves (shorter than two windows). `upto` (cells): no size past the first of
-    `_windows`' sizes at or past it is tried (cheaper), so each window is min(its own, that size): which are
-    under `upto` as the full ones tell."""
-    if shapely.length(shapely.linearrings(xy)) <= 2 * MIN_CELLS * cell:
-        return None
-    longest = int(LONG_REACH_CELLS / STEP_CELLS)
-    if upto is not None:
-        size = int(round(MIN_CELLS / STEP_CELLS))
-        while size * STEP_CELLS < upto:
-            size += max(1, size // 4)
-        longest = min(longest, size)
-    s, t, _, half = _ring_windows(xy, cell, longest)
-    return np.interp(s, np.concatenate([t, [s[-1]]]), np.concatenate([half, half[:1]])) * STEP_CELLS
-
-
-def _ring_windows(xy: np.ndarray, cell: float, longest: int = int(LONG_REACH_CELLS / STEP_CELLS)) -> tuple:
+def _ring_windows(xy: np.ndarray, cell: float) -> tuple:
     """(arc length at each vertex of `xy`, at points `STEP_CELLS` apart, those points about the mean of the
-    vertices, their windows' half-lengths in points: `_windows`, up to `longest` points)."""
+    vertices, their windows' half-lengths in points: `_windows`)."""
     s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(xy, axis=0).T))])
     n = max(int(np.ceil(s[-1] / (STEP_CELLS * cell))), 8)
     t = np.arange(n) * (s[-1] / n)
     p = np.column_stack([np.interp(t, s, xy[:, 0]), np.interp(t, s, xy[:, 1])]) - xy.mean(axis=0)
-    return s, t, p, _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)), longest)
+    return s, t, p, _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)),
+                             int(LONG_REACH_CELLS / STEP_CELLS))
 
 
 def _windows(p: np.ndarray, reach: int, first: int, long_reach: int | None = None) -> np.ndarray:
