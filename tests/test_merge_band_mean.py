@@ -114,7 +114,7 @@ def test_the_views_nearest_points_are_the_outlines_nearest_points():
     line = shapely.boundary(shapely.orient_polygons(view))
     pts = rng.uniform([-20, -220], [x[-1] + 100, 400], size=(3000, 2))
     far, piece = 12.0, 4.0
-    near, ahead = _nearest(pts, _segments(line, piece), far, piece)
+    near, ahead = _nearest(pts, np.zeros(len(pts), dtype=int), _segments([view], piece), far, piece)
     want = shapely.distance(shapely.points(pts), line)
     got = np.hypot(*(near - pts).T)
     assert (np.isnan(got) == (want > far)).all() and (want <= far).sum() > 200

@@ -73,29 +73,39 @@ def test_the_area_the_mean_gives_up_is_counted_from_the_rings():
         assert inward == pytest.approx(stitch.difference(out).area, rel=0.02)
 
 
-def test_the_nearest_points_from_the_band_segments_are_the_whole_outlines():
-    # a view's outline cut to the segments near the parts of its window that other windows share: for every
-    # point two windows cover, the same nearest point, direction and distance as from the whole outline
+def test_the_nearest_points_of_all_views_at_once_are_each_views_own():
+    # the views' outlines in one KD tree (each view's pieces apart from the others'), cut to the segments near
+    # the parts of each window that other windows share: for every point two windows cover and each view
+    # whose window covers it, the nearest point and direction of that view's whole outline, and its distance
     rng = np.random.default_rng(8)
     windows = {0: box(0, 0, 1008, 1008), 1: box(752, 0, 1760, 1008), 2: box(0, 752, 1008, 1760)}
     inner = {t: _inner(w, 16.0) for t, w in windows.items()}
-    xy = _ring(rng, 40, 160, 6.0, length=1700.0) + [0, 400]
-    view = shapely.Polygon(xy).intersection(windows[0])
-    line = shapely.boundary(shapely.orient_polygons(view))
+    views = [shapely.Polygon(_ring(rng, 40, 160, 6.0, length=1760.0) + [0, 400 + 330 * (t == 2)]).intersection(w)
+             for t, w in windows.items()]
+    assert all(not v.is_empty for v in views)
     cell, far = 4.0, FAR_CELLS * 4.0
-    pts = rng.uniform([0, 0], [1760, 1760], size=(20000, 2))
-    pts = np.vstack([pts, shapely.get_coordinates(line)[::3] + rng.normal(0, 3, (len(line.coords[::3]), 2))])
-    cover = sum(shapely.contains_xy(box(*inner[t]), pts[:, 0], pts[:, 1]).astype(int) for t in inner)
-    pts = pts[(cover >= 2) & shapely.contains_xy(box(*inner[0]), pts[:, 0], pts[:, 1])]
-    near = _shared(inner, 0, (FAR_CELLS + 1) * cell)
-    assert len(near) == 2
-    whole, cut = _segments(line, cell), _segments(line, cell, near)
-    assert len(cut[2]) < 0.5 * len(whole[2])
-    a, b = _nearest(pts, whole, far, cell), _nearest(pts, cut, far, cell)
-    found = np.isfinite(a[0][:, 0])
-    assert found.sum() > 200
-    assert np.array_equal(np.isfinite(b[0][:, 0]), found)
-    assert np.array_equal(a[0][found], b[0][found]) and np.array_equal(a[1][found], b[1][found])
+    pts = rng.uniform([0, 0], [1760, 1760], size=(30000, 2))
+    lines = [shapely.boundary(shapely.orient_polygons(v)) for v in views]
+    on_lines = [shapely.get_coordinates(g)[::3] for g in lines]
+    pts = np.vstack([pts, *(q + rng.normal(0, 3, q.shape) for q in on_lines)])
+    cover = np.array([shapely.contains_xy(box(*inner[t]), pts[:, 0], pts[:, 1]) for t in inner])
+    pts, cover = pts[cover.sum(axis=0) >= 2], cover[:, cover.sum(axis=0) >= 2]
+    view, on = np.nonzero(cover)
+    shared = [_shared(inner, t, (FAR_CELLS + 1) * cell) for t in inner]
+    assert [len(b) for b in shared] == [2, 2, 2]
+    every = _segments(views, cell, shared)
+    assert len(every[2]) < 0.7 * sum(len(_segments([v], cell)[2]) for v in views)
+    near, ahead = _nearest(pts[on], view, every, far, cell)
+    found = np.isfinite(near[:, 0])
+    for t, v in enumerate(views):
+        mine = view == t
+        alone = _nearest(pts[on[mine]], np.zeros(mine.sum(), dtype=int), _segments([v], cell), far, cell)
+        want = shapely.distance(shapely.points(pts[on[mine]]), lines[t])
+        assert (want <= far).sum() > 30
+        assert np.array_equal(np.isfinite(alone[0][:, 0]), found[mine]) and np.array_equal(found[mine], want <= far)
+        got = found[mine]
+        assert np.array_equal(alone[0][got], near[mine][got]) and np.array_equal(alone[1][got], ahead[mine][got])
+        assert np.allclose(np.hypot(*(near[mine][got] - pts[on[mine]][got]).T), want[got], rtol=0, atol=1e-9)
 
 
 def test_no_shared_bounds_for_a_window_that_is_no_rectangle():

@@ -49,21 +49,25 @@ def band_mean(views: Mapping[int, object], frames: Mapping[int, TileFrame], tile
     ring (smoothed) with, where more than half of its windows are under `TURNING_CELLS` (a meander), its
     points in the windows of two or more `tiles` moved to the mean of those tiles' `views` (at most `cap`);
     the ring itself where none moves (`smooth.smooth_outline`'s `mean`)."""
-    inner = {t: _inner(frames[t].window, EDGE_MARGIN * frames[t].pixel) for t in tiles}
-    lines = {}  # (each view's outline, oriented, made for the rings that take the mean only)
+    made = {}  # (the tiles' windows less their margins, the views' outlines: made for the rings that take it)
 
-    def line(t):
-        if t not in lines:
-            lines[t] = _segments(shapely.boundary(shapely.orient_polygons(_areal(views[t]))), cell,
-                                 _shared(inner, t, (FAR_CELLS + 1) * cell))
-        return lines[t]
+    def inner():
+        if "inner" not in made:
+            made["inner"] = {t: _inner(frames[t].window, EDGE_MARGIN * frames[t].pixel) for t in tiles}
+        return made["inner"]
+
+    def line():
+        if "line" not in made:
+            made["line"] = _segments([_areal(views[t]) for t in inner()], cell,
+                                     [_shared(inner(), t, (FAR_CELLS + 1) * cell) for t in inner()])
+        return made["line"]
 
     def mean(xy: np.ndarray, windows: np.ndarray, hole: bool) -> np.ndarray:
         if (windows < TURNING_CELLS).mean() <= 0.5:
             return xy
         x, y = xy[:, 0], xy[:, 1]
         way = 1.0 if ((x[:-1] * y[1:] - x[1:] * y[:-1]).sum() > 0) != hole else -1.0  # (as the views run)
-        return _ring_mean(xy, inner, line, cell, cap, way)
+        return _ring_mean(xy, inner(), line, cell, cap, way)
     return mean
 
 
@@ -77,17 +81,13 @@ def _ring_mean(xy: np.ndarray, inner: dict, line: Callable, cell: float, cap: fl
     m = len(xy) - 1
     every, sel = sel, sel[::max(1, int(STRIDE_CELLS * cell * m / np.hypot(*np.diff(xy, axis=0).T).sum()))]
     way = way * (xy[(sel + 1) % m] - xy[(sel - 1) % m])
-    total, count = np.zeros((len(sel), 2)), np.zeros(len(sel))
-    for k, t in enumerate(inner):
-        on = np.flatnonzero(cover[k, sel])
-        if not len(on):
-            continue
-        near, ahead = _nearest(xy[sel[on]], line(t), FAR_CELLS * cell, cell)
-        step = near - xy[sel[on]]
-        cos = (ahead * way[on]).sum(axis=1) / np.maximum(np.hypot(*ahead.T) * np.hypot(*way[on].T), 1e-300)
-        ok = np.isfinite(step[:, 0]) & (np.hypot(*step.T) <= FAR_CELLS * cell) & (cos > SAME_WAY)
-        total[on[ok]] += step[ok]
-        count[on[ok]] += 1
+    view, on = np.nonzero(cover[:, sel])  # (each view's points: all of them at once)
+    near, ahead = _nearest(xy[sel[on]], view, line(), FAR_CELLS * cell, cell)
+    step = near - xy[sel[on]]
+    cos = (ahead * way[on]).sum(axis=1) / np.maximum(np.hypot(*ahead.T) * np.hypot(*way[on].T), 1e-300)
+    ok = np.isfinite(step[:, 0]) & (np.hypot(*step.T) <= FAR_CELLS * cell) & (cos > SAME_WAY)
+    total = np.column_stack([np.bincount(on[ok], step[ok, 0], len(sel)), np.bincount(on[ok], step[ok, 1], len(sel))])
+    count = np.bincount(on[ok], minlength=len(sel))
     two = count >= 2
     if not two.any():
         return xy
@@ -145,21 +145,28 @@ def _shared(inner: dict, t, reach: float) -> list | None:
     return out
 
 
-def _segments(line, piece: float, near: list | None = None):
-    """(`line`'s (a view's outline) coordinates, each one's part, its segments' first points (segment j:
-    xy[j] -> xy[j + 1]), a KD tree of the midpoints of the segments cut into pieces at most `piece` long, each
-    piece's segment); None where it has no segment. `near`: bounds; the segments whose bounds meet none of
-    them are left out (no point nearer than `piece` past them can find them)."""
+def _segments(views: list, piece: float, near: list | None = None):
+    """(The outlines of `views` ((multi)polygons, oriented): their coordinates, each one's part, the segments'
+    first points (segment j: xy[j] -> xy[j + 1]), a KD tree of the midpoints of the segments cut into pieces
+    at most `piece` long, each view's pieces `span` apart along x (no query of one view finds another's),
+    each piece's segment, each segment's view, `span`); None where there is no segment. `near`: per view,
+    bounds (or None: all); a view's segments whose bounds meet none of its own are left out."""
     from scipy.spatial import cKDTree
 
-    xy, part = shapely.get_coordinates(shapely.get_parts(line), return_index=True)
+    parts, owner = shapely.get_parts(shapely.boundary(shapely.orient_polygons(np.asarray(views, dtype=object))),
+                                     return_index=True)
+    xy, part = shapely.get_coordinates(parts, return_index=True)
     same = np.flatnonzero(part[1:] == part[:-1])
+    view = owner[part[same]]
     if near is not None:
         lo, hi = np.minimum(xy[same], xy[same + 1]), np.maximum(xy[same], xy[same + 1])
         meets = np.zeros(len(same), dtype=bool)
-        for x0, y0, x1, y1 in near:
-            meets |= (lo[:, 0] <= x1) & (hi[:, 0] >= x0) & (lo[:, 1] <= y1) & (hi[:, 1] >= y0)
-        same = same[meets]
+        ends = np.searchsorted(view, np.arange(len(near) + 1))  # (a view's segments: one run)
+        for v, boxes in enumerate(near):
+            on = slice(ends[v], ends[v + 1])
+            for x0, y0, x1, y1 in [(-np.inf, -np.inf, np.inf, np.inf)] if boxes is None else boxes:
+                meets[on] |= (lo[on, 0] <= x1) & (hi[on, 0] >= x0) & (lo[on, 1] <= y1) & (hi[on, 1] >= y0)
+        same, view = same[meets], view[meets]
     if not len(same):
         return None
     d = xy[same + 1] - xy[same]
@@ -167,22 +174,25 @@ def _segments(line, piece: float, near: list | None = None):
     seg = np.repeat(np.arange(len(same)), cuts)
     k = np.arange(len(seg)) - np.repeat(np.cumsum(cuts) - cuts, cuts)
     mid = xy[same[seg]] + ((k + 0.5) / cuts[seg])[:, None] * d[seg]
-    return xy, part, same, cKDTree(mid), seg
+    span = 2 * float(np.ptp(xy, axis=0).max()) + 1e3 * piece
+    mid[:, 0] += view[seg] * span
+    return xy, part, same, cKDTree(mid), seg, span
 
 
-def _nearest(pts: np.ndarray, segments, far: float, piece: float) -> tuple[np.ndarray, np.ndarray]:
-    """(The nearest point of a view's outline (`_segments`, pieces at most `piece` long) to each of `pts`, the
-    outline's direction there over its segment and one each side (a mask's staircase: over one pixel step it
-    runs across)); NaN where none lies within `far`."""
+def _nearest(pts: np.ndarray, view: np.ndarray, segments, far: float, piece: float) -> tuple[np.ndarray, np.ndarray]:
+    """(The nearest point of the outline of view `view` (each point's; `_segments`, pieces at most `piece`
+    long) to each of `pts`, the outline's direction there over its segment and one each side (a mask's
+    staircase: over one pixel step it runs across)); NaN where none lies within `far`."""
     near, ahead = np.full((len(pts), 2), np.nan), np.full((len(pts), 2), np.nan)
     if segments is None:
         return near, ahead
-    xy, part, same, tree, seg = segments
+    xy, part, same, tree, seg, span = segments
+    at = pts + np.column_stack([view * span, np.zeros(len(pts))])  # (among its view's pieces only)
     k, s, foot = np.arange(len(pts)), np.zeros(len(pts), dtype=np.int64), np.zeros((len(pts), 2))
     dist, todo, many = np.full(len(pts), np.inf), k, 8
     while len(todo):  # (the piece of the nearest segment lies within its distance + half a piece)
         many = min(many, tree.n)
-        gap, j = tree.query(pts[todo], k=many, distance_upper_bound=far + piece / 2)
+        gap, j = tree.query(at[todo], k=many, distance_upper_bound=far + piece / 2)
         j = j.reshape(len(todo), -1)
         cand = seg[np.minimum(j, tree.n - 1)]
         px, py, i = pts[todo, :1], pts[todo, 1:], same[cand]
