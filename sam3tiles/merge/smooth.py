@@ -378,16 +378,29 @@ def smooth_outline(geom, cell: float, mean: Callable | None = None) -> tuple[obj
             new.append(smooth_ring(r, cell, half) if shapely.length(shapely.linearrings(r)) > 2 * MIN_CELLS * cell
                        else r)
             half += [] if len(half) == len(new) else [None]
-        if (got := _part(g, new, cell)) is None:
+        got, new = _meant(g, new, half, mean, cell) if mean is not None else (_part(g, new, cell), new)
+        if got is None:
             polys.append(g)
             continue
-        if mean is not None:  # (the smoothed rings moved on where they stay one valid polygon)
-            meant = [q if h is None else mean(q, h, k > 0) for k, (q, h) in enumerate(zip(new, half))]
-            if any(a is not b for a, b in zip(meant, new)) and (m := shapely.Polygon(meant[0], meant[1:])).is_valid:
-                got, new = m, meant
         polys.append(got)
         inward += sum(inward_area(r, q, k > 0) for k, (r, q) in enumerate(zip(rings, new)))
     return (shapely.union_all(polys) if len(polys) > 1 else polys[0] if polys else geom), inward
+
+
+def _meant(g, new: list, half: list, mean: Callable, cell: float) -> tuple:
+    """(The polygon, its rings): `new` (`g`'s smoothed rings, `half` their windows) moved on by `mean` where
+    they stay one valid polygon; else the smoothing's own (`_part`), the mean tried again on it where `_part`
+    untangled a knot."""
+    for again in (False, True):
+        meant = [q if h is None else mean(q, h, k > 0) for k, (q, h) in enumerate(zip(new, half))]
+        if any(a is not b for a, b in zip(meant, new)) and (m := shapely.Polygon(meant[0], meant[1:])).is_valid:
+            return m, meant
+        if again or all(a is b for a, b in zip(meant, new)):
+            break
+        first = new[0]
+        if (got := _part(g, new, cell)) is None or new[0] is first:
+            return got, new
+    return _part(g, new, cell) if not again else got, new
 
 
 def _part(g, new: list, cell: float):
