@@ -17,6 +17,7 @@ from affine import Affine
 
 from ..errors import RasterReadError
 from .env import open_local
+from .identity import local_path_of
 from .raster import RasterSource
 
 #: Idle member datasets a process keeps open at most, over every mosaic its threads read (`open_members`):
@@ -29,18 +30,30 @@ class _Member(RasterSource):
     """A mosaic's member as a worker opens it: its file was checked when the map was planned (truncation,
     its first and last block), so it is opened without those probes (a tile may open dozens of members).
 
-    A GeoTIFF member is opened without its georeferencing (GDAL's GEOREF_SOURCES=NONE): the plan placed it
-    in the map, and reading its geokeys took 2.6 of an open's 3.1 ms (the CRS is looked up in PROJ's
-    database on every open). rasterio then warns that it has no geotransform: not said (`_quiet_open`). A
-    run's read task opens and reads members with their folder not listed (`env.MANY_FILES`)."""
+    A GeoTIFF member is opened without its georeferencing from the file (GDAL's GEOREF_SOURCES=PAM): the
+    plan placed it in the map, and reading its geokeys took 2.6 of an open's 3.1 ms (the CRS is looked up in
+    PROJ's database on every open). Its PAM .aux.xml is read, as GDAL reads it by default: with
+    GEOREF_SOURCES=NONE GDAL skipped it, and a nodata value named there was read as valid pixels. A remote
+    member whose header showed no nodata, mask or alpha still opens so (`_RemoteMember`: GDAL would ask the
+    server for an .aux.xml on each open). rasterio warns that a file without a PAM georeference has no
+    geotransform: not said (`_quiet_open`). A run's read task opens and reads members with their folder not
+    listed (`env.MANY_FILES`), or not looked in where the plan saw nothing beside them (`env.NO_SIBLINGS`)."""
 
     _probe_file = False
+    _sources = "PAM"
 
     def _open_dataset(self):
         if not self.path.lower().endswith((".tif", ".tiff")):
             return super()._open_dataset()  # other drivers may not know the option (GDAL would warn)
         with _quiet_open():
-            return open_local(self.path, GEOREF_SOURCES="NONE")
+            return open_local(self.path, GEOREF_SOURCES=self._sources)
+
+
+class _RemoteMember(_Member):
+    """A remote member whose header (read the normal way when its map was planned) showed every pixel valid:
+    nothing a PAM .aux.xml could add is there to lose, and no request for one is made."""
+
+    _sources = "NONE"
 
 
 _QUIET = {"lock": threading.Lock(), "users": 0, "entry": None}
@@ -115,7 +128,8 @@ def open_member(m, bands, stretch, layout=None) -> RasterSource:
     refused."""
     if m.warp is not None:
         return _WarpedMember(m, layout, bands, stretch)
-    src = _Member(m.path, bands=bands, stretch=stretch)
+    plain_remote = not m.nodata and local_path_of(m.path) is None
+    src = (_RemoteMember if plain_remote else _Member)(m.path, bands=bands, stretch=stretch)
     if (src.width, src.height) != (m.width, m.height):
         src.close()
         raise RasterReadError(_changed(m.path, (src.width, src.height), (m.width, m.height)))

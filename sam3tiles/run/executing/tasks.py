@@ -18,8 +18,9 @@ from ...errors import ModelError, shippable
 from ...model.registry import RuntimeSpec, get_runtime
 from ...model.runtime import MAX_QUERIES, PreparedPrompt, TileImage
 from ...prompts.prompt import TilePrompt
-from ...readers import MosaicPath, RasterSource, Stretch, gdal_env, open_source
+from ...readers import RasterSource, Stretch, gdal_env, open_source
 from ...readers.identity import forget_cached
+from ...readers.mosaic import layout_of
 from ...tiling.grid import Tile
 from ...vectorize.pieces import (EDGE_MARGIN, InstanceCrop, Pieces, crop_detections, merge_passes,
                                 pieces_from_crops)
@@ -128,8 +129,10 @@ def read_task(spec: SourceSpec, tile: Tile) -> tuple[TileImage | None, float]:
     """The tile's model input, or None when every pixel is nodata (the tile is skipped)."""
     t0 = time.perf_counter()
     # a distributed worker is another process: the run's GDAL configuration goes with the read (a mosaic's members:
-    # their folder not listed on each open, `readers.env.MANY_FILES`)
-    with gdal_env(many_files=isinstance(spec.path, MosaicPath)):
+    # their folder not listed on each open, `readers.env.MANY_FILES`; nor looked in, where the plan saw nothing
+    # beside them, `env.NO_SIBLINGS`: a small GeoTIFF's open 0.28 -> 0.14 ms)
+    lay = layout_of(spec.path)
+    with gdal_env(many_files=lay is not None, no_siblings=lay is not None and lay.no_siblings):
         image = _open_source(spec).read_tile(tile)
     if not image.valid.any():
         return None, time.perf_counter() - t0

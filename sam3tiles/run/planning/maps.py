@@ -83,6 +83,7 @@ class Header:
     when: str | None = None  # the STAC item's datetime (ISO), for an input that came from one
     box: tuple | None = None  # its bounds in the run's frame CRS (`frame_crs`), where it has a CRS
     stamps: tuple = ()  # its files' `file_stamp`s, taken as its header was read (one of many inputs), else ()
+    no_siblings: bool = False  # a GeoTIFF with no file beside it that GDAL looks for (`Georefs.without_siblings`)
 
     @property
     def day(self) -> str | None:
@@ -139,15 +140,16 @@ def read_header(path: str, opts: Options, when: str | None = None, many: bool = 
         return _header(path, opts, when, many, georefs)
 
 
-def _header(path: str, opts: Options, when: str | None, many: bool, georefs: Georefs | None) -> Header:
-    """`read_header` in the run's GDAL configuration, entered by the caller."""
+def _header(path: str, opts: Options, when: str | None, many: bool, georefs: Georefs | None,
+            no_siblings: bool = False) -> Header:
+    """`read_header` in the run's GDAL configuration, entered by the caller (`no_siblings`: as it says)."""
     stamped = many and not opts.no_mosaic and local_path_of(path) is not None  # a URL's: when its map is planned
     check_vrt_cycle(path)
     with open_source(path, bands=opts.bands, stretch=None, georefs=georefs) as src:
         files = tuple(check_input(path, src, opts))
         return Header(path, src.crs, src.transform, int(src.width), int(src.height), tuple(src.bands),
                       int(src.band_count), str(src.dtype), src.kind, bool(src.may_have_nodata()), files, when,
-                      stamps=tuple(file_stamp(f) for f in files) if stamped else ())
+                      stamps=tuple(file_stamp(f) for f in files) if stamped else (), no_siblings=no_siblings)
 
 
 def read_headers(paths: Sequence[str], opts: Options, dates: dict | None = None) -> list[Header]:
@@ -167,8 +169,9 @@ def read_headers(paths: Sequence[str], opts: Options, dates: dict | None = None)
 
     def run(start: int) -> list[Header]:
         part = paths[start:start + step]
-        with gdal_env(many_files=True, no_siblings=georefs.without_siblings(part)):
-            return [_header(p, opts, dates.get(p), True, georefs) for p in part]
+        alone = [georefs.without_siblings([p]) for p in part]
+        with gdal_env(many_files=True, no_siblings=all(alone)):
+            return [_header(p, opts, dates.get(p), True, georefs, a) for p, a in zip(part, alone)]
 
     with ThreadPoolExecutor(threads, thread_name_prefix="sam3tiles-header") as pool:
         return [h for part in pool.map(run, range(0, len(paths), step)) for h in part]
@@ -226,10 +229,10 @@ def touching_pairs(headers: Sequence[Header]) -> list[tuple[int, int]]:
     not comparable: such files are never neighbours)."""
     import shapely
 
-    boxes = [shapely.box(*(h.box or h.bounds)) for h in headers]
-    tree = shapely.STRtree(boxes)
-    half = [(bx[2] - bx[0]) / h.width / 2 for bx, h in ((h.box or h.bounds, h) for h in headers)]
-    grown = [b.buffer(d, join_style="mitre") if h.crs is not None else b for b, d, h in zip(boxes, half, headers)]
+    bx = np.asarray([h.box or h.bounds for h in headers], dtype=np.float64).reshape(-1, 4)
+    tree = shapely.STRtree(shapely.box(*bx.T))
+    half = np.asarray([(b[2] - b[0]) / h.width / 2 if h.crs is not None else 0.0 for b, h in zip(bx, headers)])
+    grown = shapely.box(bx[:, 0] - half, bx[:, 1] - half, bx[:, 2] + half, bx[:, 3] + half)  # a box grown by half
     a, b = tree.query(grown, predicate="intersects")
     return sorted({(int(i), int(j)) for i, j in zip(a, b) if i < j and _frame(headers[i]) == _frame(headers[j])})
 
@@ -367,7 +370,8 @@ def mosaic_path(headers: Sequence[Header], lat: Lattice | None = None) -> Mosaic
     placed = [place(h, lat) for h in headers]
     c0 = min(b[0] for b, _ in placed)
     r0 = min(b[1] for b, _ in placed)
-    members = tuple(Member(h.path, b[0] - c0, b[1] - r0, b[2] - b[0], b[3] - b[1], h.files, warp)
+    members = tuple(Member(h.path, b[0] - c0, b[1] - r0, b[2] - b[0], b[3] - b[1], h.files, warp,
+                           alone=h.no_siblings and warp is None, nodata=h.nodata)
                     for h, (b, warp) in zip(headers, placed))
     width = max(m.col + m.width for m in members)
     height = max(m.row + m.height for m in members)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import stat
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -27,6 +28,7 @@ from typing import Sequence
 from ...errors import InputDataError
 from ...readers.identity import CLOUD_SCHEMES
 from ...readers.remote import is_remote
+from ..recording.workfolder import real_path
 
 #: Endings GDAL appends to a raster's whole name for the files it reads with it.
 APPENDED = {".ovr": "the external overview", ".msk": "the external mask", ".aux.xml": "the auxiliary metadata"}
@@ -86,7 +88,8 @@ def without_sidecars(paths: list[str]) -> tuple[list[str], list[str]]:
     """(`paths` without the sidecars of rasters among them, a note on each one skipped); a sidecar whose
     raster is not among them is refused."""
     given = set(paths)
-    real = {os.path.realpath(p) for p in paths if not is_remote(p)}
+    dirs: dict = {}  # folders resolved once
+    real = {str(real_path(p, dirs)) for p in paths if not is_remote(p)}
     kept, notes = [], []
     for p in paths:
         side = sidecar_of(p, given)
@@ -144,14 +147,15 @@ def _digest(path: str) -> str:
     return h.hexdigest()
 
 
-def _local_keys(path: str) -> tuple[str, tuple | None, int | None]:
-    """(real path, (device, inode), size) of a local file; inode and size None when it cannot be stat'ed."""
-    real = os.path.realpath(path)
+def _local_keys(path: str, dirs: dict) -> tuple[str, tuple | None, int | None]:
+    """(real path, (device, inode), size) of a local file; inode and size None when it cannot be stat'ed.
+    `dirs`: folders resolved so far (`real_path`)."""
+    real = str(real_path(path, dirs))
     try:
         st = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):
         return real, None, None
-    if not os.path.isfile(path):
+    if not stat.S_ISREG(st.st_mode):
         return real, None, None
     return real, (st.st_dev, st.st_ino), st.st_size
 
@@ -159,13 +163,13 @@ def _local_keys(path: str) -> tuple[str, tuple | None, int | None]:
 def each_once(paths: list[str]) -> tuple[list[str], list[str]]:
     """(`paths`, each file once: the first name given of it; a note on each name left out)."""
     first: dict = {}  # key -> the name kept
-    kept, notes, by_size = [], [], {}
+    kept, notes, by_size, dirs = [], [], {}, {}
     for p in paths:
         size = None
         if is_remote(p):
             keys, why = [("url", url_key(p))], "the same URL"
         else:
-            real, inode, size = _local_keys(p)
+            real, inode, size = _local_keys(p, dirs)
             keys, why = [("real", real)] + ([("inode", inode)] if inode else []), "the same file"
         same = next((first[k] for k in keys if k in first), None)
         if same is not None:

@@ -42,6 +42,7 @@ from ...writers.stream import check_dataset
 from ...writers.vector import check_layer
 from ..recording.workfolder import is_within, real_path, replaceable, vouched
 from .cluster import SCHEDULER_ENV, local_threads
+from .lattice import distinct_wkts
 from .limits import check_address_space
 
 #: The object type a QuPath GeoJSON gets unless asked otherwise (`check_qupath_type`).
@@ -87,10 +88,11 @@ def check_paths(reads: Sequence[tuple[str, str, str]], writes: Sequence[tuple[st
     hard links), each path looked at once. Exit 2 naming both roles and the fix; an input among `several`
     (a pattern that picked up what an earlier run wrote) is named as the run's own file."""
     read: dict = {}
+    dirs: dict = {}  # folders resolved once (`real_path`)
     for role, given, file in reads:
         lp = local_path_of(file)
         if lp is not None:
-            real = real_path(lp)
+            real = real_path(lp, dirs)
             for k in _keys(real):
                 read.setdefault(k, (role, given, file, real))
     seen: dict = {}
@@ -307,7 +309,7 @@ def check_plan(inputs: Sequence[str], crss: Sequence, tile_counts: Sequence[int]
     check_tiling(opts.tile_size, opts.overlap, opts.edge_margin, squash=opts.squash,
                  single_tile=all(n <= 1 for n in tile_counts))
     one_output = not any(p is not None for p in per_input)  # a combined output, or the API's one frame
-    if one_output and len({None if c is None else c.to_wkt() for c in crss}) > 1:
+    if one_output and len(distinct_wkts(crss)) > 1:
         names = [f"{i} ({c.to_string() if c is not None else 'no CRS'})" for i, c in zip(inputs, crss)]
         raise UsageError("the inputs are in different CRSs, so they cannot share one output: " + ", ".join(names[:3])
                          + ("..." if len(names) > 3 else "")
