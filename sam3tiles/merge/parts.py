@@ -134,3 +134,40 @@ def beyond(geoms: np.ndarray, region) -> list:
     out = ~shapely.covers(region, shapely.box(*shapely.bounds(geoms).T))
     rest = shapely.difference(geoms[out], region)
     return list(rest[shapely.area(rest) > 0])
+
+
+def same_shape(before, after, gap: float) -> bool:
+    """Whether `after` has the parts, the regions (parts within `gap` are one: rule 0) and the holes of
+    `before` (the smoothing moved a boundary). `after` is valid (`smooth.smooth_outline` keeps valid polygons only,
+    `smooth.shift_views` gives an overlay's result): not checked again."""
+    if after.is_empty:
+        return False
+    pb, pa = shapely.get_parts(before), shapely.get_parts(after)
+    if len(pb) != len(pa) or any(not isinstance(p, shapely.Polygon) for p in pa):
+        return False
+    if len(pb) > 1 and len(regions(before, gap)) != len(regions(after, gap)):
+        return False
+    return sorted(len(p.interiors) for p in pb) == sorted(len(p.interiors) for p in pa)
+
+
+def inward_area(before: np.ndarray, after: np.ndarray, hole: bool) -> float:
+    """The area between a ring's segments and the same segments moved (each vertex by its own move) on the
+    polygon's inner side: per segment, the strip between them across it (the moves along the segment are
+    a shift of the outline within itself), split where the moved segment crosses the old one."""
+    a, b = before[:-1], before[1:]
+    seg = b - a
+    length = np.hypot(seg[:, 0], seg[:, 1])
+    ok = length > 0
+    a, seg, length = a[ok], seg[ok], length[ok]
+    d0, d1 = (after[:-1] - before[:-1])[ok], (after[1:] - before[1:])[ok]
+    left = np.column_stack([-seg[:, 1], seg[:, 0]]) / length[:, None]
+    x, y = before[:, 0], before[:, 1]
+    ccw = (x[:-1] * y[1:] - x[1:] * y[:-1]).sum() > 0
+    side = 1.0 if ccw != hole else -1.0  # the polygon lies left of a ccw shell and right of a ccw hole
+    u0, u1 = side * (d0 * left).sum(axis=1), side * (d1 * left).sum(axis=1)
+    same = u0 * u1 >= 0
+    full = np.where(same & (u0 + u1 > 0), length * (u0 + u1) / 2, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(same, 0.0, u0 / (u0 - u1))  # where the moved segment crosses the old one
+    part = np.where(~same, length * np.where(u0 > 0, f * u0, (1 - f) * u1) / 2, 0.0)
+    return float((full + part).sum())

@@ -25,21 +25,23 @@ and past it up to `LONG_REACH_CELLS` while the chords turn so little that the wi
 noise makes, over a stretch of `NOISE_RUN_CELLS` or less and under `SHARP` times that bound, does not). A window changes
 by at most one point from a point to the next (the average moves smoothly along the ring).
 
-An outline whose smoothing would change its shape (split a part, join two, open or close a hole) is left
-as the owners drew it.
+On a meander, where the windows stop at every bend, the points in a band take the views' mean there as well
+(`bandmean.band_mean`). An outline whose smoothing would change its shape (split a part, join two, open or
+close a hole) is left as the owners drew it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 import shapely
 
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL
-from .parts import JOIN_CELLS, polygonal, regions
+from .bandmean import band_mean
+from .parts import JOIN_CELLS, inward_area, polygonal, same_shape
 
 #: Views of one stretch that differ by less than this many mask cells on average agree (nothing moves).
 AGREE_CELLS = 0.5
@@ -101,8 +103,8 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
         out = shift_views(area, pairs, tiles, frames, cell)
         inward = shapely.difference(area, out).area if out is not area else 0.0
     else:
-        out, inward = smooth_outline(area, cell)
-    return (out, inward) if out is not area and _same_shape(area, out, JOIN_CELLS * cell) else (geom, 0.0)
+        out, inward = smooth_outline(area, cell, band_mean(views, frames, tiles, cell, CAP_CELLS * cell))
+    return (out, inward) if out is not area and same_shape(area, out, JOIN_CELLS * cell) else (geom, 0.0)
 
 
 def shift_views(geom, pairs, tiles, frames: Mapping[int, TileFrame], cell: float):
@@ -375,29 +377,58 @@ def _clip(g, band, rect=None):
     return shapely.intersection(g, band)
 
 
-def smooth_outline(geom, cell: float) -> tuple[object, float]:
+def smooth_outline(geom, cell: float, mean: Callable | None = None) -> tuple[object, float]:
     """(Every ring of `geom` (a (multi)polygon) smoothed along its length (`smooth_ring`), the area moved
-    inward: `_inward`); `cell` one mask cell in map units. Rings shorter than two windows stay, and so does a
-    part whose smoothing would split it or open or close a hole (it moves a boundary, not a shape)."""
+    inward: `parts.inward_area`); `cell` one mask cell in map units. Rings shorter than two windows stay, and
+    so does a part whose smoothing would split it or open or close a hole (it moves a boundary, not a shape).
+    `mean`: (smoothed ring, its windows, hole) -> the ring moved on (`bandmean.band_mean`), kept where the
+    part stays valid (else the smoothing alone)."""
     polys, inward = [], 0.0
     for g in shapely.get_parts(geom).tolist():
         if not isinstance(g, shapely.Polygon):
             continue
         rings = [np.asarray(r.coords) for r in (g.exterior, *g.interiors)]
-        new = [smooth_ring(r, cell) if shapely.length(shapely.linearrings(r)) > 2 * MIN_CELLS * cell else r
-               for r in rings]
-        got = shapely.Polygon(new[0], new[1:])
-        if not got.is_valid:
-            if len(new) == 1:  # (a hole-free ring that crosses itself: `_untangled`)
-                got, new[0] = _untangled(got, new[0], cell)
-            if got is not None and not got.is_valid:
-                got = shapely.make_valid(got)
-        if isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == len(g.interiors):
-            polys.append(got)
-            inward += sum(_inward(r, q, k > 0) for k, (r, q) in enumerate(zip(rings, new)))
-        else:
+        new, half = [], []
+        for r in rings:
+            new.append(smooth_ring(r, cell, half) if shapely.length(shapely.linearrings(r)) > 2 * MIN_CELLS * cell
+                       else r)
+            half += [] if len(half) == len(new) else [None]
+        got, new = _meant(g, new, half, mean, cell) if mean is not None else (_part(g, new, cell), new)
+        if got is None:
             polys.append(g)
+            continue
+        polys.append(got)
+        inward += sum(inward_area(r, q, k > 0) for k, (r, q) in enumerate(zip(rings, new)))
     return (shapely.union_all(polys) if len(polys) > 1 else polys[0] if polys else geom), inward
+
+
+def _meant(g, new: list, half: list, mean: Callable, cell: float) -> tuple:
+    """(The polygon, its rings): `new` (`g`'s smoothed rings, `half` their windows) moved on by `mean` where
+    they stay one valid polygon; else the smoothing's own (`_part`), the mean tried again on it where `_part`
+    untangled a knot."""
+    for again in (False, True):
+        meant = [q if h is None else mean(q, h, k > 0) for k, (q, h) in enumerate(zip(new, half))]
+        if any(a is not b for a, b in zip(meant, new)) and (m := shapely.Polygon(meant[0], meant[1:])).is_valid:
+            return m, meant
+        if again or all(a is b for a, b in zip(meant, new)):
+            break
+        first = new[0]
+        if (got := _part(g, new, cell)) is None or new[0] is first:
+            return got, new
+    return _part(g, new, cell) if not again else got, new
+
+
+def _part(g, new: list, cell: float):
+    """The polygon of `new` (the rings of the polygon `g`, moved; a knot untangled in place: `_untangled`),
+    valid, with `g`'s holes; None where there is none."""
+    got = shapely.Polygon(new[0], new[1:])
+    if not got.is_valid:
+        if len(new) == 1:  # (a hole-free ring that crosses itself: `_untangled`)
+            got, new[0] = _untangled(got, new[0], cell)
+        if got is not None and not got.is_valid:
+            got = shapely.make_valid(got)
+    ok = isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == len(g.interiors)
+    return got if ok else None
 
 
 def _untangled(poly, xy: np.ndarray, cell: float, tries: int = 16):
@@ -483,41 +514,16 @@ def _to_segments(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.hypot(*(a + t[:, None] * ab).T)
 
 
-def _inward(before: np.ndarray, after: np.ndarray, hole: bool) -> float:
-    """The area between a ring's segments and the same segments moved (each vertex by its own move) on the
-    polygon's inner side: per segment, the strip between them across it (the moves along the segment are
-    a shift of the outline within itself), split where the moved segment crosses the old one."""
-    a, b = before[:-1], before[1:]
-    seg = b - a
-    length = np.hypot(seg[:, 0], seg[:, 1])
-    ok = length > 0
-    a, seg, length = a[ok], seg[ok], length[ok]
-    d0, d1 = (after[:-1] - before[:-1])[ok], (after[1:] - before[1:])[ok]
-    left = np.column_stack([-seg[:, 1], seg[:, 0]]) / length[:, None]
-    x, y = before[:, 0], before[:, 1]
-    ccw = (x[:-1] * y[1:] - x[1:] * y[:-1]).sum() > 0
-    side = 1.0 if ccw != hole else -1.0  # the polygon lies left of a ccw shell and right of a ccw hole
-    u0, u1 = side * (d0 * left).sum(axis=1), side * (d1 * left).sum(axis=1)
-    same = u0 * u1 >= 0
-    full = np.where(same & (u0 + u1 > 0), length * (u0 + u1) / 2, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        f = np.where(same, 0.0, u0 / (u0 - u1))  # where the moved segment crosses the old one
-    part = np.where(~same, length * np.where(u0 > 0, f * u0, (1 - f) * u1) / 2, 0.0)
-    return float((full + part).sum())
-
-
-def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
+def smooth_ring(xy: np.ndarray, cell: float, windows: list | None = None) -> np.ndarray:
     """The closed ring `xy`, each vertex moved as the outline at points `STEP_CELLS` apart moves when each
     becomes the mean of the points in its window (`_windows`), at most `CAP_CELLS` mask cells (a vertex
-    where nothing moves, near a corner, stays where it was)."""
+    where nothing moves, near a corner, stays where it was). `windows`: the windows' half-lengths (cells, at
+    those points) appended to it."""
     xy = np.asarray(xy, dtype=float)
-    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(xy, axis=0).T))])
-    n = max(int(np.ceil(s[-1] / (STEP_CELLS * cell))), 8)
-    t = np.arange(n) * (s[-1] / n)
-    origin = xy.mean(axis=0)
-    p = np.column_stack([np.interp(t, s, xy[:, 0]), np.interp(t, s, xy[:, 1])]) - origin
-    half = _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)),
-                    int(LONG_REACH_CELLS / STEP_CELLS))
+    s, t, p, half = _ring_windows(xy, cell)
+    if windows is not None:
+        windows.append(half * STEP_CELLS)
+    n = len(t)
     pad = int(half.max()) + 1  # at most a third of the ring (`_windows`)
     cs = np.concatenate([np.zeros((1, 2)), np.cumsum(np.concatenate([p[n - pad:], p, p[:pad]]), axis=0)])
     i = np.arange(n) + pad
@@ -529,6 +535,17 @@ def smooth_ring(xy: np.ndarray, cell: float) -> np.ndarray:
     # the moves at the ring's own vertices (arc length, around the ring)
     tt, dd = np.concatenate([t, [s[-1]]]), np.concatenate([d, d[:1]])
     return xy + np.column_stack([np.interp(s, tt, dd[:, 0]), np.interp(s, tt, dd[:, 1])])
+
+
+def _ring_windows(xy: np.ndarray, cell: float) -> tuple:
+    """(arc length at each vertex of `xy`, at points `STEP_CELLS` apart, those points about the mean of the
+    vertices, their windows' half-lengths in points: `_windows`)."""
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(xy, axis=0).T))])
+    n = max(int(np.ceil(s[-1] / (STEP_CELLS * cell))), 8)
+    t = np.arange(n) * (s[-1] / n)
+    p = np.column_stack([np.interp(t, s, xy[:, 0]), np.interp(t, s, xy[:, 1])]) - xy.mean(axis=0)
+    return s, t, p, _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)),
+                             int(LONG_REACH_CELLS / STEP_CELLS))
 
 
 def _windows(p: np.ndarray, reach: int, first: int, long_reach: int | None = None) -> np.ndarray:
@@ -591,16 +608,3 @@ def _cone(half: np.ndarray) -> np.ndarray:
     bwd = (np.minimum.accumulate((h + j)[::-1]))[::-1] - j
     return np.minimum(fwd, bwd)[m:m + n]
 
-
-def _same_shape(before, after, gap: float) -> bool:
-    """Whether `after` has the parts, the regions (parts within `gap` are one: rule 0) and the holes of
-    `before` (the smoothing moved a boundary). `after` is valid (`smooth_outline` keeps valid polygons only,
-    `shift_views` gives an overlay's result): not checked again."""
-    if after.is_empty:
-        return False
-    pb, pa = shapely.get_parts(before), shapely.get_parts(after)
-    if len(pb) != len(pa) or any(not isinstance(p, shapely.Polygon) for p in pa):
-        return False
-    if len(pb) > 1 and len(regions(before, gap)) != len(regions(after, gap)):
-        return False
-    return sorted(len(p.interiors) for p in pb) == sorted(len(p.interiors) for p in pa)

@@ -1,0 +1,218 @@
+"""Rule 5's band mean: where an outline turns too often for the smoothing's windows, the views of the tiles
+that share a band are averaged there.
+
+The smoothing along the outline (`smooth.smooth_ring`) stops each window where the chords to its ends turn:
+on a meandering river (bends over ~10 mask cells) most windows stop at their shortest, so the owner's own
+noise stays. Inside a band two or more tiles drew the same stretch, each with its own noise (a real model's
+answer changes with its context): there their mean is a better measure of the boundary than any one view.
+So on a ring whose windows stop short along most of it (more than half of them, at points evenly spaced
+along the ring as the smoothing takes them, under `TURNING_CELLS`), each point inside
+the shared part of two or more windows moves to the mean of the views' outlines there (the nearest point
+of each view's outline, at most `FAR_CELLS` away and running the same way: not the far side of a thin
+object nor another stretch; taken every `STRIDE_CELLS`, linear between), the move spread over
+`SPREAD_POINTS` points each way (no step where a view ends) and capped as the smoothing's; a part the mean
+would make invalid (a ring crossing itself) keeps the smoothing alone. Straight roads, field strips and
+corners keep the smoothing alone. The mean runs inside `smooth.smooth_outline`, ring by ring after the
+smoothing: one validity test, one union and the moved area from the rings (no overlay).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+import shapely
+
+from ..tiling.frame import TileFrame
+from ..vectorize.pieces import EDGE_MARGIN
+from .parts import polygonal
+
+#: A ring whose smoothing windows (half-lengths, mask cells) are under this along more than half of it turns
+#: too often for them (a meander): its points in the bands take the views' mean.
+TURNING_CELLS = 30.0
+#: A view's outline further than this many mask cells from a point is another stretch (or a decision, not a
+#: noise): it is left out of that point's mean.
+FAR_CELLS = 3.0
+#: The least cosine between the ring's direction at a point and a view's direction at its nearest point (the
+#: far side of a thin object runs the other way).
+SAME_WAY = 0.5
+#: The views' mean is taken at points about this many mask cells apart (the noise is smooth over ~12), and
+#: linear between.
+STRIDE_CELLS = 6.0
+#: The moves are averaged over this many of the ring's points each way.
+SPREAD_POINTS = 6
+
+
+def band_mean(views: Mapping[int, object], frames: Mapping[int, TileFrame], tiles: list, cell: float,
+              cap: float) -> Callable:
+    """(ring, the smoothing's windows along it (mask cells, points `smooth.STEP_CELLS` apart), hole) -> the
+    ring (smoothed) with, where more than half of its windows are under `TURNING_CELLS` (a meander), its
+    points in the windows of two or more `tiles` moved to the mean of those tiles' `views` (at most `cap`);
+    the ring itself where none moves (`smooth.smooth_outline`'s `mean`)."""
+    made = {}  # (the tiles' windows less their margins, the views' outlines: made for the rings that take it)
+
+    def inner():
+        if "inner" not in made:
+            made["inner"] = {t: _inner(frames[t].window, EDGE_MARGIN * frames[t].pixel) for t in tiles}
+        return made["inner"]
+
+    def line():
+        if "line" not in made:
+            made["line"] = _segments([_areal(views[t]) for t in inner()], cell,
+                                     [_shared(inner(), t, (FAR_CELLS + 1) * cell) for t in inner()])
+        return made["line"]
+
+    def mean(xy: np.ndarray, windows: np.ndarray, hole: bool) -> np.ndarray:
+        if (windows < TURNING_CELLS).mean() <= 0.5:
+            return xy
+        x, y = xy[:, 0], xy[:, 1]
+        way = 1.0 if ((x[:-1] * y[1:] - x[1:] * y[:-1]).sum() > 0) != hole else -1.0  # (as the views run)
+        return _ring_mean(xy, inner(), line, cell, cap, way)
+    return mean
+
+
+def _ring_mean(xy: np.ndarray, inner: dict, line: Callable, cell: float, cap: float, way: float = 1.0):
+    """The closed ring `xy` moved as `band_mean` says (`way`: -1 where it runs against its views: a shell
+    clockwise or a hole counter-clockwise); `xy` itself where it does not move."""
+    cover = np.array([_inside(inner[t], xy[:-1]) for t in inner])
+    sel = np.flatnonzero(cover.sum(axis=0) >= 2)
+    if not len(sel):
+        return xy
+    m = len(xy) - 1
+    every, sel = sel, sel[::max(1, int(STRIDE_CELLS * cell * m / np.hypot(*np.diff(xy, axis=0).T).sum()))]
+    way = way * (xy[(sel + 1) % m] - xy[(sel - 1) % m])
+    view, on = np.nonzero(cover[:, sel])  # (each view's points: all of them at once)
+    near, ahead = _nearest(xy[sel[on]], view, line(), FAR_CELLS * cell, cell)
+    step = near - xy[sel[on]]
+    cos = (ahead * way[on]).sum(axis=1) / np.maximum(np.hypot(*ahead.T) * np.hypot(*way[on].T), 1e-300)
+    ok = np.isfinite(step[:, 0]) & (np.hypot(*step.T) <= FAR_CELLS * cell) & (cos > SAME_WAY)
+    total = np.column_stack([np.bincount(on[ok], step[ok, 0], len(sel)), np.bincount(on[ok], step[ok, 1], len(sel))])
+    count = np.bincount(on[ok], minlength=len(sel))
+    two = count >= 2
+    if not two.any():
+        return xy
+    mean = np.zeros((len(sel), 2))
+    mean[two] = total[two] / count[two, None]
+    move = np.zeros((m, 2))
+    move[every] = np.column_stack([np.interp(every, sel, mean[:, 0]), np.interp(every, sel, mean[:, 1])])
+    k = min(SPREAD_POINTS, m // 3)
+    cs = np.concatenate([np.zeros((1, 2)), np.cumsum(np.concatenate([move[m - k:], move, move[:k]]), axis=0)])
+    i = np.arange(m) + k
+    move = (cs[i + k + 1] - cs[i - k]) / (2 * k + 1)
+    size = np.hypot(*move.T)
+    over = size > cap
+    move[over] *= (cap / size[over])[:, None]
+    out = xy.copy()
+    out[:-1] += move
+    out[-1] = out[0]
+    return out
+
+
+def _areal(view):
+    """A tile's `view`: a (multi)polygon as it is (a vectorised mask's parts: valid, as `smooth._pairs` takes
+    them), else its areal part (`parts.polygonal`)."""
+    return view if view.geom_type in ("Polygon", "MultiPolygon") else polygonal(view)
+
+
+def _inner(window, margin: float):
+    """`window` less `margin` along its edges; its bounds where it is a north-up rectangle (`_inside` needs no
+    geometry test)."""
+    x0, y0, x1, y1 = window.bounds
+    if len(window.exterior.coords) == 5 and abs(window.area - (x1 - x0) * (y1 - y0)) <= 1e-9 * window.area:
+        if min(x1 - x0, y1 - y0) > 2 * margin:
+            return (x0 + margin, y0 + margin, x1 - margin, y1 - margin)
+    return shapely.buffer(window, -margin, join_style="mitre")
+
+
+def _inside(area, xy: np.ndarray) -> np.ndarray:
+    """Which of the points `xy` lie in the interior of `area` (`shapely.contains_xy`; `_inner`'s bounds: between
+    them)."""
+    if not isinstance(area, tuple):
+        return shapely.contains_xy(area, xy[:, 0], xy[:, 1])
+    x0, y0, x1, y1 = area
+    return (xy[:, 0] > x0) & (xy[:, 0] < x1) & (xy[:, 1] > y0) & (xy[:, 1] < y1)
+
+
+def _shared(inner: dict, t, reach: float) -> list | None:
+    """The bounds of the parts of tile `t`'s `_inner` window that another tile's shares, `reach` wider each
+    way (a point two or more tiles cover lies in one); None where a window is no north-up rectangle."""
+    if not all(isinstance(a, tuple) for a in inner.values()):
+        return None
+    (x0, y0, x1, y1), out = inner[t], []
+    for u, (a0, b0, a1, b1) in inner.items():
+        if u != t and max(x0, a0) < min(x1, a1) and max(y0, b0) < min(y1, b1):
+            out.append((max(x0, a0) - reach, max(y0, b0) - reach, min(x1, a1) + reach, min(y1, b1) + reach))
+    return out
+
+
+def _segments(views: list, piece: float, near: list | None = None):
+    """(The outlines of `views` ((multi)polygons, oriented): their coordinates, each one's part, the segments'
+    first points (segment j: xy[j] -> xy[j + 1]), a KD tree of the midpoints of the segments cut into pieces
+    at most `piece` long, each view's pieces `span` apart along x (no query of one view finds another's),
+    each piece's segment, each segment's view, `span`); None where there is no segment. `near`: per view,
+    bounds (or None: all); a view's segments whose bounds meet none of its own are left out."""
+    from scipy.spatial import cKDTree
+
+    parts, owner = shapely.get_parts(shapely.boundary(shapely.orient_polygons(np.asarray(views, dtype=object))),
+                                     return_index=True)
+    xy, part = shapely.get_coordinates(parts, return_index=True)
+    same = np.flatnonzero(part[1:] == part[:-1])
+    view = owner[part[same]]
+    if near is not None:
+        lo, hi = np.minimum(xy[same], xy[same + 1]), np.maximum(xy[same], xy[same + 1])
+        meets = np.zeros(len(same), dtype=bool)
+        ends = np.searchsorted(view, np.arange(len(near) + 1))  # (a view's segments: one run)
+        for v, boxes in enumerate(near):
+            on = slice(ends[v], ends[v + 1])
+            for x0, y0, x1, y1 in [(-np.inf, -np.inf, np.inf, np.inf)] if boxes is None else boxes:
+                meets[on] |= (lo[on, 0] <= x1) & (hi[on, 0] >= x0) & (lo[on, 1] <= y1) & (hi[on, 1] >= y0)
+        same, view = same[meets], view[meets]
+    if not len(same):
+        return None
+    d = xy[same + 1] - xy[same]
+    cuts = np.maximum(np.ceil(np.hypot(*d.T) / piece), 1).astype(np.int64)
+    seg = np.repeat(np.arange(len(same)), cuts)
+    k = np.arange(len(seg)) - np.repeat(np.cumsum(cuts) - cuts, cuts)
+    mid = xy[same[seg]] + ((k + 0.5) / cuts[seg])[:, None] * d[seg]
+    span = 2 * float(np.ptp(xy, axis=0).max()) + 1e3 * piece
+    mid[:, 0] += view[seg] * span
+    return xy, part, same, cKDTree(mid), seg, span
+
+
+def _nearest(pts: np.ndarray, view: np.ndarray, segments, far: float, piece: float) -> tuple[np.ndarray, np.ndarray]:
+    """(The nearest point of the outline of view `view` (each point's; `_segments`, pieces at most `piece`
+    long) to each of `pts`, the outline's direction there over its segment and one each side (a mask's
+    staircase: over one pixel step it runs across)); NaN where none lies within `far`."""
+    near, ahead = np.full((len(pts), 2), np.nan), np.full((len(pts), 2), np.nan)
+    if segments is None:
+        return near, ahead
+    xy, part, same, tree, seg, span = segments
+    at = pts + np.column_stack([view * span, np.zeros(len(pts))])  # (among its view's pieces only)
+    k, s, foot = np.arange(len(pts)), np.zeros(len(pts), dtype=np.int64), np.zeros((len(pts), 2))
+    dist, todo, many = np.full(len(pts), np.inf), k, 8
+    while len(todo):  # (the piece of the nearest segment lies within its distance + half a piece)
+        many = min(many, tree.n)
+        gap, j = tree.query(at[todo], k=many, distance_upper_bound=far + piece / 2)
+        j = j.reshape(len(todo), -1)
+        cand = seg[np.minimum(j, tree.n - 1)]
+        px, py, i = pts[todo, :1], pts[todo, 1:], same[cand]
+        ax, ay = xy[i, 0], xy[i, 1]
+        dx, dy = xy[i + 1, 0] - ax, xy[i + 1, 1] - ay
+        u = np.clip(((px - ax) * dx + (py - ay) * dy) / np.maximum(dx * dx + dy * dy, 1e-300), 0.0, 1.0)
+        fx, fy = ax + u * dx, ay + u * dy
+        got = np.where(j < tree.n, np.hypot(px - fx, py - fy), np.inf)
+        # the first segment where two lie as near
+        best = np.argmin(np.where(got == got.min(axis=1, keepdims=True), cand, len(same)), axis=1)
+        row = np.arange(len(todo))
+        dist[todo], s[todo] = got[row, best], cand[row, best]
+        foot[todo] = np.column_stack([fx[row, best], fy[row, best]])
+        last = gap.reshape(len(todo), -1)[:, -1]
+        more = (many < tree.n) & np.isfinite(last) & (last <= dist[todo] + piece / 2)
+        todo, many = todo[more], many * 4
+    first = np.flatnonzero(dist <= far)
+    k, j = first, same[s[first]]
+    near[k] = foot[first]
+    lo = np.where((j > 0) & (part[np.maximum(j - 1, 0)] == part[j]), j - 1, j)
+    hi = np.where((j + 2 < len(xy)) & (part[np.minimum(j + 2, len(xy) - 1)] == part[j]), j + 2, j + 1)
+    ahead[k] = xy[hi] - xy[lo]
+    return near, ahead
