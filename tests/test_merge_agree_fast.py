@@ -19,7 +19,7 @@ import shapely
 from affine import Affine
 from scipy.ndimage import gaussian_filter
 
-from sam3tiles.merge import smooth
+from sam3tiles.merge import consensus, smooth
 from sam3tiles.merge.parts import polygonal
 from sam3tiles.tiling.frame import TileFrames
 from sam3tiles.tiling.grid import TileGrid
@@ -59,7 +59,7 @@ def _plain_pair_signed(a, b, polys, lines, frames):
         pts = xy[pick]
         outside = ~shapely.contains_xy(poly, pts[:, 0], pts[:, 1])
         out.append(sign * np.where(outside, 1.0, -1.0) * shapely.distance(shapely.points(pts), other))
-        normals.append(smooth._outward(xy, own, cell, pick))
+        normals.append(consensus._outward(xy, own, cell, pick))
     return np.concatenate(out), np.concatenate(normals)
 
 
@@ -133,7 +133,7 @@ def test_the_pairs_measure_what_the_plain_form_measured(kind):
         assert [(a, b) for a, b, *_ in got] == [(a, b) for a, b, *_ in want]
         for (_, _, d, sides), (_, _, wd, wn) in zip(got, want):
             np.testing.assert_array_equal(d, wd)
-            np.testing.assert_array_equal(smooth._normals(sides), wn)
+            np.testing.assert_array_equal(consensus._normals(sides), wn)
             seen["equal"] += bool(np.abs(d).max() < 1e-6)
         if want:
             assert smooth._apart(got) == smooth._offsets(want)[0]

@@ -17,7 +17,8 @@ from scipy.ndimage import gaussian_filter
 
 from sam3tiles.merge import links
 from sam3tiles.merge.parts import IOS_MIN, polygonal
-from sam3tiles.merge.smooth import TURN, _cone, _outward, _windows
+from sam3tiles.merge.consensus import _outward
+from sam3tiles.merge.smooth import TURN, _cone, _windows
 
 PIXEL = 0.3
 ORIGIN = (500000.0, 4099774.4)

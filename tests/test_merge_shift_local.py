@@ -1,4 +1,4 @@
-"""`smooth.shift_views` moves each tile's part of an object to the views' consensus by buffering and shifting
+"""`consensus.shift_views` moves each tile's part of an object to the views' consensus by buffering and shifting
 the object, clipped to the tile's core. It buffered the WHOLE object once per tile: a river across 20 tiles
 paid 20 buffers of all of it (issue 49's CPU bar: held-out long seed 101 under `wobble` took 2.6 x the
 reference backend's merge, 0.33 s of it in these buffers). Each tile's move now starts from the object near
@@ -11,7 +11,7 @@ import numpy as np
 import shapely
 from affine import Affine
 
-from sam3tiles.merge import smooth
+from sam3tiles.merge import consensus
 from sam3tiles.tiling.frame import TileFrames
 from sam3tiles.tiling.grid import TileGrid
 from sam3tiles.vectorize.pieces import MASK_CELL
@@ -47,10 +47,10 @@ def test_each_tiles_move_from_the_object_near_its_core_gives_the_same_outline():
     for geom in (_river(), _lake()):
         tiles = [t for t, f in frames.items() if f.core.intersects(geom)]
         assert len(tiles) >= 8
-        cap = smooth.CAP_CELLS * MASK_CELL
+        cap = consensus.CAP_CELLS * MASK_CELL
         own = rng.uniform(-cap, cap, (len(tiles), 3))
         own[::4, 0] = 0.0  # some tiles only shifted
-        got = smooth.moved_parts(geom, own, tiles, frames, MASK_CELL)
+        got = consensus.moved_parts(geom, own, tiles, frames, MASK_CELL)
         want = _whole_buffer_form(geom, own, tiles, frames)
         assert got.is_valid and abs(got.area - want.area) < 1e-9 * want.area
         assert got.symmetric_difference(want).area < 1e-9 * want.area

@@ -32,6 +32,8 @@ SLIVER_CELLS = 2.0
 AUTHORITY_CELLS = 8
 #: A cut part whose own-core area is covered this much by kept parts is a duplicate (rule 5).
 COVERED = 0.5
+#: The most rule 5 moves a point of an outline, in mask cells (the smoothing, the band mean, the consensus move).
+CAP_CELLS = 2.0
 
 
 @dataclass

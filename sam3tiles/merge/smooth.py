@@ -41,7 +41,8 @@ import shapely
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL
 from .bandmean import band_mean
-from .parts import JOIN_CELLS, inward_area, polygonal, same_shape
+from .consensus import shift_views
+from .parts import CAP_CELLS, JOIN_CELLS, inward_area, polygonal, same_shape
 
 #: Views of one stretch that differ by less than this many mask cells on average agree (nothing moves).
 AGREE_CELLS = 0.5
@@ -67,10 +68,6 @@ SHARP = 2.0
 MIN_CELLS = 17.0
 #: The largest turn (radians) between the chords from a point to its window's two ends.
 TURN = 0.6
-#: The most a point of the outline moves, in mask cells.
-CAP_CELLS = 2.0
-#: GEOS's default mitre limit (a mitre reaches at most this many buffer distances from its corner).
-MITRE_LIMIT = 5.0
 #: Points a side of a band that `disagreement` measures at most.
 SAMPLES = 24
 #: The outline's points along its length, in mask cells.
@@ -107,65 +104,12 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
     return (out, inward) if out is not area and same_shape(area, out, JOIN_CELLS * cell) else (geom, 0.0)
 
 
-def shift_views(geom, pairs, tiles, frames: Mapping[int, TileFrame], cell: float):
-    """`geom` (the owners' stitch) where each tile's view is moved to the views' consensus. Views that differ
-    steadily (a view grown, shrunk or shifted beside another: one decision for the whole instance, or the
-    tile's own grid of mask cells) carry that difference over the whole of their tile, so each pair's signed
-    distances are read as a growth plus a shift (`_pair_fit`), each tile's own growth and shift estimated
-    from every pair (least squares, each group of linked tiles centred on its mean: no one view is the truth),
-    and the part in each tile's core is moved back by them (the whole outline buffered and shifted, clipped
-    to the core: no step at a core line but the views' own), each at most `CAP_CELLS` cells. `geom` itself
-    where every move is under a tenth of a cell."""
-    index = {t: k for k, t in enumerate(tiles)}
-    rows = np.zeros((len(pairs), len(tiles)))
-    rhs, weight = np.zeros((len(pairs), 3)), np.zeros(len(pairs))
-    for r, (a, b, d, sides) in enumerate(pairs):
-        rows[r, index[a]], rows[r, index[b]] = 1.0, -1.0
-        rhs[r], weight[r] = _pair_fit(d, _normals(sides)), np.sqrt(len(d))
-    own = np.linalg.lstsq(rows * weight[:, None], rhs * weight[:, None], rcond=None)[0]  # min norm: groups sum to 0
-    own = np.clip(own, -CAP_CELLS * cell, CAP_CELLS * cell)
-    if not (np.abs(own) >= 0.1 * cell).any():
-        return geom
-    return moved_parts(geom, own, tiles, frames, cell)
-
-
-def moved_parts(geom, own: np.ndarray, tiles, frames: Mapping[int, TileFrame], cell: float):
-    """`geom` with each tile's part in its core grown by -g and shifted back by (dx, dy) (`own`, a row a
-    tile). Each tile's move starts from `geom` near its core only (clipped to the core grown by what the
-    buffer and the shift can carry in, a mitre's reach included): the buffer of the whole object for every
-    tile cost a river across 20 tiles 20 whole buffers."""
-    parts = []
-    for t, (g, dx, dy) in zip(tiles, own):
-        core = frames[t].core
-        reach = MITRE_LIMIT * abs(g) + abs(dx) + abs(dy) + 2 * cell
-        x0, y0, x1, y1 = core.bounds
-        near = shapely.intersection(geom, shapely.box(x0 - reach, y0 - reach, x1 + reach, y1 + reach))
-        moved = shapely.buffer(near, -g, join_style="mitre", mitre_limit=MITRE_LIMIT) if abs(g) >= 0.1 * cell \
-            else near
-        moved = shapely.transform(moved, lambda xy, dx=dx, dy=dy: xy - [dx, dy])
-        parts.append(shapely.intersection(moved, core))
-    return shapely.union_all([geom.difference(shapely.union_all([frames[t].core for t in tiles])), *parts])
-
-
 def odd_view(pairs, agree: float) -> bool:
     """Whether a pair of views (`_pairs`) differs by a steady offset of `agree` or more (its median signed
     distance): where the views pooled over every pair agree (the pairs that agree outnumber it), a view grown,
     shrunk or shifted beside its neighbours, or two runs of tiles that drew the object differently; a noise
     moves a pair's median that far only now and then (`view_offsets`)."""
     return bool((np.abs(_medians([p[2] for p in pairs])) >= agree).any())
-
-
-def _pair_fit(d: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """(growth, shift x, shift y) of one view against another from the signed distances `d` at boundary
-    points with outward normals `n` (d = growth + shift . normal; least squares, once more without the
-    points off the fit by over twice its median absolute residual: a stretch one view drew alone). A shift
-    along a direction no normal sees is 0."""
-    a = np.column_stack([np.ones(len(d)), n])
-    fit = np.linalg.lstsq(a, d, rcond=0.2)[0]
-    res = np.abs(a @ fit - d)
-    keep = res <= 2 * np.median(res) + 1e-9
-    out = np.linalg.lstsq(a[keep], d[keep], rcond=0.2)[0] if keep.sum() >= 3 else fit
-    return out
 
 
 def disagreement(views: Mapping[int, object], frames: Mapping[int, TileFrame], tiles=None) -> float:
@@ -277,7 +221,7 @@ def _band(fa: TileFrame, fb: TileFrame) -> tuple:
 def _pair_signed(found: list, polys: dict, agree: float | None = None) -> list:
     """For each pair (a, b, a's boundary in their band, b's, both simplified, a mask cell) in `found`: (a, b, the
     signed distances between the two views there (`view_offsets`), per side the points to take the outward
-    normals at (`_normals`)); [] where the views agree within `agree` (`_distances`). Each shapely step runs
+    normals at (`consensus._normals`)); [] where the views agree within `agree` (`_distances`). Each shapely step runs
     once over every side of every pair."""
     n = len(found)
     cell = np.asarray([f[4] for f in found] * 2)
@@ -343,30 +287,6 @@ def _objects(geoms: list) -> np.ndarray:
     out = np.empty(len(geoms), dtype=object)
     out[:] = geoms
     return out
-
-
-def _normals(sides) -> np.ndarray:
-    """The outward normals at the points `_pair_signed` measured, both sides (only `shift_views` needs them:
-    taken when it runs)."""
-    sides, cell = sides
-    return np.concatenate([_outward(xy, own, cell, pick) for xy, own, pick in sides])
-
-
-def _outward(xy: np.ndarray, poly, cell: float, pick=slice(None)) -> np.ndarray:
-    """Unit normals at the points `xy[pick]` along a boundary of `poly` (its points `xy`), pointing out of it."""
-    if len(xy) < 2:
-        return np.zeros((len(xy[pick]), 2))
-    i = np.arange(len(xy))[pick]
-    # np.gradient's central differences (one-sided at the ends) at the picked points only
-    tan = np.where((i == 0)[:, None], xy[np.minimum(i + 1, len(xy) - 1)] - xy[i], 0.0)
-    end = i == len(xy) - 1
-    tan[end] = xy[i[end]] - xy[i[end] - 1]
-    mid = ~(end | (i == 0))
-    tan[mid] = (xy[i[mid] + 1] - xy[i[mid] - 1]) / 2.0
-    xy = xy[i]
-    n = np.column_stack([tan[:, 1], -tan[:, 0]]) / np.maximum(np.hypot(tan[:, 0], tan[:, 1]), 1e-300)[:, None]
-    probe = xy + 0.3 * cell * n
-    return np.where(shapely.contains_xy(poly, probe[:, 0], probe[:, 1])[:, None], -n, n)
 
 
 def _clip(g, band, rect=None):
