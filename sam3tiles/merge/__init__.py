@@ -86,7 +86,9 @@ area each rule dropped that no output covers (slivers: their whole owned area), 
 no rule accounts for never disappears.
 
 The package: `parts` (a part's columns, its regions, the thresholds), `rules` (rules 0-6 over one pass:
-`merge_pieces`), `apart` (rule 5's guard against fusing what the owners kept apart), `stats`
+`merge_pieces`), `apart` (rule 5's guard against fusing what the owners kept apart), `smooth` (rule 5's
+boundary model where views disagree), `consensus` (its move to the views' consensus where they differ by a
+steady offset), `bandmean` (its mean of the views on a meander's shared bands), `stats`
 (`MergeStats`: the counts and the coverage figures), `blocks` (the same merge by spatial blocks, fed tile
 by tile: `BlockMerger`, `merge_blocked`). A tile's frame in map coordinates
 (`TileFrame`) lives in `sam3tiles.tiling.frame`; the piece and order keys in `sam3tiles.tiling.piecekey`.
