@@ -54,3 +54,24 @@ def test_each_tiles_move_from_the_object_near_its_core_gives_the_same_outline():
         want = _whole_buffer_form(geom, own, tiles, frames)
         assert got.is_valid and abs(got.area - want.area) < 1e-9 * want.area
         assert got.symmetric_difference(want).area < 1e-9 * want.area
+
+
+def test_regions_components_are_scipys():
+    """`parts.regions` groups parts within the gap by a union-find where few: the same groups, in the same
+    order, as scipy's connected components (kept for many edges)."""
+    import scipy.sparse
+    from scipy.sparse.csgraph import connected_components
+
+    from sam3tiles.merge.parts import _components
+
+    rng = np.random.default_rng(9)
+    for n, m in [(1, 0), (2, 1), (7, 5), (40, 30), (300, 400)]:
+        a, b = rng.integers(0, n, m), rng.integers(0, n, m)
+        a, b = np.concatenate([a, b, np.arange(n)]), np.concatenate([b, a, np.arange(n)])  # as STRtree gives
+        got = _components(n, a, b)
+        _, want = connected_components(scipy.sparse.coo_matrix((np.ones(len(a)), (a, b)), shape=(n, n)),
+                                       directed=False)
+        # the same partition, labelled by first appearance in node order
+        first = {label: k for k, label in enumerate(dict.fromkeys(want.tolist()))}
+        assert got == [min(i for i, x in enumerate(want.tolist()) if x == w) for w in want.tolist()]
+        assert [first[w] for w in want.tolist()] == [list(dict.fromkeys(got)).index(g) for g in got]
