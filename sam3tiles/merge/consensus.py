@@ -22,9 +22,9 @@ def shift_views(geom, pairs, tiles, frames: Mapping[int, TileFrame], cell: float
     tile's own grid of mask cells) carry that difference over the whole of their tile, so each pair's signed
     distances are read as a growth plus a shift (`_pair_fit`), each tile's own growth and shift estimated
     from every pair (least squares, each group of linked tiles centred on its mean: no one view is the truth),
-    and the part in each tile's core is moved back by them (the whole outline buffered and shifted, clipped
-    to the core: no step at a core line but the views' own), each at most `CAP_CELLS` cells. `geom` itself
-    where every move is under a tenth of a cell."""
+    and the part in each tile's core is moved back by them (`moved_parts`: the outline near the core buffered
+    and shifted, clipped to the core: no step at a core line but the views' own), each at most `CAP_CELLS`
+    cells. `geom` itself where every move is under a tenth of a cell."""
     index = {t: k for k, t in enumerate(tiles)}
     rows = np.zeros((len(pairs), len(tiles)))
     rhs, weight = np.zeros((len(pairs), 3)), np.zeros(len(pairs))

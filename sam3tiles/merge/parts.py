@@ -162,7 +162,7 @@ def _components(n: int, a: np.ndarray, b: np.ndarray) -> list[int]:
 def same_shape(before, after, gap: float) -> bool:
     """Whether `after` has the parts, the regions (parts within `gap` are one: rule 0) and the holes of
     `before` (the smoothing moved a boundary). `after` is valid (`smooth.smooth_outline` keeps valid polygons only,
-    `smooth.shift_views` gives an overlay's result): not checked again."""
+    `consensus.shift_views` gives an overlay's result): not checked again."""
     if after.is_empty:
         return False
     pb, pa = shapely.get_parts(before), shapely.get_parts(after)
