@@ -177,17 +177,18 @@ def inward_area(before: np.ndarray, after: np.ndarray, hole: bool) -> float:
     """The area between a ring's segments and the same segments moved (each vertex by its own move) on the
     polygon's inner side: per segment, the strip between them across it (the moves along the segment are
     a shift of the outline within itself), split where the moved segment crosses the old one."""
-    a, b = before[:-1], before[1:]
-    seg = b - a
-    length = np.hypot(seg[:, 0], seg[:, 1])
+    x, y = before[:, 0], before[:, 1]  # (x and y apart: one pass over each, no n x 2 temporaries)
+    sx, sy = x[1:] - x[:-1], y[1:] - y[:-1]
+    length = np.hypot(sx, sy)
+    mx, my = after[:, 0] - x, after[:, 1] - y
+    d0x, d0y, d1x, d1y = mx[:-1], my[:-1], mx[1:], my[1:]
     ok = length > 0
-    a, seg, length = a[ok], seg[ok], length[ok]
-    d0, d1 = (after[:-1] - before[:-1])[ok], (after[1:] - before[1:])[ok]
-    left = np.column_stack([-seg[:, 1], seg[:, 0]]) / length[:, None]
-    x, y = before[:, 0], before[:, 1]
+    if not ok.all():
+        sx, sy, length, d0x, d0y, d1x, d1y = (v[ok] for v in (sx, sy, length, d0x, d0y, d1x, d1y))
+    lx, ly = -sy / length, sx / length
     ccw = (x[:-1] * y[1:] - x[1:] * y[:-1]).sum() > 0
     side = 1.0 if ccw != hole else -1.0  # the polygon lies left of a ccw shell and right of a ccw hole
-    u0, u1 = side * (d0 * left).sum(axis=1), side * (d1 * left).sum(axis=1)
+    u0, u1 = side * (d0x * lx + d0y * ly), side * (d1x * lx + d1y * ly)
     same = u0 * u1 >= 0
     full = np.where(same & (u0 + u1 > 0), length * (u0 + u1) / 2, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):

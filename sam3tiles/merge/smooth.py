@@ -479,12 +479,14 @@ def _windows(p: np.ndarray, reach: int, first: int, long_reach: int | None = Non
     alive = np.ones(n, dtype=bool)
     size = max(1, first)
     last = min(top, n // 3)
-    ahead = np.concatenate([p, p[:last]])
+    # the ring padded by `last` points each side, x and y apart (contiguous): the chords from j to j + size
+    # for j = i - size (the chord before i) to i (the one after it) in one subtraction
+    x, y = (np.concatenate([p[n - last:, k], p[:, k], p[:last, k]]) for k in (0, 1))
     while size <= last and alive.any():
-        b = ahead[size:size + n] - p  # p[i + size] - p[i]: the chord after i, and before i + size
-        lb = np.hypot(b[:, 0], b[:, 1])
-        a, la = np.roll(b, size, axis=0), np.roll(lb, size)
-        cos = (a[:, 0] * b[:, 0] + a[:, 1] * b[:, 1]) / np.maximum(la * lb, 1e-300)
+        bx = x[last:last + n + size] - x[last - size:last + n]
+        by = y[last:last + n + size] - y[last - size:last + n]
+        lb = np.hypot(bx, by)
+        cos = (bx[:n] * bx[size:] + by[:n] * by[size:]) / np.maximum(lb[:n] * lb[size:], 1e-300)
         if size <= reach:
             alive &= cos >= np.cos(TURN)
         else:
@@ -509,9 +511,9 @@ def _runs_over(flag: np.ndarray, k: int) -> np.ndarray:
     long = stop - first > k
     if long.all():
         return flag
-    out = np.zeros(n, dtype=bool)
-    for a, b in zip(first[long].tolist(), stop[long].tolist()):
-        out[a:b] = True
+    mark = np.zeros(n + 1, dtype=np.int8)  # +1 where a long run starts, -1 past its end (runs apart)
+    mark[first[long]], mark[stop[long]] = 1, -1
+    out = np.cumsum(mark[:n], dtype=np.int8) > 0
     return np.concatenate([out[n - start:], out[:n - start]])
 
 
