@@ -307,7 +307,7 @@ def smooth_outline(geom, cell: float, mean: Callable | None = None) -> tuple[obj
     for g in shapely.get_parts(geom).tolist():
         if not isinstance(g, shapely.Polygon):
             continue
-        rings = [np.asarray(r.coords) for r in (g.exterior, *g.interiors)]
+        rings = [_canonical(np.asarray(r.coords), k > 0) for k, r in enumerate((g.exterior, *g.interiors))]
         new, half = [], []
         for r in rings:
             new.append(smooth_ring(r, cell, half) if shapely.length(shapely.linearrings(r)) > 2 * MIN_CELLS * cell
@@ -320,6 +320,21 @@ def smooth_outline(geom, cell: float, mean: Callable | None = None) -> tuple[obj
         polys.append(got)
         inward += sum(inward_area(r, q, k > 0) for k, (r, q) in enumerate(zip(rings, new)))
     return (shapely.union_all(polys) if len(polys) > 1 else polys[0] if polys else geom), inward
+
+
+def _canonical(xy: np.ndarray, hole: bool) -> np.ndarray:
+    """The closed ring `xy` from its least vertex (by x, then y), a shell clockwise and a hole counter-clockwise
+    (as `shapely.normalize` writes them): the smoothing samples the ring from its first point on, and the same
+    outline, started elsewhere or run the other way (another GEOS, another order of the union's parts), is
+    smoothed the same."""
+    ring = xy[:-1]
+    x, y = ring[:, 0], ring[:, 1]
+    ccw = (x * np.roll(y, -1) - np.roll(x, -1) * y).sum() > 0
+    if ccw != hole:
+        ring = ring[::-1]
+    k = int(np.lexsort((ring[:, 1], ring[:, 0]))[0])
+    ring = np.concatenate([ring[k:], ring[:k]])
+    return np.vstack([ring, ring[:1]])
 
 
 def _meant(g, new: list, half: list, mean: Callable, cell: float) -> tuple:
