@@ -338,14 +338,11 @@ def _canonical(xy: np.ndarray, hole: bool) -> np.ndarray:
     (as `shapely.normalize` writes them): the smoothing samples the ring from its first point on, and the same
     outline, started elsewhere or run the other way (another GEOS, another order of the union's parts), is
     smoothed the same."""
-    ring = xy[:-1]
-    x, y = ring[:, 0], ring[:, 1]
-    ccw = (x * np.roll(y, -1) - np.roll(x, -1) * y).sum() > 0
-    if ccw != hole:
-        ring = ring[::-1]
-    k = int(np.lexsort((ring[:, 1], ring[:, 0]))[0])
-    ring = np.concatenate([ring[k:], ring[:k]])
-    return np.vstack([ring, ring[:1]])
+    x, y = xy[:, 0], xy[:, 1]
+    ring = xy[:-1] if ((x[:-1] * y[1:] - x[1:] * y[:-1]).sum() > 0) == hole else xy[-2::-1]
+    least = np.flatnonzero(ring[:, 0] == ring[:, 0].min())
+    k = int(least[np.argmin(ring[least, 1])])
+    return np.concatenate([ring[k:], ring[:k + 1]])
 
 
 def _meant(g, new: list, half: list, mean: Callable, cell: float) -> tuple:
