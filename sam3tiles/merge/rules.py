@@ -17,7 +17,7 @@ from .apart import FUSE_CELLS, absorb, fused_groups, fused_shares, side_by_side
 from .links import _bridges, _components, _explode, _inside, _links, lies_near
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
-                    THICK_CELLS, Cols, Merged, beyond, polygonal, regions)
+                    THICK_CELLS, Cols, Merged, beyond, polygonal, regions, union_parts)
 from .short import stops_short
 from .stats import MergeStats, count_by_prompt
 
@@ -494,7 +494,7 @@ class _Resolver:
         # (the polygons of the clips only: a clip's slivers of line would make the union a collection, whose
         # polygons are unioned once more downstream)
         kept = shapely.get_parts(shapely.get_parts(clipped[areas > 0]))
-        geom = shapely.union_all(kept[shapely.get_type_id(kept) == 3]) if (areas > 0).any() else Polygon()
+        geom = union_parts(kept[shapely.get_type_id(kept) == 3]) if (areas > 0).any() else Polygon()
         if geom.area <= 0.05 * shapely.area(c.geoms[s]).max() and self._beside_another(s):
             return None  # rule 6 for linked slivers: all outside their own cores, next to another object
         if geom.is_empty:
