@@ -32,7 +32,8 @@ def shift_views(geom, pairs, tiles, frames: Mapping[int, TileFrame], cell: float
     from every pair (least squares, each group of linked tiles centred on its mean: no one view is the truth),
     and the part in each tile's core is moved back by them (`moved_parts`: the outline near the core buffered
     and shifted, clipped to the core: no step at a core line but the views' own), each at most `CAP_CELLS`
-    cells; grown or shrunk from the outline without its pixel staircase, `STAIR_CELLS`). `geom` itself where every move is under a tenth of a cell."""
+    cells; grown or shrunk from the outline without its pixel staircase, `STAIR_CELLS`). `geom` itself where
+    every move is under a tenth of a cell."""
     index = {t: k for k, t in enumerate(tiles)}
     rows = np.zeros((len(pairs), len(tiles)))
     rhs, weight = np.zeros((len(pairs), 3)), np.zeros(len(pairs))

@@ -124,19 +124,24 @@ def polygonal(geom, valid: bool = False):
     return shapely.union_all(polys) if polys else geom
 
 
-def union_parts(polys: np.ndarray):
-    """The union of the valid polygons `polys` (parts clipped to their cores, which overlap by a pixel or two),
-    as GEOS's buffer by 0 of them read as one multipolygon: one noding of all their edges, a third of the CPU of
-    a cascaded union where masks' staircases overlap along core lines (the same area, to 1e-13, on 178 merges'
-    stitches and on random overlapping sets). Checked: polygonal, no smaller than the largest part and no
-    larger than all of them; the cascaded union where not."""
+def union_parts(geoms: np.ndarray):
+    """The union of the polygons of `geoms` (valid: overlays' results; their slivers of line and points left
+    out, which made the union a collection whose polygons were unioned again), parts clipped to their cores,
+    which overlap by a pixel or two. GEOS's buffer by 0 of them read as one multipolygon: one noding of all
+    their edges, a third of the CPU of a cascaded union where masks' staircases overlap along core lines (the
+    same area, to 1e-13, on 178 merges' stitches and on random overlapping sets). Checked: polygonal, no
+    smaller than the largest part and no larger than all of them; the cascaded union where not."""
+    polys = shapely.get_parts(shapely.get_parts(geoms))  # (a collection's multipolygon, too)
+    polys = polys[shapely.get_type_id(polys) == 3]
     if len(polys) < 2:
         return shapely.union_all(polys)
-    out = shapely.buffer(shapely.multipolygons(polys), 0)
+    try:
+        out = shapely.buffer(shapely.multipolygons(polys), 0)
+    except shapely.errors.GEOSException:
+        return shapely.union_all(polys)
     area = shapely.area(polys)
-    if out.geom_type in ("Polygon", "MultiPolygon") and area.max() * (1 - 1e-9) <= out.area <= area.sum() * (1 + 1e-9):
-        return out
-    return shapely.union_all(polys)
+    kept = area.max() * (1 - 1e-9) <= out.area <= area.sum() * (1 + 1e-9)
+    return out if kept and out.geom_type in ("Polygon", "MultiPolygon") else shapely.union_all(polys)
 
 
 def beyond(geoms: np.ndarray, region) -> list:

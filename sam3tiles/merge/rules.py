@@ -491,10 +491,7 @@ class _Resolver:
         c = self.c
         clipped = shapely.intersection(c.geoms[s], self.cores[s])
         areas = shapely.area(clipped)
-        # (the polygons of the clips only: a clip's slivers of line would make the union a collection, whose
-        # polygons are unioned once more downstream)
-        kept = shapely.get_parts(shapely.get_parts(clipped[areas > 0]))
-        geom = union_parts(kept[shapely.get_type_id(kept) == 3]) if (areas > 0).any() else Polygon()
+        geom = union_parts(clipped[areas > 0]) if (areas > 0).any() else Polygon()
         if geom.area <= 0.05 * shapely.area(c.geoms[s]).max() and self._beside_another(s):
             return None  # rule 6 for linked slivers: all outside their own cores, next to another object
         if geom.is_empty:
