@@ -3,12 +3,7 @@ the object, clipped to the tile's core. It buffered the WHOLE object once per ti
 paid 20 buffers of all of it (issue 49's CPU bar: held-out long seed 101 under `wobble` took 2.6 x the
 reference backend's merge, 0.33 s of it in these buffers). Each tile's move now starts from the object near
 its core only; the outline is the same (equal as geometry to 1e-9 of its area, on grown, shrunk and shifted
-tiles of a long meandering river and of a ring-shaped lake).
-
-A view drawn in pixel steps (a vectorised mask) is grown or shrunk from its outline without the staircase
-(`consensus.STAIR_CELLS`): the mitred buffer of a staircase cost ~7 x as much (held-out seed 101: 30 of its
-350 ms), and the outline moves by at most that much more than the buffer of the staircase would have moved it.
-An outline not drawn in pixel steps (the river and lake above) is buffered as it is."""
+tiles of a long meandering river and of a ring-shaped lake)."""
 
 from __future__ import annotations
 
@@ -35,13 +30,11 @@ def _lake() -> shapely.Polygon:
     return shapely.Polygon(outer, [np.column_stack([2500 + 500 * np.cos(t), 1800 + 500 * np.sin(t)])[::-1]])
 
 
-def _whole_buffer_form(geom, own, tiles, frames, stair: float = 0.0):
-    """The move as it was written: the whole object buffered (its outline simplified by `stair` mask cells
-    first) and shifted for each tile, clipped to its core."""
+def _whole_buffer_form(geom, own, tiles, frames):
+    """The move as it was written: the whole object buffered and shifted for each tile, clipped to its core."""
     parts = []
-    coarse = shapely.simplify(geom, stair * MASK_CELL) if stair else geom
     for t, (g, dx, dy) in zip(tiles, own):
-        moved = shapely.buffer(coarse, -g, join_style="mitre") if abs(g) >= 0.1 * MASK_CELL else geom
+        moved = shapely.buffer(geom, -g, join_style="mitre") if abs(g) >= 0.1 * MASK_CELL else geom
         moved = shapely.transform(moved, lambda xy, dx=dx, dy=dy: xy - [dx, dy])
         parts.append(shapely.intersection(moved, frames[t].core))
     return shapely.union_all([geom.difference(shapely.union_all([frames[t].core for t in tiles])), *parts])
@@ -82,37 +75,3 @@ def test_regions_components_are_scipys():
         first = {label: k for k, label in enumerate(dict.fromkeys(want.tolist()))}
         assert got == [min(i for i, x in enumerate(want.tolist()) if x == w) for w in want.tolist()]
         assert [first[w] for w in want.tolist()] == [list(dict.fromkeys(got)).index(g) for g in got]
-
-
-def _staircase_disk(r: int, cx: float, cy: float) -> shapely.Polygon:
-    """A disk of radius `r` px drawn as a mask's outline is: in one-pixel steps (each row of pixels whose
-    centres lie inside it)."""
-    j = np.arange(-r, r)
-    half = np.floor(np.sqrt(r * r - (j + 0.5) ** 2) + 0.5)
-    right = np.column_stack([np.repeat(half, 2), np.column_stack([j, j + 1]).ravel()])
-    left = np.column_stack([-right[::-1, 0], right[::-1, 1]])
-    return shapely.Polygon(np.vstack([right, left]) + [cx, cy]).simplify(0)  # (no point inside a straight run)
-
-
-def test_a_grown_staircase_moves_as_the_disk_it_draws_does():
-    """The staircase simplified away before the buffer: the moved outline is the same move of the outline
-    without its staircase, and lies at least as near the drawn disk's own move (a circle grown or shrunk) as
-    the staircase's buffer (whose mitred steps stand up to 0.41 x the move off a diagonal)."""
-    cell, (r, cx, cy) = MASK_CELL, (150, 880, 880)  # (a pixel of 1; across four tiles' cores)
-    disk = _staircase_disk(r, cx, cy)
-    grid = TileGrid(1600, 1600, transform=Affine(1, 0, 0, 0, 1, 0))
-    frames = dict(TileFrames(grid))
-    tiles = [t for t, f in frames.items() if f.core.intersects(disk)]
-    assert len(tiles) == 4
-    for g in (1.5 * cell, -1.5 * cell):
-        own = np.zeros((len(tiles), 3))
-        own[:, 0] = g
-        got = consensus.moved_parts(disk, own, tiles, frames, cell)
-        assert got.is_valid
-        assert got.symmetric_difference(_whole_buffer_form(disk, own, tiles, frames, consensus.STAIR_CELLS)).area \
-            < 1e-9 * got.area
-        circle = shapely.Point(cx, cy).buffer(r - g, quad_segs=256)
-        staircase = _whole_buffer_form(disk, own, tiles, frames)
-        assert shapely.hausdorff_distance(got, circle) <= shapely.hausdorff_distance(staircase, circle)
-    assert shapely.get_num_coordinates(shapely.simplify(disk, consensus.STAIR_CELLS * cell)) \
-        < 0.6 * shapely.get_num_coordinates(disk)

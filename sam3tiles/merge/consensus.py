@@ -10,18 +10,11 @@ import numpy as np
 import shapely
 
 from ..tiling.frame import TileFrame
-from ..vectorize.pieces import MASK_CELL
 from .links import clip_rects
 from .parts import CAP_CELLS
 
 #: GEOS's default mitre limit (a mitre reaches at most this many buffer distances from its corner).
 MITRE_LIMIT = 5.0
-#: The outline a view is grown or shrunk from: the masks' pixel staircase simplified away (this many mask cells,
-#: as `smooth._pairs` measures the views; a one-pixel step's corner lies 0.71 px off its diagonal, 0.2 cell at
-#: 3.5 px a cell). A mitred buffer of the staircase itself cost ~7 x as much.
-STAIR_CELLS = 0.2
-#: An outline whose median segment is at most this many pixels long runs in pixel steps (a vectorised mask's).
-STAIR_PIXELS = 1.5
 
 
 def shift_views(geom, pairs, tiles, frames: Mapping[int, TileFrame], cell: float):
@@ -32,8 +25,7 @@ def shift_views(geom, pairs, tiles, frames: Mapping[int, TileFrame], cell: float
     from every pair (least squares, each group of linked tiles centred on its mean: no one view is the truth),
     and the part in each tile's core is moved back by them (`moved_parts`: the outline near the core buffered
     and shifted, clipped to the core: no step at a core line but the views' own), each at most `CAP_CELLS`
-    cells; grown or shrunk from the outline without its pixel staircase, `STAIR_CELLS`). `geom` itself where
-    every move is under a tenth of a cell."""
+    cells. `geom` itself where every move is under a tenth of a cell."""
     index = {t: k for k, t in enumerate(tiles)}
     rows = np.zeros((len(pairs), len(tiles)))
     rhs, weight = np.zeros((len(pairs), 3)), np.zeros(len(pairs))
@@ -53,30 +45,17 @@ def moved_parts(geom, own: np.ndarray, tiles, frames: Mapping[int, TileFrame], c
     buffer and the shift can carry in, a mitre's reach included): the buffer of the whole object for every
     tile cost a river across 20 tiles 20 whole buffers."""
     parts = []
-    grown = np.abs(own[:, 0]) >= 0.1 * cell
-    coarse = shapely.simplify(geom, STAIR_CELLS * cell) if grown.any() and _staircase(geom, cell) else geom
-    for t, (g, dx, dy), buffered in zip(tiles, own, grown.tolist()):
+    for t, (g, dx, dy) in zip(tiles, own):
         core = frames[t].core
         reach = MITRE_LIMIT * abs(g) + abs(dx) + abs(dy) + 2 * cell
         x0, y0, x1, y1 = core.bounds
-        near = clip_rects(np.asarray([coarse if buffered else geom], dtype=object),
+        near = clip_rects(np.asarray([geom], dtype=object),
                           np.asarray([[x0 - reach, y0 - reach, x1 + reach, y1 + reach]]))[0]
-        moved = shapely.buffer(near, -g, join_style="mitre", mitre_limit=MITRE_LIMIT) if buffered else near
+        moved = shapely.buffer(near, -g, join_style="mitre", mitre_limit=MITRE_LIMIT) if abs(g) >= 0.1 * cell \
+            else near
         moved = shapely.transform(moved, lambda xy, dx=dx, dy=dy: xy - [dx, dy])
         parts.append(shapely.intersection(moved, core))
     return shapely.union_all([geom.difference(shapely.union_all([frames[t].core for t in tiles])), *parts])
-
-
-def _staircase(geom, cell: float) -> bool:
-    """Whether `geom`'s outline runs in pixel steps (`STAIR_PIXELS`; `cell` a mask cell): a vectorised mask's,
-    simplified before a buffer. Another (drawn, or smoothed) is buffered as it is: simplified, it would move
-    by up to `STAIR_CELLS` for no gain."""
-    xy, part = shapely.get_coordinates(shapely.boundary(geom), return_index=True)
-    same = part[1:] == part[:-1]
-    if not same.any():
-        return False
-    step = np.hypot(*np.diff(xy, axis=0)[same].T)
-    return bool(np.median(step) <= STAIR_PIXELS * cell / MASK_CELL)
 
 
 def _pair_fit(d: np.ndarray, n: np.ndarray) -> np.ndarray:
