@@ -193,6 +193,37 @@ def _clip(geoms: np.ndarray, bands: np.ndarray, box: np.ndarray) -> np.ndarray:
     return out
 
 
+def covered(geoms: np.ndarray, kept, tol: np.ndarray, need: np.ndarray) -> np.ndarray:
+    """Per geometry of `geoms`: whether its area within `tol` of `kept` (one geometry for all, or one each)
+    reaches `need`: the area of its buffer by `tol` over it (`quad_segs` 2). Decided without a buffer where the
+    area under `kept` itself is enough, or where not even all a buffer can add (`added`) would be; `kept`
+    buffered near the geometry only (`near_box`): a whole field strip or parcel buffered for a corner of it
+    was most of a noisy tessellation's merge."""
+    kept = np.broadcast_to(np.asarray(kept, dtype=object), np.shape(geoms))
+    inter = shapely.area(shapely.intersection(geoms, kept))
+    out = inter >= need
+    k = np.flatnonzero(~out)
+    k = k[inter[k] + added(kept[k], 1.02 * tol[k]) >= need[k] * (1 - 1e-9)]
+    if len(k):
+        part = clip_rects(kept[k], near_box(geoms[k], tol[k]))
+        k = k[~shapely.is_empty(part)]  # (nothing of it within reach: not covered, as `need` > `inter` >= 0)
+        near = shapely.buffer(part[~shapely.is_empty(part)], tol[k], quad_segs=2)
+        out[k] = shapely.area(shapely.intersection(geoms[k], near)) >= need[k]
+    return out
+
+
+def near_box(geoms: np.ndarray, reach) -> np.ndarray:
+    """Per geometry of `geoms`: its bounds grown by `reach` (one, or one each) and a millionth of it more, as
+    `clip_rects` takes rectangles: what lies within `reach` of the geometry lies inside (a buffer by `reach` of
+    another geometry cut to it is the same within the geometry's bounds). Unbounded for an empty one."""
+    b = shapely.bounds(geoms)
+    r = np.broadcast_to(np.asarray(reach, dtype=float), (len(b),)) * (1 + 1e-6)
+    out = np.c_[b[:, :2] - r[:, None], b[:, 2:] + r[:, None]]
+    empty = np.isnan(out).any(axis=1)
+    out[empty] = [-np.inf, -np.inf, np.inf, np.inf]
+    return out
+
+
 def clip_rects(geoms: np.ndarray, rects: np.ndarray) -> np.ndarray:
     """`geoms` each clipped to its rectangle (`rects`: xmin, ymin, xmax, ymax). One whose bounds lie within
     it is itself (most parts in an overlap band: an overlay each that changed nothing); the others cut by

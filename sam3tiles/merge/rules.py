@@ -14,7 +14,7 @@ from shapely.geometry import Polygon
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
 from .apart import FUSE_CELLS, absorb, fused_groups, fused_shares, side_by_side
-from .links import _bridges, _components, _explode, _inside, _links, lies_near
+from .links import _bridges, _components, _explode, _inside, _links, covered, lies_near
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
                     THICK_CELLS, Cols, Merged, beyond, polygonal, regions, union_parts)
@@ -252,10 +252,9 @@ class _Resolver:
         """Rule 5's test: each cut part's own-core area (`clipped`) lies at least `COVERED` under the kept
         parts, within `LINK_CELLS` mask cells of them (as rule 2 links: a copy moves by a cell between
         tiles, so a cut copy grown by a cell beside a whole one shrunk by a cell is the same object, not a
-        strip of its own)."""
+        strip of its own): `links.covered`."""
         tol = LINK_CELLS * MASK_CELL * np.asarray([self.frames[int(t)].pixel for t in self.tiles[cut].tolist()])
-        near = shapely.buffer(kept, tol, quad_segs=2)
-        return shapely.area(shapely.intersection(clipped, near)) >= COVERED * area
+        return covered(clipped, kept, tol, COVERED * np.asarray(area, dtype=float))
 
     def _kept(self, win: np.ndarray, lose: np.ndarray):
         """Objects of two-part components whose `win` part is kept and `lose` part dropped as a duplicate."""
