@@ -52,3 +52,18 @@ def test_one_object_a_neighbour_saw_whole_is_still_stitched_as_one():
     merged, _ = _merged([box(752, 300, 1760, 388)], box(300, 300, 1008, 388), right=(whole,))
     assert len(merged.geometry) == 1
     assert merged.geometry[0].symmetric_difference(whole).area < 1.0
+
+
+def test_a_strip_keeps_its_area_in_the_core_of_a_tile_that_drew_only_its_neighbour():
+    # tile 2 (core x 1632-2384) drew the lower strip only (it missed A); the owner's view of A reaches into
+    # its core (to x 1760). The fused region divides A and B into two groups, and tile 2 said nothing of A:
+    # A keeps what the owner drew there, as any object does in the core of a tile that missed it. It was
+    # lost: tile 2 counted as having said something of A because it drew B (long scene, every behaviour at
+    # once: a strip 0.15 IoU under its owner's own view)
+    merged, _ = _merged([box(752, 300, 1760, 340), box(752, 348, 1760, 388)], box(300, 300, 1008, 388),
+                        right=(B,))
+    geoms = list(merged.geometry)
+    a = max(geoms, key=lambda g: g.intersection(A).area)
+    reach = box(1632, 300, 1760, 340)  # A in tile 2's core, as the owner drew it
+    assert a.intersection(reach).area > 0.9 * reach.area
+    assert a.intersection(B).area < 0.05 * B.area

@@ -436,7 +436,6 @@ class _Resolver:
             return (got, s[:0]) if got is not None else ([], s)
         groups, fusers = split
         self._note(fusers, "fused what the owner kept apart (rule 5): divided among the groups it fused")
-        said = np.unique(self.tiles[np.setdiff1d(m, fusers)])
         cells = {f: MASK_CELL * self.frames[int(self.tiles[f])].pixel for f in fusers.tolist()}
         shares, left = fused_shares(groups, fusers, self.ptr, self.nbr, self.c.geoms, self.cores, cells)
         outs, slivers, missed, orphans = [], [], self.missed, []
@@ -446,7 +445,8 @@ class _Resolver:
                 continue
             # a stretch the owner did not report goes with the views that cover it
             self.missed = [] if alone else [x for x in missed if shapely.intersects(self.c.geoms[g], x).any()]
-            got = self._stitch(g, np.unique(self.tiles[m]) if alone else said)
+            # (a tile that drew only the other groups said nothing of this one: its parts keep their area there)
+            got = self._stitch(g, np.unique(self.tiles[m if alone else g]))
             if got is None:
                 slivers += g.tolist()
                 orphans += shares.get(k, [])  # a group dropped as slivers: its shares go to the objects beside
