@@ -25,7 +25,7 @@ import shapely
 
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN
-from .parts import polygonal
+from .parts import ccw, polygonal
 
 #: A ring whose smoothing windows (half-lengths, mask cells) are under this along more than half of it turns
 #: too often for them (a meander): its points in the bands take the views' mean.
@@ -65,8 +65,7 @@ def band_mean(views: Mapping[int, object], frames: Mapping[int, TileFrame], tile
     def mean(xy: np.ndarray, windows: np.ndarray, hole: bool) -> np.ndarray:
         if (windows < TURNING_CELLS).mean() <= 0.5:
             return xy
-        x, y = xy[:, 0], xy[:, 1]
-        way = 1.0 if ((x[:-1] * y[1:] - x[1:] * y[:-1]).sum() > 0) != hole else -1.0  # (as the views run)
+        way = 1.0 if ccw(xy) != hole else -1.0  # (as the views run)
         return _ring_mean(xy, inner(), line, cell, cap, way)
     return mean
 

@@ -206,8 +206,8 @@ def covered(geoms: np.ndarray, kept, tol: np.ndarray, need: np.ndarray) -> np.nd
     k = k[inter[k] + added(kept[k], 1.02 * tol[k]) >= need[k] * (1 - 1e-9)]
     if len(k):
         part = clip_rects(kept[k], near_box(geoms[k], tol[k]))
-        k = k[~shapely.is_empty(part)]  # (nothing of it within reach: not covered, as `need` > `inter` >= 0)
-        near = shapely.buffer(part[~shapely.is_empty(part)], tol[k], quad_segs=2)
+        some = ~shapely.is_empty(part)  # (nothing of it within reach: not covered, as `need` > `inter` >= 0)
+        k, near = k[some], shapely.buffer(part[some], tol[k[some]], quad_segs=2)
         out[k] = shapely.area(shapely.intersection(geoms[k], near)) >= need[k]
     return out
 

@@ -193,6 +193,12 @@ def same_shape(before, after, gap: float) -> bool:
     return sorted(len(p.interiors) for p in pb) == sorted(len(p.interiors) for p in pa)
 
 
+def ccw(xy: np.ndarray) -> bool:
+    """Whether the closed ring `xy` (its last point its first) runs counter-clockwise (its shoelace sum > 0)."""
+    x, y = xy[:, 0], xy[:, 1]
+    return bool((x[:-1] * y[1:] - x[1:] * y[:-1]).sum() > 0)
+
+
 def inward_area(before: np.ndarray, after: np.ndarray, hole: bool) -> float:
     """The area between a ring's segments and the same segments moved (each vertex by its own move) on the
     polygon's inner side: per segment, the strip between them across it (the moves along the segment are
@@ -206,8 +212,7 @@ def inward_area(before: np.ndarray, after: np.ndarray, hole: bool) -> float:
     if not ok.all():
         sx, sy, length, d0x, d0y, d1x, d1y = (v[ok] for v in (sx, sy, length, d0x, d0y, d1x, d1y))
     lx, ly = -sy / length, sx / length
-    ccw = (x[:-1] * y[1:] - x[1:] * y[:-1]).sum() > 0
-    side = 1.0 if ccw != hole else -1.0  # the polygon lies left of a ccw shell and right of a ccw hole
+    side = 1.0 if ccw(before) != hole else -1.0  # the polygon lies left of a ccw shell and right of a ccw hole
     u0, u1 = side * (d0x * lx + d0y * ly), side * (d1x * lx + d1y * ly)
     same = u0 * u1 >= 0
     full = np.where(same & (u0 + u1 > 0), length * (u0 + u1) / 2, 0.0)

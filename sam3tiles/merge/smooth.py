@@ -42,7 +42,7 @@ from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL
 from .bandmean import band_mean
 from .consensus import shift_views
-from .parts import CAP_CELLS, JOIN_CELLS, inward_area, polygonal, same_shape
+from .parts import CAP_CELLS, JOIN_CELLS, ccw, inward_area, polygonal, same_shape
 
 #: Views of one stretch that differ by less than this many mask cells on average agree (nothing moves).
 AGREE_CELLS = 0.5
@@ -338,8 +338,7 @@ def _canonical(xy: np.ndarray, hole: bool) -> np.ndarray:
     (as `shapely.normalize` writes them): the smoothing samples the ring from its first point on, and the same
     outline, started elsewhere or run the other way (another GEOS, another order of the union's parts), is
     smoothed the same."""
-    x, y = xy[:, 0], xy[:, 1]
-    ring = xy[:-1] if ((x[:-1] * y[1:] - x[1:] * y[:-1]).sum() > 0) == hole else xy[-2::-1]
+    ring = xy[:-1] if ccw(xy) == hole else xy[-2::-1]
     least = np.flatnonzero(ring[:, 0] == ring[:, 0].min())
     k = int(least[np.argmin(ring[least, 1])])
     return np.concatenate([ring[k:], ring[:k + 1]])
