@@ -99,7 +99,7 @@ def test_a_thin_objects_far_side_is_not_its_mean():
 
 
 def test_the_views_nearest_points_are_the_outlines_nearest_points():
-    """`_nearest` (a KD tree of the outline's pieces, more neighbours asked where one may be missing) finds what
+    """`_nearest` (a grid of the outline's pieces, each point's cell and the eight beside it) finds what
     a distance to the whole outline finds, on a mask's staircase with long straight runs and two parts, and
     nothing past `far`."""
     from sam3tiles.merge.bandmean import _nearest, _segments
@@ -114,10 +114,19 @@ def test_the_views_nearest_points_are_the_outlines_nearest_points():
     line = shapely.boundary(shapely.orient_polygons(view))
     pts = rng.uniform([-20, -220], [x[-1] + 100, 400], size=(3000, 2))
     far, piece = 12.0, 4.0
-    near, ahead = _nearest(pts, np.zeros(len(pts), dtype=int), _segments([view], piece), far, piece)
+    near, ahead = _nearest(pts, np.zeros(len(pts), dtype=int), _segments([view], piece, far), far)
     want = shapely.distance(shapely.points(pts), line)
     got = np.hypot(*(near - pts).T)
     assert (np.isnan(got) == (want > far)).all() and (want <= far).sum() > 200
     assert np.allclose(got[want <= far], want[want <= far], rtol=0, atol=1e-9)
     assert shapely.dwithin(shapely.points(near[want <= far]), line, 1e-9).all()
     assert np.isfinite(ahead[want <= far]).all()
+    # the first of the nearest segments, as every segment of the outline measured one by one finds it
+    rings = shapely.get_parts(line)
+    segs = np.concatenate([np.column_stack([c[:-1], c[1:]]) for c in (shapely.get_coordinates(r) for r in rings)])
+    for p in np.flatnonzero(want <= far)[:300].tolist():
+        a, d = segs[:, :2], segs[:, 2:] - segs[:, :2]
+        u = np.clip(((pts[p] - a) * d).sum(axis=1) / np.maximum((d * d).sum(axis=1), 1e-300), 0.0, 1.0)
+        foot = a + u[:, None] * d
+        dist = np.hypot(*(pts[p] - foot).T)
+        assert np.array_equal(near[p], foot[int(np.argmin(dist))])

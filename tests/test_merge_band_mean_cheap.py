@@ -11,7 +11,7 @@ import shapely
 from affine import Affine
 from shapely.geometry import box
 
-from sam3tiles.merge.bandmean import FAR_CELLS, _inner, _nearest, _segments, _shared, band_mean
+from sam3tiles.merge.bandmean import FAR_CELLS, _inner, _nearest, _segments, band_mean
 from sam3tiles.merge.smooth import CAP_CELLS, smooth_outline
 from sam3tiles.tiling.frame import TileFrames
 from sam3tiles.tiling.grid import TileGrid
@@ -74,9 +74,9 @@ def test_the_area_the_mean_gives_up_is_counted_from_the_rings():
 
 
 def test_the_nearest_points_of_all_views_at_once_are_each_views_own():
-    # the views' outlines in one KD tree (each view's pieces apart from the others'), cut to the segments near
-    # the parts of each window that other windows share: for every point two windows cover and each view
-    # whose window covers it, the nearest point and direction of that view's whole outline, and its distance
+    # the views' outlines in one grid (each view's pieces under keys of their own): for every point two windows
+    # cover and each view whose window covers it, the nearest point and direction of that view's whole outline,
+    # and its distance
     rng = np.random.default_rng(8)
     windows = {0: box(0, 0, 1008, 1008), 1: box(752, 0, 1760, 1008), 2: box(0, 752, 1008, 1760)}
     inner = {t: _inner(w, 16.0) for t, w in windows.items()}
@@ -91,15 +91,12 @@ def test_the_nearest_points_of_all_views_at_once_are_each_views_own():
     cover = np.array([shapely.contains_xy(box(*inner[t]), pts[:, 0], pts[:, 1]) for t in inner])
     pts, cover = pts[cover.sum(axis=0) >= 2], cover[:, cover.sum(axis=0) >= 2]
     view, on = np.nonzero(cover)
-    shared = [_shared(inner, t, (FAR_CELLS + 1) * cell) for t in inner]
-    assert [len(b) for b in shared] == [2, 2, 2]
-    every = _segments(views, cell, shared)
-    assert len(every[2]) < 0.7 * sum(len(_segments([v], cell)[2]) for v in views)
-    near, ahead = _nearest(pts[on], view, every, far, cell)
+    every = _segments(views, cell, far)
+    near, ahead = _nearest(pts[on], view, every, far)
     found = np.isfinite(near[:, 0])
     for t, v in enumerate(views):
         mine = view == t
-        alone = _nearest(pts[on[mine]], np.zeros(mine.sum(), dtype=int), _segments([v], cell), far, cell)
+        alone = _nearest(pts[on[mine]], np.zeros(mine.sum(), dtype=int), _segments([v], cell, far), far)
         want = shapely.distance(shapely.points(pts[on[mine]]), lines[t])
         assert (want <= far).sum() > 30
         assert np.array_equal(np.isfinite(alone[0][:, 0]), found[mine]) and np.array_equal(found[mine], want <= far)
@@ -107,7 +104,3 @@ def test_the_nearest_points_of_all_views_at_once_are_each_views_own():
         assert np.array_equal(alone[0][got], near[mine][got]) and np.array_equal(alone[1][got], ahead[mine][got])
         assert np.allclose(np.hypot(*(near[mine][got] - pts[on[mine]][got]).T), want[got], rtol=0, atol=1e-9)
 
-
-def test_no_shared_bounds_for_a_window_that_is_no_rectangle():
-    inner = {0: _inner(box(0, 0, 100, 100), 4.0), 1: _inner(shapely.Polygon([(50, 0), (150, 50), (50, 100)]), 4.0)}
-    assert _shared(inner, 0, 1.0) is None

@@ -58,8 +58,7 @@ def band_mean(views: Mapping[int, object], frames: Mapping[int, TileFrame], tile
 
     def line():
         if "line" not in made:
-            made["line"] = _segments([_areal(views[t]) for t in inner()], cell,
-                                     [_shared(inner(), t, (FAR_CELLS + 1) * cell) for t in inner()])
+            made["line"] = _segments([_areal(views[t]) for t in inner()], cell, FAR_CELLS * cell)
         return made["line"]
 
     def mean(xy: np.ndarray, windows: np.ndarray, hole: bool) -> np.ndarray:
@@ -81,7 +80,7 @@ def _ring_mean(xy: np.ndarray, inner: dict, line: Callable, cell: float, cap: fl
     every, sel = sel, sel[::max(1, int(STRIDE_CELLS * cell * m / np.hypot(*np.diff(xy, axis=0).T).sum()))]
     way = way * (xy[(sel + 1) % m] - xy[(sel - 1) % m])
     view, on = np.nonzero(cover[:, sel])  # (each view's points: all of them at once)
-    near, ahead = _nearest(xy[sel[on]], view, line(), FAR_CELLS * cell, cell)
+    near, ahead = _nearest(xy[sel[on]], view, line(), FAR_CELLS * cell)
     step = near - xy[sel[on]]
     cos = (ahead * way[on]).sum(axis=1) / np.maximum(np.hypot(*ahead.T) * np.hypot(*way[on].T), 1e-300)
     ok = np.isfinite(step[:, 0]) & (np.hypot(*step.T) <= FAR_CELLS * cell) & (cos > SAME_WAY)
@@ -132,86 +131,79 @@ def _inside(area, xy: np.ndarray) -> np.ndarray:
     return (xy[:, 0] > x0) & (xy[:, 0] < x1) & (xy[:, 1] > y0) & (xy[:, 1] < y1)
 
 
-def _shared(inner: dict, t, reach: float) -> list | None:
-    """The bounds of the parts of tile `t`'s `_inner` window that another tile's shares, `reach` wider each
-    way (a point two or more tiles cover lies in one); None where a window is no north-up rectangle."""
-    if not all(isinstance(a, tuple) for a in inner.values()):
-        return None
-    (x0, y0, x1, y1), out = inner[t], []
-    for u, (a0, b0, a1, b1) in inner.items():
-        if u != t and max(x0, a0) < min(x1, a1) and max(y0, b0) < min(y1, b1):
-            out.append((max(x0, a0) - reach, max(y0, b0) - reach, min(x1, a1) + reach, min(y1, b1) + reach))
-    return out
-
-
-def _segments(views: list, piece: float, near: list | None = None):
-    """(The outlines of `views` ((multi)polygons, oriented): their coordinates, each one's part, the segments'
-    first points (segment j: xy[j] -> xy[j + 1]), a KD tree of the midpoints of the segments cut into pieces
-    at most `piece` long, each view's pieces `span` apart along x (no query of one view finds another's),
-    each piece's segment, each segment's view, `span`); None where there is no segment. `near`: per view,
-    bounds (or None: all); a view's segments whose bounds meet none of its own are left out."""
-    from scipy.spatial import cKDTree
-
+def _segments(views: list, piece: float, far: float):
+    """The outlines of `views` ((multi)polygons, oriented) as `_nearest` reads them: their coordinates, each
+    one's part, the segments' first points (segment j: xy[j] -> xy[j + 1]), and a grid of cells `far` + half a
+    `piece` wide holding the segments cut into pieces at most `piece` long (a point's nearest segment within
+    `far` has a piece whose midpoint lies in the point's cell or one beside it): the pieces' keys (view, cell),
+    sorted, each one's segment; None where there is no segment. (One sort of the pieces' keys: no tree to
+    build, and the segments far from the bands cost no more than their key.)"""
     parts, owner = shapely.get_parts(shapely.boundary(shapely.orient_polygons(np.asarray(views, dtype=object))),
                                      return_index=True)
     xy, part = shapely.get_coordinates(parts, return_index=True)
     same = np.flatnonzero(part[1:] == part[:-1])
-    view = owner[part[same]]
-    if near is not None:
-        lo, hi = np.minimum(xy[same], xy[same + 1]), np.maximum(xy[same], xy[same + 1])
-        meets = np.zeros(len(same), dtype=bool)
-        ends = np.searchsorted(view, np.arange(len(near) + 1))  # (a view's segments: one run)
-        for v, boxes in enumerate(near):
-            on = slice(ends[v], ends[v + 1])
-            for x0, y0, x1, y1 in [(-np.inf, -np.inf, np.inf, np.inf)] if boxes is None else boxes:
-                meets[on] |= (lo[on, 0] <= x1) & (hi[on, 0] >= x0) & (lo[on, 1] <= y1) & (hi[on, 1] >= y0)
-        same, view = same[meets], view[meets]
     if not len(same):
         return None
+    view = owner[part[same]]
     d = xy[same + 1] - xy[same]
     cuts = np.maximum(np.ceil(np.hypot(*d.T) / piece), 1).astype(np.int64)
     seg = np.repeat(np.arange(len(same)), cuts)
     k = np.arange(len(seg)) - np.repeat(np.cumsum(cuts) - cuts, cuts)
     mid = xy[same[seg]] + ((k + 0.5) / cuts[seg])[:, None] * d[seg]
-    span = 2 * float(np.ptp(xy, axis=0).max()) + 1e3 * piece
-    mid[:, 0] += view[seg] * span
-    return xy, part, same, cKDTree(mid), seg, span
+    size = far + piece / 2
+    lo = xy.min(axis=0) - 2 * size
+    shape = np.floor((xy.max(axis=0) + 2 * size - lo) / size).astype(np.int64) + 1
+    key = _keys(view[seg], np.floor((mid - lo) / size).astype(np.int64), shape)
+    order = np.argsort(key, kind="stable")
+    return xy, part, same, (key[order], seg[order], lo, size, shape, far)
 
 
-def _nearest(pts: np.ndarray, view: np.ndarray, segments, far: float, piece: float) -> tuple[np.ndarray, np.ndarray]:
-    """(The nearest point of the outline of view `view` (each point's; `_segments`, pieces at most `piece`
-    long) to each of `pts`, the outline's direction there over its segment and one each side (a mask's
-    staircase: over one pixel step it runs across)); NaN where none lies within `far`."""
+def _keys(view: np.ndarray, cell: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    """The grid key of each (view, cell (column, row)): a view's cells of one column in a run, by row."""
+    return (view * shape[0] + cell[:, 0]) * shape[1] + cell[:, 1]
+
+
+def _nearest(pts: np.ndarray, view: np.ndarray, segments, far: float) -> tuple[np.ndarray, np.ndarray]:
+    """(The nearest point of the outline of view `view` (each point's; `_segments`, made for `far` or more) to
+    each of `pts`, the outline's direction there over its segment and one each side (a mask's staircase: over
+    one pixel step it runs across)); NaN where none lies within `far`. Two segments as near: the first."""
     near, ahead = np.full((len(pts), 2), np.nan), np.full((len(pts), 2), np.nan)
-    if segments is None:
+    if segments is None or not len(pts):
         return near, ahead
-    xy, part, same, tree, seg, span = segments
-    at = pts + np.column_stack([view * span, np.zeros(len(pts))])  # (among its view's pieces only)
-    k, s, foot = np.arange(len(pts)), np.zeros(len(pts), dtype=np.int64), np.zeros((len(pts), 2))
-    dist, todo, many = np.full(len(pts), np.inf), k, 8
-    while len(todo):  # (the piece of the nearest segment lies within its distance + half a piece)
-        many = min(many, tree.n)
-        gap, j = tree.query(at[todo], k=many, distance_upper_bound=far + piece / 2)
-        j = j.reshape(len(todo), -1)
-        cand = seg[np.minimum(j, tree.n - 1)]
-        px, py, i = pts[todo, :1], pts[todo, 1:], same[cand]
-        ax, ay = xy[i, 0], xy[i, 1]
-        dx, dy = xy[i + 1, 0] - ax, xy[i + 1, 1] - ay
-        u = np.clip(((px - ax) * dx + (py - ay) * dy) / np.maximum(dx * dx + dy * dy, 1e-300), 0.0, 1.0)
-        fx, fy = ax + u * dx, ay + u * dy
-        got = np.where(j < tree.n, np.hypot(px - fx, py - fy), np.inf)
-        # the first segment where two lie as near
-        best = np.argmin(np.where(got == got.min(axis=1, keepdims=True), cand, len(same)), axis=1)
-        row = np.arange(len(todo))
-        dist[todo], s[todo] = got[row, best], cand[row, best]
-        foot[todo] = np.column_stack([fx[row, best], fy[row, best]])
-        last = gap.reshape(len(todo), -1)[:, -1]
-        more = (many < tree.n) & np.isfinite(last) & (last <= dist[todo] + piece / 2)
-        todo, many = todo[more], many * 4
-    first = np.flatnonzero(dist <= far)
-    k, j = first, same[s[first]]
-    near[k] = foot[first]
-    lo = np.where((j > 0) & (part[np.maximum(j - 1, 0)] == part[j]), j - 1, j)
+    xy, part, same, (keys, seg, lo, size, shape, made) = segments
+    if far > made:
+        raise ValueError(f"the outlines' grid was made for {made}, not {far}")
+    cell = np.clip(np.floor((pts - lo) / size).astype(np.int64), 1, shape - 2)  # (off the grid: nothing near)
+    # per point, its cell's column and the two beside it, each a run of keys over three rows (point by point:
+    # each point's candidates in one run)
+    mid = np.column_stack([_keys(view, cell + [dx, 0], shape) for dx in (-1, 0, 1)]).ravel()
+    first = np.searchsorted(keys, mid - 1, "left")
+    count = np.searchsorted(keys, mid + 1, "right") - first
+    q = np.repeat(np.arange(len(pts)), count.reshape(-1, 3).sum(axis=1))
+    cand = seg[np.repeat(first - np.cumsum(count) + count, count) + np.arange(len(q))]
+    i = same[cand]
+    px, py = pts[q, 0], pts[q, 1]
+    ax, ay = xy[i, 0], xy[i, 1]
+    dx, dy = xy[i + 1, 0] - ax, xy[i + 1, 1] - ay
+    u = np.clip(((px - ax) * dx + (py - ay) * dy) / np.maximum(dx * dx + dy * dy, 1e-300), 0.0, 1.0)
+    fx, fy = ax + u * dx, ay + u * dy
+    got = np.hypot(px - fx, py - fy)
+    has = np.flatnonzero(np.bincount(q, minlength=len(pts)))
+    if not len(has):
+        return near, ahead
+    starts = np.searchsorted(q, has)
+    best = np.full(len(pts), np.inf)
+    best[has] = np.minimum.reduceat(got, starts)
+    tie = np.where(got == best[q], cand, len(same))
+    s = np.full(len(pts), len(same))
+    s[has] = np.minimum.reduceat(tie, starts)
+    k = np.flatnonzero(best <= far)
+    row = np.zeros(len(pts), dtype=np.int64)  # (a row of the chosen segment: its pieces give one foot)
+    hit = np.flatnonzero(tie == s[q])
+    row[q[hit]] = hit
+    near[k] = np.column_stack([fx[row[k]], fy[row[k]]])
+    j = same[s[k]]
+    lo_ = np.where((j > 0) & (part[np.maximum(j - 1, 0)] == part[j]), j - 1, j)
     hi = np.where((j + 2 < len(xy)) & (part[np.minimum(j + 2, len(xy) - 1)] == part[j]), j + 2, j + 1)
-    ahead[k] = xy[hi] - xy[lo]
+    ahead[k] = xy[hi] - xy[lo_]
     return near, ahead
