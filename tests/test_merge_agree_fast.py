@@ -209,20 +209,29 @@ def test_a_speck_in_a_band_is_no_boundary_and_no_failure():
 
 def test_the_fused_groups_held_parts_are_the_plain_forms():
     # rule 5's guard asks which parts are close before which a fusing part holds (an overlay each): the
-    # same parts come back, on every truth of the two tests over up to five parts of a tile
+    # same parts come back as the plain form, on every truth of the three tests over up to five parts of a
+    # tile (held: 0 no, 1 inside but ending in the band, 2 reaching its window's edge there; side: two
+    # facing each other along their length, held however they end)
     from sam3tiles.merge.apart import _held
 
     rng = np.random.default_rng(5)
-    for _ in range(400):
+    for _ in range(600):
         js = [int(j) for j in rng.choice(50, size=int(rng.integers(2, 6)), replace=False)]
-        held = {j: bool(rng.random() < 0.6) for j in js}
+        held = {j: int(rng.choice(3, p=[0.4, 0.2, 0.4])) for j in js}
         near = {(j, k): bool(rng.random() < 0.3) for j in js for k in js}
-        plain = [j for j in js if held[j]]
-        plain = plain if len(plain) > 1 and any(near[j, k] for a, j in enumerate(plain) for k in plain[a + 1:]) else []
+        side = {(j, k): bool(rng.random() < 0.5) for j in js for k in js}
+        pairs = [(j, k) for a, j in enumerate(js) for k in js[a + 1:] if near[j, k]]
+        edge = [j for j in js if held[j] == 2]
+        if any(held[j] == 2 and held[k] == 2 for j, k in pairs):
+            plain = edge
+        else:
+            beside = {x for j, k in pairs if held[j] and held[k] and 1 in (held[j], held[k]) and side[j, k]
+                      for x in (j, k)}
+            plain = [j for j in js if j in beside or held[j] == 2] if beside else []
         asked = []
-        got = _held(0, js, lambda i, j: asked.append(j) or held[j], lambda j, k: near[j, k])
+        got = _held(0, js, lambda i, j: asked.append(j) or held[j], lambda j, k: near[j, k], lambda j, k: side[j, k])
         assert got == plain
-        assert asked == ([] if not any(near[j, k] for a, j in enumerate(js) for k in js[a + 1:]) else js)
+        assert (asked == []) == (not pairs) and len(asked) == len(set(asked)) and set(asked) <= set(js)
 
 
 def test_the_medians_of_many_arrays_are_nps():

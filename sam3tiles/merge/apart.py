@@ -20,7 +20,7 @@ import numpy as np
 import shapely
 
 from ..vectorize.pieces import MASK_CELL
-from .parts import polygonal
+from .parts import THICK_CELLS, polygonal
 
 #: Two views of one tile this close (mask cells) can be neighbours another tile drew as one region: each
 #: boundary moves by a cell or so, so two objects two cells apart come within a cell or touch.
@@ -31,18 +31,24 @@ FUSE_CELLS = 3.0
 #: elongated object) cuts across an object's length: its halves meet along its width, deep behind the cut
 #: (the testing model cuts across the longer side at 0.35-0.65: at most 1 / 0.35 = 2.9 for a square).
 SIDE_RATIO = 3.5
+#: Two views of one tile face each other where their outlines lie within this many mask cells (`facing`):
+#: neighbours a cell or two apart, each view drawn a cell or two inside its object (a real model's boundary
+#: moves that much), face each other along their length.
+FACING_CELLS = 2 * FUSE_CELLS
 
 
 def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.ndarray, nbr: np.ndarray,
-                 holds: Callable[[int, int], bool],
-                 close: Callable[[int, int], bool]) -> tuple[list[np.ndarray], np.ndarray] | None:
+                 holds: Callable[[int, int], int], close: Callable[[int, int], bool],
+                 side: Callable[[int, int], bool]) -> tuple[list[np.ndarray], np.ndarray] | None:
     """For cut parts `s` of one component (links: CSR `ptr`, `nbr` over all parts): the groups to stitch
     apart and the fusing parts, or None where nothing fuses what the owners kept apart.
 
     A fusing part `i` holds (`holds(i, j)`: `j` lies inside it where their tiles overlap, as rule 2 links
     part and whole, and reaches its own tile's edge there) two or more parts of one other tile, two of them
     `close` (side by side, a cell or two apart: two arms of one object bent through the other tile lie
-    farther apart, and a tile's split across an object leaves one half short of that edge), that, without
+    farther apart, and a tile's split across an object leaves one half short of that edge; two that face
+    each other along their length, `side` (within `FACING_CELLS`), are held where one ends in the band: an
+    object's own end, not a split's), that, without
     the fusing parts' links, lie in different groups, each group holding a part its tile owns: the owners
     drew two objects there. Where only the fusing part is owned, its tile drew one object and decides (rule
     4); two tiles that split one object at different places overlap each other's halves only in part (rule
@@ -55,7 +61,7 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
         for j in links[i]:
             if tiles[j] != tiles[i]:
                 by_tile.setdefault(int(tiles[j]), []).append(j)
-        two = [h for h in (_held(i, js, holds, close) for js in by_tile.values() if len(js) > 1) if h]
+        two = [h for h in (_held(i, js, holds, close, side) for js in by_tile.values() if len(js) > 1) if h]
         if two:
             held[i] = two
     if not held:
@@ -74,27 +80,56 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
     return groups + [np.asarray([i], dtype=s.dtype) for i in alone], np.asarray(alone, dtype=s.dtype)
 
 
-def _held(i: int, js: list, holds, close) -> list:
+def _held(i: int, js: list, holds, close, side) -> list:
     """The parts `js` (of one tile) that `i` holds where two of them it holds are `close`, else []. Which are
     close is asked first: it says no at once for parts farther apart than `FUSE_CELLS` cells, the most
-    common case, where `holds` overlays each part with the band."""
+    common case, where `holds` overlays each part with the band. Two that face each other along their length
+    (`side`: neighbours, not the halves of a split across, which meet along the cut only) are held however
+    they end in the band: a strip that starts inside it stops short of its window's edge as a split's half
+    does."""
     near = [(j, k) for a, j in enumerate(js) for k in js[a + 1:] if close(j, k)]
     if not near:
         return []
-    h = [j for j in js if holds(i, j)]
-    return h if len(h) > 1 and any(j in h and k in h for j, k in near) else []
+    how = {j: holds(i, j) for j in js if any(j in pair for pair in near)}
+    if any(how[j] == 2 and how[k] == 2 for j, k in near):
+        return [j for j in js if (how[j] if j in how else holds(i, j)) == 2]
+    beside = {x for j, k in near if how[j] and how[k] and 1 in (how[j], how[k]) and side(j, k) for x in (j, k)}
+    return [j for j in js if j in beside or (how[j] if j in how else holds(i, j)) == 2] if beside else []
+
+
+def neighbours(a, b, pixel: float) -> bool:
+    """Whether views `a` and `b` of one tile (`pixel`: a tile pixel in CRS units) lie within `FUSE_CELLS` mask
+    cells of each other and are two objects a tile could draw as one region, not the halves of one object it
+    split across: they face each other along their length (`side_by_side`), or they touch along less than
+    `THICK_CELLS` cells (halves meet along the cut) and face each other along a side of a compact object
+    (`f^2 > ` the smaller one's area / `SIDE_RATIO`). Halves of an elongated object that a split left a gap
+    between face each other across its width only; two halves of a compact object cannot be told from two
+    compact neighbours but by their touching."""
+    cell = MASK_CELL * pixel
+    if not shapely.dwithin(a, b, FUSE_CELLS * cell):
+        return False
+    f, least = facing(a, b, cell), min(a.area, b.area)
+    if f * f > SIDE_RATIO * least:
+        return True
+    shared = shapely.intersection(shapely.boundary(a), shapely.buffer(b, pixel))
+    return shared.length < THICK_CELLS * cell and f * f > least / SIDE_RATIO
 
 
 def side_by_side(a, b, cell: float) -> bool:
-    """Whether views `a` and `b` of one tile (`cell`: a mask cell in CRS units) face each other, within
-    `FUSE_CELLS` cells, along a length `f` (the corners left out) long beside the thinner one's depth
-    (`f^2 > SIDE_RATIO x` its area): two long objects side by side, not the halves of one object split
-    across. A model's boundary noise makes such neighbours touch along stretches of any length, so the
-    length they touch along cannot tell them from halves."""
-    near = FUSE_CELLS * cell
-    f = max(shapely.intersection(shapely.boundary(x), shapely.buffer(y, near, quad_segs=2)).length
-            for x, y in ((a, b), (b, a))) - 2 * near
+    """Whether views `a` and `b` of one tile (`cell`: a mask cell in CRS units) face each other along a length
+    `f` (`facing`) long beside the thinner one's depth (`f^2 > SIDE_RATIO x` its area): two long objects side
+    by side, not the halves of one object split across. A model's boundary noise makes such neighbours touch
+    along stretches of any length, so the length they touch along cannot tell them from halves."""
+    f = facing(a, b, cell)
     return f > 0 and f * f > SIDE_RATIO * min(a.area, b.area)
+
+
+def facing(a, b, cell: float) -> float:
+    """How long views `a` and `b` face each other: the longer of the stretches of either outline within
+    `FACING_CELLS` mask cells of the other, less that reach at each end (the corners)."""
+    near = FACING_CELLS * cell
+    return max(shapely.intersection(shapely.boundary(x), shapely.buffer(y, near, quad_segs=2)).length
+               for x, y in ((a, b), (b, a))) - 2 * near
 
 
 def divide(region, views: list, cell: float) -> list:

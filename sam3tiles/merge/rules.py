@@ -13,7 +13,7 @@ from shapely.geometry import Polygon
 
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
-from .apart import FUSE_CELLS, absorb, fused_groups, fused_shares, side_by_side
+from .apart import absorb, fused_groups, fused_shares, neighbours, side_by_side
 from .links import _bridges, _components, _explode, _inside, _links, covered, lies_near
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
@@ -430,7 +430,7 @@ class _Resolver:
         """Rule 5 for cut parts `s` of component `m`: (objects, the parts dropped as slivers). Where a tile not
         owning the object fused parts its owner kept apart (`apart.fused_groups`), each group is stitched alone;
         the fusing part's area in its core goes to the groups it fused (`apart.divide`), or stands alone."""
-        split = fused_groups(s, self.tiles, self.owned, self.ptr, self.nbr, self._holds, self._close)
+        split = fused_groups(s, self.tiles, self.owned, self.ptr, self.nbr, self._holds, self._close, self._side)
         if split is None:
             got = self._stitch(s, np.unique(self.tiles[m]))
             return (got, s[:0]) if got is not None else ([], s)
@@ -457,29 +457,28 @@ class _Resolver:
         return outs, np.asarray(slivers, dtype=s.dtype)
 
     def _close(self, j: int, k: int) -> bool:
-        """Whether parts `j` and `k` lie within `FUSE_CELLS` mask cells of each other (neighbours a tile
-        could draw as one region), side by side: not two halves of one object its tile split, which meet
-        along the cut over `THICK_CELLS` cells or more, and along the object's width only
-        (`apart.side_by_side`: long neighbours touch along stretches where a model's boundary wobbles)."""
-        pixel = self.frames[int(self.tiles[j])].pixel
-        gj, gk = self.c.geoms[j], self.c.geoms[k]
-        if not shapely.dwithin(gj, gk, FUSE_CELLS * MASK_CELL * pixel):
-            return False
-        shared = shapely.intersection(shapely.boundary(gj), shapely.buffer(gk, pixel))
-        return shared.length < THICK_CELLS * MASK_CELL * pixel or side_by_side(gj, gk, MASK_CELL * pixel)
+        """Whether parts `j` and `k` (of one tile) are neighbours it could have drawn as one region, not two
+        halves of one object it split (`apart.neighbours`)."""
+        return neighbours(self.c.geoms[j], self.c.geoms[k], self.frames[int(self.tiles[j])].pixel)
 
-    def _holds(self, i: int, j: int) -> bool:
+    def _holds(self, i: int, j: int) -> int:
         """Whether part `j` lies (`IOS_MIN`, within `LINK_CELLS` mask cells) inside part `i` where their
-        tiles' windows overlap: rule 2's part-whole link; and reaches its own window's edge there (it goes on
-        into `i`'s tile side by side with the other: a tile's split across an object leaves one half short of
-        that edge)."""
+        tiles' windows overlap (rule 2's part-whole link): 0 where not; 2 where it also reaches its own
+        window's edge there (it goes on into `i`'s tile beside the other: a tile's split across an object
+        leaves one half short of that edge), 1 where it ends in the band (`apart.fused_groups`)."""
         fi, fj = self.frames[int(self.tiles[i])], self.frames[int(self.tiles[j])]
         gj = shapely.intersection(self.c.geoms[j], shapely.intersection(fi.window, fj.window))
-        if gj.area <= 0 or not shapely.dwithin(gj, shapely.intersection(fj.window.exterior, fi.window),
-                                                  EDGE_MARGIN * fj.pixel):
-            return False
+        if gj.area <= 0:
+            return 0
         gj = np.asarray([gj], dtype=object)
-        return bool(lies_near(gj, self.c.geoms[[i]], LINK_CELLS * MASK_CELL * fi.pixel, IOS_MIN * gj[0].area)[0])
+        if not lies_near(gj, self.c.geoms[[i]], LINK_CELLS * MASK_CELL * fi.pixel, IOS_MIN * gj[0].area)[0]:
+            return 0
+        return 2 if shapely.dwithin(gj[0], shapely.intersection(fj.window.exterior, fi.window),
+                                    EDGE_MARGIN * fj.pixel) else 1
+
+    def _side(self, j: int, k: int) -> bool:
+        """Whether parts `j` and `k` of one tile face each other along their length (`apart.side_by_side`)."""
+        return side_by_side(self.c.geoms[j], self.c.geoms[k], MASK_CELL * self.frames[int(self.tiles[j])].pixel)
 
     def _stitch(self, s: np.ndarray, comp_tiles: np.ndarray):
         """Rule 5: cut parts clipped to their cores, unioned (the outline smoothed where the tiles' views disagree:
