@@ -68,8 +68,11 @@ mask can stop short of the tile edge. The rules, in order:
    owned area it gives up is counted (`coverage`: `blended`). Nor is
    a stitch made that fuses what the owners kept apart (`apart`): a part holding two parts of another tile
    that, without such parts, lie in groups each holding an owned part (two strips a cell or two apart that
-   a tile not deciding drew as one region) leaves the groups to be stitched each on its own, and stands
-   alone as its tile drew it in its core.
+   a tile not deciding drew as one region; neighbours face each other along their length, or across a gap
+   along a compact object's side: the halves of an elongated object a tile split across face each other
+   across its width only) leaves the groups to be stitched each on its own, its area in its core divided
+   among them; groups no tile drew apart that then meet along a stretch are one object again (a stretch of
+   an object that only the fusing region connected to the rest).
 6. *Slivers.* A cut part that no neighbour matched (or cut parts linked only to each other), lying outside
    its own tile's core and within one mask cell of another object, is the edge of an object another tile
    owns (a few pixels poking into a tile rarely match in shape): it is dropped and counted. "Beside" is

@@ -9,8 +9,8 @@ of every part inside its own core would be one object (both fused, each IoU abou
 divided among those groups inside its own core (each takes the stretch nearer its own outline: `divide`),
 or stands alone where it links to fewer than two; the groups' views keep their area in its core as well.
 Views side by side along their length are two objects however long a model's boundary noise makes them
-touch (`side_by_side`).
-"""
+touch (`side_by_side`); two halves of an object a tile split across are not neighbours (`neighbours`). Groups
+no tile drew apart that meet once stitched are one object (`rejoined`)."""
 
 from __future__ import annotations
 
@@ -219,6 +219,70 @@ def absorb(outs: list, shares: list, gap: float) -> list:
         for k in hit:
             outs[k][0] = geoms[k] = polygonal(shapely.union(geoms[k], g))
     return [tuple(o) for o in outs]
+
+
+def rejoined(outs: list, label: list, groups: list, tiles: np.ndarray, close: Callable[[int, int], bool],
+             reach: float, least: float) -> list:
+    """The objects `outs` [(geometry, first, score, n_tiles)] stitched from `groups` (`label`: each one's
+    group; -1 a fusing part standing alone), with those of two groups no tile drew apart joined where they
+    meet along `least` or more (their outlines within `reach`): a group that only the fusing parts connect
+    to the rest of its object (its tile saw a stretch of it beside a tile that fused it with a neighbour)
+    is that object's, and the fusing parts' shares between them meet across it. Two groups are apart where
+    a tile drew a part of each as neighbours (`close`); pairs are joined longest meeting first, never two
+    whose objects hold groups that are apart."""
+    live = [k for k, lab in enumerate(label) if lab >= 0]
+    if len({label[k] for k in live}) < 2:
+        return outs
+    geoms = np.asarray([o[0] for o in outs], dtype=object)
+    a, b = shapely.STRtree(geoms[live]).query(geoms[live], predicate="dwithin", distance=reach)
+    pairs = [(live[i], live[j]) for i, j in zip(a.tolist(), b.tolist()) if label[live[i]] < label[live[j]]]
+    if not pairs:
+        return outs
+    apart = _drawn_apart(groups, tiles, close, {label[k] for k in live})
+    meets = []
+    for i, j in pairs:
+        if (label[i], label[j]) in apart:
+            continue
+        f = max(shapely.intersection(shapely.boundary(x), shapely.buffer(y, reach, quad_segs=2)).length
+                for x, y in ((geoms[i], geoms[j]), (geoms[j], geoms[i])))
+        if f >= least:
+            meets.append((-f, i, j))
+    root = list(range(len(outs)))
+    held = {k: {label[k]} for k in live}
+
+    def find(k: int) -> int:
+        while root[k] != k:
+            k = root[k]
+        return k
+    for _, i, j in sorted(meets):
+        ri, rj = find(i), find(j)
+        if ri != rj and not any((min(x, y), max(x, y)) in apart for x in held[ri] for y in held[rj]):
+            root[rj] = ri
+            held[ri] |= held.pop(rj)
+    if all(find(k) == k for k in range(len(outs))):
+        return outs
+    out = []
+    for r in sorted({find(k) for k in range(len(outs))}):
+        m = [k for k in range(len(outs)) if find(k) == r]
+        if len(m) == 1:
+            out.append(outs[r])
+            continue
+        area = shapely.area(geoms[m])
+        score = float(np.average([outs[k][2] for k in m], weights=area)) if area.sum() > 0 else outs[r][2]
+        out.append((polygonal(shapely.union_all(geoms[m])), min(outs[k][1] for k in m), score,
+                    max(outs[k][3] for k in m)))
+    return out
+
+
+def _drawn_apart(groups: list, tiles: np.ndarray, close: Callable[[int, int], bool], among: set) -> set:
+    """The pairs of `groups` (by index, among `among`) that a tile drew a part of each of as neighbours."""
+    out = set()
+    ids = sorted(among)
+    for x, gx in enumerate(ids):
+        for gy in ids[x + 1:]:
+            if any(tiles[j] == tiles[k] and close(j, k) for j in groups[gx].tolist() for k in groups[gy].tolist()):
+                out.add((gx, gy))
+    return out
 
 
 def _apart(s: np.ndarray, links: dict, owned: np.ndarray, cut: set, two: list) -> bool:

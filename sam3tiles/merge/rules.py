@@ -13,7 +13,7 @@ from shapely.geometry import Polygon
 
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
-from .apart import absorb, fused_groups, fused_shares, neighbours, side_by_side
+from .apart import absorb, fused_groups, fused_shares, neighbours, rejoined, side_by_side
 from .links import _bridges, _components, _explode, _inside, _links, covered, lies_near
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
@@ -438,7 +438,7 @@ class _Resolver:
         self._note(fusers, "fused what the owner kept apart (rule 5): divided among the groups it fused")
         cells = {f: MASK_CELL * self.frames[int(self.tiles[f])].pixel for f in fusers.tolist()}
         shares, left = fused_shares(groups, fusers, self.ptr, self.nbr, self.c.geoms, self.cores, cells)
-        outs, slivers, missed, orphans = [], [], self.missed, []
+        outs, label, slivers, missed, orphans = [], [], [], self.missed, []
         for k, g in enumerate(groups):
             alone = len(g) == 1 and g[0] in fusers
             if alone and g[0] not in left:
@@ -452,8 +452,11 @@ class _Resolver:
                 orphans += shares.get(k, [])  # a group dropped as slivers: its shares go to the objects beside
             else:
                 outs += absorb(got, shares.get(k, []), self.gap)
+                label += [-1 if alone else k] * len(got)
         if orphans:  # (with no object beside, the fusing parts are one of their own)
             outs = absorb(outs, orphans, self.gap) if outs else self._stitch(fusers, np.unique(self.tiles[m])) or []
+        elif outs:
+            outs = rejoined(outs, label, groups, self.tiles, self._close, self.gap, THICK_CELLS * self.gap / JOIN_CELLS)
         return outs, np.asarray(slivers, dtype=s.dtype)
 
     def _close(self, j: int, k: int) -> bool:
@@ -462,10 +465,9 @@ class _Resolver:
         return neighbours(self.c.geoms[j], self.c.geoms[k], self.frames[int(self.tiles[j])].pixel)
 
     def _holds(self, i: int, j: int) -> int:
-        """Whether part `j` lies (`IOS_MIN`, within `LINK_CELLS` mask cells) inside part `i` where their
-        tiles' windows overlap (rule 2's part-whole link): 0 where not; 2 where it also reaches its own
-        window's edge there (it goes on into `i`'s tile beside the other: a tile's split across an object
-        leaves one half short of that edge), 1 where it ends in the band (`apart.fused_groups`)."""
+        """Whether part `j` lies (`IOS_MIN`, within `LINK_CELLS` cells) inside part `i` where their tiles'
+        windows overlap (rule 2's part-whole link): 0 not; 2 reaching its own window's edge there (going on
+        into `i`'s tile beside the other: a split's half stops short of it), 1 ending in the band."""
         fi, fj = self.frames[int(self.tiles[i])], self.frames[int(self.tiles[j])]
         gj = shapely.intersection(self.c.geoms[j], shapely.intersection(fi.window, fj.window))
         if gj.area <= 0:
