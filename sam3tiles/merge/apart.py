@@ -68,8 +68,9 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
         return None
     # each alone (a tile that split one object it holds two parts of as well), then all at once (two
     # tiles that fused the same two objects)
-    fusers = {i for i in held if _apart(s, links, owned, {i}, held[i])}
-    fusers |= {i for i in held if _apart(s, links, owned, set(held), held[i])}
+    apart = _Apart(s, links, owned, tiles, close)
+    fusers = {i for i in held if apart({i}, held[i])}
+    fusers |= {i for i in held if apart(set(held), held[i])}
     if not fusers:
         return None
     label = _labels(s, links, fusers)
@@ -98,19 +99,21 @@ def _held(i: int, js: list, holds, close, side) -> list:
 
 
 def neighbours(a, b, pixel: float) -> bool:
-    """Whether views `a` and `b` of one tile (`pixel`: a tile pixel in CRS units) lie within `FUSE_CELLS` mask
-    cells of each other and are two objects a tile could draw as one region, not the halves of one object it
-    split across: they face each other along their length (`side_by_side`), or they touch along less than
+    """Whether views `a` and `b` of one tile (`pixel`: a tile pixel in CRS units) are two objects a tile could
+    draw as one region, not the halves of one object it split across: they face each other along their
+    length (`side_by_side`: within `FACING_CELLS`), or, within `FUSE_CELLS`, they touch along less than
     `THICK_CELLS` cells (halves meet along the cut) and face each other along a side of a compact object
     (`f^2 > ` the smaller one's area / `SIDE_RATIO`). Halves of an elongated object that a split left a gap
     between face each other across its width only; two halves of a compact object cannot be told from two
     compact neighbours but by their touching."""
     cell = MASK_CELL * pixel
-    if not shapely.dwithin(a, b, FUSE_CELLS * cell):
+    if not shapely.dwithin(a, b, FACING_CELLS * cell):
         return False
     f, least = facing(a, b, cell), min(a.area, b.area)
     if f * f > SIDE_RATIO * least:
         return True
+    if not shapely.dwithin(a, b, FUSE_CELLS * cell):
+        return False
     shared = shapely.intersection(shapely.boundary(a), shapely.buffer(b, pixel))
     return shared.length < THICK_CELLS * cell and f * f > least / SIDE_RATIO
 
@@ -285,12 +288,40 @@ def _drawn_apart(groups: list, tiles: np.ndarray, close: Callable[[int, int], bo
     return out
 
 
-def _apart(s: np.ndarray, links: dict, owned: np.ndarray, cut: set, two: list) -> bool:
-    """Whether, without the parts in `cut`, two parts of one tile in `two` lie in different groups that
-    each hold a part its tile owns (outside `cut`)."""
-    label = _labels(s, links, cut)
-    owners = {label[i] for i in s.tolist() if owned[i] and i not in cut}
-    return any(len({label[j] for j in h if label[j] in owners}) > 1 for h in two)
+class _Apart:
+    """Whether, without the parts in `cut`, two parts of one tile in `two` (a fusing part's held parts) lie in
+    different groups that each hold a part its tile owns (outside `cut`), drawn apart: two or more tiles drew
+    a part of each as neighbours (`close`), or one tile whose two such parts it both owns. One tile that split
+    a long object across (its other views each hold an owned part: a long object's middle parts own it)
+    draws one pair; the owner of two neighbours, or the tiles along them, draw them apart."""
+
+    def __init__(self, s: np.ndarray, links: dict, owned: np.ndarray, tiles: np.ndarray, close):
+        self.s, self.links, self.owned, self.tiles, self.close = s, links, owned, tiles, close
+
+    def __call__(self, cut: set, two: list) -> bool:
+        label = _labels(self.s, self.links, cut)
+        owners = {label[i] for i in self.s.tolist() if self.owned[i] and i not in cut}
+        for h in two:
+            labs = sorted({label[j] for j in h if label[j] in owners})
+            if any(self._drawn(label, cut, x, y) for n, x in enumerate(labs) for y in labs[n + 1:]):
+                return True
+        return False
+
+    def _drawn(self, label: dict, cut: set, x: int, y: int) -> bool:
+        """Whether groups `x` and `y` (labels) are drawn apart."""
+        by_tile: dict = {}
+        for i in self.s.tolist():
+            if i not in cut and label[i] in (x, y):
+                by_tile.setdefault(int(self.tiles[i]), []).append(i)
+        count = 0
+        for parts in by_tile.values():
+            pairs = [(j, k) for j in parts for k in parts if label[j] == x and label[k] == y and self.close(j, k)]
+            if any(self.owned[j] and self.owned[k] for j, k in pairs):
+                return True
+            count += bool(pairs)
+            if count >= 2:
+                return True
+        return False
 
 
 def _labels(s: np.ndarray, links: dict, cut: set) -> dict:
