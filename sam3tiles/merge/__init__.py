@@ -66,13 +66,14 @@ mask can stop short of the tile edge. The rules, in order:
    cells; where the views agree
    nothing moves. A smoothing that would split a part, join two or open or close a hole is not made; the
    owned area it gives up is counted (`coverage`: `blended`). Nor is
-   a stitch made that fuses what the owners kept apart (`apart`): a part holding two parts of another tile
-   that, without such parts, lie in groups each holding an owned part (two strips a cell or two apart that
-   a tile not deciding drew as one region; neighbours face each other along their length, or across a gap
-   along a compact object's side: the halves of an elongated object a tile split across face each other
-   across its width only) leaves the groups to be stitched each on its own, its area in its core divided
-   among them; groups no tile drew apart that then meet along a stretch are one object again (a stretch of
-   an object that only the fusing region connected to the rest).
+   a stitch made that fuses what the tiles drew apart (`apart`): a part holding two neighbouring parts of
+   another tile (two strips a cell or two apart drawn as one region; neighbours face each other along their
+   length, or across a gap along a compact object's side: the halves of an elongated object a tile split
+   across face each other across its width only) that, without such parts, lie in groups that two tiles
+   drew apart (two it holds, or two along the objects), or their owner did, leaves the groups to be
+   stitched each on its own, its area in its core divided among them (two tiles that drew them apart
+   outweigh the one that fused them, owner or not); groups no tile drew apart that then meet along a
+   stretch are one object again (a stretch of an object that only the fusing region connected to the rest).
 6. *Slivers.* A cut part that no neighbour matched (or cut parts linked only to each other), lying outside
    its own tile's core and within one mask cell of another object, is the edge of an object another tile
    owns (a few pixels poking into a tile rarely match in shape): it is dropped and counted. "Beside" is

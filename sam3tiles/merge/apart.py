@@ -289,23 +289,22 @@ def _drawn_apart(groups: list, tiles: np.ndarray, close: Callable[[int, int], bo
 
 
 class _Apart:
-    """Whether, without the parts in `cut`, two parts of one tile in `two` (a fusing part's held parts) lie in
-    different groups that each hold a part its tile owns (outside `cut`), drawn apart: two or more tiles drew
-    a part of each as neighbours (`close`), or one tile whose two such parts it both owns. One tile that split
-    a long object across (its other views each hold an owned part: a long object's middle parts own it)
-    draws one pair; the owner of two neighbours, or the tiles along them, draw them apart."""
+    """Whether, without the parts in `cut`, the parts a fusing part holds (`two`: per tile, its parts the fusing
+    part holds) lie in different groups drawn apart: by two of those tiles, or, held in one tile, by two or
+    more tiles that drew a part of each group as neighbours (`close`: the tiles along the objects), or by one
+    tile whose two such parts it both owns (the owner of two neighbours). One tile that split a long object
+    across draws one pair however many of its views own it (a long object's middle parts each do); and two
+    tiles that drew two neighbours apart outweigh the one that fused them, owner or not."""
 
     def __init__(self, s: np.ndarray, links: dict, owned: np.ndarray, tiles: np.ndarray, close):
         self.s, self.links, self.owned, self.tiles, self.close = s, links, owned, tiles, close
 
     def __call__(self, cut: set, two: list) -> bool:
         label = _labels(self.s, self.links, cut)
-        owners = {label[i] for i in self.s.tolist() if self.owned[i] and i not in cut}
-        for h in two:
-            labs = sorted({label[j] for j in h if label[j] in owners})
-            if any(self._drawn(label, cut, x, y) for n, x in enumerate(labs) for y in labs[n + 1:]):
-                return True
-        return False
+        split = [sorted({label[j] for j in h}) for h in two]
+        if sum(len(labs) > 1 for labs in split) >= 2:  # (two tiles the fusing part holds drew them apart)
+            return True
+        return any(self._drawn(label, cut, x, y) for labs in split for n, x in enumerate(labs) for y in labs[n + 1:])
 
     def _drawn(self, label: dict, cut: set, x: int, y: int) -> bool:
         """Whether groups `x` and `y` (labels) are drawn apart."""
