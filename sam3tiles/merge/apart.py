@@ -10,7 +10,7 @@ divided among those groups inside its own core (each takes the stretch nearer it
 or stands alone where it links to fewer than two; the groups' views keep their area in its core as well.
 Views side by side along their length are two objects however long a model's boundary noise makes them
 touch (`side_by_side`); two halves of an object a tile split across are not neighbours (`neighbours`). Groups
-no tile drew apart that meet once stitched are one object (`rejoined`)."""
+no tile drew apart that only the fusing region connects are one object's stretches (`_paired`)."""
 
 from __future__ import annotations
 
@@ -35,11 +35,13 @@ SIDE_RATIO = 3.5
 #: neighbours a cell or two apart, each view drawn a cell or two inside its object (a real model's boundary
 #: moves that much), face each other along their length.
 FACING_CELLS = 2 * FUSE_CELLS
+#: Two groups lying further off each other's axis than this many widths are not paired (`_paired`).
+OFF_LINE = 1.5
 
 
 def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.ndarray, nbr: np.ndarray,
                  holds: Callable[[int, int], int], close: Callable[[int, int], bool],
-                 side: Callable[[int, int], bool]) -> tuple[list[np.ndarray], np.ndarray] | None:
+                 side: Callable[[int, int], bool], geoms: np.ndarray) -> tuple[list[np.ndarray], np.ndarray] | None:
     """For cut parts `s` of one component (links: CSR `ptr`, `nbr` over all parts): the groups to stitch
     apart and the fusing parts, or None where nothing fuses what the owners kept apart.
 
@@ -48,11 +50,10 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
     `close` (side by side, a cell or two apart: two arms of one object bent through the other tile lie
     farther apart, and a tile's split across an object leaves one half short of that edge; two that face
     each other along their length, `side` (within `FACING_CELLS`), are held where one ends in the band: an
-    object's own end, not a split's), that, without
-    the fusing parts' links, lie in different groups, each group holding a part its tile owns: the owners
-    drew two objects there. Where only the fusing part is owned, its tile drew one object and decides (rule
-    4); two tiles that split one object at different places overlap each other's halves only in part (rule
-    2's third look): no fuse."""
+    object's own end, not a split's), that, without the fusing parts' links, lie in different groups that
+    tiles drew apart (`_Apart`); two tiles that split one object at different places overlap each other's
+    halves only in part (rule 2's third look): no fuse. Groups that only the fusing parts connect and no tile
+    drew apart are stretches of one object on either side of them: paired (`_paired`, `geoms` the parts')."""
     inset = set(s.tolist())
     links = {i: [j for j in nbr[ptr[i]:ptr[i + 1]].tolist() if j in inset] for i in s.tolist()}
     held: dict[int, list[list[int]]] = {}
@@ -75,8 +76,8 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
         return None
     label = _labels(s, links, fusers)
     rest = [i for i in s.tolist() if i not in fusers]
-    groups = [np.asarray([i for i in rest if label[i] == lab], dtype=s.dtype)
-              for lab in sorted({label[i] for i in rest})]
+    groups = _paired([np.asarray([i for i in rest if label[i] == lab], dtype=s.dtype)
+                      for lab in sorted({label[i] for i in rest})], fusers, links, tiles, close, geoms)
     alone = sorted(fusers)
     return groups + [np.asarray([i], dtype=s.dtype) for i in alone], np.asarray(alone, dtype=s.dtype)
 
@@ -210,71 +211,88 @@ def fused_shares(groups: list, fusers: np.ndarray, ptr, nbr, geoms, cores, cells
 
 def absorb(outs: list, shares: list, gap: float) -> list:
     """Stitched objects `outs` [(geometry, first, score, n_tiles)] with the stretches `shares` of fusing parts
-    joined to those within `gap` of them (the nearest where none is)."""
+    joined to those within `gap` of them (the nearest where none is); objects one stretch joins are one (two
+    stretches of an object on either side of the fusing tile, `_paired`)."""
     shares = [g for g in shares if not g.is_empty and g.area > 0]
     if not shares or not outs:
         return outs
     outs = [list(o) for o in outs]
-    geoms = np.asarray([o[0] for o in outs], dtype=object)
     for g in shares:
+        geoms = np.asarray([o[0] for o in outs], dtype=object)
         d = shapely.distance(geoms, g)
-        hit = np.flatnonzero(d <= gap) if (d <= gap).any() else [int(np.argmin(d))]
-        for k in hit:
-            outs[k][0] = geoms[k] = polygonal(shapely.union(geoms[k], g))
+        hit = np.flatnonzero(d <= gap).tolist() if (d <= gap).any() else [int(np.argmin(d))]
+        k = hit[0]
+        outs[k][0] = polygonal(shapely.union_all([*geoms[hit], g]))
+        if len(hit) > 1:
+            area = shapely.area(geoms[hit])
+            outs[k][1] = min(outs[j][1] for j in hit)
+            outs[k][2] = float(np.average([outs[j][2] for j in hit], weights=area)) if area.sum() > 0 else outs[k][2]
+            outs[k][3] = max(outs[j][3] for j in hit)
+            outs = [o for j, o in enumerate(outs) if j not in hit[1:]]
     return [tuple(o) for o in outs]
 
 
-def rejoined(outs: list, label: list, groups: list, tiles: np.ndarray, close: Callable[[int, int], bool],
-             reach: float, least: float) -> list:
-    """The objects `outs` [(geometry, first, score, n_tiles)] stitched from `groups` (`label`: each one's
-    group; -1 a fusing part standing alone), with those of two groups no tile drew apart joined where they
-    meet along `least` or more (their outlines within `reach`): a group that only the fusing parts connect
-    to the rest of its object (its tile saw a stretch of it beside a tile that fused it with a neighbour)
-    is that object's, and the fusing parts' shares between them meet across it. Two groups are apart where
-    a tile drew a part of each as neighbours (`close`); pairs are joined longest meeting first, never two
-    whose objects hold groups that are apart."""
-    live = [k for k, lab in enumerate(label) if lab >= 0]
-    if len({label[k] for k in live}) < 2:
-        return outs
-    geoms = np.asarray([o[0] for o in outs], dtype=object)
-    a, b = shapely.STRtree(geoms[live]).query(geoms[live], predicate="dwithin", distance=reach)
-    pairs = [(live[i], live[j]) for i, j in zip(a.tolist(), b.tolist()) if label[live[i]] < label[live[j]]]
-    if not pairs:
-        return outs
-    apart = _drawn_apart(groups, tiles, close, {label[k] for k in live})
+def _paired(groups: list, fusers: set, links: dict, tiles: np.ndarray, close: Callable[[int, int], bool],
+            geoms: np.ndarray) -> list:
+    """`groups` (parts, without the fusing parts) with those that only the fusing parts connect and no tile drew
+    apart joined: stretches of one object on either side of a tile that fused it with its neighbour (its
+    views end at that tile's window; the fusing parts' area is divided among the joined groups after). Two
+    groups are apart where a tile drew a part of each as neighbours (`close`); pairs sharing a fusing part
+    are joined those lying most in line first (`_off_line`: a stretch of a strip lies on its other stretch's
+    axis, the neighbour's stretch a width off it), up to `OFF_LINE` widths off, never two whose joined
+    groups hold groups that are apart."""
+    n = len(groups)
+    if n < 3:
+        return groups
+    via = [{j for i in g.tolist() for j in links[i] if j in fusers} for g in groups]
+    apart = _drawn_apart(groups, tiles, close, set(range(n)))
+    shapes = np.asarray([shapely.union_all(geoms[g]) for g in groups], dtype=object)
+    axes: dict = {}
     meets = []
-    for i, j in pairs:
-        if (label[i], label[j]) in apart:
-            continue
-        f = max(shapely.intersection(shapely.boundary(x), shapely.buffer(y, reach, quad_segs=2)).length
-                for x, y in ((geoms[i], geoms[j]), (geoms[j], geoms[i])))
-        if f >= least:
-            meets.append((-f, i, j))
-    root = list(range(len(outs)))
-    held = {k: {label[k]} for k in live}
+    for x in range(n):
+        for y in range(x + 1, n):
+            if (x, y) not in apart and via[x] & via[y]:
+                off = _off_line(shapes, x, y, axes)
+                if off <= OFF_LINE:
+                    meets.append((off, x, y))
+    root, held = list(range(n)), {k: {k} for k in range(n)}
 
     def find(k: int) -> int:
         while root[k] != k:
             k = root[k]
         return k
-    for _, i, j in sorted(meets):
-        ri, rj = find(i), find(j)
-        if ri != rj and not any((min(x, y), max(x, y)) in apart for x in held[ri] for y in held[rj]):
-            root[rj] = ri
-            held[ri] |= held.pop(rj)
-    if all(find(k) == k for k in range(len(outs))):
-        return outs
-    out = []
-    for r in sorted({find(k) for k in range(len(outs))}):
-        m = [k for k in range(len(outs)) if find(k) == r]
-        if len(m) == 1:
-            out.append(outs[r])
-            continue
-        area = shapely.area(geoms[m])
-        score = float(np.average([outs[k][2] for k in m], weights=area)) if area.sum() > 0 else outs[r][2]
-        out.append((polygonal(shapely.union_all(geoms[m])), min(outs[k][1] for k in m), score,
-                    max(outs[k][3] for k in m)))
+    for _, x, y in sorted(meets):
+        rx, ry = find(x), find(y)
+        if rx != ry and not any((min(a, b), max(a, b)) in apart for a in held[rx] for b in held[ry]):
+            root[ry] = rx
+            held[rx] |= held.pop(ry)
+    if len(held) == n:
+        return groups
+    return [np.sort(np.concatenate([groups[k] for k in sorted(held[r])])) for r in sorted(held)]
+
+
+def _off_line(geoms: np.ndarray, i: int, j: int, axes: dict) -> float:
+    """How far objects `i` and `j` lie off each other's axis: the larger of the distances of each one's centre
+    from the other's axis, in that one's widths. Two stretches of one strip end to end lie on one line (0);
+    a strip's neighbour lies a width or so off it."""
+    out = 0.0
+    for a, b in ((i, j), (j, i)):
+        if a not in axes:
+            axes[a] = _axis(geoms[a])
+        c, u, width = axes[a]
+        d = np.asarray(geoms[b].centroid.coords[0]) - c
+        out = max(out, abs(d[0] * u[1] - d[1] * u[0]) / width)
     return out
+
+
+def _axis(g) -> tuple:
+    """(centre, unit direction of the longest spread of its outline's points, its area over its length along
+    that direction: a strip's width) of polygon(s) `g`."""
+    xy = shapely.get_coordinates(shapely.boundary(g))
+    c = xy.mean(axis=0)
+    u = np.linalg.svd(xy - c, full_matrices=False)[2][0]
+    along = (xy - c) @ u
+    return c, u, g.area / max(float(np.ptp(along)), 1e-300)
 
 
 def _drawn_apart(groups: list, tiles: np.ndarray, close: Callable[[int, int], bool], among: set) -> set:

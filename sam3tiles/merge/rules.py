@@ -13,7 +13,7 @@ from shapely.geometry import Polygon
 
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
-from .apart import absorb, fused_groups, fused_shares, neighbours, rejoined, side_by_side
+from .apart import absorb, fused_groups, fused_shares, neighbours, side_by_side
 from .links import _bridges, _components, _explode, _inside, _links, covered, lies_near
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
@@ -430,7 +430,8 @@ class _Resolver:
         """Rule 5 for cut parts `s` of component `m`: (objects, the parts dropped as slivers). Where a tile not
         owning the object fused parts its owner kept apart (`apart.fused_groups`), each group is stitched alone;
         the fusing part's area in its core goes to the groups it fused (`apart.divide`), or stands alone."""
-        split = fused_groups(s, self.tiles, self.owned, self.ptr, self.nbr, self._holds, self._close, self._side)
+        split = fused_groups(s, self.tiles, self.owned, self.ptr, self.nbr, self._holds, self._close, self._side,
+                             self.c.geoms)
         if split is None:
             got = self._stitch(s, np.unique(self.tiles[m]))
             return (got, s[:0]) if got is not None else ([], s)
@@ -438,7 +439,7 @@ class _Resolver:
         self._note(fusers, "fused what the owner kept apart (rule 5): divided among the groups it fused")
         cells = {f: MASK_CELL * self.frames[int(self.tiles[f])].pixel for f in fusers.tolist()}
         shares, left = fused_shares(groups, fusers, self.ptr, self.nbr, self.c.geoms, self.cores, cells)
-        outs, label, slivers, missed, orphans = [], [], [], self.missed, []
+        outs, slivers, missed, orphans = [], [], self.missed, []
         for k, g in enumerate(groups):
             alone = len(g) == 1 and g[0] in fusers
             if alone and g[0] not in left:
@@ -452,11 +453,8 @@ class _Resolver:
                 orphans += shares.get(k, [])  # a group dropped as slivers: its shares go to the objects beside
             else:
                 outs += absorb(got, shares.get(k, []), self.gap)
-                label += [-1 if alone else k] * len(got)
         if orphans:  # (with no object beside, the fusing parts are one of their own)
             outs = absorb(outs, orphans, self.gap) if outs else self._stitch(fusers, np.unique(self.tiles[m])) or []
-        elif outs:
-            outs = rejoined(outs, label, groups, self.tiles, self._close, self.gap, THICK_CELLS * self.gap / JOIN_CELLS)
         return outs, np.asarray(slivers, dtype=s.dtype)
 
     def _close(self, j: int, k: int) -> bool:
