@@ -291,7 +291,7 @@ class _Resolver:
         stitch = m[~c.complete[m]]
         self.missed = []
         if kept and len(stitch):
-            halves = self._halves(kept, stitch) + self._split_outside_core(kept, stitch)
+            halves = list(dict.fromkeys(self._halves(kept, stitch) + self._split_outside_core(kept, stitch)))
             if halves:
                 self._note(halves, "rule 4 half: stitched with the cut parts")
                 stitch = np.r_[stitch, np.asarray(halves, dtype=stitch.dtype)]
@@ -321,21 +321,22 @@ class _Resolver:
         return outs
 
     def _halves(self, kept: list, stitch: np.ndarray) -> list:
-        """Kept complete parts their tile does not own that are linked to a cut part of another tile whose
-        own-core area they do not cover, in a component its owner saw cut: another tile saw one object
-        reaching past them (their tile split what others saw as one, or saw part of it), and the owner
-        decides by stitching (rule 4): they are stitched with it, each inside its own core. The cut part
-        need not be the owner's (an object across many tiles: the half's neighbour is not its owner)."""
+        """Kept complete parts their tile does not own linked to a cut part of another tile whose own-core area
+        they do not cover, in a component its owner saw cut (their tile split what others saw as one, or saw
+        part of it: the owner decides by stitching, rule 4), or whose tile has a cut part in the component
+        (it split the object: a piece of it; owned too, but for one mostly inside its own core: a split
+        there stands). They are stitched with it, each inside its own core (the cut part need not be the
+        owner's: across many tiles, the half's neighbour is not its owner)."""
         if not self.owned[stitch].any():
             return []
-        cut = set(stitch.tolist())
-        out = []
+        cut, out = set(stitch.tolist()), []
         for i in kept:
-            if self.owned[i]:
-                continue
-            nb = [j for j in self.nbr[self.ptr[i]:self.ptr[i + 1]].tolist()
-                  if j in cut and self.tiles[j] != self.tiles[i]]
-            if not nb:
+            ti = self.tiles[i]
+            nb = [j for j in self.nbr[self.ptr[i]:self.ptr[i + 1]].tolist() if j in cut and self.tiles[j] != ti]
+            if nb and (self.tiles[stitch] == ti).any() and (  # (its tile split the object)
+                    not self.owned[i] or self.owned_area[i] < 0.5 * shapely.area(self.c.geoms[i])):
+                out.append(i)
+            if not nb or self.owned[i] or i in out:
                 continue
             nb = np.asarray(nb)
             clip = shapely.intersection(self.c.geoms[nb], self.exact[nb])
