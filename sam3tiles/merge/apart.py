@@ -130,10 +130,18 @@ def side_by_side(a, b, cell: float) -> bool:
 
 def facing(a, b, cell: float) -> float:
     """How long views `a` and `b` face each other: the longer of the stretches of either outline within
-    `FACING_CELLS` mask cells of the other, less that reach at each end (the corners)."""
-    near = FACING_CELLS * cell
-    return max(shapely.intersection(shapely.boundary(x), shapely.buffer(y, near, quad_segs=2)).length
-               for x, y in ((a, b), (b, a))) - 2 * near
+    `FACING_CELLS` mask cells of the other (its segments, cut a cell long, both of whose ends are), less that
+    reach at each end (the corners). (The points' distances to the other, prepared: a buffer of a long view's
+    noisy outline cost 15 ms.)"""
+    near, best = FACING_CELLS * cell, 0.0
+    for x, y in ((a, b), (b, a)):
+        rings = shapely.get_parts(shapely.boundary(x))
+        xy, at = shapely.get_coordinates(shapely.segmentize(rings, cell), return_index=True)
+        shapely.prepare(y)
+        ok = shapely.dwithin(shapely.points(xy), y, near)
+        both = ok[1:] & ok[:-1] & (at[1:] == at[:-1])
+        best = max(best, float(np.hypot(*np.diff(xy, axis=0)[both].T).sum()))
+    return best - 2 * near
 
 
 def divide(region, views: list, cell: float) -> list:
