@@ -217,10 +217,11 @@ def fused_shares(groups: list, fusers: np.ndarray, ptr, nbr, geoms, cores, cells
     return shares, left
 
 
-def absorb(outs: list, shares: list, gap: float) -> list:
+def absorb(outs: list, shares: list, gap: float, one: bool = False) -> list:
     """Stitched objects `outs` [(geometry, first, score, n_tiles)] with the stretches `shares` of fusing parts
-    joined to those within `gap` of them (the nearest where none is); objects one stretch joins are one (two
-    stretches of an object on either side of the fusing tile, `_paired`)."""
+    joined to those within `gap` of them (the nearest where none is). `one`: `outs` are one group's, and
+    objects one stretch joins are one (two stretches of an object on either side of the fusing tile,
+    `_paired`); else each takes it (objects of several groups beside a dropped group's share)."""
     shares = [g for g in shares if not g.is_empty and g.area > 0]
     if not shares or not outs:
         return outs
@@ -229,6 +230,10 @@ def absorb(outs: list, shares: list, gap: float) -> list:
         geoms = np.asarray([o[0] for o in outs], dtype=object)
         d = shapely.distance(geoms, g)
         hit = np.flatnonzero(d <= gap).tolist() if (d <= gap).any() else [int(np.argmin(d))]
+        if not one:
+            for k in hit:
+                outs[k][0] = polygonal(shapely.union(geoms[k], g))
+            continue
         k = hit[0]
         outs[k][0] = polygonal(shapely.union_all([*geoms[hit], g]))
         if len(hit) > 1:

@@ -453,7 +453,7 @@ class _Resolver:
                 slivers += g.tolist()
                 orphans += shares.get(k, [])  # a group dropped as slivers: its shares go to the objects beside
             else:
-                outs += absorb(got, shares.get(k, []), self.gap)
+                outs += absorb(got, shares.get(k, []), self.gap, one=True)
         if orphans:  # (with no object beside, the fusing parts are one of their own)
             outs = absorb(outs, orphans, self.gap) if outs else self._stitch(fusers, np.unique(self.tiles[m])) or []
         return outs, np.asarray(slivers, dtype=s.dtype)
