@@ -26,6 +26,31 @@ def _merged(owner, fused, right=(A, B)):
 def _best_iou(geoms, t):
     return max(g.intersection(t).area / g.union(t).area for g in geoms)
 
+def _split_in_the_band(obj, at: float, gap: float):
+    """`merge_pieces` of 5 x 2 tiles (the band between the rows: y 752-1008) that each drew `obj` whole in their
+    window, but the lower tile of the middle column, which split it across at x `at`, `gap` px apart."""
+    grid = TileGrid(4016, 1760, transform=Affine(1, 0, 0, 0, 1, 0))
+    placed = []
+    for t in grid:
+        x0, y0 = t.col * 752, t.row * 752
+        view = obj.intersection(box(x0, y0, x0 + 1008, y0 + 1008))
+        halves = ((0, at), (at + gap, 4016)) if (t.row, t.col) == (1, 2) else ((0, 4016),)
+        placed += [((t.row, t.col), view.intersection(box(a, 0, b, 1760)), False) for a, b in halves]
+    frames, pieces = frames_and_pieces(grid, placed, complete_edge_dist=50.0)
+    return merge_pieces(pieces, frames)
+
+
+def _fused_by_tile_1(strips, cols):
+    """`merge_pieces` of `ROW`: tile 1 drew one region over `strips` (their hull in its window), tiles `cols`
+    each of them apart."""
+    windows = [box(x, 0, x + 1008, 1008) for x in (0, 752, 1504, 2256)]
+    placed = [((0, 1), shapely.union_all(strips).convex_hull.intersection(windows[1]), False)]
+    for col in cols:
+        placed += [((0, col), s.intersection(windows[col]), False) for s in strips]
+    frames, pieces = frames_and_pieces(ROW, placed, complete_edge_dist=50.0)
+    return merge_pieces(pieces, frames)
+
+
 
 def test_strips_a_neighbour_fused_stay_two_where_the_owner_drew_them_touching():
     # the owner's two masks touch where each moved out by a cell (a real SAM 3's boundary wobbles), a tile
@@ -103,19 +128,8 @@ def test_a_river_one_tile_split_across_with_a_gap_stays_one_object():
     # hold a part its tile owns, but two halves end to end face each other across the object's width only:
     # no neighbours a tile fused. It was cut in two (long scene, held-out seed 204, every behaviour at once:
     # a river 0.39 IoU against its owners' own view's 0.49)
-    grid = TileGrid(4016, 1760, transform=Affine(1, 0, 0, 0, 1, 0))  # 5 x 2 tiles, band y 752-1008
     river = box(100, 850, 3900, 890)
-    placed = []
-    for t in grid:
-        x0, y0 = t.col * 752, t.row * 752
-        view = river.intersection(box(x0, y0, x0 + 1008, y0 + 1008))
-        if t.row == 1 and t.col == 2:
-            placed += [((t.row, t.col), view.intersection(box(0, 0, 2000, 1760)), False),
-                       ((t.row, t.col), view.intersection(box(2008, 0, 4016, 1760)), False)]
-        else:
-            placed.append(((t.row, t.col), view, False))
-    frames, pieces = frames_and_pieces(grid, placed, complete_edge_dist=50.0)
-    merged, stats = merge_pieces(pieces, frames)
+    merged, _ = _split_in_the_band(river, 2000, 8)
     assert len(merged.geometry) == 1
     assert merged.geometry[0].symmetric_difference(river).area < 0.02 * river.area
 
@@ -123,16 +137,11 @@ def test_a_river_one_tile_split_across_with_a_gap_stays_one_object():
 def test_a_strip_whose_views_only_the_fusing_region_connects_is_one_object():
     # tile 1 drew both strips as one region; tile 0 drew them apart, and so did tiles 2 and 3, which own
     # them. Tile 0's views link to nothing but that region: stitched apart from the owners' groups, each
-    # strip came out in two pieces (the region's shares meet across it). Groups no tile drew apart that
-    # meet along a stretch are one object (long scene, held-out seed 203, every behaviour at once: a strip
-    # 0.640 IoU against its owners' own view's 0.813)
+    # strip came out in two pieces. Groups no tile drew apart that only the fusing region connects are an
+    # object's stretches, paired before it is divided (long scene, held-out seed 203, every behaviour at
+    # once: a strip 0.640 IoU against its owners' own view's 0.813)
     a, b = box(300, 300, 3000, 340), box(300, 348, 3000, 388)
-    windows = [box(x, 0, x + 1008, 1008) for x in (0, 752, 1504, 2256)]
-    placed = [((0, 1), box(752, 300, 1760, 388), False)]  # tile 1: one region over both
-    for col in (0, 2, 3):
-        placed += [((0, col), s.intersection(windows[col]), False) for s in (a, b)]
-    frames, pieces = frames_and_pieces(ROW, placed, complete_edge_dist=50.0)
-    merged, stats = merge_pieces(pieces, frames)
+    merged, _ = _fused_by_tile_1([a, b], (0, 2, 3))
     geoms = list(merged.geometry)
     assert len(geoms) == 2
     assert _best_iou(geoms, a) > 0.9 and _best_iou(geoms, b) > 0.9
@@ -144,19 +153,8 @@ def test_a_wide_strip_one_tile_split_across_with_a_gap_stays_one_object():
     # them apart, and it owns neither both. Long objects' middle parts each own it, so both groups hold an
     # owned part; one tile's split is not two objects (long scene, held-out seed 207, behaviour `all`: a
     # strip 0.558 IoU against its owners' own view's 0.984)
-    grid = TileGrid(4016, 1760, transform=Affine(1, 0, 0, 0, 1, 0))
     strip = box(100, 780, 3900, 960)
-    placed = []
-    for t in grid:
-        x0, y0 = t.col * 752, t.row * 752
-        view = strip.intersection(box(x0, y0, x0 + 1008, y0 + 1008))
-        if t.row == 1 and t.col == 2:
-            placed += [((t.row, t.col), view.intersection(box(0, 0, 1900, 1760)), False),
-                       ((t.row, t.col), view.intersection(box(1904, 0, 4016, 1760)), False)]
-        else:
-            placed.append(((t.row, t.col), view, False))
-    frames, pieces = frames_and_pieces(grid, placed, complete_edge_dist=50.0)
-    merged, _ = merge_pieces(pieces, frames)
+    merged, _ = _split_in_the_band(strip, 1900, 4)
     assert len(merged.geometry) == 1
     assert merged.geometry[0].symmetric_difference(strip).area < 0.02 * strip.area
 
@@ -180,12 +178,7 @@ def test_strips_their_owner_fused_stay_two_where_the_tiles_along_them_drew_them_
     # divided between them in its core (long scene, held-out seed 206, every behaviour at once: two strips
     # fused, 0.598 IoU against the owners' own view's 0.800)
     a, b = box(300, 300, 2200, 340), box(300, 348, 2200, 388)  # (only tile 1's views own them)
-    windows = [box(x, 0, x + 1008, 1008) for x in (0, 752, 1504)]
-    placed = [((0, 1), box(752, 300, 1760, 388), False)]
-    for col in (0, 2):
-        placed += [((0, col), s.intersection(windows[col]), False) for s in (a, b)]
-    frames, pieces = frames_and_pieces(ROW, placed, complete_edge_dist=50.0)
-    merged, _ = merge_pieces(pieces, frames)
+    merged, _ = _fused_by_tile_1([a, b], (0, 2))
     geoms = list(merged.geometry)
     assert len(geoms) == 2
     assert _best_iou(geoms, a) > 0.9 and _best_iou(geoms, b) > 0.9
@@ -201,12 +194,7 @@ def test_diagonal_strips_their_owner_fused_come_out_two_whole_strips():
     def strip(y0):
         return shapely.Polygon([(300, y0), (2200, y0 + 513), (2200, y0 + 573), (300, y0 + 60)])
     a, b = strip(200), strip(268)
-    windows = [box(x, 0, x + 1008, 1008) for x in (0, 752, 1504)]
-    placed = [((0, 1), shapely.union_all([a, b]).convex_hull.intersection(windows[1]), False)]
-    for col in (0, 2):
-        placed += [((0, col), s.intersection(windows[col]), False) for s in (a, b)]
-    frames, pieces = frames_and_pieces(ROW, placed, complete_edge_dist=50.0)
-    merged, _ = merge_pieces(pieces, frames)
+    merged, _ = _fused_by_tile_1([a, b], (0, 2))
     geoms = list(merged.geometry)
     assert len(geoms) == 2
     assert _best_iou(geoms, a) > 0.8 and _best_iou(geoms, b) > 0.8

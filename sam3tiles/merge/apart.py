@@ -92,11 +92,19 @@ def _held(i: int, js: list, holds, close, side) -> list:
     near = [(j, k) for a, j in enumerate(js) for k in js[a + 1:] if close(j, k)]
     if not near:
         return []
-    how = {j: holds(i, j) for j in js if any(j in pair for pair in near)}
+    how: dict = {}
+
+    def held(j: int) -> int:  # (asked once a part, those in close pairs first)
+        if j not in how:
+            how[j] = holds(i, j)
+        return how[j]
+    for j in js:
+        if any(j in pair for pair in near):
+            held(j)
     if any(how[j] == 2 and how[k] == 2 for j, k in near):
-        return [j for j in js if (how[j] if j in how else holds(i, j)) == 2]
+        return [j for j in js if held(j) == 2]
     beside = {x for j, k in near if how[j] and how[k] and 1 in (how[j], how[k]) and side(j, k) for x in (j, k)}
-    return [j for j in js if j in beside or (how[j] if j in how else holds(i, j)) == 2] if beside else []
+    return [j for j in js if j in beside or held(j) == 2] if beside else []
 
 
 def neighbours(a, b, pixel: float) -> bool:
@@ -310,12 +318,18 @@ def _axis(g) -> tuple:
 
 def _drawn_apart(groups: list, tiles: np.ndarray, close: Callable[[int, int], bool], among: set) -> set:
     """The pairs of `groups` (by index, among `among`) that a tile drew a part of each of as neighbours."""
-    out = set()
     ids = sorted(among)
-    for x, gx in enumerate(ids):
-        for gy in ids[x + 1:]:
-            if any(tiles[j] == tiles[k] and close(j, k) for j in groups[gx].tolist() for k in groups[gy].tolist()):
-                out.add((gx, gy))
+    return {(gx, gy) for x, gx in enumerate(ids) for gy in ids[x + 1:]
+            if _neighbour_pairs(groups[gx].tolist(), groups[gy].tolist(), tiles, close)}
+
+
+def _neighbour_pairs(xs: list, ys: list, tiles: np.ndarray, close: Callable[[int, int], bool]) -> dict:
+    """Per tile, the pairs (j of `xs`, k of `ys`) of its parts that it drew as neighbours (`close`)."""
+    out: dict = {}
+    for j in xs:
+        for k in ys:
+            if tiles[j] == tiles[k] and close(j, k):
+                out.setdefault(int(tiles[j]), []).append((j, k))
     return out
 
 
@@ -339,19 +353,9 @@ class _Apart:
 
     def _drawn(self, label: dict, cut: set, x: int, y: int) -> bool:
         """Whether groups `x` and `y` (labels) are drawn apart."""
-        by_tile: dict = {}
-        for i in self.s.tolist():
-            if i not in cut and label[i] in (x, y):
-                by_tile.setdefault(int(self.tiles[i]), []).append(i)
-        count = 0
-        for parts in by_tile.values():
-            pairs = [(j, k) for j in parts for k in parts if label[j] == x and label[k] == y and self.close(j, k)]
-            if any(self.owned[j] and self.owned[k] for j, k in pairs):
-                return True
-            count += bool(pairs)
-            if count >= 2:
-                return True
-        return False
+        xs, ys = ([i for i in self.s.tolist() if i not in cut and label[i] == lab] for lab in (x, y))
+        pairs = _neighbour_pairs(xs, ys, self.tiles, self.close)
+        return len(pairs) >= 2 or any(self.owned[j] and self.owned[k] for ps in pairs.values() for j, k in ps)
 
 
 def _labels(s: np.ndarray, links: dict, cut: set) -> dict:
