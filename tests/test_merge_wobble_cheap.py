@@ -69,6 +69,23 @@ def test_crossing_refuses_the_degenerate_rings():
     assert _make_valid_says_one_plain_polygon(shapely.Polygon(_degenerate(rng)[-1]))  # (one a shortcut gets wrong)
 
 
+
+def test_a_fold_of_no_width_is_dropped_and_the_smoothing_kept():
+    """A smoothed ring whose only flaw is a spike out and back along itself (a pixel step folded over its
+    neighbour: no area) is the polygon without the spike; a ring folded into two areas (a bow tie, a loop
+    turned inside out) still keeps the owners' outline (None). (GEOS's `linework` repair keeps the spike as a
+    line beside the polygon, which refused the smoothing, at ~10 x the CPU of the `structure` repair.)"""
+    rng = np.random.default_rng(5)
+    spike, eight, inner, twice = _degenerate(rng)
+    square = shapely.Polygon(spike[[0, 1, 5, 6]])
+    for ring, want in ((spike, square), (twice, square)):
+        got = smooth._part(square, [ring.copy()], 1.0)
+        assert isinstance(got, shapely.Polygon) and got.is_valid and got.equals(want)
+    assert smooth._part(square, [eight.copy()], 1.0) is None  # (two triangles)
+    twisted = np.asarray([[0, 0], [10, 0], [10, 10], [6, 10], [4, 12], [6, 12], [4, 10], [0, 10], [0, 0]], float)
+    assert smooth._part(square, [twisted + spike[0]], 1.0) is None  # (a loop inside out: two parts)
+    assert smooth._part(square, [inner.copy()], 1.0) is None  # (a loop touching the ring opens a hole)
+
 def _drawn(rng, wobble=2.0, pixel=0.29):
     """A mask's outline as a noisy model draws it (a cell is 1.0): a random blob, its outline moved in and out
     by a smooth noise (~`wobble` cells, over ~12 cells along it), rasterised at `pixel` and traced (a pixel
