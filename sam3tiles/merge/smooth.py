@@ -510,8 +510,8 @@ def _windows(p: np.ndarray, reach: int, first: int, long_reach: int | None = Non
     while size <= last and alive.any():
         bx = x[last:last + n + size] - x[last - size:last + n]
         by = y[last:last + n + size] - y[last - size:last + n]
-        lb = np.hypot(bx, by)
-        cos = (bx[:n] * bx[size:] + by[:n] * by[size:]) / np.maximum(lb[:n] * lb[size:], 1e-300)
+        sq = bx * bx + by * by  # (squared lengths: one square root a pair, not a hypot a chord)
+        cos = (bx[:n] * bx[size:] + by[:n] * by[size:]) / np.sqrt(np.maximum(sq[:n] * sq[size:], 1e-300))
         if size <= reach:
             alive &= cos >= np.cos(TURN)
         else:
@@ -536,9 +536,10 @@ def _runs_over(flag: np.ndarray, k: int) -> np.ndarray:
     long = stop - first > k
     if long.all():
         return flag
-    mark = np.zeros(n + 1, dtype=np.int8)  # +1 where a long run starts, -1 past its end (runs apart)
-    mark[first[long]], mark[stop[long]] = 1, -1
-    out = np.cumsum(mark[:n], dtype=np.int8) > 0
+    cut = np.empty(2 * int(long.sum()) + 2, dtype=np.int64)  # (0, the long runs' starts and ends, n)
+    cut[0], cut[-1] = 0, n
+    cut[1:-1:2], cut[2:-1:2] = first[long], stop[long]
+    out = np.repeat(np.resize(np.asarray([False, True]), len(cut) - 1), np.diff(cut))
     return np.concatenate([out[n - start:], out[:n - start]])
 
 
