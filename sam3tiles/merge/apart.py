@@ -352,8 +352,17 @@ class _Apart:
         return any(self._drawn(label, cut, x, y) for labs in split for n, x in enumerate(labs) for y in labs[n + 1:])
 
     def _drawn(self, label: dict, cut: set, x: int, y: int) -> bool:
-        """Whether groups `x` and `y` (labels) are drawn apart."""
+        """Whether groups `x` and `y` (labels) are drawn apart. A part left out (`cut`) that links to one of
+        them only stands for it: a tile that drew it beside a part of the other drew the two apart, though
+        that part fused the one with a third object."""
         xs, ys = ([i for i in self.s.tolist() if i not in cut and label[i] == lab] for lab in (x, y))
+        sx, sy = set(xs), set(ys)
+        for c in sorted(cut):
+            on = set(self.links[c])
+            if on & sx and not on & sy:
+                xs.append(c)
+            elif on & sy and not on & sx:
+                ys.append(c)
         pairs = _neighbour_pairs(xs, ys, self.tiles, self.close)
         return len(pairs) >= 2 or any(self.owned[j] and self.owned[k] for ps in pairs.values() for j, k in ps)
 

@@ -1,0 +1,84 @@
+"""Rule 5's guard (`merge.apart.fused_groups`) on the graph of one component: parts, their tiles, links, which
+parts hold which (`holds`), which a tile drew as neighbours (`close`, `side`), each part's outline simplified
+to 4 map units. Recorded from a long scene under every behaviour at once (held-out seed 226, the project's own
+generator): three strips side by side (2, 3, 4 from one side), three tiles fused two of them each."""
+
+from __future__ import annotations
+
+import numpy as np
+import shapely
+
+from sam3tiles.merge.apart import fused_groups
+
+TILES = {69: 21, 70: 21, 74: 22, 76: 22, 80: 23, 82: 23, 83: 23, 84: 23, 88: 24, 90: 24, 99: 25, 105: 28, 106: 28,
+         107: 28, 109: 30, 110: 30, 111: 31, 112: 31, 113: 31, 117: 32}
+OWNED = {74, 80, 82}
+LINKS = {69: [74], 70: [74, 76, 105, 106, 107], 74: [69, 70, 80, 82, 105, 109, 110], 76: [70, 83, 84, 106, 109],
+         80: [74, 88, 110, 112], 82: [74, 90, 109, 111], 83: [76, 109], 84: [76, 109], 88: [80, 99, 110, 112, 117],
+         90: [82, 109, 111], 99: [88, 112, 117], 105: [70, 74], 106: [70, 76], 107: [70],
+         109: [74, 76, 82, 83, 84, 90, 111, 113], 110: [74, 80, 88, 112], 111: [82, 90, 109],
+         112: [80, 88, 99, 110, 117], 113: [109], 117: [88, 99, 112]}
+HOLDS = {(70, 76): 2, (70, 105): 2, (70, 106): 2, (70, 107): 1, (74, 69): 2, (74, 80): 2, (74, 82): 2,
+         (74, 105): 2, (74, 109): 2, (74, 110): 2, (76, 83): 2, (76, 84): 2, (76, 106): 2, (80, 88): 2, (80, 110): 2,
+         (80, 112): 2, (82, 90): 2, (82, 109): 2, (82, 111): 2, (88, 80): 2, (88, 99): 2, (88, 110): 2,
+         (88, 112): 2, (88, 117): 2, (90, 82): 2, (90, 109): 2, (90, 111): 2, (99, 88): 1, (99, 112): 2,
+         (99, 117): 2, (105, 74): 2, (106, 76): 2, (109, 76): 2, (109, 82): 2, (109, 83): 2, (109, 84): 2,
+         (109, 90): 2, (109, 111): 2, (109, 113): 2, (110, 80): 2, (110, 88): 2, (110, 112): 2, (111, 82): 2,
+         (111, 90): 2, (112, 80): 2, (112, 88): 2, (112, 99): 2, (112, 110): 2, (112, 117): 2, (117, 99): 2}
+CLOSE = {(69, 70), (74, 76), (80, 82), (82, 84), (83, 84), (88, 90), (105, 106), (106, 107), (109, 110),
+         (111, 112), (111, 113)}
+SIDE = CLOSE - {(83, 84), (106, 107)}
+OUTLINES = {
+    69: [[18, 245], [11, 177], [285, 151], [285, 216], [278, 219]],
+    70: [[112, 160], [12, 174], [10, 164], [8, 118], [255, 89], [7, 113], [2, 79], [133, 67], [286, 67], [286, 83],
+         [264, 88], [286, 90], [286, 145]],
+    74: [[212, 224], [213, 96], [344, 84], [370, 77], [512, 67], [512, 121], [501, 123], [512, 126], [512, 191]],
+    76: [[214, 94], [212, 67], [457, 68], [337, 83], [278, 84], [269, 90]],
+    80: [[438, 203], [440, 132], [737, 99], [736, 170]],
+    82: [[441, 129], [439, 72], [632, 68], [629, 109]],
+    83: [[449, 68], [451, 68], [451, 69], [449, 69]],
+    84: [[457, 69], [460, 69], [460, 70], [457, 70]],
+    88: [[667, 176], [664, 107], [887, 86], [894, 151]],
+    90: [[664, 107], [664, 68], [886, 68], [887, 73], [887, 83], [860, 88]],
+    99: [[897, 150], [889, 152], [889, 84]],
+    105: [[7, 142], [5, 119], [15, 116], [286, 87], [286, 142]],
+    106: [[5, 119], [0, 81], [208, 59], [208, 95]],
+    107: [[144, 90], [140, 86], [145, 86]],
+    109: [[439, 133], [438, 73], [456, 70], [438, 69], [439, 36], [736, 3], [736, 100]],
+    110: [[439, 141], [438, 134], [452, 129], [736, 101], [736, 141]],
+    111: [[663, 106], [663, 48], [883, 26], [887, 84]],
+    112: [[664, 141], [664, 109], [668, 107], [889, 85], [892, 141]],
+    113: [[664, 45], [666, 10], [754, 0], [771, 3], [772, 34]],
+    117: [[890, 141], [890, 104], [890, 101], [896, 140]],
+}
+#: Which strip each part shows (the truth's share over half of it): 70, 109 fused 3 and 4, 74 fused 2 and 3.
+STRIP = {69: 2, 80: 2, 88: 2, 99: 2, 110: 2, 112: 2, 117: 2, 82: 3, 90: 3, 105: 3, 111: 3,
+         76: 4, 83: 4, 84: 4, 106: 4, 107: 4, 113: 4}
+
+
+def _component():
+    ids = sorted(TILES)
+    at = {p: k for k, p in enumerate(ids)}
+    nbr = [[at[j] for j in LINKS[p]] for p in ids]
+    ptr = np.concatenate([[0], np.cumsum([len(x) for x in nbr])])
+    geoms = np.asarray([shapely.Polygon(OUTLINES[p]) for p in ids], dtype=object)
+    pair = lambda table: (lambda j, k: (min(ids[j], ids[k]), max(ids[j], ids[k])) in table)  # noqa: E731
+    got = fused_groups(np.arange(len(ids)), np.asarray([TILES[p] for p in ids]),
+                       np.asarray([p in OWNED for p in ids]), ptr, np.asarray([j for x in nbr for j in x]),
+                       lambda i, j: HOLDS.get((ids[i], ids[j]), 0), pair(CLOSE), pair(SIDE), geoms)
+    assert got is not None
+    groups, fusers = got
+    return [[ids[k] for k in g.tolist()] for g in groups], {ids[k] for k in fusers.tolist()}
+
+
+def test_a_region_fusing_two_strips_one_tile_drew_apart_is_found_where_another_tile_drew_them_apart_too():
+    # tile 28 drew strips 3 and 4 apart (105, 106) and owns neither; tile 21's region 70 holds both. Tile 22
+    # drew 74 (strips 2 and 3 fused: it holds 105, not 106) beside 76 (strip 4: it holds 106): a second tile
+    # that drew strip 3 apart from strip 4, though through a region that fused strip 3 with another. Region 70
+    # was taken for one strip's, and strips 3 and 4 came out as two objects each cut across both
+    groups, fusers = _component()
+    assert fusers == {70, 74, 109}
+    for g in groups:
+        if not set(g) & fusers:
+            assert len({STRIP[p] for p in g}) == 1, g  # (each group one strip's)
+    assert {frozenset(g) for g in groups if not set(g) & fusers} >= {frozenset({105, 82, 90, 111})}
