@@ -60,7 +60,12 @@ def _plain_pair_signed(a, b, polys, lines, frames):
         outside = ~shapely.contains_xy(poly, pts[:, 0], pts[:, 1])
         out.append(sign * np.where(outside, 1.0, -1.0) * shapely.distance(shapely.points(pts), other))
         normals.append(consensus._outward(xy, own, cell, pick))
-    return np.concatenate(out), np.concatenate(normals)
+    # a point whose views lie DECIDED_CELLS apart or more is left out; over half of a side's points so: no pair
+    near = [np.abs(d) < smooth.DECIDED_CELLS * cell for d in out]
+    if any(2 * k.sum() < len(k) for k in near) or near[0].sum() + near[1].sum() < smooth.MIN_POINTS:
+        return None
+    return (np.concatenate([d[k] for d, k in zip(out, near)]),
+            np.concatenate([m[k] for m, k in zip(normals, near)]))
 
 
 def _no_points(line):

@@ -90,8 +90,8 @@ def _pair_fit(d: np.ndarray, n: np.ndarray) -> np.ndarray:
 def _normals(sides) -> np.ndarray:
     """The outward normals at the points `smooth._pair_signed` measured, both sides (only `shift_views` needs them:
     taken when it runs)."""
-    sides, cell = sides
-    return np.concatenate([_outward(xy, own, cell, pick) for xy, own, pick in sides])
+    sides, cell, kept = sides
+    return np.concatenate([_outward(xy, own, cell, pick) for xy, own, pick in sides])[kept]
 
 
 def _outward(xy: np.ndarray, poly, cell: float, pick=slice(None)) -> np.ndarray:

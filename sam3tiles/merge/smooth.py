@@ -68,6 +68,14 @@ SHARP = 2.0
 MIN_CELLS = 17.0
 #: The largest turn (radians) between the chords from a point to its window's two ends.
 TURN = 0.6
+#: Two views' boundaries this many mask cells apart or more at a point differ by a decision there (a stretch
+#: one tile drew and the other did not: a speck of the object, an end, a bank), not by a noise nor a steady
+#: offset (a grown view and a shrunk one with their noise lie within it): the point is left out of the pair's
+#: distances (`view_offsets`). A pair where over half of one view's points are so far from the other's (one
+#: tile drew a speck, or a stretch, of what the other drew across the band) is no measure of the two views.
+DECIDED_CELLS = 3 * CAP_CELLS
+#: The fewest points a pair of views is measured at (`DECIDED_CELLS`).
+MIN_POINTS = 3
 #: Points a side of a band that `disagreement` measures at most.
 SAMPLES = 24
 #: The outline's points along its length, in mask cells.
@@ -79,9 +87,10 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
     """(`geom` (the owners' stitch of an object) smoothed along its outline where the tiles' `views` (tile ->
     that tile's parts of the object, one geometry) disagree in the bands their windows share, the area the
     smoothing moved inward); moved to the views' consensus (`shift_views`) where they differ by a steady
-    offset (`view_offsets`), or where one pair does and the rest agree (`odd_view`); (`geom` itself, 0) where
-    they agree or no two tiles saw it. `bands`: the bands of tile pairs found so far (`_band`), kept by a
-    caller whose `frames` stay the same."""
+    offset (`view_offsets`), or where one pair does and the rest agree (`odd_view`), smoothed where that move
+    is none or would change the object's shape and their noise is over `AGREE_CELLS`; (`geom` itself, 0)
+    where they agree or no two tiles saw it. `bands`: the bands of tile pairs found so far (`_band`), kept by
+    a caller whose `frames` stay the same."""
     tiles = [t for t, v in views.items() if not v.is_empty]
     if len(tiles) < 2:
         return geom, 0.0
@@ -98,9 +107,13 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
     area = polygonal(geom, valid=True)  # (the owners' stitch: a union)
     if odd or offset > OFFSET_RATIO * spread:
         out = shift_views(area, pairs, tiles, frames, cell)
-        inward = shapely.difference(area, out).area if out is not area else 0.0
-    else:
-        out, inward = smooth_outline(area, cell, band_mean(views, frames, tiles, cell, CAP_CELLS * cell))
+        if out is not area and same_shape(area, out, JOIN_CELLS * cell):
+            return out, shapely.difference(area, out).area
+        if odd or spread < AGREE_CELLS * cell:
+            return geom, 0.0
+        # (no tile's own growth or shift explains the pairs' offsets, or moving each would change the object's
+        # shape: the views differ as a noise does after all, where their noise is over the bar of agreement)
+    out, inward = smooth_outline(area, cell, band_mean(views, frames, tiles, cell, CAP_CELLS * cell))
     return (out, inward) if out is not area and same_shape(area, out, JOIN_CELLS * cell) else (geom, 0.0)
 
 
@@ -220,8 +233,9 @@ def _band(fa: TileFrame, fb: TileFrame) -> tuple:
 
 def _pair_signed(found: list, polys: dict, agree: float | None = None) -> list:
     """For each pair (a, b, a's boundary in their band, b's, both simplified, a mask cell) in `found`: (a, b, the
-    signed distances between the two views there (`view_offsets`), per side the points to take the outward
-    normals at (`consensus._normals`)); [] where the views agree within `agree` (`_distances`). Each shapely step runs
+    signed distances between the two views there (`view_offsets`; those of `DECIDED_CELLS` or more left out),
+    (per side the points to take the outward normals at, the cell, which of the points' distances are kept):
+    `consensus._normals`); [] where the views agree within `agree` (`_distances`). Each shapely step runs
     once over every side of every pair."""
     n = len(found)
     cell = np.asarray([f[4] for f in found] * 2)
@@ -252,7 +266,10 @@ def _pair_signed(found: list, polys: dict, agree: float | None = None) -> list:
     out = []
     for r, (a, b, *_rest, c) in enumerate(found):
         sides = [(xy[ends[k]:ends[k + 1]], polys[own[k]], picks[k]) for k in (r, r + n)]
-        out.append((a, b, np.concatenate([per[r], per[r + n]]), (sides, c)))
+        near = [np.abs(per[k]) < DECIDED_CELLS * c for k in (r, r + n)]
+        if all(2 * x.sum() >= len(x) for x in near) and near[0].sum() + near[1].sum() >= MIN_POINTS:
+            kept = np.concatenate(near)
+            out.append((a, b, np.concatenate([per[r], per[r + n]])[kept], (sides, c, kept)))
     return out
 
 
