@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import shapely
 from affine import Affine
 from shapely.geometry import box
@@ -121,17 +122,24 @@ def test_one_object_split_across_in_a_band_is_still_stitched_as_one():
     assert merged.geometry[0].symmetric_difference(whole).area < 0.02 * whole.area
 
 
-def test_a_river_one_tile_split_across_with_a_gap_stays_one_object():
-    # a long object along the band between two rows of tiles; the lower tile of the middle column split it
-    # across, its two halves 8 px (two mask cells) apart, each reaching its window's edge; the tile above
-    # drew it whole, and every other tile whole. Without that whole view the halves lie in groups that each
-    # hold a part its tile owns, but two halves end to end face each other across the object's width only:
-    # no neighbours a tile fused. It was cut in two (long scene, held-out seed 204, every behaviour at once:
-    # a river 0.39 IoU against its owners' own view's 0.49)
-    river = box(100, 850, 3900, 890)
-    merged, _ = _split_in_the_band(river, 2000, 8)
+# A long object along the band between two rows of tiles; the lower tile of the middle column split it
+# across with a gap, each half reaching its window's edge; the tile above drew it whole, and every other tile
+# whole.
+# - a river, its halves 8 px (two mask cells) apart: without that whole view the halves lie in groups that
+#   each hold a part its tile owns, but two halves end to end face each other across the object's width
+#   only: no neighbours a tile fused. It was cut in two (long scene, held-out seed 204, every behaviour at
+#   once: a river 0.39 IoU against its owners' own view's 0.49)
+# - a wide field strip, its halves compact (each two to three times as long as it is wide), which a gap
+#   leaves looking like two neighbouring parcels: only that one tile drew them apart, and it owns neither
+#   both. Long objects' middle parts each own it, so both groups hold an owned part; one tile's split is not
+#   two objects (long scene, held-out seed 207, behaviour `all`: a strip 0.558 IoU against its owners' own
+#   view's 0.984)
+@pytest.mark.parametrize("obj, at, gap", [(box(100, 850, 3900, 890), 2000, 8), (box(100, 780, 3900, 960), 1900, 4)],
+                         ids=["river", "wide strip"])
+def test_an_object_one_tile_split_across_with_a_gap_stays_one_object(obj, at, gap):
+    merged, _ = _split_in_the_band(obj, at, gap)
     assert len(merged.geometry) == 1
-    assert merged.geometry[0].symmetric_difference(river).area < 0.02 * river.area
+    assert merged.geometry[0].symmetric_difference(obj).area < 0.02 * obj.area
 
 
 def test_a_strip_whose_views_only_the_fusing_region_connects_is_one_object():
@@ -145,18 +153,6 @@ def test_a_strip_whose_views_only_the_fusing_region_connects_is_one_object():
     geoms = list(merged.geometry)
     assert len(geoms) == 2
     assert _best_iou(geoms, a) > 0.9 and _best_iou(geoms, b) > 0.9
-
-
-def test_a_wide_strip_one_tile_split_across_with_a_gap_stays_one_object():
-    # as the river above, but the halves are compact (a wide field strip: each half two to three times as
-    # long as it is wide), which a gap leaves looking like two neighbouring parcels: only that one tile drew
-    # them apart, and it owns neither both. Long objects' middle parts each own it, so both groups hold an
-    # owned part; one tile's split is not two objects (long scene, held-out seed 207, behaviour `all`: a
-    # strip 0.558 IoU against its owners' own view's 0.984)
-    strip = box(100, 780, 3900, 960)
-    merged, _ = _split_in_the_band(strip, 1900, 4)
-    assert len(merged.geometry) == 1
-    assert merged.geometry[0].symmetric_difference(strip).area < 0.02 * strip.area
 
 
 def test_strips_a_neighbour_fused_stay_two_where_the_owner_drew_each_inside_its_strip():

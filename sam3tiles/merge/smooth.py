@@ -10,7 +10,10 @@ the outline as the owners drew it, to the vertex. Views that differ by a steady 
 beside a shrunk one, the same all along: their median signed distance over `OFFSET_RATIO` times its spread;
 or one pair of views a cell apart beside pairs that agree, `odd_view`) are not smoothed (it would only
 round the ends and bends): the offset holds over each whole tile, so each
-owner's part is moved to the views' consensus (`shift_views`; a third of a thin object's width). Views
+owner's part is moved to the views' consensus (`shift_views`; a third of a thin object's width); where that
+move is none or would change the object's shape, views noisier than the bar of agreement are smoothed as a
+noise. Points where two views lie `DECIDED_CELLS` apart are a decision (a stretch one tile drew and the other
+did not), not measured. Views
 that differ as a noise does, in and out along
 the outline, make the outline a noisy measurement of a smooth boundary, and each point of it becomes the
 mean of the outline around it (a moving average along the arc length, at most `REACH_CELLS` mask cells each
