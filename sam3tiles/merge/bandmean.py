@@ -132,12 +132,12 @@ def _inside(area, xy: np.ndarray) -> np.ndarray:
 
 
 def _segments(views: list, piece: float, far: float):
-    """The outlines of `views` ((multi)polygons, oriented) as `_nearest` reads them: their coordinates, each
-    one's part, the segments' first points (segment j: xy[j] -> xy[j + 1]), and a grid of cells `far` + half a
-    `piece` wide holding the segments cut into pieces at most `piece` long (a point's nearest segment within
-    `far` has a piece whose midpoint lies in the point's cell or one beside it): the pieces' keys (view, cell),
-    sorted, each one's segment; None where there is no segment. (One sort of the pieces' keys: no tree to
-    build, and the segments far from the bands cost no more than their key.)"""
+    """The outlines of `views` ((multi)polygons, oriented) as `_nearest` reads them: their segments (first
+    points and steps, x and y apart), each coordinate's part, each segment's first coordinate, and a grid of
+    cells `far` + half a `piece` wide holding the segments cut into pieces at most `piece` long (a point's
+    nearest segment within `far` has a piece whose midpoint lies in the point's cell or one beside it): the
+    pieces' keys (view, cell), sorted, each one's segment; None where there is no segment. (One sort of the
+    pieces' keys: no tree to build, and the segments far from the bands cost no more than their key.)"""
     parts, owner = shapely.get_parts(shapely.boundary(shapely.orient_polygons(np.asarray(views, dtype=object))),
                                      return_index=True)
     xy, part = shapely.get_coordinates(parts, return_index=True)
@@ -145,17 +145,23 @@ def _segments(views: list, piece: float, far: float):
     if not len(same):
         return None
     view = owner[part[same]]
-    d = xy[same + 1] - xy[same]
-    cuts = np.maximum(np.ceil(np.hypot(*d.T) / piece), 1).astype(np.int64)
-    seg = np.repeat(np.arange(len(same)), cuts)
-    k = np.arange(len(seg)) - np.repeat(np.cumsum(cuts) - cuts, cuts)
-    mid = xy[same[seg]] + ((k + 0.5) / cuts[seg])[:, None] * d[seg]
+    x, y = xy[:, 0].copy(), xy[:, 1].copy()  # (x and y apart, contiguous: gathers a column at a time)
+    ax, ay = x[same], y[same]
+    dx, dy = x[same + 1] - ax, y[same + 1] - ay
+    cuts = np.maximum(np.ceil(np.hypot(dx, dy) / piece), 1).astype(np.int64)
+    if (cuts == 1).all():  # (a mask's staircase: its segments a pixel or a few long, under a piece)
+        seg, f = np.arange(len(same)), 0.5
+    else:
+        seg = np.repeat(np.arange(len(same)), cuts)
+        f = (np.arange(len(seg)) - np.repeat(np.cumsum(cuts) - cuts, cuts) + 0.5) / cuts[seg]
+    mid = np.column_stack([ax[seg] + f * dx[seg], ay[seg] + f * dy[seg]])
     size = far + piece / 2
-    lo = xy.min(axis=0) - 2 * size
-    shape = np.floor((xy.max(axis=0) + 2 * size - lo) / size).astype(np.int64) + 1
+    x0, y0, x1, y1 = shapely.total_bounds(parts)
+    lo = np.asarray([x0, y0]) - 2 * size
+    shape = np.floor((np.asarray([x1, y1]) + 2 * size - lo) / size).astype(np.int64) + 1
     key = _keys(view[seg], np.floor((mid - lo) / size).astype(np.int64), shape)
     order = np.argsort(key, kind="stable")
-    return xy, part, same, (key[order], seg[order], lo, size, shape, far)
+    return (ax, ay, dx, dy), part, same, (key[order], seg[order], lo, size, shape, far)
 
 
 def _keys(view: np.ndarray, cell: np.ndarray, shape: np.ndarray) -> np.ndarray:
@@ -170,24 +176,22 @@ def _nearest(pts: np.ndarray, view: np.ndarray, segments, far: float) -> tuple[n
     near, ahead = np.full((len(pts), 2), np.nan), np.full((len(pts), 2), np.nan)
     if segments is None or not len(pts):
         return near, ahead
-    xy, part, same, (keys, seg, lo, size, shape, made) = segments
+    (ax, ay, dx, dy), part, same, (keys, seg, lo, size, shape, made) = segments
     if far > made:
         raise ValueError(f"the outlines' grid was made for {made}, not {far}")
     cell = np.clip(np.floor((pts - lo) / size).astype(np.int64), 1, shape - 2)  # (off the grid: nothing near)
     # per point, its cell's column and the two beside it, each a run of keys over three rows (point by point:
     # each point's candidates in one run)
-    mid = np.column_stack([_keys(view, cell + [dx, 0], shape) for dx in (-1, 0, 1)]).ravel()
+    mid = np.column_stack([_keys(view, cell + [step, 0], shape) for step in (-1, 0, 1)]).ravel()
     first = np.searchsorted(keys, mid - 1, "left")
     count = np.searchsorted(keys, mid + 1, "right") - first
     q = np.repeat(np.arange(len(pts)), count.reshape(-1, 3).sum(axis=1))
     cand = seg[np.repeat(first - np.cumsum(count) + count, count) + np.arange(len(q))]
-    i = same[cand]
-    px, py = pts[q, 0], pts[q, 1]
-    ax, ay = xy[i, 0], xy[i, 1]
-    dx, dy = xy[i + 1, 0] - ax, xy[i + 1, 1] - ay
-    u = np.clip(((px - ax) * dx + (py - ay) * dy) / np.maximum(dx * dx + dy * dy, 1e-300), 0.0, 1.0)
-    fx, fy = ax + u * dx, ay + u * dy
-    got = np.hypot(px - fx, py - fy)
+    px, py = pts[:, 0][q], pts[:, 1][q]
+    sx, sy, tx, ty = ax[cand], ay[cand], dx[cand], dy[cand]
+    u = np.clip(((px - sx) * tx + (py - sy) * ty) / np.maximum(tx * tx + ty * ty, 1e-300), 0.0, 1.0)
+    fx, fy = sx + u * tx, sy + u * ty
+    got = (px - fx) ** 2 + (py - fy) ** 2  # (squared: their order, one root a point)
     has = np.flatnonzero(np.bincount(q, minlength=len(pts)))
     if not len(has):
         return near, ahead
@@ -197,13 +201,14 @@ def _nearest(pts: np.ndarray, view: np.ndarray, segments, far: float) -> tuple[n
     tie = np.where(got == best[q], cand, len(same))
     s = np.full(len(pts), len(same))
     s[has] = np.minimum.reduceat(tie, starts)
-    k = np.flatnonzero(best <= far)
+    k = np.flatnonzero(np.sqrt(best) <= far)
     row = np.zeros(len(pts), dtype=np.int64)  # (a row of the chosen segment: its pieces give one foot)
     hit = np.flatnonzero(tie == s[q])
     row[q[hit]] = hit
     near[k] = np.column_stack([fx[row[k]], fy[row[k]]])
+    # the outline's direction over the chosen segment and one each side of it in its part
     j = same[s[k]]
-    lo_ = np.where((j > 0) & (part[np.maximum(j - 1, 0)] == part[j]), j - 1, j)
-    hi = np.where((j + 2 < len(xy)) & (part[np.minimum(j + 2, len(xy) - 1)] == part[j]), j + 2, j + 1)
-    ahead[k] = xy[hi] - xy[lo_]
+    back = np.where((j > 0) & (part[np.maximum(j - 1, 0)] == part[j]), s[k] - 1, s[k])
+    on = np.where((j + 2 < len(part)) & (part[np.minimum(j + 2, len(part) - 1)] == part[j]), s[k] + 1, s[k])
+    ahead[k] = np.column_stack([ax[on] + dx[on] - ax[back], ay[on] + dy[on] - ay[back]])
     return near, ahead
