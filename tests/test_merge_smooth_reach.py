@@ -60,17 +60,9 @@ def test_a_long_straight_side_is_smoothed_over_more_than_the_base_reach():
 def test_a_kinked_outline_is_moved_no_more_than_with_the_base_reach(monkeypatch):
     # a clean zigzag band (a river of straight reaches 120 px long, kinks of 0.3 rad): the chords of a long window
     # turn too much for the long reach to engage; the moves stay what the base reach makes them (within 10 %)
-    import shapely
-
     import sam3tiles.merge.smooth as smooth
 
-    pts = [(0.0, 0.0)]
-    ang = 0.0
-    for k in range(40):
-        ang += 0.3 if k % 2 == 0 else -0.3
-        pts.append((pts[-1][0] + 120 * np.cos(ang), pts[-1][1] + 120 * np.sin(ang)))
-    ring = np.asarray(shapely.LineString(pts).buffer(25, quad_segs=4, join_style="mitre").exterior.coords)
-    ring = np.asarray(shapely.segmentize(shapely.LineString(ring), 2.0).coords)
+    ring = _kinked()
 
     def moved() -> float:
         out = smooth_ring(ring, MASK_CELL)
@@ -136,6 +128,38 @@ def test_noise_alone_does_not_cut_a_straight_sides_long_window():
         half = _windows(p - p.mean(axis=0), int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)),
                         int(LONG_REACH_CELLS / STEP_CELLS)) * STEP_CELLS
         assert np.median(half) > 90, (seed, np.median(half))
+
+
+def _kinked() -> np.ndarray:
+    """A clean zigzag band's ring (a river of straight reaches 120 px long, kinks of 0.3 rad), points 2 px apart."""
+    import shapely
+
+    pts = [(0.0, 0.0)]
+    ang = 0.0
+    for k in range(40):
+        ang += 0.3 if k % 2 == 0 else -0.3
+        pts.append((pts[-1][0] + 120 * np.cos(ang), pts[-1][1] + 120 * np.sin(ang)))
+    ring = np.asarray(shapely.LineString(pts).buffer(25, quad_segs=4, join_style="mitre").exterior.coords)
+    return np.asarray(shapely.segmentize(shapely.LineString(ring), 2.0).coords)
+
+
+def test_windows_found_at_every_other_point_stop_where_those_at_every_point_do():
+    # `_ring_windows` tests the chords at every other point (half the CPU), the points between taking their
+    # neighbours': at corners, kinks and straight stretches the windows are of the same kind (none, under
+    # `MIN_CELLS`, up to `REACH_CELLS`, longer; or within two points) as those found at every point, at 99 % of
+    # the points or more
+    from sam3tiles.merge.smooth import LONG_REACH_CELLS, MIN_CELLS, REACH_CELLS, STEP_CELLS, _ring_windows, _windows
+
+    kind = [1, int(round(MIN_CELLS / STEP_CELLS)), int(REACH_CELLS / STEP_CELLS) + 1]
+    rings = [_strip(np.random.default_rng(100 + seed))[0] for seed in range(6)] + [_kinked()]
+    for ring in rings:
+        _, _, (px, py), half = _ring_windows(ring, MASK_CELL)
+        every = _windows(np.column_stack([px, py]), int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)),
+                         int(LONG_REACH_CELLS / STEP_CELLS))
+        alike = (np.digitize(half, kind) == np.digitize(every, kind)) | (np.abs(half - every) <= 2)
+        assert np.mean(alike) >= 0.99
+        assert abs(int((half == 0).sum()) - int((every == 0).sum())) <= 0.05 * (every == 0).sum() + 2
+        assert (np.abs(np.diff(np.append(half, half[0]))) <= 1).all()  # (a window grows by a point at most)
 
 
 def test_runs_over_keeps_only_the_long_runs_around_the_ring():

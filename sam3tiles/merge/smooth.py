@@ -35,7 +35,6 @@ close a hole) is left as the owners drew it.
 
 from __future__ import annotations
 
-import re
 from typing import Callable, Mapping
 
 import numpy as np
@@ -45,6 +44,7 @@ from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL
 from .bandmean import band_mean
 from .consensus import shift_views
+from .knots import valid_part, valid_polygon
 from .parts import CAP_CELLS, JOIN_CELLS, ccw, inward_area, polygonal, same_shape
 
 #: Views of one stretch that differ by less than this many mask cells on average agree (nothing moves).
@@ -81,7 +81,7 @@ DECIDED_CELLS = 3 * CAP_CELLS
 MIN_POINTS = 3
 #: Points a side of a band that `disagreement` measures at most.
 SAMPLES = 24
-#: The outline's points along its length, in mask cells.
+#: The outline's points along its length, in mask cells (their windows are found at every other one).
 STEP_CELLS = 0.5
 
 
@@ -263,16 +263,20 @@ def _pair_signed(found: list, polys: dict, agree: float | None = None) -> list:
         outside[on] = ~shapely.contains_xy(polys[t], pts[on, 0], pts[on, 1])
     sign = np.where(side < n, 1.0, -1.0)
     d = sign * np.where(outside, 1.0, -1.0) * dist
-    cut = np.cumsum(np.bincount(side, minlength=2 * n))[:-1]
-    per = np.split(d, cut)
-    ends = np.concatenate([[0], np.cumsum(count)])
+    # per pair, its two sides' points in a run (a's side, then b's): the pairs measured, each one's kept points
+    order = np.argsort(side % n, kind="stable")
+    d, side = d[order], side[order]
+    near = np.abs(d) < DECIDED_CELLS * cell[side]
+    size, close = np.bincount(side, minlength=2 * n), np.bincount(side, weights=near, minlength=2 * n)
+    good = ((2 * close >= size).reshape(2, n).all(axis=0) & (close[:n] + close[n:] >= MIN_POINTS)).tolist()
+    bounds = np.concatenate([[0], np.cumsum(size[:n] + size[n:])]).tolist()
+    ends = np.concatenate([[0], np.cumsum(count)]).tolist()
     out = []
-    for r, (a, b, *_rest, c) in enumerate(found):
+    for r in np.flatnonzero(good).tolist():
+        a, b, *_rest, c = found[r]
         sides = [(xy[ends[k]:ends[k + 1]], polys[own[k]], picks[k]) for k in (r, r + n)]
-        near = [np.abs(per[k]) < DECIDED_CELLS * c for k in (r, r + n)]
-        if all(2 * x.sum() >= len(x) for x in near) and near[0].sum() + near[1].sum() >= MIN_POINTS:
-            kept = np.concatenate(near)
-            out.append((a, b, np.concatenate([per[r], per[r + n]])[kept], (sides, c, kept)))
+        kept = near[bounds[r]:bounds[r + 1]]
+        out.append((a, b, d[bounds[r]:bounds[r + 1]][kept], (sides, c, kept)))
     return out
 
 
@@ -333,7 +337,8 @@ def smooth_outline(geom, cell: float, mean: Callable | None = None) -> tuple[obj
             new.append(smooth_ring(r, cell, half) if shapely.length(shapely.linearrings(r)) > 2 * MIN_CELLS * cell
                        else r)
             half += [] if len(half) == len(new) else [None]
-        got, new = _meant(g, new, half, mean, cell) if mean is not None else (_part(g, new, cell), new)
+        long = [None if h is None else h >= MIN_CELLS for h in half]  # (`knots.valid_polygon`)
+        got, new = _meant(g, new, half, long, mean, cell) if mean is not None else (valid_part(g, new, cell, long), new)
         if got is None:
             polys.append(g)
             continue
@@ -364,119 +369,20 @@ def _canonical(xy: np.ndarray, hole: bool) -> np.ndarray:
     return np.concatenate([ring[k:], ring[:k + 1]])
 
 
-def _meant(g, new: list, half: list, mean: Callable, cell: float) -> tuple:
-    """(The polygon, its rings): `new` (`g`'s smoothed rings, `half` their windows) moved on by `mean` where
-    they stay one valid polygon; else the smoothing's own (`_part`), the mean tried again on it where `_part`
-    untangled a knot."""
+def _meant(g, new: list, half: list, long: list, mean: Callable, cell: float) -> tuple:
+    """(The polygon, its rings): `new` (`g`'s smoothed rings, `half` their windows, `long` which are long ones)
+    moved on by `mean` where they stay one valid polygon; else the smoothing's own (`knots.valid_part`), the
+    mean tried again on it where that untangled a knot."""
     for again in (False, True):
         meant = [q if h is None else mean(q, h, k > 0) for k, (q, h) in enumerate(zip(new, half))]
-        if any(a is not b for a, b in zip(meant, new)) and (m := shapely.Polygon(meant[0], meant[1:])).is_valid:
+        if any(a is not b for a, b in zip(meant, new)) and (m := valid_polygon(meant, long, cell)) is not None:
             return m, meant
         if again or all(a is b for a, b in zip(meant, new)):
             break
         first = new[0]
-        if (got := _part(g, new, cell)) is None or new[0] is first:
+        if (got := valid_part(g, new, cell, long)) is None or new[0] is first:
             return got, new
-    return _part(g, new, cell) if not again else got, new
-
-
-def _part(g, new: list, cell: float):
-    """The polygon of `new` (the rings of the polygon `g`, moved; a knot untangled in place: `_untangled`),
-    valid, with `g`'s holes; None where there is none. Repaired by GEOS's `structure` method, collapsed parts
-    dropped: a spike out and back along itself (a pixel step folded over its neighbour) has no area, and
-    leaves the polygon without it (the `linework` method keeps it as a line beside the polygon, at ~10 x the
-    CPU on a long river's ring)."""
-    got = shapely.Polygon(new[0], new[1:])
-    if not got.is_valid:
-        if len(new) == 1:  # (a hole-free ring that crosses itself: `_untangled`)
-            got, new[0] = _untangled(got, new[0], cell)
-        if got is not None and not got.is_valid:
-            got = shapely.make_valid(got, method="structure", keep_collapsed=False)
-    ok = isinstance(got, shapely.Polygon) and not got.is_empty and len(got.interiors) == len(g.interiors)
-    return got if ok else None
-
-
-def _untangled(poly, xy: np.ndarray, cell: float, tries: int = 16):
-    """(`poly` (invalid, the one ring `xy`) with each loop the smoothing tied where the ring crosses itself
-    (`_crossing`) collapsed to the crossing point, the ring so moved); (None, `xy`) where a crossing closes a
-    loop of a mask cell's area or more (a fold, not a knot: never one polygon without holes) or more than
-    `tries` of them; (`poly`, `xy`) where the first self-intersection is no proper crossing (`make_valid`'s).
-    A loop under a mask cell is nothing the masks could draw: the smoothing tied it at a notch or a spur a
-    cell or two across, and the rest of the outline stands."""
-    for _ in range(tries):
-        found = _crossing(poly, xy, cell, where=True)
-        if found is None:
-            return poly, xy
-        out = _collapsed(xy, *found, cell)
-        if out is None:
-            return None, xy
-        xy, poly = out, shapely.Polygon(out)
-        if poly.is_valid:
-            return poly, xy
-    return None, xy
-
-
-def _collapsed(xy: np.ndarray, i: int, j: int, q: np.ndarray, cell: float):
-    """The closed ring `xy` whose segments `i` < `j` cross at `q`, the smaller of its two loops there (the
-    points between the segments, or the rest) moved onto `q`; None where that loop's area is a mask cell or
-    more."""
-    n = len(xy) - 1
-    inner = np.arange(i + 1, j + 1)
-    outer = np.concatenate([np.arange(j + 1, n), np.arange(0, i + 1)])
-    loops = [k for k in (inner, outer) if len(k)]
-    area = [abs(_shoelace(np.vstack([q, xy[k]]))) for k in loops]
-    k = loops[int(np.argmin(area))]
-    if min(area) >= cell * cell:
-        return None
-    out = xy.copy()
-    out[k] = q
-    out[-1] = out[0]
-    return out
-
-
-def _shoelace(xy: np.ndarray) -> float:
-    x, y = xy[:, 0] - xy[0, 0], xy[:, 1] - xy[0, 1]
-    return float((x * np.roll(y, -1) - np.roll(x, -1) * y).sum() / 2)
-
-
-def _crossing(poly, xy: np.ndarray, cell: float, where: bool = False):
-    """Whether the self-intersection GEOS finds first in `poly` (invalid, the one ring `xy`) is two of the ring's
-    segments crossing properly (each one's ends a hundred-thousandth of a cell or more either side of the other)
-    at a point no other segment passes within a millionth of a cell of. The area the ring encloses (even-odd:
-    what `make_valid` keeps) is there two opposite sectors meeting at a point: not one polygon without holes,
-    whatever the rest of the ring does. False where that is not so (a touch, a segment along another).
-    `where`: (the two segments' indices, the point they cross at) in place of True, None in place of False."""
-    found = re.fullmatch(r"Self-intersection\[(\S+) (\S+)\]", shapely.is_valid_reason(poly))
-    if found is None:
-        return None if where else False
-    tol = 1e-6 * cell
-    p = np.asarray([float(found[1]), float(found[2])])
-    a, b = xy[:-1] - p, xy[1:] - p
-    near = np.flatnonzero(_to_segments(a, b) <= tol)
-    if len(near) != 2 or not (b[near] != a[near]).any(axis=1).all():  # (two segments, of some length)
-        return None if where else False
-    i, j = near.tolist()
-    si, sj = _sides(a[i], b[i], np.stack([a[j], b[j]])), _sides(a[j], b[j], np.stack([a[i], b[i]]))
-    if not (si[0] * si[1] < 0 and sj[0] * sj[1] < 0 and min(np.abs(si).min(), np.abs(sj).min()) >= 10 * tol):
-        return None if where else False
-    q = a[i] + (b[i] - a[i]) * (sj[0] / (sj[0] - sj[1]))  # where they cross (from `p`)
-    proper = bool((_to_segments(a - q, b - q) <= tol).sum() == 2)
-    if where:
-        return (i, j, q + p) if proper else None
-    return proper
-
-
-def _sides(a: np.ndarray, b: np.ndarray, pts: np.ndarray) -> np.ndarray:
-    """The signed distances of `pts` from the line through `a` and `b` (+ on its left)."""
-    u, v = b - a, pts - a
-    return (u[0] * v[:, 1] - u[1] * v[:, 0]) / np.hypot(u[0], u[1])
-
-
-def _to_segments(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The distance from the origin to each segment `a[k]`-`b[k]`."""
-    ab = b - a
-    t = np.clip(-(a * ab).sum(axis=1) / np.maximum((ab * ab).sum(axis=1), 1e-300), 0.0, 1.0)
-    return np.hypot(*(a + t[:, None] * ab).T)
+    return valid_part(g, new, cell, long) if not again else got, new
 
 
 def smooth_ring(xy: np.ndarray, cell: float, windows: list | None = None) -> np.ndarray:
@@ -485,39 +391,60 @@ def smooth_ring(xy: np.ndarray, cell: float, windows: list | None = None) -> np.
     where nothing moves, near a corner, stays where it was). `windows`: the windows' half-lengths (cells, at
     those points) appended to it."""
     xy = np.asarray(xy, dtype=float)
-    s, t, p, half = _ring_windows(xy, cell)
+    s, t, (px, py), half = _ring_windows(xy, cell)
     if windows is not None:
         windows.append(half * STEP_CELLS)
     n = len(t)
     pad = int(half.max()) + 1  # at most a third of the ring (`_windows`)
-    cs = np.concatenate([np.zeros((1, 2)), np.cumsum(np.concatenate([p[n - pad:], p, p[:pad]]), axis=0)])
     i = np.arange(n) + pad
-    d = (cs[i + half + 1] - cs[i - half]) / (2 * half + 1)[:, None] - p
-    norm = np.hypot(d[:, 0], d[:, 1])
+    ends, size = (i - half, i + half + 1), 2 * half + 1
+    dx, dy = (_window_means(v, pad, ends, size) - v for v in (px, py))
+    norm = np.hypot(dx, dy)
     cap = CAP_CELLS * cell
     over = norm > cap
-    d[over] *= (cap / norm[over])[:, None]
+    dx[over] *= cap / norm[over]
+    dy[over] *= cap / norm[over]
     # the moves at the ring's own vertices (arc length, around the ring)
-    tt, dd = np.concatenate([t, [s[-1]]]), np.concatenate([d, d[:1]])
-    return xy + np.column_stack([np.interp(s, tt, dd[:, 0]), np.interp(s, tt, dd[:, 1])])
+    tt = np.concatenate([t, [s[-1]]])
+    return xy + np.column_stack([np.interp(s, tt, np.concatenate([dx, dx[:1]])),
+                                 np.interp(s, tt, np.concatenate([dy, dy[:1]]))])
+
+
+def _window_means(v: np.ndarray, pad: int, ends: tuple, size: np.ndarray) -> np.ndarray:
+    """The mean of `v` (one coordinate of a ring's points) over each point's window (`ends`: the first point
+    and one past the last in `v` padded by `pad` points each side around the ring; `size` points)."""
+    cs = np.concatenate([[0.0], np.cumsum(np.concatenate([v[len(v) - pad:], v, v[:pad]]))])
+    return (cs[ends[1]] - cs[ends[0]]) / size
 
 
 def _ring_windows(xy: np.ndarray, cell: float) -> tuple:
     """(arc length at each vertex of `xy`, at points `STEP_CELLS` apart, those points about the mean of the
-    vertices, their windows' half-lengths in points: `_windows`)."""
-    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(xy, axis=0).T))])
+    vertices (x, y), their windows' half-lengths in points). The windows are found at every other point
+    (`_windows`, at twice the step: half the CPU; a window's chords turn alike over half a cell more or
+    less), the points between taking their neighbours' (the lesser, and one more where those differ: a window
+    still changes by at most one point from a point to the next)."""
+    x, y = xy[:, 0], xy[:, 1]
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(np.diff(x), np.diff(y)))])
     n = max(int(np.ceil(s[-1] / (STEP_CELLS * cell))), 8)
+    n += n % 2  # (even: the windows are found at every other point)
     t = np.arange(n) * (s[-1] / n)
-    p = np.column_stack([np.interp(t, s, xy[:, 0]), np.interp(t, s, xy[:, 1])]) - xy.mean(axis=0)
-    return s, t, p, _windows(p, int(REACH_CELLS / STEP_CELLS), int(round(MIN_CELLS / STEP_CELLS)),
-                             int(LONG_REACH_CELLS / STEP_CELLS))
+    px, py = np.interp(t, s, x) - x.mean(), np.interp(t, s, y) - y.mean()
+    step = 2 * STEP_CELLS
+    half = np.empty(n, dtype=np.int64)
+    half[0::2] = 2 * _windows(np.column_stack([px[0::2], py[0::2]]), int(REACH_CELLS / step),
+                              int(round(MIN_CELLS / step)), int(LONG_REACH_CELLS / step), step)
+    after = np.roll(half[0::2], -1)
+    half[1::2] = np.minimum(half[0::2], after) + (half[0::2] != after)
+    return s, t, (px, py), half
 
 
-def _windows(p: np.ndarray, reach: int, first: int, long_reach: int | None = None) -> np.ndarray:
-    """Per point of the ring `p`: its window's half-length in points, the largest up to `reach` for which the
-    chords to the window's two ends turn by at most `TURN` at every size from `first` on (0 where they turn
-    more already at `first`), and on up to `long_reach` while they turn by at most 6 `BIAS_CELLS` / the size
-    (in cells: a straight stretch), then limited to grow by one point from a point to the next."""
+def _windows(p: np.ndarray, reach: int, first: int, long_reach: int | None = None,
+             step: float = STEP_CELLS) -> np.ndarray:
+    """Per point of the ring `p` (`step` mask cells apart): its window's half-length in points, the largest up
+    to `reach` for which the chords to the window's two ends turn by at most `TURN` at every size from `first`
+    on (0 where they turn more already at `first`), and on up to `long_reach` while they turn by at most 6
+    `BIAS_CELLS` / the size (in cells: a straight stretch), then limited to grow by one point from a point to
+    the next."""
     n = len(p)
     top = reach if long_reach is None else max(reach, long_reach)
     half = np.zeros(n, dtype=np.int64)
@@ -535,9 +462,9 @@ def _windows(p: np.ndarray, reach: int, first: int, long_reach: int | None = Non
         if size <= reach:
             alive &= cos >= np.cos(TURN)
         else:
-            turn = 6 * BIAS_CELLS / (size * STEP_CELLS)
+            turn = 6 * BIAS_CELLS / (size * step)
             bent, sharp = cos < np.cos(min(TURN, turn)), cos < np.cos(min(TURN, SHARP * turn))
-            alive &= ~(_runs_over(bent, int(NOISE_RUN_CELLS / STEP_CELLS)) | sharp)
+            alive &= ~(_runs_over(bent, int(NOISE_RUN_CELLS / step)) | sharp)
         half[alive] = size
         size += max(1, size // 4)
     half = np.minimum(half, top)
