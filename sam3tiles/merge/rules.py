@@ -14,7 +14,7 @@ from shapely.geometry import Polygon
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
 from .apart import absorb, fused_groups, fused_shares, neighbours, side_by_side
-from .links import _bridges, _components, _explode, _inside, _links, covered, lies_near
+from .links import _bridges, _components, _explode, _inside, _links, clip_to, covered, lies_near
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
                     THICK_CELLS, Cols, Merged, beyond, polygonal, regions, union_parts)
@@ -124,7 +124,7 @@ class _Resolver:
             cross = ~inside_core
             cross[cross] = shapely.intersects(cg[cross], cc[cross])
             oa[~inside_core & ~cross] = 0.0
-            oa[cross] = shapely.area(shapely.intersection(cg[cross], cc[cross]))
+            oa[cross] = shapely.area(clip_to(cg[cross], cc[cross]))
             self.owned_area[cand] = oa
         self.owned = np.ones(n, dtype=bool)
         if len(cand):
@@ -488,7 +488,7 @@ class _Resolver:
         Where a tile said nothing about the object (a miss, a score under the threshold at its edge: it has
         no part in the component), the parts reaching into its core keep their area there."""
         c = self.c
-        clipped = shapely.intersection(c.geoms[s], self.cores[s])
+        clipped = clip_to(c.geoms[s], self.cores[s])
         areas = shapely.area(clipped)
         geom = union_parts(clipped[areas > 0]) if (areas > 0).any() else Polygon()
         if geom.area <= 0.05 * shapely.area(c.geoms[s]).max() and self._beside_another(s):
