@@ -10,7 +10,10 @@ real SAM 3 outline carries); then `merge_pieces` runs on those answers `--repeat
 taking turns (the machine's load falls on each alike), with fresh frames each time. Printed per seed and
 behaviour: the median thread CPU of the merge (`time.thread_time`: the figure does not count other
 processes' turns on a loaded machine, though their use of the caches still shows) and its ratio to the
-reference behaviour's median of the same seed (issue 49's bar: `wobble` at most 1.5 x on the long scene).
+reference behaviour's median of the same seed (issue 49's bar: `wobble` at most 1.5 x on the long scene), and
+the ratio of the least figures: a merge's CPU is the same work each time, so another process's turn on a shared
+machine only adds to it, and the least of several is the steadier figure (on a 2-core virtual machine the
+medians of 3-5 merges move by 10-30 % from run to run, the least by a few %).
 """
 
 from __future__ import annotations
@@ -67,10 +70,11 @@ def run(scene: str, size, seeds, behaviours, repeats: int) -> list[list]:
                     t, objects[b] = merge_cpu(blobs[b])
                     got[b].append(t)
             base = statistics.median(got["reference"]) if "reference" in got else None
+            least = min(got["reference"]) if "reference" in got else None
             for b in behaviours:
                 med = statistics.median(got[b])
                 rows.append([seed, b, objects[b], round(med, 3), round(min(got[b]), 3),
-                             round(med / base, 2) if base else None])
+                             round(med / base, 2) if base else None, round(min(got[b]) / least, 2) if least else None])
     return rows
 
 
@@ -94,7 +98,7 @@ def main(argv=None) -> int:
         return 0
     print(f"merge thread CPU, {args.scene} scene {args.size[0]}x{args.size[1]}, {args.repeats} merges each, "
           "behaviours in turn")
-    print(table(rows, ["seed", "behaviour", "objects", "median s", "min s", "x reference"]))
+    print(table(rows, ["seed", "behaviour", "objects", "median s", "min s", "x reference", "x reference (min)"]))
     return 0
 
 
