@@ -118,14 +118,14 @@ def test_smooth_outline_same_as_with_make_valid(monkeypatch):
         return got
 
     fast, small = [], []
+    collapse = knots._collapsed
 
     def refused(*args):  # (a crossing refused, as `_untangled` does for a loop of a cell or more)
-        small.append(knots._collapsed.__wrapped__(*args) is not None)
+        small.append(collapse(*args) is not None)
         return None
 
     # (a loop under a cell is collapsed, not refused: `test_merge_untangle`; make_valid may keep such a one's
     # outline as one polygon, so an outline where one was refused here is not compared)
-    refused.__wrapped__ = knots._collapsed
     monkeypatch.setattr(knots, "_collapsed", refused)
     compared = 0
     for g in geoms:

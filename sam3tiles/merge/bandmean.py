@@ -25,7 +25,7 @@ import shapely
 
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN
-from .parts import ccw, polygonal
+from .parts import ccw, north_up_bounds, polygonal
 
 #: A ring whose smoothing windows (half-lengths, mask cells) are under this along more than half of it turns
 #: too often for them (a meander): its points in the bands take the views' mean.
@@ -115,10 +115,9 @@ def _areal(view):
 def _inner(window, margin: float):
     """`window` less `margin` along its edges; its bounds where it is a north-up rectangle (`_inside` needs no
     geometry test)."""
-    x0, y0, x1, y1 = window.bounds
-    if len(window.exterior.coords) == 5 and abs(window.area - (x1 - x0) * (y1 - y0)) <= 1e-9 * window.area:
-        if min(x1 - x0, y1 - y0) > 2 * margin:
-            return (x0 + margin, y0 + margin, x1 - margin, y1 - margin)
+    box = north_up_bounds(window)
+    if box is not None and min(box[2] - box[0], box[3] - box[1]) > 2 * margin:
+        return (box[0] + margin, box[1] + margin, box[2] - margin, box[3] - margin)
     return shapely.buffer(window, -margin, join_style="mitre")
 
 

@@ -14,7 +14,7 @@ from ..tiling.frame import TileFrame
 from ..tiling.piecekey import PARTS, part_order, tile_of
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
 from .parts import (JOIN_CELLS, LINK_CELLS, PAIR_CHUNK, SLIVER_CELLS, THICK_CELLS, Cols,
-                    edge_dist, polygonal, regions)
+                    edge_dist, north_up_bounds, polygonal, regions)
 from .stats import MergeStats
 
 
@@ -190,9 +190,8 @@ def clip_to(geoms: np.ndarray, areas: np.ndarray) -> np.ndarray:
     _, first, back = np.unique(ids, return_index=True, return_inverse=True)
     box = np.full((len(first), 4), np.nan)
     for j, a in enumerate(areas[first].tolist()):
-        x0, y0, x1, y1 = a.bounds
-        if len(a.exterior.coords) == 5 and abs(a.area - (x1 - x0) * (y1 - y0)) <= 1e-9 * a.area:
-            box[j] = a.bounds
+        if (bounds := north_up_bounds(a)) is not None:
+            box[j] = bounds
     return _clip(geoms, areas, box[back.ravel()])
 
 

@@ -193,6 +193,15 @@ def same_shape(before, after, gap: float) -> bool:
     return sorted(len(p.interiors) for p in pb) == sorted(len(p.interiors) for p in pa)
 
 
+def north_up_bounds(poly) -> tuple | None:
+    """The bounds of the polygon `poly` where it is a north-up rectangle (four corners, its box's area), else
+    None: a rectangle is clipped to, or tested against, by its bounds alone."""
+    x0, y0, x1, y1 = poly.bounds
+    if len(poly.exterior.coords) == 5 and abs(poly.area - (x1 - x0) * (y1 - y0)) <= 1e-9 * poly.area:
+        return x0, y0, x1, y1
+    return None
+
+
 def ccw(xy: np.ndarray) -> bool:
     """Whether the closed ring `xy` (its last point its first) runs counter-clockwise (its shoelace sum > 0)."""
     x, y = xy[:, 0], xy[:, 1]
