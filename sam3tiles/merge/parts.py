@@ -97,7 +97,14 @@ def regions(geom, gap: float) -> list:
     if len(polys) <= 1:
         return polys or [geom]
     arr = np.asarray(polys, dtype=object)
-    a, b = shapely.STRtree(arr).query(arr, predicate="dwithin", distance=gap)
+    # each pair whose boxes lie within `gap` tested once, the first polygon prepared (an index of its edges: a
+    # smoothed outline beside its fragments; the tree's own test measures every pair both ways, unindexed)
+    lo, hi = shapely.bounds(arr)[:, :2] - gap, shapely.bounds(arr)[:, 2:] + gap
+    a, b = shapely.STRtree(arr).query(shapely.box(lo[:, 0], lo[:, 1], hi[:, 0], hi[:, 1]))
+    a, b = a[a < b], b[a < b]
+    shapely.prepare(arr[a])
+    near = shapely.dwithin(arr[a], arr[b], gap)
+    a, b = a[near], b[near]
     out, seen = [], {}
     for i, l in enumerate(_components(len(arr), a, b)):
         seen.setdefault(l, []).append(polys[i])

@@ -510,8 +510,12 @@ class _Resolver:
             if len(unclaimed):
                 geom = shapely.union_all([geom, *unclaimed])
         outs = []
-        for r in regions(polygonal(geom, valid=True), self.gap):  # (a union, or smooth_views' valid one)
-            hit = shapely.intersects(clipped, r) & (areas > 0)
+        regs = regions(polygonal(geom, valid=True), self.gap)  # (a union, or smooth_views' valid one)
+        for r in regs:  # (one region: made of every part with an area in its core; else of those it meets)
+            hit = areas > 0
+            if len(regs) > 1:
+                shapely.prepare(r)  # (a smoothed outline is long: one index of its edges for all the parts)
+                hit &= shapely.intersects(r, clipped)
             if not hit.any():
                 hit = np.ones(len(s), dtype=bool)
             w = areas[hit]
