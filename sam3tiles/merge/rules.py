@@ -1,6 +1,6 @@
 """The merge's rules over one pass of pieces (rules 0-6 of `sam3tiles.merge`): `merge_pass` makes the parts,
 their links and components (rules 0-3, `merge.links`), then `_Resolver` decides each component: ownership,
-stitching and slivers (rules 4-6)."""
+stitching and slivers (rules 4-6; rule 6's test: `merge.slivers`)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
 from .apart import absorb, fused_groups, fused_shares, neighbours, side_by_side
 from .links import _bridges, _components, _explode, _inside, _links, clip_to, covered, lies_near
 from .smooth import smooth_views
-from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, SLIVER_CELLS,
-                    THICK_CELLS, Cols, Merged, beyond, polygonal, regions, union_parts)
+from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, THICK_CELLS, Cols,
+                    Merged, beyond, polygonal, regions, union_parts)
 from .short import stops_short
+from .slivers import NEAR_SAME, lone_slivers, near_other_tile, sliver_tol
 from .stats import MergeStats, count_by_prompt
 
 
@@ -93,7 +94,7 @@ def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, 
         # ones go on to the final pass, which sees them itself: they may be this part's own component)
         near = near.copy()
         lone = left[~c.complete[left]]
-        near[lone] |= _near_other_tile(lone, c.geoms, c.tiles, c.prompt, frames, among=np.flatnonzero(~deferred))
+        near[lone] |= near_other_tile(lone, c.geoms, c.tiles, c.prompt, frames, among=np.flatnonzero(~deferred))
     return _Part(out, first, stats, left, inside, near, c)
 
 
@@ -200,7 +201,7 @@ class _Resolver:
         """Components of one part: kept as they are, unless a sliver (rule 6)."""
         c, st = self.c, self.stats
         cut = lone[~c.complete[lone]]
-        slivers = _slivers(cut, c.geoms, self.tiles, c.prompt, self.frames, self.near, self.owned_area)
+        slivers = lone_slivers(cut, c.geoms, self.tiles, c.prompt, self.frames, self.near, self.owned_area)
         if slivers:
             drop = np.isin(lone, np.fromiter(slivers, dtype=np.int64, count=len(slivers)))
             for i in lone[drop].tolist():
@@ -394,7 +395,7 @@ class _Resolver:
         frame = self.frames[ti]
         if self._tree is None:
             self._tree = shapely.STRtree(c.geoms)
-        tol = _sliver_tol(frame)
+        tol = sliver_tol(frame)
         stretch = shapely.intersection(c.geoms[k], frame.window)
         mine = [j for j in self._tree.query(stretch, predicate="dwithin", distance=tol).tolist()
                 if self.tiles[j] == ti and c.prompt[j] == c.prompt[i]]
@@ -536,7 +537,7 @@ class _Resolver:
         mine, own = set(members.tolist()), set(self.tiles[members].tolist())
         for i in members.tolist():
             hits = self._tree.query(self.c.geoms[i], predicate="dwithin",
-                                    distance=_sliver_tol(self.frames[int(self.tiles[i])]))
+                                    distance=sliver_tol(self.frames[int(self.tiles[i])]))
             pr = self.c.prompt[i]
             if any(j not in mine and int(self.tiles[j]) not in own and self.c.prompt[j] == pr
                    for j in hits.tolist()):
@@ -558,46 +559,3 @@ class _Resolver:
 
 def _item(v):
     return v.item() if hasattr(v, "item") else v
-
-
-def _sliver_tol(frame: TileFrame) -> float:
-    """Rule 6's distance in CRS units: `SLIVER_CELLS` mask cells of the tile."""
-    return SLIVER_CELLS * MASK_CELL * frame.pixel
-
-
-#: `near` bits: a part of another tile lies within the sliver tolerance, of any prompt / of the part's own.
-NEAR_ANY, NEAR_SAME = 1, 2
-
-
-def _near_other_tile(idx: np.ndarray, geoms, tiles, prompts, frames, among=None) -> np.ndarray:
-    """Per part in `idx`: `NEAR_ANY` where a part of another tile (one of `among`, default all) lies within
-    the sliver tolerance, with `NEAR_SAME` where one of the same prompt does."""
-    out = np.zeros(len(idx), dtype=np.uint8)
-    pool = np.arange(len(geoms)) if among is None else np.asarray(among, dtype=np.int64)
-    if not len(idx) or not len(pool):
-        return out
-    tree = shapely.STRtree(geoms[pool])
-    for k, i in enumerate(idx.tolist()):
-        near = pool[tree.query(geoms[i], predicate="dwithin", distance=_sliver_tol(frames[int(tiles[i])]))]
-        other = tiles[near] != tiles[i]
-        if other.any():
-            out[k] = NEAR_ANY | (NEAR_SAME if (prompts[near][other] == prompts[i]).any() else 0)
-    return out
-
-
-def _slivers(lone: np.ndarray, geoms, tiles, prompts, frames, near, owned_area) -> set[int]:
-    """Unmatched cut parts outside their own core that lie against another object (rule 6).
-    `near`: per part, another tile's part is known to lie within the tolerance (from an earlier pass)."""
-    if not len(lone):
-        return set()
-    outside = lone[owned_area[lone] <= 0.05 * shapely.area(geoms[lone])]
-    if not len(outside):
-        return set()
-    known = (near[outside] & NEAR_ANY) > 0
-    out = set(outside[known].tolist())
-    rest = outside[~known]
-    out.update(rest[_near_other_tile(rest, geoms, tiles, prompts, frames) > 0].tolist())
-    return out
-
-
-
