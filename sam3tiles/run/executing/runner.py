@@ -438,6 +438,9 @@ class InputRun:
     def _deliver(self, tile: Tile, res: TileResult, computed: bool) -> None:
         """A finished tile (computed, or whole from the checkpoints): when it saturated, its sub-tiles are
         admitted at the front of the queue (in index order); then its pieces go to the merger."""
+        if self.inp.anchored and res.pieces is not None and len(res.pieces):
+            # (on the lattice: a tile reused from a run on a map of another origin gives a fresh run's outlines)
+            res.pieces.geometry = list(on_lattice(res.pieces.geometry, self.inp.transform))
         # a tile's frame only where it is refined: framing every tile here cost the driver ~0.5 ms a tile
         frame = self.merger.frames[tile.index] if res.saturated_prompts else None
         refinement = self.hook.arrived(tile, res, computed, frame)
