@@ -96,6 +96,36 @@ def test_a_strip_keeps_its_area_in_the_core_of_a_tile_that_drew_only_its_neighbo
     assert a.intersection(B).area < 0.05 * B.area
 
 
+def test_a_strip_keeps_its_stretch_where_the_core_tile_drew_only_a_neighbour_of_its_component():
+    # 3 x 3 tiles of 100 px (overlap 48: cores 0-76, 76-128, 128-204 each way): a strip T across the middle row
+    # and, 8 px below it (over the gap of 1.5 mask cells), a short strip N inside the centre tile's core. The
+    # centre tile drew N only (it missed T); the tile right of it drew T and N as one region. Nothing split the
+    # component (no tile drew the two apart), so rule 5 counted the centre tile as having said something of T:
+    # T's stretch in its core, which the tiles above and beside it drew, was lost and T came out as two objects
+    # (long scene seed 229, every behaviour at once: a strip 0.553 against its owners' own view, 0.783). Now a
+    # tile whose parts lie beyond the gap of a stretch said nothing of it: T one object, N apart.
+    grid = TileGrid(204, 204, tile_size=100, overlap=48, transform=Affine(1, 0, 0, 0, 1, 0))
+    strip, near = box(0, 85, 204, 100), box(80, 108, 124, 120)
+    placed = []
+    for t in grid:
+        window = box(t.col * 52, t.row * 52, t.col * 52 + 100, t.row * 52 + 100)
+        if (t.row, t.col) == (1, 1):
+            views = [near]
+        elif (t.row, t.col) == (1, 2):
+            views = [shapely.union_all([strip & window, box(104, 85, 124, 120), near & window])]
+        else:
+            views = [g for g in (strip & window, near & window) if g.area > 0]
+        placed += [((t.row, t.col), g, g.equals(near)) for g in views]
+    frames, pieces = frames_and_pieces(grid, placed, complete_edge_dist=50.0)
+    merged, _ = merge_pieces(pieces, frames)
+    geoms = list(merged.geometry)
+    assert len(geoms) == 2
+    t = max(geoms, key=lambda g: g.intersection(strip).area)
+    assert t.intersection(strip).area > 0.99 * strip.area and t.difference(strip).area < 0.01 * strip.area
+    n = max(geoms, key=lambda g: g.intersection(near).area)
+    assert n is not t and n.intersection(near).area > 0.99 * near.area
+
+
 def test_a_strip_that_ends_in_a_band_stays_apart_from_the_neighbour_a_tile_fused_it_with():
     # the upper strip starts at x 850, inside the band tiles 0 and 1 share (x 752-1008): the owner's view of it
     # stops short of its window's edge there because the strip does, not because the owner split an object

@@ -54,14 +54,15 @@ mask can stop short of the tile edge. The rules, in order:
    tile edge). A split, or another object, the owner drew inside its own core stands.
 5. *Stitching.* A cut part is a duplicate when what it says inside its own tile's core is at least half
    covered by the kept complete parts. The other cut parts are clipped to their tiles' cores (grown by one
-   pixel so neighbours overlap; in the cores of tiles that have no part in the component, a miss, they keep
-   their area) and unioned; the union's regions (rule 0's gap) are objects. Objects larger
-   than the overlap, up to "stuff" spanning many tiles, come out as their connected regions, each stitched
-   across the seams it crosses. Where tiles overlap and their views of it disagree (the median distance
-   between their boundaries there at least `AGREE_CELLS`, half a mask cell: a model's boundary noise), the
-   stitched outline is smoothed along its length (`smooth`): each point the mean of the outline within a
-   window of up to `REACH_CELLS` (29) cells each way, cut short before a corner or a meander (the chords to
-   the window's ends turn by at most `TURN`), up to `LONG_REACH_CELLS` (100) on straight stretches (the
+   pixel so neighbours overlap; in the cores of tiles that have no part in the component, a miss, or none
+   linked to or within the gap of the part, they keep their area where it joins the object) and unioned;
+   the union's regions (rule 0's gap) are objects. Objects larger than the overlap, up to "stuff" spanning
+   many tiles, come out as their connected regions, each stitched across the seams it crosses. Where tiles
+   overlap and their views of it disagree (the median distance between their boundaries there at least
+   `AGREE_CELLS`, half a mask cell: a model's boundary noise), the stitched outline is smoothed along its
+   length (`smooth`): each point the mean of the outline within a window of up to `REACH_CELLS` (29) cells
+   each way, cut short before a corner or a meander (the chords to the window's ends turn by at most `TURN`),
+   up to `LONG_REACH_CELLS` (100) on straight stretches (the
    chords turning so little that the mean lies within `BIAS_CELLS` of the arc), moved at most `CAP_CELLS` (2)
    cells; where the views agree
    nothing moves. A smoothing that would split a part, join two or open or close a hole is not made; the
