@@ -99,8 +99,8 @@ def regions(geom, gap: float) -> list:
     arr = np.asarray(polys, dtype=object)
     # each pair whose boxes lie within `gap` tested once, the first polygon prepared (an index of its edges: a
     # smoothed outline beside its fragments; the tree's own test measures every pair both ways, unindexed)
-    lo, hi = shapely.bounds(arr)[:, :2] - gap, shapely.bounds(arr)[:, 2:] + gap
-    a, b = shapely.STRtree(arr).query(shapely.box(lo[:, 0], lo[:, 1], hi[:, 0], hi[:, 1]))
+    x0, y0, x1, y1 = shapely.bounds(arr).T
+    a, b = shapely.STRtree(arr).query(shapely.box(x0 - gap, y0 - gap, x1 + gap, y1 + gap))
     a, b = a[a < b], b[a < b]
     shapely.prepare(arr[a])
     near = shapely.dwithin(arr[a], arr[b], gap)
