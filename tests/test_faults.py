@@ -869,6 +869,7 @@ def test_a_result_lost_with_its_worker_after_it_finished_is_computed_again_not_a
     import threading
     import time
 
+    import dask
     import distributed
     from distributed import Client, LocalCluster
     from distributed.core import Status
@@ -918,6 +919,8 @@ def test_a_result_lost_with_its_worker_after_it_finished_is_computed_again_not_a
                     set_status(paused, Status.paused)
                     timers.append(threading.Timer(60, resume))  # never a hung test if the run does not wait for it
                     timers[-1].start()
+                    time.sleep(0.3)  # three turns of a worker's memory monitor, which resumes a paused worker
+                    assert all(w.status == Status.paused for w in paused)  # unless its pause is off (below)
                     client.sync(worker.close)  # no data handed on: the scheduler computes the key again
                     deadline = time.monotonic() + 30
                     while fut.status == "finished" and time.monotonic() < deadline:
@@ -925,8 +928,11 @@ def test_a_result_lost_with_its_worker_after_it_finished_is_computed_again_not_a
                     lost.append((fut.key, fut.status))
                 yield fut
 
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, resources={"GPU": 1},
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    # a worker's memory monitor resumes a paused worker whose memory is low (every 100 ms): the key was then
+    # computed again before the run read it, 1 run in ~60 (the pause is the test's own, not the memory's)
+    with dask.config.set({"distributed.worker.memory.pause": False}), \
+            LocalCluster(n_workers=3, threads_per_worker=1, processes=False, resources={"GPU": 1},
+                         dashboard_address=":0") as cluster, Client(cluster) as client:
         expected = segment_report(str(src), texts, client=client, **kw)
         monkeypatch.setattr(distributed, "as_completed", LoseTheFirst)
         got = segment_report(str(src), texts, client=client, **kw)
