@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import rasterio.features
 import shapely
+import shapely.affinity
 from affine import Affine
 from scipy.ndimage import gaussian_filter
 
@@ -64,6 +65,25 @@ def test_a_rectangle_clip_has_the_overlays_area_and_is_valid():
     # a part whose bounds lie within its rectangle is itself, not a copy an overlay made
     whole = np.c_[shapely.bounds(geoms)[:, :2] - 1, shapely.bounds(geoms)[:, 2:] + 1]
     assert all(g is h for g, h in zip(links.clip_rects(geoms, whole), geoms))
+
+
+def test_a_rectangle_clip_is_the_overlay_where_geos_clip_gives_a_valid_wrong_part():
+    """GEOS's rectangle clip (3.14) returns a valid polygon of the wrong region where an outline that is no pixel
+    staircase touches the rectangle's side at a vertex and passes through its corner: a V-shaped notch whose tip
+    lies on the bottom side (the clip kept the notch, not the two wedges beside it). Such a part, with a vertex
+    on its rectangle's edges, is clipped by the overlay."""
+    notch = [shapely.Polygon([(0, 0), (0, 56), (76, 56), (78, 28), (82, 56), (100, 56), (100, 0)]),
+             shapely.Polygon([(0, 0), (0, 64), (26, 64), (38, 33), (69, 64), (100, 64), (100, 0)]),
+             shapely.Polygon([(10, 0), (10, 60), (50, 20), (90, 60), (90, 0)])]
+    rects = np.asarray([(11, 28, 82, 56), (7, 33, 55, 50), (30, 20, 70, 40)], dtype=float)
+    for dx, dy in ((0, 0), ORIGIN):  # (at map coordinates as well)
+        geoms = _arr([shapely.affinity.translate(g, dx, dy) for g in notch])
+        at = rects + [dx, dy, dx, dy]
+        want = shapely.intersection(geoms, shapely.box(*at.T))
+        assert not shapely.equals(shapely.clip_by_rect(geoms[2], *at[2]), want[2])  # (GEOS's own clip is wrong)
+        got = links.clip_rects(geoms, at)
+        assert shapely.is_valid(got).all()
+        np.testing.assert_allclose(shapely.area(shapely.symmetric_difference(got, want)), 0, atol=1e-6)
 
 
 def test_lying_near_with_its_bound_and_clip_says_what_the_whole_buffer_says():
