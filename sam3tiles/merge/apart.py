@@ -37,11 +37,15 @@ SIDE_RATIO = 3.5
 FACING_CELLS = 2 * FUSE_CELLS
 #: Two groups lying further off each other's axis than this many widths are not paired (`_paired`).
 OFF_LINE = 1.5
+#: One tile's two parts side by side in its own core decide two objects where the smaller holds at least
+#: this share of the larger's area (`_Apart._decides`): a speck beside an object decides nothing.
+DECIDES_RATIO = 0.25
 
 
 def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.ndarray, nbr: np.ndarray,
                  holds: Callable[[int, int], int], close: Callable[[int, int], bool],
-                 side: Callable[[int, int], bool], geoms: np.ndarray) -> tuple[list[np.ndarray], np.ndarray] | None:
+                 side: Callable[[int, int], bool], geoms: np.ndarray,
+                 inside: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray] | None:
     """For cut parts `s` of one component (links: CSR `ptr`, `nbr` over all parts): the groups to stitch
     apart and the fusing parts, or None where nothing fuses what the owners kept apart.
 
@@ -51,9 +55,10 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
     farther apart, and a tile's split across an object leaves one half short of that edge; two that face
     each other along their length, `side` (within `FACING_CELLS`), are held where one ends in the band: an
     object's own end, not a split's), that, without the fusing parts' links, lie in different groups that
-    tiles drew apart (`_Apart`); two tiles that split one object at different places overlap each other's
-    halves only in part (rule 2's third look): no fuse. Groups that only the fusing parts connect and no tile
-    drew apart are stretches of one object on either side of them: paired (`_paired`, `geoms` the parts')."""
+    tiles drew apart (`_Apart`; `inside`: each part's area inside its own tile's core); two tiles that split
+    one object at different places overlap each other's halves only in part (rule 2's third look): no fuse.
+    Groups that only the fusing parts connect and no tile drew apart are stretches of one object on either
+    side of them: paired (`_paired`, `geoms` the parts')."""
     inset = set(s.tolist())
     links = {i: [j for j in nbr[ptr[i]:ptr[i + 1]].tolist() if j in inset] for i in s.tolist()}
     held: dict[int, list[list[int]]] = {}
@@ -69,7 +74,7 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
         return None
     # each alone (a tile that split one object it holds two parts of as well), then all at once (two
     # tiles that fused the same two objects)
-    apart = _Apart(s, links, owned, tiles, close)
+    apart = _Apart(s, links, owned, tiles, close, side, geoms, inside)
     fusers = {i for i in held if apart({i}, held[i])}
     fusers |= {i for i in held if apart(set(held), held[i])}
     if not fusers:
@@ -337,12 +342,15 @@ class _Apart:
     """Whether, without the parts in `cut`, the parts a fusing part holds (`two`: per tile, its parts the fusing
     part holds) lie in different groups drawn apart: by two of those tiles, or, held in one tile, by two or
     more tiles that drew a part of each group as neighbours (`close`: the tiles along the objects), or by one
-    tile whose two such parts it both owns (the owner of two neighbours). One tile that split a long object
-    across draws one pair however many of its views own it (a long object's middle parts each do); and two
-    tiles that drew two neighbours apart outweigh the one that fused them, owner or not."""
+    tile whose two such parts it both owns (the owner of two neighbours), or by one tile whose two such parts
+    lie side by side in its own core (`_decides`). One tile that split a long object across draws one pair
+    however many of its views own it (a long object's middle parts each do); and two tiles that drew two
+    neighbours apart outweigh the one that fused them, owner or not."""
 
-    def __init__(self, s: np.ndarray, links: dict, owned: np.ndarray, tiles: np.ndarray, close):
+    def __init__(self, s: np.ndarray, links: dict, owned: np.ndarray, tiles: np.ndarray, close, side=None,
+                 geoms: np.ndarray | None = None, inside: np.ndarray | None = None):
         self.s, self.links, self.owned, self.tiles, self.close = s, links, owned, tiles, close
+        self.side, self.geoms, self.inside = side, geoms, inside
 
     def __call__(self, cut: set, two: list) -> bool:
         label = _labels(self.s, self.links, cut)
@@ -364,7 +372,19 @@ class _Apart:
             elif on & sy and not on & sx:
                 ys.append(c)
         pairs = _neighbour_pairs(xs, ys, self.tiles, self.close)
-        return len(pairs) >= 2 or any(self.owned[j] and self.owned[k] for ps in pairs.values() for j, k in ps)
+        return len(pairs) >= 2 or any(self.owned[j] and self.owned[k] or self._decides(j, k)
+                                      for ps in pairs.values() for j, k in ps)
+
+    def _decides(self, j: int, k: int) -> bool:
+        """Whether one tile's parts `j` and `k` lie mostly inside its own core (where its view is the one the
+        merge keeps), of comparable size (`DECIDES_RATIO`: not a speck beside an object), side by side along
+        their length: two objects there that tile decides, as two tiles drawing them apart do (long scene,
+        held-out seed 248: the owner fused two strips, one tile along them drew them apart)."""
+        if self.inside is None or self.side is None:
+            return False
+        area = shapely.area(self.geoms[[j, k]])
+        return bool((2 * self.inside[[j, k]] > area).all() and area.min() >= DECIDES_RATIO * area.max()
+                    and self.side(j, k))
 
 
 def _labels(s: np.ndarray, links: dict, cut: set) -> dict:

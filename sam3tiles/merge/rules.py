@@ -433,7 +433,7 @@ class _Resolver:
         owning the object fused parts its owner kept apart (`apart.fused_groups`), each group is stitched alone;
         the fusing part's area in its core goes to the groups it fused (`apart.divide`), or stands alone."""
         split = fused_groups(s, self.tiles, self.owned, self.ptr, self.nbr, self._holds, self._close, self._side,
-                             self.c.geoms)
+                             self.c.geoms, self.owned_area)
         if split is None:
             got = self._stitch(s, m)
             return (got, s[:0]) if got is not None else ([], s)
