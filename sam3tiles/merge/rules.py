@@ -13,7 +13,7 @@ from shapely.geometry import Polygon
 
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
-from .apart import absorb, fused_groups, fused_shares, neighbours, side_by_side
+from .apart import absorb, fused_groups, fused_shares, neighbours, orphaned, side_by_side
 from .links import _bridges, _components, _explode, _inside, _links, clip_to, covered, lies_near
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, THICK_CELLS, Cols,
@@ -456,7 +456,8 @@ class _Resolver:
             else:
                 outs += absorb(got, shares.get(k, []), self.gap, one=True)
         if orphans:  # (with no object beside, the fusing parts are one of their own)
-            outs = absorb(outs, orphans, self.gap) if outs else self._stitch(fusers, m) or []
+            cell = MASK_CELL * min(self.frames[int(t)].pixel for t in self.tiles[fusers].tolist())
+            outs = orphaned(outs, orphans, self.gap, cell) if outs else self._stitch(fusers, m) or []
         return outs, np.asarray(slivers, dtype=s.dtype)
 
     def _close(self, j: int, k: int) -> bool:
