@@ -65,7 +65,8 @@ def _component():
     pair = lambda table: (lambda j, k: (min(ids[j], ids[k]), max(ids[j], ids[k])) in table)  # noqa: E731
     got = fused_groups(np.arange(len(ids)), np.asarray([TILES[p] for p in ids]),
                        np.asarray([p in OWNED for p in ids]), ptr, np.asarray([j for x in nbr for j in x]),
-                       lambda i, j: HOLDS.get((ids[i], ids[j]), 0), pair(CLOSE), pair(SIDE), geoms)
+                       lambda i, j: HOLDS.get((ids[i], ids[j]), 0), pair(CLOSE), pair(SIDE), geoms,
+                       np.zeros(len(ids)))  # (no part inside its own core: no tile decides alone)
     assert got is not None
     groups, fusers = got
     return [[ids[k] for k in g.tolist()] for g in groups], {ids[k] for k in fusers.tolist()}

@@ -288,13 +288,13 @@ def test_a_dropped_groups_share_beside_one_object_joins_the_object_it_continues_
     # a share left by a group dropped as slivers that is a whole stretch of a neighbour (it lies side by side
     # with one object, end to end with another) joins the one it continues, not the one beside it (long
     # scenes 249 / 264, every behaviour at once: a neighbour's stretch joined to a strip, 0.667 / 0.752 IoU
-    # against its owners' own views' 0.925 / 0.928); a thin share between two objects still joins each
+    # against its owners' own views' 0.925 / 0.928); a share beside both objects (between two strips) joins each
     from sam3tiles.merge.apart import orphaned
 
     beside, ahead, share = box(0, 0, 300, 40), box(300, 40, 420, 80), box(0, 40, 300, 80)
     got = orphaned([(beside, 1, 0.9, 1), (ahead, 2, 0.8, 1)], [share], 1.0, 1.0)
     assert got[0][0].area == 300 * 40 and got[1][0].area == 420 * 40
-    upper, lower, thin = box(0, 0, 100, 40), box(0, 48, 100, 88), box(0, 40, 100, 48)
-    each = orphaned([(upper, 1, 0.9, 1), (lower, 2, 0.8, 1)], [thin], 1.0, 1.0)
+    upper, lower, between = box(0, 0, 100, 40), box(0, 48, 100, 88), box(0, 40, 100, 48)
+    each = orphaned([(upper, 1, 0.9, 1), (lower, 2, 0.8, 1)], [between], 1.0, 1.0)
     assert all(o[0].area == 100 * 48 for o in each)
 

@@ -45,7 +45,7 @@ DECIDES_RATIO = 0.25
 def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.ndarray, nbr: np.ndarray,
                  holds: Callable[[int, int], int], close: Callable[[int, int], bool],
                  side: Callable[[int, int], bool], geoms: np.ndarray,
-                 inside: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray] | None:
+                 inside: np.ndarray) -> tuple[list[np.ndarray], np.ndarray] | None:
     """For cut parts `s` of one component (links: CSR `ptr`, `nbr` over all parts): the groups to stitch
     apart and the fusing parts, or None where nothing fuses what the owners kept apart.
 
@@ -368,8 +368,8 @@ class _Apart:
     however many of its views own it (a long object's middle parts each do); and two tiles that drew two
     neighbours apart outweigh the one that fused them, owner or not."""
 
-    def __init__(self, s: np.ndarray, links: dict, owned: np.ndarray, tiles: np.ndarray, close, side=None,
-                 geoms: np.ndarray | None = None, inside: np.ndarray | None = None):
+    def __init__(self, s: np.ndarray, links: dict, owned: np.ndarray, tiles: np.ndarray, close, side,
+                 geoms: np.ndarray, inside: np.ndarray):
         self.s, self.links, self.owned, self.tiles, self.close = s, links, owned, tiles, close
         self.side, self.geoms, self.inside = side, geoms, inside
 
@@ -401,8 +401,6 @@ class _Apart:
         merge keeps), of comparable size (`DECIDES_RATIO`: not a speck beside an object), side by side along
         their length: two objects there that tile decides, as two tiles drawing them apart do (long scene,
         held-out seed 248: the owner fused two strips, one tile along them drew them apart)."""
-        if self.inside is None or self.side is None:
-            return False
         area = shapely.area(self.geoms[[j, k]])
         return bool((2 * self.inside[[j, k]] > area).all() and area.min() >= DECIDES_RATIO * area.max()
                     and self.side(j, k))

@@ -262,7 +262,7 @@ def _slanted_on_edge(geoms: np.ndarray, rects: np.ndarray) -> np.ndarray:
     horizontal nor vertical. GEOS's rectangle clip (3.14) can return a valid polygon of the wrong region
     there (a V-shaped notch whose tip touches a side, the ring through a corner: the notch kept, the wedges
     beside it dropped); on pixel staircases it did not in 10^5 random clips on the pixel grid, and apart
-    from the sides' lines (no vertex on them) it did not either. (A merge's parts are staircases: ~2 % of
+    from the sides' lines (no vertex on them) it did not either. (A merge's parts are staircases: ~1 % of
     its CPU, no overlay.)"""
     n = shapely.get_num_coordinates(geoms)
     xy = shapely.get_coordinates(geoms)
