@@ -604,6 +604,44 @@ def test_a_worker_that_joins_in_time_lets_the_run_finish(scheduler, tmp_path):
     assert len(gpd.read_file(out)) == rep["objects"] and _leftovers(tmp_path) == []
 
 
+def test_a_fetch_from_a_worker_killed_after_the_scheduler_named_it_ends_within_the_timeout(scheduler, monkeypatch):
+    """The worker dies between the scheduler naming it as the holder of a result and the driver connecting to
+    it (a direct fetch): Dask retries a refused connection until its connect timeout (20-30 s) while the run's
+    worker timeout is 3 s. The order is forced: the kill happens inside the fetch, after `who_has`. The
+    watch ends the wait when the scheduler drops the worker: WorkerLostError within the timeout."""
+    import time
+
+    import distributed.client as dclient
+    from distributed import wait
+
+    from sam3tiles.errors import WorkerLostError
+    from sam3tiles.run.executing.engine import open_engine
+    from sam3tiles.run.executing.submit import result_of
+
+    worker = _worker(scheduler)
+    real = dclient.gather_from_workers
+
+    async def kill_then_gather(who_has, *a, **k):
+        worker.kill()  # SIGKILL: no goodbye to the scheduler, nothing listens on its port
+        worker.wait()
+        return await real(who_has, *a, **k)
+
+    try:
+        with pytest.raises(WorkerLostError, match="no Dask worker with the GPU resource is left"):
+            with open_engine(scheduler=scheduler, worker_timeout=3) as engine:
+                assert engine.direct  # results come straight from the workers
+                fut = engine.client.submit(np.arange, 1000, resources={"GPU": 1}, pure=False)
+                wait(fut, timeout=60)
+                monkeypatch.setattr(dclient, "gather_from_workers", kill_then_gather)
+                started = time.monotonic()
+                result_of(engine, fut)
+        assert time.monotonic() - started < 3 + 5  # the timeout, one poll, the cancel: not Dask's connect timeout
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
 def _kill_at_the_first_merge(monkeypatch, worker, address, rejoin):
     """Forces the moment: the worker is killed just after the run handed it a merge block's pieces, and the
     scheduler has dropped it before the run goes on (the scheduler forgets data only that worker held).

@@ -135,13 +135,15 @@ class WorkerWatch:
     the GPU resource, when some had it; else any) is left for `timeout` seconds, the run's futures are
     cancelled (its waits end) and `open_engine` turns that into `WorkerLostError` (exit 4; the runner's
     cleanup keeps the finished tiles' checkpoints). A worker that joins in time resets the wait: the
-    scheduler reruns the lost worker's tasks there and the run goes on."""
+    scheduler reruns the lost worker's tasks there and the run goes on. A worker the scheduler dropped also
+    loses this process's connections to it (`_forget`)."""
 
     def __init__(self, client, address: str, gpu: bool, timeout: float):
         import threading
 
         self.client, self.address, self.gpu, self.timeout = client, address, gpu, float(timeout)
         self.lost: str | None = None
+        self._seen = set(self._listing() or ())  # the workers' addresses at the last look
         self._before = set(self._keys())  # a caller's client may hold futures of its own: never touched
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="sam3tiles-worker-watch", daemon=True)
@@ -154,14 +156,32 @@ class WorkerWatch:
         self._stop.set()
         self._thread.join(timeout=5)
 
-    def _workers(self) -> int | None:
+    def _listing(self) -> dict | None:
+        """The scheduler's workers by address; None when it does not answer."""
         try:
-            workers = self.client.scheduler_info(n_workers=-1).get("workers") or {}
+            return self.client.scheduler_info(n_workers=-1).get("workers") or {}
         except Exception:  # noqa: BLE001 - the scheduler does not answer: no worker either
             return None
+
+    def _workers(self) -> int | None:
+        if (workers := self._listing()) is None:
+            return None
+        self._forget(self._seen - set(workers))
+        self._seen = set(workers)
         if not self.gpu:
             return len(workers)
         return sum((w.get("resources") or {}).get("GPU", 0) > 0 for w in workers.values())
+
+    def _forget(self, gone: set[str]) -> None:
+        """Drop this process's connections to workers the scheduler dropped, and end its attempts to open one:
+        a direct fetch from a worker killed after the scheduler named it as the holder would retry the refused
+        connection for Dask's connect timeout (20-30 s), whatever the run's worker timeout. Ended, the fetch
+        asks the scheduler, which reruns the task or waits for a worker (as Dask's workers do with a peer)."""
+        for address in gone:
+            try:
+                self.client.loop.add_callback(self.client.rpc.remove, address)
+            except Exception:  # noqa: BLE001 - a closing client: nothing left to fetch
+                return
 
     def _waiting(self) -> bool:
         """Whether the run waits on the cluster (holds futures): writing the outputs at the end needs no
