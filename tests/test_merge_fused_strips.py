@@ -9,6 +9,7 @@ from shapely.geometry import box
 
 from sam3tiles.merge import merge_pieces
 from sam3tiles.testing import frames_and_pieces
+from sam3tiles.tiling.frame import TileFrames
 from sam3tiles.tiling.grid import TileGrid
 
 ROW = TileGrid(3264, 1008, transform=Affine(1, 0, 0, 0, 1, 0))  # 4 tiles, core lines 880, 1632, 2384
@@ -298,3 +299,31 @@ def test_a_dropped_groups_share_beside_one_object_joins_the_object_it_continues_
     each = orphaned([(upper, 1, 0.9, 1), (lower, 2, 0.8, 1)], [between], 1.0, 1.0)
     assert all(o[0].area == 100 * 48 for o in each)
 
+
+
+def test_a_strip_keeps_its_stretch_in_the_core_of_a_tile_that_drew_only_its_neighbour_beside_a_fused_region():
+    # two slanted strips 2.4 m apart across a 7 x 6 grid of 0.3 m pixels (held-out seed 261, every behaviour at
+    # once; its strips as quadrilaterals, its tiles' roles). Tile (0, 2) drew them as one region; tile (1, 2)
+    # drew the lower one only: in its core the upper strip's stretch is the fused region's alone. Divided by
+    # nearness to each strip's own views (the lower one's run all along it there, the upper one's end at the
+    # tiles' windows), that stretch went to the lower strip and, the lower strip's own tile having drawn it,
+    # was dropped: the upper strip lost it (1,322 of 4,690 m^2 kept)
+    grid = TileGrid(5000, 4000, transform=Affine(0.3, 0, 500000, 0, -0.3, 4100000))
+    upper = shapely.Polygon([(501310.3, 4099595.0), (501303.3, 4099562.6), (500481.9, 4099739.9),
+                             (500488.9, 4099772.4)])
+    lower = shapely.Polygon([(501302.8, 4099560.2), (501292.0, 4099510.2), (500470.6, 4099687.6),
+                             (500481.4, 4099737.6)])
+    frames = dict(TileFrames(grid))
+    index = {(t.row, t.col): k for k, t in enumerate(grid)}
+    roles = {(0, 1): (upper, lower), (0, 3): (upper,), (1, 1): (upper, lower), (1, 2): (lower,),
+             (1, 3): (upper, lower), (1, 4): (upper, lower)}
+    placed = [((0, 2), shapely.union(upper, lower).convex_hull & frames[index[0, 2]].window, False)]
+    placed += [(rc, g & frames[index[rc]].window, False) for rc, gs in roles.items() for g in gs
+               if g.intersects(frames[index[rc]].window)]
+    frames, pieces = frames_and_pieces(grid, placed, complete_edge_dist=50.0)
+    merged, _ = merge_pieces(pieces, frames)
+    geoms = list(merged.geometry)
+    top = max(geoms, key=lambda g: g.intersection(upper).area / g.union(upper).area)
+    stretch = upper & frames[index[1, 2]].core
+    assert (top & stretch).area > 0.9 * stretch.area
+    assert (top & lower).area < 0.05 * lower.area

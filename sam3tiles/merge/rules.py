@@ -440,7 +440,8 @@ class _Resolver:
         groups, fusers = split
         self._note(fusers, "fused what the owner kept apart (rule 5): divided among the groups it fused")
         cells = {f: MASK_CELL * self.frames[int(self.tiles[f])].pixel for f in fusers.tolist()}
-        shares, left = fused_shares(groups, fusers, self.ptr, self.nbr, self.c.geoms, self.cores, cells)
+        shares, left = fused_shares(groups, fusers, self.ptr, self.nbr, self.c.geoms, self.cores, cells, self.tiles,
+                                    self.frames, m)
         outs, slivers, missed, orphans = [], [], self.missed, []
         for k, g in enumerate(groups):
             alone = len(g) == 1 and g[0] in fusers
