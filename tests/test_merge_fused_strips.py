@@ -327,3 +327,28 @@ def test_a_strip_keeps_its_stretch_in_the_core_of_a_tile_that_drew_only_its_neig
     stretch = upper & frames[index[1, 2]].core
     assert (top & stretch).area > 0.9 * stretch.area
     assert (top & lower).area < 0.05 * lower.area
+
+
+def test_strips_a_region_fused_stay_two_where_no_tile_beside_it_drew_both():
+    # held-out seed 271, every behaviour at once (its strips as quadrilaterals, its tiles' roles): tile (0, 0)
+    # drew two neighbouring strips as one region; of the tiles beside it, one drew only the lower strip and one
+    # only the upper (each missed the other), so the region holds no pair of one tile, and the guard never
+    # looked. The owners further on drew the two apart; the region alone joined them: one object over both
+    # (0.48 IoU; the owners' own views 0.92)
+    grid = TileGrid(5000, 4000, transform=Affine(0.3, 0, 500000, 0, -0.3, 4100000))
+    upper = shapely.Polygon([(500989.9, 4099749.4), (500989.6, 4099710.7), (500196.2, 4099716.6),
+                             (500196.5, 4099755.2)])
+    lower = shapely.Polygon([(500989.6, 4099708.3), (500989.2, 4099655.3), (500195.8, 4099661.2),
+                             (500196.1, 4099714.2)])
+    frames = dict(TileFrames(grid))
+    index = {(t.row, t.col): k for k, t in enumerate(grid)}
+    roles = {(0, 1): (lower,), (1, 1): (upper,), **{(r, c): (upper, lower) for r in (0, 1) for c in (2, 3, 4)}}
+    placed = [((0, 0), shapely.union(upper, lower).convex_hull & frames[index[0, 0]].window, False)]
+    placed += [(rc, g & frames[index[rc]].window, False) for rc, gs in roles.items() for g in gs
+               if g.intersects(frames[index[rc]].window)]
+    frames, pieces = frames_and_pieces(grid, placed, complete_edge_dist=50.0)
+    merged, _ = merge_pieces(pieces, frames)
+    geoms = list(merged.geometry)
+    assert not any(g.intersection(upper).area > 0.5 * upper.area and g.intersection(lower).area > 0.5 * lower.area
+                   for g in geoms)
+    assert _best_iou(geoms, upper) > 0.9 and _best_iou(geoms, lower) > 0.7

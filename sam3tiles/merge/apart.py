@@ -61,7 +61,8 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
     tiles drew apart (`_Apart`; `inside`: each part's area inside its own tile's core); two tiles that split
     one object at different places overlap each other's halves only in part (rule 2's third look): no fuse.
     Groups that only the fusing parts connect and no tile drew apart are stretches of one object on either
-    side of them: paired (`_paired`, `geoms` the parts')."""
+    side of them: paired (`_paired`, `geoms` the parts'). A part that alone connects two parts one tile owns and
+    drew as neighbours fuses them too (`_bridges`: the tiles beside it each drew one of the two)."""
     inset = set(s.tolist())
     links = {i: [j for j in nbr[ptr[i]:ptr[i + 1]].tolist() if j in inset] for i in s.tolist()}
     held: dict[int, list[list[int]]] = {}
@@ -73,7 +74,8 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
         two = [h for h in (_held(i, js, holds, close, side) for js in by_tile.values() if len(js) > 1) if h]
         if two:
             held[i] = two
-    if not held:
+    mine = _owned_by_tile(s, tiles, owned)
+    if not held and not mine:
         return None
     # each alone (a tile that split one object it holds two parts of as well), then all at once (two
     # tiles that fused the same two objects)
@@ -83,6 +85,7 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
     # then a part holding parts of two groups drawn apart, those found left out (a fusing part's link to a
     # clean view beside it makes that view look like one)
     fusers |= {i for i in held if i not in fusers and apart.joins(fusers | {i}, i)}
+    fusers |= _bridges(s, links, mine, fusers, holds, close)
     if not fusers:
         return None
     label = _labels(s, links, fusers)
@@ -91,6 +94,48 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
                       for lab in sorted({label[i] for i in rest})], fusers, links, tiles, close, geoms)
     alone = sorted(fusers)
     return groups + [np.asarray([i], dtype=s.dtype) for i in alone], np.asarray(alone, dtype=s.dtype)
+
+
+def _owned_by_tile(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray) -> list:
+    """The parts of `s` a tile owns, for each tile that owns two or more of them."""
+    by: dict = {}
+    for i in s.tolist():
+        if owned[i]:
+            by.setdefault(int(tiles[i]), []).append(i)
+    return [js for js in by.values() if len(js) > 1]
+
+
+def _bridges(s: np.ndarray, links: dict, mine: list, fusers: set, holds, close) -> set:
+    """Parts that alone connect two parts one tile owns (`mine`: per tile) and drew as neighbours (`close`),
+    holding a part on each side: a region that fused the two objects where no tile beside it drew both (each
+    drew one of them, the other missed), so that it holds no pair of one tile (`_held`). Which parts alone
+    connect is asked first (a walk of the links each), `close` and `holds` only of those."""
+    out: set = set()
+    for i in s.tolist():
+        cut = fusers | out
+        if i in cut or len(links[i]) < 2:
+            continue
+        label = _labels(s, links, cut | {i})
+        sides = {label[x] for x in links[i] if x not in cut}
+        if len(sides) < 2:
+            continue
+        for js in mine:
+            by: dict = {}
+            for j in js:
+                if j not in cut and j != i and label[j] in sides:
+                    by.setdefault(label[j], []).append(j)
+            labs = sorted(by)
+            if any(close(j, k) and _holds_side(i, links, label, x, cut, holds)
+                   and _holds_side(i, links, label, y, cut, holds)
+                   for n, x in enumerate(labs) for y in labs[n + 1:] for j in by[x] for k in by[y]):
+                out.add(i)
+                break
+    return out
+
+
+def _holds_side(i: int, links: dict, label: dict, lab: int, cut: set, holds) -> bool:
+    """Whether part `i` holds one of its linked parts in group `lab`."""
+    return any(holds(i, x) for x in links[i] if x not in cut and label[x] == lab)
 
 
 def _held(i: int, js: list, holds, close, side) -> list:
@@ -453,7 +498,8 @@ class _Apart:
     def __call__(self, cut: set, two: list) -> bool:
         label = _labels(self.s, self.links, cut)
         split = [sorted({label[j] for j in h}) for h in two]
-        if sum(len(labs) > 1 for labs in split) >= 2:  # (two tiles the fusing part holds drew them apart)
+        drawn = [(x, y) for labs in split for n, x in enumerate(labs) for y in labs[n + 1:]]
+        if len(drawn) > len(set(drawn)):  # (two tiles the fusing part holds drew the same two groups apart)
             return True
         return any(self._drawn(label, cut, x, y) for labs in split for n, x in enumerate(labs) for y in labs[n + 1:])
 
