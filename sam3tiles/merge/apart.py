@@ -108,29 +108,42 @@ def _owned_by_tile(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray) -> list:
 def _bridges(s: np.ndarray, links: dict, mine: list, fusers: set, holds, close) -> set:
     """Parts that alone connect two parts one tile owns (`mine`: per tile) and drew as neighbours (`close`),
     holding a part on each side: a region that fused the two objects where no tile beside it drew both (each
-    drew one of them, the other missed), so that it holds no pair of one tile (`_held`). Which parts alone
-    connect is asked first (a walk of the links each), `close` and `holds` only of those."""
+    drew one of them, the other missed), so that it holds no pair of one tile (`_held`). A part that alone
+    connects two lies on every path between them: the parts of one path are tried (a walk of the links each),
+    `close` and `holds` asked only of one that separates them."""
     out: set = set()
-    for i in s.tolist():
-        cut = fusers | out
-        if i in cut or len(links[i]) < 2:
-            continue
-        label = _labels(s, links, cut | {i})
-        sides = {label[x] for x in links[i] if x not in cut}
-        if len(sides) < 2:
-            continue
-        for js in mine:
-            by: dict = {}
-            for j in js:
-                if j not in cut and j != i and label[j] in sides:
-                    by.setdefault(label[j], []).append(j)
-            labs = sorted(by)
-            if any(close(j, k) and _holds_side(i, links, label, x, cut, holds)
-                   and _holds_side(i, links, label, y, cut, holds)
-                   for n, x in enumerate(labs) for y in labs[n + 1:] for j in by[x] for k in by[y]):
-                out.add(i)
-                break
+    for js in mine:
+        for n, j in enumerate(js):
+            for k in js[n + 1:]:
+                cut = fusers | out
+                path = _path(links, j, k, cut)
+                for i in (path or [])[1:-1]:
+                    label = _labels(s, links, cut | {i})
+                    if (label[j] != label[k] and close(j, k) and _holds_side(i, links, label, label[j], cut, holds)
+                            and _holds_side(i, links, label, label[k], cut, holds)):
+                        out.add(i)
+                        break
     return out
+
+
+def _path(links: dict, a: int, b: int, cut: set) -> list | None:
+    """A shortest path of links from `a` to `b` avoiding the parts in `cut` (its parts, both ends included);
+    None where there is none."""
+    if a in cut or b in cut:
+        return None
+    back = {a: a}
+    todo = [a]
+    for i in todo:  # (breadth first: the list grows as it is walked)
+        if i == b:
+            path = [b]
+            while path[-1] != a:
+                path.append(back[path[-1]])
+            return path[::-1]
+        for j in links[i]:
+            if j not in back and j not in cut:
+                back[j] = i
+                todo.append(j)
+    return None
 
 
 def _holds_side(i: int, links: dict, label: dict, lab: int, cut: set, holds) -> bool:
