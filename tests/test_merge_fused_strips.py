@@ -300,6 +300,20 @@ def test_a_dropped_groups_share_beside_one_object_joins_the_object_it_continues_
     assert all(o[0].area == 100 * 48 for o in each)
 
 
+def _long_scene_roles(fused: tuple, strips: tuple, roles: dict) -> tuple[list, dict]:
+    """The merged objects of the long scene's grid (5000 x 4000 px of 0.3 m, 7 x 6 tiles) where tile `fused`
+    (row, col) drew `strips` as one region (their hull) and each tile of `roles` drew the strips it names, as
+    they lie in its window; and the frames by (row, col)."""
+    grid = TileGrid(5000, 4000, transform=Affine(0.3, 0, 500000, 0, -0.3, 4100000))
+    frames = TileFrames(grid)
+    by_rc = {(t.row, t.col): frames[k] for k, t in enumerate(grid)}
+    placed = [(fused, shapely.union_all(strips).convex_hull & by_rc[fused].window, False)]
+    placed += [(rc, g & by_rc[rc].window, False) for rc, gs in roles.items() for g in gs
+               if g.intersects(by_rc[rc].window)]
+    frames, pieces = frames_and_pieces(grid, placed, complete_edge_dist=50.0)
+    merged, _ = merge_pieces(pieces, frames)
+    return list(merged.geometry), by_rc
+
 
 def test_a_strip_keeps_its_stretch_in_the_core_of_a_tile_that_drew_only_its_neighbour_beside_a_fused_region():
     # two slanted strips 2.4 m apart across a 7 x 6 grid of 0.3 m pixels (held-out seed 261, every behaviour at
@@ -308,23 +322,15 @@ def test_a_strip_keeps_its_stretch_in_the_core_of_a_tile_that_drew_only_its_neig
     # nearness to each strip's own views (the lower one's run all along it there, the upper one's end at the
     # tiles' windows), that stretch went to the lower strip and, the lower strip's own tile having drawn it,
     # was dropped: the upper strip lost it (1,322 of 4,690 m^2 kept)
-    grid = TileGrid(5000, 4000, transform=Affine(0.3, 0, 500000, 0, -0.3, 4100000))
     upper = shapely.Polygon([(501310.3, 4099595.0), (501303.3, 4099562.6), (500481.9, 4099739.9),
                              (500488.9, 4099772.4)])
     lower = shapely.Polygon([(501302.8, 4099560.2), (501292.0, 4099510.2), (500470.6, 4099687.6),
                              (500481.4, 4099737.6)])
-    frames = dict(TileFrames(grid))
-    index = {(t.row, t.col): k for k, t in enumerate(grid)}
     roles = {(0, 1): (upper, lower), (0, 3): (upper,), (1, 1): (upper, lower), (1, 2): (lower,),
              (1, 3): (upper, lower), (1, 4): (upper, lower)}
-    placed = [((0, 2), shapely.union(upper, lower).convex_hull & frames[index[0, 2]].window, False)]
-    placed += [(rc, g & frames[index[rc]].window, False) for rc, gs in roles.items() for g in gs
-               if g.intersects(frames[index[rc]].window)]
-    frames, pieces = frames_and_pieces(grid, placed, complete_edge_dist=50.0)
-    merged, _ = merge_pieces(pieces, frames)
-    geoms = list(merged.geometry)
+    geoms, frames = _long_scene_roles((0, 2), (upper, lower), roles)
     top = max(geoms, key=lambda g: g.intersection(upper).area / g.union(upper).area)
-    stretch = upper & frames[index[1, 2]].core
+    stretch = upper & frames[(1, 2)].core
     assert (top & stretch).area > 0.9 * stretch.area
     assert (top & lower).area < 0.05 * lower.area
 
@@ -335,20 +341,12 @@ def test_strips_a_region_fused_stay_two_where_no_tile_beside_it_drew_both():
     # only the upper (each missed the other), so the region holds no pair of one tile, and the guard never
     # looked. The owners further on drew the two apart; the region alone joined them: one object over both
     # (0.48 IoU; the owners' own views 0.92)
-    grid = TileGrid(5000, 4000, transform=Affine(0.3, 0, 500000, 0, -0.3, 4100000))
     upper = shapely.Polygon([(500989.9, 4099749.4), (500989.6, 4099710.7), (500196.2, 4099716.6),
                              (500196.5, 4099755.2)])
     lower = shapely.Polygon([(500989.6, 4099708.3), (500989.2, 4099655.3), (500195.8, 4099661.2),
                              (500196.1, 4099714.2)])
-    frames = dict(TileFrames(grid))
-    index = {(t.row, t.col): k for k, t in enumerate(grid)}
     roles = {(0, 1): (lower,), (1, 1): (upper,), **{(r, c): (upper, lower) for r in (0, 1) for c in (2, 3, 4)}}
-    placed = [((0, 0), shapely.union(upper, lower).convex_hull & frames[index[0, 0]].window, False)]
-    placed += [(rc, g & frames[index[rc]].window, False) for rc, gs in roles.items() for g in gs
-               if g.intersects(frames[index[rc]].window)]
-    frames, pieces = frames_and_pieces(grid, placed, complete_edge_dist=50.0)
-    merged, _ = merge_pieces(pieces, frames)
-    geoms = list(merged.geometry)
+    geoms, _ = _long_scene_roles((0, 0), (upper, lower), roles)
     assert not any(g.intersection(upper).area > 0.5 * upper.area and g.intersection(lower).area > 0.5 * lower.area
                    for g in geoms)
     assert _best_iou(geoms, upper) > 0.9 and _best_iou(geoms, lower) > 0.7
