@@ -523,13 +523,11 @@ class _Apart:
         held-out seed 261, every behaviour at once: two strips fused, 0.43 and 0.29 IoU against their owners'
         own views' 0.75 and 0.42)."""
         label = _labels(self.s, self.links, cut)
-        by: dict = {}
-        for j in self.links[i]:
-            if j not in cut:
-                by.setdefault(label[j], []).append(j)
-        labs = sorted(by)  # (drawn apart asked first: `holds` overlays the parts, most often for nothing)
-        return any(self._drawn(label, cut, x, y) and any(self.holds(i, j) for j in by[x])
-                   and any(self.holds(i, j) for j in by[y]) for n, x in enumerate(labs) for y in labs[n + 1:])
+        labs = sorted({label[j] for j in self.links[i] if j not in cut})
+        # (drawn apart asked first: `holds` overlays the parts, most often for nothing)
+        return any(self._drawn(label, cut, x, y) and _holds_side(i, self.links, label, x, cut, self.holds)
+                   and _holds_side(i, self.links, label, y, cut, self.holds)
+                   for n, x in enumerate(labs) for y in labs[n + 1:])
 
     def _drawn(self, label: dict, cut: set, x: int, y: int) -> bool:
         """Whether groups `x` and `y` (labels) are drawn apart. A part left out (`cut`) that links to one of
