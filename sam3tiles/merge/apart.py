@@ -43,12 +43,16 @@ OFF_LINE = 1.5
 #: One tile's two parts side by side in its own core decide two objects where the smaller holds at least
 #: this share of the larger's area (`_Apart._decides`): a speck beside an object decides nothing.
 DECIDES_RATIO = 0.25
+#: A view smaller than this many mask cells (2 x 2: a model's boundary moving a cell in on each side leaves
+#: nothing of it) is a speck: no object a tile drew beside another (`neighbours`).
+SPECK_CELLS = 4.0
 
 
 def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.ndarray, nbr: np.ndarray,
                  holds: Callable[[int, int], int], close: Callable[[int, int], bool],
                  side: Callable[[int, int], bool], geoms: np.ndarray,
-                 inside: np.ndarray) -> tuple[list[np.ndarray], np.ndarray] | None:
+                 inside: np.ndarray, specks: Callable[[np.ndarray], set] = lambda s: set()
+                 ) -> tuple[list[np.ndarray], np.ndarray] | None:
     """For cut parts `s` of one component (links: CSR `ptr`, `nbr` over all parts): the groups to stitch
     apart and the fusing parts, or None where nothing fuses what the owners kept apart.
 
@@ -62,7 +66,8 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
     one object at different places overlap each other's halves only in part (rule 2's third look): no fuse.
     Groups that only the fusing parts connect and no tile drew apart are stretches of one object on either
     side of them: paired (`_paired`, `geoms` the parts'). A part that alone connects two parts one tile owns and
-    drew as neighbours fuses them too (`_bridges`: the tiles beside it each drew one of the two)."""
+    drew as neighbours fuses them too (`_bridges`: the tiles beside it each drew one of the two). A speck
+    (`specks(s)`: those of `s`, asked once fusing parts are found) links to one group only (`_unspecked`)."""
     inset = set(s.tolist())
     links = {i: [j for j in nbr[ptr[i]:ptr[i + 1]].tolist() if j in inset] for i in s.tolist()}
     held: dict[int, list[list[int]]] = {}
@@ -88,12 +93,38 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
     fusers |= _bridges(s, links, mine, fusers, holds, close)
     if not fusers:
         return None
-    label = _labels(s, links, fusers)
+    label = _labels(s, _unspecked(links, fusers, geoms, specks(s)), fusers)
     rest = [i for i in s.tolist() if i not in fusers]
     groups = _paired([np.asarray([i for i in rest if label[i] == lab], dtype=s.dtype)
                       for lab in sorted({label[i] for i in rest})], fusers, links, tiles, close, geoms)
     alone = sorted(fusers)
     return groups + [np.asarray([i], dtype=s.dtype) for i in alone], np.asarray(alone, dtype=s.dtype)
+
+
+def speck(area, pixel):
+    """Whether a view of `area` (CRS units squared; `pixel`: its tile's pixel) is a speck (`SPECK_CELLS`)."""
+    return area < SPECK_CELLS * (MASK_CELL * pixel) ** 2
+
+
+def _unspecked(links: dict, cut: set, geoms: np.ndarray, specks: set) -> dict:
+    """`links` where each speck (`specks`: parts `speck` says are) linked to two or more parts not in `cut`
+    keeps only its link to the one it overlaps most (the larger, then the lower-left, on a tie): a speck
+    cannot say two views are one object. Rule 3's guard (`links._bridges`) keeps such links where the
+    fusing parts' links keep both views one component (held-out seed 266: a speck of 1 m^2 between two
+    strips' clean views joined the strips once the region fusing them was left out)."""
+    out = dict(links)
+    for i in sorted(specks - cut):
+        on = [j for j in links[i] if j not in cut and j not in specks]
+        if len(on) < 2:
+            continue
+        key = [(-shapely.area(shapely.intersection(geoms[i], geoms[j])), -geoms[j].area, *geoms[j].bounds[:2])
+               for j in on]
+        best = on[min(range(len(on)), key=key.__getitem__)]
+        out[i] = [j for j in links[i] if j == best or j in cut or j in specks]
+        for j in on:
+            if j != best:
+                out[j] = [x for x in out[j] if x != i]
+    return out
 
 
 def _owned_by_tile(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray) -> list:
@@ -183,11 +214,13 @@ def neighbours(a, b, pixel: float) -> bool:
     `THICK_CELLS` cells (halves meet along the cut) and face each other along a side of a compact object
     (`f^2 > ` the smaller one's area / `SIDE_RATIO`). Halves of an elongated object that a split left a gap
     between face each other across its width only; two halves of a compact object cannot be told from two
-    compact neighbours but by their touching."""
+    compact neighbours but by their touching. A speck (`SPECK_CELLS`) is no neighbour: a view clipped at its
+    window's edge to a cell beside a strip's end drew nothing apart from it (held-out seed 266)."""
     cell = MASK_CELL * pixel
-    if not shapely.dwithin(a, b, FACING_CELLS * cell):
+    least = min(a.area, b.area)
+    if speck(least, pixel) or not shapely.dwithin(a, b, FACING_CELLS * cell):
         return False
-    f, least = facing(a, b, cell), min(a.area, b.area)
+    f = facing(a, b, cell)
     if f * f > SIDE_RATIO * least:
         return True
     if not shapely.dwithin(a, b, FUSE_CELLS * cell):

@@ -13,7 +13,7 @@ from shapely.geometry import Polygon
 
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
-from .apart import absorb, fused_groups, fused_shares, neighbours, orphaned, side_by_side
+from .apart import absorb, fused_groups, fused_shares, neighbours, orphaned, side_by_side, speck
 from .links import _bridges, _components, _explode, _inside, _links, clip_to, covered, lies_near
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, THICK_CELLS, Cols,
@@ -433,7 +433,7 @@ class _Resolver:
         owning the object fused parts its owner kept apart (`apart.fused_groups`), each group is stitched alone;
         the fusing part's area in its core goes to the groups it fused (`apart.divide`), or stands alone."""
         split = fused_groups(s, self.tiles, self.owned, self.ptr, self.nbr, self._holds, self._close, self._side,
-                             self.c.geoms, self.owned_area)
+                             self.c.geoms, self.owned_area, self._specks)
         if split is None:
             got = self._stitch(s, m)
             return (got, s[:0]) if got is not None else ([], s)
@@ -479,6 +479,11 @@ class _Resolver:
             return 0
         return 2 if shapely.dwithin(gj[0], shapely.intersection(fj.window.exterior, fi.window),
                                     EDGE_MARGIN * fj.pixel) else 1
+
+    def _specks(self, s: np.ndarray) -> set:
+        """The parts of `s` that are specks (`apart.speck`)."""
+        pixel = np.asarray([self.frames[int(t)].pixel for t in self.tiles[s].tolist()])
+        return set(s[speck(shapely.area(self.c.geoms[s]), pixel)].tolist())
 
     def _side(self, j: int, k: int) -> bool:
         """Whether parts `j` and `k` of one tile face each other along their length (`apart.side_by_side`)."""
