@@ -1,4 +1,4 @@
-"""Rule 5's division of a fused region (`merge.apart.divide`): the shares keep everything the fusing tile said.
+"""Rule 5's division of a fused region (`merge.shares.divide`): the shares keep everything the fusing tile said.
 
 The layouts below are ones the coverage property of tests/test_merge_misbehaving.py (and a longer random run
 of its layouts) found losing area while the division was built: snap-rounding moved the region's own outline
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from shapely import wkt
 from shapely.geometry import box
 
-from sam3tiles.merge import apart, merge_pieces
+from sam3tiles.merge import merge_pieces, shares as division
 from sam3tiles.tiling.frame import TileFrames
 from sam3tiles.tiling.grid import TileGrid
 from sam3tiles.tiling.piecekey import tile_of
@@ -101,7 +101,7 @@ def test_shares_cover_the_region_exactly_and_do_not_overlap(rects, frame):
     x0, y0, px = frame
     geoms = [box(x0 + a * px, y0 + b * px, x0 + (a + w) * px, y0 + (b + h) * px) for a, b, w, h in rects]
     region, views = geoms[0], geoms[1:]
-    shares = apart.divide(region, views, 3.5 * px)
+    shares = division.divide(region, views, 3.5 * px)
     assert len(shares) == len(views)
     total = shapely.union_all(shares)
     # within the float resolution of the map's coordinates (a few units in the last place along the outline)
@@ -112,5 +112,5 @@ def test_shares_cover_the_region_exactly_and_do_not_overlap(rects, frame):
 
 def test_a_fusing_part_with_nothing_inside_its_own_core_gives_nothing():
     # its part in its core is empty (its tile's view lies in the band only): no share, no GEOS error
-    shares = apart.divide(shapely.Polygon(), [box(0, 0, 10, 10), box(12, 0, 20, 10)], 3.5)
+    shares = division.divide(shapely.Polygon(), [box(0, 0, 10, 10), box(12, 0, 20, 10)], 3.5)
     assert len(shares) == 2 and all(g.is_empty for g in shares)

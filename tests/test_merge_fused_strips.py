@@ -275,7 +275,7 @@ def test_a_share_joins_one_groups_objects_but_never_two_groups_objects():
     # a fusing region's share between two stretches of one group joins them into one object; a share left by
     # a group dropped as slivers, beside the objects of two groups, goes to each and joins none (it joined
     # four strips into one: long scene, held-out seed 221, every behaviour at once, strips 0.19-0.32 IoU)
-    from sam3tiles.merge.apart import absorb
+    from sam3tiles.merge.shares import absorb
 
     left, right, share = box(0, 0, 100, 40), box(120, 0, 220, 40), box(100, 0, 120, 40)
     one = absorb([(left, 1, 0.9, 1), (right, 2, 0.8, 1)], [share], 1.0, one=True)
@@ -290,7 +290,7 @@ def test_a_dropped_groups_share_beside_one_object_joins_the_object_it_continues_
     # with one object, end to end with another) joins the one it continues, not the one beside it (long
     # scenes 249 / 264, every behaviour at once: a neighbour's stretch joined to a strip, 0.667 / 0.752 IoU
     # against its owners' own views' 0.925 / 0.928); a share beside both objects (between two strips) joins each
-    from sam3tiles.merge.apart import orphaned
+    from sam3tiles.merge.shares import orphaned
 
     beside, ahead, share = box(0, 0, 300, 40), box(300, 40, 420, 80), box(0, 40, 300, 80)
     got = orphaned([(beside, 1, 0.9, 1), (ahead, 2, 0.8, 1)], [share], 1.0, 1.0)

@@ -13,8 +13,9 @@ from shapely.geometry import Polygon
 
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
-from .apart import absorb, fused_groups, fused_shares, neighbours, orphaned, side_by_side, speck
+from .apart import fused_groups, neighbours, side_by_side, speck
 from .links import _bridges, _components, _explode, _inside, _links, clip_to, covered, lies_near
+from .shares import absorb, fused_shares, orphaned
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, THICK_CELLS, Cols,
                     Merged, beyond, polygonal, regions, union_parts)
@@ -431,7 +432,7 @@ class _Resolver:
     def _stitch_apart(self, s: np.ndarray, m: np.ndarray) -> tuple[list, np.ndarray]:
         """Rule 5 for cut parts `s` of component `m`: (objects, the parts dropped as slivers). Where a tile not
         owning the object fused parts its owner kept apart (`apart.fused_groups`), each group is stitched alone;
-        the fusing part's area in its core goes to the groups it fused (`apart.divide`), or stands alone."""
+        the fusing part's area in its core goes to the groups it fused (`shares.divide`), or stands alone."""
         split = fused_groups(s, self.tiles, self.owned, self.ptr, self.nbr, self._holds, self._close, self._side,
                              self.c.geoms, self.owned_area, self._specks)
         if split is None:
