@@ -63,7 +63,8 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
     Groups that only the fusing parts connect and no tile drew apart are stretches of one object on either
     side of them: paired (`_paired`, `geoms` the parts'). A part that alone connects two parts one tile owns and
     drew as neighbours fuses them too (`_bridges`: the tiles beside it each drew one of the two). A speck
-    (`specks(s)`: those of `s`, asked once fusing parts are found) links to one group only (`_unspecked`)."""
+    (`specks(s)`: those of `s`, asked where a part holds two of one tile or a tile owns two) links to one part
+    only (`_unspecked`), where the fusing parts are looked for and, without them, in the groups."""
     inset = set(s.tolist())
     links = {i: [j for j in nbr[ptr[i]:ptr[i + 1]].tolist() if j in inset] for i in s.tolist()}
     held: dict[int, list[list[int]]] = {}
@@ -79,17 +80,19 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
     if not held and not mine:
         return None
     # each alone (a tile that split one object it holds two parts of as well), then all at once (two
-    # tiles that fused the same two objects)
-    apart = _Apart(s, links, owned, tiles, close, side, geoms, inside, holds)
+    # tiles that fused the same two objects); a speck links to one part only (`_unspecked`)
+    sp = specks(s)
+    plain = _unspecked(links, set(), geoms, sp) if sp else links
+    apart = _Apart(s, plain, owned, tiles, close, side, geoms, inside, holds)
     fusers = {i for i in held if apart({i}, held[i])}
     fusers |= {i for i in held if apart(set(held), held[i])}
     # then a part holding parts of two groups drawn apart, those found left out (a fusing part's link to a
     # clean view beside it makes that view look like one)
     fusers |= {i for i in held if i not in fusers and apart.joins(fusers | {i}, i)}
-    fusers |= _bridges(s, links, mine, fusers, holds, close)
+    fusers |= _bridges(s, plain, mine, fusers, holds, close)
     if not fusers:
         return None
-    label = _labels(s, _unspecked(links, fusers, geoms, specks(s)), fusers)
+    label = _labels(s, _unspecked(links, fusers, geoms, sp), fusers)
     rest = [i for i in s.tolist() if i not in fusers]
     groups = _paired([np.asarray([i for i in rest if label[i] == lab], dtype=s.dtype)
                       for lab in sorted({label[i] for i in rest})], fusers, links, tiles, close, geoms)
@@ -107,7 +110,8 @@ def _unspecked(links: dict, cut: set, geoms: np.ndarray, specks: set) -> dict:
     keeps only its link to the one it overlaps most (the larger, then the lower-left, on a tie): a speck
     cannot say two views are one object. Rule 3's guard (`links._bridges`) keeps such links where the
     fusing parts' links keep both views one component (held-out seed 266: a speck of 1 m^2 between two
-    strips' clean views joined the strips once the region fusing them was left out)."""
+    strips' clean views joined the strips once the region fusing them was left out; 287: two specks at a
+    window's edge, each linked to both strips' views, kept the region that fused them from being found)."""
     out = dict(links)
     for i in sorted(specks - cut):
         on = [j for j in links[i] if j not in cut and j not in specks]
