@@ -27,7 +27,9 @@ mask can stop short of the tile edge. The rules, in order:
    fused with whatever lies there (two text lines 0.1 x their height apart). Two cut
    parts that still disagree are linked when they overlap in the band over a region `THICK_CELLS` (4)
    cells across and their own-core areas meet at the core line: two tiles that each split one object, at
-   different places (a grown neighbour overlaps by a strip of a cell or two). Boxes are never used:
+   different places (a grown neighbour overlaps by a strip of a cell or two); where either is elongated
+   (`ELONGATED`, 2 times longer than wide) the overlap spans half its width or more (a view that fused a strip
+   with a slice of the one beside it overlaps that one along it, not across). Boxes are never used:
    touching neighbours do not fuse.
 3. *Components.* The connected components of the links are settled one at a time; no link is refused.
    Tiles that disagree (whole in one, two halves in another; two neighbours fused in one) are settled by

@@ -19,7 +19,7 @@ import numpy as np
 import shapely
 
 from ..vectorize.pieces import MASK_CELL
-from .parts import THICK_CELLS
+from .parts import THICK_CELLS, spread
 
 #: Two views of one tile this close (mask cells) can be neighbours another tile drew as one region: each
 #: boundary moves by a cell or so, so two objects two cells apart come within a cell or touch.
@@ -310,9 +310,7 @@ def _off_line(geoms: np.ndarray, i: int, j: int, axes: dict) -> float:
 def _axis(g) -> tuple:
     """(centre, unit direction of the longest spread of its outline's points, its area over its length along
     that direction: a strip's width) of polygon(s) `g`."""
-    xy = shapely.get_coordinates(shapely.boundary(g))
-    c = xy.mean(axis=0)
-    u = np.linalg.svd(xy - c, full_matrices=False)[2][0]
+    xy, c, u = spread(g)
     along = (xy - c) @ u
     return c, u, g.area / max(float(np.ptp(along)), 1e-300)
 

@@ -26,6 +26,9 @@ JOIN_CELLS = 1.5
 LINK_CELLS = 1.0
 #: Two cut parts overlapping over a region this many mask cells across share a stretch of one object (rule 2).
 THICK_CELLS = 4.0
+#: A part this many times longer than it is wide (along the longest spread of its outline's points) is
+#: elongated: two such views linked by rule 2's third look overlap across it (`links._continued`).
+ELONGATED = 2.0
 #: A cut part within this many mask cells of another tile's part lies beside it (rule 6).
 SLIVER_CELLS = 2.0
 #: Ownership compares distances to the tile edge in steps of this many mask cells (rule 4).
@@ -236,3 +239,11 @@ def inward_area(before: np.ndarray, after: np.ndarray, hole: bool) -> float:
         f = np.where(same, 0.0, u0 / (u0 - u1))  # where the moved segment crosses the old one
     part = np.where(~same, length * np.where(u0 > 0, f * u0, (1 - f) * u1) / 2, 0.0)
     return float((full + part).sum())
+
+
+def spread(g) -> tuple:
+    """(The points of `g`'s outline, their centre, the unit direction of their longest spread): an object's
+    axis, as a strip or a text line lies along it."""
+    xy = shapely.get_coordinates(shapely.boundary(g))
+    c = xy.mean(axis=0)
+    return xy, c, np.linalg.svd(xy - c, full_matrices=False)[2][0]
