@@ -438,12 +438,12 @@ def _across(both, ga, gb) -> bool:
     owner's clean view of the first strip was then divided between the two, 0.777 / 0.760 IoU against the
     owners' own views' 0.946 / 0.950). Compact halves (a parcel split across its shorter side) are not
     asked: their own axis need not be the object's."""
-    o = shapely.get_coordinates(both)
+    o = shapely.get_coordinates(both)  # (not empty: a region THICK_CELLS across)
     for g in (ga, gb):
         xy, _, u = spread(g)
         length = np.ptp(xy @ u)
         width = g.area / max(length, 1e-300)  # (a meandering river's own width, not its meanders')
-        if length >= ELONGATED * width and (not len(o) or np.ptp(o @ np.array([-u[1], u[0]])) < 0.5 * width):
+        if length >= ELONGATED * width and np.ptp(o @ np.array([-u[1], u[0]])) < 0.5 * width:
             return False
     return True
 
