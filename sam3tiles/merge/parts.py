@@ -158,9 +158,31 @@ def beyond(geoms: np.ndarray, region) -> list:
     """What of each of `geoms` lies outside `region`, where that has an area (an overlay each). A geometry
     whose bounding box `region` covers has nothing outside it: not overlaid (in rule 5, most cut parts lie
     within the cores of their component's tiles)."""
-    out = ~shapely.covers(region, shapely.box(*shapely.bounds(geoms).T))
-    rest = shapely.difference(geoms[out], region)
+    out, rest = _beyond(geoms, region)
     return list(rest[shapely.area(rest) > 0])
+
+
+def _beyond(geoms: np.ndarray, region) -> tuple[np.ndarray, np.ndarray]:
+    """(Which of `geoms` may reach outside `region` (one for all, or one each), what of those lies outside)."""
+    out = ~shapely.covers(region, shapely.box(*shapely.bounds(geoms).T))
+    return out, shapely.difference(geoms[out], region if np.ndim(region) == 0 else region[out])
+
+
+def said_region(frames, tiles: np.ndarray):
+    """The cores of `tiles` (those with a part in a component: where another view of its objects may speak)."""
+    return shapely.union_all([frames[t].core for t in np.unique(tiles).tolist()])
+
+
+def said_area(geoms: np.ndarray, own: np.ndarray, said) -> np.ndarray:
+    """What each of `geoms` (cut parts) says of an object that no other view of it does: its area in its own
+    tile's core (`own`, one each) and outside `said` (the cores of every tile with a part in its component: one
+    for all, or one each), where a tile drew nothing of the object (rule 5 keeps that area: `beyond`)."""
+    out = shapely.intersection(geoms, own)
+    far, rest = _beyond(geoms, said)
+    has = shapely.area(rest) > 0
+    k = np.flatnonzero(far)[has]
+    out[k] = shapely.union(out[k], rest[has])
+    return out
 
 
 def _components(n: int, a: np.ndarray, b: np.ndarray) -> list[int]:

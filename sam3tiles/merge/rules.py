@@ -18,7 +18,7 @@ from .links import _bridges, _components, _explode, _inside, _links, clip_to, co
 from .shares import absorb, fused_shares, orphaned
 from .smooth import smooth_views
 from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, THICK_CELLS, Cols,
-                    Merged, beyond, polygonal, regions, union_parts)
+                    Merged, beyond, polygonal, regions, said_area, said_region, union_parts)
 from .short import stops_short
 from .slivers import NEAR_SAME, lone_slivers, near_other_tile, sliver_tol
 from .stats import MergeStats, count_by_prompt
@@ -234,10 +234,11 @@ class _Resolver:
         return self._kept(win, lose)
 
     def _covered_pairs(self, full: np.ndarray, cut: np.ndarray) -> np.ndarray:
-        """Whether each cut part's own-core area lies mostly under its complete partner (rule 5), for
-        pairs of different tiles; the uncovered owned area of those is counted."""
+        """Whether what each cut part says (`parts.said_area`) lies mostly under its complete partner (rule 5),
+        for pairs of different tiles; the uncovered area of those is counted."""
         ok = self.tiles[full] != self.tiles[cut]
-        clip = shapely.intersection(self.c.geoms[cut[ok]], self.exact[cut[ok]])
+        said = shapely.union(*([self.frames[t].core for t in self.tiles[x[ok]].tolist()] for x in (full, cut)))
+        clip = said_area(self.c.geoms[cut[ok]], self.exact[cut[ok]], said)
         area = shapely.area(clip)
         cov = shapely.area(shapely.intersection(clip, self.c.geoms[full[ok]]))
         done = np.zeros(len(full), dtype=bool)
@@ -292,15 +293,16 @@ class _Resolver:
                     self._note(i, "kept (rule 4, complete)")
         stitch = m[~c.complete[m]]
         self.missed = []
+        said = said_region(self.frames, self.tiles[m]) if kept and len(stitch) else None
         if kept and len(stitch):
-            halves = list(dict.fromkeys(self._halves(kept, stitch) + self._split_outside_core(kept, stitch)))
+            halves = list(dict.fromkeys(self._halves(kept, stitch, said) + self._split_outside_core(kept, stitch)))
             if halves:
                 self._note(halves, "rule 4 half: stitched with the cut parts")
                 stitch = np.r_[stitch, np.asarray(halves, dtype=stitch.dtype)]
                 kept = [i for i in kept if i not in halves]
         outs = [(c.geoms[i], int(c.order[i]), float(c.score[i]), ntiles) for i in kept]
         if kept and len(stitch):
-            clipped = shapely.intersection(c.geoms[stitch], self.exact[stitch])
+            clipped = said_area(c.geoms[stitch], self.exact[stitch], said)
             ku = c.geoms[kept[0]] if len(kept) == 1 else shapely.union_all(c.geoms[kept])
             covered = self._covered(clipped, ku, stitch, shapely.area(clipped))
             drops += [(i, "duplicates") for i in stitch[covered].tolist()]
@@ -322,14 +324,15 @@ class _Resolver:
         self._account(drops, [g for g, *_ in outs])
         return outs
 
-    def _halves(self, kept: list, stitch: np.ndarray) -> list:
-        """Kept complete parts their tile does not own linked to a cut part of another tile whose own-core area
-        they do not cover, in a component its owner saw cut (their tile split what others saw as one, or saw
-        part of it: the owner decides by stitching, rule 4), or whose tile has a cut part in the component
-        (it split the object: a piece of it; owned too, but for one mostly inside its own core: a split
-        there stands). They are stitched with it, each inside its own core (the cut part need not be the
-        owner's: across many tiles, the half's neighbour is not its owner)."""
-        if not self.owned[stitch].any():
+    def _halves(self, kept: list, stitch: np.ndarray, said) -> list:
+        """Kept complete parts their tile does not own linked to a cut part of another tile whose said area
+        (`parts.said_area`; `said`: the component's cores) they do not cover, in a component its owner saw cut
+        or not at all (their tile split what others saw as one, or saw part of it: the owner decides by
+        stitching, rule 4; a silent owner leaves it to the views of its core), or whose tile has a cut part
+        in the component (it split the object: a piece of it; owned too, but for one mostly inside its own
+        core: a split there stands). They are stitched with it, each inside its own core (the cut part need
+        not be the owner's: across many tiles, the half's neighbour is not its owner)."""
+        if not self.owned[stitch].any() and self.owned[kept].any():
             return []
         cut, out = set(stitch.tolist()), []
         for i in kept:
@@ -341,7 +344,7 @@ class _Resolver:
             if not nb or self.owned[i] or i in out:
                 continue
             nb = np.asarray(nb)
-            clip = shapely.intersection(self.c.geoms[nb], self.exact[nb])
+            clip = said_area(self.c.geoms[nb], self.exact[nb], said)
             area = shapely.area(clip)
             kept_i = np.full(len(nb), self.c.geoms[i], dtype=object)
             if (~self._covered(clip, kept_i, nb, area) & (area > 0)).any():
@@ -516,8 +519,7 @@ class _Resolver:
             if geom is not owned:
                 self.stats.count(_item(c.prompt[s[0]]), "blended", inward)
                 self._note(s, "outline smoothed where the views disagree (rule 5)")
-            comp_tiles = np.unique(self.tiles[members])
-            said = shapely.union_all([self.frames[int(t)].core for t in comp_tiles.tolist()])
+            said = said_region(self.frames, self.tiles[members])
             unsaid = self._unsaid(s, members)
             unsaid = [g for g in unsaid if shapely.dwithin(g, geom, self.gap)] if unsaid else unsaid
             unclaimed = [*beyond(c.geoms[s], said), *self.missed, *unsaid]
