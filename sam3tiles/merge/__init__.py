@@ -34,30 +34,31 @@ mask can stop short of the tile edge. The rules, in order:
 3. *Components.* The connected components of the links are settled one at a time; no link is refused.
    Tiles that disagree (whole in one, two halves in another; two neighbours fused in one) are settled by
    rule 4 and counted as `disagreements`, not as rule violations.
-4. *Ownership.* The complete parts of a component (cut at no interior tile edge, `EDGE_MARGIN`) are taken
-   in order of authority: owned by their own tile (the centre of the object, their box grown by the boxes
-   of the parts they link to, lies in its core) first, then farther
-   from their tile's edges, in steps of `AUTHORITY_CELLS` mask cells (one cell of difference does not flip
-   the choice), then tile order; scores never decide (they differ between tiles by chance). A complete
-   part is kept unless it is linked to a kept part of another tile (it is then another view of that
-   object: a duplicate). So the tile owning an object decides what it is (one whole, two halves, two
-   neighbours fused), and a copy another tile sees whole wins where the owner saw it cut or not at all;
-   but a complete part its tile does not own that lies inside an object stitched from the owners' cut
-   parts (a blob inside a field that only a neighbour reported) is another view of that object; and a
-   complete part its tile does not own, linked to the owner's cut part reaching past it (the owner's core
-   area not covered by it: its tile split what the owner saw as one), is stitched with it (rule 5). So is a
-   complete part its tile owns that another tile's linked cut part reaches past inside that tile's own core,
-   where the owner split it from a cut stub lying outside the owner's core (the split lies in the other
-   tile's area, which drew one object), or where the owner reported nothing over a stretch of its window
-   `THICK_CELLS` across that the cut part covers (a partial miss: that stretch, in the owner's core, is
-   kept as a miss is), or where the owner's view stops short of its window's edge (within `EDGE_MARGIN`
-   and the sliver tolerance) while the cut part goes on past that edge over a stretch `THICK_CELLS`
-   across (`short`: the owner could not see there; a model's mask can stop a cell or two short of the
-   tile edge). A split, or another object, the owner drew inside its own core stands.
-5. *Stitching.* A cut part is a duplicate when what it says inside its own tile's core is at least half
-   covered by the kept complete parts. The other cut parts are clipped to their tiles' cores (grown by one
-   pixel so neighbours overlap; in the cores of tiles that have no part in the component, a miss, or none
-   linked to or within the gap of the part, they keep their area where it joins the object) and unioned;
+4. *Ownership.* The complete parts of a component (cut at no interior tile edge, `EDGE_MARGIN`) are taken in
+   order of authority: owned by their own tile (the centre of the object, their box grown by the boxes of the
+   parts they link to, lies in its core) first, then farther from their tile's edges, in steps of
+   `AUTHORITY_CELLS` mask cells (one cell of difference does not flip the choice), then tile order; scores never
+   decide (they differ between tiles by chance). A complete part is kept unless it is linked to a kept part of
+   another tile (it is then another view of that object: a duplicate). So the tile owning an object decides what
+   it is (one whole, two halves, two neighbours fused), and a copy another tile sees whole wins where the owner
+   saw it cut or not at all; but a complete part its tile does not own that lies inside an object stitched from
+   the owners' cut parts (a blob inside a field that only a neighbour reported) is another view of that object;
+   and a complete part its tile does not own, linked to the owner's cut part reaching past it (the owner's core
+   area not covered by it: its tile split what the owner saw as one), is stitched with it (rule 5), as is one
+   whose tile split the object where the owner drew nothing of it (no part of the component owned: the views of
+   that core decide together). So is a complete part its tile owns that another tile's linked cut part reaches
+   past inside that tile's own core, where the owner split it from a cut stub lying outside the owner's core (the
+   split lies in the other tile's area, which drew one object), or where the owner reported nothing over a
+   stretch of its window `THICK_CELLS` across that the cut part covers (a partial miss: that stretch, in the
+   owner's core, is kept as a miss is), or where the owner's view stops short of its window's edge (within
+   `EDGE_MARGIN` and the sliver tolerance) while the cut part goes on past that edge over a stretch `THICK_CELLS`
+   across (`short`: the owner could not see there; a model's mask can stop a cell or two short of the tile edge).
+   A split, or another object, the owner drew inside its own core stands.
+5. *Stitching.* A cut part is a duplicate when what it says (inside its own tile's core, and in the cores
+   of tiles with no part in the component: a miss) is at least half covered by the kept complete parts. The
+   other cut parts are clipped to their tiles' cores (grown by one pixel so neighbours overlap; in the cores
+   of tiles that have no part in the component, a miss, or none linked to or within the gap of the part,
+   they keep their area where it joins the object) and unioned;
    the union's regions (rule 0's gap) are objects. Objects larger than the overlap, up to "stuff" spanning
    many tiles, come out as their connected regions, each stitched across the seams it crosses. Where tiles
    overlap and their views of it disagree (the median distance between their boundaries there at least
