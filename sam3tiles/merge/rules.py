@@ -1,6 +1,6 @@
 """The merge's rules over one pass of pieces (rules 0-6 of `sam3tiles.merge`): `merge_pass` makes the parts,
 their links and components (rules 0-3, `merge.links`), then `_Resolver` decides each component: ownership,
-stitching and slivers (rules 4-6; rule 6's test: `merge.slivers`)."""
+stitching and slivers (rules 4-6; rule 4's halves: `merge.halves`; rule 6's test: `merge.slivers`)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from shapely.geometry import Polygon
 from ..tiling.frame import TileFrame
 from ..vectorize.pieces import EDGE_MARGIN, MASK_CELL, Pieces
 from .apart import fused_groups, neighbours, side_by_side, speck
+from .halves import Halves
 from .links import _bridges, _components, _explode, _inside, _links, clip_to, covered, lies_near
 from .shares import absorb, fused_shares, orphaned
 from .smooth import smooth_views
-from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, THICK_CELLS, Cols,
+from .parts import (AUTHORITY_CELLS, COVERED, IOS_MIN, IOU_MIN, JOIN_CELLS, LINK_CELLS, Cols,
                     Merged, beyond, polygonal, regions, said_area, said_region, union_parts)
-from .short import stops_short
 from .slivers import NEAR_SAME, lone_slivers, near_other_tile, sliver_tol
 from .stats import MergeStats, count_by_prompt
 
@@ -99,7 +99,7 @@ def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, 
     return _Part(out, first, stats, left, inside, near, c)
 
 
-class _Resolver:
+class _Resolver(Halves):
     """Rules 4-6 over the decided components of one pass, with the coverage accounting."""
 
     def __init__(self, c: Cols, frames, la, lb, inside, near, stats: MergeStats):
@@ -323,114 +323,6 @@ class _Resolver:
         st.slivers_dropped += sum(r == "slivers" for _, r in drops)
         self._account(drops, [g for g, *_ in outs])
         return outs
-
-    def _halves(self, kept: list, stitch: np.ndarray, said) -> list:
-        """Kept complete parts their tile does not own linked to a cut part of another tile whose said area
-        (`parts.said_area`; `said`: the component's cores) they do not cover, in a component its owner saw cut
-        or not at all (their tile split what others saw as one, or saw part of it: the owner decides by
-        stitching, rule 4; a silent owner leaves it to the views of its core), or whose tile has a cut part
-        in the component (it split the object: a piece of it; owned too, but for one mostly inside its own
-        core: a split there stands). They are stitched with it, each inside its own core (the cut part need
-        not be the owner's: across many tiles, the half's neighbour is not its owner)."""
-        if not self.owned[stitch].any() and self.owned[kept].any():
-            return []
-        cut, out = set(stitch.tolist()), []
-        for i in kept:
-            ti = self.tiles[i]
-            nb = [j for j in self.nbr[self.ptr[i]:self.ptr[i + 1]].tolist() if j in cut and self.tiles[j] != ti]
-            if nb and (self.tiles[stitch] == ti).any() and (  # (its tile split the object)
-                    not self.owned[i] or self.owned_area[i] < 0.5 * shapely.area(self.c.geoms[i])):
-                out.append(i)
-            if not nb or self.owned[i] or i in out:
-                continue
-            nb = np.asarray(nb)
-            clip = said_area(self.c.geoms[nb], self.exact[nb], said)
-            area = shapely.area(clip)
-            kept_i = np.full(len(nb), self.c.geoms[i], dtype=object)
-            if (~self._covered(clip, kept_i, nb, area) & (area > 0)).any():
-                out.append(i)
-        return out
-
-    def _split_outside_core(self, kept: list, stitch: np.ndarray) -> list:
-        """Kept complete parts their tile owns whose object another tile's cut part, linked to it, reaches
-        past inside that tile's own core, where the owner (a) split it from a cut stub lying outside its
-        core (the stub within rule 0's gap of the part, with no area in its own core): the split lies where
-        the other tile owns the area, and it drew both as one (a text line the owner split at a word gap in
-        its neighbour's core); (b) reported nothing over a stretch of its window `THICK_CELLS` across that the
-        cut part covers (`_missed`); or (c) stops short of its window's edge where the cut part goes on past
-        it (`short.stops_short`). They are stitched with it (rule 5), each inside its own core.
-        A split inside the owner's core, or another object the owner drew there, stands (it decides)."""
-        c, cut = self.c, set(stitch.tolist())
-        out = []
-        for i in kept:
-            if not self.owned[i]:
-                continue  # `_halves`
-            ti = self.tiles[i]
-            nb = sorted({k for j in [i, *(j for j in stitch.tolist() if self.tiles[j] == ti)]
-                         for k in self.nbr[self.ptr[j]:self.ptr[j + 1]].tolist() if k in cut and self.tiles[k] != ti})
-            if not nb:
-                continue
-            nb = np.asarray(nb)
-            clip = shapely.intersection(c.geoms[nb], self.exact[nb])
-            area = shapely.area(clip)
-            past = ~self._covered(clip, np.full(len(nb), c.geoms[i], dtype=object), nb, area) & (area > 0)
-            stubs = [j for j in stitch.tolist() if self.tiles[j] == ti and self.owned_area[j] <= 0.05 * shapely.area(
-                c.geoms[j]) and shapely.distance(c.geoms[j], c.geoms[i]) < self.gap]
-            split = [bool(p and shapely.intersects(g, c.geoms[i])
-                          and any(shapely.distance(g, c.geoms[j]) < self.gap for j in stubs))
-                     for p, g in zip(past.tolist(), clip)]
-            if any(split) or any(p and not self._fuses(int(k), i) and (self._missed(int(k), i) or stops_short(
-                    c.geoms[k], c.geoms[i], self.frames[int(ti)])) for p, k in zip(past.tolist(), nb.tolist())):
-                out.append(i)
-        return out
-
-    def _fuses(self, k: int, i: int) -> bool:
-        """Whether cut part `k` also links to another part of `i`'s tile lying beside `i` (`_close`): `k` drew
-        two objects the owner drew apart as one (the next text line), so where it covers a stretch of the
-        owner's window the owner left empty, that stretch is the other object's, not a part of `i` missed."""
-        return any(j != i and self.tiles[j] == self.tiles[i] and self._close(i, j)
-                   for j in self.nbr[self.ptr[k]:self.ptr[k + 1]].tolist())
-
-    def _missed(self, k: int, i: int) -> bool:
-        """Whether cut part `k` covers a stretch of part `i`'s tile window, `THICK_CELLS` across and beyond
-        the sliver tolerance of every part of that tile and prompt, next to `i`: the tile (its owner) said
-        nothing there. That stretch, inside the owner's core, is kept as rule 5 keeps a miss (`_stitch`)."""
-        c, ti = self.c, int(self.tiles[i])
-        frame = self.frames[ti]
-        if self._tree is None:
-            self._tree = shapely.STRtree(c.geoms)
-        tol = sliver_tol(frame)
-        stretch = shapely.intersection(c.geoms[k], frame.window)
-        mine = [j for j in self._tree.query(stretch, predicate="dwithin", distance=tol).tolist()
-                if self.tiles[j] == ti and c.prompt[j] == c.prompt[i]]
-        if mine:
-            stretch = shapely.difference(stretch, shapely.buffer(shapely.union_all(c.geoms[mine]), tol, quad_segs=2))
-        half = THICK_CELLS * MASK_CELL * frame.pixel / 2
-        thick = shapely.buffer(shapely.buffer(stretch, -half, join_style="mitre"), half + tol + frame.pixel,
-                               join_style="mitre")
-        if thick.is_empty or shapely.distance(thick, c.geoms[i]) > frame.pixel:
-            return False
-        self.missed.append(shapely.intersection(shapely.intersection(c.geoms[k], thick), frame.core))
-        return True
-
-    def _nested(self, kept: list, stitched: list) -> set:
-        """Positions in `kept` of complete parts whose box centre lies outside their tile's core that lie
-        (>= `IOS_MIN`) inside one stitched object: the tiles owning that area said it is part of the larger
-        object, so the part is another view of it (rule 4: the owner decides)."""
-        if not kept or not stitched:
-            return set()
-        regions = np.asarray([g for g, *_ in stitched], dtype=object)
-        out = set()
-        for k, i in enumerate(kept):
-            g = self.c.geoms[i]
-            x0, y0, x1, y1 = g.bounds
-            # its own centre, not the one grown by its links: those are the large object's cut parts
-            if shapely.contains_xy(self.cores[i], (x0 + x1) / 2, (y0 + y1) / 2):
-                continue
-            inter = shapely.area(shapely.intersection(regions, g))
-            if inter.max() >= IOS_MIN * shapely.area(g):
-                out.add(k)
-        return out
 
     def _stitch_apart(self, s: np.ndarray, m: np.ndarray) -> tuple[list, np.ndarray]:
         """Rule 5 for cut parts `s` of component `m`: (objects, the parts dropped as slivers). Where a tile not
