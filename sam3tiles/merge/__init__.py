@@ -94,13 +94,13 @@ area each rule dropped that no output covers (slivers: their whole owned area), 
 no rule accounts for never disappears.
 
 The package: `parts` (a part's columns, its regions, the thresholds), `rules` (rules 0-6 over one pass:
-`merge_pieces`), `halves` (rule 4's complete parts stitched with the cut parts), `apart` (rule 5's guard against fusing what the owners kept apart), `shares` (the division of
-a region that fused them among their objects), `smooth` (rule 5's
-boundary model where views disagree), `consensus` (its move to the views' consensus where they differ by a
-steady offset), `bandmean` (its mean of the views on a meander's shared bands), `stats`
-(`MergeStats`: the counts and the coverage figures), `blocks` (the same merge by spatial blocks, fed tile
-by tile: `BlockMerger`, `merge_blocked`). A tile's frame in map coordinates
-(`TileFrame`) lives in `sam3tiles.tiling.frame`; the piece and order keys in `sam3tiles.tiling.piecekey`.
+`merge_pieces`), `halves` (rule 4's complete parts stitched with the cut parts), `apart` (rule 5's guard against
+fusing what the owners kept apart), `shares` (the division of a region that fused them among their objects),
+`smooth` (rule 5's boundary model where views disagree), `consensus` (its move to the views' consensus where they
+differ by a steady offset), `bandmean` (its mean of the views on a meander's shared bands), `stats` (`MergeStats`:
+the counts and the coverage figures), `blocks` (the same merge by spatial blocks, fed tile by tile: `BlockMerger`,
+`merge_blocked`). A tile's frame in map coordinates (`TileFrame`) lives in `sam3tiles.tiling.frame`; the piece and
+order keys in `sam3tiles.tiling.piecekey`.
 """
 
 from __future__ import annotations
