@@ -13,6 +13,7 @@ no tile drew apart that only the fusing region connects are one object's stretch
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable
 
 import numpy as np
@@ -269,14 +270,14 @@ def _paired(groups: list, fusers: set, links: dict, tiles: np.ndarray, close: Ca
     via = [{j for i in g.tolist() for j in links[i] if j in fusers} for g in groups]
     apart = _drawn_apart(groups, tiles, close, set(range(n)))
     shapes = np.asarray([shapely.union_all(geoms[g]) for g in groups], dtype=object)
+    joins = {(x, y) for x in range(n) for y in range(x + 1, n) if (x, y) not in apart and via[x] & via[y]}
+    order, crossed = _in_order(joins, apart, shapes)
     axes: dict = {}
     meets = []
-    for x in range(n):
-        for y in range(x + 1, n):
-            if (x, y) not in apart and via[x] & via[y]:
-                off = _off_line(shapes, x, y, axes)
-                if off <= OFF_LINE:
-                    meets.append((off, x, y))
+    for x, y in sorted(joins - crossed):
+        off = -1.0 if (x, y) in order else _off_line(shapes, x, y, axes)
+        if off <= OFF_LINE:
+            meets.append((off, x, y))
     root, held = list(range(n)), {k: {k} for k in range(n)}
 
     def find(k: int) -> int:
@@ -291,6 +292,41 @@ def _paired(groups: list, fusers: set, links: dict, tiles: np.ndarray, close: Ca
     if len(held) == n:
         return groups
     return [np.sort(np.concatenate([groups[k] for k in sorted(held[r])])) for r in sorted(held)]
+
+
+def _in_order(joins: set, apart: set, shapes: np.ndarray) -> tuple[set, set]:
+    """(The pairs of groups to join first, those never to join): where two groups a tile drew apart (`apart`) face
+    two others drawn apart across fusing parts (each may join each: `joins`), the two objects keep their order
+    across: of the two ways to pair them, the one whose lines between the groups' centres do not cross, where
+    the other's do. A strip bent inside the fusing tile lies far off its other stretch's axis (`_off_line`),
+    as far as off its neighbour's; its order beside the neighbour holds. Only groups drawn apart from one other
+    group each: one drawn apart from two (a strip beside a neighbour and a sliver) has no one order."""
+    centre = [np.asarray(g.centroid.coords[0]) for g in shapes]
+    once = {g for g, k in Counter(g for p in apart for g in p).items() if k == 1}
+    order, crossed = set(), set()
+    for x1, x2 in apart:
+        for y1, y2 in apart:
+            if (len({x1, x2, y1, y2}) < 4 or not {x1, x2, y1, y2} <= once
+                    or not all(_pair(a, b) in joins for a in (x1, x2) for b in (y1, y2))):
+                continue
+            one, two = ((x1, y1), (x2, y2)), ((x1, y2), (x2, y1))
+            for keep, drop in ((one, two), (two, one)):
+                if _crosses(*(centre[k] for p in drop for k in p)) and not _crosses(*(centre[k] for p in keep
+                                                                                         for k in p)):
+                    order |= {_pair(*p) for p in keep}
+                    crossed |= {_pair(*p) for p in drop}
+    return order - crossed, crossed
+
+
+def _pair(a: int, b: int) -> tuple[int, int]:
+    return (a, b) if a < b else (b, a)
+
+
+def _crosses(p, q, r, s) -> bool:
+    """Whether the segments p-q and r-s cross (each one's ends strictly either side of the other's line)."""
+    def side(a, b, c):
+        return (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])
+    return side(p, q, r) * side(p, q, s) < 0 and side(r, s, p) * side(r, s, q) < 0
 
 
 def _off_line(geoms: np.ndarray, i: int, j: int, axes: dict) -> float:
