@@ -90,7 +90,7 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
     # then a part holding parts of two groups drawn apart, those found left out (a fusing part's link to a
     # clean view beside it makes that view look like one)
     fusers |= {i for i in held if i not in fusers and apart.joins(fusers | {i}, i)}
-    fusers |= _bridges(s, plain, mine, fusers, holds, close)
+    fusers |= _bridges(s, plain, mine, fusers, holds, close, tiles)
     if not fusers:
         return None
     label = _labels(s, _unspecked(links, fusers, geoms, sp), fusers)
@@ -137,25 +137,42 @@ def _owned_by_tile(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray) -> list:
     return [js for js in by.values() if len(js) > 1]
 
 
-def _bridges(s: np.ndarray, links: dict, mine: list, fusers: set, holds, close) -> set:
+def _bridges(s: np.ndarray, links: dict, mine: list, fusers: set, holds, close, tiles: np.ndarray) -> set:
     """Parts that alone connect two parts one tile owns (`mine`: per tile) and drew as neighbours (`close`),
     holding a part on each side: a region that fused the two objects where no tile beside it drew both (each
     drew one of them, the other missed), so that it holds no pair of one tile (`_held`). A part that alone
     connects two lies on every path between them: the parts of one path are tried (a walk of the links each),
-    `close` and `holds` asked only of one that separates them."""
+    `close` and `holds` asked only of one that separates them. Of those that do, the first that leaves no two
+    parts another tile drew as neighbours in one group (`_drawn_together`), else the one that leaves fewest:
+    a clean view of one object beside the region that fused the two separates them as well, where the
+    region's link to a view of that object puts the view on the other side."""
     out: set = set()
     for js in mine:
         for n, j in enumerate(js):
             for k in js[n + 1:]:
                 cut = fusers | out
                 path = _path(links, j, k, cut)
+                found = []
                 for i in (path or [])[1:-1]:
                     label = _labels(s, links, cut | {i})
                     if (label[j] != label[k] and close(j, k) and _holds_side(i, links, label, label[j], cut, holds)
                             and _holds_side(i, links, label, label[k], cut, holds)):
-                        out.add(i)
-                        break
+                        found.append((_drawn_together(s, label, cut | {i}, tiles, close, (j, k)), len(found), i))
+                        if found[-1][0] == 0:
+                            break
+                if found:
+                    out.add(min(found)[2])
     return out
+
+
+def _drawn_together(s: np.ndarray, label: dict, cut: set, tiles: np.ndarray, close, owned: tuple) -> int:
+    """How many pairs of parts of one tile that it drew as neighbours (`close`) lie in one group (`label`),
+    the parts in `cut` and the tile of the `owned` pair left out."""
+    by: dict = {}
+    for x in s.tolist():
+        if x not in cut and tiles[x] != tiles[owned[0]]:
+            by.setdefault((int(tiles[x]), label[x]), []).append(x)
+    return sum(close(a, b) for xs in by.values() for n, a in enumerate(xs) for b in xs[n + 1:])
 
 
 def _path(links: dict, a: int, b: int, cut: set) -> list | None:
