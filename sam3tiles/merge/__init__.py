@@ -77,7 +77,8 @@ mask can stop short of the tile edge. The rules, in order:
    drew apart (two it holds, or two along the objects), or their owner did, leaves the groups to be
    stitched each on its own, its area in its core divided among them (two tiles that drew them apart
    outweigh the one that fused them, owner or not); groups no tile drew apart that only the fusing parts
-   connect are paired first, most in line (an object's stretches on either side of the fusing tile).
+   connect are paired first, in the order they lie side by side where two drawn apart face two across the
+   fusing tile, else most in line (an object's stretches on either side of the fusing tile).
 6. *Slivers.* A cut part that no neighbour matched (or cut parts linked only to each other), lying outside
    its own tile's core and within one mask cell of another object, is the edge of an object another tile
    owns (a few pixels poking into a tile rarely match in shape): it is dropped and counted. "Beside" is

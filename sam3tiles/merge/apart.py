@@ -9,7 +9,8 @@ of every part inside its own core would be one object (both fused, each IoU abou
 divided among those groups (`shares`), or stands alone where it links to fewer than two.
 Views side by side along their length are two objects however long a model's boundary noise makes them
 touch (`side_by_side`); two halves of an object a tile split across are not neighbours (`neighbours`). Groups
-no tile drew apart that only the fusing region connects are one object's stretches (`_paired`)."""
+no tile drew apart that only the fusing region connects are one object's stretches (`_paired`), paired in
+the order two objects lie side by side across it (`_in_order`)."""
 
 from __future__ import annotations
 
