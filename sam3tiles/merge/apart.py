@@ -290,6 +290,8 @@ def _paired(groups: list, fusers: set, links: dict, tiles: np.ndarray, close: Ca
     shapes = np.asarray([shapely.union_all(geoms[g]) for g in groups], dtype=object)
     joins = {(x, y) for x in range(n) for y in range(x + 1, n) if (x, y) not in apart and via[x] & via[y]}
     order, crossed = _in_order(joins, apart, shapes)
+    lone, across = _lone_side(joins, apart, shapes, via, geoms)
+    order, crossed = (order | lone) - (crossed | across), crossed | across
     axes: dict = {}
     meets = []
     for x, y in sorted(joins - crossed):
@@ -334,6 +336,43 @@ def _in_order(joins: set, apart: set, shapes: np.ndarray) -> tuple[set, set]:
                     order |= {_pair(*p) for p in keep}
                     crossed |= {_pair(*p) for p in drop}
     return order - crossed, crossed
+
+
+def _lone_side(joins: set, apart: set, shapes: np.ndarray, via: list, geoms: np.ndarray) -> tuple[set, set]:
+    """(Pairs to join first, pairs never to join) where a group drawn apart from none (alone on its side of the
+    fusing parts: the tile there drew only one of the two objects) faces two drawn apart across them: it goes
+    with the one whose meeting with the fusing parts lies on its own side of their axis (the fused region holds
+    the two objects side by side, one lane each), where it meets them at least a quarter of the way from the
+    middle of the two towards one (else `_off_line` decides). As in `_in_order`, only groups drawn apart from one
+    other group each, and only where one such pair faces the lone group."""
+    count = Counter(g for p in apart for g in p)
+    order, crossed = set(), set()
+    for x in range(len(shapes)):
+        if x in count:
+            continue
+        mine: set = set()
+        for y1, y2 in apart:
+            shared = via[x] & via[y1] & via[y2]
+            if count[y1] > 1 or count[y2] > 1 or not shared or not {_pair(x, y1), _pair(x, y2)} <= joins:
+                continue
+            region = shapely.union_all(geoms[sorted(shared)])
+            _, c, u = spread(region)
+            lat = []
+            for g in (x, y1, y2):
+                meet = shapely.intersection(shapes[g], region)
+                if meet.is_empty:
+                    break
+                e = np.asarray(meet.centroid.coords[0]) - c
+                lat.append(u[0] * e[1] - u[1] * e[0])
+            if len(lat) < 3 or abs(lat[0] - (lat[1] + lat[2]) / 2) < abs(lat[1] - lat[2]) / 4:
+                continue
+            near, far = (y1, y2) if abs(lat[0] - lat[1]) < abs(lat[0] - lat[2]) else (y2, y1)
+            mine.add((_pair(x, near), _pair(x, far)))
+        if len(mine) == 1:
+            (near, far), = mine
+            order.add(near)
+            crossed.add(far)
+    return order, crossed
 
 
 def _pair(a: int, b: int) -> tuple[int, int]:
