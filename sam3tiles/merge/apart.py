@@ -289,8 +289,9 @@ def _paired(groups: list, fusers: set, links: dict, tiles: np.ndarray, close: Ca
     apart = _drawn_apart(groups, tiles, close, set(range(n)))
     shapes = np.asarray([shapely.union_all(geoms[g]) for g in groups], dtype=object)
     joins = {(x, y) for x in range(n) for y in range(x + 1, n) if (x, y) not in apart and via[x] & via[y]}
-    order, crossed = _in_order(joins, apart, shapes)
-    lone, across = _lone_side(joins, apart, shapes, via, geoms)
+    times = Counter(g for p in apart for g in p)  # (how many groups each is drawn apart from)
+    order, crossed = _in_order(joins, apart, shapes, times)
+    lone, across = _lone_side(joins, apart, shapes, via, geoms, times)
     order, crossed = (order | lone) - (crossed | across), crossed | across
     axes: dict = {}
     meets = []
@@ -314,19 +315,18 @@ def _paired(groups: list, fusers: set, links: dict, tiles: np.ndarray, close: Ca
     return [np.sort(np.concatenate([groups[k] for k in sorted(held[r])])) for r in sorted(held)]
 
 
-def _in_order(joins: set, apart: set, shapes: np.ndarray) -> tuple[set, set]:
+def _in_order(joins: set, apart: set, shapes: np.ndarray, times: Counter) -> tuple[set, set]:
     """(The pairs of groups to join first, those never to join): where two groups a tile drew apart (`apart`) face
     two others drawn apart across fusing parts (each may join each: `joins`), the two objects keep their order
     across: of the two ways to pair them, the one whose lines between the groups' centres do not cross, where
     the other's do. A strip bent inside the fusing tile lies far off its other stretch's axis (`_off_line`),
     as far as off its neighbour's; its order beside the neighbour holds. Only groups drawn apart from one other
-    group each: one drawn apart from two (a strip beside a neighbour and a sliver) has no one order."""
+    group each (`times`): one drawn apart from two (a strip beside a neighbour and a sliver) has no one order."""
     centre = [np.asarray(g.centroid.coords[0]) for g in shapes]
-    once = {g for g, k in Counter(g for p in apart for g in p).items() if k == 1}
     order, crossed = set(), set()
     for x1, x2 in apart:
         for y1, y2 in apart:
-            if (len({x1, x2, y1, y2}) < 4 or not {x1, x2, y1, y2} <= once
+            if (len({x1, x2, y1, y2}) < 4 or any(times[g] > 1 for g in (x1, x2, y1, y2))
                     or not all(_pair(a, b) in joins for a in (x1, x2) for b in (y1, y2))):
                 continue
             one, two = ((x1, y1), (x2, y2)), ((x1, y2), (x2, y1))
@@ -338,22 +338,22 @@ def _in_order(joins: set, apart: set, shapes: np.ndarray) -> tuple[set, set]:
     return order - crossed, crossed
 
 
-def _lone_side(joins: set, apart: set, shapes: np.ndarray, via: list, geoms: np.ndarray) -> tuple[set, set]:
+def _lone_side(joins: set, apart: set, shapes: np.ndarray, via: list, geoms: np.ndarray,
+               times: Counter) -> tuple[set, set]:
     """(Pairs to join first, pairs never to join) where a group drawn apart from none (alone on its side of the
     fusing parts: the tile there drew only one of the two objects) faces two drawn apart across them: it goes
     with the one whose meeting with the fusing parts lies on its own side of their axis (the fused region holds
     the two objects side by side, one lane each), where it meets them at least a quarter of the way from the
     middle of the two towards one (else `_off_line` decides). As in `_in_order`, only groups drawn apart from one
-    other group each, and only where one such pair faces the lone group."""
-    count = Counter(g for p in apart for g in p)
+    other group each (`times`), and only where one such pair faces the lone group."""
     order, crossed = set(), set()
     for x in range(len(shapes)):
-        if x in count:
+        if times[x]:
             continue
         mine: set = set()
         for y1, y2 in apart:
             shared = via[x] & via[y1] & via[y2]
-            if count[y1] > 1 or count[y2] > 1 or not shared or not {_pair(x, y1), _pair(x, y2)} <= joins:
+            if times[y1] > 1 or times[y2] > 1 or not shared or not {_pair(x, y1), _pair(x, y2)} <= joins:
                 continue
             region = shapely.union_all(geoms[sorted(shared)])
             _, c, u = spread(region)

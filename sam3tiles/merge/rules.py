@@ -246,7 +246,7 @@ class _Resolver(Halves):
         if self.trace is not None:  # investigation only: not on a run's path
             for f, k in zip(full[ok][got].tolist(), cut[ok][got].tolist()):
                 self._note(f, "kept (complete, rule 5 pair)")
-                self._note(k, f"DROP duplicate (rule 5 pair: own-core area covered by complete part {f})")
+                self._note(k, f"DROP duplicate (rule 5 pair: what it says covered by complete part {f})")
         self.dropped.extend((i, "duplicates", v) for i, v in zip(cut[ok][got].tolist(),
                                                                  (area - cov)[got].clip(0).tolist()))
         return done
@@ -293,8 +293,8 @@ class _Resolver(Halves):
                     self._note(i, "kept (rule 4, complete)")
         stitch = m[~c.complete[m]]
         self.missed = []
-        said = said_region(self.frames, self.tiles[m]) if kept and len(stitch) else None
-        if kept and len(stitch):
+        if kept and len(stitch):  # (the later test runs only where this one did: `said` is set)
+            said = said_region(self.frames, self.tiles[m])
             halves = list(dict.fromkeys(self._halves(kept, stitch, said) + self._split_outside_core(kept, stitch)))
             if halves:
                 self._note(halves, "rule 4 half: stitched with the cut parts")
@@ -306,7 +306,7 @@ class _Resolver(Halves):
             ku = c.geoms[kept[0]] if len(kept) == 1 else shapely.union_all(c.geoms[kept])
             covered = self._covered(clipped, ku, stitch, shapely.area(clipped))
             drops += [(i, "duplicates") for i in stitch[covered].tolist()]
-            self._note(stitch[covered], "DROP duplicate (rule 5: own-core area covered by kept complete parts)")
+            self._note(stitch[covered], "DROP duplicate (rule 5: what it says covered by kept complete parts)")
             stitch = stitch[~covered]
         if len(stitch):
             got, slivers = self._stitch_apart(stitch, m)
