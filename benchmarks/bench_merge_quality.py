@@ -33,6 +33,10 @@ merge, set the limit:
 * `cap` (20 per pass, so that it bites on these sparse scenes): objects past the cap are gone from the
   owner's answer; SAM 3's real cap is 200 and the pipeline refines tiles that reach it (`--cap-refine`).
 
+`band oracle` is the issue-49 bar for boundary noise: the best any per-pixel vote over the tiles' views in
+the overlap bands can do, the truth as the voter, and the owners' outline as drawn where one tile alone saw
+an object (`band_oracle`). It does not move with the merge's smoothing.
+
 `vs-floor` scores the merge's output against the floor's objects instead of the truth: what the merge
 itself lost or added (F1 1.0: it kept exactly what the owning tiles said).
 
@@ -362,19 +366,32 @@ def run_scene(path, truth, behaviour: str, methods, sahi_ok: bool, overlap: int 
     res["own-floor"] = score(floor_preds(per_tile, frames, truth_by_class, transform, by_owner=True),
                              truth_by_class, extent)
     if "sam3tiles" in methods:  # the merge against what the tiles allow: what it lost or added itself
-        res["band oracle"] = score(band_oracle(per_tile, frames, mine, truth_by_class, extent), truth_by_class,
-                                   extent)
+        res["band oracle"] = score(band_oracle(per_tile, frames, truth_by_class, extent), truth_by_class, extent)
         res["vs-floor"] = score(mine, {k: [g for c, g in floor if c == k] for k in truth_by_class}, np.inf)
     res["seconds"] = seconds
     return res
 
 
-def band_oracle(per_tile, frames, merged, truth_by_class, tile_extent: float) -> list:
-    """`band oracle`: the merge's output with, for each object larger than a tile, the pixels inside the
-    overlap bands of the tiles that saw it replaced by the union of their views there clipped to the
-    object: the best any per-pixel vote over the views in the bands can do (the truth as the voter).
-    Elsewhere (what one tile alone saw) the merge's outline stays. The object's merged copy is the
+def merge_voted(per_tile, frames) -> list:
+    """The merge's objects as a merge that votes only in the overlap bands would draw them outside the bands:
+    `merge_pieces` with rule 5's smoothing off (the owners' stitch as the tiles drew it, where one tile
+    alone saw it). What `band_oracle` starts from: with the smoothed outline it would count the smoothing's
+    gains outside the bands, which no vote makes, and move with the merge it is a bar for."""
+    from unittest import mock
+
+    from sam3tiles.merge import rules
+
+    with mock.patch.object(rules, "smooth_views", lambda geom, *_, **__: (geom, 0.0)):
+        return merge_sam3tiles(per_tile, frames)[0]
+
+
+def band_oracle(per_tile, frames, truth_by_class, tile_extent: float) -> list:
+    """`band oracle`: the merge's objects (`merge_voted`) with, for each object larger than a tile, the pixels
+    inside the overlap bands of the tiles that saw it replaced by the union of their views there clipped to
+    the object: the best any per-pixel vote over the views in the bands can do (the truth as the voter).
+    Elsewhere (what one tile alone saw) the owners' outline stays. The object's merged copy is the
     prediction of highest IoU with it; one copy standing for two objects (fused) gives each its own."""
+    merged = merge_voted(per_tile, frames)
     views: dict = {}
     for p in per_tile:
         for g, tk, pr in zip(p.geometry, p.tile_key, p.prompt):
