@@ -211,18 +211,23 @@ def _components(n: int, a: np.ndarray, b: np.ndarray) -> list[int]:
     return [find(i) for i in range(n)]
 
 
-def same_shape(before, after, gap: float) -> bool:
-    """Whether `after` has the parts, the regions (parts within `gap` are one: rule 0) and the holes of
-    `before` (the smoothing moved a boundary). `after` is valid (`smooth.smooth_outline` keeps valid polygons only,
+def same_shape(before, after, gap: float, *, smoothed: bool = False) -> bool:
+    """Whether `after` keeps the shape of `before` (a boundary moved): its parts, its regions (parts within
+    `gap` are one: rule 0) and its holes. `smoothed` (the smoothing's result): parts of one region joined and
+    holes closed are the noise's doing (a point moves `CAP_CELLS` cells at most: a hole it closes, a gap in a
+    region it bridges, is the noise's size); a part split, a hole opened or a region joined or split is not.
+    A move to the views' consensus moves each tile's view as a whole: a moved view keeps its shape, and one
+    that changes is no steady offset. `after` is valid (`smooth.smooth_outline` keeps valid polygons only,
     `consensus.shift_views` gives an overlay's result): not checked again."""
     if after.is_empty:
         return False
     pb, pa = shapely.get_parts(before), shapely.get_parts(after)
-    if len(pb) != len(pa) or any(not isinstance(p, shapely.Polygon) for p in pa):
+    if (len(pa) > len(pb) if smoothed else len(pa) != len(pb)) or any(not isinstance(p, shapely.Polygon) for p in pa):
         return False
     if len(pb) > 1 and len(regions(before, gap)) != len(regions(after, gap)):
         return False
-    return sorted(len(p.interiors) for p in pb) == sorted(len(p.interiors) for p in pa)
+    holes = [len(p.interiors) for p in pb], [len(p.interiors) for p in pa]
+    return sum(holes[1]) <= sum(holes[0]) if smoothed else sorted(holes[0]) == sorted(holes[1])
 
 
 def north_up_bounds(poly) -> tuple | None:

@@ -117,7 +117,8 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
         # (no tile's own growth or shift explains the pairs' offsets, or moving each would change the object's
         # shape: the views differ as a noise does after all, where their noise is over the bar of agreement)
     out, inward = smooth_outline(area, cell, band_mean(views, frames, tiles, cell, CAP_CELLS * cell))
-    return (out, inward) if out is not area and same_shape(area, out, JOIN_CELLS * cell) else (geom, 0.0)
+    return (out, inward) if out is not area and same_shape(area, out, JOIN_CELLS * cell, smoothed=True) \
+        else (geom, 0.0)
 
 
 def odd_view(pairs, agree: float) -> bool:
