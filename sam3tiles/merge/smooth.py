@@ -7,7 +7,8 @@ its core, so the merged outline carries that noise everywhere, and a step where 
 view to the next at a core line. Where two tiles overlap, their views of the same stretch say how large the
 noise is: views that agree (within `AGREE_CELLS` mask cells on average: two tiles' grids of cells) leave
 the outline as the owners drew it, to the vertex. Views that differ by a steady offset (a grown view
-beside a shrunk one, the same all along: their median signed distance over `OFFSET_RATIO` times its spread;
+beside a shrunk one, the same all along: their median signed distance over `OFFSET_RATIO` times its spread,
+`NOISY_OFFSET_RATIO` times where the views are a model's noise apart, `steady`;
 or one pair of views a cell apart beside pairs that agree, `odd_view`) are not smoothed (it would only
 round the ends and bends): the offset holds over each whole tile, so each
 owner's part is moved to the views' consensus (`shift_views`; a third of a thin object's width); where that
@@ -52,6 +53,13 @@ AGREE_CELLS = 0.5
 #: Views whose steady offset (a grown view beside a shrunk one) exceeds this many times their noise's spread
 #: differ by a decision, not a noise: each tile's part is moved to the views' consensus (`shift_views`).
 OFFSET_RATIO = 1.0
+#: Views that lie this many mask cells apart or more (the median size of their signed distances) are noisier
+#: than two grids of cells (a pixel staircase: about `AGREE_CELLS`): a model's noise, which wanders in and out
+#: slowly along the outline (over ~10 cells), so a band's stretch holds only a few independent measures of it
+#: and a pair's median wanders up to its spread. Their steady offset must exceed `NOISY_OFFSET_RATIO` times the
+#: spread.
+NOISY_CELLS = 0.75
+NOISY_OFFSET_RATIO = 1.25
 #: The moving average's reach each way along the outline, in mask cells (about 100 tile px), where the chords
 #: turn by up to `TURN`.
 REACH_CELLS = 29.0
@@ -108,7 +116,7 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
     if odd and not odd_view(pairs, AGREE_CELLS * cell):
         return geom, 0.0
     area = polygonal(geom, valid=True)  # (the owners' stitch: a union)
-    if odd or offset > OFFSET_RATIO * spread:
+    if odd or steady(apart, offset, spread, cell):
         out = shift_views(area, pairs, tiles, frames, cell)
         if out is not area and same_shape(area, out, JOIN_CELLS * cell):
             return out, shapely.difference(area, out).area
@@ -119,6 +127,16 @@ def smooth_views(geom, views: Mapping[int, object], frames: Mapping[int, TileFra
     out, inward = smooth_outline(area, cell, band_mean(views, frames, tiles, cell, CAP_CELLS * cell))
     return (out, inward) if out is not area and same_shape(area, out, JOIN_CELLS * cell, smoothed=True) \
         else (geom, 0.0)
+
+
+def steady(apart: float, offset: float, spread: float, cell: float) -> bool:
+    """Whether views `apart`, `offset` and `spread` (`view_offsets`' figures, map units) differ by a steady
+    offset: one over `OFFSET_RATIO` times their noise's spread, `NOISY_OFFSET_RATIO` times where they lie
+    `NOISY_CELLS` apart or more. A model's noise moved the consensus of views a cell apart that stood within
+    1.25 spreads of it (long held-out seeds under `wobble` alone: a road 0.783 -> 0.700 IoU where the
+    smoothing gives 0.850), where a grown or shifted view beside a clean one (views half a cell apart, their
+    noise a staircase's) stood as close and was a steady offset."""
+    return offset > (NOISY_OFFSET_RATIO if apart >= NOISY_CELLS * cell else OFFSET_RATIO) * spread
 
 
 def odd_view(pairs, agree: float) -> bool:
