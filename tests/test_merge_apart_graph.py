@@ -272,3 +272,66 @@ def test_a_short_stretch_of_a_wide_strip_beside_its_neighbour_is_a_neighbour_the
     assert not neighbours(left, right, 0.3) and not neighbours(right, left, 0.3)
     # ... and a strip's halves lie end to end
     assert not neighbours(shapely.box(0, 0, 171, 74), shapely.box(171, 0, 304, 74), 0.3)
+
+
+def test_two_regions_each_fusing_two_strips_where_the_other_leaves_them_joined_are_found_together():
+    # held-out seed 473, every behaviour at once (the project's generator; outlines simplified to 4 m): two
+    # diagonal strips, I and J. Tile 9's region 38 holds both strips' views of tiles 1, 2 and 8 (each pair drawn
+    # apart, tile 2 owning both); tile 0's view 4, at its window's edge, lies inside I's views (9, 24, 31) and
+    # holds J's (10, 25, 28). Each alone leaves the strips joined through the other, so neither was found and
+    # the strips came out as one object (0.511 / 0.462 against the owners' own views' 0.952 / 0.954)
+    tiles = {1: 0, 2: 0, 3: 0, 4: 0, 9: 1, 10: 1, 12: 2, 13: 2, 16: 3, 18: 3, 24: 7, 25: 7, 28: 8, 31: 8, 38: 9,
+             47: 10, 5: 0}
+    owned = [9, 12, 13, 28]
+    links = {1: [9, 24, 31], 2: [10, 25, 28], 3: [10, 25, 28], 4: [9, 10, 24, 25, 28, 31],
+             9: [1, 4, 12, 24, 31, 38], 10: [2, 3, 4, 13, 25, 28, 38], 12: [9, 16, 31, 38],
+             13: [10, 18, 28, 38, 47], 16: [12], 18: [13, 38, 47], 24: [1, 4, 5, 9, 31], 25: [2, 3, 4, 10, 28],
+             28: [2, 3, 4, 10, 13, 25, 38], 31: [1, 4, 9, 12, 24, 38], 38: [9, 10, 12, 13, 18, 28, 31, 47],
+             47: [13, 18, 38], 5: [24]}
+    holds = {(4, 10): 2, (4, 25): 2, (4, 28): 2, (9, 1): 2, (9, 4): 2, (9, 12): 2, (9, 24): 2, (9, 31): 2,
+             (10, 2): 2, (10, 3): 2, (10, 13): 2, (10, 25): 2, (10, 28): 2, (12, 9): 2, (12, 16): 2, (12, 31): 2,
+             (13, 10): 2, (13, 18): 2, (13, 28): 2, (13, 38): 2, (13, 47): 2, (16, 12): 2, (18, 13): 2, (18, 38): 2,
+             (18, 47): 2, (24, 1): 2, (24, 4): 2, (24, 5): 1, (24, 9): 2, (24, 31): 2, (25, 2): 2, (25, 3): 2,
+             (25, 10): 2, (25, 28): 2, (28, 2): 2, (28, 3): 2, (28, 10): 2, (28, 13): 2, (28, 25): 2, (31, 1): 2,
+             (31, 4): 2, (31, 9): 2, (31, 12): 2, (31, 24): 2, (38, 9): 2, (38, 10): 2, (38, 12): 2, (38, 13): 2,
+             (38, 18): 2, (38, 28): 2, (38, 31): 2, (38, 47): 2, (47, 13): 2, (47, 18): 2, (47, 38): 2}
+    close = [(9, 10), (12, 13), (16, 18), (24, 25), (28, 31)]
+    side = [(1, 3), (2, 4), (9, 10), (12, 13), (16, 18), (24, 25), (28, 31)]
+    outlines = {1: [[104, 111], [5, 89], [8, 60], [88, 58], [100, 64]], 2: [[103, 59], [100, 58], [103, 58]],
+             3: [[96, 59], [95, 59], [96, 59]],
+             4: [[156, 122], [104, 111], [103, 64], [107, 66], [118, 65], [101, 58], [159, 58], [159, 74],
+                 [126, 67], [159, 76]],
+             9: [[371, 174], [181, 127], [85, 111], [85, 61], [383, 126], [385, 172]],
+             10: [[371, 122], [214, 83], [86, 59], [284, 59], [342, 69], [384, 80], [384, 120]],
+             12: [[607, 222], [316, 159], [311, 157], [311, 109], [593, 173], [609, 172]],
+             13: [[606, 173], [314, 109], [311, 64], [608, 130]],
+             16: [[675, 237], [537, 204], [537, 161], [683, 192]],
+             18: [[682, 190], [587, 166], [537, 160], [536, 112], [694, 149]],
+             24: [[114, 116], [94, 109], [1, 91], [9, 44], [114, 67]],
+             25: [[158, 73], [13, 41], [21, 1], [159, 28]],
+             28: [[385, 123], [200, 81], [165, 79], [125, 64], [100, 63], [85, 56], [85, 15], [381, 78]],
+             31: [[203, 132], [86, 106], [85, 60], [385, 124], [385, 132]],
+             38: [[311, 132], [311, 64], [520, 108], [547, 119], [611, 127], [611, 132]],
+             47: [[536, 132], [536, 116], [609, 131], [609, 132]], 5: [[11, 82], [9, 80], [11, 80]]}
+    inside = {1: 660, 2: 0, 3: 0, 4: 343, 9: 9419, 10: 899, 12: 10724, 13: 8640, 16: 4874, 18: 4995, 24: 4626,
+             25: 4451, 28: 8934, 31: 1678, 38: 1187, 47: 0, 5: 0}
+    specks = [2, 3]
+    strip = {1: 'I', 2: 'J', 3: 'J', 4: 'I', 9: 'I', 10: 'J', 12: 'I', 13: 'J', 16: 'I', 18: 'J', 24: 'I', 25: 'J',
+             28: 'J', 31: 'I', 38: 'J', 47: 'J', 5: 'I'}
+    ids = sorted(tiles)
+    at = {p: k for k, p in enumerate(ids)}
+    nbr = [[at[j] for j in links[p]] for p in ids]
+    ptr = np.concatenate([[0], np.cumsum([len(x) for x in nbr])])
+    geoms = np.asarray([shapely.Polygon(outlines[p]) for p in ids], dtype=object)
+    pair = lambda table: (lambda j, k: (min(ids[j], ids[k]), max(ids[j], ids[k])) in table)  # noqa: E731
+    got = fused_groups(np.arange(len(ids)), np.asarray([tiles[p] for p in ids]),
+                       np.asarray([p in set(owned) for p in ids]), ptr, np.asarray([j for x in nbr for j in x]),
+                       lambda i, j: holds.get((ids[i], ids[j]), 0), pair(set(close)), pair(set(side)), geoms,
+                       np.asarray([inside[p] for p in ids], dtype=float),
+                       lambda s: {k for k in s.tolist() if ids[k] in set(specks)})
+    assert got is not None
+    groups, fusers = [[ids[k] for k in g.tolist()] for g in got[0]], {ids[k] for k in got[1].tolist()}
+    assert fusers == {4, 38}
+    for g in groups:
+        if not set(g) & fusers:
+            assert len({strip[p] for p in g}) == 1, g

@@ -9,9 +9,10 @@ of every part inside its own core would be one object (both fused, each IoU abou
 divided among those groups (`shares`), or stands alone where it links to fewer than two.
 Views side by side along their length, or one lying alongside the other however short (a stretch of a wide
 strip), are two objects however long a model's boundary noise makes them touch (`side_by_side`); two halves
-of an object a tile split across are not neighbours (`neighbours`). Groups no tile drew apart that only the
-fusing region connects are one object's stretches (`_paired`), paired in the order two objects lie side by
-side across it (`_in_order`)."""
+of an object a tile split across are not neighbours (`neighbours`). Two regions may fuse the same objects,
+each where the other leaves them joined (`_together`). Groups no tile drew apart that only the fusing region
+connects are one object's stretches (`_paired`), paired in the order two objects lie side by side across it
+(`_in_order`)."""
 
 from __future__ import annotations
 
@@ -99,6 +100,8 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
     # clean view beside it makes that view look like one)
     fusers |= {i for i in held if i not in fusers and apart.joins(fusers | {i}, i)}
     fusers |= _bridges(s, plain, mine, fusers, holds, close, tiles)
+    if not fusers and held:
+        fusers = _together(s, plain, mine, held, apart, holds, close, tiles)
     if not fusers:
         return None
     label = _labels(s, _unspecked(links, fusers, geoms, sp), fusers)
@@ -171,6 +174,19 @@ def _bridges(s: np.ndarray, links: dict, mine: list, fusers: set, holds, close, 
                 if found:
                     out.add(min(found)[2])
     return out
+
+
+def _together(s: np.ndarray, links: dict, mine: list, held: dict, apart, holds, close, tiles: np.ndarray) -> set:
+    """Two regions that fused the same two objects, each where the other leaves them joined (held-out seed 473:
+    a tile's view of one strip took in the other's edge at its window's edge, another tile's view held both
+    strips): the parts holding pairs (`held`) left out together, a part that alone still connects two parts
+    one tile owns and drew as neighbours (`_bridges`), lying inside one's views and holding the other's, is
+    the second. Those of `held` whose pairs that leaves in groups drawn apart, with it; else none."""
+    def either(i: int, j: int) -> int:
+        return holds(i, j) or holds(j, i)
+    extra = _bridges(s, links, mine, set(held), either, close, tiles)
+    found = {i for i in held if extra and apart(set(held) | extra, held[i])}
+    return found | extra if found else set()
 
 
 def _drawn_together(s: np.ndarray, label: dict, cut: set, tiles: np.ndarray, close, owned: tuple) -> int:
