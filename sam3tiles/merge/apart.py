@@ -49,6 +49,9 @@ ALONG = 0.75
 #: ... running on past it by more than this share of its depth (`_alongside`; held-out scenes: the halves of
 #: one object at most 0.34, neighbours 0.96 and more).
 PAST = 0.5
+#: What a part holding no pair of one tile holds of two groups overlaps along its axis by this share of the
+#: shorter where it fuses them (`_Apart.spans`): two objects side by side, not one object's views end to end.
+SPANS_OVERLAP = 0.5
 #: A view smaller than this many mask cells (2 x 2: a model's boundary moving a cell in on each side leaves
 #: nothing of it) is a speck: no object a tile drew beside another (`neighbours`).
 SPECK_CELLS = 4.0
@@ -99,6 +102,9 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
     # then a part holding parts of two groups drawn apart, those found left out (a fusing part's link to a
     # clean view beside it makes that view look like one)
     fusers |= {i for i in held if i not in fusers and apart.joins(fusers | {i}, i)}
+    if fusers:  # (and one holding no pair of one tile, where what it holds of each lies apart: `_Apart.spans`)
+        fusers |= {i for i in s.tolist() if i not in fusers and i not in held and len(plain[i]) > 1
+                   and apart.joins(fusers | {i}, i, apart.spans)}
     fusers |= _bridges(s, plain, mine, fusers, holds, close, tiles)
     if not fusers and held:
         fusers = _together(s, plain, mine, held, apart, holds, close, tiles)
@@ -505,18 +511,38 @@ class _Apart:
             return True
         return any(self._drawn(label, cut, x, y) for labs in split for n, x in enumerate(labs) for y in labs[n + 1:])
 
-    def joins(self, cut: set, i: int) -> bool:
+    def joins(self, cut: set, i: int, also=None) -> bool:
         """Whether part `i` holds (`holds`) parts of two groups drawn apart, the parts in `cut` left out: the
         pair of one tile it holds may lie in two groups no tile drew apart (one strip's stretch that links to
         the rest of that strip only through `i`), while two other groups it holds a part of were (long scene,
         held-out seed 261, every behaviour at once: two strips fused, 0.43 and 0.29 IoU against their owners'
-        own views' 0.75 and 0.42)."""
+        own views' 0.75 and 0.42). `also(i, xs, ys)`, where given, is asked of `i`'s links in the two groups
+        too."""
         label = _labels(self.s, self.links, cut)
         labs = sorted({label[j] for j in self.links[i] if j not in cut})
         # (drawn apart asked first: `holds` overlays the parts, most often for nothing)
         return any(self._drawn(label, cut, x, y) and _holds_side(i, self.links, label, x, cut, self.holds)
                    and _holds_side(i, self.links, label, y, cut, self.holds)
+                   and (also is None or also(i, *([j for j in self.links[i] if j not in cut and label[j] == z]
+                                                  for z in (x, y))))
                    for n, x in enumerate(labs) for y in labs[n + 1:])
+
+    def spans(self, i: int, xs: list, ys: list) -> bool:
+        """Whether what part `i` holds of one group (`xs`, its links there) and of the other (`ys`) lie side by
+        side across it: along its axis (`_long_side`) the two overlap by at least `SPANS_OVERLAP` of the
+        shorter. A region over two objects side by side, not a view of one object whose views on either side
+        of it a cut left in two groups (held-out seed 470: a clean view of one strip holding its views in the
+        bands at both its ends)."""
+        u = _long_side(self.geoms[i])
+        span = []
+        for zs in (xs, ys):
+            held = shapely.intersection(self.geoms[zs], self.geoms[i])
+            xy = shapely.get_coordinates(held) @ u
+            if not len(xy):
+                return False
+            span.append((float(xy.min()), float(xy.max())))
+        (a0, a1), (b0, b1) = span
+        return min(a1, b1) - max(a0, b0) >= SPANS_OVERLAP * max(min(a1 - a0, b1 - b0), 1e-300)
 
     def _drawn(self, label: dict, cut: set, x: int, y: int) -> bool:
         """Whether groups `x` and `y` (labels) are drawn apart. A part left out (`cut`) that links to one of
