@@ -96,7 +96,8 @@ no rule accounts for never disappears.
 
 The package: `parts` (a part's columns, its regions, the thresholds), `rules` (rules 0-6 over one pass:
 `merge_pieces`), `halves` (rule 4's complete parts stitched with the cut parts), `apart` (rule 5's guard against
-fusing what the owners kept apart), `shares` (the division of a region that fused them among their objects),
+fusing what the owners kept apart), `pairing` (its stretches of one object on either side of a fusing region
+joined), `shares` (the division of a region that fused them among their objects),
 `smooth` (rule 5's boundary model where views disagree), `consensus` (its move to the views' consensus where they
 differ by a steady offset), `bandmean` (its mean of the views on a meander's shared bands), `stats` (`MergeStats`:
 the counts and the coverage figures), `blocks` (the same merge by spatial blocks, fed tile by tile: `BlockMerger`,

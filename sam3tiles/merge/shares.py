@@ -163,7 +163,7 @@ def absorb(outs: list, shares: list, gap: float, one: bool = False) -> list:
     """Stitched objects `outs` [(geometry, first, score, n_tiles)] with the stretches `shares` of fusing parts
     joined to those within `gap` of them (the nearest where none is). `one`: `outs` are one group's, and
     objects one stretch joins are one (two stretches of an object on either side of the fusing tile,
-    `_paired`); else each takes it (objects of several groups beside a dropped group's share)."""
+    `pairing.paired`); else each takes it (objects of several groups beside a dropped group's share)."""
     shares = [g for g in shares if not g.is_empty and g.area > 0]
     if not shares or not outs:
         return outs
