@@ -57,19 +57,8 @@ STRIP = {69: 2, 80: 2, 88: 2, 99: 2, 110: 2, 112: 2, 117: 2, 82: 3, 90: 3, 105: 
 
 
 def _component():
-    ids = sorted(TILES)
-    at = {p: k for k, p in enumerate(ids)}
-    nbr = [[at[j] for j in LINKS[p]] for p in ids]
-    ptr = np.concatenate([[0], np.cumsum([len(x) for x in nbr])])
-    geoms = np.asarray([shapely.Polygon(OUTLINES[p]) for p in ids], dtype=object)
-    pair = lambda table: (lambda j, k: (min(ids[j], ids[k]), max(ids[j], ids[k])) in table)  # noqa: E731
-    got = fused_groups(np.arange(len(ids)), np.asarray([TILES[p] for p in ids]),
-                       np.asarray([p in OWNED for p in ids]), ptr, np.asarray([j for x in nbr for j in x]),
-                       lambda i, j: HOLDS.get((ids[i], ids[j]), 0), pair(CLOSE), pair(SIDE), geoms,
-                       np.zeros(len(ids)))  # (no part inside its own core: no tile decides alone)
-    assert got is not None
-    groups, fusers = got
-    return [[ids[k] for k in g.tolist()] for g in groups], {ids[k] for k in fusers.tolist()}
+    # (no part inside its own core: no tile decides alone)
+    return _recorded(TILES, OWNED, LINKS, HOLDS, CLOSE, SIDE, OUTLINES, dict.fromkeys(TILES, 0.0), ())
 
 
 def _recorded(tiles, owned, links, holds, close, side, outlines, inside, specks):
