@@ -44,7 +44,7 @@ DECIDES_RATIO = 0.25
 #: (`_alongside`): a strip's stretch beside its neighbour.
 ALONG = 0.75
 #: ... running on past it by more than this share of its depth (`_alongside`; held-out scenes: the halves of
-#: one object at most 0.34, neighbours 0.96 and more).
+#: one object at most 0.34, two objects 0.37-0.45 three times, else 0.93 and more).
 PAST = 0.5
 #: What a part holding no pair of one tile holds of two groups overlaps along its axis by this share of the
 #: shorter where it fuses them (`_Apart.spans`): two objects side by side, not one object's views end to end.
