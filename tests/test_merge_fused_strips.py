@@ -415,3 +415,33 @@ def test_wide_strips_a_neighbour_fused_stay_two_where_the_owner_split_one_beside
                    > 0.5 * wide_b.area for g in geoms)
     assert _best_iou(geoms, wide_a) > 0.9 and _best_iou(geoms, wide_b) > 0.9
     assert stats.rule_violations == 0
+
+
+def test_a_strip_whose_views_end_at_the_next_window_keeps_its_stretch_of_the_region_its_owner_fused():
+    # held-out seed 537, every behaviour at once: tile (0, 1) fused two strips in its own core; the strip
+    # beside (B) was drawn all along by the tiles below, the other (A) only by the tiles to the right, its views
+    # ending at their windows' edge inside that core. The fused region was divided by the nearest outline, so
+    # B's, running beside A's stretch there, took it (strips 0.006 under the owners' own views)
+    grid = TileGrid(4016, 1760, transform=Affine(1, 0, 0, 0, 1, 0))  # cores: x 880 / 1632 / ..., y 880
+    # 8 px apart, B in the rows' band (the tiles below see it), A just above (they do not)
+    upper, lower = box(1300, 690, 3800, 745), box(200, 753, 3800, 808)
+    fused = box(1300, 690, 1760, 808).union(box(752, 753, 1760, 808))
+    placed = []
+    for t in grid:
+        window = box(t.col * 752, t.row * 752, t.col * 752 + 1008, t.row * 752 + 1008)
+        if (t.row, t.col) == (0, 1):
+            placed.append(((0, 1), fused, False))
+            continue
+        for s in (upper, lower) if t.col >= 2 else (lower,):  # the tiles left of column 2 drew only B
+            view = s.intersection(window)
+            if not view.is_empty:
+                placed.append(((t.row, t.col), view, False))
+    frames, pieces = frames_and_pieces(grid, placed, complete_edge_dist=50.0)
+    merged, stats = merge_pieces(pieces, frames)
+    geoms = list(merged.geometry)
+    a = max(geoms, key=lambda g: g.intersection(upper).area)
+    stretch = box(1300, 690, 1504, 745)  # A's stretch in the fused region before its views begin
+    assert a.intersection(stretch).area > 0.8 * stretch.area
+    b = max(geoms, key=lambda g: g.intersection(lower).area)
+    assert b.intersection(stretch).area < 0.1 * stretch.area
+    assert _best_iou(geoms, upper) > 0.95 and _best_iou(geoms, lower) > 0.95

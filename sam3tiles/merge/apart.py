@@ -22,7 +22,7 @@ import shapely
 
 from ..vectorize.pieces import MASK_CELL
 from .pairing import neighbour_pairs, paired
-from .parts import THICK_CELLS
+from .parts import THICK_CELLS, long_side
 
 #: Two views of one tile this close (mask cells) can be neighbours another tile drew as one region: each
 #: boundary moves by a cell or so, so two objects two cells apart come within a cell or touch.
@@ -286,7 +286,7 @@ def side_by_side(a, b, cell: float) -> bool:
 
 
 def _alongside(a, b, f: float, cell: float) -> bool:
-    """Whether one of views `a` and `b` lies alongside the other: along the other's axis (`_long_side`) it faces
+    """Whether one of views `a` and `b` lies alongside the other: along the other's axis (`long_side`) it faces
     the other (`f`: `facing`) over at least `ALONG` of its own extent there (an extent longer than the corners
     `facing` leaves out: a fragment faces nothing), and the other, reaching over that extent (to within a
     quarter of it, or `FACING_CELLS`), runs on past it by more than `PAST` of its depth (its area over that
@@ -296,7 +296,7 @@ def _alongside(a, b, f: float, cell: float) -> bool:
     one each reaches about as far along the cut as the other (a tilted parcel's halves: one past the other by
     up to a third of its depth on held-out scenes)."""
     for x, y in ((a, b), (b, a)):
-        u = _long_side(y)
+        u = long_side(y)
         along, past = (shapely.get_coordinates(shapely.boundary(g)) @ u for g in (x, y))
         lo, hi = float(along.min()), float(along.max())
         if f < ALONG * (hi - lo) or hi - lo <= 2 * FACING_CELLS * cell:
@@ -307,15 +307,6 @@ def _alongside(a, b, f: float, cell: float) -> bool:
             touch = shapely.intersection(shapely.boundary(a), shapely.buffer(b, cell / MASK_CELL)).length
             return touch < f / 2
     return False
-
-
-def _long_side(g) -> np.ndarray:
-    """The unit direction of the longer side of `g`'s least rotated rectangle (its axis, however few or
-    unevenly spaced its outline's points are)."""
-    xy = shapely.get_coordinates(shapely.oriented_envelope(g))
-    d = np.diff(xy[:3], axis=0)
-    side = d[int(np.argmax(np.hypot(*d.T)))]
-    return side / max(float(np.hypot(*side)), 1e-300)
 
 
 def facing(a, b, cell: float) -> float:
@@ -374,11 +365,11 @@ class _Apart:
 
     def spans(self, i: int, xs: list, ys: list) -> bool:
         """Whether what part `i` holds of one group (`xs`, its links there) and of the other (`ys`) lie side by
-        side across it: along its axis (`_long_side`) the two overlap by at least `SPANS_OVERLAP` of the
+        side across it: along its axis (`long_side`) the two overlap by at least `SPANS_OVERLAP` of the
         shorter. A region over two objects side by side, not a view of one object whose views on either side
         of it a cut left in two groups (held-out seed 470: a clean view of one strip holding its views in the
         bands at both its ends)."""
-        u = _long_side(self.geoms[i])
+        u = long_side(self.geoms[i])
         span = []
         for zs in (xs, ys):
             held = shapely.intersection(self.geoms[zs], self.geoms[i])

@@ -274,3 +274,12 @@ def spread(g) -> tuple:
     xy = shapely.get_coordinates(shapely.boundary(g))
     c = xy.mean(axis=0)
     return xy, c, np.linalg.svd(xy - c, full_matrices=False)[2][0]
+
+
+def long_side(g) -> np.ndarray:
+    """The unit direction of the longer side of `g`'s least rotated rectangle (its axis, however few or
+    unevenly spaced its outline's points are)."""
+    xy = shapely.get_coordinates(shapely.oriented_envelope(g))
+    d = np.diff(xy[:3], axis=0)
+    side = d[int(np.argmax(np.hypot(*d.T)))]
+    return side / max(float(np.hypot(*side)), 1e-300)

@@ -12,7 +12,15 @@ import shapely
 
 from ..vectorize.pieces import MASK_CELL
 from .apart import FUSE_CELLS, side_by_side
-from .parts import THICK_CELLS, polygonal
+from .parts import THICK_CELLS, long_side, polygonal
+
+
+#: The stretch of a group's views that `_carried` takes its axis from: within this share of the fusing region's
+#: size around it.
+CARRY_REACH = 0.5
+#: The least cosine between a carried group's axis and the stretch of another group beside the carry (10
+#: degrees: a strip bends, its neighbour bends with it).
+ALIGNED = 0.985
 
 
 def divide(region, views: list, cell: float, denied: list | None = None) -> list:
@@ -116,13 +124,59 @@ def fused_shares(groups: list, fusers: np.ndarray, ptr, nbr, geoms, cores, cells
         region = shapely.intersection(geoms[f], shapely.union_all([cores[f], *other.values()]))
         denied = [_denied(region, geoms[groups[k]], tiles[groups[k]], tiles[f], frames, FUSE_CELLS * cells[f])
                   for k in near]
-        got = divide(region, [shapely.union_all(geoms[groups[k]]) for k in near], cells[f], denied)
+        views = [shapely.union_all(geoms[groups[k]]) for k in near]
+        edges = [shapely.union_all([frames[t].window.exterior for t in np.unique(tiles[groups[k]]).tolist()])
+                 for k in near]
+        got = divide(region, [_carried(v, region, cells[f], e, shapely.union_all(views[:n] + views[n + 1:]))
+                              for n, (v, e) in enumerate(zip(views, edges))], cells[f], denied)
         for k, r, g in zip(near, reach, got):
             gone = [c for t, c in other.items() if t not in r or _said(g, c, geoms[members[tiles[members] == t]])]
             if gone:  # (never what lies in the fusing part's own core: cores overlap by a pixel at their seams)
                 g = polygonal(shapely.difference(g, shapely.difference(shapely.union_all(gone), cores[f])))
             shares.setdefault(k, []).append(g)
     return shares, left
+
+
+def _carried(view, region, cell: float, edges, others):
+    """`view` (one group's parts) carried on along its axis over the fusing `region` from an end that stops at
+    its tiles' windows (`edges`: their outlines) short of the region's far side, where another group
+    (`others`) runs on past that end alongside it (its stretch beside the carried one within `ALIGNED` of its
+    direction): the end's cross-section swept on to the far side. A strip whose views end at the next window
+    lies on in the region as it ran, beside the strip whose views run along it (held-out seed 537: the nearest
+    outline gave its stretch to that neighbour). An object not elongated near the region, an end of its own,
+    or one no other group runs on beside in line (a bend) stays as drawn."""
+    size = max(region.bounds[2] - region.bounds[0], region.bounds[3] - region.bounds[1])
+    reach = shapely.buffer(shapely.envelope(region), CARRY_REACH * size)
+    near = polygonal(shapely.intersection(view, reach))
+    if near.is_empty or near.area <= 0:
+        return view
+    u = long_side(near)
+    n = np.asarray([-u[1], u[0]])
+    xy = shapely.get_coordinates(shapely.boundary(near))
+    a, b = xy @ u, xy @ n
+    ra = shapely.get_coordinates(region) @ u
+    length = float(a.max() - a.min())
+    width = near.area / max(length, cell)
+    if length < 2 * width:
+        return view
+    out = [view]
+    for end, far, side in ((a.max(), ra.max(), 1.0), (a.min(), ra.min(), -1.0)):
+        if side * (far - end) <= 2 * cell:
+            continue
+        tip = xy[side * (a - end) >= -2 * cell]
+        if not shapely.dwithin(shapely.multipoints(tip), edges, 2 * cell):
+            continue  # (the object's own end, not its window's)
+        last = side * (a - end) >= -2 * width  # (its cross-section: the end's last stretch, two widths long)
+        lo, hi = float(b[last].min()), float(b[last].max())
+        swept = shapely.Polygon([end * u + lo * n, far * u + lo * n, far * u + hi * n, end * u + hi * n])
+        start, wide = end + side * width, (lo - width, hi + width)  # (past the end, a width either side)
+        lane = shapely.Polygon([start * u + wide[0] * n, far * u + wide[0] * n, far * u + wide[1] * n,
+                                start * u + wide[1] * n])
+        beside = polygonal(shapely.intersection(others, lane))
+        if beside.is_empty or beside.area <= 0 or abs(float(long_side(beside) @ u)) < ALIGNED:
+            continue  # (no other group runs on past the end beside it, in line)
+        out.append(swept)
+    return polygonal(shapely.union_all(out)) if len(out) > 1 else view
 
 
 def _unsaid_cores(f: int, groups: list, geoms, tiles: np.ndarray, frames: dict, members: np.ndarray) -> list:
