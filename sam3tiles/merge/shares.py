@@ -145,6 +145,8 @@ def _carried(view, region, cell: float, edges, others):
     lies on in the region as it ran, beside the strip whose views run along it (held-out seed 537: the nearest
     outline gave its stretch to that neighbour). An object not elongated near the region, an end of its own,
     or one no other group runs on beside in line (a bend) stays as drawn."""
+    if region.is_empty or region.area <= 0:  # (the fusing part said nothing inside its own core)
+        return view
     size = max(region.bounds[2] - region.bounds[0], region.bounds[3] - region.bounds[1])
     reach = shapely.buffer(shapely.envelope(region), CARRY_REACH * size)
     near = polygonal(shapely.intersection(view, reach))
