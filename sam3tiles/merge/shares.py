@@ -170,15 +170,19 @@ def _carried(view, region, cell: float, edges, others):
             continue  # (the object's own end, not its window's)
         last = side * (a - end) >= -2 * width  # (its cross-section: the end's last stretch, two widths long)
         lo, hi = float(b[last].min()), float(b[last].max())
-        swept = shapely.Polygon([end * u + lo * n, far * u + lo * n, far * u + hi * n, end * u + hi * n])
-        start, wide = end + side * width, (lo - width, hi + width)  # (past the end, a width either side)
-        lane = shapely.Polygon([start * u + wide[0] * n, far * u + wide[0] * n, far * u + wide[1] * n,
-                                start * u + wide[1] * n])
+        swept = _rectangle(u, n, (end, far), (lo, hi))
+        lane = _rectangle(u, n, (end + side * width, far), (lo - width, hi + width))  # (past the end, a width wider)
         beside = polygonal(shapely.intersection(others, lane))
         if beside.is_empty or beside.area <= 0 or abs(float(long_side(beside) @ u)) < ALIGNED:
             continue  # (no other group runs on past the end beside it, in line)
         out.append(swept)
     return polygonal(shapely.union_all(out)) if len(out) > 1 else view
+
+
+def _rectangle(u, n, along: tuple, across: tuple):
+    """The rectangle spanning `along` on axis `u` and `across` on its normal `n`."""
+    return shapely.Polygon([a * u + b * n for a, b in ((along[0], across[0]), (along[1], across[0]),
+                                                       (along[1], across[1]), (along[0], across[1]))])
 
 
 def _unsaid_cores(f: int, groups: list, geoms, tiles: np.ndarray, frames: dict, members: np.ndarray) -> list:
