@@ -445,3 +445,31 @@ def test_a_strip_whose_views_end_at_the_next_window_keeps_its_stretch_of_the_reg
     b = max(geoms, key=lambda g: g.intersection(lower).area)
     assert b.intersection(stretch).area < 0.1 * stretch.area
     assert _best_iou(geoms, upper) > 0.95 and _best_iou(geoms, lower) > 0.95
+
+
+def test_a_strip_whose_tiles_saw_its_own_end_is_not_carried_over_what_the_owner_drew_past_it():
+    # the carry above is for a strip whose views stop at their windows' edge; where the tiles beside saw the
+    # strip end inside their window (56 px short of it), the end is the strip's own. The owner drew one block
+    # over both strips and the ground past that end: the block past it is divided by the nearest outline like
+    # any fused area, not swept into the strip along its axis (it took 0.75 of the stretch to the owner's far
+    # side before the guard, its IoU 0.75)
+    grid = TileGrid(4016, 1760, transform=Affine(1, 0, 0, 0, 1, 0))  # cores: x 880 / 1632 / ..., y 880
+    upper, lower = box(1560, 690, 3800, 745), box(200, 753, 3800, 808)  # the tiles of column 2 see x >= 1504
+    placed = []
+    for t in grid:
+        window = box(t.col * 752, t.row * 752, t.col * 752 + 1008, t.row * 752 + 1008)
+        if (t.row, t.col) == (0, 1):
+            placed.append(((0, 1), box(752, 690, 1760, 808), False))
+            continue
+        placed += [((t.row, t.col), s.intersection(window), False) for s in (upper, lower)
+                   if s.intersection(window).area > 0]
+    frames, pieces = frames_and_pieces(grid, placed, complete_edge_dist=50.0)
+    merged, stats = merge_pieces(pieces, frames)
+    geoms = list(merged.geometry)
+    a = max(geoms, key=lambda g: g.intersection(upper).area)
+    past = box(752, 690, 1500, 745)  # the owner's block past the strip's end, in its lane
+    assert a.intersection(past).area < 0.25 * past.area
+    assert _best_iou(geoms, upper) > 0.9
+    assert not any(g.intersection(upper).area > 0.5 * upper.area and g.intersection(lower).area
+                   > 0.5 * lower.area for g in geoms)
+    assert stats.rule_violations == 0
