@@ -468,7 +468,10 @@ def _bridges(c: Cols, la: np.ndarray, lb: np.ndarray) -> tuple[np.ndarray, np.nd
     out) lie in two components or more of the links between parts that are not specks, it is the only
     bridge between views the other links keep apart: it keeps its links to the component of the part it
     overlaps most (the larger, then the lower-left, on a tie: the tiles' order does not decide) and drops
-    the others. Views of one object link to each other where they agree, not through a speck alone."""
+    the others. Views of one object link to each other where they agree, not through a speck alone. A speck
+    whose dwarfing parts lie in one component (a small view of one object, where it runs into a tile's
+    window edge, beside two large views of it) stands for that component (held-out seed 598: a speck between
+    two strips linked to one strip's view and to such a view of the other joined them)."""
     if not len(la):
         return la, lb
     src, dst = np.r_[la, lb], np.r_[lb, la]
@@ -479,20 +482,26 @@ def _bridges(c: Cols, la: np.ndarray, lb: np.ndarray) -> tuple[np.ndarray, np.nd
         return la, lb
     plain = ~speck[la] & ~speck[lb]
     comp = _components(len(area), la[plain], lb[plain])
-    drop = np.zeros(len(la), dtype=bool)
     by = np.argsort(src, kind="stable")  # each speck's links found by a search, not a scan of all links
     specks = np.flatnonzero(speck)
-    for i, lo, hi in zip(specks.tolist(), np.searchsorted(src[by], specks).tolist(),
-                         np.searchsorted(src[by], specks, side="right").tolist()):
+    spans = list(zip(specks.tolist(), np.searchsorted(src[by], specks).tolist(),
+                     np.searchsorted(src[by], specks, side="right").tolist()))
+    home = comp.copy()
+    for i, lo, hi in spans:  # a speck of one object (a small view of it beside two large ones) stands for it
+        other = dst[by[lo:hi]]
+        held = np.unique(comp[other[(area[other] * SPECK_SHARE >= area[i]) & ~speck[other]]])
+        home[i] = held[0] if len(held) == 1 else -1
+    drop = np.zeros(len(la), dtype=bool)
+    for i, lo, hi in spans:
         mine, other = by[lo:hi] % len(la), dst[by[lo:hi]]
-        held = (area[other] * SPECK_SHARE >= area[i]) & ~speck[other]
-        if len(np.unique(comp[other[held]])) < 2:
+        held = (area[other] * SPECK_SHARE >= area[i]) & (home[other] >= 0)
+        if len(np.unique(home[other[held]])) < 2:
             continue
         k = other[held]
         inter = shapely.area(shapely.intersection(c.geoms[i], c.geoms[k]))
         b = shapely.bounds(c.geoms[k])
         best = k[np.lexsort((b[:, 1], b[:, 0], -area[k], -inter))[0]]
-        drop[mine[(comp[other] != comp[best]) | speck[other]]] = True
+        drop[mine[(home[other] != home[best]) | speck[other] & (other != best)]] = True
     return la[~drop], lb[~drop]
 
 
