@@ -89,13 +89,16 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
     mine = _owned_by_tile(s, tiles, owned)
     if not held and not mine:
         return None
-    # each alone (a tile that split one object it holds two parts of as well), then all at once (two
-    # tiles that fused the same two objects); a speck links to one part only (`_unspecked`)
+    # all at once (two tiles that fused the same two objects), then each alone (a tile that split one object
+    # it holds two parts of as well), where the others found left out too still leave its parts apart (held-
+    # out seed 615: with the regions fusing two other strips linked, a clean view holding a split of its own
+    # strip looked like one); a speck links to one part only (`_unspecked`)
     sp = specks(s)
     plain = _unspecked(links, set(), geoms, sp) if sp else links
     apart = _Apart(s, plain, owned, tiles, close, side, geoms, inside, holds)
-    fusers = {i for i in held if apart({i}, held[i])}
-    fusers |= {i for i in held if apart(set(held), held[i])}
+    fusers = {i for i in held if apart(set(held), held[i])}
+    single = {i for i in held if i not in fusers and apart({i}, held[i])}
+    fusers |= {i for i in single if apart(fusers | single, held[i])}
     # then a part holding parts of two groups drawn apart, those found left out (a fusing part's link to a
     # clean view beside it makes that view look like one)
     fusers |= {i for i in held if i not in fusers and apart.joins(fusers | {i}, i)}
