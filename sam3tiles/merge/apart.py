@@ -77,15 +77,7 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
     only (`_unspecked`), where the fusing parts are looked for and, without them, in the groups."""
     inset = set(s.tolist())
     links = {i: [j for j in nbr[ptr[i]:ptr[i + 1]].tolist() if j in inset] for i in s.tolist()}
-    held: dict[int, list[list[int]]] = {}
-    for i in s.tolist():
-        by_tile: dict[int, list[int]] = {}
-        for j in links[i]:
-            if tiles[j] != tiles[i]:
-                by_tile.setdefault(int(tiles[j]), []).append(j)
-        two = [h for h in (_held(i, js, holds, close, side) for js in by_tile.values() if len(js) > 1) if h]
-        if two:
-            held[i] = two
+    held = _holding(s, links, tiles, holds, close, side)
     mine = _owned_by_tile(s, tiles, owned)
     if not held and not mine:
         return None
@@ -116,6 +108,20 @@ def fused_groups(s: np.ndarray, tiles: np.ndarray, owned: np.ndarray, ptr: np.nd
                       for lab in sorted({label[i] for i in rest})], fusers, links, tiles, close, geoms)
     alone = sorted(fusers)
     return groups + [np.asarray([i], dtype=s.dtype) for i in alone], np.asarray(alone, dtype=s.dtype)
+
+
+def _holding(s: np.ndarray, links: dict, tiles: np.ndarray, holds, close, side) -> dict[int, list[list[int]]]:
+    """Per part of `s` holding two or more parts of one other tile (`_held`): those parts, per such tile."""
+    held: dict[int, list[list[int]]] = {}
+    for i in s.tolist():
+        by_tile: dict[int, list[int]] = {}
+        for j in links[i]:
+            if tiles[j] != tiles[i]:
+                by_tile.setdefault(int(tiles[j]), []).append(j)
+        two = [h for h in (_held(i, js, holds, close, side) for js in by_tile.values() if len(js) > 1) if h]
+        if two:
+            held[i] = two
+    return held
 
 
 def speck(area, pixel):
