@@ -446,7 +446,7 @@ def test_a_clean_view_holding_one_strips_views_at_both_its_ends_is_no_fusing_reg
 
 def test_a_speck_its_owner_drew_beside_a_river_decides_nothing():
     # a river along the row boundary (held-out long seed 634, every behaviour at once; recorded roles, the
-    # speck's outline a rectangle of its area): tile 29, owning its stretch there, drew beside it a speck of
+    # speck's outline a rectangle about its area): tile 29, owning its stretch there, drew beside it a speck of
     # 5 m^2 (91, 4 700 m^2 of the river's view 90 beside it), half a cell over the speck threshold; tiles 22
     # and 30 drew the river as one region holding both. The owner's two parts were taken for two objects it
     # drew apart, the regions for fusing them: the river's stretch past them (72, 79) went with the speck, and
