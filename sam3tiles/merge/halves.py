@@ -16,7 +16,6 @@ import shapely
 
 from ..vectorize.pieces import MASK_CELL
 from .parts import IOS_MIN, THICK_CELLS, said_area
-from .short import stops_short
 from .slivers import sliver_tol
 
 
@@ -56,9 +55,9 @@ class Halves:
         past inside that tile's own core, where the owner (a) split it from a cut stub lying outside its
         core (the stub within rule 0's gap of the part, with no area in its own core): the split lies where
         the other tile owns the area, and it drew both as one (a text line the owner split at a word gap in
-        its neighbour's core); (b) reported nothing over a stretch of its window `THICK_CELLS` across that the
-        cut part covers (`_missed`); or (c) stops short of its window's edge where the cut part goes on past
-        it (`short.stops_short`). They are stitched with it (rule 5), each inside its own core.
+        its neighbour's core); or (b) reported nothing over a stretch `THICK_CELLS` across that the cut part
+        covers next to it, inside its window or past it (`_missed`: it stops short of its window's edge where
+        the cut part goes on). They are stitched with it (rule 5), each inside its own core.
         A split inside the owner's core, or another object the owner drew there, stands (it decides)."""
         c, cut = self.c, set(stitch.tolist())
         out = []
@@ -79,8 +78,8 @@ class Halves:
             split = [bool(p and shapely.intersects(g, c.geoms[i])
                           and any(shapely.distance(g, c.geoms[j]) < self.gap for j in stubs))
                      for p, g in zip(past.tolist(), clip)]
-            if any(split) or any(p and not self._fuses(int(k), i) and (self._missed(int(k), i) or stops_short(
-                    c.geoms[k], c.geoms[i], self.frames[int(ti)])) for p, k in zip(past.tolist(), nb.tolist())):
+            if any(split) or any(p and not self._fuses(int(k), i) and self._missed(int(k), i)
+                                 for p, k in zip(past.tolist(), nb.tolist())):
                 out.append(i)
         return out
 
@@ -94,10 +93,13 @@ class Halves:
     def _missed(self, k: int, i: int) -> bool:
         """Whether cut part `k` covers a stretch `THICK_CELLS` across next to `i`, beyond the sliver tolerance
         of every part of `i`'s tile and prompt: the tile (its owner) said nothing there, inside its window, or
-        could not, past it. The stretch runs on past the window: an end short of the edge by more than
-        `stops_short` reaches and by less than a stretch inside the window as thick (16-21 px at a 20 px wide
-        road) is one too: the road came out as three objects. Its part inside the owner's core is kept as rule
-        5 keeps a miss (`_stitch`)."""
+        could not, past it. A model's mask of an object cut by the tile edge can stop short of that edge
+        (../shared/model-behaviour.md; the DB text detector shrinks a line's box where its text runs off the
+        image), so the owner sees it complete inside its window: a neighbour's view going on from its end,
+        inside the window or past it, is the same object seen further, however far short the end stops (one
+        test for both: a separate look past the window reached 16 px and the miss inside it began at 21, and
+        a road drawn 17-20 px short came out as three objects). The stretch's part inside the owner's core is
+        kept as rule 5 keeps a miss (`_stitch`)."""
         c, ti = self.c, int(self.tiles[i])
         frame = self.frames[ti]
         if self._tree is None:

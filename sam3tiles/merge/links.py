@@ -489,8 +489,8 @@ def _bridges(c: Cols, la: np.ndarray, lb: np.ndarray) -> tuple[np.ndarray, np.nd
     home = comp.copy()
     for i, lo, hi in spans:  # a speck of one object (a small view of it beside two large ones) stands for it
         other = dst[by[lo:hi]]
-        held = np.unique(comp[other[(area[other] * SPECK_SHARE >= area[i]) & ~speck[other]]])
-        home[i] = held[0] if len(held) == 1 else -1
+        dwarfing = np.unique(comp[other[(area[other] * SPECK_SHARE >= area[i]) & ~speck[other]]])
+        home[i] = dwarfing[0] if len(dwarfing) == 1 else -1
     drop = np.zeros(len(la), dtype=bool)
     for i, lo, hi in spans:
         mine, other = by[lo:hi] % len(la), dst[by[lo:hi]]
