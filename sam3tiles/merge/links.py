@@ -95,7 +95,33 @@ def _links(c: Cols, cand: np.ndarray, frames, iou_min, ios_min, block, stats,
         todo = np.flatnonzero(~have)
     if len(todo):
         ok[todo] = pair_verdicts(c, a[todo], b[todo], frames, iou_min, ios_min)
+    ok[~ok] = _cut_piece(c, a[~ok], b[~ok], a[ok], b[ok], frames)
     return a[ok], b[ok]
+
+
+def _cut_piece(c: Cols, a, b, la, lb, frames) -> np.ndarray:
+    """Per pair (`a`, `b`) rule 2 did not link: a complete part and a cut one where another part of the
+    complete one's piece is cut and linked to the cut one (`la`, `lb`: the links): the tile's mask ran to its
+    window edge, broken on the way by the model's noise, so its complete part is a half of what the other
+    tile saw cut, and the pair gets rule 2's third look (`_continued`), as two cut parts do."""
+    out = np.zeros(len(a), dtype=bool)
+    one = c.complete[a] != c.complete[b]
+    if not one.any() or not len(la):
+        return out
+    whole, cut = np.where(c.complete[a], a, b), np.where(c.complete[a], b, a)
+    piece = c.order // PARTS
+    linked = set(zip(piece[np.r_[la, lb]].tolist(), np.r_[lb, la].tolist()))
+    k = np.flatnonzero(one & np.fromiter(((p, j) in linked for p, j in zip(piece[whole].tolist(), cut.tolist())),
+                                         dtype=bool, count=len(a)))
+    if not len(k):
+        return out
+    bands, box = _bands(c.tiles[a[k]], c.tiles[b[k]], frames)
+    ga, gb = _clip_pairs(c.geoms, a[k], b[k], bands, box)
+    both = shapely.intersection(*_local(ga, gb))
+    inter = shapely.area(both)
+    has = inter > 0
+    out[k[has]] = _continued(c, a[k][has], b[k][has], both[has], inter[has], frames)
+    return out
 
 
 def candidate_pairs(c: Cols, cand: np.ndarray, among=None) -> tuple[np.ndarray, np.ndarray]:
