@@ -79,7 +79,7 @@ def merge_pass(pieces: Pieces, frames: Mapping[int, TileFrame], iou_min: float, 
         hit = np.unique(shapely.STRtree(np.asarray(foreign, dtype=object)).query(c.geoms, "dwithin", distance=reach)[0])
         if len(hit):
             deferred = np.isin(whole := _components(len(c.geoms), la, lb), np.unique(whole[hit]))
-    la, lb = _bridges(c, la, lb)
+    la, lb = _bridges(c, la, lb, frames, iou_min)
     comp = _components(len(c.geoms), la, lb)
     live = ~deferred[la]
     stats.links = int(live.sum())
