@@ -105,23 +105,28 @@ def _cut_piece(c: Cols, a, b, la, lb, frames) -> np.ndarray:
     window edge, broken on the way by the model's noise, so its complete part is a half of what the other
     tile saw cut, and the pair gets rule 2's third look (`_continued`), as two cut parts do."""
     out = np.zeros(len(a), dtype=bool)
-    one = c.complete[a] != c.complete[b]
-    if not one.any() or not len(la):
+    one = np.flatnonzero(c.complete[a] != c.complete[b])
+    if not len(one) or not len(la):
         return out
-    whole, cut = np.where(c.complete[a], a, b), np.where(c.complete[a], b, a)
     piece = c.order // PARTS
     linked = set(zip(piece[np.r_[la, lb]].tolist(), np.r_[lb, la].tolist()))
-    k = np.flatnonzero(one & np.fromiter(((p, j) in linked for p, j in zip(piece[whole].tolist(), cut.tolist())),
-                                         dtype=bool, count=len(a)))
+    whole = np.where(c.complete[a[one]], a[one], b[one])
+    cut = np.where(c.complete[a[one]], b[one], a[one])
+    k = one[[(p, j) in linked for p, j in zip(piece[whole].tolist(), cut.tolist())]]
     if not len(k):
         return out
-    bands, box = _bands(c.tiles[a[k]], c.tiles[b[k]], frames)
-    ga, gb = _clip_pairs(c.geoms, a[k], b[k], bands, box)
-    both = shapely.intersection(*_local(ga, gb))
-    inter = shapely.area(both)
+    _, _, both, inter = _band_overlap(c, a[k], b[k], frames)
     has = inter > 0
     out[k[has]] = _continued(c, a[k][has], b[k][has], both[has], inter[has], frames)
     return out
+
+
+def _band_overlap(c: Cols, a: np.ndarray, b: np.ndarray, frames) -> tuple:
+    """Per pair of parts: each clipped to the band their tiles share, their overlap there and its area."""
+    bands, box = _bands(c.tiles[a], c.tiles[b], frames)
+    ga, gb = _clip_pairs(c.geoms, a, b, bands, box)
+    both = shapely.intersection(*_local(ga, gb))
+    return ga, gb, both, shapely.area(both)
 
 
 def candidate_pairs(c: Cols, cand: np.ndarray, among=None) -> tuple[np.ndarray, np.ndarray]:
@@ -543,10 +548,7 @@ def _agree(c: Cols, a: np.ndarray, b: np.ndarray, frames, iou_min: float) -> np.
     """Per pair of parts: whether they agree where their tiles both see (IoU >= `iou_min` in the band, rule 2's
     first look) over a region `THICK_CELLS` mask cells across (two specks agreeing in a corner of the band
     say nothing; held-out seed 578)."""
-    bands, box = _bands(c.tiles[a], c.tiles[b], frames)
-    ga, gb = _clip_pairs(c.geoms, a, b, bands, box)
-    both = shapely.intersection(*_local(ga, gb))
-    inter = shapely.area(both)
+    ga, gb, both, inter = _band_overlap(c, a, b, frames)
     out = inter >= iou_min * (shapely.area(ga) + shapely.area(gb) - inter)
     if out.any():
         k = np.flatnonzero(out)
